@@ -1,0 +1,156 @@
+//! The CONNECT / CONNECTED exchange that opens every connection.
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_util::codec::Framed;
+
+use super::{routing, Authentication, BrokerFeatures, ConnectionConfig, ConnectionInfo};
+use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE};
+use crate::error::{Error, Result, ServerError};
+use crate::proto::{self, base_command::Type, BaseCommand};
+
+/// The feature flags this client announces in CONNECT.
+pub(crate) fn client_feature_flags() -> proto::FeatureFlags {
+    proto::FeatureFlags {
+        supports_auth_refresh: Some(true),
+        supports_broker_entry_metadata: Some(true),
+        supports_partial_producer: Some(true),
+        supports_partition_update_watchers: Some(true),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn connect_command(
+    proxy_to_broker_url: Option<&str>,
+    auth: Option<&Authentication>,
+) -> BaseCommand {
+    BaseCommand {
+        r#type: Type::Connect as i32,
+        connect: Some(proto::CommandConnect {
+            client_version: crate::CLIENT_VERSION.to_string(),
+            protocol_version: Some(crate::PROTOCOL_VERSION),
+            auth_method_name: auth.map(|a| a.method.clone()),
+            auth_data: auth.map(|a| a.data.clone()),
+            proxy_to_broker_url: proxy_to_broker_url.map(str::to_string),
+            feature_flags: Some(client_feature_flags()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The answer to an auth challenge: our (static) credentials again.
+pub(crate) fn auth_response(auth: Option<&Authentication>) -> BaseCommand {
+    BaseCommand {
+        r#type: Type::AuthResponse as i32,
+        auth_response: Some(proto::CommandAuthResponse {
+            client_version: Some(crate::CLIENT_VERSION.to_string()),
+            response: auth.map(|a| proto::AuthData {
+                auth_method_name: Some(a.method.clone()),
+                auth_data: Some(a.data.clone()),
+            }),
+            protocol_version: Some(crate::PROTOCOL_VERSION),
+        }),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn features_from(flags: Option<&proto::FeatureFlags>) -> BrokerFeatures {
+    let Some(f) = flags else {
+        return BrokerFeatures::default();
+    };
+    BrokerFeatures {
+        supports_auth_refresh: f.supports_auth_refresh.unwrap_or(false),
+        supports_broker_entry_metadata: f.supports_broker_entry_metadata.unwrap_or(false),
+        supports_topic_watchers: f.supports_topic_watchers.unwrap_or(false),
+        supports_partial_producer: f.supports_partial_producer.unwrap_or(false),
+        supports_get_partitioned_metadata_without_auto_creation: f
+            .supports_get_partitioned_metadata_without_auto_creation
+            .unwrap_or(false),
+        supports_partition_update_watchers: f.supports_partition_update_watchers.unwrap_or(false),
+    }
+}
+
+/// Sends CONNECT and waits for CONNECTED, answering PINGs and auth challenges meanwhile.
+pub(crate) async fn handshake<S>(
+    stream: S,
+    broker_url: &str,
+    proxy_to_broker_url: Option<&str>,
+    config: &ConnectionConfig,
+) -> Result<(Framed<S, PulsarCodec>, ConnectionInfo)>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut framed = Framed::new(stream, PulsarCodec::new());
+    let connect = connect_command(proxy_to_broker_url, config.auth.as_ref());
+    framed.send(Frame::simple(connect)).await?;
+    loop {
+        let frame = match framed.next().await {
+            Some(frame) => frame?,
+            None => {
+                return Err(Error::ConnectionLost(
+                    "broker closed the connection during the handshake".into(),
+                ))
+            }
+        };
+        let cmd = frame.command;
+        match Type::try_from(cmd.r#type) {
+            Ok(Type::Connected) => {
+                let connected = cmd.connected.ok_or_else(|| {
+                    Error::Protocol("CONNECTED frame without its body".into())
+                })?;
+                let max_message_size = connected
+                    .max_message_size
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+                framed.codec_mut().set_max_message_size(max_message_size);
+                let info = ConnectionInfo {
+                    broker_url: broker_url.to_string(),
+                    server_version: connected.server_version,
+                    protocol_version: connected
+                        .protocol_version
+                        .unwrap_or(0)
+                        .min(crate::PROTOCOL_VERSION),
+                    max_message_size,
+                    features: features_from(connected.feature_flags.as_ref()),
+                };
+                tracing::debug!(
+                    broker = %info.broker_url,
+                    server_version = %info.server_version,
+                    protocol_version = info.protocol_version,
+                    max_message_size = info.max_message_size,
+                    features = ?info.features,
+                    "connected"
+                );
+                return Ok((framed, info));
+            }
+            Ok(Type::Error) => {
+                let e = cmd.error.unwrap_or_default();
+                return Err(Error::Broker {
+                    code: ServerError::from_code(e.error),
+                    message: e.message,
+                });
+            }
+            Ok(Type::Ping) => {
+                let pong = BaseCommand {
+                    r#type: Type::Pong as i32,
+                    pong: Some(proto::CommandPong {}),
+                    ..Default::default()
+                };
+                framed.send(Frame::simple(pong)).await?;
+            }
+            Ok(Type::AuthChallenge) => {
+                framed
+                    .send(Frame::simple(auth_response(config.auth.as_ref())))
+                    .await?;
+            }
+            _ => {
+                tracing::warn!(
+                    command = %routing::type_name(&cmd),
+                    "unexpected command during the handshake; ignored"
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,384 @@
+//! One multiplexed connection to one broker (a `ClientCnx` in upstream terms).
+//!
+//! A single task owns the socket. [`Connection`] handles are cheap clones around a bounded
+//! channel into that task; every request carries its own responder, so registering a request
+//! and sending it is one message. The task routes inbound commands without awaiting: responses
+//! by `request_id`, producer / consumer / watcher commands by their id to the registered
+//! entity's channel (`try_send`). When the connection dies, every pending request fails and
+//! every registered entity is told, once.
+//!
+//! The transport is injectable: [`Connection::connect_with_stream`] runs the protocol over any
+//! `AsyncRead + AsyncWrite`, which the tests use with in-memory pipes.
+
+mod handshake;
+pub(crate) mod routing;
+mod task;
+
+#[cfg(all(test, feature = "mock-broker"))]
+mod tests;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::codec::Frame;
+use crate::error::{Error, Result};
+use crate::proto::BaseCommand;
+pub(crate) use routing::EntityKind;
+
+/// Authentication data sent in CONNECT (e.g. method `token` with the token as data).
+///
+/// Its `Debug` output never shows the data.
+#[derive(Clone)]
+pub struct Authentication {
+    /// The auth method name, e.g. `"token"`.
+    pub method: String,
+    /// The credentials.
+    pub data: Bytes,
+}
+
+impl Authentication {
+    /// Token authentication (`method = "token"`).
+    pub fn token(token: impl Into<String>) -> Self {
+        Authentication {
+            method: "token".to_string(),
+            data: Bytes::from(token.into()),
+        }
+    }
+}
+
+impl fmt::Debug for Authentication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Authentication")
+            .field("method", &self.method)
+            .field("data", &"<redacted>")
+            .finish()
+    }
+}
+
+/// Settings of each broker connection.
+#[derive(Debug, Clone)]
+pub struct ConnectionConfig {
+    /// Timeout of one request (lookup, producer create, ...): it fails only that request.
+    /// Default 30 s, like upstream's operation timeout.
+    pub operation_timeout: Duration,
+    /// Time allowed to open the TCP connection and complete the CONNECT handshake. Default 10 s.
+    pub connect_timeout: Duration,
+    /// Keep-alive interval: a PING is sent after this long without inbound traffic, and the
+    /// connection is closed when the broker then stays silent for another interval. Default
+    /// 30 s, like upstream.
+    pub keepalive_interval: Duration,
+    /// Optional authentication sent in CONNECT and in answers to auth challenges.
+    pub auth: Option<Authentication>,
+    /// Capacity of the channel from handles into the connection task. Default 1024.
+    pub command_queue: usize,
+}
+
+impl Default for ConnectionConfig {
+    fn default() -> Self {
+        ConnectionConfig {
+            operation_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            keepalive_interval: Duration::from_secs(30),
+            auth: None,
+            command_queue: 1024,
+        }
+    }
+}
+
+/// What the broker advertised about itself in CONNECTED (its FeatureFlags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BrokerFeatures {
+    /// Auth data can be refreshed on the connection.
+    pub supports_auth_refresh: bool,
+    /// The broker can prepend broker entry metadata to messages.
+    pub supports_broker_entry_metadata: bool,
+    /// PIP-145 topic-list watchers.
+    pub supports_topic_watchers: bool,
+    /// Producers may be created before the topic is fully ready (WaitForExclusive).
+    pub supports_partial_producer: bool,
+    /// Partitioned metadata can be fetched without auto-creating the topic.
+    pub supports_get_partitioned_metadata_without_auto_creation: bool,
+    /// PIP-247 partition-update watchers (this project's extension, FeatureFlags field 1000).
+    pub supports_partition_update_watchers: bool,
+}
+
+/// What the handshake established about the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ConnectionInfo {
+    /// The broker's (logical) service URL this connection serves, e.g. `pulsar://host:6650`.
+    pub broker_url: String,
+    /// The broker's version string.
+    pub server_version: String,
+    /// The negotiated protocol version.
+    pub protocol_version: i32,
+    /// The broker's maximum message size (its advertised value, or 5 MiB when it says nothing).
+    pub max_message_size: usize,
+    /// The broker's feature flags.
+    pub features: BrokerFeatures,
+}
+
+/// Something the connection delivers to a registered entity.
+#[derive(Debug)]
+pub(crate) enum EntityEvent {
+    /// A command addressed to this entity (with its payload, for messages).
+    Command(Box<Frame>),
+    /// The connection is gone; the entity must reconnect or fail. Sent once.
+    ConnectionClosed(Error),
+}
+
+/// Messages from handles into the connection task.
+pub(crate) enum Op {
+    /// Send a request and deliver its response (or error) to the responder.
+    Request {
+        request_id: u64,
+        frame: Frame,
+        operation: &'static str,
+        timeout: Duration,
+        responder: oneshot::Sender<Result<BaseCommand>>,
+    },
+    /// Send a frame that gets no response.
+    Send(Frame),
+    /// Register an entity's channel for commands addressed to it.
+    Register {
+        kind: EntityKind,
+        id: u64,
+        sender: mpsc::Sender<EntityEvent>,
+    },
+    /// Forget an entity.
+    Unregister { kind: EntityKind, id: u64 },
+    /// Close the connection.
+    Close,
+}
+
+/// Counters of a connection's registrations and pending requests (for leak checks).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionStats {
+    /// Requests awaiting a response.
+    pub pending_requests: usize,
+    /// Registered producers, consumers and watchers.
+    pub registered_entities: usize,
+}
+
+struct Shared {
+    info: ConnectionInfo,
+    next_request_id: AtomicU64,
+    next_entity_id: AtomicU64,
+    operation_timeout: Duration,
+}
+
+/// A handle to one broker connection. Cloning is cheap; the connection lives while its task
+/// runs (until the broker goes away, the keep-alive fails, or [`Connection::close`]).
+#[derive(Clone)]
+pub struct Connection {
+    ops: mpsc::Sender<Op>,
+    control: mpsc::UnboundedSender<Op>,
+    shared: Arc<Shared>,
+    closed: watch::Receiver<Option<Error>>,
+    stats: watch::Receiver<ConnectionStats>,
+}
+
+impl fmt::Debug for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Connection")
+            .field("broker_url", &self.shared.info.broker_url)
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+impl Connection {
+    /// Opens a TCP connection to `host:port` and performs the handshake. `broker_url` is the
+    /// logical broker URL; `proxy_to_broker_url` is set when connecting through a proxy.
+    pub(crate) async fn connect_tcp(
+        host: &str,
+        port: u16,
+        broker_url: &str,
+        proxy_to_broker_url: Option<&str>,
+        config: &ConnectionConfig,
+    ) -> Result<Connection> {
+        let addr = format!("{host}:{port}");
+        let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr))
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: "TCP connect",
+                after: config.connect_timeout,
+            })?
+            .map_err(|e| Error::Connect {
+                addr: addr.clone(),
+                reason: e.to_string(),
+            })?;
+        let _ = stream.set_nodelay(true);
+        Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config).await
+    }
+
+    /// Runs the handshake over an already open transport and spawns the connection task.
+    pub async fn connect_with_stream<S>(
+        stream: S,
+        broker_url: &str,
+        proxy_to_broker_url: Option<&str>,
+        config: &ConnectionConfig,
+    ) -> Result<Connection>
+    where
+        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    {
+        let (framed, info) = tokio::time::timeout(
+            config.connect_timeout,
+            handshake::handshake(stream, broker_url, proxy_to_broker_url, config),
+        )
+        .await
+        .map_err(|_| Error::Timeout {
+            operation: "connection handshake",
+            after: config.connect_timeout,
+        })??;
+        let (ops_tx, ops_rx) = mpsc::channel(config.command_queue.max(1));
+        let (control_tx, control_rx) = mpsc::unbounded_channel();
+        let (closed_tx, closed_rx) = watch::channel(None);
+        let (stats_tx, stats_rx) = watch::channel(ConnectionStats::default());
+        let shared = Arc::new(Shared {
+            info,
+            next_request_id: AtomicU64::new(0),
+            next_entity_id: AtomicU64::new(0),
+            operation_timeout: config.operation_timeout,
+        });
+        task::spawn(task::TaskParams {
+            framed,
+            ops: ops_rx,
+            control: control_rx,
+            closed: closed_tx,
+            stats: stats_tx,
+            keepalive: config.keepalive_interval,
+            auth: config.auth.clone(),
+            broker_url: shared.info.broker_url.clone(),
+        });
+        Ok(Connection {
+            ops: ops_tx,
+            control: control_tx,
+            shared,
+            closed: closed_rx,
+            stats: stats_rx,
+        })
+    }
+
+    /// What the handshake established about the broker.
+    pub fn info(&self) -> &ConnectionInfo {
+        &self.shared.info
+    }
+
+    /// Whether the connection has closed (it never reopens; the pool makes a new one).
+    pub fn is_closed(&self) -> bool {
+        self.closed.borrow().is_some() || self.ops.is_closed()
+    }
+
+    /// Waits until the connection closes and returns why.
+    pub async fn closed(&self) -> Error {
+        let mut rx = self.closed.clone();
+        let result = match rx.wait_for(|c| c.is_some()).await {
+            Ok(reason) => reason.clone().unwrap_or(Error::Closed),
+            Err(_) => Error::ConnectionLost("connection task ended".into()),
+        };
+        result
+    }
+
+    /// Closes the connection: pending requests fail and registered entities are told.
+    pub fn close(&self) {
+        let _ = self.control.send(Op::Close);
+    }
+
+    /// Current counts of pending requests and registered entities.
+    pub fn stats(&self) -> ConnectionStats {
+        *self.stats.borrow()
+    }
+
+    /// A fresh request id, unique on this connection.
+    pub(crate) fn new_request_id(&self) -> u64 {
+        self.shared.next_request_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// A fresh producer / consumer / watcher id, unique on this connection.
+    #[allow(dead_code)]
+    pub(crate) fn new_entity_id(&self) -> u64 {
+        self.shared.next_entity_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a request and waits for its response, within the operation timeout.
+    /// A broker `CommandError` response becomes [`Error::Broker`].
+    pub(crate) async fn request(
+        &self,
+        request_id: u64,
+        command: BaseCommand,
+        operation: &'static str,
+    ) -> Result<BaseCommand> {
+        self.request_with_timeout(
+            request_id,
+            Frame::simple(command),
+            operation,
+            self.shared.operation_timeout,
+        )
+        .await
+    }
+
+    /// Like [`Connection::request`] with an explicit frame and timeout.
+    pub(crate) async fn request_with_timeout(
+        &self,
+        request_id: u64,
+        frame: Frame,
+        operation: &'static str,
+        timeout: Duration,
+    ) -> Result<BaseCommand> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(Op::Request {
+            request_id,
+            frame,
+            operation,
+            timeout,
+            responder: tx,
+        })
+        .await?;
+        match rx.await {
+            Ok(result) => result,
+            Err(_) => Err(self.close_reason()),
+        }
+    }
+
+    /// Sends a frame that gets no response (flow, ack, send ...).
+    pub(crate) async fn send(&self, frame: Frame) -> Result<()> {
+        self.submit(Op::Send(frame)).await
+    }
+
+    /// Registers an entity's channel; commands addressed to `(kind, id)` go there, and so does
+    /// the news of the connection closing. Fails if the connection is already closed.
+    pub(crate) async fn register(
+        &self,
+        kind: EntityKind,
+        id: u64,
+        sender: mpsc::Sender<EntityEvent>,
+    ) -> Result<()> {
+        self.submit(Op::Register { kind, id, sender }).await
+    }
+
+    /// Forgets an entity. Never blocks and never spawns (safe in `Drop`); a no-op if the
+    /// connection is gone.
+    pub(crate) fn unregister(&self, kind: EntityKind, id: u64) {
+        let _ = self.control.send(Op::Unregister { kind, id });
+    }
+
+    async fn submit(&self, op: Op) -> Result<()> {
+        self.ops.send(op).await.map_err(|_| self.close_reason())
+    }
+
+    fn close_reason(&self) -> Error {
+        self.closed
+            .borrow()
+            .clone()
+            .unwrap_or_else(|| Error::ConnectionLost("connection closed".into()))
+    }
+}

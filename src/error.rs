@@ -1,0 +1,250 @@
+//! Typed, matchable errors.
+//!
+//! Broker error codes are kept as [`ServerError`] (the protocol's code, not a string), and the
+//! failure classes an application reacts to differently — a timeout, a lost connection, a broker
+//! refusal, bad input — are distinct variants.
+
+use std::time::Duration;
+
+use crate::codec::CodecError;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every error this crate returns.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A configuration value is invalid; nothing was sent.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+
+    /// A service URL could not be parsed or uses an unsupported scheme.
+    #[error("invalid service URL `{url}`: {reason}")]
+    InvalidServiceUrl {
+        /// The URL as given.
+        url: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// A topic name is not valid; nothing was sent.
+    #[error("invalid topic name `{topic}`: {reason}")]
+    InvalidTopicName {
+        /// The name as given.
+        topic: String,
+        /// Why it was rejected.
+        reason: String,
+    },
+
+    /// Opening a TCP connection to a broker failed.
+    #[error("could not connect to {addr}: {reason}")]
+    Connect {
+        /// The broker address.
+        addr: String,
+        /// The I/O error, as text.
+        reason: String,
+    },
+
+    /// The connection to the broker was lost (or closed) before the operation completed.
+    /// The operation's outcome on the broker is unknown.
+    #[error("connection lost: {0}")]
+    ConnectionLost(String),
+
+    /// The broker sent something that violates the protocol (or the handshake failed).
+    #[error("protocol error: {0}")]
+    Protocol(String),
+
+    /// A frame could not be encoded or decoded.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+
+    /// The operation did not complete within its timeout. For sends, the outcome is unknown:
+    /// the broker may still have stored the message.
+    #[error("{operation} timed out after {after:?}")]
+    Timeout {
+        /// What timed out (e.g. "lookup", "producer create").
+        operation: &'static str,
+        /// The timeout that elapsed.
+        after: Duration,
+    },
+
+    /// The broker answered with an error.
+    #[error("broker error {code:?}: {message}")]
+    Broker {
+        /// The protocol error code.
+        code: ServerError,
+        /// The broker's message.
+        message: String,
+    },
+
+    /// A lookup could not be completed (e.g. too many redirects).
+    #[error("lookup of `{topic}` failed: {reason}")]
+    Lookup {
+        /// The topic looked up.
+        topic: String,
+        /// Why it failed.
+        reason: String,
+    },
+
+    /// The client, connection or entity was closed by the application.
+    #[error("already closed")]
+    Closed,
+}
+
+impl Error {
+    /// Whether retrying the same operation later may succeed (connection trouble, timeouts and
+    /// the broker's transient codes). Follows Java's `isRetriableError` for broker codes.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            Error::Connect { .. } | Error::ConnectionLost(_) | Error::Timeout { .. } => true,
+            Error::Broker { code, .. } => code.is_retriable(),
+            Error::Lookup { .. } => false,
+            _ => false,
+        }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(e: std::io::Error) -> Self {
+        Error::ConnectionLost(e.to_string())
+    }
+}
+
+macro_rules! server_errors {
+    ($($(#[$doc:meta])* $name:ident = $code:literal,)*) => {
+        /// A broker error code (the protocol's `ServerError`), mirrored so no generated type
+        /// leaks into the public API.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum ServerError {
+            $($(#[$doc])* $name,)*
+            /// A code this client does not know.
+            Other(i32),
+        }
+
+        impl ServerError {
+            /// Maps a wire code to the enum.
+            pub fn from_code(code: i32) -> Self {
+                match code {
+                    $($code => ServerError::$name,)*
+                    other => ServerError::Other(other),
+                }
+            }
+
+            /// The wire code.
+            pub fn code(self) -> i32 {
+                match self {
+                    $(ServerError::$name => $code,)*
+                    ServerError::Other(c) => c,
+                }
+            }
+        }
+    };
+}
+
+server_errors! {
+    /// Unknown error.
+    UnknownError = 0,
+    /// Error while interacting with the metadata store.
+    MetadataError = 1,
+    /// Error while interacting with the persistent storage.
+    PersistenceError = 2,
+    /// Authentication failed.
+    AuthenticationError = 3,
+    /// Not authorized for this operation.
+    AuthorizationError = 4,
+    /// The subscription already has an exclusive consumer.
+    ConsumerBusy = 5,
+    /// The broker cannot serve the request right now (e.g. topic being loaded).
+    ServiceNotReady = 6,
+    /// Producer blocked: backlog quota exceeded (request held).
+    ProducerBlockedQuotaExceededError = 7,
+    /// Producer blocked: backlog quota exceeded (exception).
+    ProducerBlockedQuotaExceededException = 8,
+    /// Checksum mismatch on a sent message.
+    ChecksumError = 9,
+    /// The operation is not supported by the broker.
+    UnsupportedVersionError = 10,
+    /// The topic does not exist.
+    TopicNotFound = 11,
+    /// The subscription does not exist.
+    SubscriptionNotFound = 12,
+    /// The consumer does not exist.
+    ConsumerNotFound = 13,
+    /// Too many concurrent requests.
+    TooManyRequests = 14,
+    /// The topic has been terminated.
+    TopicTerminatedError = 15,
+    /// Another producer holds the topic exclusively.
+    ProducerBusy = 16,
+    /// The topic name is invalid.
+    InvalidTopicName = 17,
+    /// The schema is incompatible with the topic's.
+    IncompatibleSchema = 18,
+    /// The consumer could not be assigned (Key_Shared).
+    ConsumerAssignError = 19,
+    /// Transaction coordinator not found.
+    TransactionCoordinatorNotFound = 20,
+    /// Invalid transaction status.
+    InvalidTxnStatus = 21,
+    /// The operation is not allowed (e.g. namespace being deleted).
+    NotAllowed = 22,
+    /// Transaction conflict.
+    TransactionConflict = 23,
+    /// Transaction not found.
+    TransactionNotFound = 24,
+    /// The producer was fenced by an exclusive producer.
+    ProducerFenced = 25,
+}
+
+impl ServerError {
+    /// Whether an operation refused with this code may succeed if retried, following the
+    /// upstream Java client's `isRetriableError` (see `protocol-extensions.md`, PIP-139).
+    pub fn is_retriable(self) -> bool {
+        !matches!(
+            self,
+            ServerError::AuthenticationError
+                | ServerError::AuthorizationError
+                | ServerError::ConsumerBusy
+                | ServerError::ChecksumError
+                | ServerError::TopicNotFound
+                | ServerError::SubscriptionNotFound
+                | ServerError::TopicTerminatedError
+                | ServerError::ProducerBusy
+                | ServerError::InvalidTopicName
+                | ServerError::IncompatibleSchema
+                | ServerError::ConsumerAssignError
+                | ServerError::NotAllowed
+                | ServerError::TransactionConflict
+                | ServerError::ProducerFenced
+                | ServerError::UnsupportedVersionError
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_error_codes_round_trip() {
+        for code in -1..30 {
+            assert_eq!(ServerError::from_code(code).code(), code);
+        }
+        assert_eq!(ServerError::from_code(22), ServerError::NotAllowed);
+        assert_eq!(ServerError::from_code(99), ServerError::Other(99));
+    }
+
+    #[test]
+    fn retriable_classification_matches_upstream() {
+        assert!(ServerError::ServiceNotReady.is_retriable());
+        assert!(ServerError::TooManyRequests.is_retriable());
+        assert!(ServerError::MetadataError.is_retriable());
+        assert!(!ServerError::NotAllowed.is_retriable());
+        assert!(!ServerError::TopicNotFound.is_retriable());
+        assert!(!ServerError::ProducerFenced.is_retriable());
+        assert!(Error::ConnectionLost("x".into()).is_retriable());
+        assert!(!Error::InvalidConfig("x".into()).is_retriable());
+    }
+}

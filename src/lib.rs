@@ -1,0 +1,36 @@
+//! # pulsar-sdk
+//!
+//! A Rust client SDK for the Apache Pulsar binary protocol, built on tokio.
+//!
+//! The crate is layered (see `README.md`):
+//! - [`codec`]: the frame codec (simple and payload frames, CRC32C, size limits);
+//! - [`connection`]: one task per broker connection multiplexing requests, producers,
+//!   consumers and watchers (a ClientCnx in upstream terms);
+//! - [`pool`] and [`lookup`]: one connection per broker address, and topic lookup with
+//!   redirects;
+//! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
+//! - `mock` (cargo feature `mock-broker`): a scriptable broker speaking the same protocol.
+#![warn(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod codec;
+pub mod connection;
+pub mod error;
+pub(crate) mod lookup;
+pub(crate) mod pool;
+pub(crate) mod proto;
+pub mod service_url;
+pub mod topic;
+
+#[cfg(feature = "mock-broker")]
+pub mod mock;
+
+pub use error::{Error, Result, ServerError};
+pub use service_url::ServiceUrl;
+pub use topic::TopicName;
+
+/// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
+pub const PROTOCOL_VERSION: i32 = 21;
+
+/// The client version string sent in CONNECT.
+pub const CLIENT_VERSION: &str = concat!("pulsar-sdk-rust-", env!("CARGO_PKG_VERSION"));

@@ -1,0 +1,165 @@
+//! Service discovery over the binary protocol: topic lookup (following redirects) and
+//! partitioned-topic metadata.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use crate::connection::Connection;
+use crate::error::{Error, Result, ServerError};
+use crate::pool::ConnectionPool;
+use crate::proto::{
+    self, base_command::Type, command_lookup_topic_response::LookupType,
+    command_partitioned_topic_metadata_response::LookupType as MetadataResult, BaseCommand,
+};
+use crate::service_url::{BrokerAddress, ServiceUrl};
+use crate::topic::TopicName;
+
+/// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
+pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
+
+/// Where a topic is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerLookup {
+    /// The broker that owns the topic (its service URL).
+    pub logical_url: ServiceUrl,
+    /// Where to open the TCP connection: the broker itself, or the service URL's host when the
+    /// broker asked to be reached through the proxy (`proxy_through_service_url`).
+    pub physical_address: BrokerAddress,
+    /// Whether the connection goes through a proxy.
+    pub proxied: bool,
+}
+
+/// Binary lookups against the service URL's brokers.
+#[derive(Debug)]
+pub(crate) struct LookupService {
+    pool: Arc<ConnectionPool>,
+    service_url: ServiceUrl,
+    max_redirects: u32,
+    next_host: AtomicUsize,
+}
+
+impl LookupService {
+    pub(crate) fn new(pool: Arc<ConnectionPool>, service_url: ServiceUrl, max_redirects: u32) -> Self {
+        LookupService {
+            pool,
+            service_url,
+            max_redirects,
+            next_host: AtomicUsize::new(0),
+        }
+    }
+
+    /// The service URL's host to use next (round-robin over the host list).
+    fn service_host(&self) -> (ServiceUrl, BrokerAddress) {
+        let hosts = self.service_url.hosts();
+        let i = self.next_host.fetch_add(1, Ordering::Relaxed) % hosts.len();
+        let host = hosts[i].clone();
+        let url = ServiceUrl::from_broker_url(&format!("{}://{}", self.service_url.scheme(), host))
+            .expect("a host of a valid service URL forms a valid broker URL");
+        (url, host)
+    }
+
+    /// A connection to one of the service URL's brokers (for lookups and metadata).
+    pub(crate) async fn service_connection(&self) -> Result<Connection> {
+        let (url, host) = self.service_host();
+        self.pool.get(&url, &host).await
+    }
+
+    /// Finds the broker serving `topic`, following redirects up to the configured bound.
+    pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
+        let (mut logical, mut physical) = self.service_host();
+        let mut authoritative = false;
+        let mut redirects = 0u32;
+        loop {
+            let conn = self.pool.get(&logical, &physical).await?;
+            let request_id = conn.new_request_id();
+            let cmd = BaseCommand {
+                r#type: Type::Lookup as i32,
+                lookup_topic: Some(proto::CommandLookupTopic {
+                    topic: topic.to_string(),
+                    request_id,
+                    authoritative: Some(authoritative),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let response = conn.request(request_id, cmd, "lookup").await?;
+            let r = response.lookup_topic_response.ok_or_else(|| {
+                Error::Protocol("lookup answered without a LookupTopicResponse".into())
+            })?;
+            let kind = r.response.and_then(|k| LookupType::try_from(k).ok());
+            match kind {
+                Some(LookupType::Failed) | None => {
+                    return Err(Error::Broker {
+                        code: ServerError::from_code(r.error.unwrap_or(0)),
+                        message: r.message.unwrap_or_else(|| "lookup failed".into()),
+                    })
+                }
+                Some(kind) => {
+                    let broker = ServiceUrl::from_lookup_response(
+                        r.broker_service_url.as_deref(),
+                        r.broker_service_url_tls.as_deref(),
+                        self.service_url.is_tls(),
+                    )?;
+                    let proxied = r.proxy_through_service_url.unwrap_or(false);
+                    let next_physical = if proxied {
+                        self.service_host().1
+                    } else {
+                        broker.first_host().clone()
+                    };
+                    if kind == LookupType::Connect {
+                        tracing::debug!(%topic, broker = %broker, proxied, "lookup done");
+                        return Ok(BrokerLookup {
+                            logical_url: broker,
+                            physical_address: next_physical,
+                            proxied,
+                        });
+                    }
+                    redirects += 1;
+                    if redirects > self.max_redirects {
+                        return Err(Error::Lookup {
+                            topic: topic.to_string(),
+                            reason: format!(
+                                "too many redirects (more than {}), last to {broker}",
+                                self.max_redirects
+                            ),
+                        });
+                    }
+                    tracing::debug!(%topic, to = %broker, redirects, "lookup redirected");
+                    authoritative = r.authoritative.unwrap_or(false);
+                    logical = broker;
+                    physical = next_physical;
+                }
+            }
+        }
+    }
+
+    /// The number of partitions of `topic` (0 for a non-partitioned topic).
+    pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
+        let conn = self.service_connection().await?;
+        let request_id = conn.new_request_id();
+        let cmd = BaseCommand {
+            r#type: Type::PartitionedMetadata as i32,
+            partition_metadata: Some(proto::CommandPartitionedTopicMetadata {
+                topic: topic.to_string(),
+                request_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let response = conn
+            .request(request_id, cmd, "partitioned topic metadata")
+            .await?;
+        let r = response.partition_metadata_response.ok_or_else(|| {
+            Error::Protocol("metadata answered without a PartitionMetadataResponse".into())
+        })?;
+        match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
+            Some(MetadataResult::Failed) => Err(Error::Broker {
+                code: ServerError::from_code(r.error.unwrap_or(0)),
+                message: r
+                    .message
+                    .unwrap_or_else(|| "partitioned metadata failed".into()),
+            }),
+            _ => Ok(r.partitions.unwrap_or(0)),
+        }
+    }
+}

@@ -1,0 +1,245 @@
+//! What the broker answers: pure functions from (broker state, command) to a [`Step`].
+//!
+//! No I/O here. The session ([`super::session`]) records the command, calls [`handle`], and
+//! applies the step (sending, delaying, dropping or closing). New broker features (producers,
+//! subscriptions, watchers) add an arm to [`handle`] and state to [`super::state`].
+
+use super::state::{BrokerState, LookupAnswer};
+use super::wire::{self, base_command::Type};
+use super::MockBrokerConfig;
+use crate::error::ServerError;
+
+/// The highest protocol version the mock broker speaks (upstream `v21`).
+pub(crate) const MAX_PROTOCOL_VERSION: i32 = 21;
+
+/// What the session does after a command.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Step {
+    /// The handshake succeeded: send this CONNECTED and mark the session connected.
+    Handshake(wire::BaseCommand),
+    /// Send this response (subject to the configured delay).
+    Reply(wire::BaseCommand),
+    /// Answer a PING (never delayed).
+    Pong,
+    /// Nothing to send.
+    Ignore,
+    /// Close the connection, as a real broker does on a protocol violation.
+    Close(String),
+}
+
+/// Per-connection facts a handler needs.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SessionView<'a> {
+    /// The broker's configuration.
+    pub(crate) config: &'a MockBrokerConfig,
+    /// This broker's own service URL (the answer to a lookup it serves itself).
+    pub(crate) service_url: &'a str,
+    /// Whether CONNECT has been answered on this connection.
+    pub(crate) connected: bool,
+}
+
+/// Decides the broker's answer to one received command.
+pub(crate) fn handle(state: &mut BrokerState, session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
+    let Ok(ty) = Type::try_from(cmd.r#type) else {
+        tracing::warn!(r#type = cmd.r#type, "mock broker: unknown command type, ignored");
+        return Step::Ignore;
+    };
+    if ty == Type::Connect {
+        return connect(session, cmd);
+    }
+    if !session.connected && session.config.require_connect_first {
+        return Step::Close(format!("{} received before CONNECT", ty.as_str_name()));
+    }
+    match ty {
+        Type::Ping => Step::Pong,
+        Type::Lookup => match &cmd.lookup_topic {
+            Some(lookup) => Step::Reply(lookup_response(state, session, lookup)),
+            None => malformed(ty),
+        },
+        Type::PartitionedMetadata => match &cmd.partition_metadata {
+            Some(req) => Step::Reply(partition_metadata_response(state, req)),
+            None => malformed(ty),
+        },
+        // A real broker answers Success to closing a producer/consumer it does not know
+        // (upstream ServerCnx: "not registered on the connection" → success).
+        Type::CloseProducer | Type::CloseConsumer => match request_id(cmd) {
+            Some(request_id) => Step::Reply(success(request_id)),
+            None => malformed(ty),
+        },
+        _ => match request_id(cmd) {
+            Some(request_id) => Step::Reply(error(
+                request_id,
+                ServerError::UnknownError,
+                &format!("mock broker: {} not implemented yet", ty.as_str_name()),
+            )),
+            None => {
+                tracing::debug!(command = ty.as_str_name(), "mock broker: command ignored");
+                Step::Ignore
+            }
+        },
+    }
+}
+
+fn malformed(ty: Type) -> Step {
+    Step::Close(format!("{} without its command body", ty.as_str_name()))
+}
+
+fn connect(session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
+    let Some(connect) = &cmd.connect else {
+        return malformed(Type::Connect);
+    };
+    if session.connected {
+        // Upstream ServerCnx only accepts CONNECT in its initial state.
+        return Step::Close("duplicate CONNECT".to_owned());
+    }
+    let config = session.config;
+    let connected = wire::CommandConnected {
+        server_version: config.server_version.clone(),
+        protocol_version: Some(connect.protocol_version().min(MAX_PROTOCOL_VERSION)),
+        max_message_size: config
+            .max_message_size
+            .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
+        feature_flags: Some(wire::FeatureFlags {
+            supports_partition_update_watchers: Some(config.supports_partition_update_watchers),
+            ..Default::default()
+        }),
+    };
+    Step::Handshake(wire::BaseCommand {
+        r#type: Type::Connected as i32,
+        connected: Some(connected),
+        ..Default::default()
+    })
+}
+
+fn lookup_response(
+    state: &BrokerState,
+    session: SessionView<'_>,
+    req: &wire::CommandLookupTopic,
+) -> wire::BaseCommand {
+    use wire::command_lookup_topic_response::LookupType;
+    let mut resp = wire::CommandLookupTopicResponse {
+        request_id: req.request_id,
+        ..Default::default()
+    };
+    match state.lookup.answer(&req.topic) {
+        LookupAnswer::Connect => {
+            resp.response = Some(LookupType::Connect as i32);
+            resp.broker_service_url = Some(session.service_url.to_owned());
+            resp.authoritative = Some(true);
+            resp.proxy_through_service_url = Some(false);
+        }
+        LookupAnswer::Redirect {
+            service_url,
+            authoritative,
+        } => {
+            resp.response = Some(LookupType::Redirect as i32);
+            resp.broker_service_url = Some(service_url);
+            resp.authoritative = Some(authoritative);
+            resp.proxy_through_service_url = Some(false);
+        }
+        LookupAnswer::Failed { code, message } => {
+            resp.response = Some(LookupType::Failed as i32);
+            resp.error = Some(code.code());
+            resp.message = Some(message);
+        }
+    }
+    wire::BaseCommand {
+        r#type: Type::LookupResponse as i32,
+        lookup_topic_response: Some(resp),
+        ..Default::default()
+    }
+}
+
+fn partition_metadata_response(
+    state: &BrokerState,
+    req: &wire::CommandPartitionedTopicMetadata,
+) -> wire::BaseCommand {
+    use wire::command_partitioned_topic_metadata_response::LookupType;
+    wire::BaseCommand {
+        r#type: Type::PartitionedMetadataResponse as i32,
+        partition_metadata_response: Some(wire::CommandPartitionedTopicMetadataResponse {
+            partitions: Some(state.topics.partitions(&req.topic)),
+            request_id: req.request_id,
+            response: Some(LookupType::Success as i32),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// A SUCCESS response.
+pub(crate) fn success(request_id: u64) -> wire::BaseCommand {
+    wire::BaseCommand {
+        r#type: Type::Success as i32,
+        success: Some(wire::CommandSuccess {
+            request_id,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An ERROR response.
+pub(crate) fn error(request_id: u64, code: ServerError, message: &str) -> wire::BaseCommand {
+    wire::BaseCommand {
+        r#type: Type::Error as i32,
+        error: Some(wire::CommandError {
+            request_id,
+            error: code.code(),
+            message: message.to_owned(),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A PING or PONG.
+pub(crate) fn ping_or_pong(ty: Type) -> wire::BaseCommand {
+    let mut cmd = wire::BaseCommand {
+        r#type: ty as i32,
+        ..Default::default()
+    };
+    match ty {
+        Type::Ping => cmd.ping = Some(wire::CommandPing::default()),
+        _ => cmd.pong = Some(wire::CommandPong::default()),
+    }
+    cmd
+}
+
+/// The request id of a client-to-broker request, if the command is one and carries it.
+pub(crate) fn request_id(cmd: &wire::BaseCommand) -> Option<u64> {
+    macro_rules! rid {
+        ($field:ident) => {
+            cmd.$field.as_ref().map(|c| c.request_id)
+        };
+    }
+    let ty = Type::try_from(cmd.r#type).ok()?;
+    match ty {
+        Type::Subscribe => rid!(subscribe),
+        Type::Producer => rid!(producer),
+        Type::Unsubscribe => rid!(unsubscribe),
+        Type::CloseProducer => rid!(close_producer),
+        Type::CloseConsumer => rid!(close_consumer),
+        Type::PartitionedMetadata => rid!(partition_metadata),
+        Type::Lookup => rid!(lookup_topic),
+        Type::ConsumerStats => rid!(consumer_stats),
+        Type::Seek => rid!(seek),
+        Type::GetLastMessageId => rid!(get_last_message_id),
+        Type::GetTopicsOfNamespace => rid!(get_topics_of_namespace),
+        Type::GetSchema => rid!(get_schema),
+        Type::GetOrCreateSchema => rid!(get_or_create_schema),
+        Type::Ack => cmd.ack.as_ref().and_then(|a| a.request_id),
+        Type::NewTxn => rid!(new_txn),
+        Type::AddPartitionToTxn => rid!(add_partition_to_txn),
+        Type::AddSubscriptionToTxn => rid!(add_subscription_to_txn),
+        Type::EndTxn => rid!(end_txn),
+        Type::EndTxnOnPartition => rid!(end_txn_on_partition),
+        Type::EndTxnOnSubscription => rid!(end_txn_on_subscription),
+        Type::TcClientConnectRequest => rid!(tc_client_connect_request),
+        Type::WatchTopicList => rid!(watch_topic_list),
+        Type::WatchTopicListClose => rid!(watch_topic_list_close),
+        Type::ScalableTopicSubscribe => rid!(scalable_topic_subscribe),
+        Type::WatchPartitionUpdate => rid!(watch_partition_update),
+        Type::WatchPartitionUpdateClose => rid!(watch_partition_update_close),
+        _ => None,
+    }
+}

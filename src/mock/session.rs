@@ -1,0 +1,248 @@
+//! One task per accepted connection: it owns the framed socket, records every decoded command,
+//! asks [`handlers`](super::handlers) for the answer and applies the injected faults.
+//!
+//! The test-facing handle reaches a session only through its [`SessionControl`]: an unbounded
+//! channel of frames to push, and a kill switch (dropping it closes the connection).
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{sleep_until, Instant};
+use tokio_util::codec::Framed;
+use tracing::Instrument;
+
+use super::handlers::{self, SessionView, Step};
+use super::record::Received;
+use super::wire::base_command::Type;
+use super::{lock, ConnectionId, Shared};
+use crate::codec::{Frame, PulsarCodec};
+
+/// The handle's side of one live session.
+#[derive(Debug)]
+pub(crate) struct SessionControl {
+    /// Frames a test pushes to the client, sent as they are (no delay, even when unresponsive).
+    pub(crate) push_tx: mpsc::UnboundedSender<Frame>,
+    /// Dropping (or firing) this closes the connection.
+    pub(crate) kill: oneshot::Sender<()>,
+    /// The session task.
+    pub(crate) task: JoinHandle<()>,
+}
+
+/// Registers a new connection and spawns its session. Returns `None` if the broker is shut
+/// down (the transport is dropped, so the client sees the connection closed).
+pub(crate) fn spawn<T>(shared: &Arc<Shared>, io: T) -> Option<ConnectionId>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let (push_tx, push_rx) = mpsc::unbounded_channel();
+    let (kill, kill_rx) = oneshot::channel();
+    let mut registry = lock(&shared.connections);
+    if registry.closed {
+        return None;
+    }
+    registry.accepted += 1;
+    let id = ConnectionId(registry.accepted as u64);
+    let max_frame = shared
+        .config
+        .max_message_size
+        .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |n| n as usize);
+    let session = Session {
+        shared: Arc::clone(shared),
+        id,
+        framed: Framed::new(io, PulsarCodec::with_max_message_size(max_frame)),
+        push_rx,
+        kill: kill_rx,
+        connected: false,
+        delayed: BTreeMap::new(),
+        seq: 0,
+        keepalive: shared.config.keepalive_interval.map(|interval| Keepalive {
+            interval,
+            deadline: Instant::now() + interval,
+            awaiting_pong: false,
+        }),
+    };
+    let span = tracing::debug_span!("mock_broker_session", conn = %id);
+    let task = tokio::spawn(session.run().instrument(span));
+    registry.live.insert(id, SessionControl {
+        push_tx,
+        kill,
+        task,
+    });
+    Some(id)
+}
+
+struct Keepalive {
+    interval: Duration,
+    deadline: Instant,
+    awaiting_pong: bool,
+}
+
+struct Session<T> {
+    shared: Arc<Shared>,
+    id: ConnectionId,
+    framed: Framed<T, PulsarCodec>,
+    push_rx: mpsc::UnboundedReceiver<Frame>,
+    kill: oneshot::Receiver<()>,
+    connected: bool,
+    /// Responses waiting for their delay, ordered by (due time, arrival order) so responses with
+    /// the same delay leave in the order their requests came.
+    delayed: BTreeMap<(Instant, u64), Frame>,
+    seq: u64,
+    keepalive: Option<Keepalive>,
+}
+
+/// Why a session ended (for the log).
+type Closed = String;
+
+impl<T> Session<T>
+where
+    T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    async fn run(mut self) {
+        let Err(reason) = self.serve().await;
+        tracing::debug!(%reason, "mock broker: connection closed");
+        let shared = Arc::clone(&self.shared);
+        let id = self.id;
+        drop(self); // closes the transport before the handle stops listing the connection
+        lock(&shared.connections).live.remove(&id);
+    }
+
+    /// Serves until the connection ends.
+    async fn serve(&mut self) -> Result<Infallible, Closed> {
+        loop {
+            let next_due = self.delayed.keys().next().map(|(at, _)| *at);
+            let keepalive_at = self.keepalive.as_ref().map(|k| k.deadline);
+            tokio::select! {
+                biased;
+                _ = &mut self.kill => return Err("dropped by the test".into()),
+                pushed = self.push_rx.recv() => match pushed {
+                    Some(frame) => self.write(frame).await?,
+                    None => return Err("dropped by the test".into()),
+                },
+                _ = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
+                    self.release_due().await?;
+                }
+                _ = sleep_until(keepalive_at.unwrap_or_else(Instant::now)), if keepalive_at.is_some() => {
+                    self.on_keepalive_timer().await?;
+                }
+                read = self.framed.next() => match read {
+                    Some(Ok(frame)) => self.on_frame(frame).await?,
+                    Some(Err(e)) => return Err(format!("decode error: {e}")),
+                    None => return Err("closed by the client".into()),
+                },
+            }
+        }
+    }
+
+    async fn on_frame(&mut self, frame: Frame) -> Result<(), Closed> {
+        if let Some(k) = &mut self.keepalive {
+            k.awaiting_pong = false;
+            k.deadline = Instant::now() + k.interval;
+        }
+        let Frame { command, payload } = frame;
+        let step = {
+            let view = SessionView {
+                config: &self.shared.config,
+                service_url: &self.shared.service_url,
+                connected: self.connected,
+            };
+            handlers::handle(&mut lock(&self.shared.state), view, &command)
+        };
+        // Recorded before anything is answered, so a test that sees the answer finds the request.
+        self.shared.log.record(Received {
+            connection: self.id,
+            command,
+            payload: payload.map(|p| (p.metadata, p.data)),
+        });
+        match step {
+            Step::Handshake(connected) => {
+                self.connected = true;
+                self.respond(connected).await
+            }
+            Step::Reply(response) => self.respond(response).await,
+            Step::Pong => {
+                if self.unresponsive() {
+                    return Ok(());
+                }
+                self.write(Frame::simple(handlers::ping_or_pong(Type::Pong))).await
+            }
+            Step::Ignore => Ok(()),
+            Step::Close(reason) => {
+                tracing::warn!(%reason, "mock broker: closing connection");
+                Err(reason)
+            }
+        }
+    }
+
+    /// Sends a response now, or queues it for the configured delay; drops it when unresponsive.
+    async fn respond(&mut self, response: super::wire::BaseCommand) -> Result<(), Closed> {
+        let faults = *lock(&self.shared.faults);
+        if faults.unresponsive {
+            tracing::debug!("mock broker: unresponsive, response dropped");
+            return Ok(());
+        }
+        let frame = Frame::simple(response);
+        if faults.response_delay.is_zero() {
+            return self.write(frame).await;
+        }
+        self.seq += 1;
+        self.delayed
+            .insert((Instant::now() + faults.response_delay, self.seq), frame);
+        Ok(())
+    }
+
+    async fn release_due(&mut self) -> Result<(), Closed> {
+        let now = Instant::now();
+        while let Some(entry) = self.delayed.first_entry() {
+            if entry.key().0 > now {
+                break;
+            }
+            let frame = entry.remove();
+            if !self.unresponsive() {
+                self.write(frame).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn on_keepalive_timer(&mut self) -> Result<(), Closed> {
+        let unresponsive = self.unresponsive();
+        let connected = self.connected;
+        let Some(k) = &mut self.keepalive else {
+            return Ok(());
+        };
+        k.deadline = Instant::now() + k.interval;
+        if unresponsive {
+            // A stuck broker neither pings nor notices a silent client.
+            return Ok(());
+        }
+        if !connected {
+            return Err("no CONNECT within the keepalive interval".into());
+        }
+        if k.awaiting_pong {
+            return Err("no PONG within the keepalive interval".into());
+        }
+        k.awaiting_pong = true;
+        self.write(Frame::simple(handlers::ping_or_pong(Type::Ping)))
+            .await
+    }
+
+    fn unresponsive(&self) -> bool {
+        lock(&self.shared.faults).unresponsive
+    }
+
+    /// Writes one frame; a kill while the client is not reading still ends the session.
+    async fn write(&mut self, frame: Frame) -> Result<(), Closed> {
+        tokio::select! {
+            biased;
+            _ = &mut self.kill => Err("dropped by the test".into()),
+            sent = self.framed.send(frame) => sent.map_err(|e| format!("write failed: {e}")),
+        }
+    }
+}

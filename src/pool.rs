@@ -1,0 +1,119 @@
+//! The connection pool: one connection per broker, shared by everything that talks to it.
+//!
+//! Connections are keyed by (logical broker URL, physical address): normally both name the
+//! same broker; through a proxy the physical address is the proxy and the logical URL is the
+//! broker the proxy forwards to (`proxy_to_broker_url` in CONNECT). Concurrent callers asking
+//! for the same key share one connection attempt; a closed connection is replaced on the next
+//! request.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+
+use crate::connection::{Connection, ConnectionConfig};
+use crate::error::{Error, Result};
+use crate::service_url::{BrokerAddress, ServiceUrl};
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct PoolKey {
+    logical: String,
+    physical: BrokerAddress,
+}
+
+type Slot = Arc<OnceCell<Connection>>;
+
+/// One connection per broker (see the module docs).
+#[derive(Debug)]
+pub(crate) struct ConnectionPool {
+    config: ConnectionConfig,
+    slots: Mutex<HashMap<PoolKey, Slot>>,
+    opened: AtomicUsize,
+}
+
+impl ConnectionPool {
+    pub(crate) fn new(config: ConnectionConfig) -> Self {
+        ConnectionPool {
+            config,
+            slots: Mutex::new(HashMap::new()),
+            opened: AtomicUsize::new(0),
+        }
+    }
+
+    /// The connection settings in use.
+    pub(crate) fn config(&self) -> &ConnectionConfig {
+        &self.config
+    }
+
+    /// How many connections this pool has opened so far.
+    #[allow(dead_code)]
+    pub(crate) fn connections_opened(&self) -> usize {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// The connection to `logical`, reached at `physical` (the same broker unless proxied).
+    pub(crate) async fn get(
+        &self,
+        logical: &ServiceUrl,
+        physical: &BrokerAddress,
+    ) -> Result<Connection> {
+        if logical.is_tls() {
+            return Err(Error::InvalidConfig(format!(
+                "`{logical}`: TLS (pulsar+ssl://) is not supported yet"
+            )));
+        }
+        let key = PoolKey {
+            logical: logical.to_string(),
+            physical: physical.clone(),
+        };
+        // Two rounds at most: a cached connection found closed is replaced once.
+        for _ in 0..2 {
+            let slot = self.slot(&key);
+            let conn = slot
+                .get_or_try_init(|| async {
+                    let proxy_to = (logical.first_host() != physical).then(|| key.logical.clone());
+                    let conn = Connection::connect_tcp(
+                        &physical.host,
+                        physical.port,
+                        &key.logical,
+                        proxy_to.as_deref(),
+                        &self.config,
+                    )
+                    .await?;
+                    self.opened.fetch_add(1, Ordering::Relaxed);
+                    Ok::<_, Error>(conn)
+                })
+                .await?;
+            if !conn.is_closed() {
+                return Ok(conn.clone());
+            }
+            self.evict(&key, &slot);
+        }
+        Err(Error::ConnectionLost(format!(
+            "connection to {physical} closed right after opening"
+        )))
+    }
+
+    fn slot(&self, key: &PoolKey) -> Slot {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots.entry(key.clone()).or_default().clone()
+    }
+
+    fn evict(&self, key: &PoolKey, slot: &Slot) {
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if slots.get(key).is_some_and(|s| Arc::ptr_eq(s, slot)) {
+            slots.remove(key);
+        }
+    }
+
+    /// Closes every connection.
+    pub(crate) fn close_all(&self) {
+        let slots = std::mem::take(&mut *self.slots.lock().unwrap_or_else(|e| e.into_inner()));
+        for slot in slots.values() {
+            if let Some(conn) = slot.get() {
+                conn.close();
+            }
+        }
+    }
+}
