@@ -13,10 +13,11 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod client;
 pub mod codec;
 pub mod connection;
 pub mod error;
-pub(crate) mod lookup;
+pub mod lookup;
 pub(crate) mod pool;
 pub(crate) mod proto;
 pub mod service_url;
@@ -25,7 +26,10 @@ pub mod topic;
 #[cfg(feature = "mock-broker")]
 pub mod mock;
 
+pub use client::{Client, ClientBuilder};
+pub use connection::{Authentication, BrokerFeatures, ConnectionInfo};
 pub use error::{Error, Result, ServerError};
+pub use lookup::BrokerLookup;
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
 

@@ -39,7 +39,11 @@ pub(crate) struct LookupService {
 }
 
 impl LookupService {
-    pub(crate) fn new(pool: Arc<ConnectionPool>, service_url: ServiceUrl, max_redirects: u32) -> Self {
+    pub(crate) fn new(
+        pool: Arc<ConnectionPool>,
+        service_url: ServiceUrl,
+        max_redirects: u32,
+    ) -> Self {
         LookupService {
             pool,
             service_url,

@@ -42,6 +42,7 @@ impl ConnectionPool {
     }
 
     /// The connection settings in use.
+    #[allow(dead_code)]
     pub(crate) fn config(&self) -> &ConnectionConfig {
         &self.config
     }

@@ -270,6 +270,7 @@ fn decode_body(body: Bytes) -> Result<Frame, CodecError> {
     let mut pos = cmd_end;
     let mut broker_entry_metadata = None;
     if peek_u16(&body, pos) == Some(MAGIC_BROKER_ENTRY_METADATA) {
+        // peek_u16 succeeded, so pos + 2 <= body.len(): no overflow.
         let (start, end) = sized_section(&body, pos + 2, "broker entry metadata")?;
         broker_entry_metadata = Some(body.slice(start..end));
         pos = end;
@@ -283,7 +284,7 @@ fn decode_body(body: Bytes) -> Result<Frame, CodecError> {
                 body.len()
             ))
         })?;
-        pos += 6;
+        pos += 6; // peek_u32 at pos + 2 succeeded, so pos + 6 <= body.len()
         let computed = crc32c::crc32c(&body[pos..]);
         if computed != expected {
             return Err(CodecError::Checksum { expected, computed });

@@ -96,9 +96,9 @@ where
         let cmd = frame.command;
         match Type::try_from(cmd.r#type) {
             Ok(Type::Connected) => {
-                let connected = cmd.connected.ok_or_else(|| {
-                    Error::Protocol("CONNECTED frame without its body".into())
-                })?;
+                let connected = cmd
+                    .connected
+                    .ok_or_else(|| Error::Protocol("CONNECTED frame without its body".into()))?;
                 let max_message_size = connected
                     .max_message_size
                     .and_then(|n| usize::try_from(n).ok())

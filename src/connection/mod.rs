@@ -14,7 +14,7 @@ mod handshake;
 pub(crate) mod routing;
 mod task;
 
-#[cfg(all(test, feature = "mock-broker"))]
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -127,6 +127,8 @@ pub struct ConnectionInfo {
 }
 
 /// Something the connection delivers to a registered entity.
+// Producers and consumers (built on this) consume these; until then only tests do.
+#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) enum EntityEvent {
     /// A command addressed to this entity (with its payload, for messages).
@@ -136,6 +138,7 @@ pub(crate) enum EntityEvent {
 }
 
 /// Messages from handles into the connection task.
+#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum Op {
     /// Send a request and deliver its response (or error) to the responder.
     Request {
@@ -350,21 +353,28 @@ impl Connection {
     }
 
     /// Sends a frame that gets no response (flow, ack, send ...).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn send(&self, frame: Frame) -> Result<()> {
         self.submit(Op::Send(frame)).await
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     /// Registers an entity's channel; commands addressed to `(kind, id)` go there, and so does
-    /// the news of the connection closing. Fails if the connection is already closed.
-    pub(crate) async fn register(
+    /// the news of the connection closing. Registration goes ahead of any inbound command the
+    /// task has yet to route, so a response to a command sent after this cannot miss it.
+    /// Fails if the connection is already closed.
+    pub(crate) fn register(
         &self,
         kind: EntityKind,
         id: u64,
         sender: mpsc::Sender<EntityEvent>,
     ) -> Result<()> {
-        self.submit(Op::Register { kind, id, sender }).await
+        self.control
+            .send(Op::Register { kind, id, sender })
+            .map_err(|_| self.close_reason())
     }
 
+    #[cfg_attr(not(test), allow(dead_code))]
     /// Forgets an entity. Never blocks and never spawns (safe in `Drop`); a no-op if the
     /// connection is gone.
     pub(crate) fn unregister(&self, kind: EntityKind, id: u64) {

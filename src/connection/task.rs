@@ -95,7 +95,11 @@ impl Router {
             }
             self.deadlines.pop_first();
             if let Some(req) = self.pending.remove(&id) {
-                tracing::warn!(request_id = id, operation = req.operation, "request timed out");
+                tracing::warn!(
+                    request_id = id,
+                    operation = req.operation,
+                    "request timed out"
+                );
                 let _ = req.responder.send(Err(Error::Timeout {
                     operation: req.operation,
                     after: req.timeout,
@@ -114,7 +118,11 @@ impl Router {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(_)) => {
                 // Flow control should make this impossible: report it loudly.
-                tracing::error!(?kind, id, "entity channel full; command dropped (flow-control bug)");
+                tracing::error!(
+                    ?kind,
+                    id,
+                    "entity channel full; command dropped (flow-control bug)"
+                );
             }
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 tracing::debug!(?kind, id, "entity is gone; unregistering");

@@ -39,9 +39,16 @@ pub(crate) struct SessionView<'a> {
 }
 
 /// Decides the broker's answer to one received command.
-pub(crate) fn handle(state: &mut BrokerState, session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
+pub(crate) fn handle(
+    state: &mut BrokerState,
+    session: SessionView<'_>,
+    cmd: &wire::BaseCommand,
+) -> Step {
     let Ok(ty) = Type::try_from(cmd.r#type) else {
-        tracing::warn!(r#type = cmd.r#type, "mock broker: unknown command type, ignored");
+        tracing::warn!(
+            r#type = cmd.r#type,
+            "mock broker: unknown command type, ignored"
+        );
         return Step::Ignore;
     };
     if ty == Type::Connect {

@@ -69,11 +69,14 @@ where
     };
     let span = tracing::debug_span!("mock_broker_session", conn = %id);
     let task = tokio::spawn(session.run().instrument(span));
-    registry.live.insert(id, SessionControl {
-        push_tx,
-        kill,
-        task,
-    });
+    registry.live.insert(
+        id,
+        SessionControl {
+            push_tx,
+            kill,
+            task,
+        },
+    );
     Some(id)
 }
 
@@ -170,7 +173,8 @@ where
                 if self.unresponsive() {
                     return Ok(());
                 }
-                self.write(Frame::simple(handlers::ping_or_pong(Type::Pong))).await
+                self.write(Frame::simple(handlers::ping_or_pong(Type::Pong)))
+                    .await
             }
             Step::Ignore => Ok(()),
             Step::Close(reason) => {

@@ -1,0 +1,444 @@
+//! Connection tests against a scripted peer over an in-memory pipe (time paused where timing
+//! matters), so every step of the exchange is explicit.
+
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use tokio::io::DuplexStream;
+use tokio::sync::mpsc;
+use tokio_util::codec::Framed;
+
+use super::*;
+use crate::codec::PulsarCodec;
+use crate::proto::{self, base_command::Type};
+
+type Peer = Framed<DuplexStream, PulsarCodec>;
+
+fn cmd(ty: Type) -> BaseCommand {
+    BaseCommand {
+        r#type: ty as i32,
+        ..Default::default()
+    }
+}
+
+fn connected(max_message_size: Option<i32>, watchers: bool) -> BaseCommand {
+    let mut c = cmd(Type::Connected);
+    c.connected = Some(proto::CommandConnected {
+        server_version: "scripted-broker".into(),
+        protocol_version: Some(21),
+        max_message_size,
+        feature_flags: Some(proto::FeatureFlags {
+            supports_partition_update_watchers: Some(watchers),
+            supports_topic_watchers: Some(true),
+            ..Default::default()
+        }),
+    });
+    c
+}
+
+fn config() -> ConnectionConfig {
+    ConnectionConfig {
+        keepalive_interval: Duration::from_secs(30),
+        operation_timeout: Duration::from_secs(5),
+        ..Default::default()
+    }
+}
+
+/// Connects a client over a pipe; the scripted broker answers CONNECT with `answer`.
+async fn connect_with(
+    answer: BaseCommand,
+    config: ConnectionConfig,
+) -> (Connection, Peer, BaseCommand) {
+    let (client_io, broker_io) = tokio::io::duplex(1 << 20);
+    let mut peer = Framed::new(broker_io, PulsarCodec::new());
+    let client = tokio::spawn(async move {
+        Connection::connect_with_stream(client_io, "pulsar://scripted:6650", None, &config).await
+    });
+    let connect = peer
+        .next()
+        .await
+        .expect("CONNECT")
+        .expect("decodes")
+        .command;
+    peer.send(Frame::simple(answer)).await.unwrap();
+    let conn = client.await.unwrap().expect("handshake succeeds");
+    (conn, peer, connect)
+}
+
+async fn connect() -> (Connection, Peer) {
+    let (conn, peer, _) = connect_with(connected(Some(1 << 20), true), config()).await;
+    (conn, peer)
+}
+
+async fn next_command(peer: &mut Peer) -> BaseCommand {
+    tokio::time::timeout(Duration::from_secs(60), peer.next())
+        .await
+        .expect("a command within 60 s")
+        .expect("stream open")
+        .expect("decodes")
+        .command
+}
+
+fn lookup_request(conn: &Connection, topic: &str) -> (u64, BaseCommand) {
+    let id = conn.new_request_id();
+    let mut c = cmd(Type::Lookup);
+    c.lookup_topic = Some(proto::CommandLookupTopic {
+        topic: topic.into(),
+        request_id: id,
+        ..Default::default()
+    });
+    (id, c)
+}
+
+fn success(request_id: u64) -> BaseCommand {
+    let mut c = cmd(Type::Success);
+    c.success = Some(proto::CommandSuccess {
+        request_id,
+        schema: None,
+    });
+    c
+}
+
+fn receipt(producer_id: u64, sequence_id: u64) -> BaseCommand {
+    let mut c = cmd(Type::SendReceipt);
+    c.send_receipt = Some(proto::CommandSendReceipt {
+        producer_id,
+        sequence_id,
+        ..Default::default()
+    });
+    c
+}
+
+#[tokio::test]
+async fn handshake_sends_our_flags_and_reads_the_brokers() {
+    let (conn, _peer, connect) = connect_with(connected(Some(1 << 20), true), config()).await;
+    let c = connect.connect.expect("CONNECT body");
+    assert_eq!(c.protocol_version, Some(crate::PROTOCOL_VERSION));
+    assert!(c.client_version.starts_with("pulsar-sdk-rust-"));
+    let flags = c.feature_flags.expect("client feature flags");
+    assert_eq!(flags.supports_partition_update_watchers, Some(true));
+    assert!(c.auth_method_name.is_none());
+
+    let info = conn.info();
+    assert_eq!(info.server_version, "scripted-broker");
+    assert_eq!(info.protocol_version, 21);
+    assert_eq!(info.max_message_size, 1 << 20);
+    assert!(info.features.supports_partition_update_watchers);
+    assert!(info.features.supports_topic_watchers);
+    assert!(!info.features.supports_auth_refresh);
+}
+
+#[tokio::test]
+async fn handshake_without_flags_or_max_size_uses_defaults() {
+    // pulsar-lite answers CONNECTED with neither max_message_size nor feature flags.
+    let mut answer = cmd(Type::Connected);
+    answer.connected = Some(proto::CommandConnected {
+        server_version: "Pulsar-Lite-0.1.0".into(),
+        protocol_version: Some(21),
+        ..Default::default()
+    });
+    let (conn, _peer, _) = connect_with(answer, config()).await;
+    assert_eq!(
+        conn.info().max_message_size,
+        crate::codec::DEFAULT_MAX_MESSAGE_SIZE
+    );
+    assert_eq!(conn.info().features, BrokerFeatures::default());
+}
+
+#[tokio::test]
+async fn handshake_sends_auth_and_hides_it_from_debug() {
+    let mut cfg = config();
+    cfg.auth = Some(Authentication::token("s3cret-token"));
+    assert!(!format!("{cfg:?}").contains("s3cret"));
+    let (_conn, _peer, connect) = connect_with(connected(None, false), cfg).await;
+    let c = connect.connect.unwrap();
+    assert_eq!(c.auth_method_name.as_deref(), Some("token"));
+    assert_eq!(c.auth_data.as_deref(), Some(&b"s3cret-token"[..]));
+}
+
+#[tokio::test]
+async fn handshake_error_is_a_broker_error() {
+    let mut answer = cmd(Type::Error);
+    answer.error = Some(proto::CommandError {
+        request_id: 0,
+        error: proto::ServerError::AuthenticationError as i32,
+        message: "bad token".into(),
+    });
+    let (client_io, broker_io) = tokio::io::duplex(1 << 16);
+    let mut peer = Framed::new(broker_io, PulsarCodec::new());
+    let client = tokio::spawn(async move {
+        Connection::connect_with_stream(client_io, "pulsar://x:1", None, &config()).await
+    });
+    let _ = peer.next().await;
+    peer.send(Frame::simple(answer)).await.unwrap();
+    match client.await.unwrap() {
+        Err(Error::Broker { code, message }) => {
+            assert_eq!(code, crate::ServerError::AuthenticationError);
+            assert_eq!(message, "bad token");
+        }
+        other => panic!("expected a broker error, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn handshake_times_out_when_the_broker_is_silent() {
+    let (client_io, _broker_io) = tokio::io::duplex(1 << 16);
+    let result = Connection::connect_with_stream(client_io, "pulsar://x:1", None, &config()).await;
+    assert!(matches!(result, Err(Error::Timeout { .. })), "{result:?}");
+}
+
+#[tokio::test]
+async fn requests_correlate_by_id_in_any_order() {
+    let (conn, mut peer) = connect().await;
+    let (id_a, a) = lookup_request(&conn, "a");
+    let (id_b, b) = lookup_request(&conn, "b");
+    let ca = conn.clone();
+    let cb = conn.clone();
+    let ta = tokio::spawn(async move { ca.request(id_a, a, "lookup").await });
+    let tb = tokio::spawn(async move { cb.request(id_b, b, "lookup").await });
+    let first = next_command(&mut peer).await;
+    let second = next_command(&mut peer).await;
+    let ids: Vec<u64> = [first, second]
+        .iter()
+        .map(|c| c.lookup_topic.as_ref().unwrap().request_id)
+        .collect();
+    assert!(ids.contains(&id_a) && ids.contains(&id_b));
+    // Answer in reverse order of sending.
+    peer.send(Frame::simple(success(id_b))).await.unwrap();
+    peer.send(Frame::simple(success(id_a))).await.unwrap();
+    let ra = ta.await.unwrap().unwrap();
+    let rb = tb.await.unwrap().unwrap();
+    assert_eq!(ra.success.unwrap().request_id, id_a);
+    assert_eq!(rb.success.unwrap().request_id, id_b);
+    assert_eq!(conn.stats().pending_requests, 0);
+}
+
+#[tokio::test]
+async fn a_broker_error_response_fails_only_that_request() {
+    let (conn, mut peer) = connect().await;
+    let (id, c) = lookup_request(&conn, "t");
+    let c2 = conn.clone();
+    let t = tokio::spawn(async move { c2.request(id, c, "lookup").await });
+    next_command(&mut peer).await;
+    let mut e = cmd(Type::Error);
+    e.error = Some(proto::CommandError {
+        request_id: id,
+        error: proto::ServerError::ServiceNotReady as i32,
+        message: "loading".into(),
+    });
+    peer.send(Frame::simple(e)).await.unwrap();
+    match t.await.unwrap() {
+        Err(Error::Broker { code, .. }) => assert_eq!(code, crate::ServerError::ServiceNotReady),
+        other => panic!("expected broker error, got {other:?}"),
+    }
+    assert!(!conn.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn request_timeout_fails_only_that_request_and_removes_it() {
+    let (conn, mut peer) = connect().await;
+    let (slow_id, slow) = lookup_request(&conn, "slow");
+    let c1 = conn.clone();
+    let slow_task = tokio::spawn(async move {
+        c1.request_with_timeout(
+            slow_id,
+            Frame::simple(slow),
+            "lookup",
+            Duration::from_secs(1),
+        )
+        .await
+    });
+    let (fast_id, fast) = lookup_request(&conn, "fast");
+    let c2 = conn.clone();
+    let fast_task = tokio::spawn(async move {
+        c2.request_with_timeout(
+            fast_id,
+            Frame::simple(fast),
+            "lookup",
+            Duration::from_secs(10),
+        )
+        .await
+    });
+    next_command(&mut peer).await;
+    next_command(&mut peer).await;
+    // Never answer "slow"; answer "fast" after the slow one's deadline.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let slow_result = slow_task.await.unwrap();
+    assert!(
+        matches!(
+            slow_result,
+            Err(Error::Timeout {
+                operation: "lookup",
+                ..
+            })
+        ),
+        "{slow_result:?}"
+    );
+    assert_eq!(
+        conn.stats().pending_requests,
+        1,
+        "only the timed-out entry is removed"
+    );
+    peer.send(Frame::simple(success(fast_id))).await.unwrap();
+    assert!(fast_task.await.unwrap().is_ok());
+    // A late answer to the timed-out request is dropped without harm.
+    peer.send(Frame::simple(success(slow_id))).await.unwrap();
+    let (id, c) = lookup_request(&conn, "after");
+    let c3 = conn.clone();
+    let t = tokio::spawn(async move { c3.request(id, c, "lookup").await });
+    next_command(&mut peer).await;
+    peer.send(Frame::simple(success(id))).await.unwrap();
+    assert!(t.await.unwrap().is_ok());
+    assert!(!conn.is_closed());
+    assert_eq!(conn.stats().pending_requests, 0);
+}
+
+#[tokio::test]
+async fn entity_commands_reach_the_right_entity() {
+    let (conn, mut peer) = connect().await;
+    let (tx1, mut rx1) = mpsc::channel(8);
+    let (tx2, mut rx2) = mpsc::channel(8);
+    conn.register(EntityKind::Producer, 1, tx1).unwrap();
+    conn.register(EntityKind::Producer, 2, tx2).unwrap();
+    peer.send(Frame::simple(receipt(2, 20))).await.unwrap();
+    peer.send(Frame::simple(receipt(1, 10))).await.unwrap();
+    // Unknown producer: dropped, nothing breaks.
+    peer.send(Frame::simple(receipt(99, 0))).await.unwrap();
+    peer.send(Frame::simple(receipt(1, 11))).await.unwrap();
+    let seq = |e: EntityEvent| match e {
+        EntityEvent::Command(f) => f.command.send_receipt.unwrap().sequence_id,
+        other => panic!("unexpected {other:?}"),
+    };
+    assert_eq!(seq(rx1.recv().await.unwrap()), 10);
+    assert_eq!(seq(rx1.recv().await.unwrap()), 11);
+    assert_eq!(seq(rx2.recv().await.unwrap()), 20);
+    assert!(rx2.try_recv().is_err());
+    assert_eq!(conn.stats().registered_entities, 2);
+    conn.unregister(EntityKind::Producer, 1);
+    peer.send(Frame::simple(receipt(1, 12))).await.unwrap();
+    peer.send(Frame::simple(receipt(2, 21))).await.unwrap();
+    assert_eq!(seq(rx2.recv().await.unwrap()), 21);
+    assert!(rx1.try_recv().is_err(), "unregistered entity gets nothing");
+    assert_eq!(conn.stats().registered_entities, 1);
+}
+
+#[tokio::test]
+async fn connection_loss_tells_every_entity_once_and_fails_pending_requests() {
+    let (conn, mut peer) = connect().await;
+    let mut receivers = Vec::new();
+    for (kind, id) in [
+        (EntityKind::Producer, 1),
+        (EntityKind::Consumer, 1),
+        (EntityKind::PartitionWatcher, 7),
+    ] {
+        let (tx, rx) = mpsc::channel(8);
+        conn.register(kind, id, tx).unwrap();
+        receivers.push(rx);
+    }
+    let (id, c) = lookup_request(&conn, "t");
+    let c2 = conn.clone();
+    let pending = tokio::spawn(async move { c2.request(id, c, "lookup").await });
+    next_command(&mut peer).await;
+    drop(peer); // the broker goes away
+    let reason = conn.closed().await;
+    assert!(matches!(reason, Error::ConnectionLost(_)), "{reason:?}");
+    for mut rx in receivers {
+        match rx.recv().await {
+            Some(EntityEvent::ConnectionClosed(Error::ConnectionLost(_))) => {}
+            other => panic!("expected one ConnectionClosed, got {other:?}"),
+        }
+        assert!(
+            rx.recv().await.is_none(),
+            "told exactly once, then the channel ends"
+        );
+    }
+    assert!(matches!(
+        pending.await.unwrap(),
+        Err(Error::ConnectionLost(_))
+    ));
+    assert!(conn.is_closed());
+    assert_eq!(conn.stats(), ConnectionStats::default());
+    // Later use fails cleanly.
+    let (id, c) = lookup_request(&conn, "t");
+    assert!(conn.request(id, c, "lookup").await.is_err());
+    let (tx, _rx) = mpsc::channel(1);
+    assert!(conn.register(EntityKind::Producer, 3, tx).is_err());
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_pings_when_idle_and_stays_up_while_answered() {
+    let (conn, mut peer) = connect().await;
+    for _ in 0..3 {
+        let c = next_command(&mut peer).await;
+        assert_eq!(c.r#type, Type::Ping as i32);
+        peer.send(Frame::simple(cmd(Type::Pong))).await.unwrap();
+    }
+    assert!(!conn.is_closed());
+}
+
+#[tokio::test(start_paused = true)]
+async fn keepalive_closes_when_the_broker_stops_answering() {
+    let (conn, mut peer) = connect().await;
+    let started = tokio::time::Instant::now();
+    let c = next_command(&mut peer).await;
+    assert_eq!(c.r#type, Type::Ping as i32);
+    // No PONG: the connection must close one interval after the PING.
+    let reason = conn.closed().await;
+    assert!(
+        matches!(reason, Error::ConnectionLost(ref m) if m.contains("keep-alive")),
+        "{reason:?}"
+    );
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed >= Duration::from_secs(60) && elapsed < Duration::from_secs(91),
+        "{elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn broker_ping_is_answered_with_pong() {
+    let (_conn, mut peer) = connect().await;
+    peer.send(Frame::simple(cmd(Type::Ping))).await.unwrap();
+    assert_eq!(next_command(&mut peer).await.r#type, Type::Pong as i32);
+}
+
+#[tokio::test]
+async fn unknown_and_unhandled_commands_are_ignored() {
+    let (conn, mut peer) = connect().await;
+    // A type number no version of the protocol defines, then one the client doesn't handle.
+    peer.send(Frame::simple(BaseCommand {
+        r#type: 777,
+        ..Default::default()
+    }))
+    .await
+    .unwrap();
+    peer.send(Frame::simple(cmd(Type::WatchTcAssignmentsUpdate)))
+        .await
+        .unwrap();
+    peer.send(Frame::simple(cmd(Type::Ping))).await.unwrap();
+    assert_eq!(next_command(&mut peer).await.r#type, Type::Pong as i32);
+    assert!(!conn.is_closed());
+}
+
+#[tokio::test]
+async fn garbage_from_the_broker_closes_the_connection_with_an_error() {
+    use tokio::io::AsyncWriteExt;
+    let (conn, peer) = connect().await;
+    let mut io = peer.into_inner();
+    // A frame announcing 4 GiB: rejected before allocating.
+    io.write_all(&[0xff, 0xff, 0xff, 0xf0, 0, 0, 0, 1])
+        .await
+        .unwrap();
+    let reason = conn.closed().await;
+    assert!(matches!(reason, Error::Codec(_)), "{reason:?}");
+}
+
+#[tokio::test]
+async fn close_fails_later_requests() {
+    let (conn, _peer) = connect().await;
+    conn.close();
+    let reason = conn.closed().await;
+    assert!(matches!(reason, Error::Closed));
+    let (id, c) = lookup_request(&conn, "t");
+    assert!(conn.request(id, c, "lookup").await.is_err());
+}

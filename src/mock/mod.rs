@@ -1,0 +1,462 @@
+//! A scriptable in-process Pulsar broker, for tests (this crate's and applications').
+//!
+//! [`MockBroker::start`] binds `127.0.0.1:0` and serves the binary protocol with the same codec
+//! as the client. It behaves like a broker rather than echoing the test: it answers the
+//! handshake (advertising the configured feature flags and max message size), lookups
+//! (`Connect` for itself, or `Redirect` to another broker), partitioned-topic metadata from a
+//! table the test fills, and PING with PONG. Requests it does not implement yet are refused with
+//! an ERROR carrying their request id, as a broker refuses what it cannot serve.
+//!
+//! For assertions it records every command it decodes ([`MockBroker::received`],
+//! [`MockBroker::wait_for_command`]). For scripting it pushes any command to a chosen connection
+//! ([`MockBroker::push`]). For fault injection it drops connections, stops answering, or delays
+//! responses.
+//!
+//! ```no_run
+//! # async fn demo() -> std::io::Result<()> {
+//! use std::time::Duration;
+//! use pulsar_sdk::mock::{wire::base_command::Type, MockBroker};
+//!
+//! let broker = MockBroker::start().await?;
+//! broker.set_partitions("persistent://public/default/orders", 3);
+//! // ... point a client at broker.service_url() ...
+//! let lookup = broker.wait_for_command(Type::Lookup, Duration::from_secs(5)).await;
+//! # Ok(()) }
+//! ```
+//!
+//! The broker runs while any [`MockBroker`] handle exists; dropping the last one (or calling
+//! [`MockBroker::shutdown`]) stops it and closes every connection. Methods that start tasks
+//! ([`MockBroker::start`], [`MockBroker::connect_duplex`]) must run inside a tokio runtime.
+//!
+//! Layout: `session` (one task per connection), `handlers` (what a broker answers, as pure
+//! functions), `state` (what the broker knows: topics, lookup rules), `record` (the command log).
+
+mod handlers;
+mod record;
+mod session;
+mod state;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::DuplexStream;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use record::Received;
+
+use crate::codec::Frame;
+use crate::error::ServerError;
+use record::CommandLog;
+use session::SessionControl;
+use state::{BrokerState, Faults, LookupAnswer};
+
+pub mod wire {
+    //! Raw protocol types (prost-generated from `PulsarApi.proto`) for scripting the mock broker
+    //! and inspecting what it received.
+    //!
+    //! Not covered by semver: these types follow the protocol definition and may change in any
+    //! release. The client API never exposes them.
+    pub use crate::proto::*;
+}
+
+/// The mock broker's configuration. Build it with `..Default::default()`: fields are added as
+/// the mock grows.
+#[derive(Debug, Clone)]
+pub struct MockBrokerConfig {
+    /// Sent as `server_version` in CONNECTED. Default `"pulsar-sdk-mock"`.
+    pub server_version: String,
+    /// Advertised as `max_message_size` in CONNECTED (`None`: not advertised, so clients assume
+    /// 5 MiB), and the largest message the broker's own decoder accepts. Default `Some(5 MiB)`.
+    pub max_message_size: Option<u32>,
+    /// Advertised as FeatureFlags `supports_partition_update_watchers` (PIP-247, field 1000)
+    /// in CONNECTED. Default `true`.
+    pub supports_partition_update_watchers: bool,
+    /// When set, the broker sends a PING after the connection has been silent (nothing
+    /// received) this long, and closes it if nothing (e.g. the PONG) arrives within another
+    /// interval. A connection still without CONNECT after one interval is closed. Default
+    /// `None`: the broker never pings.
+    pub keepalive_interval: Option<Duration>,
+    /// Whether any command before CONNECT closes the connection (as a real broker does).
+    /// Default `true`.
+    pub require_connect_first: bool,
+}
+
+impl Default for MockBrokerConfig {
+    fn default() -> Self {
+        MockBrokerConfig {
+            server_version: "pulsar-sdk-mock".to_owned(),
+            max_message_size: Some(5 * 1024 * 1024),
+            supports_partition_update_watchers: true,
+            keepalive_interval: None,
+            require_connect_first: true,
+        }
+    }
+}
+
+/// Identifies one connection accepted by a [`MockBroker`] (numbered from 1 in accept order).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConnectionId(u64);
+
+impl fmt::Display for ConnectionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn-{}", self.0)
+    }
+}
+
+/// A handle to a running mock broker. Cheap to clone; the broker stops when the last handle is
+/// dropped.
+#[derive(Clone)]
+pub struct MockBroker {
+    inner: Arc<Handle>,
+}
+
+impl fmt::Debug for MockBroker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MockBroker")
+            .field("service_url", &self.inner.shared.service_url)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Owned by the handles only; its drop stops the broker.
+struct Handle {
+    shared: Arc<Shared>,
+    accept_task: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// State shared by the handles, the accept loop and every session.
+pub(crate) struct Shared {
+    pub(crate) config: MockBrokerConfig,
+    pub(crate) addr: SocketAddr,
+    pub(crate) service_url: String,
+    pub(crate) state: Mutex<BrokerState>,
+    pub(crate) faults: Mutex<Faults>,
+    pub(crate) log: CommandLog,
+    pub(crate) connections: Mutex<Registry>,
+}
+
+/// The live connections.
+#[derive(Debug, Default)]
+pub(crate) struct Registry {
+    /// Connections ever accepted (also the last id handed out).
+    pub(crate) accepted: usize,
+    /// Live sessions, in accept order.
+    pub(crate) live: BTreeMap<ConnectionId, SessionControl>,
+    /// Set by shutdown: no new session starts.
+    pub(crate) closed: bool,
+}
+
+/// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the broker).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MockBroker {
+    /// Starts a broker with the default configuration on `127.0.0.1:0`.
+    pub async fn start() -> std::io::Result<MockBroker> {
+        Self::start_with(MockBrokerConfig::default()).await
+    }
+
+    /// Starts a broker with `config` on `127.0.0.1:0`.
+    pub async fn start_with(config: MockBrokerConfig) -> std::io::Result<MockBroker> {
+        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            config,
+            addr,
+            service_url: format!("pulsar://{addr}"),
+            state: Mutex::new(BrokerState::default()),
+            faults: Mutex::new(Faults::default()),
+            log: CommandLog::new(),
+            connections: Mutex::new(Registry::default()),
+        });
+        let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
+        tracing::debug!(%addr, "mock broker started");
+        Ok(MockBroker {
+            inner: Arc::new(Handle {
+                shared,
+                accept_task: Mutex::new(Some(accept_task)),
+            }),
+        })
+    }
+
+    fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The configuration the broker was started with.
+    pub fn config(&self) -> &MockBrokerConfig {
+        &self.shared().config
+    }
+
+    /// The address the broker listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared().addr
+    }
+
+    /// The broker's service URL, `pulsar://127.0.0.1:PORT`; also what it answers in a lookup it
+    /// serves itself.
+    pub fn service_url(&self) -> String {
+        self.shared().service_url.clone()
+    }
+
+    /// Opens an in-memory connection to the broker and returns the client's end. The broker
+    /// serves the other end exactly like an accepted TCP connection (it counts in
+    /// [`accepted_connections`](Self::accepted_connections)). Works with tokio time paused.
+    ///
+    /// After shutdown the returned stream is already closed.
+    pub fn connect_duplex(&self) -> DuplexStream {
+        let (client, server) = tokio::io::duplex(64 * 1024);
+        let _ = session::spawn(&self.inner.shared, server);
+        client
+    }
+
+    /// How many connections the broker has accepted so far (TCP and duplex, live or not).
+    pub fn accepted_connections(&self) -> usize {
+        lock(&self.shared().connections).accepted
+    }
+
+    /// The live connections, in accept order.
+    pub fn connections(&self) -> Vec<ConnectionId> {
+        lock(&self.shared().connections)
+            .live
+            .keys()
+            .copied()
+            .collect()
+    }
+
+    /// Every command received so far, on all connections, in arrival order.
+    pub fn received(&self) -> Vec<Received> {
+        self.shared().log.all()
+    }
+
+    /// The commands of type `ty` received so far, in arrival order.
+    pub fn received_of(&self, ty: wire::base_command::Type) -> Vec<Received> {
+        self.shared().log.filtered(|r| r.is(ty))
+    }
+
+    /// Waits until a command of type `ty` has been received (returning immediately if one
+    /// already was) and returns the first one; `None` after `timeout`.
+    pub async fn wait_for_command(
+        &self,
+        ty: wire::base_command::Type,
+        timeout: Duration,
+    ) -> Option<Received> {
+        self.shared()
+            .log
+            .wait_until(timeout, |log| log.iter().find(|r| r.is(ty)).cloned())
+            .await
+    }
+
+    /// Waits until at least `count` commands of type `ty` have been received and returns the
+    /// first `count` of them; `None` after `timeout`.
+    pub async fn wait_for_commands(
+        &self,
+        ty: wire::base_command::Type,
+        count: usize,
+        timeout: Duration,
+    ) -> Option<Vec<Received>> {
+        self.shared()
+            .log
+            .wait_until(timeout, |log| {
+                let found: Vec<Received> = log
+                    .iter()
+                    .filter(|r| r.is(ty))
+                    .take(count)
+                    .cloned()
+                    .collect();
+                (found.len() == count).then_some(found)
+            })
+            .await
+    }
+
+    /// Queues `command` to be sent on connection `conn`, after anything already queued. Pushed
+    /// frames are never delayed and are sent even when the broker is unresponsive. Returns
+    /// `false` if the connection is gone.
+    pub fn push(&self, conn: ConnectionId, command: wire::BaseCommand) -> bool {
+        self.push_frame(conn, Frame::simple(command))
+    }
+
+    /// Like [`push`](Self::push), for a payload frame (e.g. MESSAGE): `command`, then the
+    /// message `metadata` and `data`, with the checksum computed by the codec.
+    pub fn push_with_payload(
+        &self,
+        conn: ConnectionId,
+        command: wire::BaseCommand,
+        metadata: wire::MessageMetadata,
+        data: Bytes,
+    ) -> bool {
+        self.push_frame(conn, Frame::with_payload(command, metadata, data))
+    }
+
+    fn push_frame(&self, conn: ConnectionId, frame: Frame) -> bool {
+        lock(&self.shared().connections)
+            .live
+            .get(&conn)
+            .is_some_and(|s| s.push_tx.send(frame).is_ok())
+    }
+
+    /// Closes connection `conn` (the client sees the socket closed, without any command).
+    /// Returns `false` if it was already gone.
+    pub fn drop_connection(&self, conn: ConnectionId) -> bool {
+        let removed = lock(&self.shared().connections).live.remove(&conn);
+        removed.is_some() // dropping its control closes the session
+    }
+
+    /// Closes every live connection; the broker keeps accepting new ones.
+    pub fn drop_all_connections(&self) {
+        let live = std::mem::take(&mut lock(&self.shared().connections).live);
+        drop(live);
+    }
+
+    /// Stops (`true`) or resumes (`false`) answering. While unresponsive the broker keeps
+    /// reading and recording commands but sends nothing of its own: no CONNECTED, no responses,
+    /// no PONG, no keepalive PING (frames pushed by the test still go out). Responses due
+    /// meanwhile are lost, not sent on resume.
+    pub fn set_unresponsive(&self, on: bool) {
+        lock(&self.shared().faults).unresponsive = on;
+    }
+
+    /// Delays every response to a client command (including CONNECTED) by `delay`, without
+    /// holding up other traffic; responses with the same delay keep their order. PONG is never
+    /// delayed: a real broker answers PING on its I/O thread even when slow to serve requests
+    /// (use [`set_unresponsive`](Self::set_unresponsive) to starve keepalive). Applies to
+    /// commands received from now on; `Duration::ZERO` turns it off.
+    pub fn set_response_delay(&self, delay: Duration) {
+        lock(&self.shared().faults).response_delay = delay;
+    }
+
+    /// Sets the partition count of `topic` in the broker's metadata (0: not partitioned).
+    /// `topic` is a full name (`persistent://public/default/t`); short forms (`t`,
+    /// `tenant/ns/t`) are completed the usual way. Unknown topics have 0 partitions.
+    pub fn set_partitions(&self, topic: &str, partitions: u32) {
+        lock(&self.shared().state)
+            .topics
+            .set_partitions(topic, partitions);
+    }
+
+    /// Answers every lookup with `Redirect` to `target_service_url` (e.g. another mock
+    /// broker's [`service_url`](Self::service_url)), with the given `authoritative` flag.
+    /// Per-topic rules and lookup errors take precedence.
+    pub fn redirect_lookups_to(&self, target_service_url: &str, authoritative: bool) {
+        lock(&self.shared().state)
+            .lookup
+            .redirect_all(target_service_url, authoritative);
+    }
+
+    /// Removes the broker-wide redirect: lookups are answered `Connect` again.
+    pub fn clear_lookup_redirect(&self) {
+        lock(&self.shared().state).lookup.clear_redirect();
+    }
+
+    /// Answers lookups of `topic` only with `Redirect` to `target_service_url` (e.g. to spread
+    /// partitions over several mock brokers). Cleared by
+    /// [`clear_topic_lookup`](Self::clear_topic_lookup).
+    pub fn redirect_topic_lookups_to(
+        &self,
+        topic: &str,
+        target_service_url: &str,
+        authoritative: bool,
+    ) {
+        lock(&self.shared().state).lookup.set_topic(
+            topic,
+            LookupAnswer::Redirect {
+                service_url: target_service_url.to_owned(),
+                authoritative,
+            },
+        );
+    }
+
+    /// Fails lookups (`response = Failed` with `code` and `message`): of `topic` only, or of
+    /// every topic without a per-topic rule when `topic` is `None`.
+    pub fn set_lookup_error(&self, topic: Option<&str>, code: ServerError, message: &str) {
+        let mut state = lock(&self.shared().state);
+        match topic {
+            Some(topic) => state.lookup.set_topic(
+                topic,
+                LookupAnswer::Failed {
+                    code,
+                    message: message.to_owned(),
+                },
+            ),
+            None => state.lookup.fail_all(code, message),
+        }
+    }
+
+    /// Removes every lookup error set with [`set_lookup_error`](Self::set_lookup_error).
+    pub fn clear_lookup_errors(&self) {
+        lock(&self.shared().state).lookup.clear_failures();
+    }
+
+    /// Removes the per-topic lookup rule (redirect or error) of `topic`.
+    pub fn clear_topic_lookup(&self, topic: &str) {
+        lock(&self.shared().state).lookup.clear_topic(topic);
+    }
+
+    /// Stops the broker: stops accepting (the port is closed when this returns) and closes
+    /// every connection, waiting for their sessions to end. Other handles stay valid but the
+    /// broker no longer serves.
+    pub async fn shutdown(self) {
+        let accept = lock(&self.inner.accept_task).take();
+        if let Some(task) = accept {
+            task.abort();
+            let _ = task.await;
+        }
+        let live = {
+            let mut registry = lock(&self.shared().connections);
+            registry.closed = true;
+            std::mem::take(&mut registry.live)
+        };
+        for (_, control) in live {
+            let SessionControl {
+                push_tx,
+                kill,
+                task,
+            } = control;
+            drop((push_tx, kill));
+            let _ = task.await;
+        }
+        tracing::debug!(addr = %self.addr(), "mock broker stopped");
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(task) = lock(&self.accept_task).take() {
+            task.abort();
+        }
+        let live = {
+            let mut registry = lock(&self.shared.connections);
+            registry.closed = true;
+            std::mem::take(&mut registry.live)
+        };
+        drop(live);
+    }
+}
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                if let Some(id) = session::spawn(&shared, stream) {
+                    tracing::debug!(%peer, conn = %id, "mock broker: accepted");
+                }
+            }
+            Err(e) => {
+                // E.g. out of file descriptors: back off briefly instead of spinning.
+                tracing::warn!(error = %e, "mock broker: accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    }
+}
