@@ -1,7 +1,14 @@
 //! The [`Client`]: the entry point of the SDK, holding the connection pool and lookup service.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::Semaphore;
+
+use crate::backoff_policy::{Backoff, BackoffPolicy};
+use crate::connection::Connection;
+use crate::producer::ProducerBuilder;
 
 use crate::connection::{Authentication, ConnectionConfig};
 use crate::error::{Error, Result};
@@ -22,7 +29,16 @@ struct Inner {
     service_url: ServiceUrl,
     pool: Arc<ConnectionPool>,
     lookup: LookupService,
+    operation_timeout: Duration,
+    backoff: BackoffPolicy,
+    memory: Arc<Semaphore>,
+    memory_limit: usize,
+    next_producer_id: AtomicU64,
+    next_consumer_id: AtomicU64,
 }
+
+/// Upstream's default client memory limit for pending messages (64 MiB).
+pub const DEFAULT_MEMORY_LIMIT: usize = 64 * 1024 * 1024;
 
 /// Builds a [`Client`]; see [`Client::builder`].
 #[derive(Debug, Clone)]
@@ -30,6 +46,8 @@ pub struct ClientBuilder {
     service_url: Option<String>,
     connection: ConnectionConfig,
     max_lookup_redirects: u32,
+    backoff: BackoffPolicy,
+    memory_limit: usize,
 }
 
 impl Default for ClientBuilder {
@@ -38,6 +56,8 @@ impl Default for ClientBuilder {
             service_url: None,
             connection: ConnectionConfig::default(),
             max_lookup_redirects: DEFAULT_MAX_LOOKUP_REDIRECTS,
+            backoff: BackoffPolicy::default(),
+            memory_limit: DEFAULT_MEMORY_LIMIT,
         }
     }
 }
@@ -80,6 +100,19 @@ impl ClientBuilder {
         self
     }
 
+    /// Backoff between reconnect and retry attempts (default 100 ms → 60 s with jitter).
+    pub fn backoff(mut self, policy: BackoffPolicy) -> Self {
+        self.backoff = policy;
+        self
+    }
+
+    /// Memory all producers of this client may hold in pending messages (payload bytes).
+    /// Default 64 MiB, like upstream.
+    pub fn memory_limit(mut self, bytes: usize) -> Self {
+        self.memory_limit = bytes;
+        self
+    }
+
     /// Validates the configuration and builds the client. No connection is opened yet.
     pub fn build(self) -> Result<Client> {
         let url = self
@@ -103,6 +136,17 @@ impl ClientBuilder {
                 "`{service_url}`: TLS (pulsar+ssl://) is not supported yet"
             )));
         }
+        if self.memory_limit == 0 || self.memory_limit > u32::MAX as usize {
+            return Err(Error::InvalidConfig(
+                "memory_limit must be between 1 byte and 4 GiB".into(),
+            ));
+        }
+        if self.backoff.initial.is_zero() || self.backoff.max < self.backoff.initial {
+            return Err(Error::InvalidConfig(
+                "backoff: initial must be > 0 and max >= initial".into(),
+            ));
+        }
+        let operation_timeout = self.connection.operation_timeout;
         let pool = Arc::new(ConnectionPool::new(self.connection));
         let lookup =
             LookupService::new(pool.clone(), service_url.clone(), self.max_lookup_redirects);
@@ -111,6 +155,12 @@ impl ClientBuilder {
                 service_url,
                 pool,
                 lookup,
+                operation_timeout,
+                backoff: self.backoff,
+                memory: Arc::new(Semaphore::new(self.memory_limit)),
+                memory_limit: self.memory_limit,
+                next_producer_id: AtomicU64::new(0),
+                next_consumer_id: AtomicU64::new(0),
             }),
         })
     }
@@ -151,6 +201,11 @@ impl Client {
         }
     }
 
+    /// Starts building a producer for `topic`.
+    pub fn producer(&self, topic: impl Into<String>) -> ProducerBuilder {
+        ProducerBuilder::new(self.clone(), topic.into())
+    }
+
     /// How many broker connections this client has opened so far.
     pub fn connections_opened(&self) -> usize {
         self.inner.pool.connections_opened()
@@ -159,5 +214,39 @@ impl Client {
     /// Closes every connection of this client.
     pub fn close(&self) {
         self.inner.pool.close_all();
+    }
+
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.inner.operation_timeout
+    }
+
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(&self.inner.backoff)
+    }
+
+    pub(crate) fn memory_limiter(&self) -> Arc<Semaphore> {
+        self.inner.memory.clone()
+    }
+
+    pub(crate) fn memory_limit(&self) -> usize {
+        self.inner.memory_limit
+    }
+
+    pub(crate) fn new_producer_id(&self) -> u64 {
+        self.inner.next_producer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    #[allow(dead_code)]
+    pub(crate) fn new_consumer_id(&self) -> u64 {
+        self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The connection to the broker serving `topic` (lookup, then the pool).
+    pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
+        let found = self.inner.lookup.lookup(topic).await?;
+        self.inner
+            .pool
+            .get(&found.logical_url, &found.physical_address)
+            .await
     }
 }

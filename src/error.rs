@@ -90,6 +90,47 @@ pub enum Error {
     /// The client, connection or entity was closed by the application.
     #[error("already closed")]
     Closed,
+
+    /// The broker closed the producer/consumer for good (PIP-139 `allow_reconnect = false`,
+    /// e.g. because its namespace is being deleted). It will not reconnect.
+    #[error("closed by the broker for good: {topic}")]
+    ClosedByBroker {
+        /// The topic of the closed producer/consumer.
+        topic: String,
+    },
+
+    /// The topic was terminated: no more messages can be published (or, for a consumer, all
+    /// messages have been consumed).
+    #[error("topic terminated: {topic}")]
+    TopicTerminated {
+        /// The terminated topic.
+        topic: String,
+    },
+
+    /// The producer was fenced by a newer exclusive producer.
+    #[error("producer fenced on {topic}")]
+    ProducerFenced {
+        /// The topic.
+        topic: String,
+    },
+
+    /// The producer's pending queue (by count or by client memory) is full and the producer is
+    /// configured to fail rather than wait (`block_if_queue_full = false`).
+    #[error("producer queue is full: {0}")]
+    ProducerQueueFull(String),
+
+    /// A message is larger than the broker accepts.
+    #[error("message of {size} bytes exceeds the broker's maximum message size of {max} bytes")]
+    MessageTooBig {
+        /// The message's size on the wire (after compression).
+        size: usize,
+        /// The broker's limit.
+        max: usize,
+    },
+
+    /// A received message could not be decoded (corrupt payload, unknown compression ...).
+    #[error("invalid message: {0}")]
+    InvalidMessage(String),
 }
 
 impl Error {
@@ -99,7 +140,7 @@ impl Error {
         match self {
             Error::Connect { .. } | Error::ConnectionLost(_) | Error::Timeout { .. } => true,
             Error::Broker { code, .. } => code.is_retriable(),
-            Error::Lookup { .. } => false,
+            Error::Lookup { .. } | Error::ProducerQueueFull(_) => false,
             _ => false,
         }
     }

@@ -13,23 +13,35 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod backoff_policy;
+pub(crate) mod batch;
 pub mod client;
 pub mod codec;
+pub mod compression;
 pub mod connection;
 pub mod error;
 pub mod lookup;
+pub mod message;
+pub mod message_id;
 pub(crate) mod pool;
+pub mod producer;
 pub(crate) mod proto;
+pub(crate) mod routing_hash;
 pub mod service_url;
 pub mod topic;
 
 #[cfg(feature = "mock-broker")]
 pub mod mock;
 
+pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
+pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo};
 pub use error::{Error, Result, ServerError};
 pub use lookup::BrokerLookup;
+pub use message::{Message, ProducerMessage};
+pub use message_id::MessageId;
+pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
 

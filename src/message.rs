@@ -1,0 +1,165 @@
+//! Messages: [`ProducerMessage`] to send, [`Message`] received.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+
+use crate::message_id::MessageId;
+use crate::topic::TopicName;
+
+/// A message to publish. Build it from a payload and add what you need:
+///
+/// ```
+/// use pulsar_sdk::ProducerMessage;
+/// let msg = ProducerMessage::new("hello")
+///     .key("user-42")
+///     .property("origin", "docs")
+///     .event_time(1_700_000_000_000);
+/// assert_eq!(&msg.payload[..], b"hello");
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerMessage {
+    /// The payload.
+    pub payload: Bytes,
+    /// The partition key: routes the message (same key, same partition) and drives Key_Shared.
+    pub key: Option<String>,
+    /// The ordering key for Key_Shared dispatch (overrides `key` there).
+    pub ordering_key: Option<Bytes>,
+    /// Application properties.
+    pub properties: BTreeMap<String, String>,
+    /// Application event time, milliseconds since the Unix epoch.
+    pub event_time: Option<u64>,
+    /// An explicit sequence id (must increase); by default the producer assigns them.
+    pub sequence_id: Option<u64>,
+    /// Deliver no earlier than this time, milliseconds since the Unix epoch (Shared and
+    /// Key_Shared subscriptions; brokers without delayed delivery deliver at once).
+    pub deliver_at: Option<u64>,
+}
+
+impl ProducerMessage {
+    /// A message with this payload.
+    pub fn new(payload: impl Into<Bytes>) -> Self {
+        ProducerMessage {
+            payload: payload.into(),
+            ..Default::default()
+        }
+    }
+
+    /// Sets the partition key.
+    pub fn key(mut self, key: impl Into<String>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Sets the ordering key.
+    pub fn ordering_key(mut self, key: impl Into<Bytes>) -> Self {
+        self.ordering_key = Some(key.into());
+        self
+    }
+
+    /// Adds a property.
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.properties.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets the event time (ms since the Unix epoch).
+    pub fn event_time(mut self, millis: u64) -> Self {
+        self.event_time = Some(millis);
+        self
+    }
+
+    /// Sets an explicit sequence id.
+    pub fn sequence_id(mut self, id: u64) -> Self {
+        self.sequence_id = Some(id);
+        self
+    }
+
+    /// Delivers the message no earlier than `delay` from now.
+    pub fn deliver_after(mut self, delay: Duration) -> Self {
+        self.deliver_at = Some(now_millis().saturating_add(delay.as_millis() as u64));
+        self
+    }
+
+    /// Delivers the message no earlier than `at`.
+    pub fn deliver_at(mut self, at: SystemTime) -> Self {
+        self.deliver_at = Some(
+            at.duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+        );
+        self
+    }
+}
+
+impl From<Bytes> for ProducerMessage {
+    fn from(payload: Bytes) -> Self {
+        ProducerMessage::new(payload)
+    }
+}
+
+impl From<Vec<u8>> for ProducerMessage {
+    fn from(payload: Vec<u8>) -> Self {
+        ProducerMessage::new(payload)
+    }
+}
+
+impl From<String> for ProducerMessage {
+    fn from(payload: String) -> Self {
+        ProducerMessage::new(payload)
+    }
+}
+
+impl From<&'static str> for ProducerMessage {
+    fn from(payload: &'static str) -> Self {
+        ProducerMessage::new(payload)
+    }
+}
+
+impl From<&'static [u8]> for ProducerMessage {
+    fn from(payload: &'static [u8]) -> Self {
+        ProducerMessage::new(payload)
+    }
+}
+
+/// A received message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// The topic (the partition, for a partitioned topic) it came from.
+    pub topic: TopicName,
+    /// Its id.
+    pub id: MessageId,
+    /// The payload (a zero-copy slice of the received frame).
+    pub payload: Bytes,
+    /// The partition key, if any.
+    pub key: Option<String>,
+    /// The ordering key, if any.
+    pub ordering_key: Option<Bytes>,
+    /// Application properties.
+    pub properties: BTreeMap<String, String>,
+    /// Application event time (ms since the Unix epoch), if set.
+    pub event_time: Option<u64>,
+    /// When the broker received it (ms since the Unix epoch, from the producer's clock).
+    pub publish_time: u64,
+    /// The producer's name.
+    pub producer_name: String,
+    /// The producer's sequence id for it.
+    pub sequence_id: u64,
+    /// How many times it was delivered before (0 on first delivery).
+    pub redelivery_count: u32,
+}
+
+impl Message {
+    /// The payload as UTF-8, if it is.
+    pub fn payload_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.payload).ok()
+    }
+}
+
+pub(crate) fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

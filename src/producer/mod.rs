@@ -1,0 +1,448 @@
+//! Producers: [`Producer`] publishes to a topic (all partitions of a partitioned topic).
+//!
+//! Each partition has its own task owning its pending queue and batches; sends are pipelined:
+//! [`Producer::send`] returns once the message is queued, with a [`SendFuture`] that resolves to
+//! the [`MessageId`] when the broker's receipt arrives. After a connection loss the task
+//! reconnects with backoff and re-sends everything not yet receipted, in order, with the same
+//! sequence ids.
+
+mod batch_container;
+mod options;
+mod pending;
+mod task;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::time::Instant;
+
+pub use options::{BatchingOptions, ProducerAccessMode, ProducerOptions};
+
+use crate::client::Client;
+use crate::compression::CompressionType;
+use crate::error::{Error, Result};
+use crate::message::ProducerMessage;
+use crate::message_id::MessageId;
+use crate::routing_hash::java_partition_for_key;
+use crate::topic::TopicName;
+
+use batch_container::{BatchContainer, FrameContext};
+use pending::{Completion, PendingQueue};
+use task::{ProducerOp, ProducerTask};
+
+/// Capacity of the channel from producer handles into a partition's task.
+const OP_QUEUE: usize = 4096;
+
+/// Resolves to the message's id once the broker has stored it.
+#[derive(Debug)]
+#[must_use = "a send is only known to succeed once its SendFuture resolves"]
+pub struct SendFuture {
+    rx: oneshot::Receiver<Result<MessageId>>,
+}
+
+impl Future for SendFuture {
+    type Output = Result<MessageId>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.rx)
+            .poll(cx)
+            .map(|r| r.unwrap_or(Err(Error::Closed)))
+    }
+}
+
+/// Builds a [`Producer`]; see [`Client::producer`].
+#[derive(Debug, Clone)]
+pub struct ProducerBuilder {
+    client: Client,
+    topic: String,
+    options: ProducerOptions,
+}
+
+impl ProducerBuilder {
+    pub(crate) fn new(client: Client, topic: String) -> Self {
+        ProducerBuilder {
+            client,
+            topic,
+            options: ProducerOptions::default(),
+        }
+    }
+
+    /// Sets the producer name (unique per topic); by default the broker assigns one.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.options.name = Some(name.into());
+        self
+    }
+
+    /// Turns batching on (default settings) or off. On by default.
+    pub fn batching(mut self, enabled: bool) -> Self {
+        self.options.batching = enabled.then(BatchingOptions::default);
+        self
+    }
+
+    /// Batching with explicit settings.
+    pub fn batching_options(mut self, options: BatchingOptions) -> Self {
+        self.options.batching = Some(options);
+        self
+    }
+
+    /// Payload compression. Default none.
+    pub fn compression(mut self, compression: CompressionType) -> Self {
+        self.options.compression = compression;
+        self
+    }
+
+    /// Send timeout (default 30 s; zero disables it).
+    pub fn send_timeout(mut self, timeout: Duration) -> Self {
+        self.options.send_timeout = timeout;
+        self
+    }
+
+    /// Most messages pending a receipt (0 = no count limit, the default).
+    pub fn max_pending_messages(mut self, n: usize) -> Self {
+        self.options.max_pending_messages = n;
+        self
+    }
+
+    /// Wait for room when the queue is full instead of failing the send. Default false.
+    pub fn block_if_queue_full(mut self, block: bool) -> Self {
+        self.options.block_if_queue_full = block;
+        self
+    }
+
+    /// Access mode. Default Shared.
+    pub fn access_mode(mut self, mode: ProducerAccessMode) -> Self {
+        self.options.access_mode = mode;
+        self
+    }
+
+    /// PIP-124: ask the broker to create this subscription if this producer creates the topic,
+    /// so messages are retained before any consumer subscribes.
+    pub fn initial_subscription_name(mut self, name: impl Into<String>) -> Self {
+        self.options.initial_subscription_name = Some(name.into());
+        self
+    }
+
+    /// Adds a producer property (sent to the broker as producer metadata).
+    pub fn property(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.options.properties.push((key.into(), value.into()));
+        self
+    }
+
+    /// Replaces all options at once.
+    pub fn options(mut self, options: ProducerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Creates the producer (on every partition of a partitioned topic).
+    pub async fn create(self) -> Result<Producer> {
+        self.options.validate()?;
+        let topic = TopicName::new(&self.topic)?;
+        let client = self.client;
+        let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+        let options = Arc::new(self.options);
+        let handles = if partitions == 0 {
+            vec![PartitionProducer::create(&client, topic.clone(), -1, &options).await?]
+        } else {
+            let creates = (0..partitions).map(|i| {
+                PartitionProducer::create(&client, topic.partition(i), i as i32, &options)
+            });
+            let results = futures::future::join_all(creates).await;
+            let mut handles = Vec::with_capacity(results.len());
+            let mut first_error = None;
+            for r in results {
+                match r {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        first_error.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = first_error {
+                for h in &handles {
+                    let _ = h.close().await;
+                }
+                return Err(e);
+            }
+            handles
+        };
+        Ok(Producer {
+            inner: Arc::new(ProducerInner {
+                topic,
+                partitioned: partitions > 0,
+                partitions: handles,
+                round_robin: AtomicUsize::new(0),
+                switch_every: options
+                    .batching
+                    .as_ref()
+                    .map(|b| b.max_publish_delay.max(Duration::from_millis(1))),
+                started: Instant::now(),
+            }),
+        })
+    }
+}
+
+/// A handle to one partition's (or a non-partitioned topic's) producer task.
+#[derive(Debug)]
+struct PartitionProducer {
+    name: String,
+    ops: mpsc::Sender<ProducerOp>,
+    count_limit: Option<Arc<Semaphore>>,
+    memory: Arc<Semaphore>,
+    memory_limit: usize,
+    block: bool,
+    terminal: Arc<Mutex<Option<Error>>>,
+}
+
+impl PartitionProducer {
+    async fn create(
+        client: &Client,
+        topic: TopicName,
+        partition: i32,
+        options: &Arc<ProducerOptions>,
+    ) -> Result<PartitionProducer> {
+        let producer_id = client.new_producer_id();
+        let deadline = Instant::now() + client.operation_timeout();
+        let (conn, events, created) = task::connect_and_create(
+            client,
+            &topic,
+            producer_id,
+            options.name.as_deref(),
+            0,
+            options,
+            deadline,
+        )
+        .await?;
+        let (ops_tx, ops_rx) = mpsc::channel(OP_QUEUE);
+        let terminal = Arc::new(Mutex::new(None));
+        let ctx = FrameContext {
+            producer_id,
+            producer_name: created.name.clone(),
+            compression: options.compression,
+            max_message_size: conn.info().max_message_size,
+        };
+        tracing::debug!(%topic, producer_id, name = %created.name,
+            last_sequence_id = created.last_sequence_id, "producer created");
+        let task = ProducerTask {
+            client: client.clone(),
+            topic: topic.clone(),
+            partition,
+            opts: (**options).clone(),
+            ctx,
+            conn: Some(conn),
+            events: Some(events),
+            ops: ops_rx,
+            next_seq: (created.last_sequence_id + 1).max(0) as u64,
+            epoch: 0,
+            pending: PendingQueue::default(),
+            batches: options.batching.clone().map(BatchContainer::new),
+            flush_waiters: Vec::new(),
+            close_waiter: None,
+            terminal: terminal.clone(),
+        };
+        let span = tracing::debug_span!("producer", topic = %topic, id = producer_id);
+        tokio::spawn(tracing::Instrument::instrument(task.run(), span));
+        Ok(PartitionProducer {
+            name: created.name,
+            ops: ops_tx,
+            count_limit: (options.max_pending_messages > 0)
+                .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
+            memory: client.memory_limiter(),
+            memory_limit: client.memory_limit(),
+            block: options.block_if_queue_full,
+            terminal,
+        })
+    }
+
+    fn closed_error(&self) -> Error {
+        self.terminal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .unwrap_or(Error::Closed)
+    }
+
+    async fn send(&self, msg: ProducerMessage) -> Result<SendFuture> {
+        if let Some(e) = self
+            .terminal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+        {
+            return Err(e);
+        }
+        let bytes = msg.payload.len().clamp(1, self.memory_limit) as u32;
+        let memory = if self.block {
+            self.memory
+                .clone()
+                .acquire_many_owned(bytes)
+                .await
+                .map_err(|_| Error::Closed)?
+        } else {
+            self.memory
+                .clone()
+                .try_acquire_many_owned(bytes)
+                .map_err(|_| {
+                    Error::ProducerQueueFull(format!(
+                        "client memory limit of {} bytes reached",
+                        self.memory_limit
+                    ))
+                })?
+        };
+        let count_permit =
+            match &self.count_limit {
+                None => None,
+                Some(limit) if self.block => Some(
+                    limit
+                        .clone()
+                        .acquire_owned()
+                        .await
+                        .map_err(|_| Error::Closed)?,
+                ),
+                Some(limit) => Some(limit.clone().try_acquire_owned().map_err(|_| {
+                    Error::ProducerQueueFull("max_pending_messages reached".into())
+                })?),
+            };
+        let (tx, rx) = oneshot::channel();
+        let op = ProducerOp::Send {
+            msg,
+            completion: Completion {
+                responder: Some(tx),
+                _memory: Some(memory),
+                _slot: count_permit,
+            },
+        };
+        if self.ops.send(op).await.is_err() {
+            return Err(self.closed_error());
+        }
+        Ok(SendFuture { rx })
+    }
+
+    async fn flush(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.ops
+            .send(ProducerOp::Flush(tx))
+            .await
+            .map_err(|_| self.closed_error())?;
+        rx.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    async fn close(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        if self.ops.send(ProducerOp::Close(tx)).await.is_err() {
+            return Ok(()); // already closed
+        }
+        rx.await.unwrap_or(Ok(()))
+    }
+}
+
+#[derive(Debug)]
+struct ProducerInner {
+    topic: TopicName,
+    partitioned: bool,
+    partitions: Vec<PartitionProducer>,
+    round_robin: AtomicUsize,
+    /// With batching, messages without a key stay on one partition for this long, so batches
+    /// fill (upstream's round-robin router).
+    switch_every: Option<Duration>,
+    started: Instant,
+}
+
+/// Publishes messages to a topic. Cheap to clone; clones share the producer. Dropping the
+/// last clone lets pending messages finish, then closes the producer on the broker.
+#[derive(Debug, Clone)]
+pub struct Producer {
+    inner: Arc<ProducerInner>,
+}
+
+impl Producer {
+    /// The topic (the partitioned topic's name for a partitioned producer).
+    pub fn topic(&self) -> &TopicName {
+        &self.inner.topic
+    }
+
+    /// The producer's name (of its first partition for a partitioned topic).
+    pub fn name(&self) -> &str {
+        &self.inner.partitions[0].name
+    }
+
+    /// Number of partitions (0 for a non-partitioned topic).
+    pub fn partitions(&self) -> usize {
+        if self.inner.partitioned {
+            self.inner.partitions.len()
+        } else {
+            0
+        }
+    }
+
+    fn route(&self, msg: &ProducerMessage) -> usize {
+        let n = self.inner.partitions.len();
+        if n == 1 {
+            return 0;
+        }
+        if let Some(key) = &msg.key {
+            return java_partition_for_key(key, n as u32) as usize;
+        }
+        match self.inner.switch_every {
+            Some(period) => {
+                let slot = self.inner.started.elapsed().as_millis() / period.as_millis().max(1);
+                (slot as usize).wrapping_add(self.inner.round_robin.load(Ordering::Relaxed)) % n
+            }
+            None => self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % n,
+        }
+    }
+
+    /// Queues a message and returns a future of its id, without waiting for earlier sends:
+    /// sends are pipelined. Fails at once when the producer is closed, or the queue is full and
+    /// `block_if_queue_full` is off.
+    pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
+        let msg = msg.into();
+        let p = &self.inner.partitions[self.route(&msg)];
+        p.send(msg).await
+    }
+
+    /// Sends a message and waits for its receipt.
+    pub async fn send_and_wait(&self, msg: impl Into<ProducerMessage>) -> Result<MessageId> {
+        self.send(msg).await?.await
+    }
+
+    /// Sends open batches now and waits until every message sent before this call is receipted
+    /// (or failed).
+    pub async fn flush(&self) -> Result<()> {
+        let results =
+            futures::future::join_all(self.inner.partitions.iter().map(|p| p.flush())).await;
+        results.into_iter().collect()
+    }
+
+    /// Flushes, waits for pending receipts, and closes the producer on the broker.
+    pub async fn close(&self) -> Result<()> {
+        futures::future::join_all(self.inner.partitions.iter().map(|p| p.close())).await;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_validated() {
+        let mut o = ProducerOptions::default();
+        assert!(o.validate().is_ok());
+        o.name = Some(" ".into());
+        assert!(o.validate().is_err());
+        let o = ProducerOptions {
+            batching: Some(BatchingOptions {
+                max_messages: 0,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(matches!(o.validate(), Err(Error::InvalidConfig(_))));
+    }
+}

@@ -1,0 +1,132 @@
+//! Producer configuration.
+
+use std::time::Duration;
+
+use crate::compression::CompressionType;
+use crate::error::{Error, Result};
+
+/// Who may publish to the topic alongside this producer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ProducerAccessMode {
+    /// Any number of producers (the default).
+    #[default]
+    Shared,
+    /// Only this producer; creation fails if another producer is connected.
+    Exclusive,
+    /// Wait until this producer can be the only one.
+    WaitForExclusive,
+    /// Become the only producer, fencing out any other.
+    ExclusiveWithFencing,
+}
+
+impl ProducerAccessMode {
+    pub(crate) fn to_proto(self) -> i32 {
+        use crate::proto::ProducerAccessMode as P;
+        (match self {
+            ProducerAccessMode::Shared => P::Shared,
+            ProducerAccessMode::Exclusive => P::Exclusive,
+            ProducerAccessMode::WaitForExclusive => P::WaitForExclusive,
+            ProducerAccessMode::ExclusiveWithFencing => P::ExclusiveWithFencing,
+        }) as i32
+    }
+}
+
+/// Batching settings. Defaults like the upstream clients: 1000 messages, 128 KiB, 10 ms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchingOptions {
+    /// Most messages in one batch.
+    pub max_messages: usize,
+    /// Most payload bytes in one batch.
+    pub max_bytes: usize,
+    /// Longest a message waits for its batch to fill.
+    pub max_publish_delay: Duration,
+    /// Keep one batch per key (for Key_Shared consumers): messages of different keys never share
+    /// a batch.
+    pub key_based: bool,
+}
+
+impl Default for BatchingOptions {
+    fn default() -> Self {
+        BatchingOptions {
+            max_messages: 1000,
+            max_bytes: 128 * 1024,
+            max_publish_delay: Duration::from_millis(10),
+            key_based: false,
+        }
+    }
+}
+
+/// Everything a producer is configured with.
+#[derive(Debug, Clone)]
+pub struct ProducerOptions {
+    /// The producer name; the broker assigns one when unset.
+    pub name: Option<String>,
+    /// Batching, or `None` to send each message on its own.
+    pub batching: Option<BatchingOptions>,
+    /// Payload compression.
+    pub compression: CompressionType,
+    /// How long a message may wait for its receipt before it fails with a timeout (its outcome
+    /// is then unknown). Zero disables the timeout. Default 30 s.
+    pub send_timeout: Duration,
+    /// Most messages pending a receipt; 0 means no count limit (the client memory limit still
+    /// applies), like the modern Java client.
+    pub max_pending_messages: usize,
+    /// When the pending queue or client memory is full: wait (`true`) or fail the send at once
+    /// with [`Error::ProducerQueueFull`] (`false`, the default, like upstream).
+    pub block_if_queue_full: bool,
+    /// Access mode.
+    pub access_mode: ProducerAccessMode,
+    /// PIP-124: ask the broker to create this subscription when this producer creates the topic.
+    pub initial_subscription_name: Option<String>,
+    /// Properties attached to the producer.
+    pub properties: Vec<(String, String)>,
+}
+
+impl Default for ProducerOptions {
+    fn default() -> Self {
+        ProducerOptions {
+            name: None,
+            batching: Some(BatchingOptions::default()),
+            compression: CompressionType::None,
+            send_timeout: Duration::from_secs(30),
+            max_pending_messages: 0,
+            block_if_queue_full: false,
+            access_mode: ProducerAccessMode::Shared,
+            initial_subscription_name: None,
+            properties: Vec::new(),
+        }
+    }
+}
+
+impl ProducerOptions {
+    pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(name) = &self.name {
+            if name.trim().is_empty() {
+                return Err(Error::InvalidConfig(
+                    "producer name must not be empty".into(),
+                ));
+            }
+        }
+        if let Some(b) = &self.batching {
+            if b.max_messages == 0 {
+                return Err(Error::InvalidConfig(
+                    "batching max_messages must be at least 1".into(),
+                ));
+            }
+            if b.max_bytes == 0 {
+                return Err(Error::InvalidConfig(
+                    "batching max_bytes must be at least 1".into(),
+                ));
+            }
+        }
+        if let Some(sub) = &self.initial_subscription_name {
+            if sub.trim().is_empty() {
+                return Err(Error::InvalidConfig(
+                    "initial_subscription_name must not be empty".into(),
+                ));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,287 @@
+//! The producer's pending queue: messages sent (or ready to send) and not yet receipted, in
+//! sequence order. Pure bookkeeping, unit-tested without a socket.
+
+use std::collections::VecDeque;
+
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::time::{Duration, Instant};
+
+use crate::codec::Frame;
+use crate::error::{Error, Result};
+use crate::message_id::MessageId;
+
+/// Completes one application `send`: its responder and the memory it holds.
+#[derive(Debug)]
+pub(crate) struct Completion {
+    pub responder: Option<oneshot::Sender<Result<MessageId>>>,
+    /// Client memory reserved for the payload, released when this is dropped.
+    pub _memory: Option<OwnedSemaphorePermit>,
+    /// A slot of the producer's `max_pending_messages`, released when this is dropped.
+    pub _slot: Option<OwnedSemaphorePermit>,
+}
+
+impl Completion {
+    pub(crate) fn complete(mut self, result: Result<MessageId>) {
+        if let Some(tx) = self.responder.take() {
+            let _ = tx.send(result);
+        }
+    }
+}
+
+/// One entry on the wire: a single message or a batch.
+#[derive(Debug)]
+pub(crate) struct InFlight {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    /// The encoded-once frame, kept for re-sending after a reconnect.
+    pub frame: Frame,
+    /// One completion per message (in batch order).
+    pub completions: Vec<Completion>,
+    pub batched: bool,
+    pub enqueued_at: Instant,
+}
+
+/// What a receipt did to the queue.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum ReceiptOutcome {
+    /// The head entry completed with this many messages.
+    Completed(usize),
+    /// A receipt for an entry no longer queued (already completed, timed out or failed).
+    Stale,
+    /// A receipt ahead of the head: the broker and client disagree (the caller reconnects).
+    AheadOfHead { expected: u64, got: u64 },
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct PendingQueue {
+    queue: VecDeque<InFlight>,
+    messages: usize,
+}
+
+impl PendingQueue {
+    pub(crate) fn push(&mut self, entry: InFlight) {
+        self.messages += entry.completions.len();
+        self.queue.push_back(entry);
+    }
+
+    /// Messages pending (not entries).
+    pub(crate) fn messages(&self) -> usize {
+        self.messages
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.queue.iter()
+    }
+
+    /// The highest sequence id queued, if any.
+    pub(crate) fn last_seq(&self) -> Option<u64> {
+        self.queue.back().map(|e| e.last_seq)
+    }
+
+    /// Applies a send receipt. `make_id(batch_index)` builds each message's id.
+    pub(crate) fn on_receipt(
+        &mut self,
+        sequence_id: u64,
+        entry_id: impl Fn(Option<i32>) -> MessageId,
+    ) -> ReceiptOutcome {
+        let Some(head) = self.queue.front() else {
+            return ReceiptOutcome::Stale;
+        };
+        if sequence_id < head.first_seq {
+            return ReceiptOutcome::Stale;
+        }
+        if sequence_id > head.first_seq {
+            // A later entry's receipt while the head is unanswered. If the head timed out and
+            // was removed this is simply the next entry; otherwise the broker skipped one.
+            return ReceiptOutcome::AheadOfHead {
+                expected: head.first_seq,
+                got: sequence_id,
+            };
+        }
+        let entry = self.queue.pop_front().expect("head exists");
+        let n = entry.completions.len();
+        self.messages -= n;
+        let batch_size = n as i32;
+        for (i, c) in entry.completions.into_iter().enumerate() {
+            let mut id = if entry.batched {
+                entry_id(Some(i as i32))
+            } else {
+                entry_id(None)
+            };
+            if entry.batched {
+                id.batch_size = batch_size;
+            }
+            c.complete(Ok(id));
+        }
+        ReceiptOutcome::Completed(n)
+    }
+
+    /// Fails the head entry with `error` (e.g. a SendError for exactly that message).
+    pub(crate) fn fail_head(&mut self, error: Error) -> usize {
+        let Some(entry) = self.queue.pop_front() else {
+            return 0;
+        };
+        let n = entry.completions.len();
+        self.messages -= n;
+        for c in entry.completions {
+            c.complete(Err(error.clone()));
+        }
+        n
+    }
+
+    /// Fails, in order, exactly the entries older than `timeout`; returns how many messages.
+    pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) -> usize {
+        let mut failed = 0;
+        while let Some(head) = self.queue.front() {
+            if now.saturating_duration_since(head.enqueued_at) < timeout {
+                break;
+            }
+            failed += self.fail_head(Error::Timeout {
+                operation: "send",
+                after: timeout,
+            });
+        }
+        failed
+    }
+
+    /// Fails everything with `error`.
+    pub(crate) fn fail_all(&mut self, error: &Error) -> usize {
+        let mut failed = 0;
+        while !self.queue.is_empty() {
+            failed += self.fail_head(error.clone());
+        }
+        failed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{base_command::Type, BaseCommand};
+
+    fn entry(
+        first: u64,
+        last: u64,
+        at: Instant,
+    ) -> (InFlight, Vec<oneshot::Receiver<Result<MessageId>>>) {
+        let mut completions = Vec::new();
+        let mut rxs = Vec::new();
+        for _ in first..=last {
+            let (tx, rx) = oneshot::channel();
+            completions.push(Completion {
+                responder: Some(tx),
+                _memory: None,
+                _slot: None,
+            });
+            rxs.push(rx);
+        }
+        let frame = Frame::simple(BaseCommand {
+            r#type: Type::Send as i32,
+            ..Default::default()
+        });
+        (
+            InFlight {
+                first_seq: first,
+                last_seq: last,
+                frame,
+                completions,
+                batched: last > first,
+                enqueued_at: at,
+            },
+            rxs,
+        )
+    }
+
+    fn id(batch: Option<i32>) -> MessageId {
+        MessageId {
+            ledger_id: 1,
+            entry_id: 2,
+            partition: -1,
+            batch_index: batch.unwrap_or(-1),
+            batch_size: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn receipts_complete_in_order_with_batch_indexes() {
+        let now = Instant::now();
+        let mut q = PendingQueue::default();
+        let (a, mut ra) = entry(0, 2, now);
+        let (b, mut rb) = entry(3, 3, now);
+        q.push(a);
+        q.push(b);
+        assert_eq!(q.messages(), 4);
+        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Completed(3));
+        for (i, rx) in ra.iter_mut().enumerate() {
+            let got = rx.try_recv().unwrap().unwrap();
+            assert_eq!(got.batch_index, i as i32);
+            assert_eq!(got.batch_size, 3);
+        }
+        // A duplicate receipt for the completed batch is stale, not an error.
+        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
+        assert!(rb[0].try_recv().is_err(), "still pending");
+        assert_eq!(q.on_receipt(3, id), ReceiptOutcome::Completed(1));
+        assert_eq!(rb[0].try_recv().unwrap().unwrap().batch_index, -1);
+        assert!(q.is_empty());
+        assert_eq!(q.messages(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_receipt_ahead_of_the_head_is_reported() {
+        let now = Instant::now();
+        let mut q = PendingQueue::default();
+        let (a, _ra) = entry(5, 5, now);
+        q.push(a);
+        assert_eq!(
+            q.on_receipt(6, id),
+            ReceiptOutcome::AheadOfHead {
+                expected: 5,
+                got: 6
+            }
+        );
+        assert_eq!(q.messages(), 1);
+    }
+
+    #[tokio::test]
+    async fn expire_fails_exactly_the_old_entries_in_order() {
+        let start = Instant::now();
+        let mut q = PendingQueue::default();
+        let (a, mut ra) = entry(0, 0, start);
+        let (b, mut rb) = entry(1, 1, start + Duration::from_secs(5));
+        q.push(a);
+        q.push(b);
+        assert_eq!(
+            q.expire(start + Duration::from_secs(31), Duration::from_secs(30)),
+            1
+        );
+        assert!(matches!(
+            ra[0].try_recv().unwrap(),
+            Err(Error::Timeout { .. })
+        ));
+        assert!(
+            rb[0].try_recv().is_err(),
+            "the younger entry is still pending"
+        );
+        // Its late receipt would now be for seq 0: stale.
+        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
+        assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Completed(1));
+        assert!(rb[0].try_recv().unwrap().is_ok());
+    }
+
+    #[tokio::test]
+    async fn fail_all_fails_everything_once() {
+        let now = Instant::now();
+        let mut q = PendingQueue::default();
+        let (a, mut ra) = entry(0, 1, now);
+        q.push(a);
+        assert_eq!(q.fail_all(&Error::Closed), 2);
+        for rx in ra.iter_mut() {
+            assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+        }
+        assert_eq!(q.fail_all(&Error::Closed), 0);
+    }
+}

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Interop helper: drive the official Pulsar client (pulsar-client 3.13, C++ client 4.2) for tests.
+
+Run by tests/support/mod.rs (module `official`) with the test venv's python:
+
+    python official.py produce < request.json
+    python official.py consume < request.json
+
+The request is one JSON object on stdin; the answer is one JSON object on stdout. Payloads are
+base64 both ways. Anything the C++ client prints goes to stderr (stdout is reserved for the answer).
+On failure the script prints the error to stderr and exits non-zero.
+
+produce request:
+    {"url": "pulsar://127.0.0.1:PORT", "topic": "...", "batching": false,
+     "compression": "none|lz4|zlib|zstd|snappy", "operation_timeout_secs": 10,
+     "producer_name": null,
+     "messages": [{"payload": "<b64>", "key": null, "properties": {}, "event_time": null}]}
+produce answer:
+    {"message_ids": ["(ledger,entry,partition,batch_index)", ...]}   (in message order)
+
+consume request:
+    {"url": ..., "topic": ..., "subscription": ..., "count": 5, "timeout_secs": 10.0,
+     "initial_position": "earliest|latest", "subscription_type": "shared|exclusive|failover|key_shared",
+     "ack": true, "operation_timeout_secs": 10}
+consume answer (at most `count` messages, fewer if the timeout ran out first):
+    {"messages": [{"payload": "<b64>", "key": null, "ordering_key": null, "properties": {},
+                   "event_time": null, "publish_time": 1700000000000, "message_id": "(l,e,p,b)",
+                   "redelivery_count": 0, "topic": "persistent://...", "producer_name": "..."}]}
+
+Notes on pulsar-lite (see shared/design/pulsar-lite.md): the Python API cannot tell an empty key
+from no key, so "" is reported as null; event_time 0 means "not set" and is reported as null.
+"""
+
+import base64
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+
+def _reserve_stdout():
+    """Keep the real stdout for our JSON answer and point fd 1 at stderr, so that nothing the
+    C++ client (or anything else) prints can corrupt the answer."""
+    sys.stdout.flush()
+    answer_fd = os.dup(1)
+    os.dup2(2, 1)
+    return os.fdopen(answer_fd, "w")
+
+
+ANSWER = _reserve_stdout()
+
+import pulsar  # noqa: E402  (after the stdout redirection on purpose)
+
+COMPRESSION = {
+    "none": pulsar.CompressionType.NONE,
+    "lz4": pulsar.CompressionType.LZ4,
+    "zlib": pulsar.CompressionType.ZLib,
+    "zstd": pulsar.CompressionType.ZSTD,
+    "snappy": pulsar.CompressionType.SNAPPY,
+}
+
+CONSUMER_TYPE = {
+    "exclusive": pulsar.ConsumerType.Exclusive,
+    "shared": pulsar.ConsumerType.Shared,
+    "failover": pulsar.ConsumerType.Failover,
+    "keyshared": pulsar.ConsumerType.KeyShared,
+    "key_shared": pulsar.ConsumerType.KeyShared,
+}
+
+INITIAL_POSITION = {
+    "earliest": pulsar.InitialPosition.Earliest,
+    "latest": pulsar.InitialPosition.Latest,
+}
+
+
+def _logger():
+    log = logging.getLogger("pulsar-official")
+    log.setLevel(getattr(logging, os.environ.get("PULSAR_OFFICIAL_LOG", "WARNING").upper()))
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("official.py %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    return log
+
+
+def _client(req):
+    return pulsar.Client(
+        req["url"],
+        operation_timeout_seconds=int(req.get("operation_timeout_secs", 10)),
+        connection_timeout_ms=5000,
+        logger=_logger(),
+    )
+
+
+def _lookup(table, name, what):
+    try:
+        return table[str(name).lower()]
+    except KeyError:
+        raise SystemExit(f"official.py: unknown {what} {name!r}; expected one of {sorted(table)}")
+
+
+def produce(req):
+    client = _client(req)
+    try:
+        kwargs = dict(
+            batching_enabled=bool(req.get("batching", False)),
+            compression_type=_lookup(COMPRESSION, req.get("compression", "none"), "compression"),
+            send_timeout_millis=int(req.get("operation_timeout_secs", 10)) * 1000,
+        )
+        if req.get("producer_name"):
+            kwargs["producer_name"] = req["producer_name"]
+        if kwargs["batching_enabled"]:
+            # Keep every message of a request in as few batches as possible.
+            kwargs["batching_max_publish_delay_ms"] = 50
+        producer = client.create_producer(req["topic"], **kwargs)
+        messages = req.get("messages", [])
+        ids = [None] * len(messages)
+
+        def send_kwargs(m):
+            kw = {}
+            if m.get("key") is not None:
+                kw["partition_key"] = m["key"]
+            if m.get("properties"):
+                kw["properties"] = dict(m["properties"])
+            if m.get("event_time") is not None:
+                kw["event_timestamp"] = int(m["event_time"])
+            return kw
+
+        if kwargs["batching_enabled"]:
+            # Asynchronous sends let the producer batch; the ids come back through callbacks.
+            done = threading.Event()
+            errors = []
+            remaining = [len(messages)]
+            lock = threading.Lock()
+
+            def callback_for(i):
+                def cb(res, msg_id):
+                    with lock:
+                        if res != pulsar.Result.Ok:
+                            errors.append(f"message {i}: {res}")
+                        else:
+                            ids[i] = str(msg_id)
+                        remaining[0] -= 1
+                        if remaining[0] == 0:
+                            done.set()
+                return cb
+
+            if not messages:
+                done.set()
+            for i, m in enumerate(messages):
+                producer.send_async(base64.b64decode(m["payload"]), callback_for(i), **send_kwargs(m))
+            producer.flush()
+            if not done.wait(float(req.get("operation_timeout_secs", 10)) + 5):
+                raise RuntimeError("timed out waiting for send receipts")
+            if errors:
+                raise RuntimeError("send failed: " + "; ".join(errors))
+        else:
+            # Synchronous sends: one at a time, in order (also avoids pulsar-lite's
+            # duplicate-dispatch bug, which needs pipelined sends).
+            for i, m in enumerate(messages):
+                ids[i] = str(producer.send(base64.b64decode(m["payload"]), **send_kwargs(m)))
+        producer.close()
+        return {"message_ids": ids}
+    finally:
+        client.close()
+
+
+def _text(value):
+    """bytes or str -> str, with "" (the Python API's "not set") -> None."""
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("utf-8", "replace")
+    return value or None
+
+
+def consume(req):
+    client = _client(req)
+    try:
+        consumer = client.subscribe(
+            req["topic"],
+            req["subscription"],
+            consumer_type=_lookup(CONSUMER_TYPE, req.get("subscription_type", "shared"),
+                                  "subscription type"),
+            initial_position=_lookup(INITIAL_POSITION, req.get("initial_position", "earliest"),
+                                     "initial position"),
+        )
+        count = int(req["count"])
+        deadline = time.monotonic() + float(req.get("timeout_secs", 10))
+        ack = bool(req.get("ack", True))
+        out = []
+        while len(out) < count:
+            remaining_ms = int((deadline - time.monotonic()) * 1000)
+            if remaining_ms <= 0:
+                break
+            try:
+                msg = consumer.receive(timeout_millis=remaining_ms)
+            except pulsar.Timeout:
+                break
+            event_time = msg.event_timestamp()
+            out.append({
+                "payload": base64.b64encode(msg.data()).decode("ascii"),
+                "key": msg.partition_key() or None,
+                "ordering_key": _text(msg.ordering_key()),
+                "properties": dict(msg.properties()),
+                "event_time": event_time if event_time else None,
+                "publish_time": msg.publish_timestamp(),
+                "message_id": str(msg.message_id()),
+                "redelivery_count": msg.redelivery_count(),
+                "topic": msg.topic_name(),
+                "producer_name": msg._message.producer_name(),
+            })
+            if ack:
+                consumer.acknowledge(msg)
+        consumer.close()
+        return {"messages": out}
+    finally:
+        client.close()
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in ("produce", "consume"):
+        raise SystemExit("usage: official.py produce|consume < request.json")
+    req = json.load(sys.stdin)
+    answer = produce(req) if sys.argv[1] == "produce" else consume(req)
+    ANSWER.write(json.dumps(answer))
+    ANSWER.write("\n")
+    ANSWER.flush()
+
+
+if __name__ == "__main__":
+    main()
