@@ -8,6 +8,7 @@ use tokio::sync::Semaphore;
 
 use crate::backoff_policy::{Backoff, BackoffPolicy};
 use crate::connection::Connection;
+use crate::consumer::{ConsumerBuilder, ReaderBuilder};
 use crate::producer::ProducerBuilder;
 
 use crate::connection::{Authentication, ConnectionConfig};
@@ -206,6 +207,16 @@ impl Client {
         ProducerBuilder::new(self.clone(), topic.into())
     }
 
+    /// Starts building a consumer for `topic`.
+    pub fn consumer(&self, topic: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.clone(), topic.into())
+    }
+
+    /// Starts building a reader for `topic`.
+    pub fn reader(&self, topic: impl Into<String>) -> ReaderBuilder {
+        ReaderBuilder::new(self.clone(), topic.into())
+    }
+
     /// How many broker connections this client has opened so far.
     pub fn connections_opened(&self) -> usize {
         self.inner.pool.connections_opened()
@@ -236,7 +247,6 @@ impl Client {
         self.inner.next_producer_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    #[allow(dead_code)]
     pub(crate) fn new_consumer_id(&self) -> u64 {
         self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
     }

@@ -19,6 +19,7 @@ pub mod client;
 pub mod codec;
 pub mod compression;
 pub mod connection;
+pub mod consumer;
 pub mod error;
 pub mod lookup;
 pub mod message;
@@ -37,6 +38,10 @@ pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo};
+pub use consumer::{
+    Consumer, ConsumerBuilder, ConsumerOptions, InitialPosition, Reader, ReaderBuilder,
+    SubscriptionMode, SubscriptionType,
+};
 pub use error::{Error, Result, ServerError};
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};

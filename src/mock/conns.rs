@@ -84,7 +84,10 @@ impl Conns {
     }
 
     /// The live connection ids (unordered).
-    #[allow(dead_code, reason = "for admin operations that address every connection")]
+    #[allow(
+        dead_code,
+        reason = "for admin operations that address every connection"
+    )]
     pub(crate) fn ids(&self) -> impl Iterator<Item = ConnectionId> + '_ {
         self.map.keys().copied()
     }

@@ -1,12 +1,17 @@
 //! What the broker answers: pure functions from (broker state, command) to a [`Step`].
 //!
 //! No I/O here. The session ([`super::session`]) records the command, calls [`handle`], and
-//! applies the step (sending, delaying, dropping or closing). New broker features (producers,
-//! subscriptions, watchers) add an arm to [`handle`] and state to [`super::state`].
+//! applies the step (sending, delaying, dropping or closing). Frames for other consumers (or
+//! broker-initiated frames for this connection: MESSAGE, ACTIVE_CONSUMER_CHANGE, ...) are
+//! queued on the connections' channels in [`BrokerState::conns`](super::state::BrokerState)
+//! while the handler runs. Producers are in [`super::produce`], consumers in
+//! [`super::consume`]; new broker features add an arm to [`handle`] and state to
+//! [`super::state`].
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::MockBrokerConfig;
+use super::{consume, produce, ConnectionId, MockBrokerConfig};
+use crate::codec::Payload;
 use crate::error::ServerError;
 
 /// The highest protocol version the mock broker speaks (upstream `v21`).
@@ -36,6 +41,8 @@ pub(crate) struct SessionView<'a> {
     pub(crate) service_url: &'a str,
     /// Whether CONNECT has been answered on this connection.
     pub(crate) connected: bool,
+    /// The connection the command arrived on.
+    pub(crate) conn: ConnectionId,
 }
 
 /// Decides the broker's answer to one received command.
@@ -43,6 +50,7 @@ pub(crate) fn handle(
     state: &mut BrokerState,
     session: SessionView<'_>,
     cmd: &wire::BaseCommand,
+    payload: Option<&Payload>,
 ) -> Step {
     let Ok(ty) = Type::try_from(cmd.r#type) else {
         tracing::warn!(
@@ -67,10 +75,56 @@ pub(crate) fn handle(
             Some(req) => Step::Reply(partition_metadata_response(state, req)),
             None => malformed(ty),
         },
+        Type::Producer => match &cmd.producer {
+            Some(c) => produce::producer(state, session, c),
+            None => malformed(ty),
+        },
+        Type::Send => match &cmd.send {
+            Some(c) => produce::send(state, session, c, payload),
+            None => malformed(ty),
+        },
         // A real broker answers Success to closing a producer/consumer it does not know
         // (upstream ServerCnx: "not registered on the connection" → success).
-        Type::CloseProducer | Type::CloseConsumer => match request_id(cmd) {
-            Some(request_id) => Step::Reply(success(request_id)),
+        Type::CloseProducer => match &cmd.close_producer {
+            Some(c) => produce::close(state, session, c),
+            None => malformed(ty),
+        },
+        Type::CloseConsumer => match &cmd.close_consumer {
+            Some(c) => consume::close(state, session, c),
+            None => malformed(ty),
+        },
+        Type::Subscribe => match &cmd.subscribe {
+            Some(c) => consume::subscribe(state, session, c),
+            None => malformed(ty),
+        },
+        Type::Flow => match &cmd.flow {
+            Some(c) => {
+                consume::flow(state, session, c);
+                Step::Ignore
+            }
+            None => malformed(ty),
+        },
+        Type::Ack => match &cmd.ack {
+            Some(c) => consume::ack(state, session, c),
+            None => malformed(ty),
+        },
+        Type::RedeliverUnacknowledgedMessages => match &cmd.redeliver_unacknowledged_messages {
+            Some(c) => {
+                consume::redeliver(state, session, c);
+                Step::Ignore
+            }
+            None => malformed(ty),
+        },
+        Type::Unsubscribe => match &cmd.unsubscribe {
+            Some(c) => consume::unsubscribe(state, session, c),
+            None => malformed(ty),
+        },
+        Type::Seek => match &cmd.seek {
+            Some(c) => consume::seek(state, session, c),
+            None => malformed(ty),
+        },
+        Type::GetLastMessageId => match &cmd.get_last_message_id {
+            Some(c) => consume::get_last_message_id(state, session, c),
             None => malformed(ty),
         },
         _ => match request_id(cmd) {
@@ -85,6 +139,25 @@ pub(crate) fn handle(
             }
         },
     }
+}
+
+/// A connection ended: its producers and consumers are detached (a consumer's unacknowledged
+/// messages go back to its subscription for the other consumers).
+pub(crate) fn connection_closed(state: &mut BrokerState, conn: ConnectionId) {
+    let Some(entry) = state.conns.get(conn) else {
+        return;
+    };
+    let mut producers: Vec<u64> = entry.producers.keys().copied().collect();
+    let mut consumers: Vec<u64> = entry.consumers.keys().copied().collect();
+    producers.sort_unstable();
+    consumers.sort_unstable();
+    for id in producers {
+        produce::remove_producer(state, (conn, id));
+    }
+    for id in consumers {
+        consume::remove_consumer(state, (conn, id));
+    }
+    state.conns.unregister(conn);
 }
 
 fn malformed(ty: Type) -> Step {

@@ -31,12 +31,25 @@
 //! Layout: `session` (one task per connection), `handlers` (what a broker answers, as pure
 //! functions), `state` (what the broker knows: topics, lookup rules), `record` (the command log).
 
+mod admin;
+mod conns;
+mod consume;
+mod dispatch;
 mod handlers;
+mod produce;
 mod record;
 mod session;
 mod state;
+mod subscription;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_consume;
+#[cfg(test)]
+mod tests_produce;
+#[cfg(test)]
+mod tests_support;
+mod topic;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -2,7 +2,11 @@
 //! asks [`handlers`](super::handlers) for the answer and applies the injected faults.
 //!
 //! The test-facing handle reaches a session only through its [`SessionControl`]: an unbounded
-//! channel of frames to push, and a kill switch (dropping it closes the connection).
+//! channel of frames to push, and a kill switch (dropping it closes the connection). The broker
+//! reaches it through a second channel, registered in the state's connection registry
+//! ([`super::conns`]): frames the broker originates (MESSAGE, ACTIVE_CONSUMER_CHANGE, ...),
+//! dropped while the broker is unresponsive. When the session ends, its producers and consumers
+//! are detached ([`handlers::connection_closed`]).
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -41,6 +45,7 @@ where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (push_tx, push_rx) = mpsc::unbounded_channel();
+    let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (kill, kill_rx) = oneshot::channel();
     let mut registry = lock(&shared.connections);
     if registry.closed {
@@ -48,6 +53,7 @@ where
     }
     registry.accepted += 1;
     let id = ConnectionId(registry.accepted as u64);
+    lock(&shared.state).conns.register(id, out_tx);
     let max_frame = shared
         .config
         .max_message_size
@@ -57,6 +63,7 @@ where
         id,
         framed: Framed::new(io, PulsarCodec::with_max_message_size(max_frame)),
         push_rx,
+        out_rx,
         kill: kill_rx,
         connected: false,
         delayed: BTreeMap::new(),
@@ -91,6 +98,8 @@ struct Session<T> {
     id: ConnectionId,
     framed: Framed<T, PulsarCodec>,
     push_rx: mpsc::UnboundedReceiver<Frame>,
+    /// Frames the broker originates for this connection.
+    out_rx: mpsc::UnboundedReceiver<Frame>,
     kill: oneshot::Receiver<()>,
     connected: bool,
     /// Responses waiting for their delay, ordered by (due time, arrival order) so responses with
@@ -113,6 +122,7 @@ where
         let shared = Arc::clone(&self.shared);
         let id = self.id;
         drop(self); // closes the transport before the handle stops listing the connection
+        handlers::connection_closed(&mut lock(&shared.state), id);
         lock(&shared.connections).live.remove(&id);
     }
 
@@ -128,6 +138,11 @@ where
                     Some(frame) => self.write(frame).await?,
                     None => return Err("dropped by the test".into()),
                 },
+                Some(frame) = self.out_rx.recv() => {
+                    if !self.unresponsive() {
+                        self.write(frame).await?;
+                    }
+                }
                 _ = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
                     self.release_due().await?;
                 }
@@ -154,8 +169,14 @@ where
                 config: &self.shared.config,
                 service_url: &self.shared.service_url,
                 connected: self.connected,
+                conn: self.id,
             };
-            handlers::handle(&mut lock(&self.shared.state), view, &command)
+            handlers::handle(
+                &mut lock(&self.shared.state),
+                view,
+                &command,
+                payload.as_ref(),
+            )
         };
         // Recorded before anything is answered, so a test that sees the answer finds the request.
         self.shared.log.record(Received {

@@ -3,31 +3,74 @@
 //! One [`BrokerState`] per mock broker, behind a `std::sync::Mutex` that is never held across an
 //! `.await`. It is plain data with synchronous methods, so the command handlers
 //! ([`super::handlers`]) stay pure functions of (state, command) and are testable without a
-//! socket. Later features grow here: topics (with their messages and subscriptions) under
-//! [`TopicTable`], namespaces and policies beside it, and admin operations as methods on
-//! [`BrokerState`].
+//! socket. Topics (with their messages and subscriptions) live in [`TopicTable`], the live
+//! connections (with their producers and consumers) in [`Conns`]; namespaces and policies will
+//! sit beside them, and admin operations are methods on [`BrokerState`].
+//!
+//! Lock order: the registry of sessions (`Shared::connections`) may be held while taking this
+//! state's lock, never the reverse.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
+use super::conns::Conns;
+use super::topic::Topic;
 use crate::error::ServerError;
 
 /// Everything the broker knows about the cluster it pretends to be part of.
 #[derive(Debug, Default)]
 pub(crate) struct BrokerState {
-    /// Topic metadata (partition counts today; messages and subscriptions later).
+    /// Topics: partition counts, and the topics themselves.
     pub(crate) topics: TopicTable,
     /// How lookups are answered.
     pub(crate) lookup: LookupRules,
+    /// The live connections, their producers and consumers, and their outbound channels.
+    pub(crate) conns: Conns,
+    /// Producer names generated so far (`mock-<n>`).
+    pub(crate) generated_names: u64,
+}
+
+impl BrokerState {
+    /// A unique producer name, `mock-<n>`.
+    pub(crate) fn generate_producer_name(&mut self) -> String {
+        self.generated_names += 1;
+        format!("mock-{}", self.generated_names)
+    }
 }
 
 /// The topic registry, keyed by canonical topic name (`persistent://tenant/namespace/local`).
 #[derive(Debug, Default)]
 pub(crate) struct TopicTable {
     partitioned: HashMap<String, u32>,
+    /// Topics that exist (auto-created by a producer or consumer, or by the admin API).
+    topics: BTreeMap<String, Topic>,
+    /// The last ledger id handed out (each topic gets its own).
+    last_ledger: u64,
 }
 
 impl TopicTable {
+    /// The topic `name` (any form), if it exists.
+    pub(crate) fn get(&self, name: &str) -> Option<&Topic> {
+        self.topics.get(&canonical_topic(name))
+    }
+
+    /// The topic `name` (any form), if it exists.
+    pub(crate) fn get_mut(&mut self, name: &str) -> Option<&mut Topic> {
+        self.topics.get_mut(&canonical_topic(name))
+    }
+
+    /// The topic `name` (any form), created if absent; the flag tells whether it was.
+    pub(crate) fn get_or_create(&mut self, name: &str) -> (&mut Topic, bool) {
+        let name = canonical_topic(name);
+        let created = !self.topics.contains_key(&name);
+        if created {
+            self.last_ledger += 1;
+            let ledger = self.last_ledger;
+            self.topics.insert(name.clone(), Topic::new(&name, ledger));
+        }
+        (self.topics.get_mut(&name).expect("just ensured"), created)
+    }
+
     /// Sets the partition count of a partitioned topic; 0 makes it non-partitioned.
     pub(crate) fn set_partitions(&mut self, topic: &str, partitions: u32) {
         let topic = canonical_topic(topic);

@@ -11,16 +11,17 @@ use super::wire::{self, base_command::Type};
 use super::*;
 use crate::codec::{Frame, PulsarCodec};
 
-const WAIT: Duration = Duration::from_secs(5);
+pub(super) const WAIT: Duration = Duration::from_secs(5);
 
-struct RawClient<T> {
+/// A client speaking raw frames, for driving the broker command by command.
+pub(super) struct RawClient<T> {
     framed: Framed<T, PulsarCodec>,
     /// How long `recv` waits; long for tests with paused time (where it is virtual).
     patience: Duration,
 }
 
 impl<T: AsyncRead + AsyncWrite + Unpin> RawClient<T> {
-    fn new(io: T) -> Self {
+    pub(super) fn new(io: T) -> Self {
         RawClient {
             framed: Framed::new(io, PulsarCodec::new()),
             patience: WAIT,
@@ -32,38 +33,56 @@ impl<T: AsyncRead + AsyncWrite + Unpin> RawClient<T> {
         self
     }
 
-    async fn send(&mut self, cmd: wire::BaseCommand) {
+    pub(super) async fn send(&mut self, cmd: wire::BaseCommand) {
         self.framed.send(Frame::simple(cmd)).await.expect("send");
     }
 
+    /// Sends a payload frame (SEND).
+    pub(super) async fn send_with_payload(
+        &mut self,
+        cmd: wire::BaseCommand,
+        metadata: wire::MessageMetadata,
+        data: bytes::Bytes,
+    ) {
+        self.framed
+            .send(Frame::with_payload(cmd, metadata, data))
+            .await
+            .expect("send");
+    }
+
     /// The next frame, or `None` if the connection closed (or failed).
-    async fn recv(&mut self) -> Option<wire::BaseCommand> {
+    pub(super) async fn recv_frame(&mut self) -> Option<Frame> {
         match tokio::time::timeout(self.patience, self.framed.next()).await {
-            Ok(Some(Ok(frame))) => Some(frame.command),
+            Ok(Some(Ok(frame))) => Some(frame),
             Ok(_) => None,
             Err(_) => panic!("nothing received within {:?}", self.patience),
         }
     }
 
-    async fn expect(&mut self, ty: Type) -> wire::BaseCommand {
+    /// The next command, or `None` if the connection closed (or failed).
+    pub(super) async fn recv(&mut self) -> Option<wire::BaseCommand> {
+        self.recv_frame().await.map(|f| f.command)
+    }
+
+    pub(super) async fn expect(&mut self, ty: Type) -> wire::BaseCommand {
         let cmd = self.recv().await.expect("connection closed");
         assert_eq!(cmd.r#type, ty as i32, "expected {ty:?}, got {cmd:?}");
         cmd
     }
 
     /// Whether the connection is closed (EOF) rather than a frame arriving.
-    async fn is_closed(&mut self) -> bool {
+    pub(super) async fn is_closed(&mut self) -> bool {
         self.recv().await.is_none()
     }
 
     /// Asserts that nothing arrives within `within`.
-    async fn expect_silence(&mut self, within: Duration) {
+    pub(super) async fn expect_silence(&mut self, within: Duration) {
         if let Ok(next) = tokio::time::timeout(within, self.framed.next()).await {
             panic!("expected silence, got {next:?}");
         }
     }
 
-    async fn handshake(&mut self) -> wire::CommandConnected {
+    pub(super) async fn handshake(&mut self) -> wire::CommandConnected {
         self.send(connect(21, None)).await;
         self.expect(Type::Connected).await.connected.unwrap()
     }
@@ -114,12 +133,11 @@ fn ping() -> wire::BaseCommand {
     handlers::ping_or_pong(Type::Ping)
 }
 
-fn producer(request_id: u64) -> wire::BaseCommand {
+fn get_schema(request_id: u64) -> wire::BaseCommand {
     wire::BaseCommand {
-        r#type: Type::Producer as i32,
-        producer: Some(wire::CommandProducer {
+        r#type: Type::GetSchema as i32,
+        get_schema: Some(wire::CommandGetSchema {
             topic: "persistent://public/default/t".into(),
-            producer_id: 1,
             request_id,
             ..Default::default()
         }),
@@ -288,12 +306,12 @@ async fn ping_pong_and_unimplemented_requests() {
     client.send(ping()).await;
     client.expect(Type::Pong).await;
 
-    client.send(producer(42)).await;
+    client.send(get_schema(42)).await;
     let err = client.expect(Type::Error).await.error.unwrap();
     assert_eq!(err.request_id, 42);
     assert_eq!(err.error, ServerError::UnknownError.code());
     assert!(
-        err.message.contains("PRODUCER not implemented"),
+        err.message.contains("GET_SCHEMA not implemented"),
         "{}",
         err.message
     );
@@ -336,7 +354,7 @@ async fn ping_pong_and_unimplemented_requests() {
         [
             Type::Connect,
             Type::Ping,
-            Type::Producer,
+            Type::GetSchema,
             Type::CloseProducer,
             Type::Flow
         ]

@@ -47,8 +47,12 @@ fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
 }
 
 /// Compresses `payload` and checks the result against the broker's size limit.
-fn compress_checked(ctx: &FrameContext, payload: &[u8]) -> Result<Bytes> {
-    let data = compression::compress(ctx.compression, payload)?;
+fn compress_checked(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
+    let data = if ctx.compression == CompressionType::None {
+        payload
+    } else {
+        compression::compress(ctx.compression, &payload)?
+    };
     if data.len() > ctx.max_message_size {
         return Err(Error::MessageTooBig {
             size: data.len(),
@@ -65,7 +69,7 @@ pub(crate) fn single_message_entry(
     sequence_id: u64,
     completion: Completion,
 ) -> std::result::Result<InFlight, (Error, Completion)> {
-    let data = match compress_checked(ctx, &msg.payload) {
+    let data = match compress_checked(ctx, msg.payload.clone()) {
         Ok(d) => d,
         Err(e) => return Err((e, completion)),
     };
@@ -246,7 +250,8 @@ impl BatchContainer {
     ) {
         let n = b.completions.len();
         let raw = b.builder.take();
-        let data = match compress_checked(ctx, &raw) {
+        let raw_len = raw.len();
+        let data = match compress_checked(ctx, raw) {
             Ok(d) => d,
             Err(e) => {
                 failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
@@ -261,8 +266,7 @@ impl BatchContainer {
             num_messages_in_batch: Some(n as i32),
             compression: (ctx.compression != CompressionType::None)
                 .then(|| ctx.compression.to_proto()),
-            uncompressed_size: (ctx.compression != CompressionType::None)
-                .then_some(raw.len() as u32),
+            uncompressed_size: (ctx.compression != CompressionType::None).then_some(raw_len as u32),
             ..Default::default()
         };
         out.push(InFlight {

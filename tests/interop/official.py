@@ -33,7 +33,6 @@ from no key, so "" is reported as null; event_time 0 means "not set" and is repo
 
 import base64
 import json
-import logging
 import os
 import sys
 import threading
@@ -76,12 +75,11 @@ INITIAL_POSITION = {
 
 
 def _logger():
-    log = logging.getLogger("pulsar-official")
-    log.setLevel(getattr(logging, os.environ.get("PULSAR_OFFICIAL_LOG", "WARNING").upper()))
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("official.py %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    return log
+    # The C++ client's own console logger (it prints to fd 1, which is stderr here). A Python
+    # logging.Logger would be called back from C++ threads and can crash the interpreter at exit
+    # ("terminate called without an active exception").
+    level = os.environ.get("PULSAR_OFFICIAL_LOG", "warn").capitalize()
+    return pulsar.ConsoleLogger(getattr(pulsar.LoggerLevel, level, pulsar.LoggerLevel.Warn))
 
 
 def _client(req):
@@ -225,6 +223,9 @@ def main():
     ANSWER.write(json.dumps(answer))
     ANSWER.write("\n")
     ANSWER.flush()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the C++ client's threads can abort it after the work is done.
+    os._exit(0)
 
 
 if __name__ == "__main__":

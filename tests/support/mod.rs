@@ -750,13 +750,15 @@ pub mod official {
         timeout + Duration::from_secs(30)
     }
 
+    /// Synchronous sends take about a millisecond each on loopback.
+    fn produce_limit(opts: &ProduceOpts) -> Duration {
+        hard_limit(Duration::from_millis(10 * opts.messages.len() as u64))
+    }
+
     /// Produces with the official client; returns the message ids in message order.
     pub fn produce(url: &str, topic: &str, opts: &ProduceOpts) -> Result<Vec<String>> {
-        let answer = run(
-            "produce",
-            &produce_request(url, topic, opts),
-            hard_limit(Duration::ZERO),
-        )?;
+        let limit = produce_limit(opts);
+        let answer = run("produce", &produce_request(url, topic, opts), limit)?;
         parse_ids(&answer)
     }
 
@@ -811,7 +813,7 @@ pub mod official {
     /// [`produce`] for async tests (does not block the runtime).
     pub async fn produce_async(url: &str, topic: &str, opts: &ProduceOpts) -> Result<Vec<String>> {
         let req = produce_request(url, topic, opts);
-        parse_ids(&run_async("produce", &req, hard_limit(Duration::ZERO)).await?)
+        parse_ids(&run_async("produce", &req, produce_limit(opts)).await?)
     }
 
     /// [`consume`] for async tests (does not block the runtime).

@@ -1,0 +1,264 @@
+//! Acknowledgement bookkeeping of one partition consumer: batch entries held until all their
+//! messages are acked, grouping of acks into few ACK commands, and negative acks waiting for
+//! their redelivery delay. Pure, unit-tested without a socket.
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::time::{Duration, Instant};
+
+use crate::message_id::MessageId;
+
+/// An entry (ledger, entry) of the topic.
+pub(crate) type EntryKey = (u64, u64);
+
+fn entry_of(id: &MessageId) -> EntryKey {
+    (id.ledger_id, id.entry_id)
+}
+
+/// Which messages of a batch entry are still unacked.
+#[derive(Debug, Clone)]
+struct BatchState {
+    /// Bit i set = message i not yet acked.
+    unacked: Vec<u64>,
+    remaining: usize,
+}
+
+impl BatchState {
+    fn new(size: usize) -> Self {
+        let mut unacked = vec![u64::MAX; size.div_ceil(64)];
+        if size % 64 != 0 {
+            if let Some(last) = unacked.last_mut() {
+                *last = (1u64 << (size % 64)) - 1;
+            }
+        }
+        BatchState {
+            unacked,
+            remaining: size,
+        }
+    }
+
+    fn is_unacked(&self, i: usize) -> bool {
+        self.unacked
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    /// Marks message `i` acked; true when that completes the batch.
+    fn ack(&mut self, i: usize) -> bool {
+        if self.is_unacked(i) {
+            self.unacked[i / 64] &= !(1 << (i % 64));
+            self.remaining -= 1;
+        }
+        self.remaining == 0
+    }
+}
+
+/// The acks waiting to be sent, grouped.
+#[derive(Debug)]
+pub(crate) struct AckTracker {
+    batches: HashMap<EntryKey, BatchState>,
+    /// Individual acks not yet sent.
+    pending_individual: Vec<MessageId>,
+    /// The newest cumulative ack not yet sent.
+    pending_cumulative: Option<MessageId>,
+    max_group: usize,
+}
+
+/// What to put on the wire now.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct AckFlush {
+    pub individual: Vec<MessageId>,
+    pub cumulative: Option<MessageId>,
+}
+
+impl AckFlush {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.individual.is_empty() && self.cumulative.is_none()
+    }
+}
+
+impl AckTracker {
+    pub(crate) fn new(max_group: usize) -> Self {
+        AckTracker {
+            batches: HashMap::new(),
+            pending_individual: Vec::new(),
+            pending_cumulative: None,
+            max_group: max_group.max(1),
+        }
+    }
+
+    /// Records that a message was delivered (so batch entries are tracked).
+    pub(crate) fn delivered(&mut self, id: &MessageId) {
+        if id.is_batch() && id.batch_size > 1 {
+            self.batches
+                .entry(entry_of(id))
+                .or_insert_with(|| BatchState::new(id.batch_size as usize));
+        }
+    }
+
+    /// Whether a (re)delivered batch message was already acked by the application.
+    pub(crate) fn already_acked(&self, id: &MessageId) -> bool {
+        id.is_batch()
+            && self
+                .batches
+                .get(&entry_of(id))
+                .is_some_and(|b| !b.is_unacked(id.batch_index as usize))
+    }
+
+    /// An individual ack. Returns true when the group is full and should be sent now.
+    pub(crate) fn ack(&mut self, id: MessageId) -> bool {
+        if id.is_batch() {
+            if let Some(b) = self.batches.get_mut(&entry_of(&id)) {
+                if !b.ack(id.batch_index as usize) {
+                    return false; // held until the whole batch is acked
+                }
+                self.batches.remove(&entry_of(&id));
+            }
+        }
+        self.pending_individual.push(id.entry());
+        self.pending_individual.len() >= self.max_group
+    }
+
+    /// A cumulative ack of everything up to and including `id`. Inside an unfinished batch the
+    /// ack stops at the previous entry (the rest of the batch stays unacked), like upstream.
+    pub(crate) fn ack_cumulative(&mut self, id: MessageId) -> bool {
+        let target = if id.is_batch() && id.batch_size > 0 && id.batch_index + 1 < id.batch_size {
+            if id.entry_id == 0 {
+                return false;
+            }
+            MessageId::new(id.ledger_id, id.entry_id - 1, id.partition)
+        } else {
+            id.entry()
+        };
+        // Everything at or before the target is done: forget those batches.
+        self.batches.retain(|&(l, e), _| {
+            (l as i64, e as i64) > (target.ledger_id as i64, target.entry_id as i64)
+        });
+        if self.pending_cumulative.is_none_or(|c| c < target) {
+            self.pending_cumulative = Some(target);
+        }
+        false
+    }
+
+    /// Forgets batch state of entries that will be redelivered whole (e.g. after reconnect the
+    /// broker redelivers them and acked indexes must still be skipped, so this keeps it).
+    pub(crate) fn take_flush(&mut self) -> AckFlush {
+        AckFlush {
+            individual: std::mem::take(&mut self.pending_individual),
+            cumulative: self.pending_cumulative.take(),
+        }
+    }
+
+    pub(crate) fn has_pending(&self) -> bool {
+        !self.pending_individual.is_empty() || self.pending_cumulative.is_some()
+    }
+}
+
+/// Negative acks waiting for their redelivery delay.
+#[derive(Debug, Default)]
+pub(crate) struct NackTracker {
+    due: BTreeMap<Instant, Vec<MessageId>>,
+}
+
+impl NackTracker {
+    pub(crate) fn add(&mut self, id: MessageId, now: Instant, delay: Duration) {
+        self.due.entry(now + delay).or_default().push(id.entry());
+    }
+
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.due.keys().next().copied()
+    }
+
+    /// The entries whose delay has passed (deduplicated).
+    pub(crate) fn take_due(&mut self, now: Instant) -> Vec<MessageId> {
+        let later = self.due.split_off(&(now + Duration::from_nanos(1)));
+        let due = std::mem::replace(&mut self.due, later);
+        let mut ids: Vec<MessageId> = due.into_values().flatten().collect();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch_id(entry: u64, index: i32, size: i32) -> MessageId {
+        MessageId {
+            ledger_id: 1,
+            entry_id: entry,
+            partition: -1,
+            batch_index: index,
+            batch_size: size,
+        }
+    }
+
+    #[test]
+    fn a_batch_entry_is_acked_only_when_all_its_messages_are() {
+        let mut t = AckTracker::new(1000);
+        for i in 0..3 {
+            t.delivered(&batch_id(5, i, 3));
+        }
+        t.ack(batch_id(5, 0, 3));
+        t.ack(batch_id(5, 2, 3));
+        assert!(t.take_flush().is_empty(), "acking 2 of 3 acks nothing");
+        assert!(t.already_acked(&batch_id(5, 0, 3)));
+        assert!(!t.already_acked(&batch_id(5, 1, 3)));
+        t.ack(batch_id(5, 1, 3));
+        let f = t.take_flush();
+        assert_eq!(f.individual, vec![MessageId::new(1, 5, -1)]);
+        assert!(!t.already_acked(&batch_id(5, 1, 3)));
+    }
+
+    #[test]
+    fn acks_are_grouped_up_to_the_limit() {
+        let mut t = AckTracker::new(3);
+        assert!(!t.ack(MessageId::new(1, 1, -1)));
+        assert!(!t.ack(MessageId::new(1, 2, -1)));
+        assert!(t.ack(MessageId::new(1, 3, -1)), "third ack fills the group");
+        assert_eq!(t.take_flush().individual.len(), 3);
+        assert!(!t.has_pending());
+    }
+
+    #[test]
+    fn cumulative_ack_inside_a_batch_stops_at_the_previous_entry() {
+        let mut t = AckTracker::new(10);
+        t.delivered(&batch_id(7, 0, 2));
+        t.ack_cumulative(batch_id(7, 0, 2));
+        assert_eq!(t.take_flush().cumulative, Some(MessageId::new(1, 6, -1)));
+        t.ack_cumulative(batch_id(7, 1, 2));
+        assert_eq!(t.take_flush().cumulative, Some(MessageId::new(1, 7, -1)));
+        // An older cumulative ack never moves the position back.
+        t.ack_cumulative(MessageId::new(1, 9, -1));
+        t.ack_cumulative(MessageId::new(1, 8, -1));
+        assert_eq!(t.take_flush().cumulative, Some(MessageId::new(1, 9, -1)));
+    }
+
+    #[test]
+    fn batch_bitsets_handle_more_than_64_messages() {
+        let mut b = BatchState::new(130);
+        for i in 0..129 {
+            assert!(!b.ack(i));
+        }
+        assert!(b.ack(129));
+        assert!(!b.is_unacked(64));
+    }
+
+    #[test]
+    fn nacks_come_due_after_their_delay() {
+        let start = Instant::now();
+        let mut n = NackTracker::default();
+        n.add(MessageId::new(1, 1, -1), start, Duration::from_secs(1));
+        n.add(batch_id(2, 0, 2), start, Duration::from_secs(1));
+        n.add(batch_id(2, 1, 2), start, Duration::from_secs(1));
+        n.add(MessageId::new(1, 3, -1), start, Duration::from_secs(5));
+        assert!(n.take_due(start).is_empty());
+        let due = n.take_due(start + Duration::from_secs(1));
+        assert_eq!(
+            due,
+            vec![MessageId::new(1, 1, -1), MessageId::new(1, 2, -1)]
+        );
+        assert_eq!(n.next_deadline(), Some(start + Duration::from_secs(5)));
+    }
+}

@@ -1,0 +1,479 @@
+//! Consumers: [`Consumer`] receives from a subscription (all partitions of a partitioned topic,
+//! merged into one stream), and [`Reader`] reads a topic from a chosen position.
+//!
+//! Each partition has a task that keeps the broker's flow permits topped up (refilled when
+//! half the receiver queue has been consumed), unpacks batches zero-copy, groups acks, and
+//! re-subscribes after a connection loss — discarding queued messages the broker will
+//! redeliver.
+
+mod acks;
+mod decode;
+mod options;
+mod reader;
+mod task;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::Stream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+pub use options::{ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType};
+pub use reader::{Reader, ReaderBuilder};
+
+use crate::client::Client;
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::message_id::MessageId;
+use crate::topic::TopicName;
+
+use acks::{AckTracker, NackTracker};
+use task::{ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams};
+
+/// Builds a [`Consumer`]; see [`Client::consumer`].
+#[derive(Debug, Clone)]
+pub struct ConsumerBuilder {
+    client: Client,
+    topic: String,
+    options: ConsumerOptions,
+}
+
+impl ConsumerBuilder {
+    pub(crate) fn new(client: Client, topic: String) -> Self {
+        ConsumerBuilder {
+            client,
+            topic,
+            options: ConsumerOptions::default(),
+        }
+    }
+
+    /// The subscription name (required).
+    pub fn subscription(mut self, name: impl Into<String>) -> Self {
+        self.options.subscription = name.into();
+        self
+    }
+
+    /// The subscription type. Default Exclusive.
+    pub fn subscription_type(mut self, t: SubscriptionType) -> Self {
+        self.options.subscription_type = t;
+        self
+    }
+
+    /// Where a new subscription starts. Default Latest.
+    pub fn initial_position(mut self, p: InitialPosition) -> Self {
+        self.options.initial_position = p;
+        self
+    }
+
+    /// Durable or non-durable (by default durable, except on non-persistent topics).
+    pub fn subscription_mode(mut self, mode: SubscriptionMode) -> Self {
+        self.options.subscription_mode = Some(mode);
+        self
+    }
+
+    /// The consumer name.
+    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
+        self.options.consumer_name = Some(name.into());
+        self
+    }
+
+    /// Messages the broker may push ahead of the application. Default 1000.
+    pub fn receiver_queue_size(mut self, n: u32) -> Self {
+        self.options.receiver_queue_size = n;
+        self
+    }
+
+    /// How long acks are grouped before being sent (default 100 ms; zero = at once).
+    pub fn ack_group_time(mut self, d: Duration) -> Self {
+        self.options.ack_group_time = d;
+        self
+    }
+
+    /// Delay before a negatively acked message is redelivered. Default 60 s.
+    pub fn negative_ack_delay(mut self, d: Duration) -> Self {
+        self.options.negative_ack_delay = d;
+        self
+    }
+
+    /// Adds a subscription property.
+    pub fn subscription_property(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.options
+            .subscription_properties
+            .insert(k.into(), v.into());
+        self
+    }
+
+    /// Replaces all options at once.
+    pub fn options(mut self, options: ConsumerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Subscribes (on every partition of a partitioned topic).
+    pub async fn subscribe(self) -> Result<Consumer> {
+        self.options.validate()?;
+        let topic = TopicName::new(&self.topic)?;
+        Consumer::subscribe(self.client, topic, self.options).await
+    }
+}
+
+/// Receives messages from a subscription. Use [`Consumer::recv`] or the [`Stream`] impl; ack
+/// each message with [`Consumer::ack`] (acks are grouped and sent in the background).
+///
+/// Dropping the consumer closes it (pending acks are flushed first).
+#[derive(Debug)]
+pub struct Consumer {
+    topic: TopicName,
+    subscription: String,
+    partitions: Vec<Arc<PartitionShared>>,
+    partitioned: bool,
+    rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+    refill_at: u32,
+    /// Messages received but not yet handed out (from `has_message_available` peeks).
+    peeked: Option<Message>,
+}
+
+impl Consumer {
+    pub(crate) async fn subscribe(
+        client: Client,
+        topic: TopicName,
+        options: ConsumerOptions,
+    ) -> Result<Consumer> {
+        let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+        let options = Arc::new(options);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let names: Vec<(TopicName, i32)> = if partitions == 0 {
+            vec![(topic.clone(), -1)]
+        } else {
+            (0..partitions)
+                .map(|i| (topic.partition(i), i as i32))
+                .collect()
+        };
+        let durable = task::effective_durable(&topic, &options);
+        let consumer_name = options
+            .consumer_name
+            .clone()
+            .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
+        let mut shared = Vec::new();
+        let mut failure = None;
+        let creates = names.iter().enumerate().map(|(index, (t, partition))| {
+            spawn_partition(
+                &client,
+                t.clone(),
+                *partition,
+                index,
+                &options,
+                &consumer_name,
+                durable,
+                tx.clone(),
+            )
+        });
+        for r in futures::future::join_all(creates).await {
+            match r {
+                Ok(s) => shared.push(s),
+                Err(e) => {
+                    failure.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = failure {
+            for s in &shared {
+                let (t, _r) = oneshot::channel();
+                let _ = s.ops.send(ConsumerOp::Close(t));
+            }
+            return Err(e);
+        }
+        Ok(Consumer {
+            topic,
+            subscription: options.subscription.clone(),
+            partitions: shared,
+            partitioned: partitions > 0,
+            rx,
+            refill_at: (options.receiver_queue_size / 2).max(1),
+            peeked: None,
+        })
+    }
+
+    /// The topic (the partitioned topic's name for a partitioned consumer).
+    pub fn topic(&self) -> &TopicName {
+        &self.topic
+    }
+
+    /// The subscription name.
+    pub fn subscription(&self) -> &str {
+        &self.subscription
+    }
+
+    /// Number of partitions (0 for a non-partitioned topic).
+    pub fn partitions(&self) -> usize {
+        if self.partitioned {
+            self.partitions.len()
+        } else {
+            0
+        }
+    }
+
+    /// Accepts a queued item: discards messages from before a reconnect or seek, counts
+    /// consumption for flow permits, remembers the position. `None` = discarded.
+    fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
+        let p = &self.partitions[index];
+        if epoch != p.epoch.load(Ordering::Acquire) {
+            return None;
+        }
+        match item {
+            Item::Message(m) => {
+                *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
+                let consumed = p.consumed.fetch_add(1, Ordering::AcqRel) + 1;
+                if consumed >= self.refill_at {
+                    let n = p.consumed.swap(0, Ordering::AcqRel);
+                    if n > 0 {
+                        let _ = p.ops.send(ConsumerOp::Flow(n));
+                    }
+                }
+                Some(Ok(m))
+            }
+            Item::Error(e) => Some(Err(e)),
+        }
+    }
+
+    /// Waits for the next message. After the consumer is closed for good (closed by the broker,
+    /// topic terminated ...) this returns that error once, then [`Error::Closed`].
+    pub async fn recv(&mut self) -> Result<Message> {
+        if let Some(m) = self.peeked.take() {
+            return Ok(m);
+        }
+        loop {
+            let Some((index, epoch, item)) = self.rx.recv().await else {
+                return Err(Error::Closed);
+            };
+            if let Some(r) = self.accept(index, epoch, item) {
+                return r;
+            }
+        }
+    }
+
+    fn partition_of(&self, id: &MessageId) -> Option<&Arc<PartitionShared>> {
+        if self.partitioned {
+            usize::try_from(id.partition)
+                .ok()
+                .and_then(|i| self.partitions.get(i))
+        } else {
+            self.partitions.first()
+        }
+    }
+
+    fn send_op(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
+        let p = self.partition_of(id).ok_or_else(|| {
+            Error::InvalidConfig(format!("message id {id} is not from this consumer"))
+        })?;
+        p.ops.send(op).map_err(|_| Error::Closed)
+    }
+
+    /// Acknowledges one message. For a message of a batch, the broker is told once every
+    /// message of that batch is acknowledged.
+    pub fn ack(&self, msg: &Message) -> Result<()> {
+        self.ack_id(msg.id)
+    }
+
+    /// Acknowledges a message by id.
+    pub fn ack_id(&self, id: MessageId) -> Result<()> {
+        self.send_op(&id, ConsumerOp::Ack(id))
+    }
+
+    /// Acknowledges every message up to and including this one (on its partition).
+    pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
+        self.send_op(&msg.id, ConsumerOp::AckCumulative(msg.id))
+    }
+
+    /// Negatively acknowledges a message: it is redelivered after the negative-ack delay.
+    pub fn nack(&self, msg: &Message) -> Result<()> {
+        self.send_op(&msg.id, ConsumerOp::Nack(msg.id))
+    }
+
+    async fn ask<T>(
+        shared: &PartitionShared,
+        make: impl FnOnce(oneshot::Sender<Result<T>>) -> ConsumerOp,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        shared.ops.send(make(tx)).map_err(|_| Error::Closed)?;
+        rx.await.unwrap_or(Err(Error::Closed))
+    }
+
+    /// Moves the subscription to a message id (every partition of a partitioned topic).
+    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.peeked = None;
+        for p in &self.partitions {
+            Self::ask(p, |tx| ConsumerOp::Seek(SeekTarget::Id(id), tx)).await?;
+        }
+        Ok(())
+    }
+
+    /// Moves the subscription to the first message published at or after `publish_time_ms`.
+    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.peeked = None;
+        for p in &self.partitions {
+            Self::ask(p, |tx| {
+                ConsumerOp::Seek(SeekTarget::PublishTime(publish_time_ms), tx)
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The id of the last message stored on each partition.
+    pub async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        let mut out = Vec::new();
+        for p in &self.partitions {
+            out.push(Self::ask(p, ConsumerOp::LastMessageId).await?);
+        }
+        Ok(out)
+    }
+
+    /// Failover subscriptions: whether this consumer is the active one (`None` until the
+    /// broker says). Wait for changes with `changed().await` on the receiver.
+    pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
+        self.partitions[0].active.subscribe()
+    }
+
+    /// Deletes the subscription (the consumer must be its only one) and closes the consumer.
+    pub async fn unsubscribe(self) -> Result<()> {
+        for p in &self.partitions {
+            Self::ask(p, ConsumerOp::Unsubscribe).await?;
+        }
+        Ok(())
+    }
+
+    /// Flushes pending acks and closes the consumer on the broker.
+    pub async fn close(self) -> Result<()> {
+        for p in &self.partitions {
+            let _ = Self::ask(p, ConsumerOp::Close).await;
+        }
+        Ok(())
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Result<Message>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(m) = self.peeked.take() {
+            return Poll::Ready(Some(Ok(m)));
+        }
+        loop {
+            match self.rx.poll_recv(cx) {
+                Poll::Ready(Some((index, epoch, item))) => {
+                    if let Some(r) = self.accept(index, epoch, item) {
+                        return Poll::Ready(Some(r));
+                    }
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn spawn_partition(
+    client: &Client,
+    topic: TopicName,
+    partition: i32,
+    index: usize,
+    options: &Arc<ConsumerOptions>,
+    consumer_name: &str,
+    durable: bool,
+    out: mpsc::UnboundedSender<(usize, u64, Item)>,
+) -> Result<Arc<PartitionShared>> {
+    let consumer_id = client.new_consumer_id();
+    let start = options.start_message_id.map(|s| {
+        if options.start_inclusive && !s.is_batch() && s.entry_id > 0 && s != MessageId::LATEST {
+            // Start one entry earlier; the filter below drops what precedes `s`.
+            MessageId::new(s.ledger_id, s.entry_id - 1, s.partition)
+        } else {
+            s.entry()
+        }
+    });
+    let params = SubscribeParams {
+        topic: &topic,
+        consumer_id,
+        consumer_name,
+        opts: options,
+        durable,
+        start: if durable { None } else { start },
+    };
+    let deadline = Instant::now() + client.operation_timeout();
+    let (conn, events) = task::connect_and_subscribe(client, &params, deadline).await?;
+    let (ops_tx, ops_rx) = mpsc::unbounded_channel();
+    let shared = Arc::new(PartitionShared {
+        topic: topic.clone(),
+        epoch: AtomicU64::new(0),
+        consumed: AtomicU32::new(0),
+        last_dequeued: Mutex::new(None),
+        ops: ops_tx,
+        active: watch::Sender::new(None),
+    });
+    // A reader skips what precedes its start position (and the start itself if exclusive).
+    let skip_through = options.start_message_id.and_then(|s| {
+        if s == MessageId::EARLIEST || s == MessageId::LATEST {
+            None
+        } else if options.start_inclusive {
+            previous_position(s)
+        } else {
+            Some(s)
+        }
+    });
+    let task = ConsumerTask {
+        client: client.clone(),
+        topic: topic.clone(),
+        partition,
+        index,
+        opts: options.clone(),
+        consumer_id,
+        consumer_name: consumer_name.to_string(),
+        durable,
+        conn: Some(conn),
+        events: Some(events),
+        ops: ops_rx,
+        out,
+        shared: shared.clone(),
+        acks: AckTracker::new(options.ack_group_max),
+        nacks: NackTracker::default(),
+        ack_deadline: None,
+        skip_through,
+    };
+    tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
+    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
+    tokio::spawn(tracing::Instrument::instrument(task.run(), span));
+    Ok(shared)
+}
+
+/// The position just before `id` (so that `id` itself is not skipped).
+fn previous_position(id: MessageId) -> Option<MessageId> {
+    if id.is_batch() && id.batch_index > 0 {
+        Some(MessageId {
+            batch_index: id.batch_index - 1,
+            ..id
+        })
+    } else if id.entry_id > 0 {
+        // Every message of the previous entry sorts at or before its whole-entry id.
+        Some(MessageId::new(id.ledger_id, id.entry_id - 1, id.partition))
+    } else {
+        None
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0),
+    );
+    h.finish() as u32
+}

@@ -1,0 +1,653 @@
+//! The task behind one (partition) consumer: subscription, flow permits, decoding, grouped
+//! acks, negative-ack redelivery, seek, and re-subscribing after a reconnect.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+
+use crate::client::Client;
+use crate::codec::Frame;
+use crate::connection::{Connection, EntityEvent, EntityKind};
+use crate::error::{Error, Result};
+use crate::message::Message;
+use crate::message_id::MessageId;
+use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::topic::TopicName;
+
+use super::acks::{AckFlush, AckTracker, NackTracker};
+use super::decode::decode;
+use super::options::{ConsumerOptions, InitialPosition, SubscriptionMode};
+
+/// Capacity of a consumer's event channel from its connection: the flow permits bound what
+/// the broker pushes, plus room for control commands.
+pub(crate) fn event_queue(opts: &ConsumerOptions) -> usize {
+    opts.receiver_queue_size as usize + 64
+}
+
+/// Where a seek goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SeekTarget {
+    Id(MessageId),
+    PublishTime(u64),
+}
+
+/// Requests from the consumer handle to a partition's task.
+#[derive(Debug)]
+pub(crate) enum ConsumerOp {
+    Ack(MessageId),
+    AckCumulative(MessageId),
+    Nack(MessageId),
+    Flow(u32),
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<MessageId>>),
+    Unsubscribe(oneshot::Sender<Result<()>>),
+    Close(oneshot::Sender<Result<()>>),
+}
+
+/// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
+/// from before a reconnect or seek can be discarded.
+#[derive(Debug)]
+pub(crate) enum Item {
+    Message(Message),
+    Error(Error),
+}
+
+/// State shared between a partition's task and the consumer handle.
+#[derive(Debug)]
+pub(crate) struct PartitionShared {
+    pub topic: TopicName,
+    pub epoch: AtomicU64,
+    pub consumed: AtomicU32,
+    pub last_dequeued: Mutex<Option<MessageId>>,
+    pub ops: mpsc::UnboundedSender<ConsumerOp>,
+    /// Failover: whether this consumer is the active one (None until the broker says).
+    pub active: tokio::sync::watch::Sender<Option<bool>>,
+}
+
+/// Whether subscriptions on `topic` are durable, applying PIP-245: on a non-persistent topic
+/// always non-durable, with one warning if the application explicitly asked for durable.
+pub(crate) fn effective_durable(topic: &TopicName, opts: &ConsumerOptions) -> bool {
+    if !topic.is_persistent() {
+        if opts.subscription_mode == Some(SubscriptionMode::Durable) {
+            tracing::warn!(
+                topic = %topic,
+                subscription = %opts.subscription,
+                "a durable subscription was requested on a non-persistent topic; using a \
+                 non-durable one (PIP-245)"
+            );
+        }
+        return false;
+    }
+    opts.subscription_mode != Some(SubscriptionMode::NonDurable)
+}
+
+pub(crate) struct SubscribeParams<'a> {
+    pub topic: &'a TopicName,
+    pub consumer_id: u64,
+    pub consumer_name: &'a str,
+    pub opts: &'a ConsumerOptions,
+    pub durable: bool,
+    pub start: Option<MessageId>,
+}
+
+fn subscribe_command(p: &SubscribeParams<'_>, request_id: u64) -> BaseCommand {
+    use crate::proto::command_subscribe::InitialPosition as Ip;
+    let o = p.opts;
+    let key_shared =
+        (o.subscription_type == super::SubscriptionType::KeyShared).then(|| proto::KeySharedMeta {
+            key_shared_mode: proto::KeySharedMode::AutoSplit as i32,
+            ..Default::default()
+        });
+    BaseCommand {
+        r#type: Type::Subscribe as i32,
+        subscribe: Some(proto::CommandSubscribe {
+            topic: p.topic.to_string(),
+            subscription: o.subscription.clone(),
+            sub_type: o.subscription_type.to_proto(),
+            consumer_id: p.consumer_id,
+            request_id,
+            consumer_name: Some(p.consumer_name.to_string()),
+            priority_level: o.priority_level,
+            durable: Some(p.durable),
+            start_message_id: p.start.map(|s| s.to_proto()),
+            read_compacted: Some(o.read_compacted),
+            initial_position: Some(match o.initial_position {
+                InitialPosition::Latest => Ip::Latest,
+                InitialPosition::Earliest => Ip::Earliest,
+            } as i32),
+            force_topic_creation: Some(true),
+            key_shared_meta: key_shared,
+            subscription_properties: o
+                .subscription_properties
+                .iter()
+                .map(|(k, v)| proto::KeyValue {
+                    key: k.clone(),
+                    value: v.clone(),
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+pub(crate) fn flow_frame(consumer_id: u64, permits: u32) -> Frame {
+    Frame::simple(BaseCommand {
+        r#type: Type::Flow as i32,
+        flow: Some(proto::CommandFlow {
+            consumer_id,
+            message_permits: permits,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Looks up, registers and subscribes, retrying retriable failures until `deadline`.
+pub(crate) async fn connect_and_subscribe(
+    client: &Client,
+    p: &SubscribeParams<'_>,
+    deadline: Instant,
+) -> Result<(Connection, mpsc::Receiver<EntityEvent>)> {
+    let mut backoff = client.backoff();
+    loop {
+        let attempt = async {
+            let conn = client.connection_for(p.topic).await?;
+            let (tx, rx) = mpsc::channel(event_queue(p.opts));
+            conn.register(EntityKind::Consumer, p.consumer_id, tx)?;
+            let request_id = conn.new_request_id();
+            let result = conn
+                .request(request_id, subscribe_command(p, request_id), "subscribe")
+                .await;
+            match result {
+                Ok(_) => {
+                    conn.send(flow_frame(p.consumer_id, p.opts.receiver_queue_size))
+                        .await?;
+                    Ok((conn, rx))
+                }
+                Err(e) => {
+                    conn.unregister(EntityKind::Consumer, p.consumer_id);
+                    Err(e)
+                }
+            }
+        };
+        let err = match attempt.await {
+            Ok(ok) => return Ok(ok),
+            Err(e) => e,
+        };
+        let delay = backoff.next_delay();
+        if !err.is_retriable() || Instant::now() + delay >= deadline {
+            return Err(err);
+        }
+        tracing::debug!(topic = %p.topic, error = %err, ?delay, "subscribe failed; retrying");
+        tokio::time::sleep(delay).await;
+    }
+}
+
+pub(crate) struct ConsumerTask {
+    pub client: Client,
+    pub topic: TopicName,
+    pub partition: i32,
+    pub index: usize,
+    pub opts: Arc<ConsumerOptions>,
+    pub consumer_id: u64,
+    pub consumer_name: String,
+    pub durable: bool,
+    pub conn: Option<Connection>,
+    pub events: Option<mpsc::Receiver<EntityEvent>>,
+    pub ops: mpsc::UnboundedReceiver<ConsumerOp>,
+    pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    pub shared: Arc<PartitionShared>,
+    pub acks: AckTracker,
+    pub nacks: NackTracker,
+    pub ack_deadline: Option<Instant>,
+    /// Messages at or before this position are skipped (reader start, non-durable resume).
+    pub skip_through: Option<MessageId>,
+}
+
+type Reconnect = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(Connection, mpsc::Receiver<EntityEvent>)>> + Send>,
+>;
+
+enum Wake {
+    Op(Option<ConsumerOp>),
+    Event(Option<EntityEvent>),
+    AckDue,
+    NackDue,
+    Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>)>),
+}
+
+impl ConsumerTask {
+    fn epoch(&self) -> u64 {
+        self.shared.epoch.load(Ordering::Acquire)
+    }
+
+    fn emit(&self, item: Item) {
+        let _ = self.out.send((self.index, self.epoch(), item));
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut reconnect: Option<Reconnect> = None;
+        let final_error = loop {
+            if self.conn.is_none() && reconnect.is_none() {
+                reconnect = Some(Box::pin(self.reconnect_future()));
+            }
+            let ack_deadline = self.ack_deadline;
+            let nack_deadline = self.nacks.next_deadline();
+            let wake = tokio::select! {
+                biased;
+                ev = recv_opt(&mut self.events) => Wake::Event(ev),
+                r = async { reconnect.as_mut().expect("guarded").await }, if reconnect.is_some() => {
+                    reconnect = None;
+                    Wake::Reconnected(r)
+                }
+                op = self.ops.recv() => Wake::Op(op),
+                _ = sleep_until_opt(ack_deadline) => Wake::AckDue,
+                _ = sleep_until_opt(nack_deadline) => Wake::NackDue,
+            };
+            let step = match wake {
+                Wake::Op(Some(op)) => self.on_op(op).await,
+                // The consumer handle is gone: close.
+                Wake::Op(None) => Err(self.close().await.err().unwrap_or(Error::Closed)),
+                Wake::Event(Some(ev)) => self.on_event(ev).await,
+                Wake::Event(None) => {
+                    self.lose_connection("connection dropped the consumer's channel");
+                    Ok(())
+                }
+                Wake::AckDue => {
+                    self.flush_acks().await;
+                    Ok(())
+                }
+                Wake::NackDue => {
+                    let due = self.nacks.take_due(Instant::now());
+                    self.redeliver(due).await;
+                    Ok(())
+                }
+                Wake::Reconnected(Ok((conn, events))) => {
+                    tracing::info!(topic = %self.topic, "consumer re-subscribed");
+                    self.conn = Some(conn);
+                    self.events = Some(events);
+                    Ok(())
+                }
+                Wake::Reconnected(Err(e)) if e.is_retriable() => Ok(()),
+                Wake::Reconnected(Err(e)) => Err(e),
+            };
+            if let Err(e) = step {
+                break e;
+            }
+        };
+        self.shutdown(final_error);
+    }
+
+    fn reconnect_future(&mut self) -> Reconnect {
+        // Messages still queued from the old connection will be redelivered: discard them.
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        self.shared.consumed.store(0, Ordering::Release);
+        let last = *self
+            .shared
+            .last_dequeued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let start = if self.durable {
+            None
+        } else {
+            // A non-durable subscription resumes after the last message the app received.
+            if let Some(last) = last {
+                self.skip_through = Some(last);
+            }
+            last.map(|l| l.entry()).or(self.opts.start_message_id)
+        };
+        let client = self.client.clone();
+        let topic = self.topic.clone();
+        let consumer_id = self.consumer_id;
+        let name = self.consumer_name.clone();
+        let opts = self.opts.clone();
+        let durable = self.durable;
+        Box::pin(async move {
+            let mut backoff = client.backoff();
+            loop {
+                tokio::time::sleep(backoff.next_delay()).await;
+                let params = SubscribeParams {
+                    topic: &topic,
+                    consumer_id,
+                    consumer_name: &name,
+                    opts: &opts,
+                    durable,
+                    start,
+                };
+                let deadline = Instant::now() + client.operation_timeout();
+                match connect_and_subscribe(&client, &params, deadline).await {
+                    Ok(ok) => return Ok(ok),
+                    Err(e) if e.is_retriable() => {
+                        tracing::debug!(%topic, error = %e, "re-subscribe failed; retrying");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+
+    fn lose_connection(&mut self, why: &str) {
+        if let Some(conn) = self.conn.take() {
+            tracing::info!(topic = %self.topic, why, "consumer disconnected; reconnecting");
+            conn.unregister(EntityKind::Consumer, self.consumer_id);
+        }
+        self.events = None;
+    }
+
+    async fn send(&mut self, frame: Frame) {
+        if let Some(conn) = &self.conn {
+            if conn.send(frame).await.is_err() {
+                self.lose_connection("connection closed while sending");
+            }
+        }
+    }
+
+    async fn request(&mut self, mut cmd: BaseCommand, op: &'static str) -> Result<BaseCommand> {
+        let conn = self
+            .conn
+            .clone()
+            .ok_or_else(|| Error::ConnectionLost("consumer is reconnecting".into()))?;
+        let request_id = conn.new_request_id();
+        set_request_id(&mut cmd, request_id);
+        conn.request(request_id, cmd, op).await
+    }
+
+    async fn on_op(&mut self, op: ConsumerOp) -> Result<()> {
+        match op {
+            ConsumerOp::Ack(id) => {
+                if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
+                    self.flush_acks().await;
+                } else if self.ack_deadline.is_none() {
+                    self.ack_deadline = Some(Instant::now() + self.opts.ack_group_time);
+                }
+            }
+            ConsumerOp::AckCumulative(id) => {
+                self.acks.ack_cumulative(id);
+                if self.opts.ack_group_time.is_zero() {
+                    self.flush_acks().await;
+                } else if self.ack_deadline.is_none() {
+                    self.ack_deadline = Some(Instant::now() + self.opts.ack_group_time);
+                }
+            }
+            ConsumerOp::Nack(id) => {
+                self.nacks
+                    .add(id, Instant::now(), self.opts.negative_ack_delay);
+            }
+            ConsumerOp::Flow(n) => {
+                let frame = flow_frame(self.consumer_id, n);
+                self.send(frame).await;
+            }
+            ConsumerOp::Seek(target, tx) => {
+                let r = self.seek(target).await;
+                let _ = tx.send(r);
+            }
+            ConsumerOp::LastMessageId(tx) => {
+                let cmd = BaseCommand {
+                    r#type: Type::GetLastMessageId as i32,
+                    get_last_message_id: Some(proto::CommandGetLastMessageId {
+                        consumer_id: self.consumer_id,
+                        request_id: 0,
+                    }),
+                    ..Default::default()
+                };
+                let r = self
+                    .request(cmd, "get last message id")
+                    .await
+                    .and_then(|resp| {
+                        let r = resp.get_last_message_id_response.ok_or_else(|| {
+                            Error::Protocol("GetLastMessageId answered without its response".into())
+                        })?;
+                        let mut id = MessageId::from_proto(&r.last_message_id);
+                        id.partition = self.partition;
+                        Ok(id)
+                    });
+                let _ = tx.send(r);
+            }
+            ConsumerOp::Unsubscribe(tx) => {
+                let cmd = BaseCommand {
+                    r#type: Type::Unsubscribe as i32,
+                    unsubscribe: Some(proto::CommandUnsubscribe {
+                        consumer_id: self.consumer_id,
+                        request_id: 0,
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                };
+                let r = self.request(cmd, "unsubscribe").await;
+                let ok = r.is_ok();
+                let _ = tx.send(r.map(|_| ()));
+                if ok {
+                    return Err(Error::Closed);
+                }
+            }
+            ConsumerOp::Close(tx) => {
+                let r = self.close().await;
+                let _ = tx.send(r);
+                return Err(Error::Closed);
+            }
+        }
+        Ok(())
+    }
+
+    async fn seek(&mut self, target: SeekTarget) -> Result<()> {
+        let (message_id, publish_time) = match target {
+            SeekTarget::Id(id) => (Some(id.to_proto()), None),
+            SeekTarget::PublishTime(t) => (None, Some(t)),
+        };
+        let cmd = BaseCommand {
+            r#type: Type::Seek as i32,
+            seek: Some(proto::CommandSeek {
+                consumer_id: self.consumer_id,
+                request_id: 0,
+                message_id,
+                message_publish_time: publish_time,
+            }),
+            ..Default::default()
+        };
+        self.request(cmd, "seek").await?;
+        // Discard what is queued, forget delivery filters, and ask for messages again (a broker
+        // that does not disconnect the consumer after a seek waits for new permits).
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        self.shared.consumed.store(0, Ordering::Release);
+        *self
+            .shared
+            .last_dequeued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.skip_through = None;
+        let frame = flow_frame(self.consumer_id, self.opts.receiver_queue_size);
+        self.send(frame).await;
+        Ok(())
+    }
+
+    async fn close(&mut self) -> Result<()> {
+        self.flush_acks().await;
+        if let Some(conn) = self.conn.take() {
+            let request_id = conn.new_request_id();
+            let cmd = BaseCommand {
+                r#type: Type::CloseConsumer as i32,
+                close_consumer: Some(proto::CommandCloseConsumer {
+                    consumer_id: self.consumer_id,
+                    request_id,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let r = conn.request(request_id, cmd, "close consumer").await;
+            conn.unregister(EntityKind::Consumer, self.consumer_id);
+            if let Err(e) = r {
+                tracing::debug!(topic = %self.topic, error = %e, "close consumer");
+            }
+        }
+        Ok(())
+    }
+
+    async fn flush_acks(&mut self) {
+        self.ack_deadline = None;
+        if self.conn.is_none() {
+            // Keep them for the next connection (the broker redelivers unacked messages; the
+            // acks still apply after re-subscribing).
+            if self.acks.has_pending() {
+                self.ack_deadline = Some(
+                    Instant::now()
+                        + self
+                            .opts
+                            .ack_group_time
+                            .max(std::time::Duration::from_millis(100)),
+                );
+            }
+            return;
+        }
+        let AckFlush {
+            individual,
+            cumulative,
+        } = self.acks.take_flush();
+        use crate::proto::command_ack::AckType;
+        if !individual.is_empty() {
+            let frame = ack_frame(self.consumer_id, AckType::Individual, &individual);
+            self.send(frame).await;
+        }
+        if let Some(c) = cumulative {
+            let frame = ack_frame(self.consumer_id, AckType::Cumulative, &[c]);
+            self.send(frame).await;
+        }
+    }
+
+    async fn redeliver(&mut self, ids: Vec<MessageId>) {
+        if ids.is_empty() {
+            return;
+        }
+        let frame = Frame::simple(BaseCommand {
+            r#type: Type::RedeliverUnacknowledgedMessages as i32,
+            redeliver_unacknowledged_messages: Some(
+                proto::CommandRedeliverUnacknowledgedMessages {
+                    consumer_id: self.consumer_id,
+                    message_ids: ids.iter().map(|i| i.to_proto()).collect(),
+                    ..Default::default()
+                },
+            ),
+            ..Default::default()
+        });
+        self.send(frame).await;
+    }
+
+    async fn on_event(&mut self, ev: EntityEvent) -> Result<()> {
+        let frame = match ev {
+            EntityEvent::ConnectionClosed(e) => {
+                self.lose_connection(&e.to_string());
+                return Ok(());
+            }
+            EntityEvent::Command(frame) => *frame,
+        };
+        let Frame { command, payload } = frame;
+        match Type::try_from(command.r#type) {
+            Ok(Type::Message) => {
+                let (Some(cmd), Some(payload)) = (command.message, payload) else {
+                    tracing::warn!(topic = %self.topic, "MESSAGE without its payload; ignored");
+                    return Ok(());
+                };
+                let max = self
+                    .conn
+                    .as_ref()
+                    .map(|c| c.info().max_message_size)
+                    .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
+                    .saturating_mul(2);
+                match decode(&self.topic, self.partition, &cmd, payload, max) {
+                    Ok(messages) => {
+                        for m in messages {
+                            self.acks.delivered(&m.id);
+                            if self.acks.already_acked(&m.id) {
+                                continue;
+                            }
+                            if self.skip_through.is_some_and(|s| m.id <= s) {
+                                continue;
+                            }
+                            self.emit(Item::Message(m));
+                        }
+                    }
+                    Err(e) => {
+                        tracing::warn!(topic = %self.topic, error = %e, "undecodable message");
+                        self.emit(Item::Error(e));
+                    }
+                }
+            }
+            Ok(Type::CloseConsumer) => {
+                let c = command.close_consumer.unwrap_or_default();
+                if c.allow_reconnect == Some(false) {
+                    return Err(Error::ClosedByBroker {
+                        topic: self.topic.to_string(),
+                    });
+                }
+                self.lose_connection("broker closed the consumer");
+            }
+            Ok(Type::ReachedEndOfTopic) => {
+                return Err(Error::TopicTerminated {
+                    topic: self.topic.to_string(),
+                });
+            }
+            Ok(Type::ActiveConsumerChange) => {
+                let active = command
+                    .active_consumer_change
+                    .and_then(|c| c.is_active)
+                    .unwrap_or(false);
+                tracing::info!(topic = %self.topic, active, "active consumer change");
+                self.shared.active.send_replace(Some(active));
+            }
+            _ => {
+                tracing::debug!(topic = %self.topic, command = command.r#type, "ignored consumer command");
+            }
+        }
+        Ok(())
+    }
+
+    fn shutdown(mut self, error: Error) {
+        if let Some(conn) = self.conn.take() {
+            conn.unregister(EntityKind::Consumer, self.consumer_id);
+        }
+        if !matches!(error, Error::Closed) {
+            tracing::warn!(topic = %self.topic, %error, "consumer closed");
+            self.emit(Item::Error(error));
+        }
+    }
+}
+
+fn ack_frame(consumer_id: u64, ack_type: proto::command_ack::AckType, ids: &[MessageId]) -> Frame {
+    Frame::simple(BaseCommand {
+        r#type: Type::Ack as i32,
+        ack: Some(proto::CommandAck {
+            consumer_id,
+            ack_type: ack_type as i32,
+            message_id: ids.iter().map(|i| i.entry().to_proto()).collect(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+fn set_request_id(cmd: &mut BaseCommand, id: u64) {
+    if let Some(c) = cmd.get_last_message_id.as_mut() {
+        c.request_id = id;
+    }
+    if let Some(c) = cmd.unsubscribe.as_mut() {
+        c.request_id = id;
+    }
+    if let Some(c) = cmd.seek.as_mut() {
+        c.request_id = id;
+    }
+}
+
+async fn recv_opt(rx: &mut Option<mpsc::Receiver<EntityEvent>>) -> Option<EntityEvent> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => futures::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(d) => tokio::time::sleep_until(d).await,
+        None => futures::future::pending().await,
+    }
+}

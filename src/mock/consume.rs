@@ -1,0 +1,418 @@
+//! SUBSCRIBE, FLOW, ACK, REDELIVER_UNACKNOWLEDGED_MESSAGES, UNSUBSCRIBE, CLOSE_CONSUMER, SEEK
+//! and GET_LAST_MESSAGE_ID, as upstream's `ServerCnx`, `PersistentSubscription` and
+//! dispatchers answer them (see each function).
+
+use super::conns::ConsumerRef;
+use super::dispatch;
+use super::handlers::{error, success, SessionView, Step};
+use super::state::{canonical_topic, BrokerState};
+use super::subscription::{Consumer, ConsumerKey, SubType, Subscription};
+use super::topic::Topic;
+use super::wire::{self, base_command::Type, command_ack::AckType};
+use super::ConnectionId;
+use crate::codec::Frame;
+use crate::error::ServerError;
+
+/// SUBSCRIBE: auto-creates the topic (unless `force_topic_creation` is false: TopicNotFound)
+/// and the subscription. A new subscription starts at the end (Latest) or the start
+/// (Earliest); a non-durable one with `start_message_id` starts after that entry (upstream
+/// makes it the mark-delete position), or at it when it carries a batch index. Exclusive with
+/// a consumer attached, or another type than the attached consumers', is refused with
+/// ConsumerBusy. A consumer id already on the connection for the same subscription is answered
+/// Success again (upstream treats it as a retry).
+pub(crate) fn subscribe(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandSubscribe,
+) -> Step {
+    let rid = cmd.request_id;
+    let topic_name = canonical_topic(&cmd.topic);
+    let key = (view.conn, cmd.consumer_id);
+    let Some(conn) = state.conns.get(view.conn) else {
+        return Step::Ignore;
+    };
+    if let Some(existing) = conn.consumers.get(&cmd.consumer_id) {
+        if existing.topic == topic_name && existing.subscription == cmd.subscription {
+            return Step::Reply(success(rid));
+        }
+        return Step::Reply(error(
+            rid,
+            ServerError::ServiceNotReady,
+            "Consumer is already present on the connection",
+        ));
+    }
+    if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
+        return Step::Reply(error(
+            rid,
+            ServerError::TopicNotFound,
+            "Topic does not exist",
+        ));
+    }
+    let BrokerState { topics, conns, .. } = state;
+    let (topic, _) = topics.get_or_create(&topic_name);
+    let sub_type = cmd.sub_type();
+    let len = topic.len();
+    let persistent = topic.persistent;
+    let start = start_position(topic, cmd);
+    let sub = topic
+        .subscriptions
+        .entry(cmd.subscription.clone())
+        .or_insert_with(|| {
+            let mut sub = Subscription::new(
+                &cmd.subscription,
+                sub_type,
+                cmd.durable() && persistent,
+                start.min(len),
+            );
+            sub.properties = cmd.subscription_properties.clone();
+            sub
+        });
+    if !sub.consumers.is_empty() {
+        if sub.sub_type != sub_type {
+            return Step::Reply(error(
+                rid,
+                ServerError::ConsumerBusy,
+                "Subscription is of different type",
+            ));
+        }
+        if sub_type == SubType::Exclusive {
+            return Step::Reply(error(
+                rid,
+                ServerError::ConsumerBusy,
+                "Exclusive consumer is already connected",
+            ));
+        }
+    }
+    sub.sub_type = sub_type;
+    sub.consumers.push(Consumer {
+        key,
+        name: cmd.consumer_name.clone().unwrap_or_default(),
+        priority: cmd.priority_level.unwrap_or(0),
+        permits: 0,
+        epoch: cmd.consumer_epoch,
+    });
+    tracing::debug!(topic = %topic.name, subscription = %sub.name, ?sub_type, "mock broker: consumer attached");
+    dispatch::update_active(sub, topic.partition, Some(key), conns);
+    dispatch::dispatch(topic, &cmd.subscription, conns);
+    if let Some(conn) = conns.get_mut(view.conn) {
+        conn.consumers.insert(
+            cmd.consumer_id,
+            ConsumerRef {
+                topic: topic_name,
+                subscription: cmd.subscription.clone(),
+            },
+        );
+    }
+    Step::Reply(success(rid))
+}
+
+/// Where a subscription created by `cmd` starts.
+fn start_position(topic: &Topic, cmd: &wire::CommandSubscribe) -> u64 {
+    use wire::command_subscribe::InitialPosition;
+    match &cmd.start_message_id {
+        Some(id) if !cmd.durable() => {
+            let pos = topic.position_of(id.ledger_id, id.entry_id);
+            let exact = id.ledger_id == topic.ledger_id && (id.entry_id as i64) >= 0;
+            if exact && id.batch_index.unwrap_or(-1) < 0 {
+                pos + 1
+            } else {
+                pos
+            }
+        }
+        _ if cmd.initial_position() == InitialPosition::Earliest => 0,
+        _ => topic.len(),
+    }
+}
+
+/// Finds the consumer `consumer_id` of connection `conn`: its topic and subscription names.
+fn find(state: &BrokerState, conn: ConnectionId, consumer_id: u64) -> Option<ConsumerRef> {
+    state.conns.get(conn)?.consumers.get(&consumer_id).cloned()
+}
+
+/// FLOW: adds permits and dispatches. Unknown consumers are ignored.
+pub(crate) fn flow(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::CommandFlow) {
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return;
+    };
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
+        return;
+    };
+    if let Some(sub) = topic.subscriptions.get_mut(&c.subscription) {
+        if let Some(consumer) = sub.consumer_mut((view.conn, cmd.consumer_id)) {
+            consumer.permits += i64::from(cmd.message_permits);
+        }
+    }
+    dispatch::dispatch(topic, &c.subscription, conns);
+}
+
+/// ACK: Individual (each id; a non-empty `ack_set` acknowledges part of a batch) or
+/// Cumulative (up to and including the one id; ignored on Shared/Key_Shared, as upstream).
+/// Acknowledged entries are never redelivered. With a `request_id`, answered ACK_RESPONSE
+/// (error ConsumerNotFound for an unknown consumer).
+pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::CommandAck) -> Step {
+    let reply = |error: Option<(ServerError, &str)>| match cmd.request_id {
+        Some(request_id) => Step::Reply(wire::BaseCommand {
+            r#type: Type::AckResponse as i32,
+            ack_response: Some(wire::CommandAckResponse {
+                consumer_id: cmd.consumer_id,
+                request_id: Some(request_id),
+                error: error.map(|(code, _)| code.code()),
+                message: error.map(|(_, message)| message.to_owned()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        None => Step::Ignore,
+    };
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return reply(Some((ServerError::ConsumerNotFound, "Consumer not found")));
+    };
+    let Some(topic) = state.topics.get_mut(&c.topic) else {
+        return reply(None);
+    };
+    let (ledger, len) = (topic.ledger_id, topic.len());
+    let Topic {
+        messages,
+        subscriptions,
+        ..
+    } = topic;
+    let Some(sub) = subscriptions.get_mut(&c.subscription) else {
+        return reply(None);
+    };
+    let cumulative = cmd.ack_type() == AckType::Cumulative;
+    if cumulative && !sub.single_active() {
+        return reply(None);
+    }
+    for id in &cmd.message_id {
+        if id.ledger_id != ledger || id.entry_id >= len {
+            continue;
+        }
+        let n = messages[id.entry_id as usize].num_messages();
+        if cumulative {
+            sub.ack_cumulative(id.entry_id, &id.ack_set, n);
+        } else {
+            sub.ack_individual(id.entry_id, &id.ack_set, n);
+        }
+    }
+    reply(None)
+}
+
+/// REDELIVER_UNACKNOWLEDGED_MESSAGES: on Shared/Key_Shared with ids, those of the consumer's
+/// unacknowledged entries; otherwise all of them (Exclusive/Failover: only from the active
+/// consumer; upstream rewinds the cursor). Redelivery counts go up on Shared/Key_Shared.
+pub(crate) fn redeliver(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandRedeliverUnacknowledgedMessages,
+) {
+    let key = (view.conn, cmd.consumer_id);
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return;
+    };
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
+        return;
+    };
+    let ledger = topic.ledger_id;
+    let Some(sub) = topic.subscriptions.get_mut(&c.subscription) else {
+        return;
+    };
+    if let (Some(epoch), Some(consumer)) = (cmd.consumer_epoch, sub.consumer_mut(key)) {
+        consumer.epoch = Some(consumer.epoch.map_or(epoch, |e| e.max(epoch)));
+    }
+    if sub.single_active() {
+        if sub.active == Some(key) {
+            sub.return_pending_of(key, true);
+        }
+    } else if cmd.message_ids.is_empty() {
+        sub.return_pending_of(key, true);
+    } else {
+        for id in cmd.message_ids.iter().filter(|id| id.ledger_id == ledger) {
+            sub.return_if_held(key, id.entry_id, true);
+        }
+    }
+    dispatch::dispatch(topic, &c.subscription, conns);
+}
+
+/// CLOSE_CONSUMER from the client: Success (also for an unknown consumer, as upstream).
+pub(crate) fn close(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandCloseConsumer,
+) -> Step {
+    remove_consumer(state, (view.conn, cmd.consumer_id));
+    Step::Reply(success(cmd.request_id))
+}
+
+/// Detaches a consumer (closed, or its connection gone): its unacknowledged entries go back
+/// for redelivery to the others (without counting a redelivery, as upstream), the active
+/// consumer is re-picked, and a non-durable subscription left without consumers is removed.
+pub(crate) fn remove_consumer(state: &mut BrokerState, key: ConsumerKey) {
+    let Some(c) = find(state, key.0, key.1) else {
+        return;
+    };
+    state.conns.forget_consumer(key.0, key.1);
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
+        return;
+    };
+    let Some(sub) = topic.subscriptions.get_mut(&c.subscription) else {
+        return;
+    };
+    sub.consumers.retain(|consumer| consumer.key != key);
+    sub.return_pending_of(key, false);
+    dispatch::update_active(sub, topic.partition, None, conns);
+    if sub.consumers.is_empty() && !sub.durable {
+        topic.subscriptions.remove(&c.subscription);
+    } else {
+        dispatch::dispatch(topic, &c.subscription, conns);
+    }
+}
+
+/// Detaches every consumer of a subscription, telling each with CLOSE_CONSUMER (reconnect
+/// allowed). Their unacknowledged entries are not returned (the caller resets or deletes).
+fn disconnect_all(sub: &mut Subscription, state_conns: &mut super::conns::Conns) {
+    for consumer in std::mem::take(&mut sub.consumers) {
+        let (conn, id) = consumer.key;
+        state_conns.send(conn, close_consumer(id));
+        state_conns.forget_consumer(conn, id);
+    }
+    sub.active = None;
+}
+
+/// A CLOSE_CONSUMER from the broker (reconnect allowed).
+pub(crate) fn close_consumer(consumer_id: u64) -> Frame {
+    Frame::simple(wire::BaseCommand {
+        r#type: Type::CloseConsumer as i32,
+        close_consumer: Some(wire::CommandCloseConsumer {
+            consumer_id,
+            request_id: 0,
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+/// UNSUBSCRIBE: removes the subscription and detaches the consumer (no CLOSE_CONSUMER to it).
+/// With other consumers attached it is refused with ConsumerBusy, unless `force` (then they
+/// get CLOSE_CONSUMER).
+pub(crate) fn unsubscribe(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandUnsubscribe,
+) -> Step {
+    let key = (view.conn, cmd.consumer_id);
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return Step::Reply(error(
+            cmd.request_id,
+            ServerError::ConsumerNotFound,
+            "Consumer not found",
+        ));
+    };
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
+        return Step::Reply(success(cmd.request_id));
+    };
+    if let Some(sub) = topic.subscriptions.get_mut(&c.subscription) {
+        let others = sub.consumers.iter().any(|consumer| consumer.key != key);
+        if others && !cmd.force() {
+            return Step::Reply(error(
+                cmd.request_id,
+                ServerError::ConsumerBusy,
+                "Subscription has active consumers",
+            ));
+        }
+        sub.consumers.retain(|consumer| consumer.key != key);
+        disconnect_all(sub, conns);
+        topic.subscriptions.remove(&c.subscription);
+    }
+    conns.forget_consumer(view.conn, cmd.consumer_id);
+    Step::Reply(success(cmd.request_id))
+}
+
+/// SEEK (message id, or publish time: the first entry published at or after it): resets the
+/// cursor so that entry is the next dispatched, and, as upstream, disconnects every consumer of
+/// the subscription (CLOSE_CONSUMER, sent after the Success) so that they subscribe again.
+/// Refused (NotAllowed) on non-persistent topics.
+pub(crate) fn seek(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandSeek,
+) -> Step {
+    let rid = cmd.request_id;
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return Step::Reply(error(
+            rid,
+            ServerError::ConsumerNotFound,
+            "Consumer not found",
+        ));
+    };
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
+        return Step::Reply(error(rid, ServerError::TopicNotFound, "Topic not found"));
+    };
+    if !topic.persistent {
+        return Step::Reply(error(
+            rid,
+            ServerError::NotAllowed,
+            "Seek is not supported on non-persistent topics",
+        ));
+    }
+    let pos = match (&cmd.message_id, cmd.message_publish_time) {
+        (Some(id), _) => topic.position_of(id.ledger_id, id.entry_id),
+        (None, Some(time)) => topic.first_published_at_or_after(time),
+        (None, None) => {
+            return Step::Reply(error(
+                rid,
+                ServerError::MetadataError,
+                "Message id and timestamp were not present",
+            ))
+        }
+    };
+    if let Some(sub) = topic.subscriptions.get_mut(&c.subscription) {
+        disconnect_all(sub, conns);
+        sub.reset(pos);
+    }
+    Step::Reply(success(rid))
+}
+
+/// GET_LAST_MESSAGE_ID: the id of the last stored entry (for a batch, with batch index
+/// `num_messages - 1`), or `(ledger, -1)` on an empty topic; and the subscription's
+/// mark-delete position.
+pub(crate) fn get_last_message_id(
+    state: &mut BrokerState,
+    view: SessionView<'_>,
+    cmd: &wire::CommandGetLastMessageId,
+) -> Step {
+    let rid = cmd.request_id;
+    let Some(c) = find(state, view.conn, cmd.consumer_id) else {
+        return Step::Reply(error(
+            rid,
+            ServerError::ConsumerNotFound,
+            "Consumer not found",
+        ));
+    };
+    let Some(topic) = state.topics.get(&c.topic) else {
+        return Step::Reply(error(rid, ServerError::TopicNotFound, "Topic not found"));
+    };
+    let mut last = topic.message_id(topic.len().wrapping_sub(1));
+    if let Some(entry) = topic.messages.last() {
+        if entry.is_batch() {
+            last.batch_index = Some(entry.num_messages() as i32 - 1);
+        }
+    }
+    let mark_delete = topic
+        .subscriptions
+        .get(&c.subscription)
+        .map(|sub| topic.message_id(sub.ack_floor.wrapping_sub(1)));
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::GetLastMessageIdResponse as i32,
+        get_last_message_id_response: Some(wire::CommandGetLastMessageIdResponse {
+            last_message_id: last,
+            request_id: rid,
+            consumer_mark_delete_position: mark_delete,
+        }),
+        ..Default::default()
+    })
+}

@@ -1,0 +1,223 @@
+//! Dispatch: sending stored entries to consumers with permits, by subscription type.
+//!
+//! Run after anything that can make delivery possible (FLOW, SEND, a consumer leaving or
+//! becoming active, REDELIVER). Entries waiting for redelivery go first, in entry order, then
+//! entries never dispatched. An entry goes to a consumer with at least one permit and costs the
+//! number of messages it carries (the still-unacknowledged ones for a partly acknowledged
+//! batch), so permits may go negative, as upstream.
+//!
+//! - Exclusive / Failover: everything to the active consumer; dispatch stops when it has no
+//!   permits.
+//! - Shared: round robin over consumers with permits (best priority level first).
+//! - Key_Shared: each entry to the owner of its key ([`Subscription::key_owner`]); an entry
+//!   whose owner has no permits waits in the replay set while other keys proceed (as upstream).
+
+use super::conns::Conns;
+use super::subscription::{count_bits, ConsumerKey, SubType, Subscription};
+use super::topic::{StoredEntry, Topic};
+use super::wire::{self, base_command::Type};
+use crate::codec::Frame;
+
+/// Where messages of a topic are addressed from.
+struct Source {
+    ledger_id: u64,
+    partition: i32,
+}
+
+/// Dispatches what can be dispatched on every subscription of `topic`.
+pub(crate) fn dispatch_all(topic: &mut Topic, conns: &Conns) {
+    let names: Vec<String> = topic.subscriptions.keys().cloned().collect();
+    for name in names {
+        dispatch(topic, &name, conns);
+    }
+}
+
+/// Dispatches what can be dispatched on subscription `sub_name` of `topic`.
+pub(crate) fn dispatch(topic: &mut Topic, sub_name: &str, conns: &Conns) {
+    if !topic.persistent {
+        return;
+    }
+    let source = Source {
+        ledger_id: topic.ledger_id,
+        partition: topic.partition,
+    };
+    let messages = &topic.messages;
+    let Some(sub) = topic.subscriptions.get_mut(sub_name) else {
+        return;
+    };
+    if sub.consumers.is_empty() {
+        return;
+    }
+    let key_shared = sub.sub_type == SubType::KeyShared;
+    let replay: Vec<u64> = sub.replay.iter().copied().collect();
+    for e in replay {
+        if sub.is_acked(e) || e as usize >= messages.len() {
+            sub.replay.remove(&e);
+            continue;
+        }
+        if deliver(sub, e, &messages[e as usize], &source, conns) {
+            sub.replay.remove(&e);
+        } else if !key_shared {
+            return;
+        }
+    }
+    while (sub.read_pos as usize) < messages.len() {
+        let e = sub.read_pos;
+        if sub.is_acked(e) || sub.pending.contains_key(&e) || sub.replay.contains(&e) {
+            sub.read_pos += 1;
+            continue;
+        }
+        if deliver(sub, e, &messages[e as usize], &source, conns) {
+            sub.read_pos += 1;
+        } else if key_shared {
+            sub.replay.insert(e);
+            sub.read_pos += 1;
+        } else {
+            return;
+        }
+    }
+}
+
+/// Sends entry `e` to the consumer the subscription type picks, if it has permits.
+fn deliver(
+    sub: &mut Subscription,
+    e: u64,
+    entry: &StoredEntry,
+    source: &Source,
+    conns: &Conns,
+) -> bool {
+    let Some(key) = pick_consumer(sub, entry) else {
+        return false;
+    };
+    let ack_set = sub.remaining(e).cloned();
+    let cost = ack_set.as_deref().map_or(entry.num_messages(), count_bits);
+    let redelivery_count = if sub.single_active() {
+        0
+    } else {
+        sub.redelivery_count(e)
+    };
+    let Some(consumer) = sub.consumer_mut(key) else {
+        return false;
+    };
+    if consumer.permits <= 0 {
+        return false;
+    }
+    consumer.permits -= i64::from(cost);
+    let epoch = consumer.epoch;
+    sub.pending.insert(e, key);
+    let id = wire::MessageIdData {
+        ledger_id: source.ledger_id,
+        entry_id: e,
+        partition: Some(source.partition),
+        ..Default::default()
+    };
+    let frame = message_frame(key.1, id, redelivery_count, ack_set, epoch, entry);
+    conns.send(key.0, frame);
+    true
+}
+
+/// The consumer an entry goes to, if any has permits (Key_Shared: the key's owner, permits or
+/// not; checked by the caller).
+fn pick_consumer(sub: &mut Subscription, entry: &StoredEntry) -> Option<ConsumerKey> {
+    match sub.sub_type {
+        SubType::Exclusive | SubType::Failover => sub.active,
+        SubType::Shared => sub.next_shared(),
+        SubType::KeyShared => sub.key_owner(entry.sticky_key()),
+    }
+}
+
+/// Non-persistent topics: sends a just-published entry to one consumer with permits on each
+/// subscription (chosen as for a persistent topic), with message id `(0, 0)`; subscriptions
+/// without such a consumer drop it. Nothing is stored or tracked for redelivery.
+pub(crate) fn dispatch_transient(topic: &mut Topic, entry: &StoredEntry, conns: &Conns) {
+    for sub in topic.subscriptions.values_mut() {
+        let Some(key) = pick_consumer(sub, entry) else {
+            continue;
+        };
+        let Some(consumer) = sub.consumer_mut(key) else {
+            continue;
+        };
+        if consumer.permits <= 0 {
+            continue;
+        }
+        consumer.permits -= i64::from(entry.num_messages());
+        let id = wire::MessageIdData {
+            ledger_id: 0,
+            entry_id: 0,
+            partition: Some(topic.partition),
+            ..Default::default()
+        };
+        conns.send(
+            key.0,
+            message_frame(key.1, id, 0, None, consumer.epoch, entry),
+        );
+    }
+}
+
+/// A MESSAGE frame.
+fn message_frame(
+    consumer_id: u64,
+    message_id: wire::MessageIdData,
+    redelivery_count: u32,
+    ack_set: Option<Vec<i64>>,
+    consumer_epoch: Option<u64>,
+    entry: &StoredEntry,
+) -> Frame {
+    let command = wire::BaseCommand {
+        r#type: Type::Message as i32,
+        message: Some(wire::CommandMessage {
+            consumer_id,
+            message_id,
+            redelivery_count: Some(redelivery_count),
+            ack_set: ack_set.unwrap_or_default(),
+            consumer_epoch,
+        }),
+        ..Default::default()
+    };
+    Frame::with_payload(command, entry.metadata.clone(), entry.payload.clone())
+}
+
+/// Exclusive/Failover: re-picks the active consumer after consumers changed. When it changes,
+/// the previous active consumer's unacknowledged entries go back for redelivery (upstream
+/// rewinds the cursor) and, on Failover, every consumer learns who is active
+/// (ACTIVE_CONSUMER_CHANGE). When it does not, a just `added` Failover consumer alone learns
+/// it is not active.
+pub(crate) fn update_active(
+    sub: &mut Subscription,
+    partition: i32,
+    added: Option<ConsumerKey>,
+    conns: &Conns,
+) {
+    if !sub.single_active() {
+        sub.active = None;
+        return;
+    }
+    let new = sub.pick_active(partition);
+    let old = sub.active;
+    let failover = sub.sub_type == SubType::Failover;
+    if new != old {
+        sub.active = new;
+        if let Some(old) = old {
+            sub.return_pending_of(old, false);
+        }
+        if failover {
+            for c in &sub.consumers {
+                conns.send(c.key.0, active_change(c.key.1, Some(c.key) == new));
+            }
+        }
+    } else if let (true, Some(added)) = (failover, added) {
+        conns.send(added.0, active_change(added.1, Some(added) == new));
+    }
+}
+
+/// An ACTIVE_CONSUMER_CHANGE frame.
+fn active_change(consumer_id: u64, is_active: bool) -> Frame {
+    Frame::simple(wire::BaseCommand {
+        r#type: Type::ActiveConsumerChange as i32,
+        active_consumer_change: Some(wire::CommandActiveConsumerChange {
+            consumer_id,
+            is_active: Some(is_active),
+        }),
+        ..Default::default()
+    })
+}

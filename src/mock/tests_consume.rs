@@ -1,0 +1,379 @@
+//! The in-memory broker, consumer side: subscriptions, dispatch, acks, redelivery, seek.
+
+use super::tests_support::{eventually, metadata, subscribe_cmd, Client, TOPIC};
+use super::wire::{self, base_command::Type, command_subscribe::SubType};
+use super::*;
+
+/// A broker with `n` messages on TOPIC (sequence ids 0.., partition keys "k0", "k1", ...
+/// alternating with `keys` distinct keys).
+async fn broker_with(n: u64, keys: u64) -> (MockBroker, Client) {
+    let broker = MockBroker::start().await.unwrap();
+    let mut producer = Client::connect(&broker).await;
+    producer.producer(TOPIC, 1).await;
+    for seq in 0..n {
+        let key = format!("k{}", seq % keys.max(1));
+        producer
+            .publish(1, metadata("p", seq, Some(&key)), b"m")
+            .await;
+    }
+    (broker, producer)
+}
+
+fn id(entry: u64) -> wire::MessageIdData {
+    wire::MessageIdData {
+        ledger_id: 1,
+        entry_id: entry,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn dispatch_respects_permits_and_initial_position() {
+    let (broker, mut producer) = broker_with(3, 1).await;
+    let mut c = Client::connect(&broker).await;
+    c.subscribe(TOPIC, "early", SubType::Exclusive, 1).await;
+    c.flow(1, 2).await;
+    let got = c.messages(2).await;
+    assert_eq!(got.iter().map(|d| d.entry()).collect::<Vec<_>>(), [0, 1]);
+    assert_eq!(got[0].message.consumer_id, 1);
+    assert_eq!(got[0].message.redelivery_count, Some(0));
+    assert_eq!(got[0].message.message_id.ledger_id, 1);
+    assert_eq!(got[0].message.message_id.partition, Some(-1));
+    assert_eq!(got[1].metadata.sequence_id, 1);
+    assert_eq!(got[1].payload, &b"m"[..]);
+    c.quiet().await;
+    c.flow(1, 5).await;
+    assert_eq!(c.message().await.entry(), 2);
+
+    // Latest: only what is published afterwards; new messages reach waiting consumers.
+    let mut sub = subscribe_cmd(TOPIC, "late", SubType::Exclusive, 2, 50);
+    sub.initial_position = Some(wire::command_subscribe::InitialPosition::Latest as i32);
+    sub.subscription_properties = vec![wire::KeyValue {
+        key: "a".into(),
+        value: "b".into(),
+    }];
+    assert_eq!(c.subscribe_with(sub).await.r#type, Type::Success as i32);
+    c.flow(2, 10).await;
+    c.quiet().await;
+    producer.publish(1, metadata("p", 3, None), b"new").await;
+    let mut got = [c.message().await, c.message().await];
+    got.sort_by_key(|d| d.message.consumer_id);
+    assert_eq!((got[0].entry(), got[1].entry()), (3, 3));
+    assert_eq!(got[1].payload, &b"new"[..]);
+    assert_eq!(broker.subscriptions(TOPIC), ["early", "late"]);
+    assert_eq!(
+        broker.subscription_properties(TOPIC, "late"),
+        Some(vec![("a".to_owned(), "b".to_owned())])
+    );
+    assert_eq!(broker.consumers(TOPIC, "early"), 1);
+}
+
+#[tokio::test]
+async fn shared_splits_and_exclusive_refuses() {
+    let (broker, _producer) = broker_with(4, 1).await;
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+    b.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+    a.flow(1, 10).await;
+    eventually(|| broker.subscription_backlog(TOPIC, "s") == 4).await;
+    // `a` had all the permits so far.
+    assert_eq!(a.messages(4).await.len(), 4);
+    a.redeliver(1, vec![]).await;
+    b.flow(1, 10).await;
+    // Redelivered round robin between both consumers with permits.
+    let (mut from_a, mut from_b) = (0, 0);
+    for _ in 0..4 {
+        tokio::select! {
+            d = a.message() => { from_a += 1; assert_eq!(d.message.redelivery_count, Some(1)); }
+            d = b.message() => { from_b += 1; assert_eq!(d.message.redelivery_count, Some(1)); }
+        }
+    }
+    assert_eq!(from_a + from_b, 4);
+    assert!(from_a > 0 && from_b > 0, "{from_a} / {from_b}");
+
+    // Exclusive: a second consumer is refused, as is another type on a busy subscription.
+    a.subscribe(TOPIC, "x", SubType::Exclusive, 2).await;
+    let resp = b
+        .subscribe_with(subscribe_cmd(TOPIC, "x", SubType::Exclusive, 2, 7))
+        .await;
+    let err = resp.error.unwrap();
+    assert_eq!(
+        (err.request_id, ServerError::from_code(err.error)),
+        (7, ServerError::ConsumerBusy)
+    );
+    let resp = b
+        .subscribe_with(subscribe_cmd(TOPIC, "s", SubType::Failover, 3, 8))
+        .await;
+    assert_eq!(
+        ServerError::from_code(resp.error.unwrap().error),
+        ServerError::ConsumerBusy
+    );
+    assert_eq!(broker.consumers(TOPIC, "x"), 1);
+}
+
+#[tokio::test]
+async fn failover_switches_active_consumer() {
+    let (broker, _producer) = broker_with(3, 1).await;
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "f", SubType::Failover, 1).await; // consumer-1: sorts first
+    let change = a.raw.expect(Type::ActiveConsumerChange).await;
+    assert_eq!(change.active_consumer_change.unwrap().is_active, Some(true));
+    b.subscribe(TOPIC, "f", SubType::Failover, 2).await;
+    let change = b.raw.expect(Type::ActiveConsumerChange).await;
+    let change = change.active_consumer_change.unwrap();
+    assert_eq!((change.consumer_id, change.is_active), (2, Some(false)));
+
+    a.flow(1, 10).await;
+    b.flow(2, 10).await;
+    let got = a.messages(3).await;
+    a.ack(1, vec![got[0].message.message_id.clone()], false)
+        .await;
+    b.quiet().await;
+
+    // The active consumer leaves: `b` becomes active and gets the unacknowledged ones.
+    a.close_consumer(1).await.success.unwrap();
+    let change = b.raw.expect(Type::ActiveConsumerChange).await;
+    assert_eq!(change.active_consumer_change.unwrap().is_active, Some(true));
+    let again = b.messages(2).await;
+    assert_eq!(again.iter().map(|d| d.entry()).collect::<Vec<_>>(), [1, 2]);
+    // Exclusive/Failover do not count redeliveries (upstream disables the tracker).
+    assert_eq!(again[0].message.redelivery_count, Some(0));
+}
+
+#[tokio::test]
+async fn key_shared_keeps_keys_on_one_consumer() {
+    let (broker, _producer) = broker_with(12, 4).await;
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "k", SubType::KeyShared, 1).await;
+    b.subscribe(TOPIC, "k", SubType::KeyShared, 1).await;
+    a.flow(1, 100).await;
+    b.flow(1, 100).await;
+    let mut owner: std::collections::HashMap<String, u8> = Default::default();
+    let mut seen = 0;
+    while seen < 12 {
+        let (who, d) = tokio::select! {
+            d = a.message() => (0, d),
+            d = b.message() => (1, d),
+        };
+        let key = d.metadata.partition_key.clone().unwrap();
+        assert_eq!(*owner.entry(key).or_insert(who), who, "key moved");
+        seen += 1;
+    }
+    assert_eq!(owner.len(), 4);
+}
+
+#[tokio::test]
+async fn acks_individual_cumulative_and_responses() {
+    let (broker, _producer) = broker_with(5, 1).await;
+    let mut c = Client::connect(&broker).await;
+    c.subscribe(TOPIC, "s", SubType::Exclusive, 1).await;
+    c.flow(1, 10).await;
+    c.messages(5).await;
+    assert_eq!(broker.subscription_backlog(TOPIC, "s"), 5);
+    c.ack(1, vec![id(3)], false).await;
+    c.ack(1, vec![id(1)], true).await;
+    // With a request id the ack is answered.
+    let resp = c
+        .request(wire::BaseCommand {
+            r#type: Type::Ack as i32,
+            ack: Some(wire::CommandAck {
+                consumer_id: 1,
+                message_id: vec![id(4)],
+                request_id: Some(77),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+    let resp = resp.ack_response.unwrap();
+    assert_eq!(
+        (resp.consumer_id, resp.request_id, resp.error),
+        (1, Some(77), None)
+    );
+    assert_eq!(broker.subscription_backlog(TOPIC, "s"), 1);
+    // Only entry 2 comes back.
+    c.redeliver(1, vec![]).await;
+    assert_eq!(c.message().await.entry(), 2);
+    c.quiet().await;
+}
+
+#[tokio::test]
+async fn redelivery_counts_and_disconnects() {
+    let (broker, _producer) = broker_with(3, 1).await;
+    let mut a = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+    a.flow(1, 10).await;
+    a.messages(3).await;
+    // Redeliver one by id, twice.
+    for count in 1..=2 {
+        a.redeliver(1, vec![id(1)]).await;
+        let d = a.message().await;
+        assert_eq!((d.entry(), d.message.redelivery_count), (1, Some(count)));
+    }
+    // A disconnect hands the unacknowledged to another consumer, counts unchanged.
+    let mut b = Client::connect(&broker).await;
+    b.subscribe(TOPIC, "s", SubType::Shared, 5).await;
+    b.flow(5, 10).await;
+    b.quiet().await;
+    drop(a);
+    let mut got: Vec<(u64, u32)> = b
+        .messages(3)
+        .await
+        .iter()
+        .map(|d| (d.entry(), d.message.redelivery_count.unwrap()))
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, [(0, 0), (1, 2), (2, 0)]);
+    assert_eq!(broker.consumers(TOPIC, "s"), 1);
+}
+
+#[tokio::test]
+async fn unsubscribe_needs_to_be_alone() {
+    let (broker, _producer) = broker_with(1, 1).await;
+    let mut a = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+    a.subscribe(TOPIC, "s", SubType::Shared, 2).await;
+    let resp = a.unsubscribe(1).await;
+    assert_eq!(
+        ServerError::from_code(resp.error.unwrap().error),
+        ServerError::ConsumerBusy
+    );
+    a.close_consumer(2).await.success.unwrap();
+    a.unsubscribe(1).await.success.unwrap();
+    assert!(broker.subscriptions(TOPIC).is_empty());
+    // The consumer is gone too.
+    let resp = a.unsubscribe(1).await;
+    assert_eq!(
+        ServerError::from_code(resp.error.unwrap().error),
+        ServerError::ConsumerNotFound
+    );
+}
+
+#[tokio::test]
+async fn batches_cost_their_messages_and_ack_by_index() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut p = Client::connect(&broker).await;
+    p.producer(TOPIC, 1).await;
+    let mut batch = metadata("p", 0, None);
+    batch.num_messages_in_batch = Some(3);
+    p.publish(1, batch, b"bbb").await;
+    for seq in 3..5 {
+        p.publish(1, metadata("p", seq, None), b"m").await;
+    }
+    let mut c = Client::connect(&broker).await;
+    let last = {
+        c.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+        c.last_message_id(1).await.last_message_id
+    };
+    assert_eq!((last.entry_id, last.batch_index), (2, None));
+    c.flow(1, 4).await; // the batch (3), then one message
+    let got = c.messages(2).await;
+    assert_eq!(got[0].metadata.num_messages_in_batch, Some(3));
+    assert_eq!(got[1].entry(), 1);
+    c.quiet().await;
+    // Ack messages 0 and 2 of the batch: redelivered with the remaining one marked.
+    let mut partial = id(0);
+    partial.ack_set = vec![0b010];
+    c.ack(1, vec![partial], false).await;
+    c.redeliver(1, vec![id(0)]).await;
+    c.flow(1, 1).await;
+    let d = c.message().await;
+    assert_eq!((d.entry(), d.message.ack_set.clone()), (0, vec![0b010]));
+    let mut rest = id(0);
+    rest.ack_set = vec![0b101];
+    c.ack(1, vec![rest, id(1)], false).await;
+    eventually(|| broker.subscription_backlog(TOPIC, "s") == 1).await;
+}
+
+#[tokio::test]
+async fn last_message_id_of_empty_and_batch_topics() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut c = Client::connect(&broker).await;
+    c.subscribe(TOPIC, "s", SubType::Exclusive, 1).await;
+    let resp = c.last_message_id(1).await;
+    assert_eq!(resp.last_message_id.entry_id as i64, -1);
+    assert_eq!(resp.last_message_id.ledger_id, 1);
+    let mut batch = metadata("p", 0, None);
+    batch.num_messages_in_batch = Some(5);
+    c.producer(TOPIC, 1).await;
+    c.publish(1, batch, b"b").await;
+    let resp = c.last_message_id(1).await;
+    assert_eq!(
+        (
+            resp.last_message_id.entry_id,
+            resp.last_message_id.batch_index
+        ),
+        (0, Some(4))
+    );
+    assert_eq!(
+        resp.consumer_mark_delete_position.unwrap().entry_id as i64,
+        -1
+    );
+}
+
+#[tokio::test]
+async fn seek_resets_the_cursor_and_disconnects_consumers() {
+    let (broker, _producer) = broker_with(4, 1).await;
+    let mut c = Client::connect(&broker).await;
+    c.subscribe(TOPIC, "s", SubType::Exclusive, 1).await;
+    c.flow(1, 10).await;
+    let got = c.messages(4).await;
+    c.ack(1, vec![got[3].message.message_id.clone()], true)
+        .await;
+    let resp = c
+        .seek(wire::CommandSeek {
+            consumer_id: 1,
+            request_id: 5,
+            message_id: Some(id(1)),
+            ..Default::default()
+        })
+        .await;
+    assert_eq!(resp.success.unwrap().request_id, 5);
+    let closed = c
+        .raw
+        .expect(Type::CloseConsumer)
+        .await
+        .close_consumer
+        .unwrap();
+    assert_eq!(closed.consumer_id, 1);
+    assert_eq!(broker.consumers(TOPIC, "s"), 0);
+    assert_eq!(broker.subscription_backlog(TOPIC, "s"), 3);
+    c.subscribe(TOPIC, "s", SubType::Exclusive, 1).await;
+    c.flow(1, 10).await;
+    let again = c.messages(3).await;
+    assert_eq!(
+        again.iter().map(|d| d.entry()).collect::<Vec<_>>(),
+        [1, 2, 3]
+    );
+
+    // By publish time (message n was published at 1000 + n).
+    let resp = c
+        .seek(wire::CommandSeek {
+            consumer_id: 1,
+            request_id: 6,
+            message_publish_time: Some(1_003),
+            ..Default::default()
+        })
+        .await;
+    resp.success.unwrap();
+    c.raw.expect(Type::CloseConsumer).await;
+    assert_eq!(broker.subscription_backlog(TOPIC, "s"), 1);
+}
+
+#[tokio::test]
+async fn non_durable_readers_start_after_the_given_id() {
+    let (broker, _producer) = broker_with(4, 1).await;
+    let mut c = Client::connect(&broker).await;
+    let mut reader = subscribe_cmd(TOPIC, "reader", SubType::Exclusive, 1, 9);
+    reader.durable = Some(false);
+    reader.start_message_id = Some(id(1));
+    c.subscribe_with(reader).await.success.unwrap();
+    c.flow(1, 10).await;
+    let got = c.messages(2).await;
+    assert_eq!((got[0].entry(), got[1].entry()), (2, 3));
+    c.close_consumer(1).await;
+    assert!(broker.subscriptions(TOPIC).is_empty());
+}
