@@ -72,6 +72,7 @@ pub(crate) struct AckFlush {
 }
 
 impl AckFlush {
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.individual.is_empty() && self.cumulative.is_none()
     }

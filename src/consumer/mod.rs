@@ -409,7 +409,6 @@ async fn spawn_partition(
     let (conn, events) = task::connect_and_subscribe(client, &params, deadline).await?;
     let (ops_tx, ops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
-        topic: topic.clone(),
         epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
         last_dequeued: Mutex::new(None),

@@ -57,7 +57,6 @@ pub(crate) enum Item {
 /// State shared between a partition's task and the consumer handle.
 #[derive(Debug)]
 pub(crate) struct PartitionShared {
-    pub topic: TopicName,
     pub epoch: AtomicU64,
     pub consumed: AtomicU32,
     pub last_dequeued: Mutex<Option<MessageId>>,

@@ -1,0 +1,86 @@
+//! Receives `count` messages, acks each, and prints one JSON line per message.
+//!
+//! cargo run --example consume -- --url pulsar://127.0.0.1:6650 --topic T --subscription S
+//!   [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest]
+//!   --count N [--timeout-secs S]
+
+mod common;
+
+use std::time::Duration;
+
+use base64::Engine as _;
+use common::{die, fail, Args};
+use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+
+const USAGE: &str = "usage: consume --url U --topic T --subscription S \
+[--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest] --count N \
+[--timeout-secs S]";
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse(USAGE, &[]);
+    let topic = args.required(USAGE, "topic");
+    let subscription = args.required(USAGE, "subscription");
+    let count: usize = args.number(USAGE, "count", 0);
+    if args.get("count").is_none() {
+        fail(USAGE, "--count is required");
+    }
+    let timeout = Duration::from_secs(args.number(USAGE, "timeout-secs", 30));
+    let sub_type = match args.get("type").unwrap_or("exclusive") {
+        "exclusive" => SubscriptionType::Exclusive,
+        "shared" => SubscriptionType::Shared,
+        "failover" => SubscriptionType::Failover,
+        "key_shared" => SubscriptionType::KeyShared,
+        other => fail(USAGE, &format!("unknown --type `{other}`")),
+    };
+    let position = match args.get("initial-position").unwrap_or("latest") {
+        "earliest" => InitialPosition::Earliest,
+        "latest" => InitialPosition::Latest,
+        other => fail(USAGE, &format!("unknown --initial-position `{other}`")),
+    };
+    let client = Client::builder()
+        .service_url(args.url())
+        .build()
+        .unwrap_or_else(|e| die(e));
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription(subscription)
+        .subscription_type(sub_type)
+        .initial_position(position)
+        .subscribe()
+        .await
+        .unwrap_or_else(|e| die(e));
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut received = 0;
+    while received < count {
+        let msg = match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(m)) => m,
+            Ok(Err(e)) => die(e),
+            Err(_) => {
+                eprintln!("error: only {received} of {count} messages arrived within {timeout:?}");
+                std::process::exit(1);
+            }
+        };
+        let mut line = serde_json::json!({
+            "topic": msg.topic.to_string(),
+            "message_id": msg.id.to_string(),
+            "key": msg.key,
+            "properties": msg.properties,
+            "event_time": msg.event_time,
+            "publish_time": msg.publish_time,
+            "redelivery_count": msg.redelivery_count,
+        });
+        match msg.payload_str() {
+            Some(s) => line["payload"] = s.into(),
+            None => {
+                line["payload_b64"] = base64::engine::general_purpose::STANDARD
+                    .encode(&msg.payload)
+                    .into()
+            }
+        }
+        println!("{line}");
+        consumer.ack(&msg).unwrap_or_else(|e| die(e));
+        received += 1;
+    }
+    consumer.close().await.unwrap_or_else(|e| die(e));
+}
