@@ -92,6 +92,12 @@ impl Conns {
         self.map.keys().copied()
     }
 
+    /// Whether connection `id` is registered and its session still running (a session that
+    /// ended but is not yet cleaned up is not live: upstream's `checkConnectionLiveness`).
+    pub(crate) fn is_live(&self, id: ConnectionId) -> bool {
+        self.map.get(&id).is_some_and(|c| !c.tx.is_closed())
+    }
+
     /// Queues `frame` for connection `id`; `false` if the connection is gone.
     pub(crate) fn send(&self, id: ConnectionId, frame: Frame) -> bool {
         self.map.get(&id).is_some_and(|c| c.tx.send(frame).is_ok())

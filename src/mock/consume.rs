@@ -41,6 +41,23 @@ pub(crate) fn subscribe(
             "Consumer is already present on the connection",
         ));
     }
+    // A consumer whose connection died but is not cleaned up yet does not hold the
+    // subscription (upstream checks the liveness of the exclusive consumer's connection).
+    let dead: Vec<ConsumerKey> = state
+        .topics
+        .get(&topic_name)
+        .and_then(|t| t.subscriptions.get(&cmd.subscription))
+        .map(|sub| {
+            sub.consumers
+                .iter()
+                .map(|c| c.key)
+                .filter(|k| !state.conns.is_live(k.0))
+                .collect()
+        })
+        .unwrap_or_default();
+    for key in dead {
+        remove_consumer(state, key);
+    }
     if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
         return Step::Reply(error(
             rid,

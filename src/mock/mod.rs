@@ -7,10 +7,22 @@
 //! table the test fills, and PING with PONG. Requests it does not implement yet are refused with
 //! an ERROR carrying their request id, as a broker refuses what it cannot serve.
 //!
+//! It is also an in-memory broker, so one protocol-level test can run against it and against
+//! a real broker: topics (auto-created) store what producers send (kept forever; a batch is
+//! one entry) and answer with receipts; subscriptions keep a cursor and dispatch to consumers
+//! by their flow permits and subscription type (Exclusive, Failover with
+//! ACTIVE_CONSUMER_CHANGE, Shared round robin, Key_Shared by key hash), take individual,
+//! batch-index and cumulative acks, redeliver (on request, or when a consumer leaves), seek,
+//! unsubscribe and answer GET_LAST_MESSAGE_ID. Non-persistent topics store nothing. What it
+//! holds is visible through the admin methods ([`MockBroker::topic_messages`],
+//! [`MockBroker::subscription_backlog`], ...). The exact behaviours, and where they simplify
+//! upstream Apache Pulsar, are documented in the `produce`, `consume`, `dispatch` and
+//! `subscription` modules.
+//!
 //! For assertions it records every command it decodes ([`MockBroker::received`],
 //! [`MockBroker::wait_for_command`]). For scripting it pushes any command to a chosen connection
 //! ([`MockBroker::push`]). For fault injection it drops connections, stops answering, or delays
-//! responses.
+//! responses (receipts and other responses are delayed; dispatched messages are not).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -29,7 +41,10 @@
 //! ([`MockBroker::start`], [`MockBroker::connect_duplex`]) must run inside a tokio runtime.
 //!
 //! Layout: `session` (one task per connection), `handlers` (what a broker answers, as pure
-//! functions), `state` (what the broker knows: topics, lookup rules), `record` (the command log).
+//! functions; producers in `produce`, consumers in `consume`), `state` (what the broker knows:
+//! topics, lookup rules, connections), `topic` and `subscription` (stored entries, cursors),
+//! `dispatch` (messages to consumers), `conns` (the registry of live connections and their
+//! producers and consumers), `admin` (the test-facing view), `record` (the command log).
 
 mod admin;
 mod conns;
@@ -319,15 +334,23 @@ impl MockBroker {
     }
 
     /// Closes connection `conn` (the client sees the socket closed, without any command).
-    /// Returns `false` if it was already gone.
+    /// Returns `false` if it was already gone. Its producers and consumers are detached before
+    /// this returns (a consumer's unacknowledged messages go to the other consumers).
     pub fn drop_connection(&self, conn: ConnectionId) -> bool {
         let removed = lock(&self.shared().connections).live.remove(&conn);
+        handlers::connection_closed(&mut lock(&self.shared().state), conn);
         removed.is_some() // dropping its control closes the session
     }
 
-    /// Closes every live connection; the broker keeps accepting new ones.
+    /// Closes every live connection; the broker keeps accepting new ones. Their producers and
+    /// consumers are detached before this returns.
     pub fn drop_all_connections(&self) {
         let live = std::mem::take(&mut lock(&self.shared().connections).live);
+        let mut state = lock(&self.shared().state);
+        for id in live.keys() {
+            handlers::connection_closed(&mut state, *id);
+        }
+        drop(state);
         drop(live);
     }
 

@@ -51,7 +51,26 @@ pub(crate) fn producer(
         let name = topic.producers[&(view.conn, cmd.producer_id)].name.clone();
         return Step::Reply(producer_success(rid, topic, &name, true, None));
     }
+    // Producers whose connection died but is not cleaned up yet, or that the new one succeeds
+    // (same name, higher epoch), are replaced (upstream `tryOverwriteOldProducer`).
     let given = cmd.producer_name.clone().filter(|n| !n.is_empty());
+    let stale: Vec<ProducerKey> = state
+        .topics
+        .get(&topic_name)
+        .map(|t| {
+            t.producers
+                .iter()
+                .filter(|(k, p)| {
+                    !state.conns.is_live(k.0)
+                        || (given.as_deref() == Some(p.name.as_str()) && cmd.epoch() > p.epoch)
+                })
+                .map(|(k, _)| *k)
+                .collect()
+        })
+        .unwrap_or_default();
+    for key in stale {
+        remove_producer(state, key);
+    }
     let name = given
         .clone()
         .unwrap_or_else(|| state.generate_producer_name());
@@ -103,6 +122,7 @@ pub(crate) fn producer(
                     key,
                     request_id: rid,
                     name: name.clone(),
+                    epoch: cmd.epoch(),
                 });
                 let reply = producer_success(rid, topic, &name, false, None);
                 register(state, key, &topic_name, false);
@@ -127,6 +147,7 @@ pub(crate) fn producer(
         ProducerInfo {
             name: name.clone(),
             access_mode: mode,
+            epoch: cmd.epoch(),
         },
     );
     let reply = producer_success(rid, topic, &name, true, epoch);
@@ -309,6 +330,7 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
         ProducerInfo {
             name: next.name.clone(),
             access_mode: ProducerAccessMode::WaitForExclusive,
+            epoch: next.epoch,
         },
     );
     let granted = producer_success(

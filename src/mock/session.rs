@@ -1,5 +1,5 @@
 //! One task per accepted connection: it owns the framed socket, records every decoded command,
-//! asks [`handlers`](super::handlers) for the answer and applies the injected faults.
+//! asks [`handlers`] for the answer and applies the injected faults.
 //!
 //! The test-facing handle reaches a session only through its [`SessionControl`]: an unbounded
 //! channel of frames to push, and a kill switch (dropping it closes the connection). The broker

@@ -118,6 +118,9 @@ impl Subscription {
     /// Entries not yet acknowledged, out of `len` stored (a partly acknowledged batch counts
     /// as one, like upstream's entry backlog).
     pub(crate) fn backlog(&self, len: u64) -> usize {
+        if self.ack_floor >= len {
+            return 0;
+        }
         let above = self.acked.range(self.ack_floor..len).count() as u64;
         len.saturating_sub(self.ack_floor).saturating_sub(above) as usize
     }

@@ -76,11 +76,11 @@ async fn shared_splits_and_exclusive_refuses() {
     a.subscribe(TOPIC, "s", SubType::Shared, 1).await;
     b.subscribe(TOPIC, "s", SubType::Shared, 1).await;
     a.flow(1, 10).await;
-    eventually(|| broker.subscription_backlog(TOPIC, "s") == 4).await;
-    // `a` had all the permits so far.
+    // `a` has all the permits so far.
     assert_eq!(a.messages(4).await.len(), 4);
-    a.redeliver(1, vec![]).await;
     b.flow(1, 10).await;
+    b.last_message_id(1).await; // FLOW handled
+    a.redeliver(1, vec![]).await;
     // Redelivered round robin between both consumers with permits.
     let (mut from_a, mut from_b) = (0, 0);
     for _ in 0..4 {
@@ -376,4 +376,22 @@ async fn non_durable_readers_start_after_the_given_id() {
     assert_eq!((got[0].entry(), got[1].entry()), (2, 3));
     c.close_consumer(1).await;
     assert!(broker.subscriptions(TOPIC).is_empty());
+}
+
+#[tokio::test]
+async fn a_dropped_connection_frees_the_exclusive_subscription_at_once() {
+    let (broker, _producer) = broker_with(2, 1).await;
+    let mut a = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "x", SubType::Exclusive, 1).await;
+    a.flow(1, 1).await;
+    assert_eq!(a.message().await.entry(), 0);
+    let conn = *broker.connections().last().unwrap();
+    assert!(broker.drop_connection(conn));
+    assert_eq!(broker.consumers(TOPIC, "x"), 0);
+    let mut b = Client::connect(&broker).await;
+    b.subscribe(TOPIC, "x", SubType::Exclusive, 1).await;
+    b.flow(1, 5).await;
+    let got = b.messages(2).await;
+    assert_eq!((got[0].entry(), got[1].entry()), (0, 1));
+    assert!(a.raw.is_closed().await);
 }

@@ -62,6 +62,8 @@ pub(crate) struct ProducerInfo {
     pub(crate) name: String,
     /// Its access mode.
     pub(crate) access_mode: wire::ProducerAccessMode,
+    /// The `epoch` it was created with (bumped by clients on each reconnect).
+    pub(crate) epoch: u64,
 }
 
 /// A `WaitForExclusive` producer queued until the topic has no other producer.
@@ -73,6 +75,8 @@ pub(crate) struct WaitingProducer {
     pub(crate) request_id: u64,
     /// Its name.
     pub(crate) name: String,
+    /// Its `epoch`.
+    pub(crate) epoch: u64,
 }
 
 /// One topic (a partition of a partitioned topic is an ordinary topic).
