@@ -48,6 +48,8 @@ pub(crate) enum ConsumerOp {
 
 /// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
 /// from before a reconnect or seek can be discarded.
+// Nearly every item is a message: boxing it would cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Item {
     Message(Message),
