@@ -251,6 +251,11 @@ impl Client {
         self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// The connection to a broker named by URL (PIP-307 assigned broker), without lookup.
+    pub(crate) async fn connection_to(&self, broker: &ServiceUrl) -> Result<Connection> {
+        self.inner.pool.get(broker, broker.first_host()).await
+    }
+
     /// The connection to the broker serving `topic` (lookup, then the pool).
     pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
         let found = self.inner.lookup.lookup(topic).await?;

@@ -21,6 +21,7 @@ pub mod compression;
 pub mod connection;
 pub mod consumer;
 pub mod error;
+pub mod lifecycle;
 pub mod lookup;
 pub mod message;
 pub mod message_id;
@@ -43,6 +44,7 @@ pub use consumer::{
     SubscriptionMode, SubscriptionType,
 };
 pub use error::{Error, Result, ServerError};
+pub use lifecycle::State;
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::MessageId;

@@ -31,6 +31,8 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
+use crate::lifecycle::{Event, Lifecycle, State};
+use crate::producer::task_support::GroupClose;
 use acks::{AckTracker, NackTracker};
 use task::{ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams};
 
@@ -158,6 +160,7 @@ impl Consumer {
             .consumer_name
             .clone()
             .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
+        let group = GroupClose::new();
         let mut shared = Vec::new();
         let mut failure = None;
         let creates = names.iter().enumerate().map(|(index, (t, partition))| {
@@ -170,6 +173,7 @@ impl Consumer {
                 &consumer_name,
                 durable,
                 tx.clone(),
+                &group,
             )
         });
         for r in futures::future::join_all(creates).await {
@@ -333,6 +337,18 @@ impl Consumer {
         Ok(out)
     }
 
+    /// The consumer's lifecycle state (aggregated over partitions like
+    /// [`crate::Producer::state`]).
+    pub fn state(&self) -> State {
+        let states: Vec<State> = self.partitions.iter().map(|p| *p.state.borrow()).collect();
+        crate::producer::aggregate_state(&states)
+    }
+
+    /// Watches the lifecycle state (of the first partition; partitions close together).
+    pub fn state_changes(&self) -> watch::Receiver<State> {
+        self.partitions[0].state.clone()
+    }
+
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
     /// broker says). Wait for changes with `changed().await` on the receiver.
     pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
@@ -387,6 +403,7 @@ async fn spawn_partition(
     consumer_name: &str,
     durable: bool,
     out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    group: &GroupClose,
 ) -> Result<Arc<PartitionShared>> {
     let consumer_id = client.new_consumer_id();
     let start = options.start_message_id.map(|s| {
@@ -406,7 +423,9 @@ async fn spawn_partition(
         start: if durable { None } else { start },
     };
     let deadline = Instant::now() + client.operation_timeout();
-    let (conn, events) = task::connect_and_subscribe(client, &params, deadline).await?;
+    let life = Lifecycle::new("consumer", topic.to_string());
+    let (conn, events) = task::connect_and_subscribe(client, &params, deadline, None).await?;
+    life.apply(Event::Created);
     let (ops_tx, ops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
         epoch: AtomicU64::new(0),
@@ -414,6 +433,7 @@ async fn spawn_partition(
         last_dequeued: Mutex::new(None),
         ops: ops_tx,
         active: watch::Sender::new(None),
+        state: life.watch(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options.start_message_id.and_then(|s| {
@@ -443,6 +463,9 @@ async fn spawn_partition(
         nacks: NackTracker::default(),
         ack_deadline: None,
         skip_through,
+        assigned_broker: None,
+        life,
+        group: group.clone(),
     };
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
     let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);

@@ -11,9 +11,12 @@ use crate::client::Client;
 use crate::codec::Frame;
 use crate::connection::{Connection, EntityEvent, EntityKind};
 use crate::error::{Error, Result};
+use crate::lifecycle::{Event, Lifecycle};
 use crate::message::Message;
 use crate::message_id::MessageId;
+use crate::producer::task_support::{terminal_event, GroupClose};
 use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
 
 use super::acks::{AckFlush, AckTracker, NackTracker};
@@ -65,6 +68,8 @@ pub(crate) struct PartitionShared {
     pub ops: mpsc::UnboundedSender<ConsumerOp>,
     /// Failover: whether this consumer is the active one (None until the broker says).
     pub active: tokio::sync::watch::Sender<Option<bool>>,
+    /// The partition consumer's lifecycle state.
+    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
 }
 
 /// Whether subscriptions on `topic` are durable, applying PIP-245: on a non-persistent topic
@@ -150,11 +155,15 @@ pub(crate) async fn connect_and_subscribe(
     client: &Client,
     p: &SubscribeParams<'_>,
     deadline: Instant,
+    direct: Option<&ServiceUrl>,
 ) -> Result<(Connection, mpsc::Receiver<EntityEvent>)> {
     let mut backoff = client.backoff();
     loop {
         let attempt = async {
-            let conn = client.connection_for(p.topic).await?;
+            let conn = match direct {
+                Some(url) => client.connection_to(url).await?,
+                None => client.connection_for(p.topic).await?,
+            };
             let (tx, rx) = mpsc::channel(event_queue(p.opts));
             conn.register(EntityKind::Consumer, p.consumer_id, tx)?;
             let request_id = conn.new_request_id();
@@ -205,6 +214,10 @@ pub(crate) struct ConsumerTask {
     pub ack_deadline: Option<Instant>,
     /// Messages at or before this position are skipped (reader start, non-durable resume).
     pub skip_through: Option<MessageId>,
+    /// PIP-307: the broker to reconnect to directly, from CloseConsumer.
+    pub assigned_broker: Option<String>,
+    pub life: Lifecycle,
+    pub group: GroupClose,
 }
 
 type Reconnect = std::pin::Pin<
@@ -216,6 +229,7 @@ enum Wake {
     Event(Option<EntityEvent>),
     AckDue,
     NackDue,
+    GroupClosed(Error),
     Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>)>),
 }
 
@@ -230,6 +244,8 @@ impl ConsumerTask {
 
     pub(crate) async fn run(mut self) {
         let mut reconnect: Option<Reconnect> = None;
+        let mut group = self.group.clone();
+        let mut silent = false;
         let final_error = loop {
             if self.conn.is_none() && reconnect.is_none() {
                 reconnect = Some(Box::pin(self.reconnect_future()));
@@ -246,11 +262,15 @@ impl ConsumerTask {
                 op = self.ops.recv() => Wake::Op(op),
                 _ = sleep_until_opt(ack_deadline) => Wake::AckDue,
                 _ = sleep_until_opt(nack_deadline) => Wake::NackDue,
+                e = group.closed() => Wake::GroupClosed(e),
             };
             let step = match wake {
                 Wake::Op(Some(op)) => self.on_op(op).await,
                 // The consumer handle is gone: close.
-                Wake::Op(None) => Err(self.close().await.err().unwrap_or(Error::Closed)),
+                Wake::Op(None) => {
+                    self.life.apply(Event::CloseRequested);
+                    Err(self.close().await.err().unwrap_or(Error::Closed))
+                }
                 Wake::Event(Some(ev)) => self.on_event(ev).await,
                 Wake::Event(None) => {
                     self.lose_connection("connection dropped the consumer's channel");
@@ -265,20 +285,29 @@ impl ConsumerTask {
                     self.redeliver(due).await;
                     Ok(())
                 }
+                Wake::GroupClosed(e) => {
+                    // Another partition already reported it to the application.
+                    silent = true;
+                    Err(e)
+                }
                 Wake::Reconnected(Ok((conn, events))) => {
+                    self.life.apply(Event::Created);
                     tracing::info!(topic = %self.topic, "consumer re-subscribed");
                     self.conn = Some(conn);
                     self.events = Some(events);
                     Ok(())
                 }
-                Wake::Reconnected(Err(e)) if e.is_retriable() => Ok(()),
+                Wake::Reconnected(Err(e)) if e.is_retriable() => {
+                    self.life.apply(Event::RetriableError);
+                    Ok(())
+                }
                 Wake::Reconnected(Err(e)) => Err(e),
             };
             if let Err(e) = step {
                 break e;
             }
         };
-        self.shutdown(final_error);
+        self.shutdown(final_error, silent);
     }
 
     fn reconnect_future(&mut self) -> Reconnect {
@@ -305,10 +334,17 @@ impl ConsumerTask {
         let name = self.consumer_name.clone();
         let opts = self.opts.clone();
         let durable = self.durable;
+        let mut direct = self
+            .assigned_broker
+            .take()
+            .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         Box::pin(async move {
             let mut backoff = client.backoff();
             loop {
-                tokio::time::sleep(backoff.next_delay()).await;
+                if direct.is_none() {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                let target = direct.take();
                 let params = SubscribeParams {
                     topic: &topic,
                     consumer_id,
@@ -318,7 +354,7 @@ impl ConsumerTask {
                     start,
                 };
                 let deadline = Instant::now() + client.operation_timeout();
-                match connect_and_subscribe(&client, &params, deadline).await {
+                match connect_and_subscribe(&client, &params, deadline, target.as_ref()).await {
                     Ok(ok) => return Ok(ok),
                     Err(e) if e.is_retriable() => {
                         tracing::debug!(%topic, error = %e, "re-subscribe failed; retrying");
@@ -330,6 +366,7 @@ impl ConsumerTask {
     }
 
     fn lose_connection(&mut self, why: &str) {
+        self.life.apply(Event::ConnectionLost);
         if let Some(conn) = self.conn.take() {
             tracing::info!(topic = %self.topic, why, "consumer disconnected; reconnecting");
             conn.unregister(EntityKind::Consumer, self.consumer_id);
@@ -424,6 +461,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::Close(tx) => {
+                self.life.apply(Event::CloseRequested);
                 let r = self.close().await;
                 let _ = tx.send(r);
                 return Err(Error::Closed);
@@ -581,6 +619,10 @@ impl ConsumerTask {
                         topic: self.topic.to_string(),
                     });
                 }
+                self.life.apply(Event::BrokerClose {
+                    allow_reconnect: true,
+                });
+                self.assigned_broker = c.assigned_broker_service_url.filter(|u| !u.is_empty());
                 self.lose_connection("broker closed the consumer");
             }
             Ok(Type::ReachedEndOfTopic) => {
@@ -603,11 +645,18 @@ impl ConsumerTask {
         Ok(())
     }
 
-    fn shutdown(mut self, error: Error) {
+    fn shutdown(mut self, error: Error, silent: bool) {
         if let Some(conn) = self.conn.take() {
             conn.unregister(EntityKind::Consumer, self.consumer_id);
         }
-        if !matches!(error, Error::Closed) {
+        if matches!(error, Error::Closed) && self.life.state() != crate::lifecycle::State::Closing {
+            self.life.apply(Event::CloseRequested);
+        }
+        self.life.apply(terminal_event(&error));
+        if matches!(error, Error::ClosedByBroker { .. }) {
+            self.group.close_all(&error);
+        }
+        if !matches!(error, Error::Closed) && !silent {
             tracing::warn!(topic = %self.topic, %error, "consumer closed");
             self.emit(Item::Error(error));
         }

@@ -1,11 +1,14 @@
 //! The broker's state: what a real broker keeps in its metadata store and its topic registry.
 //!
-//! One [`BrokerState`] per mock broker, behind a `std::sync::Mutex` that is never held across an
-//! `.await`. It is plain data with synchronous methods, so the command handlers
-//! ([`super::handlers`]) stay pure functions of (state, command) and are testable without a
-//! socket. Topics (with their messages and subscriptions) live in [`TopicTable`], the live
-//! connections (with their producers and consumers) in [`Conns`]; namespaces and policies will
-//! sit beside them, and admin operations are methods on [`BrokerState`].
+//! One [`BrokerState`] per cluster: a lone mock broker has its own; brokers started with
+//! [`MockBroker::start_cluster`](super::MockBroker::start_cluster) share one, as the brokers of
+//! a real cluster share the metadata store and the storage. It sits behind a
+//! `std::sync::Mutex` that is never held across an `.await`. It is plain data with synchronous
+//! methods, so the command handlers ([`super::handlers`]) stay pure functions of (state,
+//! command) and are testable without a socket. Topics (with their messages and subscriptions)
+//! and namespaces live in [`TopicTable`], the live connections of every broker (with their
+//! producers and consumers) in [`Conns`]. What is per broker (lookup rules) is keyed by the
+//! broker's service URL.
 //!
 //! Lock order: the registry of sessions (`Shared::connections`) may be held while taking this
 //! state's lock, never the reverse.
@@ -14,20 +17,27 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::conns::Conns;
+use super::namespace::{namespace_of, Namespaces};
 use super::topic::Topic;
+use super::ConnectionId;
 use crate::error::ServerError;
 
-/// Everything the broker knows about the cluster it pretends to be part of.
+/// Everything the brokers know about the cluster they are part of.
 #[derive(Debug, Default)]
 pub(crate) struct BrokerState {
-    /// Topics: partition counts, and the topics themselves.
+    /// Topics: partition counts, namespaces, and the topics themselves.
     pub(crate) topics: TopicTable,
-    /// How lookups are answered.
-    pub(crate) lookup: LookupRules,
+    /// How lookups are answered, per broker (by service URL).
+    pub(crate) lookup: HashMap<String, LookupRules>,
+    /// Topics assigned to a broker (by service URL) by an unload to it: the other brokers
+    /// redirect lookups there and refuse producers and consumers.
+    pub(crate) owners: HashMap<String, String>,
     /// The live connections, their producers and consumers, and their outbound channels.
     pub(crate) conns: Conns,
     /// Producer names generated so far (`mock-<n>`).
     pub(crate) generated_names: u64,
+    /// The last connection id handed out (ids are unique across the brokers sharing the state).
+    pub(crate) last_connection: u64,
 }
 
 impl BrokerState {
@@ -35,6 +45,73 @@ impl BrokerState {
     pub(crate) fn generate_producer_name(&mut self) -> String {
         self.generated_names += 1;
         format!("mock-{}", self.generated_names)
+    }
+
+    /// A new connection id.
+    pub(crate) fn next_connection_id(&mut self) -> ConnectionId {
+        self.last_connection += 1;
+        ConnectionId(self.last_connection)
+    }
+
+    /// The lookup rules of the broker serving at `service_url`.
+    pub(crate) fn lookup_rules(&mut self, service_url: &str) -> &mut LookupRules {
+        self.lookup.entry(service_url.to_owned()).or_default()
+    }
+
+    /// How the broker at `service_url` answers a lookup of `topic`: a namespace being deleted
+    /// fails it (NotAllowed); otherwise the test's per-topic rule, then its broker-wide
+    /// failure, then the topic's owner if another broker (authoritative Redirect), then the
+    /// broker-wide redirect, else `Connect`.
+    pub(crate) fn lookup_answer(&self, topic: &str, service_url: &str) -> LookupAnswer {
+        let name = canonical_topic(topic);
+        if self.topics.namespaces.is_deleting(&namespace_of(&name)) {
+            return LookupAnswer::Failed {
+                code: ServerError::NotAllowed,
+                message: "Namespace is being deleted".to_owned(),
+            };
+        }
+        let owner = self
+            .owners
+            .get(&name)
+            .filter(|owner| *owner != service_url)
+            .map(|owner| LookupAnswer::Redirect {
+                service_url: owner.clone(),
+                authoritative: true,
+            });
+        match self.lookup.get(service_url) {
+            Some(rules) => rules.answer_with_owner(&name, owner),
+            None => owner.unwrap_or(LookupAnswer::Connect),
+        }
+    }
+
+    /// Why a producer or consumer may not attach to `topic` on the broker at `service_url`:
+    /// its namespace is being deleted (NotAllowed), another broker owns it (ServiceNotReady,
+    /// as a broker not owning the bundle), or it does not exist and cannot be created (its
+    /// namespace is terminated: NotAllowed).
+    pub(crate) fn attach_refusal(
+        &self,
+        topic: &str,
+        service_url: &str,
+    ) -> Option<(ServerError, String)> {
+        let name = canonical_topic(topic);
+        let ns = namespace_of(&name);
+        if self.topics.namespaces.is_deleting(&ns) {
+            return Some((ServerError::NotAllowed, "Namespace is being deleted".into()));
+        }
+        if let Some(owner) = self.owners.get(&name).filter(|o| *o != service_url) {
+            return Some((
+                ServerError::ServiceNotReady,
+                format!("Topic {name} is not served by this broker (assigned to {owner})"),
+            ));
+        }
+        if self.topics.get(&name).is_none() {
+            return self
+                .topics
+                .namespaces
+                .creation_refusal(&ns)
+                .map(|message| (ServerError::NotAllowed, message));
+        }
+        None
     }
 }
 
@@ -46,6 +123,8 @@ pub(crate) struct TopicTable {
     topics: BTreeMap<String, Topic>,
     /// The last ledger id handed out (each topic gets its own).
     last_ledger: u64,
+    /// Tenants and namespaces.
+    pub(crate) namespaces: Namespaces,
 }
 
 impl TopicTable {
@@ -59,16 +138,58 @@ impl TopicTable {
         self.topics.get_mut(&canonical_topic(name))
     }
 
-    /// The topic `name` (any form), created if absent; the flag tells whether it was.
+    /// The topic `name` (any form), created if absent (with its namespace); the flag tells
+    /// whether it was. Callers check [`BrokerState::attach_refusal`] or
+    /// [`Namespaces::creation_refusal`] first.
     pub(crate) fn get_or_create(&mut self, name: &str) -> (&mut Topic, bool) {
         let name = canonical_topic(name);
         let created = !self.topics.contains_key(&name);
         if created {
+            self.namespaces.ensure(&namespace_of(&name));
             self.last_ledger += 1;
             let ledger = self.last_ledger;
             self.topics.insert(name.clone(), Topic::new(&name, ledger));
         }
         (self.topics.get_mut(&name).expect("just ensured"), created)
+    }
+
+    /// Removes topic `name` (any form) with its messages and subscriptions.
+    pub(crate) fn remove(&mut self, name: &str) -> Option<Topic> {
+        self.topics.remove(&canonical_topic(name))
+    }
+
+    /// The existing topics of namespace `ns`, sorted.
+    pub(crate) fn names_in(&self, ns: &str) -> Vec<String> {
+        self.topics
+            .keys()
+            .filter(|name| namespace_of(name) == ns)
+            .cloned()
+            .collect()
+    }
+
+    /// How many topics exist.
+    pub(crate) fn count(&self) -> usize {
+        self.topics.len()
+    }
+
+    /// `topic` (any form) if it is not partitioned, else its partitions; only those that exist.
+    pub(crate) fn resolve(&self, topic: &str) -> Vec<String> {
+        let topic = canonical_topic(topic);
+        let n = self.partitions(&topic);
+        let names = if n == 0 {
+            vec![topic]
+        } else {
+            (0..n).map(|i| format!("{topic}-partition-{i}")).collect()
+        };
+        names
+            .into_iter()
+            .filter(|name| self.topics.contains_key(name))
+            .collect()
+    }
+
+    /// Forgets the partition counts of the partitioned topics of namespace `ns`.
+    pub(crate) fn remove_partitioned_in(&mut self, ns: &str) {
+        self.partitioned.retain(|name, _| namespace_of(name) != ns);
     }
 
     /// Sets the partition count of a partitioned topic; 0 makes it non-partitioned.
@@ -123,12 +244,20 @@ pub(crate) struct LookupRules {
 
 impl LookupRules {
     /// The answer for a lookup of `topic`.
+    #[cfg(test)]
     pub(crate) fn answer(&self, topic: &str) -> LookupAnswer {
+        self.answer_with_owner(topic, None)
+    }
+
+    /// The answer for a lookup of `topic` whose `owner` answer (a redirect to the broker it
+    /// was assigned to) ranks between the broker-wide failure and the broker-wide redirect.
+    pub(crate) fn answer_with_owner(&self, topic: &str, owner: Option<LookupAnswer>) -> LookupAnswer {
         self.per_topic
             .get(&canonical_topic(topic))
             .or(self.failure.as_ref())
-            .or(self.redirect.as_ref())
             .cloned()
+            .or(owner)
+            .or_else(|| self.redirect.clone())
             .unwrap_or(LookupAnswer::Connect)
     }
 

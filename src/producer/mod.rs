@@ -11,6 +11,11 @@ mod options;
 mod pending;
 mod task;
 
+/// Lifecycle helpers shared with consumers.
+pub(crate) mod task_support {
+    pub(crate) use super::task::{terminal_event, GroupClose};
+}
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -33,7 +38,10 @@ use crate::topic::TopicName;
 
 use batch_container::{BatchContainer, FrameContext};
 use pending::{Completion, PendingQueue};
-use task::{ProducerOp, ProducerTask};
+use task::{GroupClose, ProducerOp, ProducerTask};
+
+use crate::lifecycle::{Event, Lifecycle, State};
+use tokio::sync::watch;
 
 /// Capacity of the channel from producer handles into a partition's task.
 const OP_QUEUE: usize = 4096;
@@ -146,11 +154,12 @@ impl ProducerBuilder {
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
         let options = Arc::new(self.options);
+        let group = GroupClose::new();
         let handles = if partitions == 0 {
-            vec![PartitionProducer::create(&client, topic.clone(), -1, &options).await?]
+            vec![PartitionProducer::create(&client, topic.clone(), -1, &options, &group).await?]
         } else {
             let creates = (0..partitions).map(|i| {
-                PartitionProducer::create(&client, topic.partition(i), i as i32, &options)
+                PartitionProducer::create(&client, topic.partition(i), i as i32, &options, &group)
             });
             let results = futures::future::join_all(creates).await;
             let mut handles = Vec::with_capacity(results.len());
@@ -197,6 +206,7 @@ struct PartitionProducer {
     memory_limit: usize,
     block: bool,
     terminal: Arc<Mutex<Option<Error>>>,
+    state: watch::Receiver<State>,
 }
 
 impl PartitionProducer {
@@ -205,8 +215,10 @@ impl PartitionProducer {
         topic: TopicName,
         partition: i32,
         options: &Arc<ProducerOptions>,
+        group: &GroupClose,
     ) -> Result<PartitionProducer> {
         let producer_id = client.new_producer_id();
+        let life = Lifecycle::new("producer", topic.to_string());
         let deadline = Instant::now() + client.operation_timeout();
         let (conn, events, created) = task::connect_and_create(
             client,
@@ -216,6 +228,7 @@ impl PartitionProducer {
             0,
             options,
             deadline,
+            None,
         )
         .await?;
         let (ops_tx, ops_rx) = mpsc::channel(OP_QUEUE);
@@ -243,8 +256,13 @@ impl PartitionProducer {
             batches: options.batching.clone().map(BatchContainer::new),
             flush_waiters: Vec::new(),
             close_waiter: None,
+            assigned_broker: None,
             terminal: terminal.clone(),
+            life,
+            group: group.clone(),
         };
+        task.life.apply(Event::Created);
+        let state = task.life.watch();
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         Ok(PartitionProducer {
@@ -256,6 +274,7 @@ impl PartitionProducer {
             memory_limit: client.memory_limit(),
             block: options.block_if_queue_full,
             terminal,
+            state,
         })
     }
 
@@ -380,6 +399,24 @@ impl Producer {
         }
     }
 
+    /// The producer's lifecycle state. For a partitioned producer: a terminal state if any
+    /// partition is in one, else Reconnecting if any partition is, else Ready.
+    pub fn state(&self) -> State {
+        let states: Vec<State> = self
+            .inner
+            .partitions
+            .iter()
+            .map(|p| *p.state.borrow())
+            .collect();
+        aggregate_state(&states)
+    }
+
+    /// Watches the lifecycle state of the producer (of its first partition, for a partitioned
+    /// producer; partitions close together).
+    pub fn state_changes(&self) -> watch::Receiver<State> {
+        self.inner.partitions[0].state.clone()
+    }
+
     fn route(&self, msg: &ProducerMessage) -> usize {
         let n = self.inner.partitions.len();
         if n == 1 {
@@ -426,9 +463,33 @@ impl Producer {
     }
 }
 
+/// The state of a group of partitions (see [`Producer::state`]).
+pub(crate) fn aggregate_state(states: &[State]) -> State {
+    if let Some(t) = states.iter().find(|s| s.is_terminal()) {
+        return *t;
+    }
+    for s in [State::Closing, State::Reconnecting, State::Connecting] {
+        if states.contains(&s) {
+            return s;
+        }
+    }
+    State::Ready
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn partition_states_aggregate() {
+        use State::*;
+        assert_eq!(aggregate_state(&[Ready, Ready]), Ready);
+        assert_eq!(aggregate_state(&[Ready, Reconnecting]), Reconnecting);
+        assert_eq!(
+            aggregate_state(&[Reconnecting, ClosedByBroker]),
+            ClosedByBroker
+        );
+    }
 
     #[test]
     fn options_are_validated() {

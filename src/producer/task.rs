@@ -9,9 +9,11 @@ use tokio::time::Instant;
 use crate::client::Client;
 use crate::connection::{Connection, EntityEvent, EntityKind};
 use crate::error::{Error, Result, ServerError};
+use crate::lifecycle::{Event, Lifecycle};
 use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
@@ -92,11 +94,15 @@ pub(crate) async fn connect_and_create(
     epoch: u64,
     opts: &ProducerOptions,
     deadline: Instant,
+    direct: Option<&ServiceUrl>,
 ) -> Result<(Connection, mpsc::Receiver<EntityEvent>, Created)> {
     let mut backoff = client.backoff();
     loop {
         let attempt = async {
-            let conn = client.connection_for(topic).await?;
+            let conn = match direct {
+                Some(url) => client.connection_to(url).await?,
+                None => client.connection_for(topic).await?,
+            };
             let (tx, rx) = mpsc::channel(EVENT_QUEUE);
             conn.register(EntityKind::Producer, producer_id, tx)?;
             match create_on(&conn, topic, producer_id, name, epoch, opts).await {
@@ -136,8 +142,89 @@ pub(crate) struct ProducerTask {
     pub batches: Option<BatchContainer>,
     pub flush_waiters: Vec<(u64, oneshot::Sender<Result<()>>)>,
     pub close_waiter: Option<oneshot::Sender<Result<()>>>,
+    /// PIP-307: the broker to reconnect to directly (skipping lookup), from CloseProducer.
+    pub assigned_broker: Option<String>,
     /// Set once the producer is closed for good; handles report it on later sends.
     pub terminal: std::sync::Arc<std::sync::Mutex<Option<Error>>>,
+    /// The lifecycle state machine (observable through the handle).
+    pub life: Lifecycle,
+    /// Shared by the partitions of one partitioned producer: when one partition is closed for
+    /// good by the broker, all close.
+    pub group: GroupClose,
+}
+
+/// Closes every partition of a partitioned producer/consumer together (PIP-139: a partitioned
+/// producer closed by the broker on one partition closes as a whole).
+#[derive(Debug, Clone)]
+pub(crate) struct GroupClose {
+    tx: std::sync::Arc<tokio::sync::watch::Sender<Option<Error>>>,
+    rx: tokio::sync::watch::Receiver<Option<Error>>,
+}
+
+impl GroupClose {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = tokio::sync::watch::channel(None);
+        GroupClose {
+            tx: std::sync::Arc::new(tx),
+            rx,
+        }
+    }
+
+    /// Tells every member to close with `error`.
+    pub(crate) fn close_all(&self, error: &Error) {
+        self.tx.send_if_modified(|e| {
+            if e.is_none() {
+                *e = Some(error.clone());
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves when another member closed the group.
+    pub(crate) async fn closed(&mut self) -> Error {
+        loop {
+            if let Some(e) = self.rx.borrow_and_update().clone() {
+                return e;
+            }
+            if self.rx.changed().await.is_err() {
+                return futures::future::pending().await;
+            }
+        }
+    }
+}
+
+/// Maps an error that ends a producer/consumer to its lifecycle event.
+pub(crate) fn terminal_event(error: &Error) -> Event {
+    match error {
+        Error::ClosedByBroker { .. } => Event::BrokerClose {
+            allow_reconnect: false,
+        },
+        Error::TopicTerminated { .. } => Event::TopicTerminated,
+        Error::ProducerFenced { .. } => Event::Fenced,
+        Error::Closed => Event::CloseDone,
+        _ => Event::NonRetriableError,
+    }
+}
+
+/// Turns broker refusals that end a producer for good into their distinct errors.
+fn classify(error: Error, topic: &TopicName) -> Error {
+    match error {
+        Error::Broker {
+            code: ServerError::TopicTerminatedError,
+            ..
+        } => Error::TopicTerminated {
+            topic: topic.to_string(),
+        },
+        Error::Broker {
+            code: ServerError::ProducerFenced,
+            ..
+        } => Error::ProducerFenced {
+            topic: topic.to_string(),
+        },
+        other => other,
+    }
 }
 
 enum Wake {
@@ -145,6 +232,7 @@ enum Wake {
     Event(Option<EntityEvent>),
     BatchDue,
     TimeoutTick,
+    GroupClosed(Error),
     Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>, Created)>),
 }
 
@@ -160,6 +248,7 @@ impl ProducerTask {
         let mut reconnect: Option<std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>> =
             None;
         let mut accepting = true;
+        let mut group = self.group.clone();
         let final_error: Error = loop {
             if self.conn.is_none() && reconnect.is_none() {
                 reconnect = Some(Box::pin(self.reconnect_future()));
@@ -175,6 +264,7 @@ impl ProducerTask {
                 op = self.ops.recv(), if accepting => Wake::Op(op),
                 _ = sleep_until_opt(batch_deadline) => Wake::BatchDue,
                 _ = tick.tick() => Wake::TimeoutTick,
+                e = group.closed() => Wake::GroupClosed(e),
             };
             let step = match wake {
                 Wake::Op(Some(op)) => {
@@ -193,6 +283,11 @@ impl ProducerTask {
                 Wake::Op(None) => {
                     // Every handle is gone: finish what is pending, then close.
                     accepting = false;
+                    self.life.apply(Event::CloseRequested);
+                    if self.close_waiter.is_none() {
+                        let (tx, _rx) = oneshot::channel();
+                        self.close_waiter = Some(tx);
+                    }
                     self.start_close().await
                 }
                 Wake::Event(Some(ev)) => self.on_event(ev).await,
@@ -216,11 +311,13 @@ impl ProducerTask {
                 }
                 Wake::Reconnected(Err(e)) => {
                     if e.is_retriable() {
+                        self.life.apply(Event::RetriableError);
                         Ok(()) // the loop schedules another attempt
                     } else {
-                        Err(e)
+                        Err(classify(e, &self.topic))
                     }
                 }
+                Wake::GroupClosed(e) => Err(e),
             };
             if let Err(e) = step {
                 break e;
@@ -237,7 +334,7 @@ impl ProducerTask {
     }
 
     fn reconnect_future(
-        &self,
+        &mut self,
     ) -> impl std::future::Future<Output = Result<(Connection, mpsc::Receiver<EntityEvent>, Created)>>
            + Send
            + 'static {
@@ -247,14 +344,30 @@ impl ProducerTask {
         let name = self.ctx.producer_name.clone();
         let epoch = self.epoch + 1;
         let opts = self.opts.clone();
+        // PIP-307: a broker named in CloseProducer is tried first, at once, without lookup.
+        let mut direct = self
+            .assigned_broker
+            .take()
+            .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         async move {
             let mut backoff = client.backoff();
             loop {
-                let delay = backoff.next_delay();
-                tokio::time::sleep(delay).await;
+                if direct.is_none() {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
                 let deadline = Instant::now() + client.operation_timeout();
-                match connect_and_create(&client, &topic, id, Some(&name), epoch, &opts, deadline)
-                    .await
+                let target = direct.take();
+                match connect_and_create(
+                    &client,
+                    &topic,
+                    id,
+                    Some(&name),
+                    epoch,
+                    &opts,
+                    deadline,
+                    target.as_ref(),
+                )
+                .await
                 {
                     Ok(ok) => return Ok(ok),
                     Err(e) if e.is_retriable() => {
@@ -273,6 +386,7 @@ impl ProducerTask {
         created: Created,
     ) -> Result<()> {
         self.epoch += 1;
+        self.life.apply(Event::Created);
         self.ctx.max_message_size = conn.info().max_message_size;
         tracing::info!(topic = %self.topic, pending = self.pending.messages(), "producer reconnected");
         self.conn = Some(conn);
@@ -287,6 +401,7 @@ impl ProducerTask {
     }
 
     fn lose_connection(&mut self, why: &str) {
+        self.life.apply(Event::ConnectionLost);
         if let Some(conn) = self.conn.take() {
             tracing::info!(topic = %self.topic, why, "producer disconnected; reconnecting");
             conn.unregister(EntityKind::Producer, self.ctx.producer_id);
@@ -316,6 +431,7 @@ impl ProducerTask {
                 Ok(())
             }
             ProducerOp::Close(tx) => {
+                self.life.apply(Event::CloseRequested);
                 self.close_waiter = Some(tx);
                 self.start_close().await
             }
@@ -487,6 +603,21 @@ impl ProducerTask {
                         topic: self.topic.to_string(),
                     });
                 }
+                self.life.apply(Event::BrokerClose {
+                    allow_reconnect: true,
+                });
+                self.assigned_broker = c.assigned_broker_service_url.filter(|u| !u.is_empty());
+                Ok(())
+            }
+            Ok(Type::TopicMigrated) => {
+                // The topic moved to another cluster: reconnect there.
+                let m = cmd.topic_migrated.unwrap_or_default();
+                self.assigned_broker = m.broker_service_url.filter(|u| !u.is_empty());
+                tracing::info!(topic = %self.topic, to = ?self.assigned_broker, "topic migrated");
+                if let Some(c) = &self.conn {
+                    c.unregister(EntityKind::Producer, self.ctx.producer_id);
+                }
+                self.lose_connection("topic migrated");
                 self.lose_connection("broker closed the producer");
                 Ok(())
             }
@@ -516,6 +647,13 @@ impl ProducerTask {
             tracing::warn!(topic = %self.topic, %error, "producer closed");
         }
         *self.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.clone());
+        if matches!(error, Error::Closed) && self.life.state() != crate::lifecycle::State::Closing {
+            self.life.apply(Event::CloseRequested);
+        }
+        self.life.apply(terminal_event(&error));
+        if matches!(error, Error::ClosedByBroker { .. }) {
+            self.group.close_all(&error);
+        }
         if let Some(conn) = self.conn.take() {
             conn.unregister(EntityKind::Producer, self.ctx.producer_id);
         }
