@@ -309,6 +309,7 @@ impl Consumer {
 
     /// Moves the subscription to a message id (every partition of a partitioned topic).
     pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.check_persistent("seek")?;
         self.peeked = None;
         for p in &self.partitions {
             Self::ask(p, |tx| ConsumerOp::Seek(SeekTarget::Id(id), tx)).await?;
@@ -318,6 +319,7 @@ impl Consumer {
 
     /// Moves the subscription to the first message published at or after `publish_time_ms`.
     pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.check_persistent("seek")?;
         self.peeked = None;
         for p in &self.partitions {
             Self::ask(p, |tx| {
@@ -330,11 +332,23 @@ impl Consumer {
 
     /// The id of the last message stored on each partition.
     pub async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.check_persistent("get the last message id")?;
         let mut out = Vec::new();
         for p in &self.partitions {
             out.push(Self::ask(p, ConsumerOp::LastMessageId).await?);
         }
         Ok(out)
+    }
+
+    fn check_persistent(&self, what: &str) -> Result<()> {
+        if self.topic.is_persistent() {
+            Ok(())
+        } else {
+            Err(Error::InvalidConfig(format!(
+                "cannot {what} on a non-persistent topic ({}): it stores no messages",
+                self.topic
+            )))
+        }
     }
 
     /// The consumer's lifecycle state (aggregated over partitions like
