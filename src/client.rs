@@ -222,6 +222,12 @@ impl Client {
         self.inner.pool.connections_opened()
     }
 
+    /// Counters of each live broker connection: pending requests and registered producers,
+    /// consumers and watchers (useful to check nothing is left behind).
+    pub fn connection_stats(&self) -> Vec<crate::connection::ConnectionStats> {
+        self.inner.pool.stats()
+    }
+
     /// Closes every connection of this client.
     pub fn close(&self) {
         self.inner.pool.close_all();

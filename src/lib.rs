@@ -38,7 +38,7 @@ pub mod mock;
 pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
-pub use connection::{Authentication, BrokerFeatures, ConnectionInfo};
+pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::{
     Consumer, ConsumerBuilder, ConsumerOptions, InitialPosition, Reader, ReaderBuilder,
     SubscriptionMode, SubscriptionType,

@@ -108,6 +108,17 @@ impl ConnectionPool {
         }
     }
 
+    /// The live connections' counters (pending requests, registered entities).
+    pub(crate) fn stats(&self) -> Vec<crate::connection::ConnectionStats> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .values()
+            .filter_map(|s| s.get())
+            .filter(|c| !c.is_closed())
+            .map(|c| c.stats())
+            .collect()
+    }
+
     /// Closes every connection.
     pub(crate) fn close_all(&self) {
         let slots = std::mem::take(&mut *self.slots.lock().unwrap_or_else(|e| e.into_inner()));

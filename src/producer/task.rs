@@ -85,7 +85,9 @@ pub(crate) async fn create_on(
 }
 
 /// Looks the topic up, gets its connection, registers and creates the producer, retrying
-/// retriable failures with backoff until `deadline`.
+/// retriable failures with backoff until `deadline`. With `direct`, connects straight to that
+/// broker (PIP-307) instead of looking the topic up.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn connect_and_create(
     client: &Client,
     topic: &TopicName,
