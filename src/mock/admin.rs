@@ -2,28 +2,101 @@
 //! (topics, subscriptions, backlogs), like a real broker's admin REST API.
 //!
 //! Topic names may be given in any form (`t`, `tenant/ns/t`, `persistent://tenant/ns/t`).
+//! Lifecycle operations (namespaces, unload, termination, deletion) are in `ops`.
 
+use super::namespace::namespace_of;
 use super::state::canonical_topic;
 use super::{lock, MockBroker};
+
+/// Why an admin operation of the mock broker failed (as a real broker's admin API answers
+/// 404, 409 or 412).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MockAdminError {
+    /// The namespace does not exist.
+    #[error("namespace {0} does not exist")]
+    NamespaceNotFound(String),
+    /// The namespace already exists.
+    #[error("namespace {0} already exists")]
+    NamespaceExists(String),
+    /// A deletion of the namespace is in progress.
+    #[error("namespace {0} is being deleted")]
+    NamespaceBeingDeleted(String),
+    /// The topic does not exist.
+    #[error("topic {0} does not exist")]
+    TopicNotFound(String),
+    /// A non-forced deletion found producers or consumers attached.
+    #[error("{name} has {producers} producer(s) and {consumers} consumer(s) connected")]
+    InUse {
+        /// The namespace or topic.
+        name: String,
+        /// Producers attached (or queued for exclusive access).
+        producers: usize,
+        /// Consumers attached.
+        consumers: usize,
+    },
+    /// The name is not a valid namespace (`tenant/namespace`) or topic name.
+    #[error("invalid name {0:?}")]
+    InvalidName(String),
+    /// The operation is not supported on this topic (e.g. terminating a non-persistent one).
+    #[error("{0}")]
+    NotSupported(String),
+}
+
+/// Counters of a mock broker, for leak checks (see [`MockBroker::stats`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct MockBrokerStats {
+    /// Connections accepted so far (TCP and duplex, live or not).
+    pub accepted_connections: usize,
+    /// Live connections.
+    pub connections: usize,
+    /// Producers on this broker's live connections (including those queued for exclusive
+    /// access).
+    pub producers: usize,
+    /// Consumers on this broker's live connections.
+    pub consumers: usize,
+    /// Topics that exist (in the storage, shared by the brokers of a cluster).
+    pub topics: usize,
+    /// Namespaces that exist (in the storage, shared by the brokers of a cluster).
+    pub namespaces: usize,
+}
 
 impl MockBroker {
     /// Creates partitioned topic `topic` with `partitions` partitions: sets its partition
     /// count in the metadata (as [`set_partitions`](Self::set_partitions)) and creates the
-    /// partitions `<topic>-partition-<i>`, which are ordinary topics.
-    pub fn create_partitioned_topic(&self, topic: &str, partitions: u32) {
+    /// partitions `<topic>-partition-<i>`, which are ordinary topics. Returns `false` (and
+    /// does nothing) if topics cannot be created in its namespace (terminated, or being
+    /// deleted).
+    pub fn create_partitioned_topic(&self, topic: &str, partitions: u32) -> bool {
         let topic = canonical_topic(topic);
         let mut state = lock(&self.shared().state);
+        let ns = namespace_of(&topic);
+        if state.topics.namespaces.creation_refusal(&ns).is_some() {
+            return false;
+        }
         state.topics.set_partitions(&topic, partitions);
         for i in 0..partitions {
             state
                 .topics
                 .get_or_create(&format!("{topic}-partition-{i}"));
         }
+        true
     }
 
-    /// Creates topic `topic` (non-partitioned) if it does not exist.
-    pub fn create_topic(&self, topic: &str) {
-        lock(&self.shared().state).topics.get_or_create(topic);
+    /// Creates topic `topic` (non-partitioned) if it does not exist. Returns whether it exists
+    /// now: `false` if it did not and topics cannot be created in its namespace (terminated,
+    /// or being deleted).
+    pub fn create_topic(&self, topic: &str) -> bool {
+        let mut state = lock(&self.shared().state);
+        if state.topics.get(topic).is_none() {
+            let ns = namespace_of(&canonical_topic(topic));
+            if state.topics.namespaces.creation_refusal(&ns).is_some() {
+                return false;
+            }
+        }
+        state.topics.get_or_create(topic);
+        true
     }
 
     /// Whether topic `topic` exists (was created by a producer, a consumer or the admin API;

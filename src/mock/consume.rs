@@ -58,6 +58,9 @@ pub(crate) fn subscribe(
     for key in dead {
         remove_consumer(state, key);
     }
+    if let Some((code, message)) = state.attach_refusal(&topic_name, view.service_url) {
+        return Step::Reply(error(rid, code, &message));
+    }
     if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
         return Step::Reply(error(
             rid,
@@ -107,6 +110,7 @@ pub(crate) fn subscribe(
         priority: cmd.priority_level.unwrap_or(0),
         permits: 0,
         epoch: cmd.consumer_epoch,
+        reached_end: false,
     });
     tracing::debug!(topic = %topic.name, subscription = %sub.name, ?sub_type, "mock broker: consumer attached");
     dispatch::update_active(sub, topic.partition, Some(key), conns);
@@ -185,7 +189,8 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
     let Some(c) = find(state, view.conn, cmd.consumer_id) else {
         return reply(Some((ServerError::ConsumerNotFound, "Consumer not found")));
     };
-    let Some(topic) = state.topics.get_mut(&c.topic) else {
+    let BrokerState { topics, conns, .. } = state;
+    let Some(topic) = topics.get_mut(&c.topic) else {
         return reply(None);
     };
     let (ledger, len) = (topic.ledger_id, topic.len());
@@ -212,6 +217,7 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
             sub.ack_individual(id.entry_id, &id.ack_set, n);
         }
     }
+    dispatch::end_of_topic(topic, &c.subscription, conns);
     reply(None)
 }
 

@@ -32,8 +32,43 @@ pub(crate) fn dispatch_all(topic: &mut Topic, conns: &Conns) {
     }
 }
 
-/// Dispatches what can be dispatched on subscription `sub_name` of `topic`.
+/// Dispatches what can be dispatched on subscription `sub_name` of `topic`; on a terminated
+/// topic, then tells its consumers when they have reached the end ([`end_of_topic`]).
 pub(crate) fn dispatch(topic: &mut Topic, sub_name: &str, conns: &Conns) {
+    dispatch_entries(topic, sub_name, conns);
+    end_of_topic(topic, sub_name, conns);
+}
+
+/// On a terminated topic whose subscription `sub_name` has dispatched and had acknowledged
+/// every entry, sends REACHED_END_OF_TOPIC to each of its consumers not yet told (upstream's
+/// dispatchers do when a read finds no more entries and the backlog is empty).
+pub(crate) fn end_of_topic(topic: &mut Topic, sub_name: &str, conns: &Conns) {
+    let len = topic.len();
+    if !topic.terminated || !topic.persistent {
+        return;
+    }
+    let Some(sub) = topic.subscriptions.get_mut(sub_name) else {
+        return;
+    };
+    if !sub.at_end(len) {
+        return;
+    }
+    for consumer in sub.consumers.iter_mut().filter(|c| !c.reached_end) {
+        consumer.reached_end = true;
+        conns.send(
+            consumer.key.0,
+            Frame::simple(wire::BaseCommand {
+                r#type: Type::ReachedEndOfTopic as i32,
+                reached_end_of_topic: Some(wire::CommandReachedEndOfTopic {
+                    consumer_id: consumer.key.1,
+                }),
+                ..Default::default()
+            }),
+        );
+    }
+}
+
+fn dispatch_entries(topic: &mut Topic, sub_name: &str, conns: &Conns) {
     if !topic.persistent {
         return;
     }

@@ -201,7 +201,7 @@ fn lookup_response(
         request_id: req.request_id,
         ..Default::default()
     };
-    match state.lookup.answer(&req.topic) {
+    match state.lookup_answer(&req.topic, session.service_url) {
         LookupAnswer::Connect => {
             resp.response = Some(LookupType::Connect as i32);
             resp.broker_service_url = Some(session.service_url.to_owned());

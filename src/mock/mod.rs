@@ -19,6 +19,15 @@
 //! upstream Apache Pulsar, are documented in the `produce`, `consume`, `dispatch` and
 //! `subscription` modules.
 //!
+//! Topics belong to namespaces and tenants, created with their first topic or explicitly
+//! ([`MockBroker::create_namespace`]). Lifecycle operations act as a real broker's admin API:
+//! namespace deletion closing clients for good (PIP-139, [`MockBroker::delete_namespace`]),
+//! terminated namespaces that refuse new topics ([`MockBroker::terminate_namespace`]), topic
+//! unload, also to another broker (PIP-307, [`MockBroker::unload_topic_to`]), termination
+//! (REACHED_END_OF_TOPIC) and deletion; see the `ops` module. Several brokers can share one
+//! storage as a cluster ([`MockBroker::start_cluster`]), and a broker can restart on the same
+//! port keeping its data ([`MockBroker::restart`]).
+//!
 //! For assertions it records every command it decodes ([`MockBroker::received`],
 //! [`MockBroker::wait_for_command`]). For scripting it pushes any command to a chosen connection
 //! ([`MockBroker::push`]). For fault injection it drops connections, stops answering, or delays
@@ -42,15 +51,21 @@
 //!
 //! Layout: `session` (one task per connection), `handlers` (what a broker answers, as pure
 //! functions; producers in `produce`, consumers in `consume`), `state` (what the broker knows:
-//! topics, lookup rules, connections), `topic` and `subscription` (stored entries, cursors),
-//! `dispatch` (messages to consumers), `conns` (the registry of live connections and their
-//! producers and consumers), `admin` (the test-facing view), `record` (the command log).
+//! topics, lookup rules, connections), `namespace` (tenants and namespaces), `topic` and
+//! `subscription` (stored entries, cursors), `dispatch` (messages to consumers), `conns` (the
+//! registry of live connections and their producers and consumers), `lifecycle` (unload,
+//! termination, deletion on the state), `admin` and `ops` (the test-facing view and admin
+//! operations), `cluster` (shared storage, restart, counters), `record` (the command log).
 
 mod admin;
+mod cluster;
 mod conns;
 mod consume;
 mod dispatch;
 mod handlers;
+mod lifecycle;
+mod namespace;
+mod ops;
 mod produce;
 mod record;
 mod session;
@@ -60,6 +75,8 @@ mod subscription;
 mod tests;
 #[cfg(test)]
 mod tests_consume;
+#[cfg(test)]
+mod tests_lifecycle;
 #[cfg(test)]
 mod tests_produce;
 #[cfg(test)]
@@ -77,6 +94,7 @@ use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+pub use admin::{MockAdminError, MockBrokerStats};
 pub use record::Received;
 
 use crate::codec::Frame;
@@ -128,7 +146,8 @@ impl Default for MockBrokerConfig {
     }
 }
 
-/// Identifies one connection accepted by a [`MockBroker`] (numbered from 1 in accept order).
+/// Identifies one connection accepted by a [`MockBroker`] (numbered from 1 in accept order;
+/// the brokers of a cluster number their connections together).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ConnectionId(u64);
 
@@ -164,7 +183,8 @@ pub(crate) struct Shared {
     pub(crate) config: MockBrokerConfig,
     pub(crate) addr: SocketAddr,
     pub(crate) service_url: String,
-    pub(crate) state: Mutex<BrokerState>,
+    /// Shared by the brokers of a cluster.
+    pub(crate) state: Arc<Mutex<BrokerState>>,
     pub(crate) faults: Mutex<Faults>,
     pub(crate) log: CommandLog,
     pub(crate) connections: Mutex<Registry>,
@@ -173,12 +193,14 @@ pub(crate) struct Shared {
 /// The live connections.
 #[derive(Debug, Default)]
 pub(crate) struct Registry {
-    /// Connections ever accepted (also the last id handed out).
+    /// Connections ever accepted.
     pub(crate) accepted: usize,
     /// Live sessions, in accept order.
     pub(crate) live: BTreeMap<ConnectionId, SessionControl>,
     /// Set by shutdown: no new session starts.
     pub(crate) closed: bool,
+    /// Set while restarting: no new session starts.
+    pub(crate) paused: bool,
 }
 
 /// Locks a mutex, ignoring poisoning (a panicking test thread must not wedge the broker).
@@ -196,13 +218,21 @@ impl MockBroker {
 
     /// Starts a broker with `config` on `127.0.0.1:0`.
     pub async fn start_with(config: MockBrokerConfig) -> std::io::Result<MockBroker> {
+        Self::start_on(config, Arc::default()).await
+    }
+
+    /// Starts a broker with `config` on `127.0.0.1:0`, serving the cluster state `state`.
+    pub(crate) async fn start_on(
+        config: MockBrokerConfig,
+        state: Arc<Mutex<BrokerState>>,
+    ) -> std::io::Result<MockBroker> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
             config,
             addr,
             service_url: format!("pulsar://{addr}"),
-            state: Mutex::new(BrokerState::default()),
+            state,
             faults: Mutex::new(Faults::default()),
             log: CommandLog::new(),
             connections: Mutex::new(Registry::default()),
@@ -241,7 +271,7 @@ impl MockBroker {
     /// serves the other end exactly like an accepted TCP connection (it counts in
     /// [`accepted_connections`](Self::accepted_connections)). Works with tokio time paused.
     ///
-    /// After shutdown the returned stream is already closed.
+    /// After shutdown, or while restarting, the returned stream is already closed.
     pub fn connect_duplex(&self) -> DuplexStream {
         let (client, server) = tokio::io::duplex(64 * 1024);
         let _ = session::spawn(&self.inner.shared, server);
@@ -384,14 +414,17 @@ impl MockBroker {
     /// broker's [`service_url`](Self::service_url)), with the given `authoritative` flag.
     /// Per-topic rules and lookup errors take precedence.
     pub fn redirect_lookups_to(&self, target_service_url: &str, authoritative: bool) {
-        lock(&self.shared().state)
-            .lookup
-            .redirect_all(target_service_url, authoritative);
+        self.lookup_rules(|rules| rules.redirect_all(target_service_url, authoritative));
     }
 
     /// Removes the broker-wide redirect: lookups are answered `Connect` again.
     pub fn clear_lookup_redirect(&self) {
-        lock(&self.shared().state).lookup.clear_redirect();
+        self.lookup_rules(|rules| rules.clear_redirect());
+    }
+
+    /// Runs `f` on this broker's lookup rules.
+    fn lookup_rules(&self, f: impl FnOnce(&mut state::LookupRules)) {
+        f(lock(&self.shared().state).lookup_rules(&self.shared().service_url));
     }
 
     /// Answers lookups of `topic` only with `Redirect` to `target_service_url` (e.g. to spread
@@ -403,83 +436,90 @@ impl MockBroker {
         target_service_url: &str,
         authoritative: bool,
     ) {
-        lock(&self.shared().state).lookup.set_topic(
-            topic,
-            LookupAnswer::Redirect {
-                service_url: target_service_url.to_owned(),
-                authoritative,
-            },
-        );
+        self.lookup_rules(|rules| {
+            rules.set_topic(
+                topic,
+                LookupAnswer::Redirect {
+                    service_url: target_service_url.to_owned(),
+                    authoritative,
+                },
+            )
+        });
     }
 
     /// Fails lookups (`response = Failed` with `code` and `message`): of `topic` only, or of
     /// every topic without a per-topic rule when `topic` is `None`.
     pub fn set_lookup_error(&self, topic: Option<&str>, code: ServerError, message: &str) {
-        let mut state = lock(&self.shared().state);
-        match topic {
-            Some(topic) => state.lookup.set_topic(
+        self.lookup_rules(|rules| match topic {
+            Some(topic) => rules.set_topic(
                 topic,
                 LookupAnswer::Failed {
                     code,
                     message: message.to_owned(),
                 },
             ),
-            None => state.lookup.fail_all(code, message),
-        }
+            None => rules.fail_all(code, message),
+        });
     }
 
     /// Removes every lookup error set with [`set_lookup_error`](Self::set_lookup_error).
     pub fn clear_lookup_errors(&self) {
-        lock(&self.shared().state).lookup.clear_failures();
+        self.lookup_rules(|rules| rules.clear_failures());
     }
 
     /// Removes the per-topic lookup rule (redirect or error) of `topic`.
     pub fn clear_topic_lookup(&self, topic: &str) {
-        lock(&self.shared().state).lookup.clear_topic(topic);
+        self.lookup_rules(|rules| rules.clear_topic(topic));
     }
 
     /// Stops the broker: stops accepting (the port is closed when this returns) and closes
     /// every connection, waiting for their sessions to end. Other handles stay valid but the
     /// broker no longer serves.
     pub async fn shutdown(self) {
-        let accept = lock(&self.inner.accept_task).take();
-        if let Some(task) = accept {
-            task.abort();
-            let _ = task.await;
-        }
+        // Closed first: a concurrent restart installs its new accept task only while not closed.
         let live = {
             let mut registry = lock(&self.shared().connections);
             registry.closed = true;
             std::mem::take(&mut registry.live)
         };
-        for (_, control) in live {
-            let SessionControl {
-                push_tx,
-                kill,
-                task,
-            } = control;
-            drop((push_tx, kill));
+        let accept = lock(&self.inner.accept_task).take();
+        if let Some(task) = accept {
+            task.abort();
             let _ = task.await;
         }
+        close_sessions(live).await;
         tracing::debug!(addr = %self.addr(), "mock broker stopped");
+    }
+}
+
+/// Closes sessions taken from the registry and waits until they have ended.
+pub(crate) async fn close_sessions(live: BTreeMap<ConnectionId, SessionControl>) {
+    for (_, control) in live {
+        let SessionControl {
+            push_tx,
+            kill,
+            task,
+        } = control;
+        drop((push_tx, kill));
+        let _ = task.await;
     }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if let Some(task) = lock(&self.accept_task).take() {
-            task.abort();
-        }
         let live = {
             let mut registry = lock(&self.shared.connections);
             registry.closed = true;
             std::mem::take(&mut registry.live)
         };
+        if let Some(task) = lock(&self.accept_task).take() {
+            task.abort();
+        }
         drop(live);
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         match listener.accept().await {
             Ok((stream, peer)) => {

@@ -166,7 +166,10 @@ mod tests {
     fn lifecycle_of_a_namespace() {
         let mut ns = Namespaces::default();
         ns.ensure("a/b");
-        assert_eq!((ns.names(), ns.tenants()), (vec!["a/b".into()], vec!["a".into()]));
+        assert_eq!(
+            (ns.names(), ns.tenants()),
+            (vec!["a/b".into()], vec!["a".into()])
+        );
         assert_eq!(
             ns.create("a/b"),
             Err(MockAdminError::NamespaceExists("a/b".into()))

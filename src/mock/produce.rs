@@ -68,6 +68,16 @@ pub(crate) fn producer(
                 .collect()
         })
         .unwrap_or_default();
+    if let Some((code, message)) = state.attach_refusal(&topic_name, view.service_url) {
+        return Step::Reply(error(rid, code, &message));
+    }
+    if state.topics.get(&topic_name).is_some_and(|t| t.terminated) {
+        return Step::Reply(error(
+            rid,
+            ServerError::TopicTerminatedError,
+            "Topic was already terminated",
+        ));
+    }
     for key in stale {
         remove_producer(state, key);
     }
@@ -245,6 +255,13 @@ pub(crate) fn send(
             "Topic not found",
         ));
     };
+    if topic.terminated {
+        return Step::Reply(send_error(
+            cmd,
+            ServerError::TopicTerminatedError,
+            "Topic was already terminated",
+        ));
+    }
     let highest = cmd.highest_sequence_id().max(cmd.sequence_id);
     let producer_name = payload.metadata.producer_name.clone();
     let message_id = if topic.persistent {

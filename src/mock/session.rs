@@ -39,7 +39,7 @@ pub(crate) struct SessionControl {
 }
 
 /// Registers a new connection and spawns its session. Returns `None` if the broker is shut
-/// down (the transport is dropped, so the client sees the connection closed).
+/// down or restarting (the transport is dropped, so the client sees the connection closed).
 pub(crate) fn spawn<T>(shared: &Arc<Shared>, io: T) -> Option<ConnectionId>
 where
     T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
@@ -48,12 +48,16 @@ where
     let (out_tx, out_rx) = mpsc::unbounded_channel();
     let (kill, kill_rx) = oneshot::channel();
     let mut registry = lock(&shared.connections);
-    if registry.closed {
+    if registry.closed || registry.paused {
         return None;
     }
     registry.accepted += 1;
-    let id = ConnectionId(registry.accepted as u64);
-    lock(&shared.state).conns.register(id, out_tx);
+    let id = {
+        let mut state = lock(&shared.state);
+        let id = state.next_connection_id();
+        state.conns.register(id, out_tx);
+        id
+    };
     let max_frame = shared
         .config
         .max_message_size

@@ -251,7 +251,11 @@ impl LookupRules {
 
     /// The answer for a lookup of `topic` whose `owner` answer (a redirect to the broker it
     /// was assigned to) ranks between the broker-wide failure and the broker-wide redirect.
-    pub(crate) fn answer_with_owner(&self, topic: &str, owner: Option<LookupAnswer>) -> LookupAnswer {
+    pub(crate) fn answer_with_owner(
+        &self,
+        topic: &str,
+        owner: Option<LookupAnswer>,
+    ) -> LookupAnswer {
         self.per_topic
             .get(&canonical_topic(topic))
             .or(self.failure.as_ref())
@@ -307,6 +311,9 @@ pub(crate) struct Faults {
     pub(crate) unresponsive: bool,
     /// Delay applied to every response except PONG.
     pub(crate) response_delay: Duration,
+    /// How long a namespace deletion takes between closing the clients and deleting the
+    /// topics.
+    pub(crate) deletion_delay: Duration,
 }
 
 /// Completes a short topic name the way brokers and clients do: `t` →
@@ -359,6 +366,11 @@ mod tests {
         assert!(matches!(rules.answer("u"), LookupAnswer::Failed { .. }));
         rules.clear_failures();
         assert!(matches!(rules.answer("u"), LookupAnswer::Redirect { .. }));
+        let owner = LookupAnswer::Redirect {
+            service_url: "pulsar://owner:6650".into(),
+            authoritative: true,
+        };
+        assert_eq!(rules.answer_with_owner("u", Some(owner.clone())), owner);
         rules.clear_redirect();
         assert_eq!(rules.answer("u"), LookupAnswer::Connect);
     }

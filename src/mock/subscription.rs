@@ -32,6 +32,8 @@ pub(crate) struct Consumer {
     pub(crate) permits: i64,
     /// The consumer epoch (from SUBSCRIBE, raised by REDELIVER), echoed in MESSAGE.
     pub(crate) epoch: Option<u64>,
+    /// Whether it was sent REACHED_END_OF_TOPIC (sent once per attachment).
+    pub(crate) reached_end: bool,
 }
 
 /// One subscription of a topic.
@@ -186,6 +188,21 @@ impl Subscription {
         for e in held {
             self.return_entry(e, count);
         }
+    }
+
+    /// Returns every dispatched, unacknowledged entry to the subscription for redelivery
+    /// (its consumers were all detached), without counting a redelivery.
+    pub(crate) fn return_all_pending(&mut self) {
+        let held: Vec<u64> = self.pending.keys().copied().collect();
+        for e in held {
+            self.return_entry(e, false);
+        }
+    }
+
+    /// Whether everything stored (`len` entries) was dispatched and acknowledged: on a
+    /// terminated topic, the consumers have reached its end.
+    pub(crate) fn at_end(&self, len: u64) -> bool {
+        self.read_pos >= len && self.replay.is_empty() && self.backlog(len) == 0
     }
 
     /// Returns entry `e` to the subscription if `key` holds it (REDELIVER with ids).
@@ -349,6 +366,7 @@ mod tests {
                 priority,
                 permits: 1,
                 epoch: None,
+                reached_end: false,
             });
         }
         assert_eq!(s.pick_active(-1), Some(key(2)));

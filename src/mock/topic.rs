@@ -102,6 +102,9 @@ pub(crate) struct Topic {
     pub(crate) topic_epoch: u64,
     /// Subscriptions by name.
     pub(crate) subscriptions: BTreeMap<String, Subscription>,
+    /// Terminated (admin): no more messages can be published; consumers that have acknowledged
+    /// everything get REACHED_END_OF_TOPIC.
+    pub(crate) terminated: bool,
 }
 
 impl Topic {
@@ -118,6 +121,7 @@ impl Topic {
             last_sequence: HashMap::new(),
             topic_epoch: 0,
             subscriptions: BTreeMap::new(),
+            terminated: false,
         }
     }
 
