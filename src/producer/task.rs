@@ -609,6 +609,7 @@ impl ProducerTask {
                     allow_reconnect: true,
                 });
                 self.assigned_broker = c.assigned_broker_service_url.filter(|u| !u.is_empty());
+                self.lose_connection("broker closed the producer");
                 Ok(())
             }
             Ok(Type::TopicMigrated) => {
@@ -620,7 +621,6 @@ impl ProducerTask {
                     c.unregister(EntityKind::Producer, self.ctx.producer_id);
                 }
                 self.lose_connection("topic migrated");
-                self.lose_connection("broker closed the producer");
                 Ok(())
             }
             _ => {

@@ -1,0 +1,317 @@
+//! The `produce` and `consume` example binaries against a real broker (the harness's shared
+//! pulsar-lite): their JSON output, exit codes and usage messages.
+//!
+//! `cargo test` (with no target filter) builds the examples; with a filter such as
+//! `cargo test --test real_examples` they may be missing or stale: run `cargo build --examples`
+//! first. Each run has a hard time limit, so a hanging example fails the test instead of hanging
+//! it.
+
+mod support;
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use pulsar_sdk::MessageId;
+use serde_json::Value;
+use support::{shared_broker, unique_name};
+
+/// `target/<profile>/examples/<name>`: the test binary is `target/<profile>/deps/<test>-<hash>`.
+fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test binary lives in target/<profile>/deps");
+    let path = profile_dir.join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "example binary {} is missing: run `cargo build --examples` (plain `cargo test` builds \
+         them too), then re-run this test",
+        path.display()
+    );
+    path
+}
+
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs an example with `args`, killing it after `limit`.
+fn run(name: &str, args: &[&str], limit: Duration) -> Run {
+    let mut child = Command::new(example(name))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run example {name}: {e}"));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "example {name} {args:?} still running after {limit:?}; stderr:\n{}",
+                err.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Run {
+        code: status.code(),
+        stdout: out.join().unwrap(),
+        stderr: err.join().unwrap(),
+    }
+}
+
+fn produce(topic: &str, extra: &[&str]) -> Value {
+    let url = shared_broker().url();
+    let mut args = vec!["--url", url.as_str(), "--topic", topic];
+    args.extend_from_slice(extra);
+    let r = run("produce", &args, Duration::from_secs(30));
+    assert_eq!(
+        r.code,
+        Some(0),
+        "produce {args:?} failed:\nstdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let lines: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(lines.len(), 1, "produce prints one JSON line: {}", r.stdout);
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[0]))
+}
+
+fn consume_args<'a>(url: &'a str, topic: &'a str, sub: &'a str, count: &'a str) -> Vec<&'a str> {
+    vec![
+        "--url",
+        url,
+        "--topic",
+        topic,
+        "--subscription",
+        sub,
+        "--type",
+        "shared",
+        "--initial-position",
+        "earliest",
+        "--count",
+        count,
+    ]
+}
+
+#[test]
+fn produce_then_consume_with_the_examples() {
+    let url = shared_broker().url();
+    let topic = unique_name("examples");
+    let answer = produce(
+        &topic,
+        &[
+            "--count",
+            "5",
+            "--key",
+            "k",
+            "--property",
+            "a=b",
+            "--batch",
+            "--compression",
+            "lz4",
+        ],
+    );
+    assert_eq!(answer["sent"], 5, "{answer}");
+    let last: MessageId = answer["last_message_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("last_message_id is a string: {answer}"))
+        .parse()
+        .unwrap();
+    assert_eq!(answer.as_object().unwrap().len(), 2, "{answer}");
+    assert!(
+        last.is_batch(),
+        "--batch: the messages went out in a batch ({last})"
+    );
+
+    let sub = unique_name("sub");
+    let mut args = consume_args(&url, &topic, &sub, "5");
+    args.extend_from_slice(&["--timeout-secs", "20"]);
+    let r = run("consume", &args, Duration::from_secs(40));
+    assert_eq!(
+        r.code,
+        Some(0),
+        "consume failed:\nstdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), 5, "one line per message:\n{}", r.stdout);
+    let mut ids = Vec::new();
+    for (i, m) in lines.iter().enumerate() {
+        assert_eq!(m["payload"], format!("msg-{i}"), "{m}");
+        assert_eq!(m["key"], "k", "{m}");
+        assert_eq!(m["properties"], serde_json::json!({"a": "b"}), "{m}");
+        assert_eq!(m["redelivery_count"], 0, "{m}");
+        assert_eq!(
+            m["topic"],
+            format!("persistent://public/default/{topic}"),
+            "{m}"
+        );
+        assert!(m["publish_time"].as_u64().unwrap() > 0, "{m}");
+        let id: MessageId = m["message_id"].as_str().unwrap().parse().unwrap();
+        ids.push(id);
+    }
+    assert_eq!(
+        ids.last().copied(),
+        Some(last),
+        "the last consumed id is the last produced id"
+    );
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "in order: {ids:?}");
+}
+
+#[test]
+fn consume_exits_non_zero_when_too_few_messages_arrive() {
+    let url = shared_broker().url();
+    let topic = unique_name("examples-short");
+    let answer = produce(&topic, &["--count", "5"]);
+    assert_eq!(answer["sent"], 5, "{answer}");
+
+    let sub = unique_name("sub");
+    let mut args = consume_args(&url, &topic, &sub, "6");
+    args.extend_from_slice(&["--timeout-secs", "2"]);
+    let started = Instant::now();
+    let r = run("consume", &args, Duration::from_secs(30));
+    assert_ne!(
+        r.code,
+        Some(0),
+        "6 of 5 messages cannot arrive: {}",
+        r.stderr
+    );
+    assert!(r.code.is_some(), "exited, not killed by a signal");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "it waited for its timeout"
+    );
+    assert!(
+        r.stderr.contains("only 5 of 6"),
+        "says what happened: {}",
+        r.stderr
+    );
+    // The five that did arrive were printed.
+    assert_eq!(r.stdout.lines().count(), 5, "{}", r.stdout);
+}
+
+#[test]
+fn bad_arguments_exit_non_zero_with_a_usage_message() {
+    let url = shared_broker().url();
+    let cases: &[(&str, &[&str])] = &[
+        ("produce", &["--url", &url, "--topic", "t"]), // no --count
+        ("produce", &["--url", &url, "--count", "1"]), // no --topic
+        (
+            "produce",
+            &["--url", &url, "--topic", "t", "--count", "many"],
+        ),
+        (
+            "produce",
+            &[
+                "--url",
+                &url,
+                "--topic",
+                "t",
+                "--count",
+                "1",
+                "--compression",
+                "rot13",
+            ],
+        ),
+        (
+            "produce",
+            &[
+                "--url",
+                &url,
+                "--topic",
+                "t",
+                "--count",
+                "1",
+                "--property",
+                "novalue",
+            ],
+        ),
+        ("produce", &["positional"]),
+        ("produce", &["--topic"]), // an option without its value
+        ("consume", &["--url", &url, "--topic", "t", "--count", "1"]), // no --subscription
+        (
+            "consume",
+            &[
+                "--url",
+                &url,
+                "--topic",
+                "t",
+                "--subscription",
+                "s",
+                "--count",
+                "1",
+                "--type",
+                "x",
+            ],
+        ),
+        (
+            "consume",
+            &[
+                "--url",
+                &url,
+                "--topic",
+                "t",
+                "--subscription",
+                "s",
+                "--count",
+                "1",
+                "--initial-position",
+                "middle",
+            ],
+        ),
+        (
+            "consume",
+            &["--url", &url, "--topic", "t", "--subscription", "s"],
+        ), // no --count
+    ];
+    for (name, args) in cases {
+        let r = run(name, args, Duration::from_secs(20));
+        assert!(
+            r.code.is_some_and(|c| c != 0),
+            "{name} {args:?} must fail, got {:?}; stdout: {}",
+            r.code,
+            r.stdout
+        );
+        assert!(
+            r.stderr.contains(&format!("usage: {name}")),
+            "{name} {args:?} prints its usage: {}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("error:"), "{name} {args:?}: {}", r.stderr);
+    }
+    // --help prints the usage and succeeds.
+    for name in ["produce", "consume"] {
+        let r = run(name, &["--help"], Duration::from_secs(20));
+        assert_eq!(r.code, Some(0), "{name} --help");
+        assert!(r.stdout.contains(&format!("usage: {name}")), "{}", r.stdout);
+    }
+}
