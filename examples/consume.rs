@@ -18,7 +18,19 @@ const USAGE: &str = "usage: consume --url U --topic T --subscription S \
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &[]);
+    let args = Args::parse(
+        USAGE,
+        &[
+            "url",
+            "topic",
+            "subscription",
+            "type",
+            "initial-position",
+            "count",
+            "timeout-secs",
+        ],
+        &[],
+    );
     let topic = args.required(USAGE, "topic");
     let subscription = args.required(USAGE, "subscription");
     let count: usize = args.number(USAGE, "count", 0);

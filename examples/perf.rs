@@ -41,7 +41,7 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &[]);
+    let args = Args::parse(USAGE, &["url", "topic", "mode", "n", "size"], &[]);
     let topic = args.required(USAGE, "topic");
     let mode = args.required(USAGE, "mode");
     let n: usize = args.number(USAGE, "n", 100_000);

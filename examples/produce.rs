@@ -16,7 +16,20 @@ const USAGE: &str = "usage: produce --url U --topic T --count N [--key K] [--pro
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &["batch"]);
+    let args = Args::parse(
+        USAGE,
+        &[
+            "url",
+            "topic",
+            "count",
+            "key",
+            "property",
+            "compression",
+            "prefix",
+            "interval-ms",
+        ],
+        &["batch"],
+    );
     let topic = args.required(USAGE, "topic");
     let count: u64 = args.number(USAGE, "count", 0);
     if args.get("count").is_none() {

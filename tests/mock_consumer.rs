@@ -549,7 +549,6 @@ async fn after_a_reconnect_unacked_messages_come_back_once_and_acked_ones_never(
 /// client filters such redeliveries (`AcknowledgmentsGroupingTracker.isDuplicate`), so the
 /// application never sees a message again after acking it.
 #[tokio::test]
-#[ignore = "BUG: a message acked while the ack was still grouped (not yet sent) when the connection dropped is delivered again after the reconnect"]
 async fn a_message_acked_just_before_a_disconnect_is_not_delivered_again() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
@@ -729,7 +728,6 @@ async fn reader_from_a_message_id_exclusive_and_inclusive() {
 /// that message and the rest (inclusive), as the Java reader does: it sends the start id with
 /// its batch index, so the broker delivers the entry and the client skips what precedes it.
 #[tokio::test]
-#[ignore = "BUG: a reader started at a batch message id sends the start id without its batch index, so the broker starts after the whole entry and the rest of the batch is never delivered"]
 async fn reader_from_a_message_inside_a_batch() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());

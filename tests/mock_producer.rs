@@ -245,7 +245,6 @@ async fn key_based_batching_never_mixes_keys_in_a_batch() {
 /// Batches go on the wire in sequence-id order, also with key-based batching: a broker with
 /// deduplication drops a SEND whose sequence id is not above the last one it persisted.
 #[tokio::test]
-#[ignore = "BUG: key-based batching sends a full key batch before older open batches of other keys, so SEND sequence ids go backwards on the wire"]
 async fn key_based_batches_go_out_in_sequence_order() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
@@ -508,7 +507,8 @@ async fn a_message_over_the_brokers_limit_fails_and_later_ones_succeed() {
         .unwrap();
     match producer.send_and_wait(vec![7u8; 2048]).await {
         Err(Error::MessageTooBig { size, max }) => {
-            assert_eq!(size, 2048);
+            // The payload plus its metadata, as the broker counts it.
+            assert!((2048..2048 + 128).contains(&size), "{size}");
             assert_eq!(max, 1024);
         }
         other => panic!("expected MessageTooBig, got {other:?}"),
@@ -524,7 +524,6 @@ async fn a_message_over_the_brokers_limit_fails_and_later_ones_succeed() {
 /// checks each message's size before adding it to a batch: the small messages batched around
 /// it are fine and must succeed.
 #[tokio::test]
-#[ignore = "BUG: with batching, an oversized message joins the open batch and the whole batch fails with MessageTooBig, failing the innocent messages sent with it"]
 async fn an_oversized_message_does_not_fail_the_batch_it_joins() {
     let broker = MockBroker::start_with(MockBrokerConfig {
         max_message_size: Some(1024),
@@ -551,7 +550,6 @@ async fn an_oversized_message_does_not_fail_the_batch_it_joins() {
 /// it (SEND_ERROR NotAllowed); the client should report it as `MessageTooBig` like the Java
 /// client (which counts headers and payload), and the producer keeps working.
 #[tokio::test]
-#[ignore = "BUG: the size check ignores the message metadata, so a frame over max_message_size reaches the broker and fails with Broker{NotAllowed} instead of MessageTooBig"]
 async fn a_message_whose_metadata_pushes_it_over_the_limit_is_too_big() {
     let broker = MockBroker::start_with(MockBrokerConfig {
         max_message_size: Some(1024),

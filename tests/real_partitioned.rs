@@ -302,10 +302,6 @@ async fn a_reader_reads_every_partition() {
 /// answers GetLastMessageId on the empty partition with an error; the client must still look
 /// at the other partitions.
 #[tokio::test]
-#[ignore = "BUG: Reader::has_message_available returns Ok(false) on a partitioned topic as soon \
-            as ANY partition is empty (Consumer::last_message_ids fails on the first empty \
-            partition and the whole answer becomes false), even when another partition has \
-            unread messages"]
 async fn reader_has_message_available_with_an_empty_partition() {
     let client = client();
     let topic = unique_name("reader-empty-partition");
@@ -355,9 +351,6 @@ async fn reader_has_message_available_with_an_empty_partition() {
 /// ledger, numbered in order of first write). Set-up: partition A is written first (lowest
 /// ledger), then B and C; the last message read is a second one on A.
 #[tokio::test]
-#[ignore = "BUG: Reader::has_message_available on a partitioned topic compares the last \
-            received id (of one partition) with the last stored id of EVERY partition, so it \
-            answers true after everything was read when another partition's ledger id is higher"]
 async fn reader_has_message_available_is_false_after_reading_every_partition() {
     let client = client();
     let topic = unique_name("reader-all-read");

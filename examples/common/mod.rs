@@ -11,8 +11,9 @@ pub struct Args {
 }
 
 impl Args {
-    /// Parses the process arguments; `flags` are the options that take no value.
-    pub fn parse(usage: &str, flags: &[&str]) -> Args {
+    /// Parses the process arguments; `options` take a value, `flags` take none. Anything else
+    /// is an error (so a typo is not silently ignored).
+    pub fn parse(usage: &str, options: &[&str], flags: &[&str]) -> Args {
         let mut values: HashMap<String, Vec<String>> = HashMap::new();
         let mut set_flags = Vec::new();
         let mut it = std::env::args().skip(1);
@@ -27,6 +28,9 @@ impl Args {
             if flags.contains(&name) {
                 set_flags.push(name.to_string());
                 continue;
+            }
+            if !options.contains(&name) {
+                fail(usage, &format!("unknown option `--{name}`"));
             }
             let Some(value) = it.next() else {
                 fail(usage, &format!("--{name} needs a value"));

@@ -106,6 +106,19 @@ impl AckTracker {
                 .is_some_and(|b| !b.is_unacked(id.batch_index as usize))
     }
 
+    /// Whether the application already acked this message and the ack is still waiting to be
+    /// sent (a redelivery of it must not reach the application again).
+    pub(crate) fn ack_pending(&self, id: &MessageId) -> bool {
+        let entry = id.entry();
+        self.pending_cumulative.is_some_and(|c| {
+            (entry.ledger_id as i64, entry.entry_id as i64)
+                <= (c.ledger_id as i64, c.entry_id as i64)
+        }) || self
+            .pending_individual
+            .iter()
+            .any(|p| p.ledger_id == entry.ledger_id && p.entry_id == entry.entry_id)
+    }
+
     /// An individual ack. Returns true when the group is full and should be sent now.
     pub(crate) fn ack(&mut self, id: MessageId) -> bool {
         if id.is_batch() {
@@ -210,6 +223,19 @@ mod tests {
         let f = t.take_flush();
         assert_eq!(f.individual, vec![MessageId::new(1, 5, -1)]);
         assert!(!t.already_acked(&batch_id(5, 1, 3)));
+    }
+
+    #[test]
+    fn acks_waiting_to_be_sent_are_recognised() {
+        let mut t = AckTracker::new(100);
+        t.ack(MessageId::new(1, 4, -1));
+        assert!(t.ack_pending(&MessageId::new(1, 4, -1)));
+        assert!(!t.ack_pending(&MessageId::new(1, 5, -1)));
+        t.ack_cumulative(MessageId::new(1, 9, -1));
+        assert!(t.ack_pending(&MessageId::new(1, 7, -1)));
+        assert!(!t.ack_pending(&MessageId::new(1, 10, -1)));
+        t.take_flush();
+        assert!(!t.ack_pending(&MessageId::new(1, 4, -1)));
     }
 
     #[test]

@@ -363,6 +363,15 @@ impl Consumer {
         self.partitions[0].state.clone()
     }
 
+    /// The last stored id of each partition, each with its own outcome (for readers).
+    pub(crate) async fn last_message_id_each(&self) -> Vec<Result<MessageId>> {
+        let mut out = Vec::new();
+        for p in &self.partitions {
+            out.push(Self::ask(p, ConsumerOp::LastMessageId).await);
+        }
+        out
+    }
+
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
     /// broker says). Wait for changes with `changed().await` on the receiver.
     pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
@@ -421,11 +430,15 @@ async fn spawn_partition(
 ) -> Result<Arc<PartitionShared>> {
     let consumer_id = client.new_consumer_id();
     let start = options.start_message_id.map(|s| {
-        if options.start_inclusive && !s.is_batch() && s.entry_id > 0 && s != MessageId::LATEST {
+        if s.is_batch() {
+            // With a batch index the broker starts at that entry; the filter below drops the
+            // messages of the batch before `s`.
+            s
+        } else if options.start_inclusive && s.entry_id > 0 && s != MessageId::LATEST {
             // Start one entry earlier; the filter below drops what precedes `s`.
             MessageId::new(s.ledger_id, s.entry_id - 1, s.partition)
         } else {
-            s.entry()
+            s
         }
     });
     let params = SubscribeParams {

@@ -1,5 +1,6 @@
 //! [`Reader`]: reads a topic from a chosen position without a durable subscription.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -96,8 +97,7 @@ impl ReaderBuilder {
             consumer,
             start: self.start,
             inclusive: self.inclusive,
-            received_any: false,
-            last_received: None,
+            last_received: HashMap::new(),
         })
     }
 }
@@ -108,8 +108,8 @@ pub struct Reader {
     consumer: Consumer,
     start: MessageId,
     inclusive: bool,
-    received_any: bool,
-    last_received: Option<MessageId>,
+    /// The last message received from each partition (-1 for a non-partitioned topic).
+    last_received: HashMap<i32, MessageId>,
 }
 
 impl Reader {
@@ -121,8 +121,7 @@ impl Reader {
     /// Waits for the next message.
     pub async fn recv(&mut self) -> Result<Message> {
         let m = self.consumer.recv().await?;
-        self.received_any = true;
-        self.last_received = Some(m.id);
+        self.last_received.insert(m.id.partition, m.id);
         Ok(m)
     }
 
@@ -141,21 +140,25 @@ impl Reader {
                 None => {}
             }
         }
-        let lasts = match self.consumer.last_message_ids().await {
-            Ok(ids) => ids,
-            // pulsar-lite answers GetLastMessageId on an empty topic with an error instead of
-            // an empty position: that means "nothing stored".
-            Err(Error::Broker {
-                code: ServerError::UnknownError,
-                message,
-            }) if message.contains("no messages") => return Ok(false),
-            Err(e) => return Err(e),
-        };
-        for last in lasts {
-            if last.entry_id as i64 == -1 || last.entry_id == u64::MAX {
+        if !self.consumer.topic().is_persistent() {
+            return Ok(false); // nothing is stored to ask about
+        }
+        for last in self.consumer.last_message_id_each().await {
+            let last = match last {
+                Ok(id) => id,
+                // pulsar-lite answers GetLastMessageId on an empty topic with an error instead
+                // of an empty position: that partition has nothing stored.
+                Err(Error::Broker {
+                    code: ServerError::UnknownError,
+                    message,
+                }) if message.contains("no messages") => continue,
+                Err(e) => return Err(e),
+            };
+            if last.entry_id as i64 == -1 {
                 continue; // empty partition
             }
-            let available = match self.last_received {
+            // Ids are only comparable within one partition.
+            let available = match self.last_received.get(&last.partition) {
                 Some(received) => last.entry() > received.entry(),
                 None if self.start == MessageId::EARLIEST => true,
                 None if self.start == MessageId::LATEST => false,
@@ -171,7 +174,7 @@ impl Reader {
 
     /// Moves the reader to a message id.
     pub async fn seek(&mut self, id: MessageId) -> Result<()> {
-        self.last_received = None;
+        self.last_received.clear();
         self.start = id;
         self.inclusive = true;
         self.consumer.seek(id).await
@@ -179,7 +182,7 @@ impl Reader {
 
     /// Moves the reader to the first message published at or after `publish_time_ms`.
     pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
-        self.last_received = None;
+        self.last_received.clear();
         self.consumer.seek_by_time(publish_time_ms).await
     }
 
@@ -196,8 +199,7 @@ impl Stream for Reader {
         let polled = Pin::new(&mut self.consumer).poll_next(cx);
         if let Poll::Ready(Some(Ok(m))) = &polled {
             let id = m.id;
-            self.received_any = true;
-            self.last_received = Some(id);
+            self.last_received.insert(id.partition, id);
         }
         polled
     }

@@ -326,7 +326,9 @@ impl ConsumerTask {
             if let Some(last) = last {
                 self.skip_through = Some(last);
             }
-            last.map(|l| l.entry()).or(self.opts.start_message_id)
+            // (A batch message id keeps its index: the broker then starts at that entry and
+            // the filter drops what was already received.)
+            last.or(self.opts.start_message_id)
         };
         let client = self.client.clone();
         let topic = self.topic.clone();
@@ -597,7 +599,7 @@ impl ConsumerTask {
                     Ok(messages) => {
                         for m in messages {
                             self.acks.delivered(&m.id);
-                            if self.acks.already_acked(&m.id) {
+                            if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
                                 continue;
                             }
                             if self.skip_through.is_some_and(|s| m.id <= s) {

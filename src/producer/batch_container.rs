@@ -46,20 +46,26 @@ fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
         .collect()
 }
 
-/// Compresses `payload` and checks the result against the broker's size limit.
-fn compress_checked(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
-    let data = if ctx.compression == CompressionType::None {
-        payload
+/// Compresses `payload` (when the producer compresses).
+fn compress(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
+    if ctx.compression == CompressionType::None {
+        Ok(payload)
     } else {
-        compression::compress(ctx.compression, &payload)?
-    };
-    if data.len() > ctx.max_message_size {
+        compression::compress(ctx.compression, &payload)
+    }
+}
+
+/// Checks metadata plus payload against the broker's size limit, as the broker counts it.
+fn check_size(ctx: &FrameContext, metadata: &proto::MessageMetadata, data: &Bytes) -> Result<()> {
+    use prost::Message as _;
+    let size = metadata.encoded_len() + data.len();
+    if size > ctx.max_message_size {
         return Err(Error::MessageTooBig {
-            size: data.len(),
+            size,
             max: ctx.max_message_size,
         });
     }
-    Ok(data)
+    Ok(())
 }
 
 /// Builds the frame of a single, non-batched message.
@@ -69,7 +75,7 @@ pub(crate) fn single_message_entry(
     sequence_id: u64,
     completion: Completion,
 ) -> std::result::Result<InFlight, (Error, Completion)> {
-    let data = match compress_checked(ctx, msg.payload.clone()) {
+    let data = match compress(ctx, msg.payload.clone()) {
         Ok(d) => d,
         Err(e) => return Err((e, completion)),
     };
@@ -87,6 +93,9 @@ pub(crate) fn single_message_entry(
         deliver_at_time: msg.deliver_at.map(|t| t as i64),
         ..Default::default()
     };
+    if let Err(e) = check_size(ctx, &metadata, &data) {
+        return Err((e, completion));
+    }
     let frame = Frame::with_payload(
         send_command(ctx.producer_id, sequence_id, sequence_id, 1),
         metadata,
@@ -141,9 +150,10 @@ impl BatchContainer {
             .min()
     }
 
-    /// Whether the message can never fit in a batch (it is then sent on its own).
-    pub(crate) fn too_big_for_batch(&self, msg: &ProducerMessage) -> bool {
-        msg.payload.len() >= self.options.max_bytes
+    /// Whether the message should not join a batch: it fills one on its own, or it may be over
+    /// the broker's limit (it is then sent on its own, so a failure is only its own).
+    pub(crate) fn too_big_for_batch(&self, msg: &ProducerMessage, max_message_size: usize) -> bool {
+        msg.payload.len() >= self.options.max_bytes || msg.payload.len() >= max_message_size / 2
     }
 
     /// Adds a message; returns the batches that became full and must be sent now.
@@ -164,18 +174,17 @@ impl BatchContainer {
         } else {
             None
         };
+        // Would this message overflow its open batch? Send the open batches first — all of
+        // them, in sequence order, so batches of different keys never overtake each other.
+        if self
+            .open
+            .iter()
+            .any(|b| b.key == key && b.payload_bytes + msg.payload.len() > self.options.max_bytes)
+        {
+            self.flush(ctx, out, failed);
+        }
         let idx = match self.open.iter().position(|b| b.key == key) {
-            Some(i) => {
-                // Would this message overflow the open batch? Send that one first.
-                let b = &self.open[i];
-                if b.payload_bytes + msg.payload.len() > self.options.max_bytes {
-                    let full = self.open.swap_remove(i);
-                    self.finish(ctx, full, out, failed);
-                    self.open_batch(key, sequence_id)
-                } else {
-                    i
-                }
-            }
+            Some(i) => i,
             None => self.open_batch(key, sequence_id),
         };
         let b = &mut self.open[idx];
@@ -195,8 +204,7 @@ impl BatchContainer {
         if b.completions.len() >= self.options.max_messages
             || b.payload_bytes >= self.options.max_bytes
         {
-            let full = self.open.swap_remove(idx);
-            self.finish(ctx, full, out, failed);
+            self.flush(ctx, out, failed);
         }
     }
 
@@ -251,7 +259,7 @@ impl BatchContainer {
         let n = b.completions.len();
         let raw = b.builder.take();
         let raw_len = raw.len();
-        let data = match compress_checked(ctx, raw) {
+        let data = match compress(ctx, raw) {
             Ok(d) => d,
             Err(e) => {
                 failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));

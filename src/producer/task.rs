@@ -487,7 +487,10 @@ impl ProducerTask {
         let mut out = Vec::new();
         let mut failed = Vec::new();
         match self.batches.as_mut() {
-            Some(b) if msg.deliver_at.is_none() && !b.too_big_for_batch(&msg) => {
+            Some(b)
+                if msg.deliver_at.is_none()
+                    && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
+            {
                 b.add(&self.ctx, msg, seq, completion, &mut out, &mut failed);
             }
             batches => {
