@@ -1,8 +1,8 @@
 //! The CONNECT / CONNECTED exchange that opens every connection.
 
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio_util::codec::Framed;
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
+use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::{routing, Authentication, BrokerFeatures, ConnectionConfig, ConnectionInfo};
 use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE};
@@ -71,21 +71,29 @@ pub(crate) fn features_from(flags: Option<&proto::FeatureFlags>) -> BrokerFeatur
     }
 }
 
+/// The two halves of a connection's socket, each with its codec.
+pub(crate) type Halves<S> = (
+    FramedRead<ReadHalf<S>, PulsarCodec>,
+    FramedWrite<WriteHalf<S>, PulsarCodec>,
+);
+
 /// Sends CONNECT and waits for CONNECTED, answering PINGs and auth challenges meanwhile.
 pub(crate) async fn handshake<S>(
     stream: S,
     broker_url: &str,
     proxy_to_broker_url: Option<&str>,
     config: &ConnectionConfig,
-) -> Result<(Framed<S, PulsarCodec>, ConnectionInfo)>
+) -> Result<(Halves<S>, ConnectionInfo)>
 where
-    S: AsyncRead + AsyncWrite + Unpin,
+    S: AsyncRead + AsyncWrite,
 {
-    let mut framed = Framed::new(stream, PulsarCodec::new());
+    let (r, w) = tokio::io::split(stream);
+    let mut reader = FramedRead::new(r, PulsarCodec::new());
+    let mut writer = FramedWrite::new(w, PulsarCodec::new());
     let connect = connect_command(proxy_to_broker_url, config.auth.as_ref());
-    framed.send(Frame::simple(connect)).await?;
+    writer.send(Frame::simple(connect)).await?;
     loop {
-        let frame = match framed.next().await {
+        let frame = match reader.next().await {
             Some(frame) => frame?,
             None => {
                 return Err(Error::ConnectionLost(
@@ -104,7 +112,8 @@ where
                     .and_then(|n| usize::try_from(n).ok())
                     .filter(|n| *n > 0)
                     .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
-                framed.codec_mut().set_max_message_size(max_message_size);
+                reader.decoder_mut().set_max_message_size(max_message_size);
+                writer.encoder_mut().set_max_message_size(max_message_size);
                 let info = ConnectionInfo {
                     broker_url: broker_url.to_string(),
                     server_version: connected.server_version,
@@ -123,7 +132,7 @@ where
                     features = ?info.features,
                     "connected"
                 );
-                return Ok((framed, info));
+                return Ok(((reader, writer), info));
             }
             Ok(Type::Error) => {
                 let e = cmd.error.unwrap_or_default();
@@ -138,10 +147,10 @@ where
                     pong: Some(proto::CommandPong {}),
                     ..Default::default()
                 };
-                framed.send(Frame::simple(pong)).await?;
+                writer.send(Frame::simple(pong)).await?;
             }
             Ok(Type::AuthChallenge) => {
-                framed
+                writer
                     .send(Frame::simple(auth_response(config.auth.as_ref())))
                     .await?;
             }

@@ -231,9 +231,9 @@ impl Connection {
         config: &ConnectionConfig,
     ) -> Result<Connection>
     where
-        S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+        S: AsyncRead + AsyncWrite + Send + 'static,
     {
-        let (framed, info) = tokio::time::timeout(
+        let ((reader, writer), info) = tokio::time::timeout(
             config.connect_timeout,
             handshake::handshake(stream, broker_url, proxy_to_broker_url, config),
         )
@@ -253,7 +253,8 @@ impl Connection {
             operation_timeout: config.operation_timeout,
         });
         task::spawn(task::TaskParams {
-            framed,
+            reader,
+            writer,
             ops: ops_rx,
             control: control_rx,
             closed: closed_tx,

@@ -1,14 +1,14 @@
 //! The task that owns one broker socket: writes outbound frames, routes inbound ones, keeps the
 //! connection alive and times requests out.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
 use super::handshake::auth_response;
@@ -18,11 +18,15 @@ use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
 
-/// How many queued ops are written before the socket is flushed.
+/// How many queued frames are written before the socket is flushed.
 const WRITE_BATCH: usize = 128;
 
+/// Frames queued for the writer task.
+const WRITE_QUEUE: usize = 1024;
+
 pub(super) struct TaskParams<S> {
-    pub framed: Framed<S, PulsarCodec>,
+    pub reader: FramedRead<ReadHalf<S>, PulsarCodec>,
+    pub writer: FramedWrite<WriteHalf<S>, PulsarCodec>,
     pub ops: mpsc::Receiver<Op>,
     pub control: mpsc::UnboundedReceiver<Op>,
     pub closed: watch::Sender<Option<Error>>,
@@ -145,7 +149,7 @@ impl Router {
 
 pub(super) fn spawn<S>(params: TaskParams<S>)
 where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let span = tracing::debug_span!("connection", broker = %params.broker_url);
     tokio::spawn(run(params).instrument(span));
@@ -156,12 +160,113 @@ enum Step {
     Stop(Error),
 }
 
-async fn run<S>(mut p: TaskParams<S>)
+/// Frames on their way to the writer. The reading side must never wait for the socket to
+/// accept writes (a broker blocked on writing to us would then never read from us: a
+/// deadlock), so frames the writer's queue cannot take yet wait here, and no new ops are
+/// taken from handles until it drains — backpressure without ever stopping to read.
+struct Outbox {
+    tx: mpsc::Sender<Frame>,
+    backlog: VecDeque<Frame>,
+}
+
+impl Outbox {
+    fn push(&mut self, frame: Frame) -> Step {
+        if !self.backlog.is_empty() {
+            self.backlog.push_back(frame);
+            return Step::Continue;
+        }
+        match self.tx.try_send(frame) {
+            Ok(()) => Step::Continue,
+            Err(mpsc::error::TrySendError::Full(frame)) => {
+                self.backlog.push_back(frame);
+                Step::Continue
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {
+                Step::Stop(Error::ConnectionLost("connection writer stopped".into()))
+            }
+        }
+    }
+}
+
+/// Moves backlog frames to the writer while it has room.
+fn drain(
+    backlog: &mut VecDeque<Frame>,
+    tx: &mpsc::Sender<Frame>,
+    permit: mpsc::OwnedPermit<Frame>,
+) {
+    if let Some(f) = backlog.pop_front() {
+        permit.send(f);
+    }
+    while let Some(f) = backlog.pop_front() {
+        if let Err(e) = tx.try_send(f) {
+            match e {
+                mpsc::error::TrySendError::Full(f) | mpsc::error::TrySendError::Closed(f) => {
+                    backlog.push_front(f);
+                }
+            }
+            break;
+        }
+    }
+}
+
+/// Owns the write half: writes frames in batches, one flush per batch.
+async fn write_loop<W>(
+    mut writer: FramedWrite<W, PulsarCodec>,
+    mut rx: mpsc::Receiver<Frame>,
+) -> Error
 where
-    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+    W: AsyncWrite + Unpin,
 {
+    loop {
+        let Some(frame) = rx.recv().await else {
+            let _ = SinkExt::<Frame>::close(&mut writer).await;
+            return Error::Closed;
+        };
+        let mut next = Some(frame);
+        let mut n = 0;
+        while let Some(frame) = next.take() {
+            match writer.feed(frame).await {
+                Ok(()) => {}
+                Err(crate::codec::CodecError::FrameTooLarge { size, max }) => {
+                    // Nothing was written; the connection is fine.
+                    tracing::warn!(size, max, "outbound frame over the size limit; not sent");
+                }
+                Err(e) => return Error::from(e),
+            }
+            n += 1;
+            if n < WRITE_BATCH {
+                next = rx.try_recv().ok();
+            }
+        }
+        if let Err(e) = SinkExt::<Frame>::flush(&mut writer).await {
+            return Error::from(e);
+        }
+    }
+}
+
+async fn run<S>(p: TaskParams<S>)
+where
+    S: AsyncRead + AsyncWrite + Send + 'static,
+{
+    let TaskParams {
+        mut reader,
+        writer,
+        mut ops,
+        mut control,
+        closed,
+        stats,
+        keepalive,
+        auth,
+        broker_url: _,
+    } = p;
+    let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
+    let mut writer_task = tokio::spawn(write_loop(writer, write_rx).in_current_span());
+    let mut out = Outbox {
+        tx: write_tx,
+        backlog: VecDeque::new(),
+    };
     let mut router = Router::default();
-    let keepalive = p.keepalive.max(Duration::from_millis(1));
+    let keepalive = keepalive.max(Duration::from_millis(1));
     let mut last_inbound = Instant::now();
     let mut ping_sent_at: Option<Instant> = None;
     let mut keepalive_tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
@@ -169,52 +274,57 @@ where
 
     let reason = loop {
         let deadline = router.next_deadline();
+        let backlogged = !out.backlog.is_empty();
+        let reserve_tx = backlogged.then(|| out.tx.clone());
         let step = tokio::select! {
             biased;
-            op = p.control.recv() => match op {
-                Some(op) => handle_op(op, &mut router, &mut p.framed).await,
+            op = control.recv() => match op {
+                Some(op) => handle_op(op, &mut router, &mut out),
                 None => Step::Continue,
             },
-            inbound = p.framed.next() => match inbound {
+            inbound = reader.next() => match inbound {
                 Some(Ok(frame)) => {
                     last_inbound = Instant::now();
                     ping_sent_at = None;
-                    handle_inbound(frame, &mut router, &mut p.framed, p.auth.as_ref()).await
+                    handle_inbound(frame, &mut router, &mut out, auth.as_ref())
                 }
                 Some(Err(e)) => Step::Stop(Error::from(e)),
                 None => Step::Stop(Error::ConnectionLost("broker closed the connection".into())),
             },
-            op = p.ops.recv() => match op {
+            permit = async { reserve_tx.expect("guarded").reserve_owned().await }, if backlogged => match permit {
+                Ok(permit) => {
+                    drain(&mut out.backlog, &out.tx, permit);
+                    Step::Continue
+                }
+                Err(_) => Step::Stop(Error::ConnectionLost("connection writer stopped".into())),
+            },
+            op = ops.recv(), if !backlogged => match op {
                 Some(op) => {
-                    let mut step = handle_op(op, &mut router, &mut p.framed).await;
+                    let mut step = handle_op(op, &mut router, &mut out);
                     let mut n = 1;
-                    while matches!(step, Step::Continue) && n < WRITE_BATCH {
-                        match p.ops.try_recv() {
-                            Ok(op) => step = handle_op(op, &mut router, &mut p.framed).await,
+                    while matches!(step, Step::Continue) && n < WRITE_BATCH && out.backlog.is_empty() {
+                        match ops.try_recv() {
+                            Ok(op) => step = handle_op(op, &mut router, &mut out),
                             Err(_) => break,
                         }
                         n += 1;
                     }
-                    match step {
-                        Step::Continue => match SinkExt::<Frame>::flush(&mut p.framed).await {
-                            Ok(()) => Step::Continue,
-                            Err(e) => Step::Stop(Error::from(e)),
-                        },
-                        stop => stop,
-                    }
+                    step
                 }
                 // Every handle is gone: nobody can use this connection any more.
                 None => Step::Stop(Error::Closed),
             },
-            _ = keepalive_tick.tick() => {
-                keepalive_step(&mut p.framed, last_inbound, &mut ping_sent_at, keepalive).await
-            }
+            _ = keepalive_tick.tick() => keepalive_step(&mut out, last_inbound, &mut ping_sent_at, keepalive),
             _ = sleep_until_opt(deadline) => {
                 router.expire(Instant::now());
                 Step::Continue
             }
+            written = &mut writer_task => Step::Stop(match written {
+                Ok(e) => e,
+                Err(_) => Error::ConnectionLost("connection writer failed".into()),
+            }),
         };
-        let _ = p.stats.send_if_modified(|s| {
+        let _ = stats.send_if_modified(|s| {
             let new = router.stats();
             let changed = *s != new;
             *s = new;
@@ -225,19 +335,21 @@ where
         }
     };
     tracing::debug!(%reason, "connection closed");
-    let _ = p.closed.send(Some(reason.clone()));
+    let _ = closed.send(Some(reason.clone()));
     router.shutdown(&reason);
-    let _ = p.stats.send(router.stats());
+    let _ = stats.send(router.stats());
     // Fail whatever is still queued by handles.
-    p.ops.close();
-    while let Ok(op) = p.ops.try_recv() {
+    ops.close();
+    while let Ok(op) = ops.try_recv() {
         fail_op(op, &reason);
     }
-    p.control.close();
-    while let Ok(op) = p.control.try_recv() {
+    control.close();
+    while let Ok(op) = control.try_recv() {
         fail_op(op, &reason);
     }
-    let _ = SinkExt::<Frame>::close(&mut p.framed).await;
+    // Dropping the outbox ends the writer, which closes the socket's write side.
+    drop(out);
+    writer_task.abort();
 }
 
 fn fail_op(op: Op, reason: &Error) {
@@ -259,15 +371,12 @@ async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-async fn keepalive_step<S>(
-    framed: &mut Framed<S, PulsarCodec>,
+fn keepalive_step(
+    out: &mut Outbox,
     last_inbound: Instant,
     ping_sent_at: &mut Option<Instant>,
     interval: Duration,
-) -> Step
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) -> Step {
     let now = Instant::now();
     if let Some(sent) = *ping_sent_at {
         if now.duration_since(sent) >= interval {
@@ -284,17 +393,12 @@ where
             ping: Some(proto::CommandPing {}),
             ..Default::default()
         };
-        if let Err(e) = framed.send(Frame::simple(ping)).await {
-            return Step::Stop(Error::from(e));
-        }
+        return out.push(Frame::simple(ping));
     }
     Step::Continue
 }
 
-async fn handle_op<S>(op: Op, router: &mut Router, framed: &mut Framed<S, PulsarCodec>) -> Step
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
     let frame = match op {
         Op::Request {
             request_id,
@@ -330,27 +434,15 @@ where
         }
         Op::Close => return Step::Stop(Error::Closed),
     };
-    // Feed only: the caller flushes after a batch of ops.
-    match framed.feed(frame).await {
-        Ok(()) => Step::Continue,
-        Err(crate::codec::CodecError::FrameTooLarge { size, max }) => {
-            // Nothing was written; the connection is fine. The request (if any) fails.
-            tracing::warn!(size, max, "outbound frame over the size limit; not sent");
-            Step::Continue
-        }
-        Err(e) => Step::Stop(Error::from(e)),
-    }
+    out.push(frame)
 }
 
-async fn handle_inbound<S>(
+fn handle_inbound(
     frame: Frame,
     router: &mut Router,
-    framed: &mut Framed<S, PulsarCodec>,
+    out: &mut Outbox,
     auth: Option<&Authentication>,
-) -> Step
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
+) -> Step {
     let reply = match routing::route(&frame.command) {
         Route::Request(id) => {
             router.complete(id, frame.command);
@@ -373,10 +465,8 @@ where
             None
         }
     };
-    if let Some(reply) = reply {
-        if let Err(e) = framed.send(Frame::simple(reply)).await {
-            return Step::Stop(Error::from(e));
-        }
+    match reply {
+        Some(reply) => out.push(Frame::simple(reply)),
+        None => Step::Continue,
     }
-    Step::Continue
 }

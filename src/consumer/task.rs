@@ -556,6 +556,20 @@ impl ConsumerTask {
         }
     }
 
+    /// Counts `n` messages as consumed for flow control (like the handle does for delivered
+    /// ones) and sends a FLOW when half the receiver queue is due.
+    async fn release_permits(&mut self, n: u32) {
+        let refill_at = (self.opts.receiver_queue_size / 2).max(1);
+        let consumed = self.shared.consumed.fetch_add(n, Ordering::AcqRel) + n;
+        if consumed >= refill_at {
+            let permits = self.shared.consumed.swap(0, Ordering::AcqRel);
+            if permits > 0 {
+                let frame = flow_frame(self.consumer_id, permits);
+                self.send(frame).await;
+            }
+        }
+    }
+
     async fn redeliver(&mut self, ids: Vec<MessageId>) {
         if ids.is_empty() {
             return;
@@ -597,15 +611,22 @@ impl ConsumerTask {
                     .saturating_mul(2);
                 match decode(&self.topic, self.partition, &cmd, payload, max) {
                     Ok(messages) => {
+                        let mut dropped = 0;
                         for m in messages {
                             self.acks.delivered(&m.id);
-                            if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
-                                continue;
-                            }
-                            if self.skip_through.is_some_and(|s| m.id <= s) {
+                            if self.acks.already_acked(&m.id)
+                                || self.acks.ack_pending(&m.id)
+                                || self.skip_through.is_some_and(|s| m.id <= s)
+                            {
+                                dropped += 1;
                                 continue;
                             }
                             self.emit(Item::Message(m));
+                        }
+                        // Dropped messages used broker permits the application will never
+                        // return by consuming them: give them back here.
+                        if dropped > 0 {
+                            self.release_permits(dropped).await;
                         }
                     }
                     Err(e) => {
