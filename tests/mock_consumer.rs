@@ -889,3 +889,57 @@ async fn a_partitioned_consumer_merges_partitions_and_routes_acks() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_broker_ignoring_flow_permits_cannot_make_the_consumer_buffer_without_bound() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("flood");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .receiver_queue_size(10)
+        .subscribe()
+        .await
+        .unwrap();
+    let consumer_id = subscribe_cmds(&broker)[0].consumer_id;
+    let conn = broker.connections()[0];
+    // A broken broker pushes 5,000 messages although it was given 10 permits.
+    for i in 0..5_000u64 {
+        let cmd = wire::BaseCommand {
+            r#type: Type::Message as i32,
+            message: Some(wire::CommandMessage {
+                consumer_id,
+                message_id: wire::MessageIdData {
+                    ledger_id: 1,
+                    entry_id: i,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let meta = wire::MessageMetadata {
+            producer_name: "flood".into(),
+            sequence_id: i,
+            publish_time: 1,
+            ..Default::default()
+        };
+        assert!(broker.push_with_payload(conn, cmd, meta, bytes::Bytes::from_static(b"x")));
+    }
+    // Let the flood arrive while the application reads nothing, then read what the client kept:
+    // at most the permits plus the bounded overshoot.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut accepted = 0;
+    while tokio::time::timeout(Duration::from_millis(500), consumer.recv())
+        .await
+        .is_ok()
+    {
+        accepted += 1;
+    }
+    assert!(accepted >= 10, "the permitted messages arrive: {accepted}");
+    assert!(
+        accepted <= 10 + 2 * 10 + 1000 + 10,
+        "excess is dropped, not buffered: {accepted}"
+    );
+}

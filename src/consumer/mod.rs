@@ -491,6 +491,8 @@ async fn spawn_partition(
         ack_deadline: None,
         skip_through,
         assigned_broker: None,
+        permits: i64::from(options.receiver_queue_size),
+        over_delivered: 0,
         life,
         group: group.clone(),
     };

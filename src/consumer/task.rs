@@ -216,6 +216,10 @@ pub(crate) struct ConsumerTask {
     pub skip_through: Option<MessageId>,
     /// PIP-307: the broker to reconnect to directly, from CloseConsumer.
     pub assigned_broker: Option<String>,
+    /// Flow permits granted to the broker minus messages it delivered.
+    pub permits: i64,
+    /// Messages dropped because the broker exceeded its permits by far.
+    pub over_delivered: u64,
     pub life: Lifecycle,
     pub group: GroupClose,
 }
@@ -292,6 +296,7 @@ impl ConsumerTask {
                 }
                 Wake::Reconnected(Ok((conn, events))) => {
                     self.life.apply(Event::Created);
+                    self.permits = i64::from(self.opts.receiver_queue_size);
                     tracing::info!(topic = %self.topic, "consumer re-subscribed");
                     self.conn = Some(conn);
                     self.events = Some(events);
@@ -416,6 +421,7 @@ impl ConsumerTask {
                     .add(id, Instant::now(), self.opts.negative_ack_delay);
             }
             ConsumerOp::Flow(n) => {
+                self.permits += i64::from(n);
                 let frame = flow_frame(self.consumer_id, n);
                 self.send(frame).await;
             }
@@ -498,6 +504,7 @@ impl ConsumerTask {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
         self.skip_through = None;
+        self.permits = i64::from(self.opts.receiver_queue_size);
         let frame = flow_frame(self.consumer_id, self.opts.receiver_queue_size);
         self.send(frame).await;
         Ok(())
@@ -564,6 +571,7 @@ impl ConsumerTask {
         if consumed >= refill_at {
             let permits = self.shared.consumed.swap(0, Ordering::AcqRel);
             if permits > 0 {
+                self.permits += i64::from(permits);
                 let frame = flow_frame(self.consumer_id, permits);
                 self.send(frame).await;
             }
@@ -609,6 +617,22 @@ impl ConsumerTask {
                     .map(|c| c.info().max_message_size)
                     .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
                     .saturating_mul(2);
+                let entry_messages =
+                    i64::from(payload.metadata.num_messages_in_batch.unwrap_or(1).max(1));
+                self.permits -= entry_messages;
+                // A broker may overshoot by a batch; one far beyond the permits it was given
+                // is broken (e.g. dispatching duplicates): drop the excess rather than grow
+                // without bound. Unacked, it will be redelivered.
+                let bound = 2 * i64::from(self.opts.receiver_queue_size) + 1000;
+                if self.permits < -bound {
+                    self.over_delivered += 1;
+                    if self.over_delivered.is_power_of_two() {
+                        tracing::warn!(topic = %self.topic, dropped = self.over_delivered,
+                            "broker delivered far more messages than permitted; excess dropped");
+                    }
+                    self.permits += entry_messages;
+                    return Ok(());
+                }
                 match decode(&self.topic, self.partition, &cmd, payload, max) {
                     Ok(messages) => {
                         let mut dropped = 0;
