@@ -6,7 +6,8 @@
 //!
 //! - produce: batching on (1000 messages / 128 KiB / 5 ms), pipelined sends, waits for every
 //!   receipt;
-//! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each;
+//! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each
+//!   (`--type shared` for a Shared one);
 //! - latency: batching off, N sequential awaited sends; p50/p99 in microseconds.
 //!
 //! `cpu_s` is the process's user + system time (getrusage).
@@ -20,8 +21,8 @@ use common::{die, fail, Args};
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
 
-const USAGE: &str =
-    "usage: perf --url U --topic T --mode produce|consume|latency --n N --size BYTES";
+const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
+--size BYTES [--type exclusive|shared]";
 
 fn rusage() -> (f64, i64) {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
@@ -41,7 +42,14 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &["url", "topic", "mode", "n", "size"], &[]);
+    let args = Args::parse(USAGE, &["url", "topic", "mode", "n", "size", "type"], &[]);
+    // Consume mode's subscription type: Exclusive by default; Shared avoids pulsar-lite's
+    // duplicate dispatch on Exclusive subscriptions.
+    let sub_type = match args.get("type").unwrap_or("exclusive") {
+        "exclusive" => SubscriptionType::Exclusive,
+        "shared" => SubscriptionType::Shared,
+        other => fail(USAGE, &format!("unknown --type `{other}`")),
+    };
     let topic = args.required(USAGE, "topic");
     let mode = args.required(USAGE, "mode");
     let n: usize = args.number(USAGE, "n", 100_000);
@@ -87,7 +95,7 @@ async fn main() {
             let mut consumer = client
                 .consumer(&topic)
                 .subscription("bench-sub")
-                .subscription_type(SubscriptionType::Exclusive)
+                .subscription_type(sub_type)
                 .initial_position(InitialPosition::Earliest)
                 .receiver_queue_size(1000)
                 .subscribe()

@@ -29,6 +29,13 @@ pub(crate) fn event_queue(opts: &ConsumerOptions) -> usize {
     opts.receiver_queue_size as usize + 64
 }
 
+/// How far beyond its flow permits a broker may push (in messages: this many receiver queues
+/// plus the slack) before the consumer treats it as broken and re-subscribes. Generous, so
+/// brokers that overshoot by batches (or, like pulsar-lite, dispatch duplicates) keep flowing;
+/// bounded, so none can make the client buffer without limit.
+const OVERSHOOT_FACTOR: i64 = 10;
+const OVERSHOOT_SLACK: i64 = 10_000;
+
 /// Where a seek goes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SeekTarget {
@@ -563,6 +570,25 @@ impl ConsumerTask {
         }
     }
 
+    /// Closes the consumer on the broker (so an Exclusive subscription takes it back) and
+    /// subscribes again through the reconnect path.
+    async fn resubscribe(&mut self, why: &str) {
+        if let Some(conn) = self.conn.clone() {
+            let request_id = conn.new_request_id();
+            let cmd = BaseCommand {
+                r#type: Type::CloseConsumer as i32,
+                close_consumer: Some(proto::CommandCloseConsumer {
+                    consumer_id: self.consumer_id,
+                    request_id,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            let _ = conn.request(request_id, cmd, "close consumer").await;
+        }
+        self.lose_connection(why);
+    }
+
     /// Counts `n` messages as consumed for flow control (like the handle does for delivered
     /// ones) and sends a FLOW when half the receiver queue is due.
     async fn release_permits(&mut self, n: u32) {
@@ -621,16 +647,18 @@ impl ConsumerTask {
                     i64::from(payload.metadata.num_messages_in_batch.unwrap_or(1).max(1));
                 self.permits -= entry_messages;
                 // A broker may overshoot by a batch; one far beyond the permits it was given
-                // is broken (e.g. dispatching duplicates): drop the excess rather than grow
-                // without bound. Unacked, it will be redelivered.
-                let bound = 2 * i64::from(self.opts.receiver_queue_size) + 1000;
+                // is broken (e.g. dispatching duplicates). Rather than buffer without bound,
+                // drop what it sends and subscribe again: the broker then redelivers every
+                // unacked message, within permits.
+                let bound =
+                    OVERSHOOT_FACTOR * i64::from(self.opts.receiver_queue_size) + OVERSHOOT_SLACK;
                 if self.permits < -bound {
                     self.over_delivered += 1;
-                    if self.over_delivered.is_power_of_two() {
-                        tracing::warn!(topic = %self.topic, dropped = self.over_delivered,
-                            "broker delivered far more messages than permitted; excess dropped");
+                    if self.conn.is_some() {
+                        tracing::warn!(topic = %self.topic, permits = self.permits,
+                            "broker delivered far more messages than permitted; re-subscribing");
+                        self.resubscribe("broker exceeded its flow permits").await;
                     }
-                    self.permits += entry_messages;
                     return Ok(());
                 }
                 match decode(&self.topic, self.partition, &cmd, payload, max) {
