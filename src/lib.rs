@@ -40,8 +40,8 @@ pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::{
-    Consumer, ConsumerBuilder, ConsumerOptions, InitialPosition, Reader, ReaderBuilder,
-    SubscriptionMode, SubscriptionType,
+    Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
+    ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 pub use error::{Error, Result, ServerError};
 pub use lifecycle::State;

@@ -148,6 +148,8 @@ pub struct Message {
     pub sequence_id: u64,
     /// How many times it was delivered before (0 on first delivery).
     pub redelivery_count: u32,
+    /// Which of the consumer's partition tasks delivered it (routes its ack).
+    pub(crate) source: usize,
 }
 
 impl Message {

@@ -63,6 +63,7 @@ pub(crate) fn decode(
         producer_name: meta.producer_name.clone(),
         sequence_id: meta.sequence_id,
         redelivery_count,
+        source: 0,
     };
     let Some(n) = meta.num_messages_in_batch else {
         return Ok(vec![base(data, id)]);

@@ -8,6 +8,7 @@
 
 mod acks;
 mod decode;
+pub mod dlq;
 mod options;
 mod reader;
 mod task;
@@ -22,7 +23,10 @@ use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-pub use options::{ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType};
+pub use dlq::DeadLetterPolicy;
+pub use options::{
+    ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
+};
 pub use reader::{Reader, ReaderBuilder};
 
 use crate::client::Client;
@@ -109,6 +113,30 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Dead-letter policy (PIP-124): Shared and Key_Shared subscriptions only.
+    pub fn dead_letter_policy(mut self, policy: DeadLetterPolicy) -> Self {
+        self.options.dead_letter_policy = Some(policy);
+        self
+    }
+
+    /// Enables the retry-letter topic and [`Consumer::reconsume_later`].
+    pub fn retry_enable(mut self, enable: bool) -> Self {
+        self.options.retry_enable = enable;
+        self
+    }
+
+    /// Redeliver messages not acked within `timeout` (off by default; at least 1 s).
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        self.options.ack_timeout = timeout;
+        self
+    }
+
+    /// Grow negative-ack redelivery delays with the redelivery count.
+    pub fn negative_ack_backoff(mut self, backoff: RedeliveryBackoff) -> Self {
+        self.options.negative_ack_backoff = Some(backoff);
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: ConsumerOptions) -> Self {
         self.options = options;
@@ -119,7 +147,8 @@ impl ConsumerBuilder {
     pub async fn subscribe(self) -> Result<Consumer> {
         self.options.validate()?;
         let topic = TopicName::new(&self.topic)?;
-        Consumer::subscribe(self.client, topic, self.options).await
+        // Boxed: keeps the caller's future (and stack, in debug builds) small.
+        Box::pin(Consumer::subscribe(self.client, topic, self.options)).await
     }
 }
 
@@ -137,6 +166,10 @@ pub struct Consumer {
     refill_at: u32,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
+    /// Dead-letter / retry publishing, when a policy applies.
+    dlq: Option<Arc<dlq::DeadLetterSink>>,
+    /// Partitions of the topic (0 if not partitioned).
+    partition_count: u32,
 }
 
 impl Consumer {
@@ -146,15 +179,51 @@ impl Consumer {
         options: ConsumerOptions,
     ) -> Result<Consumer> {
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+        let mut options = options;
+        if options.retry_enable && options.dead_letter_policy.is_none() {
+            // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
+            options.dead_letter_policy = Some(DeadLetterPolicy::new(16));
+        }
         let options = Arc::new(options);
         let (tx, rx) = mpsc::unbounded_channel();
-        let names: Vec<(TopicName, i32)> = if partitions == 0 {
+        let mut names: Vec<(TopicName, i32)> = if partitions == 0 {
             vec![(topic.clone(), -1)]
         } else {
             (0..partitions)
                 .map(|i| (topic.partition(i), i as i32))
                 .collect()
         };
+        // Dead-lettering applies to Shared and Key_Shared subscriptions, like upstream.
+        let dlq = options.dead_letter_policy.clone().and_then(|policy| {
+            matches!(
+                options.subscription_type,
+                SubscriptionType::Shared | SubscriptionType::KeyShared
+            )
+            .then(|| {
+                Arc::new(dlq::DeadLetterSink::new(
+                    client.clone(),
+                    &topic,
+                    &options.subscription,
+                    policy,
+                ))
+            })
+        });
+        if options.retry_enable {
+            let retry_topic = match &dlq {
+                Some(sink) => TopicName::new(&sink.retry_topic)?,
+                None => {
+                    TopicName::new(&dlq::default_topic(&topic, &options.subscription, "-RETRY"))?
+                }
+            };
+            let n = client
+                .partitioned_topic_metadata(retry_topic.as_str())
+                .await?;
+            if n == 0 {
+                names.push((retry_topic, -1));
+            } else {
+                names.extend((0..n).map(|i| (retry_topic.partition(i), i as i32)));
+            }
+        }
         let durable = task::effective_durable(&topic, &options);
         let consumer_name = options
             .consumer_name
@@ -164,7 +233,7 @@ impl Consumer {
         let mut shared = Vec::new();
         let mut failure = None;
         let creates = names.iter().enumerate().map(|(index, (t, partition))| {
-            spawn_partition(
+            Box::pin(spawn_partition(
                 &client,
                 t.clone(),
                 *partition,
@@ -174,7 +243,8 @@ impl Consumer {
                 durable,
                 tx.clone(),
                 &group,
-            )
+                dlq.clone(),
+            ))
         });
         for r in futures::future::join_all(creates).await {
             match r {
@@ -199,6 +269,8 @@ impl Consumer {
             rx,
             refill_at: (options.receiver_queue_size / 2).max(1),
             peeked: None,
+            dlq,
+            partition_count: partitions,
         })
     }
 
@@ -214,11 +286,7 @@ impl Consumer {
 
     /// Number of partitions (0 for a non-partitioned topic).
     pub fn partitions(&self) -> usize {
-        if self.partitioned {
-            self.partitions.len()
-        } else {
-            0
-        }
+        self.partition_count as usize
     }
 
     /// Accepts a queued item: discards messages from before a reconnect or seek, counts
@@ -280,7 +348,15 @@ impl Consumer {
     /// Acknowledges one message. For a message of a batch, the broker is told once every
     /// message of that batch is acknowledged.
     pub fn ack(&self, msg: &Message) -> Result<()> {
-        self.ack_id(msg.id)
+        self.send_to(msg, ConsumerOp::Ack(msg.id))
+    }
+
+    /// Routes an op about a received message to the partition task it came from.
+    fn send_to(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
+        let p = self.partitions.get(msg.source).ok_or_else(|| {
+            Error::InvalidConfig(format!("message {} is not from this consumer", msg.id))
+        })?;
+        p.ops.send(op).map_err(|_| Error::Closed)
     }
 
     /// Acknowledges a message by id.
@@ -290,12 +366,12 @@ impl Consumer {
 
     /// Acknowledges every message up to and including this one (on its partition).
     pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
-        self.send_op(&msg.id, ConsumerOp::AckCumulative(msg.id))
+        self.send_to(msg, ConsumerOp::AckCumulative(msg.id))
     }
 
     /// Negatively acknowledges a message: it is redelivered after the negative-ack delay.
     pub fn nack(&self, msg: &Message) -> Result<()> {
-        self.send_op(&msg.id, ConsumerOp::Nack(msg.id))
+        self.send_to(msg, ConsumerOp::Nack(msg.id, msg.redelivery_count))
     }
 
     async fn ask<T>(
@@ -386,10 +462,33 @@ impl Consumer {
         Ok(())
     }
 
-    /// Flushes pending acks and closes the consumer on the broker.
+    /// The dead-letter topic, when a dead-letter policy applies to this consumer.
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        self.dlq.as_ref().map(|d| d.dlq_topic.as_str())
+    }
+
+    /// Publishes `msg` to the retry-letter topic, to be delivered again after `delay` (with
+    /// RECONSUMETIMES and DELAY_TIME properties), then acks it. Past the policy's maximum it
+    /// goes to the dead-letter topic instead. Needs `retry_enable` on a Shared or Key_Shared
+    /// subscription.
+    pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
+        let sink = self.dlq.as_ref().ok_or_else(|| {
+            Error::InvalidConfig(
+                "reconsume_later needs retry_enable on a Shared or Key_Shared subscription".into(),
+            )
+        })?;
+        Box::pin(sink.retry_later(msg, delay)).await?;
+        self.ack(msg)
+    }
+
+    /// Flushes pending acks and closes the consumer on the broker (and its dead-letter and
+    /// retry producers).
     pub async fn close(self) -> Result<()> {
         for p in &self.partitions {
             let _ = Self::ask(p, ConsumerOp::Close).await;
+        }
+        if let Some(sink) = &self.dlq {
+            sink.close().await;
         }
         Ok(())
     }
@@ -427,6 +526,7 @@ async fn spawn_partition(
     durable: bool,
     out: mpsc::UnboundedSender<(usize, u64, Item)>,
     group: &GroupClose,
+    dlq: Option<Arc<dlq::DeadLetterSink>>,
 ) -> Result<Arc<PartitionShared>> {
     let consumer_id = client.new_consumer_id();
     let start = options.start_message_id.map(|s| {
@@ -492,6 +592,9 @@ async fn spawn_partition(
         skip_through,
         assigned_broker: None,
         permits: i64::from(options.receiver_queue_size),
+        dlq: dlq.clone(),
+        dlq_candidates: Default::default(),
+        unacked: Default::default(),
         over_delivered: 0,
         life,
         group: group.clone(),

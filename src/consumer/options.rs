@@ -6,6 +6,46 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
 
+use super::dlq::DeadLetterPolicy;
+
+/// Redelivery delays that grow with a message's redelivery count:
+/// `min_delay * multiplier^redelivery_count`, capped at `max_delay` (like Java's
+/// `MultiplierRedeliveryBackoff`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RedeliveryBackoff {
+    /// Delay of the first redelivery.
+    pub min_delay: Duration,
+    /// Largest delay.
+    pub max_delay: Duration,
+    /// Growth per redelivery (default 2).
+    pub multiplier: f64,
+}
+
+impl RedeliveryBackoff {
+    /// An exponential backoff between `min_delay` and `max_delay`, doubling each time.
+    pub fn exponential(min_delay: Duration, max_delay: Duration) -> Self {
+        RedeliveryBackoff {
+            min_delay,
+            max_delay,
+            multiplier: 2.0,
+        }
+    }
+
+    /// The delay for a message redelivered `redelivery_count` times so far.
+    pub fn delay(&self, redelivery_count: u32) -> Duration {
+        let factor = self
+            .multiplier
+            .max(1.0)
+            .powi(redelivery_count.min(64) as i32);
+        let secs = self.min_delay.as_secs_f64() * factor;
+        if !secs.is_finite() || secs >= self.max_delay.as_secs_f64() {
+            self.max_delay
+        } else {
+            Duration::from_secs_f64(secs)
+        }
+    }
+}
+
 /// How a subscription shares messages between its consumers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -86,6 +126,18 @@ pub struct ConsumerOptions {
     /// Opt-in batch-index acknowledgement (acks parts of a batch on the broker). Off by default:
     /// brokers that ignore `ack_set` (e.g. pulsar-lite) would ack the whole batch.
     pub batch_index_ack: bool,
+    /// Dead-letter (and retry) topics (PIP-124); only used on Shared and Key_Shared
+    /// subscriptions, like upstream.
+    pub dead_letter_policy: Option<DeadLetterPolicy>,
+    /// Also consume the retry-letter topic and allow [`crate::Consumer::reconsume_later`].
+    /// Without a dead-letter policy, retries are bounded by upstream's default of 16.
+    pub retry_enable: bool,
+    /// Redeliver messages not acked within this time (zero = off, the default; at least 1 s).
+    pub ack_timeout: Duration,
+    /// How often unacked messages are checked for the ack timeout. Default 1 s.
+    pub ack_timeout_tick: Duration,
+    /// Grow negative-ack delays with the redelivery count (instead of `negative_ack_delay`).
+    pub negative_ack_backoff: Option<RedeliveryBackoff>,
     /// Start position of a non-durable subscription (readers).
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
@@ -108,6 +160,11 @@ impl Default for ConsumerOptions {
             priority_level: None,
             read_compacted: false,
             batch_index_ack: false,
+            dead_letter_policy: None,
+            retry_enable: false,
+            ack_timeout: Duration::ZERO,
+            ack_timeout_tick: Duration::from_secs(1),
+            negative_ack_backoff: None,
             start_message_id: None,
             start_inclusive: false,
         }
@@ -130,6 +187,24 @@ impl ConsumerOptions {
             return Err(Error::InvalidConfig(
                 "ack_group_max must be at least 1".into(),
             ));
+        }
+        if !self.ack_timeout.is_zero() && self.ack_timeout < Duration::from_secs(1) {
+            return Err(Error::InvalidConfig(
+                "ack_timeout must be zero (off) or at least 1 s".into(),
+            ));
+        }
+        if self.ack_timeout_tick.is_zero() {
+            return Err(Error::InvalidConfig("ack_timeout_tick must be > 0".into()));
+        }
+        if let Some(b) = &self.negative_ack_backoff {
+            if b.min_delay > b.max_delay {
+                return Err(Error::InvalidConfig(
+                    "negative_ack_backoff: min_delay must not exceed max_delay".into(),
+                ));
+            }
+        }
+        if let Some(p) = &self.dead_letter_policy {
+            p.validate()?;
         }
         if let Some(name) = &self.consumer_name {
             if name.trim().is_empty() {

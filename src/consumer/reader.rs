@@ -92,7 +92,7 @@ impl ReaderBuilder {
             ..Default::default()
         };
         options.validate()?;
-        let consumer = Consumer::subscribe(self.client, topic, options).await?;
+        let consumer = Box::pin(Consumer::subscribe(self.client, topic, options)).await?;
         Ok(Reader {
             consumer,
             start: self.start,

@@ -1,6 +1,7 @@
 //! The task behind one (partition) consumer: subscription, flow permits, decoding, grouped
 //! acks, negative-ack redelivery, seek, and re-subscribing after a reconnect.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -48,7 +49,10 @@ pub(crate) enum SeekTarget {
 pub(crate) enum ConsumerOp {
     Ack(MessageId),
     AckCumulative(MessageId),
-    Nack(MessageId),
+    /// A negative ack, with the message's redelivery count (for the backoff).
+    Nack(MessageId, u32),
+    /// Ask the broker to redeliver now (e.g. after a failed dead-letter publish).
+    Redeliver(MessageId),
     Flow(u32),
     Seek(SeekTarget, oneshot::Sender<Result<()>>),
     LastMessageId(oneshot::Sender<Result<MessageId>>),
@@ -225,6 +229,12 @@ pub(crate) struct ConsumerTask {
     pub assigned_broker: Option<String>,
     /// Flow permits granted to the broker minus messages it delivered.
     pub permits: i64,
+    /// Dead-letter publishing (Shared / Key_Shared with a policy).
+    pub dlq: Option<Arc<super::dlq::DeadLetterSink>>,
+    /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
+    pub dlq_candidates: HashMap<MessageId, Message>,
+    /// Delivery times of unacked messages, for the ack timeout.
+    pub unacked: HashMap<MessageId, Instant>,
     /// Messages dropped because the broker exceeded its permits by far.
     pub over_delivered: u64,
     pub life: Lifecycle,
@@ -240,6 +250,7 @@ enum Wake {
     Event(Option<EntityEvent>),
     AckDue,
     NackDue,
+    AckTimeoutTick,
     GroupClosed(Error),
     Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>)>),
 }
@@ -249,7 +260,10 @@ impl ConsumerTask {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    fn emit(&self, item: Item) {
+    fn emit(&self, mut item: Item) {
+        if let Item::Message(m) = &mut item {
+            m.source = self.index;
+        }
         let _ = self.out.send((self.index, self.epoch(), item));
     }
 
@@ -257,6 +271,9 @@ impl ConsumerTask {
         let mut reconnect: Option<Reconnect> = None;
         let mut group = self.group.clone();
         let mut silent = false;
+        let ack_timeout_on = !self.opts.ack_timeout.is_zero();
+        let mut ack_timeout_tick = tokio::time::interval(self.opts.ack_timeout_tick);
+        ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let final_error = loop {
             if self.conn.is_none() && reconnect.is_none() {
                 reconnect = Some(Box::pin(self.reconnect_future()));
@@ -274,6 +291,7 @@ impl ConsumerTask {
                 _ = sleep_until_opt(ack_deadline) => Wake::AckDue,
                 _ = sleep_until_opt(nack_deadline) => Wake::NackDue,
                 e = group.closed() => Wake::GroupClosed(e),
+                _ = ack_timeout_tick.tick(), if ack_timeout_on => Wake::AckTimeoutTick,
             };
             let step = match wake {
                 Wake::Op(Some(op)) => self.on_op(op).await,
@@ -289,6 +307,10 @@ impl ConsumerTask {
                 }
                 Wake::AckDue => {
                     self.flush_acks().await;
+                    Ok(())
+                }
+                Wake::AckTimeoutTick => {
+                    self.on_ack_timeout_tick().await;
                     Ok(())
                 }
                 Wake::NackDue => {
@@ -409,6 +431,7 @@ impl ConsumerTask {
     async fn on_op(&mut self, op: ConsumerOp) -> Result<()> {
         match op {
             ConsumerOp::Ack(id) => {
+                self.forget(&id);
                 if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
                     self.flush_acks().await;
                 } else if self.ack_deadline.is_none() {
@@ -416,6 +439,8 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::AckCumulative(id) => {
+                self.dlq_candidates.retain(|k, _| *k > id);
+                self.unacked.retain(|k, _| *k > id);
                 self.acks.ack_cumulative(id);
                 if self.opts.ack_group_time.is_zero() {
                     self.flush_acks().await;
@@ -423,9 +448,20 @@ impl ConsumerTask {
                     self.ack_deadline = Some(Instant::now() + self.opts.ack_group_time);
                 }
             }
-            ConsumerOp::Nack(id) => {
-                self.nacks
-                    .add(id, Instant::now(), self.opts.negative_ack_delay);
+            ConsumerOp::Nack(id, redelivery_count) => {
+                self.unacked.remove(&id);
+                if let Some(msg) = self.dlq_candidates.remove(&id) {
+                    self.dead_letter(msg);
+                } else {
+                    let delay = match &self.opts.negative_ack_backoff {
+                        Some(b) => b.delay(redelivery_count),
+                        None => self.opts.negative_ack_delay,
+                    };
+                    self.nacks.add(id, Instant::now(), delay);
+                }
+            }
+            ConsumerOp::Redeliver(id) => {
+                self.redeliver(vec![id]).await;
             }
             ConsumerOp::Flow(n) => {
                 self.permits += i64::from(n);
@@ -570,6 +606,50 @@ impl ConsumerTask {
         }
     }
 
+    /// Forgets a message the application acked.
+    fn forget(&mut self, id: &MessageId) {
+        self.dlq_candidates.remove(id);
+        self.unacked.remove(id);
+    }
+
+    /// Publishes a message to the dead-letter topic in the background; it is acked once
+    /// published, or redelivered if publishing fails.
+    fn dead_letter(&self, msg: Message) {
+        match &self.dlq {
+            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.ops.clone()),
+            None => tracing::error!(topic = %self.topic, "dead letter without a policy"),
+        }
+    }
+
+    /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout.
+    async fn on_ack_timeout_tick(&mut self) {
+        if self.unacked.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        let timeout = self.opts.ack_timeout;
+        let expired: Vec<MessageId> = self
+            .unacked
+            .iter()
+            .filter(|(_, at)| now.saturating_duration_since(**at) >= timeout)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut redeliver = Vec::new();
+        for id in expired {
+            self.unacked.remove(&id);
+            match self.dlq_candidates.remove(&id) {
+                Some(msg) => self.dead_letter(msg),
+                None => redeliver.push(id.entry()),
+            }
+        }
+        if !redeliver.is_empty() {
+            tracing::debug!(topic = %self.topic, n = redeliver.len(), "ack timeout: redelivering");
+            redeliver.sort();
+            redeliver.dedup();
+            self.redeliver(redeliver).await;
+        }
+    }
+
     /// Closes the consumer on the broker (so an Exclusive subscription takes it back) and
     /// subscribes again through the reconnect path.
     async fn resubscribe(&mut self, why: &str) {
@@ -672,6 +752,23 @@ impl ConsumerTask {
                             {
                                 dropped += 1;
                                 continue;
+                            }
+                            if let Some(max) =
+                                self.dlq.as_ref().map(|d| d.policy.max_redeliver_count)
+                            {
+                                if m.redelivery_count > max {
+                                    // Over the limit: straight to the dead-letter topic.
+                                    dropped += 1;
+                                    self.dead_letter(m);
+                                    continue;
+                                }
+                                if m.redelivery_count >= max {
+                                    // Delivered once more; dead-lettered if it fails again.
+                                    self.dlq_candidates.insert(m.id, m.clone());
+                                }
+                            }
+                            if !self.opts.ack_timeout.is_zero() {
+                                self.unacked.insert(m.id, Instant::now());
                             }
                             self.emit(Item::Message(m));
                         }

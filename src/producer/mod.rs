@@ -149,6 +149,11 @@ impl ProducerBuilder {
 
     /// Creates the producer (on every partition of a partitioned topic).
     pub async fn create(self) -> Result<Producer> {
+        // Boxed: keeps the caller's future (and stack, in debug builds) small.
+        Box::pin(self.create_inner()).await
+    }
+
+    async fn create_inner(self) -> Result<Producer> {
         self.options.validate()?;
         let topic = TopicName::new(&self.topic)?;
         let client = self.client;
@@ -156,10 +161,25 @@ impl ProducerBuilder {
         let options = Arc::new(self.options);
         let group = GroupClose::new();
         let handles = if partitions == 0 {
-            vec![PartitionProducer::create(&client, topic.clone(), -1, &options, &group).await?]
+            vec![
+                Box::pin(PartitionProducer::create(
+                    &client,
+                    topic.clone(),
+                    -1,
+                    &options,
+                    &group,
+                ))
+                .await?,
+            ]
         } else {
             let creates = (0..partitions).map(|i| {
-                PartitionProducer::create(&client, topic.partition(i), i as i32, &options, &group)
+                Box::pin(PartitionProducer::create(
+                    &client,
+                    topic.partition(i),
+                    i as i32,
+                    &options,
+                    &group,
+                ))
             });
             let results = futures::future::join_all(creates).await;
             let mut handles = Vec::with_capacity(results.len());
