@@ -36,6 +36,8 @@ struct Inner {
     memory_limit: usize,
     next_producer_id: AtomicU64,
     next_consumer_id: AtomicU64,
+    next_watcher_id: AtomicU64,
+    partition_updates: Arc<crate::partitions::PartitionUpdates>,
 }
 
 /// Upstream's default client memory limit for pending messages (64 MiB).
@@ -49,6 +51,7 @@ pub struct ClientBuilder {
     max_lookup_redirects: u32,
     backoff: BackoffPolicy,
     memory_limit: usize,
+    auto_update_partitions_interval: Duration,
 }
 
 impl Default for ClientBuilder {
@@ -59,6 +62,7 @@ impl Default for ClientBuilder {
             max_lookup_redirects: DEFAULT_MAX_LOOKUP_REDIRECTS,
             backoff: BackoffPolicy::default(),
             memory_limit: DEFAULT_MEMORY_LIMIT,
+            auto_update_partitions_interval: Duration::from_secs(60),
         }
     }
 }
@@ -114,6 +118,13 @@ impl ClientBuilder {
         self
     }
 
+    /// How often partition counts are polled when the broker cannot push partition updates
+    /// (PIP-247 watchers). Default 60 s, like upstream.
+    pub fn auto_update_partitions_interval(mut self, interval: Duration) -> Self {
+        self.auto_update_partitions_interval = interval;
+        self
+    }
+
     /// Validates the configuration and builds the client. No connection is opened yet.
     pub fn build(self) -> Result<Client> {
         let url = self
@@ -147,6 +158,11 @@ impl ClientBuilder {
                 "backoff: initial must be > 0 and max >= initial".into(),
             ));
         }
+        if self.auto_update_partitions_interval.is_zero() {
+            return Err(Error::InvalidConfig(
+                "auto_update_partitions_interval must be greater than zero".into(),
+            ));
+        }
         let operation_timeout = self.connection.operation_timeout;
         let pool = Arc::new(ConnectionPool::new(self.connection));
         let lookup =
@@ -162,6 +178,10 @@ impl ClientBuilder {
                 memory_limit: self.memory_limit,
                 next_producer_id: AtomicU64::new(0),
                 next_consumer_id: AtomicU64::new(0),
+                next_watcher_id: AtomicU64::new(0),
+                partition_updates: crate::partitions::PartitionUpdates::new(
+                    self.auto_update_partitions_interval,
+                ),
             }),
         })
     }
@@ -255,6 +275,19 @@ impl Client {
 
     pub(crate) fn new_consumer_id(&self) -> u64 {
         self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn new_watcher_id(&self) -> u64 {
+        self.inner.next_watcher_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn partition_updates(&self) -> &Arc<crate::partitions::PartitionUpdates> {
+        &self.inner.partition_updates
+    }
+
+    /// A connection to one of the service URL's brokers (lookups, metadata, watchers).
+    pub(crate) async fn lookup_service_connection(&self) -> Result<Connection> {
+        self.inner.lookup.service_connection().await
     }
 
     /// The connection to a broker named by URL (PIP-307 assigned broker), without lookup.

@@ -25,6 +25,7 @@ pub mod lifecycle;
 pub mod lookup;
 pub mod message;
 pub mod message_id;
+pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;

@@ -38,6 +38,18 @@ use crate::topic::TopicName;
 use crate::lifecycle::{Event, Lifecycle, State};
 use crate::producer::task_support::GroupClose;
 use acks::{AckTracker, NackTracker};
+
+/// Every partition task of a consumer by index, filled in before each task starts (so the
+/// handle can always resolve the index of a queued item). Grows with the topic.
+pub(crate) type Registry = Arc<Mutex<Vec<Option<Arc<PartitionShared>>>>>;
+
+fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShared>) {
+    let mut r = registry.lock().unwrap_or_else(|e| e.into_inner());
+    if r.len() <= index {
+        r.resize(index + 1, None);
+    }
+    r[index] = Some(shared);
+}
 use task::{ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams};
 
 /// Builds a [`Consumer`]; see [`Client::consumer`].
@@ -137,6 +149,12 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Grow with the topic when it gains partitions (default on).
+    pub fn auto_update_partitions(mut self, enabled: bool) -> Self {
+        self.options.auto_update_partitions = enabled;
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: ConsumerOptions) -> Self {
         self.options = options;
@@ -161,15 +179,18 @@ pub struct Consumer {
     topic: TopicName,
     subscription: String,
     partitions: Vec<Arc<PartitionShared>>,
-    partitioned: bool,
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
     refill_at: u32,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
     /// Dead-letter / retry publishing, when a policy applies.
     dlq: Option<Arc<dlq::DeadLetterSink>>,
-    /// Partitions of the topic (0 if not partitioned).
-    partition_count: u32,
+    /// Every partition task by index (the source of `partitions`).
+    registry: Registry,
+    /// The number of partitions of the topic, for observers (0 if not partitioned).
+    count: watch::Receiver<usize>,
+    /// Keeps the topic registered for partition updates.
+    _registration: Option<crate::partitions::Registration>,
 }
 
 impl Consumer {
@@ -193,6 +214,7 @@ impl Consumer {
                 .map(|i| (topic.partition(i), i as i32))
                 .collect()
         };
+        let main_count = names.len();
         // Dead-lettering applies to Shared and Key_Shared subscriptions, like upstream.
         let dlq = options.dead_letter_policy.clone().and_then(|policy| {
             matches!(
@@ -230,6 +252,7 @@ impl Consumer {
             .clone()
             .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
         let group = GroupClose::new();
+        let registry: Registry = Arc::new(Mutex::new(Vec::new()));
         let mut shared = Vec::new();
         let mut failure = None;
         let creates = names.iter().enumerate().map(|(index, (t, partition))| {
@@ -244,6 +267,8 @@ impl Consumer {
                 tx.clone(),
                 &group,
                 dlq.clone(),
+                &registry,
+                index < main_count,
             ))
         });
         for r in futures::future::join_all(creates).await {
@@ -261,16 +286,42 @@ impl Consumer {
             }
             return Err(e);
         }
+        let main_partitions = partitions;
+        let (count_tx, count) = watch::channel(main_partitions as usize);
+        let registration = if partitions > 0 && options.auto_update_partitions {
+            let (r, grow_rx) = client
+                .partition_updates()
+                .register(&client, &topic, partitions);
+            let ctx = GrowContext {
+                client: client.clone(),
+                topic: topic.clone(),
+                options: options.clone(),
+                consumer_name: consumer_name.clone(),
+                durable,
+                out: tx.downgrade(),
+                group: group.clone(),
+                dlq: dlq.clone(),
+                registry: registry.clone(),
+                count: count_tx,
+                current: partitions,
+            };
+            tokio::spawn(grow(ctx, grow_rx));
+            Some(r)
+        } else {
+            None
+        };
+        drop(tx);
         Ok(Consumer {
             topic,
             subscription: options.subscription.clone(),
             partitions: shared,
-            partitioned: partitions > 0,
             rx,
             refill_at: (options.receiver_queue_size / 2).max(1),
             peeked: None,
             dlq,
-            partition_count: partitions,
+            registry,
+            count,
+            _registration: registration,
         })
     }
 
@@ -286,13 +337,37 @@ impl Consumer {
 
     /// Number of partitions (0 for a non-partitioned topic).
     pub fn partitions(&self) -> usize {
-        self.partition_count as usize
+        *self.count.borrow()
+    }
+
+    /// Watches the number of partitions: it changes once the consumer also receives from
+    /// partitions the topic gained (like Java's `onTopicsExtended`).
+    pub fn partition_changes(&self) -> watch::Receiver<usize> {
+        self.count.clone()
+    }
+
+    /// Re-reads the partition list (it grows with the topic).
+    fn refresh(&mut self) {
+        self.partitions = self.all();
+    }
+
+    /// Every partition task, in index order.
+    fn all(&self) -> Vec<Arc<PartitionShared>> {
+        self.registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map_while(|p| p.clone())
+            .collect()
     }
 
     /// Accepts a queued item: discards messages from before a reconnect or seek, counts
     /// consumption for flow permits, remembers the position. `None` = discarded.
     fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
-        let p = &self.partitions[index];
+        if index >= self.partitions.len() {
+            self.refresh();
+        }
+        let p = self.partitions.get(index)?;
         if epoch != p.epoch.load(Ordering::Acquire) {
             return None;
         }
@@ -328,14 +403,10 @@ impl Consumer {
         }
     }
 
-    fn partition_of(&self, id: &MessageId) -> Option<&Arc<PartitionShared>> {
-        if self.partitioned {
-            usize::try_from(id.partition)
-                .ok()
-                .and_then(|i| self.partitions.get(i))
-        } else {
-            self.partitions.first()
-        }
+    fn partition_of(&self, id: &MessageId) -> Option<Arc<PartitionShared>> {
+        self.all()
+            .into_iter()
+            .find(|p| p.main && p.partition == id.partition)
     }
 
     fn send_op(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
@@ -387,7 +458,7 @@ impl Consumer {
     pub async fn seek(&mut self, id: MessageId) -> Result<()> {
         self.check_persistent("seek")?;
         self.peeked = None;
-        for p in &self.partitions {
+        for p in &self.all() {
             Self::ask(p, |tx| ConsumerOp::Seek(SeekTarget::Id(id), tx)).await?;
         }
         Ok(())
@@ -397,7 +468,7 @@ impl Consumer {
     pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
         self.check_persistent("seek")?;
         self.peeked = None;
-        for p in &self.partitions {
+        for p in &self.all() {
             Self::ask(p, |tx| {
                 ConsumerOp::Seek(SeekTarget::PublishTime(publish_time_ms), tx)
             })
@@ -410,7 +481,7 @@ impl Consumer {
     pub async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
         self.check_persistent("get the last message id")?;
         let mut out = Vec::new();
-        for p in &self.partitions {
+        for p in &self.all() {
             out.push(Self::ask(p, ConsumerOp::LastMessageId).await?);
         }
         Ok(out)
@@ -430,19 +501,19 @@ impl Consumer {
     /// The consumer's lifecycle state (aggregated over partitions like
     /// [`crate::Producer::state`]).
     pub fn state(&self) -> State {
-        let states: Vec<State> = self.partitions.iter().map(|p| *p.state.borrow()).collect();
+        let states: Vec<State> = self.all().iter().map(|p| *p.state.borrow()).collect();
         crate::producer::aggregate_state(&states)
     }
 
     /// Watches the lifecycle state (of the first partition; partitions close together).
     pub fn state_changes(&self) -> watch::Receiver<State> {
-        self.partitions[0].state.clone()
+        self.all()[0].state.clone()
     }
 
     /// The last stored id of each partition, each with its own outcome (for readers).
     pub(crate) async fn last_message_id_each(&self) -> Vec<Result<MessageId>> {
         let mut out = Vec::new();
-        for p in &self.partitions {
+        for p in &self.all() {
             out.push(Self::ask(p, ConsumerOp::LastMessageId).await);
         }
         out
@@ -451,12 +522,12 @@ impl Consumer {
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
     /// broker says). Wait for changes with `changed().await` on the receiver.
     pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
-        self.partitions[0].active.subscribe()
+        self.all()[0].active.subscribe()
     }
 
     /// Deletes the subscription (the consumer must be its only one) and closes the consumer.
     pub async fn unsubscribe(self) -> Result<()> {
-        for p in &self.partitions {
+        for p in &self.all() {
             Self::ask(p, ConsumerOp::Unsubscribe).await?;
         }
         Ok(())
@@ -484,7 +555,7 @@ impl Consumer {
     /// Flushes pending acks and closes the consumer on the broker (and its dead-letter and
     /// retry producers).
     pub async fn close(self) -> Result<()> {
-        for p in &self.partitions {
+        for p in &self.all() {
             let _ = Self::ask(p, ConsumerOp::Close).await;
         }
         if let Some(sink) = &self.dlq {
@@ -527,6 +598,8 @@ async fn spawn_partition(
     out: mpsc::UnboundedSender<(usize, u64, Item)>,
     group: &GroupClose,
     dlq: Option<Arc<dlq::DeadLetterSink>>,
+    registry: &Registry,
+    main: bool,
 ) -> Result<Arc<PartitionShared>> {
     let consumer_id = client.new_consumer_id();
     let start = options.start_message_id.map(|s| {
@@ -555,6 +628,8 @@ async fn spawn_partition(
     life.apply(Event::Created);
     let (ops_tx, ops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
+        partition,
+        main,
         epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
         last_dequeued: Mutex::new(None),
@@ -599,10 +674,64 @@ async fn spawn_partition(
         life,
         group: group.clone(),
     };
+    registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
     let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
     tokio::spawn(tracing::Instrument::instrument(task.run(), span));
     Ok(shared)
+}
+
+/// What a consumer needs to add partition tasks when its topic grows.
+struct GrowContext {
+    client: Client,
+    topic: TopicName,
+    options: Arc<ConsumerOptions>,
+    consumer_name: String,
+    durable: bool,
+    out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
+    group: GroupClose,
+    dlq: Option<Arc<dlq::DeadLetterSink>>,
+    registry: Registry,
+    count: watch::Sender<usize>,
+    current: u32,
+}
+
+/// Adds partition consumers when the topic grows (PIP-247 updates or polling).
+async fn grow(mut ctx: GrowContext, mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>) {
+    while let Some(req) = rx.recv().await {
+        // The consumer is gone once nothing can receive its items.
+        let Some(out) = ctx.out.upgrade() else { return };
+        let mut result = Ok(());
+        for i in ctx.current..req.partitions {
+            let index = ctx.registry.lock().unwrap_or_else(|e| e.into_inner()).len();
+            let created = Box::pin(spawn_partition(
+                &ctx.client,
+                ctx.topic.partition(i),
+                i as i32,
+                index,
+                &ctx.options,
+                &ctx.consumer_name,
+                ctx.durable,
+                out.clone(),
+                &ctx.group,
+                ctx.dlq.clone(),
+                &ctx.registry,
+                true,
+            ))
+            .await;
+            match created {
+                Ok(_) => ctx.current = i + 1,
+                Err(e) => {
+                    tracing::warn!(topic = %ctx.topic, partition = i, error = %e,
+                        "could not subscribe to a new partition");
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        ctx.count.send_replace(ctx.current as usize);
+        let _ = req.done.send(result);
+    }
 }
 
 /// The position just before `id` (so that `id` itself is not skipped).

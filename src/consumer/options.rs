@@ -138,6 +138,8 @@ pub struct ConsumerOptions {
     pub ack_timeout_tick: Duration,
     /// Grow negative-ack delays with the redelivery count (instead of `negative_ack_delay`).
     pub negative_ack_backoff: Option<RedeliveryBackoff>,
+    /// Grow with the topic when it gains partitions (PIP-247 push, or polling). Default on.
+    pub auto_update_partitions: bool,
     /// Start position of a non-durable subscription (readers).
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
@@ -165,6 +167,7 @@ impl Default for ConsumerOptions {
             ack_timeout: Duration::ZERO,
             ack_timeout_tick: Duration::from_secs(1),
             negative_ack_backoff: None,
+            auto_update_partitions: true,
             start_message_id: None,
             start_inclusive: false,
         }

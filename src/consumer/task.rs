@@ -73,6 +73,10 @@ pub(crate) enum Item {
 /// State shared between a partition's task and the consumer handle.
 #[derive(Debug)]
 pub(crate) struct PartitionShared {
+    /// The partition index (-1 for a non-partitioned topic).
+    pub partition: i32,
+    /// Whether it is a partition of the consumer's topic (not of its retry topic).
+    pub main: bool,
     pub epoch: AtomicU64,
     pub consumed: AtomicU32,
     pub last_dequeued: Mutex<Option<MessageId>>,

@@ -41,6 +41,16 @@ pub enum MockAdminError {
     /// The operation is not supported on this topic (e.g. terminating a non-persistent one).
     #[error("{0}")]
     NotSupported(String),
+    /// An update of a partitioned topic did not grow its partition count (counts only grow).
+    #[error("partitioned topic {topic} has {current} partitions: {requested} is not more")]
+    PartitionCountNotIncreased {
+        /// The partitioned topic.
+        topic: String,
+        /// Its partition count.
+        current: u32,
+        /// The count asked for.
+        requested: u32,
+    },
 }
 
 /// Counters of a mock broker, for leak checks (see [`MockBroker::stats`]).
@@ -64,7 +74,8 @@ pub struct MockBrokerStats {
 
 impl MockBroker {
     /// Creates partitioned topic `topic` with `partitions` partitions: sets its partition
-    /// count in the metadata (as [`set_partitions`](Self::set_partitions)) and creates the
+    /// count in the metadata (as [`set_partitions`](Self::set_partitions), which notifies
+    /// PIP-247 watchers of a change) and creates the
     /// partitions `<topic>-partition-<i>`, which are ordinary topics. Returns `false` (and
     /// does nothing) if topics cannot be created in its namespace (terminated, or being
     /// deleted).
@@ -75,12 +86,12 @@ impl MockBroker {
         if state.topics.namespaces.creation_refusal(&ns).is_some() {
             return false;
         }
-        state.topics.set_partitions(&topic, partitions);
         for i in 0..partitions {
             state
                 .topics
                 .get_or_create(&format!("{topic}-partition-{i}"));
         }
+        super::watchers::set_partitions(&mut state, &topic, partitions);
         true
     }
 
@@ -149,6 +160,20 @@ impl MockBroker {
                 .get(subscription)
                 .map_or(0, |s| s.backlog(t.len()))
         })
+    }
+
+    /// How many times entry `entry_id` of topic `topic` was redelivered on subscription
+    /// `subscription` (the `redelivery_count` its next MESSAGE carries): counted on
+    /// Shared/Key_Shared subscriptions when a consumer asks for redelivery (negative ack, ack
+    /// timeout), not when a consumer leaves; always 0 on Exclusive/Failover, as upstream.
+    /// 0 for an unknown topic, subscription or entry, and once the entry is acknowledged.
+    pub fn redelivery_count(&self, topic: &str, subscription: &str, entry_id: u64) -> u32 {
+        let state = lock(&self.shared().state);
+        state
+            .topics
+            .get(topic)
+            .and_then(|t| t.subscriptions.get(subscription))
+            .map_or(0, |s| s.redelivery_count(entry_id))
     }
 
     /// How many producers are attached to topic `topic` (not counting `WaitForExclusive`

@@ -46,6 +46,8 @@ pub(crate) struct ConnEntry {
     pub(crate) closed_producers: HashSet<u64>,
     /// Consumers by consumer id.
     pub(crate) consumers: HashMap<u64, ConsumerRef>,
+    /// The role it authenticated as ([`super::permissions`]).
+    pub(crate) role: String,
 }
 
 /// The live connections, by id.
@@ -64,6 +66,7 @@ impl Conns {
                 producers: HashMap::new(),
                 closed_producers: HashSet::new(),
                 consumers: HashMap::new(),
+                role: super::permissions::ANONYMOUS.to_owned(),
             },
         );
     }

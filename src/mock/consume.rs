@@ -5,6 +5,7 @@
 use super::conns::ConsumerRef;
 use super::dispatch;
 use super::handlers::{error, success, SessionView, Step};
+use super::permissions::{self, MockAction};
 use super::state::{canonical_topic, BrokerState};
 use super::subscription::{Consumer, ConsumerKey, SubType, Subscription};
 use super::topic::Topic;
@@ -31,6 +32,11 @@ pub(crate) fn subscribe(
     let Some(conn) = state.conns.get(view.conn) else {
         return Step::Ignore;
     };
+    if let Some(refusal) =
+        permissions::refusal(state, view.conn, &topic_name, MockAction::Consume, rid)
+    {
+        return refusal;
+    }
     if let Some(existing) = conn.consumers.get(&cmd.consumer_id) {
         if existing.topic == topic_name && existing.subscription == cmd.subscription {
             return Step::Reply(success(rid));

@@ -9,6 +9,8 @@
 //! - Exclusive / Failover: everything to the active consumer; dispatch stops when it has no
 //!   permits.
 //! - Shared: round robin over consumers with permits (best priority level first).
+//! - Shared / Key_Shared: an entry whose `deliver_at_time` is not due yet is skipped (it waits
+//!   in the replay set; the broker's timer dispatches again when it falls due).
 //! - Key_Shared: each entry to the owner of its key ([`Subscription::key_owner`]); an entry
 //!   whose owner has no permits waits in the replay set while other keys proceed (as upstream).
 
@@ -76,18 +78,30 @@ fn dispatch_entries(topic: &mut Topic, sub_name: &str, conns: &Conns) {
         ledger_id: topic.ledger_id,
         partition: topic.partition,
     };
-    let messages = &topic.messages;
-    let Some(sub) = topic.subscriptions.get_mut(sub_name) else {
+    let now = tokio::time::Instant::now();
+    let Topic {
+        messages,
+        subscriptions,
+        deliver_at,
+        ..
+    } = topic;
+    let Some(sub) = subscriptions.get_mut(sub_name) else {
         return;
     };
     if sub.consumers.is_empty() {
         return;
     }
     let key_shared = sub.sub_type == SubType::KeyShared;
+    // Delayed delivery applies to Shared/Key_Shared only (as upstream).
+    let delays = !sub.single_active();
+    let held_back = |e: u64| delays && deliver_at.get(&e).is_some_and(|due| *due > now);
     let replay: Vec<u64> = sub.replay.iter().copied().collect();
     for e in replay {
         if sub.is_acked(e) || e as usize >= messages.len() {
             sub.replay.remove(&e);
+            continue;
+        }
+        if held_back(e) {
             continue;
         }
         if deliver(sub, e, &messages[e as usize], &source, conns) {
@@ -99,6 +113,12 @@ fn dispatch_entries(topic: &mut Topic, sub_name: &str, conns: &Conns) {
     while (sub.read_pos as usize) < messages.len() {
         let e = sub.read_pos;
         if sub.is_acked(e) || sub.pending.contains_key(&e) || sub.replay.contains(&e) {
+            sub.read_pos += 1;
+            continue;
+        }
+        if held_back(e) {
+            // Waits in the replay set until due (the timer dispatches again then).
+            sub.replay.insert(e);
             sub.read_pos += 1;
             continue;
         }

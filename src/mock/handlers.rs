@@ -10,7 +10,7 @@
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{consume, produce, ConnectionId, MockBrokerConfig};
+use super::{consume, permissions, produce, watchers, ConnectionId, MockBrokerConfig};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -60,7 +60,13 @@ pub(crate) fn handle(
         return Step::Ignore;
     };
     if ty == Type::Connect {
-        return connect(session, cmd);
+        let step = connect(session, cmd);
+        if let (Step::Handshake(_), Some(c)) = (&step, &cmd.connect) {
+            if let Some(conn) = state.conns.get_mut(session.conn) {
+                conn.role = permissions::role_of(c);
+            }
+        }
+        return step;
     }
     if !session.connected && session.config.require_connect_first {
         return Step::Close(format!("{} received before CONNECT", ty.as_str_name()));
@@ -127,6 +133,21 @@ pub(crate) fn handle(
             Some(c) => consume::get_last_message_id(state, session, c),
             None => malformed(ty),
         },
+        Type::WatchPartitionUpdate => match &cmd.watch_partition_update {
+            Some(c) => watchers::watch(state, session, c),
+            None => malformed(ty),
+        },
+        Type::PartitionUpdateResult => match &cmd.partition_update_result {
+            Some(c) => {
+                watchers::result(state, session, c);
+                Step::Ignore
+            }
+            None => malformed(ty),
+        },
+        Type::WatchPartitionUpdateClose => match &cmd.watch_partition_update_close {
+            Some(c) => watchers::close(state, session, c),
+            None => malformed(ty),
+        },
         _ => match request_id(cmd) {
             Some(request_id) => Step::Reply(error(
                 request_id,
@@ -142,8 +163,9 @@ pub(crate) fn handle(
 }
 
 /// A connection ended: its producers and consumers are detached (a consumer's unacknowledged
-/// messages go back to its subscription for the other consumers).
+/// messages go back to its subscription for the other consumers), its watchers removed.
 pub(crate) fn connection_closed(state: &mut BrokerState, conn: ConnectionId) {
+    watchers::connection_closed(state, conn);
     let Some(entry) = state.conns.get(conn) else {
         return;
     };

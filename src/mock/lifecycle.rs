@@ -188,6 +188,7 @@ pub(crate) fn finish_namespace_deletion(state: &mut BrokerState, ns: &str) {
     }
     state.topics.remove_partitioned_in(ns);
     state.topics.namespaces.remove(ns);
+    state.permissions.remove_namespace(ns);
 }
 
 /// Terminates topic `name`: later SENDs fail with TopicTerminatedError, new producers are

@@ -28,6 +28,13 @@
 //! storage as a cluster ([`MockBroker::start_cluster`]), and a broker can restart on the same
 //! port keeping its data ([`MockBroker::restart`]).
 //!
+//! PIP-247 partition update watchers are served as `protocol-extensions.md` fixes them
+//! (versions, resend on failure or timeout; [`MockBroker::update_partitions`], see the
+//! `watchers` module), messages with a future `deliver_at_time` wait on Shared/Key_Shared
+//! subscriptions (`timers`), and a per-namespace permission table restricts producers,
+//! consumers and PIP-124 initial subscriptions by the connection's role
+//! ([`MockBroker::grant_permission`], `permissions` module).
+//!
 //! For assertions it records every command it decodes ([`MockBroker::received`],
 //! [`MockBroker::wait_for_command`]). For scripting it pushes any command to a chosen connection
 //! ([`MockBroker::push`]). For fault injection it drops connections, stops answering, or delays
@@ -55,7 +62,8 @@
 //! `subscription` (stored entries, cursors), `dispatch` (messages to consumers), `conns` (the
 //! registry of live connections and their producers and consumers), `lifecycle` (unload,
 //! termination, deletion on the state), `admin` and `ops` (the test-facing view and admin
-//! operations), `cluster` (shared storage, restart, counters), `record` (the command log).
+//! operations), `cluster` (shared storage, restart, counters), `record` (the command log),
+//! `permissions` (roles and grants), `watchers` (PIP-247), `timers` (deadlines).
 
 mod admin;
 mod cluster;
@@ -66,6 +74,7 @@ mod handlers;
 mod lifecycle;
 mod namespace;
 mod ops;
+mod permissions;
 mod produce;
 mod record;
 mod session;
@@ -74,6 +83,8 @@ mod subscription;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_auth;
+#[cfg(test)]
 mod tests_consume;
 #[cfg(test)]
 mod tests_lifecycle;
@@ -81,7 +92,11 @@ mod tests_lifecycle;
 mod tests_produce;
 #[cfg(test)]
 mod tests_support;
+#[cfg(test)]
+mod tests_watchers;
+mod timers;
 mod topic;
+mod watchers;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -95,6 +110,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use admin::{MockAdminError, MockBrokerStats};
+pub use permissions::MockAction;
 pub use record::Received;
 
 use crate::codec::Frame;
@@ -132,6 +148,15 @@ pub struct MockBrokerConfig {
     /// Whether any command before CONNECT closes the connection (as a real broker does).
     /// Default `true`.
     pub require_connect_first: bool,
+    /// The broker setting `allowAutoSubscriptionCreation`: whether a producer creating its topic
+    /// also creates its PIP-124 `initial_subscription_name` subscription (if its role may
+    /// consume). Default `true`; changed at runtime with
+    /// [`MockBroker::set_allow_auto_subscription_creation`].
+    pub allow_auto_subscription_creation: bool,
+    /// How long a PIP-247 PARTITION_UPDATE waits for its result before the broker sends the
+    /// current counts again with a new version. Default 30 s; changed at runtime with
+    /// [`MockBroker::set_partition_update_resend_timeout`].
+    pub partition_update_resend_timeout: Duration,
 }
 
 impl Default for MockBrokerConfig {
@@ -142,6 +167,8 @@ impl Default for MockBrokerConfig {
             supports_partition_update_watchers: true,
             keepalive_interval: None,
             require_connect_first: true,
+            allow_auto_subscription_creation: true,
+            partition_update_resend_timeout: watchers::DEFAULT_RESEND_TIMEOUT,
         }
     }
 }
@@ -176,6 +203,8 @@ impl fmt::Debug for MockBroker {
 struct Handle {
     shared: Arc<Shared>,
     accept_task: Mutex<Option<JoinHandle<()>>>,
+    /// Fires the deadlines of the state ([`timers`]).
+    timer_task: JoinHandle<()>,
 }
 
 /// State shared by the handles, the accept loop and every session.
@@ -188,6 +217,8 @@ pub(crate) struct Shared {
     pub(crate) faults: Mutex<Faults>,
     pub(crate) log: CommandLog,
     pub(crate) connections: Mutex<Registry>,
+    /// Lookups and metadata requests answered.
+    pub(crate) served: watchers::Served,
 }
 
 /// The live connections.
@@ -228,14 +259,21 @@ impl MockBroker {
     ) -> std::io::Result<MockBroker> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
+        let service_url = format!("pulsar://{addr}");
+        lock(&state).settings.insert(
+            service_url.clone(),
+            state::BrokerSettings::from_config(&config),
+        );
+        let timer_task = timers::spawn(Arc::clone(&state));
         let shared = Arc::new(Shared {
             config,
             addr,
-            service_url: format!("pulsar://{addr}"),
+            service_url,
             state,
             faults: Mutex::new(Faults::default()),
             log: CommandLog::new(),
             connections: Mutex::new(Registry::default()),
+            served: watchers::Served::default(),
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         tracing::debug!(%addr, "mock broker started");
@@ -243,6 +281,7 @@ impl MockBroker {
             inner: Arc::new(Handle {
                 shared,
                 accept_task: Mutex::new(Some(accept_task)),
+                timer_task,
             }),
         })
     }
@@ -404,10 +443,12 @@ impl MockBroker {
     /// Sets the partition count of `topic` in the broker's metadata (0: not partitioned).
     /// `topic` is a full name (`persistent://public/default/t`); short forms (`t`,
     /// `tenant/ns/t`) are completed the usual way. Unknown topics have 0 partitions.
+    ///
+    /// Meant for setting up topics; a change of a watched topic's count still sends its PIP-247
+    /// watchers a PARTITION_UPDATE (see [`update_partitions`](Self::update_partitions) for the
+    /// admin update, which only grows and creates the new partitions).
     pub fn set_partitions(&self, topic: &str, partitions: u32) {
-        lock(&self.shared().state)
-            .topics
-            .set_partitions(topic, partitions);
+        watchers::set_partitions(&mut lock(&self.shared().state), topic, partitions);
     }
 
     /// Answers every lookup with `Redirect` to `target_service_url` (e.g. another mock
@@ -487,6 +528,7 @@ impl MockBroker {
             task.abort();
             let _ = task.await;
         }
+        self.inner.timer_task.abort();
         close_sessions(live).await;
         tracing::debug!(addr = %self.addr(), "mock broker stopped");
     }
@@ -515,6 +557,7 @@ impl Drop for Handle {
         if let Some(task) = lock(&self.accept_task).take() {
             task.abort();
         }
+        self.timer_task.abort();
         drop(live);
     }
 }

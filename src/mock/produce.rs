@@ -15,15 +15,20 @@
 //!   `max_message_size` gets SEND_ERROR NotAllowed "Exceed maximum message size". A SEND for
 //!   a producer not registered closes the connection (as upstream), unless that producer was
 //!   closed on this connection (then it is ignored).
+//! - A message whose `deliver_at_time` (wall-clock ms) is in the future is stored at once but
+//!   Shared and Key_Shared subscriptions dispatch it only when due (as upstream's delayed
+//!   delivery; Exclusive/Failover ignore it). The due time is taken on tokio's clock at SEND
+//!   (now + the time left), so tests with paused time advance to it.
 //! - Non-persistent topics store nothing: the message goes to the connected consumers with
 //!   permits (else is dropped) and the receipt carries message id `(0, 0)`, as upstream.
 
 use super::conns::ProducerRef;
 use super::dispatch;
 use super::handlers::{error, success, SessionView, Step};
+use super::permissions::{self, MockAction};
 use super::state::{canonical_topic, BrokerState};
 use super::subscription::{SubType, Subscription};
-use super::topic::{ProducerInfo, ProducerKey, StoredEntry, Topic, WaitingProducer};
+use super::topic::{delivery_due, ProducerInfo, ProducerKey, StoredEntry, Topic, WaitingProducer};
 use super::wire::{self, base_command::Type, ProducerAccessMode};
 use crate::codec::{Frame, Payload, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::error::ServerError;
@@ -39,6 +44,11 @@ pub(crate) fn producer(
     let Some(conn) = state.conns.get(view.conn) else {
         return Step::Ignore;
     };
+    if let Some(refusal) =
+        permissions::refusal(state, view.conn, &topic_name, MockAction::Produce, rid)
+    {
+        return refusal;
+    }
     if let Some(existing) = conn.producers.get(&cmd.producer_id) {
         if existing.topic != topic_name || !existing.ready {
             return Step::Reply(error(
@@ -84,9 +94,24 @@ pub(crate) fn producer(
     let name = given
         .clone()
         .unwrap_or_else(|| state.generate_producer_name());
+    // PIP-124: only if the broker allows auto subscription creation and the role may consume.
+    let initial_subscription = cmd
+        .initial_subscription_name
+        .as_deref()
+        .filter(|sub| !sub.is_empty())
+        .filter(|_| {
+            let allowed = state
+                .settings(view.service_url, view.config)
+                .allow_auto_subscription_creation
+                && permissions::may(state, view.conn, &topic_name, MockAction::Consume);
+            if !allowed {
+                tracing::debug!(topic = %topic_name, "mock broker: initial subscription not created");
+            }
+            allowed
+        });
     let (topic, created) = state.topics.get_or_create(&topic_name);
     if created {
-        if let Some(sub) = cmd.initial_subscription_name.as_deref() {
+        if let Some(sub) = initial_subscription {
             topic.subscriptions.insert(
                 sub.to_owned(),
                 Subscription::new(sub, SubType::Exclusive, topic.persistent, 0),
@@ -247,7 +272,12 @@ pub(crate) fn send(
             "Exceed maximum message size",
         ));
     }
-    let BrokerState { topics, conns, .. } = state;
+    let BrokerState {
+        topics,
+        conns,
+        timers,
+        ..
+    } = state;
     let Some(topic) = topics.get_mut(&topic_name) else {
         return Step::Reply(send_error(
             cmd,
@@ -266,6 +296,10 @@ pub(crate) fn send(
     let producer_name = payload.metadata.producer_name.clone();
     let message_id = if topic.persistent {
         let entry = topic.append(payload.metadata.clone(), payload.data.clone());
+        if let Some(due) = delivery_due(&payload.metadata) {
+            topic.deliver_at.insert(entry, due);
+            timers.schedule_delivery(due, &topic.name);
+        }
         let last = topic.last_sequence.entry(producer_name).or_insert(-1);
         *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
         dispatch::dispatch_all(topic, conns);

@@ -168,6 +168,7 @@ where
             k.deadline = Instant::now() + k.interval;
         }
         let Frame { command, payload } = frame;
+        let ty = command.r#type;
         let step = {
             let view = SessionView {
                 config: &self.shared.config,
@@ -193,7 +194,10 @@ where
                 self.connected = true;
                 self.respond(connected).await
             }
-            Step::Reply(response) => self.respond(response).await,
+            Step::Reply(response) => {
+                self.shared.served.record(ty);
+                self.respond(response).await
+            }
             Step::Pong => {
                 if self.unresponsive() {
                     return Ok(());

@@ -18,8 +18,11 @@ use std::time::Duration;
 
 use super::conns::Conns;
 use super::namespace::{namespace_of, Namespaces};
+use super::permissions::Permissions;
+use super::timers::Timers;
 use super::topic::Topic;
-use super::ConnectionId;
+use super::watchers::Watchers;
+use super::{ConnectionId, MockBrokerConfig};
 use crate::error::ServerError;
 
 /// Everything the brokers know about the cluster they are part of.
@@ -38,6 +41,34 @@ pub(crate) struct BrokerState {
     pub(crate) generated_names: u64,
     /// The last connection id handed out (ids are unique across the brokers sharing the state).
     pub(crate) last_connection: u64,
+    /// Who may produce / consume where (namespace policies).
+    pub(crate) permissions: Permissions,
+    /// PIP-247 partition update watchers, of every broker's connections.
+    pub(crate) watchers: Watchers,
+    /// Deadlines (delayed deliveries), served by each broker's timer task.
+    pub(crate) timers: Timers,
+    /// Runtime broker settings, per broker (by service URL).
+    pub(crate) settings: HashMap<String, BrokerSettings>,
+}
+
+/// The broker settings a test may change at runtime (initially from the broker's
+/// [`MockBrokerConfig`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BrokerSettings {
+    /// `allowAutoSubscriptionCreation` (PIP-124 initial subscriptions).
+    pub(crate) allow_auto_subscription_creation: bool,
+    /// How long a PIP-247 partition update waits for its result before being sent again.
+    pub(crate) partition_update_resend_timeout: Duration,
+}
+
+impl BrokerSettings {
+    /// The settings `config` starts with.
+    pub(crate) fn from_config(config: &MockBrokerConfig) -> Self {
+        BrokerSettings {
+            allow_auto_subscription_creation: config.allow_auto_subscription_creation,
+            partition_update_resend_timeout: config.partition_update_resend_timeout,
+        }
+    }
 }
 
 impl BrokerState {
@@ -51,6 +82,25 @@ impl BrokerState {
     pub(crate) fn next_connection_id(&mut self) -> ConnectionId {
         self.last_connection += 1;
         ConnectionId(self.last_connection)
+    }
+
+    /// The settings of the broker serving at `service_url` (started with `config`).
+    pub(crate) fn settings(&self, service_url: &str, config: &MockBrokerConfig) -> BrokerSettings {
+        self.settings
+            .get(service_url)
+            .copied()
+            .unwrap_or_else(|| BrokerSettings::from_config(config))
+    }
+
+    /// The settings of the broker serving at `service_url` (started with `config`), to change.
+    pub(crate) fn settings_mut(
+        &mut self,
+        service_url: &str,
+        config: &MockBrokerConfig,
+    ) -> &mut BrokerSettings {
+        self.settings
+            .entry(service_url.to_owned())
+            .or_insert_with(|| BrokerSettings::from_config(config))
     }
 
     /// The lookup rules of the broker serving at `service_url`.

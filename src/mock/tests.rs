@@ -28,7 +28,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> RawClient<T> {
         }
     }
 
-    fn patient(mut self) -> Self {
+    pub(super) fn patient(mut self) -> Self {
         self.patience = Duration::from_secs(3600);
         self
     }

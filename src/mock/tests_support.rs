@@ -80,6 +80,33 @@ impl Client {
         }
     }
 
+    /// Connects with a token: the broker takes `token` as the connection's role.
+    pub(super) async fn connect_as(broker: &MockBroker, token: &str) -> Client {
+        let mut raw = RawClient::new(broker.connect_duplex());
+        raw.send(wire::BaseCommand {
+            connect: Some(wire::CommandConnect {
+                client_version: "raw-test".into(),
+                protocol_version: Some(21),
+                auth_method_name: Some("token".into()),
+                auth_data: Some(Bytes::copy_from_slice(token.as_bytes())),
+                ..Default::default()
+            }),
+            ..base(Type::Connect)
+        })
+        .await;
+        raw.expect(Type::Connected).await;
+        Client {
+            raw,
+            next_request: 100,
+        }
+    }
+
+    /// Waits an hour (not 5 s) for each frame: for tests with paused (virtual) time.
+    pub(super) fn patient(mut self) -> Client {
+        self.raw = self.raw.patient();
+        self
+    }
+
     pub(super) fn request_id(&mut self) -> u64 {
         self.next_request += 1;
         self.next_request

@@ -7,8 +7,10 @@
 //! `(i64::MAX, i64::MAX)` (latest) after.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use super::subscription::Subscription;
 use super::wire;
@@ -105,6 +107,9 @@ pub(crate) struct Topic {
     /// Terminated (admin): no more messages can be published; consumers that have acknowledged
     /// everything get REACHED_END_OF_TOPIC.
     pub(crate) terminated: bool,
+    /// Entries with a `deliver_at_time` in the future when stored, and when (tokio time) they
+    /// fall due: Shared/Key_Shared subscriptions do not dispatch them before.
+    pub(crate) deliver_at: HashMap<u64, Instant>,
 }
 
 impl Topic {
@@ -122,6 +127,7 @@ impl Topic {
             topic_epoch: 0,
             subscriptions: BTreeMap::new(),
             terminated: false,
+            deliver_at: HashMap::new(),
         }
     }
 
@@ -175,6 +181,19 @@ impl Topic {
     pub(crate) fn has_producer_named(&self, name: &str) -> bool {
         self.producers.values().any(|p| p.name == name)
     }
+}
+
+/// When (tokio time) a message with `metadata` falls due, if its `deliver_at_time` (wall-clock
+/// ms) is in the future: now plus the time left until then, so that paused tokio time
+/// advances to it.
+pub(crate) fn delivery_due(metadata: &wire::MessageMetadata) -> Option<Instant> {
+    let at = metadata.deliver_at_time?;
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .ok()?
+        .as_millis();
+    let left = u64::try_from(i128::from(at) - i128::try_from(now).ok()?).ok()?;
+    (left > 0).then(|| Instant::now() + Duration::from_millis(left))
 }
 
 /// `N` for a topic named `...-partition-N`, else -1.

@@ -19,7 +19,7 @@ pub(crate) mod task_support {
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -141,6 +141,12 @@ impl ProducerBuilder {
         self
     }
 
+    /// Grow with the topic when it gains partitions (default on).
+    pub fn auto_update_partitions(mut self, enabled: bool) -> Self {
+        self.options.auto_update_partitions = enabled;
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: ProducerOptions) -> Self {
         self.options = options;
@@ -200,19 +206,76 @@ impl ProducerBuilder {
             }
             handles
         };
-        Ok(Producer {
-            inner: Arc::new(ProducerInner {
-                topic,
-                partitioned: partitions > 0,
-                partitions: handles,
-                round_robin: AtomicUsize::new(0),
-                switch_every: options
-                    .batching
-                    .as_ref()
-                    .map(|b| b.max_publish_delay.max(Duration::from_millis(1))),
-                started: Instant::now(),
-            }),
-        })
+        let auto_update = partitions > 0 && options.auto_update_partitions;
+        let (registration, grow_rx) = if auto_update {
+            let (r, rx) = client
+                .partition_updates()
+                .register(&client, &topic, partitions);
+            (Some(r), Some(rx))
+        } else {
+            (None, None)
+        };
+        let inner = Arc::new(ProducerInner {
+            name: handles[0].name.clone(),
+            topic,
+            partitioned: partitions > 0,
+            partitions: RwLock::new(handles.into_iter().map(Arc::new).collect()),
+            round_robin: AtomicUsize::new(0),
+            switch_every: options
+                .batching
+                .as_ref()
+                .map(|b| b.max_publish_delay.max(Duration::from_millis(1))),
+            started: Instant::now(),
+            count: watch::Sender::new(partitions as usize),
+            _registration: registration,
+        });
+        if let Some(rx) = grow_rx {
+            tokio::spawn(grow(Arc::downgrade(&inner), client, options, group, rx));
+        }
+        Ok(Producer { inner })
+    }
+}
+
+/// Adds partition producers when the topic grows (PIP-247 updates or polling).
+async fn grow(
+    inner: std::sync::Weak<ProducerInner>,
+    client: Client,
+    options: Arc<ProducerOptions>,
+    group: GroupClose,
+    mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>,
+) {
+    while let Some(req) = rx.recv().await {
+        let Some(inner) = inner.upgrade() else { return };
+        let mut result = Ok(());
+        let current = inner.snapshot().len() as u32;
+        for i in current..req.partitions {
+            let created = Box::pin(PartitionProducer::create(
+                &client,
+                inner.topic.partition(i),
+                i as i32,
+                &options,
+                &group,
+            ))
+            .await;
+            match created {
+                Ok(p) => {
+                    inner
+                        .partitions
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(Arc::new(p));
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %inner.topic, partition = i, error = %e,
+                        "could not create the producer of a new partition");
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let n = inner.snapshot().len();
+        inner.count.send_replace(n);
+        let _ = req.done.send(result);
     }
 }
 
@@ -383,13 +446,27 @@ impl PartitionProducer {
 #[derive(Debug)]
 struct ProducerInner {
     topic: TopicName,
+    name: String,
     partitioned: bool,
-    partitions: Vec<PartitionProducer>,
+    partitions: RwLock<Vec<Arc<PartitionProducer>>>,
+    /// The number of partitions, for observers.
+    count: watch::Sender<usize>,
+    /// Keeps the topic registered for partition updates.
+    _registration: Option<crate::partitions::Registration>,
     round_robin: AtomicUsize,
     /// With batching, messages without a key stay on one partition for this long, so batches
     /// fill (upstream's round-robin router).
     switch_every: Option<Duration>,
     started: Instant,
+}
+
+impl ProducerInner {
+    fn snapshot(&self) -> Vec<Arc<PartitionProducer>> {
+        self.partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
 }
 
 /// Publishes messages to a topic. Cheap to clone; clones share the producer. Dropping the
@@ -407,16 +484,22 @@ impl Producer {
 
     /// The producer's name (of its first partition for a partitioned topic).
     pub fn name(&self) -> &str {
-        &self.inner.partitions[0].name
+        &self.inner.name
     }
 
-    /// Number of partitions (0 for a non-partitioned topic).
+    /// Number of partitions (0 for a non-partitioned topic). Grows when the topic does.
     pub fn partitions(&self) -> usize {
         if self.inner.partitioned {
-            self.inner.partitions.len()
+            self.inner.snapshot().len()
         } else {
             0
         }
+    }
+
+    /// Watches the number of partitions: it changes when the topic gains partitions and the
+    /// producer has started producing to them (like Java's `onTopicsExtended`).
+    pub fn partition_changes(&self) -> watch::Receiver<usize> {
+        self.inner.count.subscribe()
     }
 
     /// The producer's lifecycle state. For a partitioned producer: a terminal state if any
@@ -424,7 +507,7 @@ impl Producer {
     pub fn state(&self) -> State {
         let states: Vec<State> = self
             .inner
-            .partitions
+            .snapshot()
             .iter()
             .map(|p| *p.state.borrow())
             .collect();
@@ -434,24 +517,31 @@ impl Producer {
     /// Watches the lifecycle state of the producer (of its first partition, for a partitioned
     /// producer; partitions close together).
     pub fn state_changes(&self) -> watch::Receiver<State> {
-        self.inner.partitions[0].state.clone()
+        self.inner.snapshot()[0].state.clone()
     }
 
-    fn route(&self, msg: &ProducerMessage) -> usize {
-        let n = self.inner.partitions.len();
+    fn pick(&self, msg: &ProducerMessage) -> Arc<PartitionProducer> {
+        let parts = self
+            .inner
+            .partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let n = parts.len();
         if n == 1 {
-            return 0;
+            return parts[0].clone();
         }
-        if let Some(key) = &msg.key {
-            return java_partition_for_key(key, n as u32) as usize;
-        }
-        match self.inner.switch_every {
-            Some(period) => {
-                let slot = self.inner.started.elapsed().as_millis() / period.as_millis().max(1);
-                (slot as usize).wrapping_add(self.inner.round_robin.load(Ordering::Relaxed)) % n
+        let i = if let Some(key) = &msg.key {
+            java_partition_for_key(key, n as u32) as usize
+        } else {
+            match self.inner.switch_every {
+                Some(period) => {
+                    let slot = self.inner.started.elapsed().as_millis() / period.as_millis().max(1);
+                    (slot as usize).wrapping_add(self.inner.round_robin.load(Ordering::Relaxed)) % n
+                }
+                None => self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % n,
             }
-            None => self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % n,
-        }
+        };
+        parts[i].clone()
     }
 
     /// Queues a message and returns a future of its id, without waiting for earlier sends:
@@ -459,7 +549,7 @@ impl Producer {
     /// `block_if_queue_full` is off.
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
         let msg = msg.into();
-        let p = &self.inner.partitions[self.route(&msg)];
+        let p = self.pick(&msg);
         p.send(msg).await
     }
 
@@ -471,14 +561,15 @@ impl Producer {
     /// Sends open batches now and waits until every message sent before this call is receipted
     /// (or failed).
     pub async fn flush(&self) -> Result<()> {
-        let results =
-            futures::future::join_all(self.inner.partitions.iter().map(|p| p.flush())).await;
+        let parts = self.inner.snapshot();
+        let results = futures::future::join_all(parts.iter().map(|p| p.flush())).await;
         results.into_iter().collect()
     }
 
     /// Flushes, waits for pending receipts, and closes the producer on the broker.
     pub async fn close(&self) -> Result<()> {
-        futures::future::join_all(self.inner.partitions.iter().map(|p| p.close())).await;
+        let parts = self.inner.snapshot();
+        futures::future::join_all(parts.iter().map(|p| p.close())).await;
         Ok(())
     }
 }

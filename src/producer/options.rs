@@ -81,6 +81,8 @@ pub struct ProducerOptions {
     pub initial_subscription_name: Option<String>,
     /// Properties attached to the producer.
     pub properties: Vec<(String, String)>,
+    /// Grow with the topic when it gains partitions (PIP-247 push, or polling). Default on.
+    pub auto_update_partitions: bool,
 }
 
 impl Default for ProducerOptions {
@@ -95,6 +97,7 @@ impl Default for ProducerOptions {
             access_mode: ProducerAccessMode::Shared,
             initial_subscription_name: None,
             properties: Vec::new(),
+            auto_update_partitions: true,
         }
     }
 }
