@@ -2,7 +2,10 @@
 //!
 //! cargo run --example consume -- --url pulsar://127.0.0.1:6650 --topic T --subscription S
 //!   [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest]
-//!   --count N [--timeout-secs S]
+//!   --count N [--timeout-secs S] [--no-auto-update]
+//!
+//! When the topic gains partitions it prints `{"event":"partitions_changed","topic":...,
+//! "partitions":n}`.
 
 mod common;
 
@@ -14,7 +17,7 @@ use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
 
 const USAGE: &str = "usage: consume --url U --topic T --subscription S \
 [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest] --count N \
-[--timeout-secs S]";
+[--timeout-secs S] [--no-auto-update]";
 
 #[tokio::main]
 async fn main() {
@@ -29,7 +32,7 @@ async fn main() {
             "count",
             "timeout-secs",
         ],
-        &[],
+        &["no-auto-update"],
     );
     let topic = args.required(USAGE, "topic");
     let subscription = args.required(USAGE, "subscription");
@@ -59,9 +62,11 @@ async fn main() {
         .subscription(subscription)
         .subscription_type(sub_type)
         .initial_position(position)
+        .auto_update_partitions(!args.flag("no-auto-update"))
         .subscribe()
         .await
         .unwrap_or_else(|e| die(e));
+    common::print_partition_changes(consumer.topic().to_string(), consumer.partition_changes());
     let deadline = tokio::time::Instant::now() + timeout;
     let mut received = 0;
     while received < count {

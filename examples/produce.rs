@@ -2,7 +2,10 @@
 //!
 //! cargo run --example produce -- --url pulsar://127.0.0.1:6650 --topic T --count 10 [--key K]
 //!   [--property k=v]... [--batch] [--compression none|lz4|zlib|zstd|snappy] [--prefix P]
-//!   [--interval-ms MS]
+//!   [--interval-ms MS] [--no-auto-update]
+//!
+//! When the topic gains partitions it prints `{"event":"partitions_changed","topic":...,
+//! "partitions":n}`.
 
 mod common;
 
@@ -12,7 +15,8 @@ use common::{die, fail, Args};
 use pulsar_sdk::{Client, CompressionType, ProducerMessage};
 
 const USAGE: &str = "usage: produce --url U --topic T --count N [--key K] [--property k=v]... \
-[--batch] [--compression none|lz4|zlib|zstd|snappy] [--prefix P] [--interval-ms MS]";
+[--batch] [--compression none|lz4|zlib|zstd|snappy] [--prefix P] [--interval-ms MS] \
+[--no-auto-update]";
 
 #[tokio::main]
 async fn main() {
@@ -28,7 +32,7 @@ async fn main() {
             "prefix",
             "interval-ms",
         ],
-        &["batch"],
+        &["batch", "no-auto-update"],
     );
     let topic = args.required(USAGE, "topic");
     let count: u64 = args.number(USAGE, "count", 0);
@@ -57,9 +61,11 @@ async fn main() {
         .producer(&topic)
         .batching(args.flag("batch"))
         .compression(compression)
+        .auto_update_partitions(!args.flag("no-auto-update"))
         .create()
         .await
         .unwrap_or_else(|e| die(e));
+    common::print_partition_changes(producer.topic().to_string(), producer.partition_changes());
     let mut pending = Vec::new();
     for i in 0..count {
         let mut msg = ProducerMessage::new(format!("{prefix}{i}"));

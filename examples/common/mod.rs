@@ -91,3 +91,17 @@ pub fn die(error: impl std::fmt::Display) -> ! {
     println!("{}", serde_json::json!({ "error": error.to_string() }));
     exit(1)
 }
+
+/// Prints `{"event":"partitions_changed","topic":...,"partitions":n}` whenever the topic grows.
+pub fn print_partition_changes(topic: String, mut changes: tokio::sync::watch::Receiver<usize>) {
+    tokio::spawn(async move {
+        changes.borrow_and_update();
+        while changes.changed().await.is_ok() {
+            let n = *changes.borrow_and_update();
+            println!(
+                "{}",
+                serde_json::json!({"event": "partitions_changed", "topic": topic, "partitions": n})
+            );
+        }
+    });
+}
