@@ -383,6 +383,30 @@ impl TrafficResult {
             / 1000.0
     }
 
+    /// Failed sends by error kind (the error's text up to its first digit or colon).
+    fn error_kinds(&self) -> BTreeMap<String, usize> {
+        let mut kinds = BTreeMap::new();
+        let texts = self
+            .failures()
+            .into_iter()
+            .map(|(_, _, e)| e.to_string())
+            .chain(
+                self.enqueue_errors
+                    .iter()
+                    .map(|(_, e)| format!("send(): {e}")),
+            );
+        for t in texts {
+            let kind: String = t
+                .chars()
+                .take_while(|c| !c.is_ascii_digit())
+                .collect::<String>()
+                .trim()
+                .to_string();
+            *kinds.entry(kind).or_insert(0) += 1;
+        }
+        kinds
+    }
+
     fn send_errors(&self) -> usize {
         self.enqueue_errors.len() + self.failures().len()
     }
@@ -602,6 +626,7 @@ async fn kill_restart() -> Value {
         "receipted": result.receipts().count(),
         "acked_but_lost": lost,
         "send_errors": result.send_errors(),
+        "error_kinds": result.error_kinds(),
         "stored": stored.len(),
         "stored_duplicates": duplicates,
         "duplicate_ranges": duplicate_ranges(&stored),
@@ -654,6 +679,7 @@ async fn stall_10s() -> Value {
         "sent": result.send_at.len(),
         "receipted": result.receipts().count(),
         "errors": result.send_errors(),
+        "error_kinds": result.error_kinds(),
         "acked_but_lost": lost,
         "stored_duplicates": duplicates,
         "pending_before": pending_before,
@@ -754,6 +780,7 @@ async fn stall_40s() -> Value {
         "sent": result.send_at.len(),
         "receipted": result.receipts().count(),
         "failed": failures.len(),
+        "error_kinds": result.error_kinds(),
         "failed_first_index": indices.first(),
         "failed_last_index": indices.last(),
         "all_failures_are_timeouts": all_timeouts,

@@ -257,6 +257,10 @@ impl Client {
         self.inner.operation_timeout
     }
 
+    pub(crate) fn backoff_policy(&self) -> &BackoffPolicy {
+        &self.inner.backoff
+    }
+
     pub(crate) fn backoff(&self) -> Backoff {
         Backoff::new(&self.inner.backoff)
     }

@@ -137,24 +137,47 @@ pub(crate) enum EntityEvent {
     ConnectionClosed(Error),
 }
 
+/// Where the connection delivers an entity's commands. Consumers use a bounded channel (flow
+/// permits bound what the broker may push); producers an unbounded one, since receipts can
+/// never outnumber the producer's own pending messages, which are bounded by its queue limits.
+#[derive(Debug, Clone)]
+pub(crate) enum EntitySender {
+    Bounded(mpsc::Sender<EntityEvent>),
+    Unbounded(mpsc::UnboundedSender<EntityEvent>),
+}
+
+impl From<mpsc::Sender<EntityEvent>> for EntitySender {
+    fn from(s: mpsc::Sender<EntityEvent>) -> Self {
+        EntitySender::Bounded(s)
+    }
+}
+
+impl From<mpsc::UnboundedSender<EntityEvent>> for EntitySender {
+    fn from(s: mpsc::UnboundedSender<EntityEvent>) -> Self {
+        EntitySender::Unbounded(s)
+    }
+}
+
 /// Messages from handles into the connection task.
 #[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum Op {
     /// Send a request and deliver its response (or error) to the responder.
     Request {
         request_id: u64,
-        frame: Frame,
+        frame: Box<Frame>,
         operation: &'static str,
         timeout: Duration,
         responder: oneshot::Sender<Result<BaseCommand>>,
     },
-    /// Send a frame that gets no response.
-    Send(Frame),
+    /// Send a frame that gets no response (boxed: a command is several KiB).
+    Send(Box<Frame>),
+    /// Send an already encoded frame (producers encode each entry once).
+    SendRaw(Bytes),
     /// Register an entity's channel for commands addressed to it.
     Register {
         kind: EntityKind,
         id: u64,
-        sender: mpsc::Sender<EntityEvent>,
+        sender: EntitySender,
     },
     /// Forget an entity.
     Unregister { kind: EntityKind, id: u64 },
@@ -341,7 +364,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         self.submit(Op::Request {
             request_id,
-            frame,
+            frame: Box::new(frame),
             operation,
             timeout,
             responder: tx,
@@ -356,7 +379,7 @@ impl Connection {
     /// Sends a frame that gets no response (flow, ack, send ...).
     #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn send(&self, frame: Frame) -> Result<()> {
-        self.submit(Op::Send(frame)).await
+        self.submit(Op::Send(Box::new(frame))).await
     }
 
     #[cfg_attr(not(test), allow(dead_code))]
@@ -368,10 +391,14 @@ impl Connection {
         &self,
         kind: EntityKind,
         id: u64,
-        sender: mpsc::Sender<EntityEvent>,
+        sender: impl Into<EntitySender>,
     ) -> Result<()> {
         self.control
-            .send(Op::Register { kind, id, sender })
+            .send(Op::Register {
+                kind,
+                id,
+                sender: sender.into(),
+            })
             .map_err(|_| self.close_reason())
     }
 
@@ -380,6 +407,21 @@ impl Connection {
     /// connection is gone.
     pub(crate) fn unregister(&self, kind: EntityKind, id: u64) {
         let _ = self.control.send(Op::Unregister { kind, id });
+    }
+
+    /// Queues an encoded frame without waiting; gives it back if the queue is full (wait with
+    /// [`Connection::ready`]) or fails if the connection is closed.
+    pub(crate) fn try_send_raw(&self, bytes: Bytes) -> std::result::Result<(), Option<Bytes>> {
+        match self.ops.try_send(Op::SendRaw(bytes)) {
+            Ok(()) => Ok(()),
+            Err(mpsc::error::TrySendError::Full(Op::SendRaw(b))) => Err(Some(b)),
+            Err(_) => Err(None),
+        }
+    }
+
+    /// Resolves when the connection's queue has room (or the connection closed).
+    pub(crate) async fn ready(&self) {
+        let _ = self.ops.reserve().await;
     }
 
     async fn submit(&self, op: Op) -> Result<()> {

@@ -4,6 +4,7 @@
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -13,7 +14,7 @@ use tracing::Instrument;
 
 use super::handshake::auth_response;
 use super::routing::{self, EntityKind, Route};
-use super::{Authentication, ConnectionStats, EntityEvent, Op};
+use super::{Authentication, ConnectionStats, EntityEvent, EntitySender, Op};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
@@ -48,7 +49,7 @@ struct PendingRequest {
 pub(super) struct Router {
     pending: HashMap<u64, PendingRequest>,
     deadlines: BTreeSet<(Instant, u64)>,
-    entities: HashMap<(EntityKind, u64), mpsc::Sender<EntityEvent>>,
+    entities: HashMap<(EntityKind, u64), EntitySender>,
 }
 
 impl Router {
@@ -118,20 +119,26 @@ impl Router {
                 "command for an unknown entity; dropped");
             return;
         };
-        match sender.try_send(EntityEvent::Command(Box::new(frame))) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                // Flow control should make this impossible: report it loudly.
-                tracing::error!(
-                    ?kind,
-                    id,
-                    "entity channel full; command dropped (flow-control bug)"
-                );
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                tracing::debug!(?kind, id, "entity is gone; unregistering");
-                self.entities.remove(&(kind, id));
-            }
+        let event = EntityEvent::Command(Box::new(frame));
+        let gone = match sender {
+            EntitySender::Unbounded(tx) => tx.send(event).is_err(),
+            EntitySender::Bounded(tx) => match tx.try_send(event) {
+                Ok(()) => false,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    // Flow control should make this impossible: report it loudly.
+                    tracing::error!(
+                        ?kind,
+                        id,
+                        "entity channel full; command dropped (flow-control bug)"
+                    );
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => true,
+            },
+        };
+        if gone {
+            tracing::debug!(?kind, id, "entity is gone; unregistering");
+            self.entities.remove(&(kind, id));
         }
     }
 
@@ -142,7 +149,7 @@ impl Router {
             let _ = req.responder.send(Err(reason.clone()));
         }
         for (_, sender) in self.entities.drain() {
-            let _ = sender.try_send(EntityEvent::ConnectionClosed(reason.clone()));
+            sender.notify_closed(reason);
         }
     }
 }
@@ -165,12 +172,12 @@ enum Step {
 /// deadlock), so frames the writer's queue cannot take yet wait here, and no new ops are
 /// taken from handles until it drains — backpressure without ever stopping to read.
 struct Outbox {
-    tx: mpsc::Sender<Frame>,
-    backlog: VecDeque<Frame>,
+    tx: mpsc::Sender<Outgoing>,
+    backlog: VecDeque<Outgoing>,
 }
 
 impl Outbox {
-    fn push(&mut self, frame: Frame) -> Step {
+    fn push(&mut self, frame: Outgoing) -> Step {
         if !self.backlog.is_empty() {
             self.backlog.push_back(frame);
             return Step::Continue;
@@ -190,9 +197,9 @@ impl Outbox {
 
 /// Moves backlog frames to the writer while it has room.
 fn drain(
-    backlog: &mut VecDeque<Frame>,
-    tx: &mpsc::Sender<Frame>,
-    permit: mpsc::OwnedPermit<Frame>,
+    backlog: &mut VecDeque<Outgoing>,
+    tx: &mpsc::Sender<Outgoing>,
+    permit: mpsc::OwnedPermit<Outgoing>,
 ) {
     if let Some(f) = backlog.pop_front() {
         permit.send(f);
@@ -212,7 +219,7 @@ fn drain(
 /// Owns the write half: writes frames in batches, one flush per batch.
 async fn write_loop<W>(
     mut writer: FramedWrite<W, PulsarCodec>,
-    mut rx: mpsc::Receiver<Frame>,
+    mut rx: mpsc::Receiver<Outgoing>,
 ) -> Error
 where
     W: AsyncWrite + Unpin,
@@ -224,7 +231,19 @@ where
         };
         let mut next = Some(frame);
         let mut n = 0;
-        while let Some(frame) = next.take() {
+        while let Some(item) = next.take() {
+            let frame = match item {
+                Outgoing::Frame(frame) => *frame,
+                Outgoing::Raw(bytes) => {
+                    // Already encoded (and size-checked) by its producer.
+                    writer.write_buffer_mut().extend_from_slice(&bytes);
+                    n += 1;
+                    if n < WRITE_BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                    continue;
+                }
+            };
             match writer.feed(frame).await {
                 Ok(()) => {}
                 Err(crate::codec::CodecError::FrameTooLarge { size, max }) => {
@@ -259,7 +278,7 @@ where
         auth,
         broker_url: _,
     } = p;
-    let (write_tx, write_rx) = mpsc::channel(WRITE_QUEUE);
+    let (write_tx, write_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let mut writer_task = tokio::spawn(write_loop(writer, write_rx).in_current_span());
     let mut out = Outbox {
         tx: write_tx,
@@ -357,9 +376,7 @@ fn fail_op(op: Op, reason: &Error) {
         Op::Request { responder, .. } => {
             let _ = responder.send(Err(reason.clone()));
         }
-        Op::Register { sender, .. } => {
-            let _ = sender.try_send(EntityEvent::ConnectionClosed(reason.clone()));
-        }
+        Op::Register { sender, .. } => sender.notify_closed(reason),
         _ => {}
     }
 }
@@ -393,7 +410,7 @@ fn keepalive_step(
             ping: Some(proto::CommandPing {}),
             ..Default::default()
         };
-        return out.push(Frame::simple(ping));
+        return out.push(Outgoing::Frame(Box::new(Frame::simple(ping))));
     }
     Step::Continue
 }
@@ -422,6 +439,7 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
             frame
         }
         Op::Send(frame) => frame,
+        Op::SendRaw(bytes) => return out.push(Outgoing::Raw(bytes)),
         Op::Register { kind, id, sender } => {
             if router.entities.insert((kind, id), sender).is_some() {
                 tracing::warn!(?kind, id, "entity id registered twice; the newer one wins");
@@ -434,7 +452,30 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
         }
         Op::Close => return Step::Stop(Error::Closed),
     };
-    out.push(frame)
+    out.push(Outgoing::Frame(frame))
+}
+
+impl EntitySender {
+    /// Tells the entity its connection is gone (never blocks).
+    fn notify_closed(&self, reason: &Error) {
+        let event = EntityEvent::ConnectionClosed(reason.clone());
+        match self {
+            EntitySender::Bounded(tx) => {
+                let _ = tx.try_send(event);
+            }
+            EntitySender::Unbounded(tx) => {
+                let _ = tx.send(event);
+            }
+        }
+    }
+}
+
+/// What the writer task writes.
+enum Outgoing {
+    /// Boxed: a command is several KiB, encoded bytes are small.
+    Frame(Box<Frame>),
+    /// An already encoded frame.
+    Raw(Bytes),
 }
 
 fn handle_inbound(
@@ -466,7 +507,7 @@ fn handle_inbound(
         }
     };
     match reply {
-        Some(reply) => out.push(Frame::simple(reply)),
+        Some(reply) => out.push(Outgoing::Frame(Box::new(Frame::simple(reply)))),
         None => Step::Continue,
     }
 }

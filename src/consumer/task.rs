@@ -37,6 +37,10 @@ pub(crate) fn event_queue(opts: &ConsumerOptions) -> usize {
 const OVERSHOOT_FACTOR: i64 = 10;
 const OVERSHOOT_SLACK: i64 = 10_000;
 
+/// How long reconnect attempts stay at the initial delay while the broker refuses
+/// connections.
+const FAST_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Where a seek goes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SeekTarget {
@@ -379,10 +383,19 @@ impl ConsumerTask {
             .take()
             .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         Box::pin(async move {
+            let lost_at = Instant::now();
             let mut backoff = client.backoff();
+            let mut refused = false;
             loop {
                 if direct.is_none() {
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    // While the broker refuses connections (restarting), retry at the initial
+                    // delay for a while: such attempts cost nothing.
+                    let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
+                        client.backoff_policy().initial
+                    } else {
+                        backoff.next_delay()
+                    };
+                    tokio::time::sleep(delay).await;
                 }
                 let target = direct.take();
                 let params = SubscribeParams {
@@ -393,10 +406,12 @@ impl ConsumerTask {
                     durable,
                     start,
                 };
-                let deadline = Instant::now() + client.operation_timeout();
-                match connect_and_subscribe(&client, &params, deadline, target.as_ref()).await {
+                // One attempt per round (a deadline of now): this loop is the only backoff.
+                match connect_and_subscribe(&client, &params, Instant::now(), target.as_ref()).await
+                {
                     Ok(ok) => return Ok(ok),
                     Err(e) if e.is_retriable() => {
+                        refused = matches!(e, Error::Connect { .. });
                         tracing::debug!(%topic, error = %e, "re-subscribe failed; retrying");
                     }
                     Err(e) => return Err(e),

@@ -68,6 +68,19 @@ fn check_size(ctx: &FrameContext, metadata: &proto::MessageMetadata, data: &Byte
     Ok(())
 }
 
+/// Encodes a SEND frame once: it is written from these bytes, and re-sent from them after a
+/// reconnect (the checksum is computed here, in place).
+fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
+    let mut buf = bytes::BytesMut::new();
+    crate::codec::encode_frame(
+        frame,
+        &mut buf,
+        ctx.max_message_size
+            .saturating_add(crate::codec::FRAME_HEADROOM),
+    )?;
+    Ok(buf.freeze())
+}
+
 /// Builds the frame of a single, non-batched message.
 pub(crate) fn single_message_entry(
     ctx: &FrameContext,
@@ -101,10 +114,14 @@ pub(crate) fn single_message_entry(
         metadata,
         data,
     );
+    let encoded = match encode(ctx, &frame) {
+        Ok(b) => b,
+        Err(e) => return Err((e, completion)),
+    };
     Ok(InFlight {
         first_seq: sequence_id,
         last_seq: sequence_id,
-        frame,
+        encoded,
         completions: vec![completion],
         batched: false,
         enqueued_at: Instant::now(),
@@ -277,14 +294,22 @@ impl BatchContainer {
             uncompressed_size: (ctx.compression != CompressionType::None).then_some(raw_len as u32),
             ..Default::default()
         };
+        let frame = Frame::with_payload(
+            send_command(ctx.producer_id, b.first_seq, b.last_seq, n),
+            metadata,
+            data,
+        );
+        let encoded = match encode(ctx, &frame) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
+                return;
+            }
+        };
         out.push(InFlight {
             first_seq: b.first_seq,
             last_seq: b.last_seq,
-            frame: Frame::with_payload(
-                send_command(ctx.producer_id, b.first_seq, b.last_seq, n),
-                metadata,
-                data,
-            ),
+            encoded,
             completions: b.completions,
             batched: true,
             enqueued_at: b.opened_at,

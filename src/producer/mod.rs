@@ -332,6 +332,7 @@ impl PartitionProducer {
             ctx,
             conn: Some(conn),
             events: Some(events),
+            unsent: Default::default(),
             ops: ops_rx,
             next_seq: (created.last_sequence_id + 1).max(0) as u64,
             epoch: 0,

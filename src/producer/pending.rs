@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio::time::{Duration, Instant};
 
-use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
+use bytes::Bytes;
 
 /// Completes one application `send`: its responder and the memory it holds.
 #[derive(Debug)]
@@ -33,8 +33,8 @@ impl Completion {
 pub(crate) struct InFlight {
     pub first_seq: u64,
     pub last_seq: u64,
-    /// The encoded-once frame, kept for re-sending after a reconnect.
-    pub frame: Frame,
+    /// The encoded-once SEND frame, kept for re-sending after a reconnect.
+    pub encoded: Bytes,
     /// One completion per message (in batch order).
     pub completions: Vec<Completion>,
     pub batched: bool,
@@ -161,7 +161,6 @@ impl PendingQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::{base_command::Type, BaseCommand};
 
     fn entry(
         first: u64,
@@ -179,15 +178,11 @@ mod tests {
             });
             rxs.push(rx);
         }
-        let frame = Frame::simple(BaseCommand {
-            r#type: Type::Send as i32,
-            ..Default::default()
-        });
         (
             InFlight {
                 first_seq: first,
                 last_seq: last,
-                frame,
+                encoded: Bytes::from_static(b"frame"),
                 completions,
                 batched: last > first,
                 enqueued_at: at,

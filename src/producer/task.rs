@@ -1,7 +1,10 @@
 //! The task behind one (partition) producer: it owns the pending queue, the open batches and
 //! the registration on the broker connection, and re-creates the producer after a reconnect.
 
+use std::collections::VecDeque;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -20,8 +23,10 @@ use super::batch_container::{single_message_entry, BatchContainer, FrameContext}
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
 
-/// Capacity of a producer's event channel from its connection.
-const EVENT_QUEUE: usize = 1024;
+/// After a connection loss, while the broker refuses connections (e.g. it is restarting),
+/// reconnect attempts stay at the initial backoff delay for this long before growing: such an
+/// attempt costs nothing, and the producer is back as soon as the broker is.
+const FAST_RETRY_WINDOW: Duration = Duration::from_secs(5);
 
 /// Requests from producer handles to the task.
 #[derive(Debug)]
@@ -97,7 +102,7 @@ pub(crate) async fn connect_and_create(
     opts: &ProducerOptions,
     deadline: Instant,
     direct: Option<&ServiceUrl>,
-) -> Result<(Connection, mpsc::Receiver<EntityEvent>, Created)> {
+) -> Result<(Connection, mpsc::UnboundedReceiver<EntityEvent>, Created)> {
     let mut backoff = client.backoff();
     loop {
         let attempt = async {
@@ -105,7 +110,8 @@ pub(crate) async fn connect_and_create(
                 Some(url) => client.connection_to(url).await?,
                 None => client.connection_for(topic).await?,
             };
-            let (tx, rx) = mpsc::channel(EVENT_QUEUE);
+            // Unbounded: receipts never outnumber this producer's own pending messages.
+            let (tx, rx) = mpsc::unbounded_channel();
             conn.register(EntityKind::Producer, producer_id, tx)?;
             match create_on(&conn, topic, producer_id, name, epoch, opts).await {
                 Ok(created) => Ok((conn, rx, created)),
@@ -136,7 +142,10 @@ pub(crate) struct ProducerTask {
     pub opts: ProducerOptions,
     pub ctx: FrameContext,
     pub conn: Option<Connection>,
-    pub events: Option<mpsc::Receiver<EntityEvent>>,
+    pub events: Option<mpsc::UnboundedReceiver<EntityEvent>>,
+    /// Encoded frames waiting for room in the connection's queue (in order). The task never
+    /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
+    pub unsent: VecDeque<Bytes>,
     pub ops: mpsc::Receiver<ProducerOp>,
     pub next_seq: u64,
     pub epoch: u64,
@@ -235,7 +244,8 @@ enum Wake {
     BatchDue,
     TimeoutTick,
     GroupClosed(Error),
-    Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>, Created)>),
+    Reconnected(Result<(Connection, mpsc::UnboundedReceiver<EntityEvent>, Created)>),
+    ConnectionReady,
 }
 
 impl ProducerTask {
@@ -266,6 +276,7 @@ impl ProducerTask {
                 op = self.ops.recv(), if accepting => Wake::Op(op),
                 _ = sleep_until_opt(batch_deadline) => Wake::BatchDue,
                 _ = tick.tick() => Wake::TimeoutTick,
+                _ = ready_opt(self.conn.as_ref()), if !self.unsent.is_empty() => Wake::ConnectionReady,
                 e = group.closed() => Wake::GroupClosed(e),
             };
             let step = match wake {
@@ -320,6 +331,10 @@ impl ProducerTask {
                     }
                 }
                 Wake::GroupClosed(e) => Err(e),
+                Wake::ConnectionReady => {
+                    self.drain_unsent();
+                    Ok(())
+                }
             };
             if let Err(e) = step {
                 break e;
@@ -337,8 +352,9 @@ impl ProducerTask {
 
     fn reconnect_future(
         &mut self,
-    ) -> impl std::future::Future<Output = Result<(Connection, mpsc::Receiver<EntityEvent>, Created)>>
-           + Send
+    ) -> impl std::future::Future<
+        Output = Result<(Connection, mpsc::UnboundedReceiver<EntityEvent>, Created)>,
+    > + Send
            + 'static {
         let client = self.client.clone();
         let topic = self.topic.clone();
@@ -352,13 +368,20 @@ impl ProducerTask {
             .take()
             .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         async move {
+            let lost_at = Instant::now();
             let mut backoff = client.backoff();
+            let mut refused = false;
             loop {
                 if direct.is_none() {
-                    tokio::time::sleep(backoff.next_delay()).await;
+                    let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
+                        client.backoff_policy().initial
+                    } else {
+                        backoff.next_delay()
+                    };
+                    tokio::time::sleep(delay).await;
                 }
-                let deadline = Instant::now() + client.operation_timeout();
                 let target = direct.take();
+                // One attempt per round (a deadline of now): this loop is the only backoff.
                 match connect_and_create(
                     &client,
                     &topic,
@@ -366,13 +389,14 @@ impl ProducerTask {
                     Some(&name),
                     epoch,
                     &opts,
-                    deadline,
+                    Instant::now(),
                     target.as_ref(),
                 )
                 .await
                 {
                     Ok(ok) => return Ok(ok),
                     Err(e) if e.is_retriable() => {
+                        refused = matches!(e, Error::Connect { .. });
                         tracing::debug!(%topic, error = %e, "producer reconnect failed; retrying");
                     }
                     Err(e) => return Err(e),
@@ -384,7 +408,7 @@ impl ProducerTask {
     async fn on_reconnected(
         &mut self,
         conn: Connection,
-        events: mpsc::Receiver<EntityEvent>,
+        events: mpsc::UnboundedReceiver<EntityEvent>,
         created: Created,
     ) -> Result<()> {
         self.epoch += 1;
@@ -395,10 +419,8 @@ impl ProducerTask {
         self.events = Some(events);
         let _ = created;
         // Re-send everything not yet receipted, in sequence order, same sequence ids.
-        let frames: Vec<_> = self.pending.iter().map(|e| e.frame.clone()).collect();
-        for frame in frames {
-            self.send_frame(frame).await;
-        }
+        self.unsent = self.pending.iter().map(|e| e.encoded.clone()).collect();
+        self.drain_unsent();
         Ok(())
     }
 
@@ -409,12 +431,36 @@ impl ProducerTask {
             conn.unregister(EntityKind::Producer, self.ctx.producer_id);
         }
         self.events = None;
+        // Everything unsent is still pending: it is re-sent after the reconnect.
+        self.unsent.clear();
     }
 
-    async fn send_frame(&mut self, frame: crate::codec::Frame) {
-        if let Some(conn) = &self.conn {
-            if conn.send(frame).await.is_err() {
-                self.lose_connection("connection closed while sending");
+    /// Queues an encoded frame for the connection without waiting.
+    fn send_bytes(&mut self, bytes: Bytes) {
+        if self.conn.is_none() {
+            return; // re-sent from the pending queue after the reconnect
+        }
+        self.unsent.push_back(bytes);
+        self.drain_unsent();
+    }
+
+    /// Moves unsent frames into the connection's queue while it has room.
+    fn drain_unsent(&mut self) {
+        let Some(conn) = self.conn.clone() else {
+            self.unsent.clear();
+            return;
+        };
+        while let Some(bytes) = self.unsent.pop_front() {
+            match conn.try_send_raw(bytes) {
+                Ok(()) => {}
+                Err(Some(bytes)) => {
+                    self.unsent.push_front(bytes);
+                    return;
+                }
+                Err(None) => {
+                    self.lose_connection("connection closed while sending");
+                    return;
+                }
             }
         }
     }
@@ -513,10 +559,10 @@ impl ProducerTask {
             c.complete(Err(e));
         }
         for entry in out {
-            let frame = self.conn.is_some().then(|| entry.frame.clone());
+            let bytes = self.conn.is_some().then(|| entry.encoded.clone());
             self.pending.push(entry);
-            if let Some(frame) = frame {
-                self.send_frame(frame).await;
+            if let Some(bytes) = bytes {
+                self.send_bytes(bytes);
             }
         }
     }
@@ -695,7 +741,14 @@ impl ProducerTask {
     }
 }
 
-async fn recv_opt(rx: &mut Option<mpsc::Receiver<EntityEvent>>) -> Option<EntityEvent> {
+async fn ready_opt(conn: Option<&Connection>) {
+    match conn {
+        Some(c) => c.ready().await,
+        None => futures::future::pending().await,
+    }
+}
+
+async fn recv_opt(rx: &mut Option<mpsc::UnboundedReceiver<EntityEvent>>) -> Option<EntityEvent> {
     match rx {
         Some(rx) => rx.recv().await,
         None => futures::future::pending().await,
