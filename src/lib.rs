@@ -29,6 +29,7 @@ pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;
+pub(crate) mod reconnect;
 pub(crate) mod routing_hash;
 pub mod service_url;
 pub mod topic;

@@ -37,10 +37,6 @@ pub(crate) fn event_queue(opts: &ConsumerOptions) -> usize {
 const OVERSHOOT_FACTOR: i64 = 10;
 const OVERSHOOT_SLACK: i64 = 10_000;
 
-/// How long reconnect attempts stay at the initial delay while the broker refuses
-/// connections.
-const FAST_RETRY_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
-
 /// Where a seek goes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum SeekTarget {
@@ -378,45 +374,28 @@ impl ConsumerTask {
         let name = self.consumer_name.clone();
         let opts = self.opts.clone();
         let durable = self.durable;
-        let mut direct = self
+        let direct = self
             .assigned_broker
             .take()
             .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         Box::pin(async move {
-            let lost_at = Instant::now();
-            let mut backoff = client.backoff();
-            let mut refused = false;
-            loop {
-                if direct.is_none() {
-                    // While the broker refuses connections (restarting), retry at the initial
-                    // delay for a while: such attempts cost nothing.
-                    let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
-                        client.backoff_policy().initial
-                    } else {
-                        backoff.next_delay()
+            crate::reconnect::reconnect(&client, &topic.clone(), "consumer", direct, |target| {
+                let (client, topic, name, opts) =
+                    (client.clone(), topic.clone(), name.clone(), opts.clone());
+                async move {
+                    let params = SubscribeParams {
+                        topic: &topic,
+                        consumer_id,
+                        consumer_name: &name,
+                        opts: &opts,
+                        durable,
+                        start,
                     };
-                    tokio::time::sleep(delay).await;
+                    // One attempt per round (a deadline of now): the loop is the only backoff.
+                    connect_and_subscribe(&client, &params, Instant::now(), target.as_ref()).await
                 }
-                let target = direct.take();
-                let params = SubscribeParams {
-                    topic: &topic,
-                    consumer_id,
-                    consumer_name: &name,
-                    opts: &opts,
-                    durable,
-                    start,
-                };
-                // One attempt per round (a deadline of now): this loop is the only backoff.
-                match connect_and_subscribe(&client, &params, Instant::now(), target.as_ref()).await
-                {
-                    Ok(ok) => return Ok(ok),
-                    Err(e) if e.is_retriable() => {
-                        refused = matches!(e, Error::Connect { .. });
-                        tracing::debug!(%topic, error = %e, "re-subscribe failed; retrying");
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            })
+            .await
         })
     }
 
@@ -572,20 +551,25 @@ impl ConsumerTask {
         Ok(())
     }
 
+    /// Sends CloseConsumer for this consumer on `conn` and waits for the answer.
+    async fn close_on(&self, conn: &Connection) -> Result<BaseCommand> {
+        let request_id = conn.new_request_id();
+        let cmd = BaseCommand {
+            r#type: Type::CloseConsumer as i32,
+            close_consumer: Some(proto::CommandCloseConsumer {
+                consumer_id: self.consumer_id,
+                request_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        conn.request(request_id, cmd, "close consumer").await
+    }
+
     async fn close(&mut self) -> Result<()> {
         self.flush_acks().await;
         if let Some(conn) = self.conn.take() {
-            let request_id = conn.new_request_id();
-            let cmd = BaseCommand {
-                r#type: Type::CloseConsumer as i32,
-                close_consumer: Some(proto::CommandCloseConsumer {
-                    consumer_id: self.consumer_id,
-                    request_id,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let r = conn.request(request_id, cmd, "close consumer").await;
+            let r = self.close_on(&conn).await;
             conn.unregister(EntityKind::Consumer, self.consumer_id);
             if let Err(e) = r {
                 tracing::debug!(topic = %self.topic, error = %e, "close consumer");
@@ -673,17 +657,7 @@ impl ConsumerTask {
     /// subscribes again through the reconnect path.
     async fn resubscribe(&mut self, why: &str) {
         if let Some(conn) = self.conn.clone() {
-            let request_id = conn.new_request_id();
-            let cmd = BaseCommand {
-                r#type: Type::CloseConsumer as i32,
-                close_consumer: Some(proto::CommandCloseConsumer {
-                    consumer_id: self.consumer_id,
-                    request_id,
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            let _ = conn.request(request_id, cmd, "close consumer").await;
+            let _ = self.close_on(&conn).await;
         }
         self.lose_connection(why);
     }

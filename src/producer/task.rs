@@ -23,11 +23,6 @@ use super::batch_container::{single_message_entry, BatchContainer, FrameContext}
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
 
-/// After a connection loss, while the broker refuses connections (e.g. it is restarting),
-/// reconnect attempts stay at the initial backoff delay for this long before growing: such an
-/// attempt costs nothing, and the producer is back as soon as the broker is.
-const FAST_RETRY_WINDOW: Duration = Duration::from_secs(5);
-
 /// Requests from producer handles to the task.
 #[derive(Debug)]
 pub(crate) enum ProducerOp {
@@ -363,45 +358,30 @@ impl ProducerTask {
         let epoch = self.epoch + 1;
         let opts = self.opts.clone();
         // PIP-307: a broker named in CloseProducer is tried first, at once, without lookup.
-        let mut direct = self
+        let direct = self
             .assigned_broker
             .take()
             .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
         async move {
-            let lost_at = Instant::now();
-            let mut backoff = client.backoff();
-            let mut refused = false;
-            loop {
-                if direct.is_none() {
-                    let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
-                        client.backoff_policy().initial
-                    } else {
-                        backoff.next_delay()
-                    };
-                    tokio::time::sleep(delay).await;
+            crate::reconnect::reconnect(&client, &topic.clone(), "producer", direct, |target| {
+                let (client, topic, name, opts) =
+                    (client.clone(), topic.clone(), name.clone(), opts.clone());
+                async move {
+                    // One attempt per round (a deadline of now): the loop is the only backoff.
+                    connect_and_create(
+                        &client,
+                        &topic,
+                        id,
+                        Some(&name),
+                        epoch,
+                        &opts,
+                        Instant::now(),
+                        target.as_ref(),
+                    )
+                    .await
                 }
-                let target = direct.take();
-                // One attempt per round (a deadline of now): this loop is the only backoff.
-                match connect_and_create(
-                    &client,
-                    &topic,
-                    id,
-                    Some(&name),
-                    epoch,
-                    &opts,
-                    Instant::now(),
-                    target.as_ref(),
-                )
-                .await
-                {
-                    Ok(ok) => return Ok(ok),
-                    Err(e) if e.is_retriable() => {
-                        refused = matches!(e, Error::Connect { .. });
-                        tracing::debug!(%topic, error = %e, "producer reconnect failed; retrying");
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
+            })
+            .await
         }
     }
 
