@@ -947,3 +947,51 @@ async fn a_broker_ignoring_flow_permits_cannot_make_the_consumer_buffer_without_
     })
     .await;
 }
+
+#[tokio::test]
+async fn batch_index_ack_acks_exactly_the_acked_messages_of_a_batch() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("batch-index-ack");
+    let ids = publish_batch(&client, &topic, 5).await;
+    assert!(ids.iter().all(|id| id.is_batch()));
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .batch_index_ack(true)
+        .subscribe()
+        .await
+        .unwrap();
+    for i in 0..5 {
+        let m = recv(&mut consumer).await;
+        if i == 1 || i == 3 {
+            consumer.ack(&m).unwrap();
+        }
+    }
+    eventually("the partial ack reaches the broker", || {
+        acks(&broker)
+            .iter()
+            .any(|a| a.message_id.iter().any(|m| !m.ack_set.is_empty()))
+    })
+    .await;
+    consumer.close().await.unwrap();
+    let mut again = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let mut back = BTreeSet::new();
+    for _ in 0..3 {
+        back.insert(recv(&mut again).await.id.batch_index);
+    }
+    assert_eq!(
+        back,
+        BTreeSet::from([0, 2, 4]),
+        "only the unacked messages come back"
+    );
+    assert_quiet(&mut again).await;
+}

@@ -62,6 +62,10 @@ pub(crate) struct AckTracker {
     /// The newest cumulative ack not yet sent.
     pending_cumulative: Option<MessageId>,
     max_group: usize,
+    /// Opt-in batch-index acks: partial batch acks go to the broker with an `ack_set`.
+    batch_index_ack: bool,
+    /// Batch entries partly acked, with their ack sets (set bit = message not yet acked).
+    pending_partial: Vec<(MessageId, Vec<i64>)>,
 }
 
 /// What to put on the wire now.
@@ -69,12 +73,14 @@ pub(crate) struct AckTracker {
 pub(crate) struct AckFlush {
     pub individual: Vec<MessageId>,
     pub cumulative: Option<MessageId>,
+    /// Partial batch acks (batch-index ack): the entry and its ack set.
+    pub partial: Vec<(MessageId, Vec<i64>)>,
 }
 
 impl AckFlush {
     #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
-        self.individual.is_empty() && self.cumulative.is_none()
+        self.individual.is_empty() && self.cumulative.is_none() && self.partial.is_empty()
     }
 }
 
@@ -85,7 +91,16 @@ impl AckTracker {
             pending_individual: Vec::new(),
             pending_cumulative: None,
             max_group: max_group.max(1),
+            batch_index_ack: false,
+            pending_partial: Vec::new(),
         }
+    }
+
+    /// Sends partial batch acks with an `ack_set` (off by default: brokers that ignore the
+    /// set would ack the whole batch).
+    pub(crate) fn with_batch_index_ack(mut self, enabled: bool) -> Self {
+        self.batch_index_ack = enabled;
+        self
     }
 
     /// Records that a message was delivered (so batch entries are tracked).
@@ -124,9 +139,28 @@ impl AckTracker {
         if id.is_batch() {
             if let Some(b) = self.batches.get_mut(&entry_of(&id)) {
                 if !b.ack(id.batch_index as usize) {
-                    return false; // held until the whole batch is acked
+                    if !self.batch_index_ack {
+                        return false; // held until the whole batch is acked
+                    }
+                    let set: Vec<i64> = b.unacked.iter().map(|w| *w as i64).collect();
+                    let entry = id.entry();
+                    match self.pending_partial.iter_mut().find(|(e, _)| *e == entry) {
+                        Some(p) => p.1 = set,
+                        None => self.pending_partial.push((
+                            MessageId {
+                                batch_size: id.batch_size,
+                                ..entry
+                            },
+                            set,
+                        )),
+                    }
+                    return self.pending_individual.len() + self.pending_partial.len()
+                        >= self.max_group;
                 }
                 self.batches.remove(&entry_of(&id));
+                // A complete batch supersedes its partial acks.
+                self.pending_partial
+                    .retain(|(e, _)| (e.ledger_id, e.entry_id) != entry_of(&id));
             }
         }
         self.pending_individual.push(id.entry());
@@ -160,11 +194,14 @@ impl AckTracker {
         AckFlush {
             individual: std::mem::take(&mut self.pending_individual),
             cumulative: self.pending_cumulative.take(),
+            partial: std::mem::take(&mut self.pending_partial),
         }
     }
 
     pub(crate) fn has_pending(&self) -> bool {
-        !self.pending_individual.is_empty() || self.pending_cumulative.is_some()
+        !self.pending_individual.is_empty()
+            || self.pending_cumulative.is_some()
+            || !self.pending_partial.is_empty()
     }
 }
 
@@ -236,6 +273,32 @@ mod tests {
         assert!(!t.ack_pending(&MessageId::new(1, 10, -1)));
         t.take_flush();
         assert!(!t.ack_pending(&MessageId::new(1, 4, -1)));
+    }
+
+    #[test]
+    fn batch_index_ack_sends_partial_acks_with_the_unacked_set() {
+        let mut t = AckTracker::new(1000).with_batch_index_ack(true);
+        for i in 0..3 {
+            t.delivered(&batch_id(5, i, 3));
+        }
+        t.ack(batch_id(5, 1, 3));
+        let f = t.take_flush();
+        assert!(f.individual.is_empty());
+        assert_eq!(f.partial.len(), 1);
+        assert_eq!(
+            f.partial[0].1,
+            vec![0b101],
+            "messages 0 and 2 still unacked"
+        );
+        t.ack(batch_id(5, 0, 3));
+        t.ack(batch_id(5, 2, 3));
+        let f = t.take_flush();
+        assert_eq!(
+            f.individual,
+            vec![MessageId::new(1, 5, -1)],
+            "complete: a plain ack"
+        );
+        assert!(f.partial.is_empty());
     }
 
     #[test]

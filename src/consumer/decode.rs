@@ -76,6 +76,14 @@ pub(crate) fn decode(
         if single.compacted_out.unwrap_or(false) {
             continue;
         }
+        // A redelivered, partly acked batch carries the broker's ack set: a clear bit marks a
+        // message already acked (batch-index ack), which is not delivered again.
+        if !cmd.ack_set.is_empty() {
+            let word = cmd.ack_set.get(i / 64).copied().unwrap_or(0) as u64;
+            if word & (1u64 << (i % 64)) == 0 {
+                continue;
+            }
+        }
         let mut mid = id;
         mid.batch_index = i as i32;
         mid.batch_size = n as i32;

@@ -155,6 +155,14 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Opt-in batch-index acks: acking part of a batch tells the broker exactly which messages
+    /// (an `ack_set`). Off by default; brokers that ignore the set (pulsar-lite) would ack the
+    /// whole batch and lose the rest.
+    pub fn batch_index_ack(mut self, enabled: bool) -> Self {
+        self.options.batch_index_ack = enabled;
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: ConsumerOptions) -> Self {
         self.options = options;
@@ -661,7 +669,7 @@ async fn spawn_partition(
         ops: ops_rx,
         out,
         shared: shared.clone(),
-        acks: AckTracker::new(options.ack_group_max),
+        acks: AckTracker::new(options.ack_group_max).with_batch_index_ack(options.batch_index_ack),
         nacks: NackTracker::default(),
         ack_deadline: None,
         skip_through,

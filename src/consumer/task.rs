@@ -597,10 +597,19 @@ impl ConsumerTask {
         let AckFlush {
             individual,
             cumulative,
+            partial,
         } = self.acks.take_flush();
         use crate::proto::command_ack::AckType;
-        if !individual.is_empty() {
-            let frame = ack_frame(self.consumer_id, AckType::Individual, &individual);
+        if !individual.is_empty() || !partial.is_empty() {
+            let mut frame = ack_frame(self.consumer_id, AckType::Individual, &individual);
+            if let Some(ack) = frame.command.ack.as_mut() {
+                ack.message_id.extend(partial.into_iter().map(|(id, set)| {
+                    let mut p = id.to_proto();
+                    p.ack_set = set;
+                    p.batch_size = (id.batch_size > 0).then_some(id.batch_size);
+                    p
+                }));
+            }
             self.send(frame).await;
         }
         if let Some(c) = cumulative {
