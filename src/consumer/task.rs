@@ -725,8 +725,17 @@ impl ConsumerTask {
                     .map(|c| c.info().max_message_size)
                     .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
                     .saturating_mul(2);
-                let entry_messages =
-                    i64::from(payload.metadata.num_messages_in_batch.unwrap_or(1).max(1));
+                // Permits the broker spent: the batch's messages, or only those its ack set
+                // still delivers.
+                let entry_messages = if cmd.ack_set.is_empty() {
+                    i64::from(payload.metadata.num_messages_in_batch.unwrap_or(1).max(1))
+                } else {
+                    cmd.ack_set
+                        .iter()
+                        .map(|w| i64::from(w.count_ones()))
+                        .sum::<i64>()
+                        .max(1)
+                };
                 self.permits -= entry_messages;
                 // A broker may overshoot by a batch; one far beyond the permits it was given
                 // is broken (e.g. dispatching duplicates). Rather than buffer without bound,
