@@ -468,3 +468,61 @@ async fn retry_topic_flow_on_pulsar_lite() {
     let letters = read_all(&client, &dlq, 1).await;
     assert_eq!(letters[0].payload_str(), Some("again"));
 }
+
+/// Publishes one poison message and dead-letters it through a consumer with `policy`.
+async fn dead_letter_one(broker: &MockBroker, topic: &str, policy: DeadLetterPolicy) -> String {
+    let client = client(&broker.service_url());
+    client
+        .producer(topic)
+        .create()
+        .await
+        .unwrap()
+        .send_and_wait(poison("p"))
+        .await
+        .unwrap();
+    let mut consumer = poison_consumer(&client, topic, "s", policy).await;
+    let seen = nack_everything(&mut consumer, Duration::from_secs(2)).await;
+    assert_eq!(seen["p"], vec![0, 1]);
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    consumer.close().await.unwrap();
+    dlq
+}
+
+#[tokio::test]
+async fn without_auto_subscription_creation_the_dlq_has_no_subscription_and_nothing_fails() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_allow_auto_subscription_creation(false);
+    let policy = DeadLetterPolicy::new(1).initial_subscription_name("audit");
+    let dlq = dead_letter_one(&broker, "persistent://public/default/no-auto-sub", policy).await;
+    assert_eq!(
+        broker.topic_messages(&dlq),
+        1,
+        "the message was dead-lettered"
+    );
+    assert!(
+        broker.subscriptions(&dlq).is_empty(),
+        "but no subscription was created"
+    );
+    assert_eq!(
+        broker.subscription_backlog("persistent://public/default/no-auto-sub", "s"),
+        0
+    );
+}
+
+#[tokio::test]
+async fn without_consume_permission_the_dlq_has_no_subscription_and_nothing_fails() {
+    use pulsar_sdk::mock::MockAction;
+    let broker = MockBroker::start().await.unwrap();
+    broker.create_namespace("acme/dlq").unwrap();
+    // The (anonymous) client may produce to the DLQ namespace but not consume from it.
+    broker
+        .grant_permission("acme/dlq", "anonymous", &[MockAction::Produce])
+        .unwrap();
+    let policy = DeadLetterPolicy::new(1)
+        .dead_letter_topic("persistent://acme/dlq/poison-DLQ")
+        .initial_subscription_name("audit");
+    let dlq = dead_letter_one(&broker, "persistent://public/default/no-perm", policy).await;
+    assert_eq!(dlq, "persistent://acme/dlq/poison-DLQ");
+    assert_eq!(broker.topic_messages(&dlq), 1);
+    assert!(broker.subscriptions(&dlq).is_empty());
+}

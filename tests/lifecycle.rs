@@ -464,3 +464,87 @@ async fn a_partitioned_producer_closes_as_a_whole() {
     assert_eq!(consumer.state(), State::Ready);
     let _ = &mut consumer;
 }
+
+#[tokio::test]
+async fn topic_termination_ends_producers_and_caught_up_consumers_for_good() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client_for(&broker.service_url());
+    let topic = "persistent://public/default/ending";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .ack_group_time(Duration::ZERO)
+        .subscribe()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        producer.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    for _ in 0..3 {
+        let m = tokio::time::timeout(Duration::from_secs(5), consumer.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        consumer.ack(&m).unwrap();
+    }
+    broker.terminate_topic(topic).unwrap();
+    // The producer's next send fails with the distinct error and the producer is done.
+    let r = producer.send_and_wait("too late").await;
+    assert!(matches!(r, Err(Error::TopicTerminated { .. })), "{r:?}");
+    assert_eq!(producer.state(), State::Terminated);
+    assert!(matches!(
+        producer.send("later").await,
+        Err(Error::TopicTerminated { .. })
+    ));
+    // The consumer, having received and acked everything, reaches the end of the topic.
+    let r = tokio::time::timeout(Duration::from_secs(5), consumer.recv())
+        .await
+        .unwrap();
+    assert!(matches!(r, Err(Error::TopicTerminated { .. })), "{r:?}");
+    assert_eq!(consumer.state(), State::Terminated);
+}
+
+#[tokio::test]
+async fn topic_migration_moves_the_producer_to_the_new_cluster() {
+    let cluster = MockBroker::start_cluster(2).await.unwrap();
+    let (a, b) = (&cluster[0], &cluster[1]);
+    let client = client_for(&a.service_url());
+    let topic = "persistent://public/default/migrating";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("before").await.unwrap();
+    let create = a.received_of(Type::Producer).pop().unwrap();
+    let producer_id = create.command.producer.unwrap().producer_id;
+    let migrated = pulsar_sdk::mock::wire::BaseCommand {
+        r#type: Type::TopicMigrated as i32,
+        topic_migrated: Some(pulsar_sdk::mock::wire::CommandTopicMigrated {
+            resource_id: producer_id,
+            resource_type: pulsar_sdk::mock::wire::command_topic_migrated::ResourceType::Producer
+                as i32,
+            broker_service_url: Some(b.service_url()),
+            broker_service_url_tls: None,
+        }),
+        ..Default::default()
+    };
+    // The old cluster stops serving the topic (as after a migration).
+    a.redirect_topic_lookups_to(topic, &b.service_url(), true);
+    assert!(a.push(create.connection, migrated));
+    wait_until("the producer is re-created on the new cluster", || {
+        !b.received_of(Type::Producer).is_empty()
+    })
+    .await;
+    producer.send_and_wait("after").await.unwrap();
+    assert_eq!(b.received_of(Type::Send).len(), 1);
+    assert_eq!(producer.state(), State::Ready);
+}

@@ -808,6 +808,13 @@ impl ConsumerTask {
                 self.assigned_broker = c.assigned_broker_service_url.filter(|u| !u.is_empty());
                 self.lose_connection("broker closed the consumer");
             }
+            Ok(Type::TopicMigrated) => {
+                // The topic moved to another cluster: re-subscribe there.
+                let m = command.topic_migrated.unwrap_or_default();
+                self.assigned_broker = m.broker_service_url.filter(|u| !u.is_empty());
+                tracing::info!(topic = %self.topic, to = ?self.assigned_broker, "topic migrated");
+                self.lose_connection("topic migrated");
+            }
             Ok(Type::ReachedEndOfTopic) => {
                 return Err(Error::TopicTerminated {
                     topic: self.topic.to_string(),
