@@ -315,3 +315,54 @@ fn bad_arguments_exit_non_zero_with_a_usage_message() {
         assert!(r.stdout.contains(&format!("usage: {name}")), "{}", r.stdout);
     }
 }
+
+#[test]
+fn the_dead_letter_example_dead_letters_poison_messages() {
+    let url = shared_broker().url();
+    let topic = unique_name("ex-dlq");
+    produce(&topic, &["--count", "2", "--prefix", "poison-"]);
+    let sub = unique_name("ex-dlq-sub");
+    let r = run(
+        "dead_letter",
+        &[
+            "--url",
+            url.as_str(),
+            "--topic",
+            topic.as_str(),
+            "--subscription",
+            sub.as_str(),
+            "--max-redeliver",
+            "1",
+            "--nack-delay-ms",
+            "100",
+            "--count",
+            "2",
+            "--timeout-secs",
+            "30",
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    let mut payloads: Vec<&str> = lines
+        .iter()
+        .map(|l| l["payload"].as_str().unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, ["poison-0", "poison-1"]);
+    for l in &lines {
+        assert_eq!(l["redelivery_count"], 1);
+        assert!(l["dlq_topic"].as_str().unwrap().ends_with("-DLQ"));
+    }
+}
