@@ -33,6 +33,7 @@ pub(crate) mod reconnect;
 pub(crate) mod routing_hash;
 pub mod service_url;
 pub mod topic;
+pub(crate) mod util;
 
 #[cfg(feature = "mock-broker")]
 pub mod mock;

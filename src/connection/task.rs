@@ -18,6 +18,7 @@ use super::{Authentication, ConnectionStats, EntityEvent, EntitySender, Op};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::util::sleep_until_opt;
 
 /// How many queued frames are written before the socket is flushed.
 const WRITE_BATCH: usize = 128;
@@ -378,13 +379,6 @@ fn fail_op(op: Op, reason: &Error) {
         }
         Op::Register { sender, .. } => sender.notify_closed(reason),
         _ => {}
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
-        None => futures::future::pending().await,
     }
 }
 

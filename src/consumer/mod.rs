@@ -11,6 +11,7 @@ mod decode;
 pub mod dlq;
 mod options;
 mod reader;
+mod subscribe;
 mod task;
 
 use std::pin::Pin;

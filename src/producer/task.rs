@@ -18,6 +18,7 @@ use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
+use crate::util::{recv_opt_unbounded as recv_opt, sleep_until_opt};
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
 use super::options::ProducerOptions;
@@ -724,20 +725,6 @@ impl ProducerTask {
 async fn ready_opt(conn: Option<&Connection>) {
     match conn {
         Some(c) => c.ready().await,
-        None => futures::future::pending().await,
-    }
-}
-
-async fn recv_opt(rx: &mut Option<mpsc::UnboundedReceiver<EntityEvent>>) -> Option<EntityEvent> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => futures::future::pending().await,
-    }
-}
-
-async fn sleep_until_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(d) => tokio::time::sleep_until(d).await,
         None => futures::future::pending().await,
     }
 }
