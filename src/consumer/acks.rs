@@ -2,7 +2,7 @@
 //! messages are acked, grouping of acks into few ACK commands, and negative acks waiting for
 //! their redelivery delay. Pure, unit-tested without a socket.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use tokio::time::{Duration, Instant};
 
@@ -59,6 +59,8 @@ pub(crate) struct AckTracker {
     batches: HashMap<EntryKey, BatchState>,
     /// Individual acks not yet sent.
     pending_individual: Vec<MessageId>,
+    /// The same entries, for constant-time lookups on every delivery.
+    pending_set: HashSet<EntryKey>,
     /// The newest cumulative ack not yet sent.
     pending_cumulative: Option<MessageId>,
     max_group: usize,
@@ -89,6 +91,7 @@ impl AckTracker {
         AckTracker {
             batches: HashMap::new(),
             pending_individual: Vec::new(),
+            pending_set: HashSet::new(),
             pending_cumulative: None,
             max_group: max_group.max(1),
             batch_index_ack: false,
@@ -128,10 +131,7 @@ impl AckTracker {
         self.pending_cumulative.is_some_and(|c| {
             (entry.ledger_id as i64, entry.entry_id as i64)
                 <= (c.ledger_id as i64, c.entry_id as i64)
-        }) || self
-            .pending_individual
-            .iter()
-            .any(|p| p.ledger_id == entry.ledger_id && p.entry_id == entry.entry_id)
+        }) || self.pending_set.contains(&entry_of(&entry))
     }
 
     /// An individual ack. Returns true when the group is full and should be sent now.
@@ -164,6 +164,7 @@ impl AckTracker {
             }
         }
         self.pending_individual.push(id.entry());
+        self.pending_set.insert(entry_of(&id));
         self.pending_individual.len() >= self.max_group
     }
 
@@ -191,6 +192,7 @@ impl AckTracker {
     /// Forgets batch state of entries that will be redelivered whole (e.g. after reconnect the
     /// broker redelivers them and acked indexes must still be skipped, so this keeps it).
     pub(crate) fn take_flush(&mut self) -> AckFlush {
+        self.pending_set.clear();
         AckFlush {
             individual: std::mem::take(&mut self.pending_individual),
             cumulative: self.pending_cumulative.take(),
