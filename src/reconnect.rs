@@ -17,6 +17,9 @@ use crate::topic::TopicName;
 /// costs nothing, and the entity is back as soon as the broker is.
 pub(crate) const FAST_RETRY_WINDOW: Duration = Duration::from_secs(5);
 
+/// The delay between those fast attempts (or the policy's initial delay, if smaller).
+pub(crate) const FAST_RETRY_DELAY: Duration = Duration::from_millis(50);
+
 /// Runs `attempt` until it succeeds or fails for good. `attempt` gets the broker to connect
 /// to directly (the assigned broker, first attempt only) or `None` for a lookup.
 pub(crate) async fn reconnect<T, F, Fut>(
@@ -36,7 +39,7 @@ where
     loop {
         if direct.is_none() {
             let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
-                client.backoff_policy().initial
+                client.backoff_policy().initial.min(FAST_RETRY_DELAY)
             } else {
                 backoff.next_delay()
             };
