@@ -1010,3 +1010,39 @@ async fn keyed_messages_reach_a_key_shared_consumer_with_their_keys() {
         consumer.ack(&m).unwrap();
     }
 }
+
+#[tokio::test]
+async fn wait_for_exclusive_waits_until_the_topic_is_free() {
+    use pulsar_sdk::producer::ProducerAccessMode;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = "persistent://public/default/wait-excl";
+    let first = client
+        .producer(topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await
+        .unwrap();
+    let waiting = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            client
+                .producer(topic)
+                .access_mode(ProducerAccessMode::WaitForExclusive)
+                .create()
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !waiting.is_finished(),
+        "queued while the exclusive producer is connected"
+    );
+    first.close().await.unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("created once the topic is free")
+        .unwrap()
+        .unwrap();
+    second.send_and_wait("mine now").await.unwrap();
+}

@@ -73,6 +73,20 @@ impl Router {
     }
 
     fn complete(&mut self, id: u64, cmd: BaseCommand) {
+        if cmd
+            .producer_success
+            .as_ref()
+            .is_some_and(|p| p.producer_ready == Some(false))
+        {
+            // WaitForExclusive: the producer is queued on the broker; a second ProducerSuccess
+            // with the same request id follows when it may produce. Wait for it, without a
+            // timeout (like upstream), until then or until the connection closes.
+            if let Some(req) = self.pending.get(&id) {
+                self.deadlines.remove(&(req.deadline, id));
+                tracing::info!(request_id = id, "producer waiting for exclusive access");
+            }
+            return;
+        }
         let Some(req) = self.pending.remove(&id) else {
             tracing::debug!(request_id = id, command = %routing::type_name(&cmd),
                 "response for an unknown or timed-out request; dropped");
