@@ -248,7 +248,9 @@ impl Client {
         self.inner.pool.stats()
     }
 
-    /// Closes every connection of this client.
+    /// Closes the client: every connection closes, and producers, consumers and readers end
+    /// (their pending sends fail with [`Error::Closed`]; they do not reconnect). Close them
+    /// first (`close().await`) to flush what they hold.
     pub fn close(&self) {
         self.inner.pool.close_all();
     }

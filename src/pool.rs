@@ -7,7 +7,7 @@
 //! request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
@@ -30,6 +30,8 @@ pub(crate) struct ConnectionPool {
     config: ConnectionConfig,
     slots: Mutex<HashMap<PoolKey, Slot>>,
     opened: AtomicUsize,
+    /// Set by [`ConnectionPool::close_all`]: no new connections after the client is closed.
+    closed: AtomicBool,
 }
 
 impl ConnectionPool {
@@ -38,6 +40,7 @@ impl ConnectionPool {
             config,
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -59,6 +62,9 @@ impl ConnectionPool {
         logical: &ServiceUrl,
         physical: &BrokerAddress,
     ) -> Result<Connection> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         if logical.is_tls() {
             return Err(Error::InvalidConfig(format!(
                 "`{logical}`: TLS (pulsar+ssl://) is not supported yet"
@@ -119,8 +125,9 @@ impl ConnectionPool {
             .collect()
     }
 
-    /// Closes every connection.
+    /// Closes every connection; no new ones are opened afterwards.
     pub(crate) fn close_all(&self) {
+        self.closed.store(true, Ordering::Release);
         let slots = std::mem::take(&mut *self.slots.lock().unwrap_or_else(|e| e.into_inner()));
         for slot in slots.values() {
             if let Some(conn) = slot.get() {

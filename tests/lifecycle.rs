@@ -548,3 +548,37 @@ async fn topic_migration_moves_the_producer_to_the_new_cluster() {
     assert_eq!(b.received_of(Type::Send).len(), 1);
     assert_eq!(producer.state(), State::Ready);
 }
+
+#[tokio::test]
+async fn closing_the_client_ends_its_producers_and_consumers_without_reconnecting() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client_for(&broker.service_url());
+    let producer = client.producer("closing").create().await.unwrap();
+    let mut consumer = client
+        .consumer("closing")
+        .subscription("s")
+        .subscribe()
+        .await
+        .unwrap();
+    producer.send_and_wait("before").await.unwrap();
+    client.close();
+    // What was already delivered may still be read; then the consumer ends with an error.
+    let ended = tokio::time::timeout(Duration::from_secs(5), async {
+        loop {
+            if let Err(e) = consumer.recv().await {
+                break e;
+            }
+        }
+    })
+    .await
+    .expect("the consumer ends");
+    assert!(!ended.is_retriable(), "{ended:?}");
+    let mut states = producer.state_changes();
+    tokio::time::timeout(Duration::from_secs(5), states.wait_for(|s| s.is_terminal()))
+        .await
+        .expect("the producer ends")
+        .unwrap();
+    assert!(producer.send_and_wait("after").await.is_err());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(broker.accepted_connections(), 1, "nothing reconnected");
+}
