@@ -10,12 +10,12 @@
 //! | `SNAPPY` | the raw snappy block format (varint length + elements), not the framed format | C++ `snappy::Compress`; Java airlift `SnappyCompressor` |
 //!
 //! The uncompressed size is not part of the compressed bytes for any codec: it travels in
-//! `MessageMetadata.uncompressed_size`, and [`decompress`] requires it.
+//! `MessageMetadata.uncompressed_size`, and `decompress` requires it.
 //!
 //! Note on ZLIB: the Java client's encoder ends its stream with a `SYNC_FLUSH` and never
 //! finishes it (no final block, no Adler-32 trailer), and for an empty payload it writes nothing
-//! at all; both official decoders accept that. [`decompress`] accepts it too, while
-//! [`compress`] writes a complete stream, as the C++ client does.
+//! at all; both official decoders accept that. `decompress` accepts it too, while
+//! `compress` writes a complete stream, as the C++ client does.
 //!
 //! Each codec sits behind a cargo feature (`lz4`, `zlib`, `zstd`, `snappy`, all on by
 //! default); without it, compressing or decompressing with that codec returns

@@ -2,14 +2,14 @@
 //!
 //! A Rust client SDK for the Apache Pulsar binary protocol, built on tokio.
 //!
-//! The crate is layered (see `README.md`):
+//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. The crate
+//! is layered:
 //! - [`codec`]: the frame codec (simple and payload frames, CRC32C, size limits);
-//! - [`connection`]: one task per broker connection multiplexing requests, producers,
-//!   consumers and watchers (a ClientCnx in upstream terms);
-//! - [`pool`] and [`lookup`]: one connection per broker address, and topic lookup with
-//!   redirects;
+//! - [`connection`]: one multiplexed connection per broker (a ClientCnx in upstream terms);
+//! - the connection pool and [`lookup`] (topic lookup with redirects, partitioned metadata);
+//! - [`producer`] and [`consumer`]: one task per partition, each with its [`lifecycle`];
 //! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
-//! - `mock` (cargo feature `mock-broker`): a scriptable broker speaking the same protocol.
+//! - `mock` (cargo feature `mock-broker`): a scriptable in-memory broker for tests.
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
