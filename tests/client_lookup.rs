@@ -239,3 +239,31 @@ async fn connecting_to_a_closed_port_is_a_connect_error() {
     assert!(matches!(err, Error::Connect { .. }), "{err:?}");
     assert!(err.is_retriable());
 }
+
+#[tokio::test]
+async fn proxy_through_service_url_keeps_connecting_to_the_proxy() {
+    let proxy = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    proxy.proxy_lookups_to(&owner.service_url());
+    let client = client(&proxy.service_url());
+    let found = client.lookup_topic("behind-proxy").await.unwrap();
+    assert!(found.proxied);
+    assert_eq!(found.logical_url.to_string(), owner.service_url());
+    assert_eq!(
+        found.physical_address.to_string(),
+        proxy.addr().to_string(),
+        "the TCP connection goes to the proxy"
+    );
+    // A producer on that topic talks to the owner through the proxy: a second connection to
+    // the proxy whose CONNECT names the owner.
+    let producer = client.producer("behind-proxy").create().await.unwrap();
+    producer.send_and_wait("via proxy").await.unwrap();
+    assert_eq!(owner.accepted_connections(), 0, "never contacted directly");
+    let connects = proxy.received_of(Type::Connect);
+    assert_eq!(connects.len(), 2, "lookup connection + proxied connection");
+    let proxied: Vec<_> = connects
+        .iter()
+        .filter_map(|c| c.command.connect.as_ref()?.proxy_to_broker_url.clone())
+        .collect();
+    assert_eq!(proxied, vec![owner.service_url()]);
+}

@@ -239,6 +239,12 @@ fn lookup_response(
             resp.authoritative = Some(authoritative);
             resp.proxy_through_service_url = Some(false);
         }
+        LookupAnswer::Proxied { service_url } => {
+            resp.response = Some(LookupType::Connect as i32);
+            resp.broker_service_url = Some(service_url);
+            resp.authoritative = Some(true);
+            resp.proxy_through_service_url = Some(true);
+        }
         LookupAnswer::Failed { code, message } => {
             resp.response = Some(LookupType::Failed as i32);
             resp.error = Some(code.code());

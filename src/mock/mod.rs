@@ -458,6 +458,13 @@ impl MockBroker {
         self.lookup_rules(|rules| rules.redirect_all(target_service_url, authoritative));
     }
 
+    /// Acts as a proxy: every lookup is answered `Connect` to `target_service_url` with
+    /// `proxy_through_service_url`, so clients keep connecting here and name the target broker
+    /// in CONNECT's `proxy_to_broker_url`. Cleared by [`MockBroker::clear_lookup_redirect`].
+    pub fn proxy_lookups_to(&self, target_service_url: &str) {
+        self.lookup_rules(|rules| rules.proxy_all(target_service_url));
+    }
+
     /// Removes the broker-wide redirect: lookups are answered `Connect` again.
     pub fn clear_lookup_redirect(&self) {
         self.lookup_rules(|rules| rules.clear_redirect());

@@ -274,6 +274,12 @@ pub(crate) enum LookupAnswer {
         /// Whether the redirect is authoritative.
         authoritative: bool,
     },
+    /// `Connect` to another broker, reached through this one as a proxy
+    /// (`proxy_through_service_url = true`).
+    Proxied {
+        /// The serving broker's service URL.
+        service_url: String,
+    },
     /// `Failed` with an error code and message.
     Failed {
         /// The broker error code.
@@ -326,6 +332,13 @@ impl LookupRules {
     /// Removes the broker-wide redirect.
     pub(crate) fn clear_redirect(&mut self) {
         self.redirect = None;
+    }
+
+    /// Answers every lookup `Connect` to `service_url`, to be reached through this broker.
+    pub(crate) fn proxy_all(&mut self, service_url: &str) {
+        self.redirect = Some(LookupAnswer::Proxied {
+            service_url: service_url.to_owned(),
+        });
     }
 
     /// Sets the answer for one topic.
