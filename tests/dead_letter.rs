@@ -1,6 +1,8 @@
 //! PIP-124: dead-letter and retry topics, with the initial subscription — against the mock
 //! broker, pulsar-lite, and read back by the official client.
 
+mod common;
+
 mod support;
 
 use std::collections::BTreeMap;
@@ -16,11 +18,7 @@ use support::{official, shared_broker, unique_name};
 const WAIT: Duration = Duration::from_secs(20);
 
 fn client(url: &str) -> Client {
-    Client::builder()
-        .service_url(url)
-        .operation_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
+    common::test_client(url).build().unwrap()
 }
 
 async fn poison_consumer(

@@ -1,6 +1,8 @@
 //! PIP-139 and the producer/consumer lifecycle against the mock broker: reconnect, or close for
 //! good.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,32 +16,13 @@ use pulsar_sdk::{
 };
 
 fn client_for(url: &str) -> Client {
-    if std::env::var("RUST_LOG").is_ok() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-    }
-    Client::builder()
-        .service_url(url)
+    common::test_client(url)
         .operation_timeout(Duration::from_secs(5))
-        .backoff(BackoffPolicy {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(500),
-            ..Default::default()
-        })
         .build()
         .unwrap()
 }
 
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    for _ in 0..500 {
-        if cond() {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    panic!("timed out waiting until {what}");
-}
+use common::wait_until;
 
 #[tokio::test]
 async fn namespace_deletion_closes_everything_for_good_and_nothing_comes_back() {

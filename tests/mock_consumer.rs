@@ -1,6 +1,8 @@
 //! Consumer and reader behaviour against the in-memory mock broker (protocol tier, loopback
 //! TCP, real time with generous timeouts).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -9,8 +11,8 @@ use pulsar_sdk::mock::wire::{self, base_command::Type, command_ack::AckType};
 use pulsar_sdk::mock::{MockBroker, Received};
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{
-    BackoffPolicy, Client, Consumer, InitialPosition, Message, MessageId, Producer,
-    ProducerMessage, SubscriptionType,
+    Client, Consumer, InitialPosition, Message, MessageId, Producer, ProducerMessage,
+    SubscriptionType,
 };
 
 /// Bound on anything that should happen "soon"; far above what any step needs.
@@ -19,16 +21,7 @@ const WAIT: Duration = Duration::from_secs(10);
 const ACK_SETTLE: Duration = Duration::from_millis(500);
 
 fn client(url: &str) -> Client {
-    Client::builder()
-        .service_url(url)
-        .operation_timeout(Duration::from_secs(10))
-        .backoff(BackoffPolicy {
-            initial: Duration::from_millis(20),
-            max: Duration::from_millis(200),
-            ..Default::default()
-        })
-        .build()
-        .expect("valid config")
+    common::test_client(url).build().expect("valid config")
 }
 
 fn full(topic: &str) -> String {

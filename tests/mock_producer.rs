@@ -1,6 +1,8 @@
 //! Producer behaviour against the in-memory mock broker (protocol tier, loopback TCP, real
 //! time with generous timeouts).
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
@@ -17,11 +19,7 @@ use pulsar_sdk::{InitialPosition, SendFuture};
 const WAIT: Duration = Duration::from_secs(10);
 
 fn client(url: &str) -> Client {
-    Client::builder()
-        .service_url(url)
-        .operation_timeout(Duration::from_secs(10))
-        .build()
-        .expect("valid config")
+    common::test_client(url).build().expect("valid config")
 }
 
 fn full(topic: &str) -> String {

@@ -1,5 +1,7 @@
 //! PIP-247: partition growth pushed by the broker (watcher), with polling as the fallback.
 
+mod common;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -10,13 +12,7 @@ use pulsar_sdk::{Client, Consumer, InitialPosition, Producer, ServerError, Subsc
 const TOPIC: &str = "persistent://public/default/growing";
 
 fn client(url: &str, poll: Duration) -> Client {
-    if std::env::var("RUST_LOG").is_ok() {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-            .try_init();
-    }
-    Client::builder()
-        .service_url(url)
+    common::test_client(url)
         .operation_timeout(Duration::from_secs(5))
         .auto_update_partitions_interval(poll)
         .build()
