@@ -25,6 +25,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use crate::error::{Error, Result};
 
@@ -84,7 +85,12 @@ impl fmt::Display for TopicDomain {
 /// Equality, hashing and [`Display`](fmt::Display) use the canonical full name, e.g.
 /// `persistent://public/default/my-topic`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TopicName {
+pub struct TopicName(Arc<Parts>);
+
+/// The parsed parts of a topic name (shared: cloning a [`TopicName`] is cheap, which matters
+/// because every received message carries one).
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Parts {
     full: String,
     domain: TopicDomain,
     tenant: String,
@@ -205,7 +211,7 @@ impl TopicName {
             }
         };
 
-        Ok(TopicName {
+        Ok(TopicName(Arc::new(Parts {
             full,
             domain,
             tenant: tenant.to_owned(),
@@ -213,79 +219,79 @@ impl TopicName {
             namespace_portion: namespace_portion.to_owned(),
             local_name: local_name.to_owned(),
             partition_index: parse_partition_index(local_name),
-        })
+        })))
     }
 
     /// The canonical full name, e.g. `persistent://public/default/my-topic`.
     pub fn as_str(&self) -> &str {
-        &self.full
+        &self.0.full
     }
 
     /// Whether the topic is persistent or non-persistent.
     pub fn domain(&self) -> TopicDomain {
-        self.domain
+        self.0.domain
     }
 
     /// Whether the topic is in the `persistent` domain.
     pub fn is_persistent(&self) -> bool {
-        self.domain.is_persistent()
+        self.0.domain.is_persistent()
     }
 
     /// The tenant (upstream `getTenant`).
     pub fn tenant(&self) -> &str {
-        &self.tenant
+        &self.0.tenant
     }
 
     /// The cluster of a legacy v1 name (`persistent://tenant/cluster/ns/topic`); `None` for v2
     /// names.
     pub fn cluster(&self) -> Option<&str> {
-        self.cluster.as_deref()
+        self.0.cluster.as_deref()
     }
 
     /// The namespace including its tenant, like upstream `getNamespace`: `tenant/ns`, or
     /// `tenant/cluster/ns` for a legacy v1 name.
     pub fn namespace(&self) -> String {
-        match &self.cluster {
-            None => format!("{}/{}", self.tenant, self.namespace_portion),
-            Some(cluster) => format!("{}/{}/{}", self.tenant, cluster, self.namespace_portion),
+        match &self.0.cluster {
+            None => format!("{}/{}", self.0.tenant, self.0.namespace_portion),
+            Some(cluster) => format!("{}/{}/{}", self.0.tenant, cluster, self.0.namespace_portion),
         }
     }
 
     /// The namespace alone, without tenant or cluster (upstream `getNamespacePortion`).
     pub fn namespace_portion(&self) -> &str {
-        &self.namespace_portion
+        &self.0.namespace_portion
     }
 
     /// The topic's own name within its namespace (upstream `getLocalName`), e.g. `my-topic`.
     pub fn local_name(&self) -> &str {
-        &self.local_name
+        &self.0.local_name
     }
 
     /// Whether this is a v2 name (no cluster component).
     pub fn is_v2(&self) -> bool {
-        self.cluster.is_none()
+        self.0.cluster.is_none()
     }
 
     /// Whether this names one partition of a partitioned topic (a `-partition-<N>` suffix).
     pub fn is_partition(&self) -> bool {
-        self.partition_index.is_some()
+        self.0.partition_index.is_some()
     }
 
     /// The partition index from a `-partition-<N>` suffix, or `None` if this is not a
     /// partition.
     pub fn partition_index(&self) -> Option<u32> {
-        self.partition_index
+        self.0.partition_index
     }
 
     /// The full name of the partitioned topic this partition belongs to (the name without the
     /// `-partition-<N>` suffix); this topic's own full name if it is not a partition.
     pub fn partitioned_topic_name(&self) -> &str {
-        if self.partition_index.is_some() {
-            if let Some(pos) = self.full.rfind(PARTITIONED_TOPIC_SUFFIX) {
-                return &self.full[..pos];
+        if self.0.partition_index.is_some() {
+            if let Some(pos) = self.0.full.rfind(PARTITIONED_TOPIC_SUFFIX) {
+                return &self.0.full[..pos];
             }
         }
-        &self.full
+        &self.0.full
     }
 
     /// The partitioned topic this partition belongs to, as a [`TopicName`] (a clone of `self`
@@ -304,29 +310,29 @@ impl TopicName {
     /// As upstream `getPartition`, if this name already is partition `index` it is returned
     /// unchanged; otherwise the suffix is appended to the full name as is.
     pub fn partition(&self, index: u32) -> TopicName {
-        if self.partition_index == Some(index) {
+        if self.0.partition_index == Some(index) {
             return self.clone();
         }
-        TopicName::new(&format!("{}{PARTITIONED_TOPIC_SUFFIX}{index}", self.full))
+        TopicName::new(&format!("{}{PARTITIONED_TOPIC_SUFFIX}{index}", self.0.full))
             .expect("appending a partition suffix to a valid name keeps it valid")
     }
 }
 
 impl fmt::Display for TopicName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.full)
+        f.write_str(&self.0.full)
     }
 }
 
 impl AsRef<str> for TopicName {
     fn as_ref(&self) -> &str {
-        &self.full
+        &self.0.full
     }
 }
 
 impl From<TopicName> for String {
     fn from(topic: TopicName) -> String {
-        topic.full
+        topic.0.full.clone()
     }
 }
 
