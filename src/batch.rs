@@ -11,7 +11,6 @@
 //! C++ client's `Commands::serializeSingleMessagesToBatchPayload`, and read by their
 //! `deSerializeSingleMessageInBatch`.
 // Wired into the producer and consumer by other modules; until then parts are only used by tests.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message as _;
@@ -42,25 +41,6 @@ pub(crate) struct SingleMessageFields<'a> {
     pub null_value: bool,
     /// `null_partition_key` (tag 10); written only when true.
     pub null_partition_key: bool,
-}
-
-impl<'a> SingleMessageFields<'a> {
-    /// The per-message fields of a message whose single-message metadata is `m`, as the
-    /// official clients copy them into the batch (key, ordering key, properties, event time,
-    /// sequence id, null flags).
-    pub(crate) fn from_message_metadata(m: &'a proto::MessageMetadata) -> Self {
-        SingleMessageFields {
-            properties: &m.properties,
-            partition_key: m.partition_key.as_deref(),
-            compacted_out: false,
-            event_time: m.event_time,
-            partition_key_b64_encoded: m.partition_key_b64_encoded.unwrap_or(false),
-            ordering_key: m.ordering_key.as_deref(),
-            sequence_id: Some(m.sequence_id),
-            null_value: m.null_value.unwrap_or(false),
-            null_partition_key: m.null_partition_key.unwrap_or(false),
-        }
-    }
 }
 
 /// Borrows the fields of an existing `SingleMessageMetadata` (its `payload_size` is ignored:
@@ -208,20 +188,6 @@ impl BatchBuilder {
         Self::default()
     }
 
-    /// An empty builder whose buffer starts with room for `bytes` bytes.
-    pub(crate) fn with_capacity(bytes: usize) -> Self {
-        BatchBuilder {
-            buf: BytesMut::with_capacity(bytes),
-            count: 0,
-        }
-    }
-
-    /// The number of bytes [`push`](Self::push) would add for this message.
-    pub(crate) fn record_size(fields: &SingleMessageFields<'_>, payload_len: usize) -> usize {
-        let payload_size = i32::try_from(payload_len).unwrap_or(i32::MAX);
-        4 + single_metadata_len(fields, payload_size) + payload_len
-    }
-
     /// Appends one message: its metadata `fields` and `payload`.
     ///
     /// # Panics
@@ -241,11 +207,13 @@ impl BatchBuilder {
     }
 
     /// The number of messages in the batch (its `num_messages_in_batch`).
+    #[cfg(test)]
     pub(crate) fn len(&self) -> u32 {
         self.count
     }
 
     /// Whether no message has been pushed since the last [`take`](Self::take).
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }
@@ -382,7 +350,7 @@ mod tests {
 
     #[test]
     fn builder_reuse_and_sizes() {
-        let mut b = BatchBuilder::with_capacity(64);
+        let mut b = BatchBuilder::new();
         let meta = proto::MessageMetadata {
             producer_name: "p".into(),
             sequence_id: 42,
@@ -394,10 +362,18 @@ mod tests {
             null_value: Some(true),
             ..Default::default()
         };
-        let f = SingleMessageFields::from_message_metadata(&meta);
-        let predicted = BatchBuilder::record_size(&f, 3);
+        let f = SingleMessageFields {
+            properties: &meta.properties,
+            partition_key: meta.partition_key.as_deref(),
+            event_time: meta.event_time,
+            ordering_key: meta.ordering_key.as_deref(),
+            sequence_id: Some(meta.sequence_id),
+            null_value: true,
+            ..Default::default()
+        };
         b.push(&f, b"abc");
-        assert_eq!(b.size_bytes(), predicted);
+        let meta_len = single_metadata_len(&f, 3);
+        assert_eq!(b.size_bytes(), 4 + meta_len + 3);
         let first = b.take();
         b.push(&f, b"abc");
         let second = b.take();
@@ -528,7 +504,7 @@ mod tests {
                 };
                 let before = b.size_bytes();
                 b.push(&f, body);
-                prop_assert_eq!(b.size_bytes() - before, BatchBuilder::record_size(&f, body.len()));
+                prop_assert_eq!(b.size_bytes() - before, 4 + single_metadata_len(&f, body.len() as i32) + body.len());
                 let m = as_proto(&f, body.len() as i32);
                 // Borrowing the prost message's fields encodes the same record.
                 let mut b2 = BatchBuilder::new();

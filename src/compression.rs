@@ -21,7 +21,6 @@
 //! default); without it, compressing or decompressing with that codec returns
 //! [`Error::InvalidConfig`].
 // Wired into the producer and consumer by other modules; until then parts are only used by tests.
-#![cfg_attr(not(test), allow(dead_code))]
 
 use std::fmt;
 use std::str::FromStr;

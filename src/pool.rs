@@ -44,14 +44,7 @@ impl ConnectionPool {
         }
     }
 
-    /// The connection settings in use.
-    #[allow(dead_code)]
-    pub(crate) fn config(&self) -> &ConnectionConfig {
-        &self.config
-    }
-
     /// How many connections this pool has opened so far.
-    #[allow(dead_code)]
     pub(crate) fn connections_opened(&self) -> usize {
         self.opened.load(Ordering::Relaxed)
     }

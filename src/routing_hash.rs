@@ -15,7 +15,6 @@
 //! the same masked `Murmur3_32Hash.makeHash(bytes)` and take it modulo the hash range size
 //! (65536 by default).
 // Wired into the producer and consumer by other modules; until then parts are only used by tests.
-#![cfg_attr(not(test), allow(dead_code))]
 
 /// Java's `String.hashCode()`: `h = 31 * h + c` over the UTF-16 code units, wrapping in `i32`.
 pub(crate) fn java_string_hash_code(s: &str) -> i32 {
@@ -37,57 +36,6 @@ pub(crate) fn java_partition_for_key(key: &str, partitions: u32) -> u32 {
         return 0;
     }
     java_string_hash(key) % partitions
-}
-
-/// The partition the Java client picks for `key` under the `Murmur3_32Hash` hashing scheme.
-/// Returns 0 for `partitions == 0`.
-pub(crate) fn murmur3_partition_for_key(key: &str, partitions: u32) -> u32 {
-    if partitions == 0 {
-        return 0;
-    }
-    murmur3_32(key.as_bytes()) % partitions
-}
-
-/// Java's `Murmur3_32Hash.getInstance().makeHash(key)`: standard MurmurHash3 (x86, 32-bit,
-/// seed 0) of `key`, with the sign bit masked off (`& Integer.MAX_VALUE`), as used by the
-/// `Murmur3_32Hash` routing scheme and by the broker for Key_Shared sticky-key hashes.
-pub(crate) fn murmur3_32(key: &[u8]) -> u32 {
-    murmur3_32_unmasked(key) & 0x7fff_ffff
-}
-
-/// Standard MurmurHash3 x86 32-bit with seed 0 (what `mmh3.hash(key, 0, signed=False)` and
-/// Guava's `murmur3_32_fixed` return), before Pulsar's masking.
-pub(crate) fn murmur3_32_unmasked(key: &[u8]) -> u32 {
-    const C1: u32 = 0xcc9e_2d51;
-    const C2: u32 = 0x1b87_3593;
-
-    fn mix_k1(k1: u32) -> u32 {
-        k1.wrapping_mul(C1).rotate_left(15).wrapping_mul(C2)
-    }
-
-    let mut h1: u32 = 0; // seed
-    let mut chunks = key.chunks_exact(4);
-    for chunk in &mut chunks {
-        let k1 = u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        h1 ^= mix_k1(k1);
-        h1 = h1.rotate_left(13).wrapping_mul(5).wrapping_add(0xe654_6b64);
-    }
-    let tail = chunks.remainder();
-    if !tail.is_empty() {
-        let k1 = tail
-            .iter()
-            .enumerate()
-            .fold(0u32, |k, (i, &b)| k | (u32::from(b) << (8 * i)));
-        h1 ^= mix_k1(k1);
-    }
-    // Java's `h1 ^= len` uses an int length; keys are far below 4 GiB.
-    h1 ^= key.len() as u32;
-    h1 ^= h1 >> 16;
-    h1 = h1.wrapping_mul(0x85eb_ca6b);
-    h1 ^= h1 >> 13;
-    h1 = h1.wrapping_mul(0xc2b2_ae35);
-    h1 ^= h1 >> 16;
-    h1
 }
 
 #[cfg(test)]
@@ -144,25 +92,5 @@ mod tests {
         let raw = i64::from(java_string_hash_code("my-key-1"));
         assert_eq!(raw.rem_euclid(7), 0);
         assert_eq!(java_partition_for_key("my-key-1", 7), 2);
-    }
-
-    // Expected values from Python `mmh3.hash(key, seed=0, signed=False)`; "hello" ->
-    // 613153351 (0x248bfa47) is also the published MurmurHash3_x86_32 value.
-    #[test]
-    fn murmur3_vectors() {
-        let cases: [(&[u8], u32); 5] = [
-            (b"", 0),
-            (b"key", 3801901636),
-            (b"hello", 613153351),
-            (b"my-key-1", 137125222),
-            (SMILEY_KEY.as_bytes(), 3191834180),
-        ];
-        for (key, h) in cases {
-            assert_eq!(murmur3_32_unmasked(key), h, "{key:?}");
-            assert_eq!(murmur3_32(key), h & 0x7fff_ffff, "{key:?}");
-        }
-        assert_eq!(murmur3_32(b"key"), 1654417988);
-        assert_eq!(murmur3_32(SMILEY_KEY.as_bytes()), 1044350532);
-        assert_eq!(murmur3_partition_for_key("key", 10), 1654417988 % 10);
     }
 }

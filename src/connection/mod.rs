@@ -128,7 +128,6 @@ pub struct ConnectionInfo {
 
 /// Something the connection delivers to a registered entity.
 // Producers and consumers (built on this) consume these; until then only tests do.
-#[cfg_attr(not(test), allow(dead_code))]
 #[derive(Debug)]
 pub(crate) enum EntityEvent {
     /// A command addressed to this entity (with its payload, for messages).
@@ -159,7 +158,6 @@ impl From<mpsc::UnboundedSender<EntityEvent>> for EntitySender {
 }
 
 /// Messages from handles into the connection task.
-#[cfg_attr(not(test), allow(dead_code))]
 pub(crate) enum Op {
     /// Send a request and deliver its response (or error) to the responder.
     Request {
@@ -197,7 +195,6 @@ pub struct ConnectionStats {
 struct Shared {
     info: ConnectionInfo,
     next_request_id: AtomicU64,
-    next_entity_id: AtomicU64,
     operation_timeout: Duration,
 }
 
@@ -272,7 +269,6 @@ impl Connection {
         let shared = Arc::new(Shared {
             info,
             next_request_id: AtomicU64::new(0),
-            next_entity_id: AtomicU64::new(0),
             operation_timeout: config.operation_timeout,
         });
         task::spawn(task::TaskParams {
@@ -330,12 +326,6 @@ impl Connection {
         self.shared.next_request_id.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// A fresh producer / consumer / watcher id, unique on this connection.
-    #[allow(dead_code)]
-    pub(crate) fn new_entity_id(&self) -> u64 {
-        self.shared.next_entity_id.fetch_add(1, Ordering::Relaxed)
-    }
-
     /// Sends a request and waits for its response, within the operation timeout.
     /// A broker `CommandError` response becomes [`Error::Broker`].
     pub(crate) async fn request(
@@ -377,12 +367,10 @@ impl Connection {
     }
 
     /// Sends a frame that gets no response (flow, ack, send ...).
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) async fn send(&self, frame: Frame) -> Result<()> {
         self.submit(Op::Send(Box::new(frame))).await
     }
 
-    #[cfg_attr(not(test), allow(dead_code))]
     /// Registers an entity's channel; commands addressed to `(kind, id)` go there, and so does
     /// the news of the connection closing. Registration goes ahead of any inbound command the
     /// task has yet to route, so a response to a command sent after this cannot miss it.
@@ -402,7 +390,6 @@ impl Connection {
             .map_err(|_| self.close_reason())
     }
 
-    #[cfg_attr(not(test), allow(dead_code))]
     /// Forgets an entity. Never blocks and never spawns (safe in `Drop`); a no-op if the
     /// connection is gone.
     pub(crate) fn unregister(&self, kind: EntityKind, id: u64) {

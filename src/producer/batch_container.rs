@@ -137,7 +137,6 @@ struct OpenBatch {
     first_seq: u64,
     last_seq: u64,
     opened_at: Instant,
-    payload_bytes: usize,
 }
 
 /// Open batches (one, or one per key with key-based batching).
@@ -193,11 +192,9 @@ impl BatchContainer {
         };
         // Would this message overflow its open batch? Send the open batches first — all of
         // them, in sequence order, so batches of different keys never overtake each other.
-        if self
-            .open
-            .iter()
-            .any(|b| b.key == key && b.payload_bytes + msg.payload.len() > self.options.max_bytes)
-        {
+        if self.open.iter().any(|b| {
+            b.key == key && b.builder.size_bytes() + msg.payload.len() > self.options.max_bytes
+        }) {
             self.flush(ctx, out, failed);
         }
         let idx = match self.open.iter().position(|b| b.key == key) {
@@ -215,11 +212,10 @@ impl BatchContainer {
             ..Default::default()
         };
         b.builder.push(&fields, &msg.payload);
-        b.payload_bytes += msg.payload.len();
         b.last_seq = sequence_id;
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
-            || b.payload_bytes >= self.options.max_bytes
+            || b.builder.size_bytes() >= self.options.max_bytes
         {
             self.flush(ctx, out, failed);
         }
@@ -233,7 +229,6 @@ impl BatchContainer {
             first_seq,
             last_seq: first_seq,
             opened_at: Instant::now(),
-            payload_bytes: 0,
         });
         self.open.len() - 1
     }
