@@ -185,7 +185,10 @@ mod tests {
             a < in_batch && in_batch < b,
             "batch members sort before the whole entry"
         );
-        assert!(MessageId::EARLIEST < a, "earliest sorts before every stored message");
+        assert!(
+            MessageId::EARLIEST < a,
+            "earliest sorts before every stored message"
+        );
         assert!(c < MessageId::LATEST);
     }
 
