@@ -516,7 +516,7 @@ async fn read_back(url: &str, topic: &str) -> BTreeMap<(u64, u64, i32), usize> {
         }
     }
     let _ = consumer.close().await;
-    client.close();
+    let _ = client.close().await;
     stored
 }
 
@@ -620,7 +620,7 @@ async fn kill_restart() -> Value {
         restart_to_receipt.push(next.map(|n| ms(n - *restarted)));
         outage_block.push(result.longest_block_ms(Some(*killed), next));
     }
-    client.close();
+    let _ = client.close().await;
     json!({
         "sent": result.send_at.len(),
         "receipted": result.receipts().count(),
@@ -674,7 +674,7 @@ async fn stall_10s() -> Value {
     let (lost, duplicates) = compare(&result, &stored);
     let grown = pending_after.saturating_sub(pending_before).max(1) as f64;
     let per_pending = (rss_after as f64 - rss_before as f64) / grown;
-    client.close();
+    let _ = client.close().await;
     json!({
         "sent": result.send_at.len(),
         "receipted": result.receipts().count(),
@@ -775,7 +775,7 @@ async fn stall_40s() -> Value {
     };
     let first_failure_after_stop = failures.first().map(|(_, c, _)| ms(c.at - stopped));
     let last_failure_after_stop = failures.last().map(|(_, c, _)| ms(c.at - stopped));
-    client.close();
+    let _ = client.close().await;
     json!({
         "sent": result.send_at.len(),
         "receipted": result.receipts().count(),

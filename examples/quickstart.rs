@@ -61,7 +61,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     consumer.close().await?;
     producer.close().await?;
-    client.close();
+    client.close().await?;
     println!("quickstart done: 10 sent, 10 received");
     Ok(())
 }

@@ -1,17 +1,15 @@
 //! The [`Client`]: the entry point of the SDK, holding the connection pool and lookup service.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
-
-use crate::backoff_policy::{Backoff, BackoffPolicy};
-use crate::connection::Connection;
+use crate::backoff_policy::BackoffPolicy;
 use crate::consumer::{ConsumerBuilder, ReaderBuilder};
+use crate::core::{ClientCore, CoreRef};
 use crate::producer::ProducerBuilder;
 
 use crate::connection::{Authentication, ConnectionConfig};
+
 use crate::error::{Error, Result};
 use crate::lookup::{BrokerLookup, LookupService, DEFAULT_MAX_LOOKUP_REDIRECTS};
 use crate::pool::ConnectionPool;
@@ -22,22 +20,7 @@ use crate::topic::TopicName;
 /// connections (one per broker).
 #[derive(Debug, Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
-}
-
-#[derive(Debug)]
-struct Inner {
-    service_url: ServiceUrl,
-    pool: Arc<ConnectionPool>,
-    lookup: LookupService,
-    operation_timeout: Duration,
-    backoff: BackoffPolicy,
-    memory: Arc<Semaphore>,
-    memory_limit: usize,
-    next_producer_id: AtomicU64,
-    next_consumer_id: AtomicU64,
-    next_watcher_id: AtomicU64,
-    partition_updates: Arc<crate::partitions::PartitionUpdates>,
+    core: CoreRef,
 }
 
 /// Upstream's default client memory limit for pending messages (64 MiB).
@@ -168,21 +151,15 @@ impl ClientBuilder {
         let lookup =
             LookupService::new(pool.clone(), service_url.clone(), self.max_lookup_redirects);
         Ok(Client {
-            inner: Arc::new(Inner {
+            core: Arc::new(ClientCore::new(
                 service_url,
                 pool,
                 lookup,
                 operation_timeout,
-                backoff: self.backoff,
-                memory: Arc::new(Semaphore::new(self.memory_limit)),
-                memory_limit: self.memory_limit,
-                next_producer_id: AtomicU64::new(0),
-                next_consumer_id: AtomicU64::new(0),
-                next_watcher_id: AtomicU64::new(0),
-                partition_updates: crate::partitions::PartitionUpdates::new(
-                    self.auto_update_partitions_interval,
-                ),
-            }),
+                self.backoff,
+                self.memory_limit,
+                self.auto_update_partitions_interval,
+            )),
         })
     }
 }
@@ -195,26 +172,26 @@ impl Client {
 
     /// The service URL the client bootstraps from.
     pub fn service_url(&self) -> &ServiceUrl {
-        &self.inner.service_url
+        &self.core.service_url
     }
 
     /// Finds the broker that serves `topic` (following redirects).
     pub async fn lookup_topic(&self, topic: &str) -> Result<BrokerLookup> {
         let topic = TopicName::new(topic)?;
-        self.inner.lookup.lookup(&topic).await
+        self.core.lookup.lookup(&topic).await
     }
 
     /// The number of partitions of `topic`; 0 means it is not partitioned.
     pub async fn partitioned_topic_metadata(&self, topic: &str) -> Result<u32> {
         let topic = TopicName::new(topic)?;
-        self.inner.lookup.partitioned_metadata(&topic).await
+        self.core.lookup.partitioned_metadata(&topic).await
     }
 
     /// The partitions of `topic` (just the topic itself if it is not partitioned), like the
     /// upstream `getPartitionsForTopic`.
     pub async fn partitions_for_topic(&self, topic: &str) -> Result<Vec<TopicName>> {
         let topic = TopicName::new(topic)?;
-        let n = self.inner.lookup.partitioned_metadata(&topic).await?;
+        let n = self.core.lookup.partitioned_metadata(&topic).await?;
         if n == 0 {
             Ok(vec![topic])
         } else {
@@ -224,89 +201,44 @@ impl Client {
 
     /// Starts building a producer for `topic`.
     pub fn producer(&self, topic: impl Into<String>) -> ProducerBuilder {
-        ProducerBuilder::new(self.clone(), topic.into())
+        ProducerBuilder::new(self.core.clone(), topic.into())
     }
 
     /// Starts building a consumer for `topic`.
     pub fn consumer(&self, topic: impl Into<String>) -> ConsumerBuilder {
-        ConsumerBuilder::new(self.clone(), topic.into())
+        ConsumerBuilder::new(self.core.clone(), topic.into())
     }
 
     /// Starts building a reader for `topic`.
     pub fn reader(&self, topic: impl Into<String>) -> ReaderBuilder {
-        ReaderBuilder::new(self.clone(), topic.into())
+        ReaderBuilder::new(self.core.clone(), topic.into())
     }
 
     /// How many broker connections this client has opened so far.
     pub fn connections_opened(&self) -> usize {
-        self.inner.pool.connections_opened()
+        self.core.pool.connections_opened()
     }
 
     /// Counters of each live broker connection: pending requests and registered producers,
     /// consumers and watchers (useful to check nothing is left behind).
     pub fn connection_stats(&self) -> Vec<crate::connection::ConnectionStats> {
-        self.inner.pool.stats()
+        self.core.pool.stats()
     }
 
-    /// Closes the client: every connection closes, and producers, consumers and readers end
-    /// (their pending sends fail with [`Error::Closed`]; they do not reconnect). Close them
-    /// first (`close().await`) to flush what they hold.
-    pub fn close(&self) {
-        self.inner.pool.close_all();
-    }
-
-    pub(crate) fn operation_timeout(&self) -> Duration {
-        self.inner.operation_timeout
-    }
-
-    pub(crate) fn backoff_policy(&self) -> &BackoffPolicy {
-        &self.inner.backoff
-    }
-
-    pub(crate) fn backoff(&self) -> Backoff {
-        Backoff::new(&self.inner.backoff)
-    }
-
-    pub(crate) fn memory_limiter(&self) -> Arc<Semaphore> {
-        self.inner.memory.clone()
-    }
-
-    pub(crate) fn memory_limit(&self) -> usize {
-        self.inner.memory_limit
-    }
-
-    pub(crate) fn new_producer_id(&self) -> u64 {
-        self.inner.next_producer_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub(crate) fn new_consumer_id(&self) -> u64 {
-        self.inner.next_consumer_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub(crate) fn new_watcher_id(&self) -> u64 {
-        self.inner.next_watcher_id.fetch_add(1, Ordering::Relaxed)
-    }
-
-    pub(crate) fn partition_updates(&self) -> &Arc<crate::partitions::PartitionUpdates> {
-        &self.inner.partition_updates
-    }
-
-    /// A connection to one of the service URL's brokers (lookups, metadata, watchers).
-    pub(crate) async fn lookup_service_connection(&self) -> Result<Connection> {
-        self.inner.lookup.service_connection().await
-    }
-
-    /// The connection to a broker named by URL (PIP-307 assigned broker), without lookup.
-    pub(crate) async fn connection_to(&self, broker: &ServiceUrl) -> Result<Connection> {
-        self.inner.pool.get(broker, broker.first_host()).await
-    }
-
-    /// The connection to the broker serving `topic` (lookup, then the pool).
-    pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
-        let found = self.inner.lookup.lookup(topic).await?;
-        self.inner
-            .pool
-            .get(&found.logical_url, &found.physical_address)
-            .await
+    /// Closes the client gracefully: every producer, consumer and reader of this client closes
+    /// (producers first send what they hold and wait for its receipts, consumers flush their
+    /// acks), then every connection closes. Waits at most the operation timeout for them;
+    /// returns [`Error::Timeout`] if some did not finish in time (they are then cut off).
+    /// Closing twice is fine; the client cannot be used afterwards.
+    pub async fn close(&self) -> Result<()> {
+        let timeout = self.core.operation_timeout();
+        if self.core.shutdown(timeout).await {
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                operation: "client close",
+                after: timeout,
+            })
+        }
     }
 }

@@ -128,6 +128,11 @@ pub enum Error {
         max: usize,
     },
 
+    /// The operation is not valid for this producer or consumer (e.g. a cumulative ack on a
+    /// Shared subscription); nothing was sent.
+    #[error("invalid operation: {0}")]
+    InvalidOperation(String),
+
     /// A received message could not be decoded (corrupt payload, unknown compression ...).
     #[error("invalid message: {0}")]
     InvalidMessage(String),

@@ -22,6 +22,8 @@ use std::fmt;
 
 use tokio::sync::watch;
 
+use crate::error::Error;
+
 /// Where a producer or consumer is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -75,8 +77,6 @@ pub(crate) enum Event {
     ConnectionLost,
     /// The broker sent CloseProducer/CloseConsumer.
     BrokerClose { allow_reconnect: bool },
-    /// A create attempt failed with a retriable error.
-    RetriableError,
     /// A non-retriable error.
     NonRetriableError,
     /// The topic was terminated.
@@ -97,18 +97,21 @@ pub(crate) struct InvalidTransition {
 }
 
 /// The next state, or an error for a transition that makes no sense.
+///
+/// The table is total over the live states: every event that can reach a live entity has a
+/// defined outcome, including while `Closing` (a close-for-good, termination, fencing or
+/// non-retriable failure that arrives during the application's close ends in that terminal
+/// state, so `state()` and `close()` say what really happened). The only invalid moves are a
+/// `CloseDone` without a `Closing` and a `Created` while already `Ready`: the driver never
+/// produces them, and [`Lifecycle::apply`] treats one as a bug.
 pub(crate) fn next(from: State, event: Event) -> Result<State, InvalidTransition> {
     use Event as E;
     use State as S;
-    let invalid = Err(InvalidTransition { from, event });
     if from.is_terminal() {
-        return invalid;
+        return Err(InvalidTransition { from, event });
     }
     Ok(match (from, event) {
-        // Terminal outcomes reachable from every live state.
-        (S::Closing, E::CloseDone) => S::Closed,
-        (S::Closing, E::BrokerClose { .. } | E::ConnectionLost | E::RetriableError) => S::Closing,
-        (S::Closing, _) => return invalid,
+        // Outcomes for good, from every live state (Closing included).
         (
             _,
             E::BrokerClose {
@@ -119,26 +122,38 @@ pub(crate) fn next(from: State, event: Event) -> Result<State, InvalidTransition
         (_, E::Fenced) => S::Fenced,
         (_, E::NonRetriableError) => S::Failed,
         (_, E::CloseRequested) => S::Closing,
-        (S::Connecting, E::Created) => S::Ready,
-        (S::Connecting, E::RetriableError | E::ConnectionLost) => S::Connecting,
+        // Closing: connection trouble does not stop the close; it finishes on a new
+        // connection (a producer still has pending messages to deliver) or locally.
+        (S::Closing, E::CloseDone) => S::Closed,
         (
-            S::Ready,
+            S::Closing,
+            E::Created
+            | E::ConnectionLost
+            | E::BrokerClose {
+                allow_reconnect: true,
+            },
+        ) => S::Closing,
+        (_, E::CloseDone) => return Err(InvalidTransition { from, event }),
+        // Being (re)created.
+        (S::Connecting | S::Reconnecting, E::Created) => S::Ready,
+        (S::Ready, E::Created) => return Err(InvalidTransition { from, event }),
+        (
+            S::Connecting,
+            E::ConnectionLost
+            | E::BrokerClose {
+                allow_reconnect: true,
+            },
+        ) => S::Connecting,
+        (
+            S::Ready | S::Reconnecting,
             E::ConnectionLost
             | E::BrokerClose {
                 allow_reconnect: true,
             },
         ) => S::Reconnecting,
-        (S::Ready, E::RetriableError) => S::Reconnecting,
-        (S::Reconnecting, E::Created) => S::Ready,
-        (
-            S::Reconnecting,
-            E::ConnectionLost
-            | E::RetriableError
-            | E::BrokerClose {
-                allow_reconnect: true,
-            },
-        ) => S::Reconnecting,
-        _ => return invalid,
+        (S::Closed | S::ClosedByBroker | S::Terminated | S::Fenced | S::Failed, _) => {
+            unreachable!("terminal states return above")
+        }
     })
 }
 
@@ -167,7 +182,9 @@ impl Lifecycle {
         self.tx.subscribe()
     }
 
-    /// Applies an event; an invalid transition is logged and leaves the state unchanged.
+    /// Applies an event. Events after a terminal state are ignored (the entity is already
+    /// done). Any other invalid transition is a driver bug: it fails debug builds (and so the
+    /// tests) and is logged as an error otherwise, leaving the state unchanged.
     pub(crate) fn apply(&self, event: Event) -> State {
         let from = self.state();
         match next(from, event) {
@@ -179,10 +196,81 @@ impl Lifecycle {
                 }
                 to
             }
+            Err(e) if e.from.is_terminal() => from,
             Err(e) => {
-                tracing::debug!(kind = self.kind, topic = %self.topic, from = %e.from,
-                    event = ?e.event, "ignored event in this state");
+                tracing::error!(kind = self.kind, topic = %self.topic, from = %e.from,
+                    event = ?e.event, "invalid lifecycle transition (a bug)");
+                debug_assert!(false, "invalid lifecycle transition {e:?}");
                 from
+            }
+        }
+    }
+}
+
+/// Maps an error that ends a producer/consumer to its lifecycle event.
+pub(crate) fn terminal_event(error: &Error) -> Event {
+    match error {
+        Error::ClosedByBroker { .. } => Event::BrokerClose {
+            allow_reconnect: false,
+        },
+        Error::TopicTerminated { .. } => Event::TopicTerminated,
+        Error::ProducerFenced { .. } => Event::Fenced,
+        Error::Closed => Event::CloseDone,
+        _ => Event::NonRetriableError,
+    }
+}
+
+/// The state of a group of partitions: a terminal state if any partition is in one, else
+/// Closing, Reconnecting or Connecting if any partition is, else Ready.
+pub(crate) fn aggregate_state(states: &[State]) -> State {
+    if let Some(t) = states.iter().find(|s| s.is_terminal()) {
+        return *t;
+    }
+    for s in [State::Closing, State::Reconnecting, State::Connecting] {
+        if states.contains(&s) {
+            return s;
+        }
+    }
+    State::Ready
+}
+
+/// Closes every partition of a partitioned producer/consumer together (PIP-139: a partitioned
+/// producer closed by the broker on one partition closes as a whole).
+#[derive(Debug, Clone)]
+pub(crate) struct GroupClose {
+    tx: std::sync::Arc<watch::Sender<Option<Error>>>,
+    rx: watch::Receiver<Option<Error>>,
+}
+
+impl GroupClose {
+    pub(crate) fn new() -> Self {
+        let (tx, rx) = watch::channel(None);
+        GroupClose {
+            tx: std::sync::Arc::new(tx),
+            rx,
+        }
+    }
+
+    /// Tells every member to close with `error` (the first error wins).
+    pub(crate) fn close_all(&self, error: &Error) {
+        self.tx.send_if_modified(|e| {
+            if e.is_none() {
+                *e = Some(error.clone());
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Resolves when a member closed the group.
+    pub(crate) async fn closed(&mut self) -> Error {
+        loop {
+            if let Some(e) = self.rx.borrow_and_update().clone() {
+                return e;
+            }
+            if self.rx.changed().await.is_err() {
+                return futures::future::pending().await;
             }
         }
     }
@@ -202,16 +290,17 @@ mod tests {
         S::Fenced,
         S::Failed,
     ];
-    const EVENTS: [Event; 10] = [
+    const ALLOW: Event = E::BrokerClose {
+        allow_reconnect: true,
+    };
+    const DENY: Event = E::BrokerClose {
+        allow_reconnect: false,
+    };
+    const EVENTS: [Event; 9] = [
         E::Created,
         E::ConnectionLost,
-        E::BrokerClose {
-            allow_reconnect: true,
-        },
-        E::BrokerClose {
-            allow_reconnect: false,
-        },
-        E::RetriableError,
+        ALLOW,
+        DENY,
         E::NonRetriableError,
         E::TopicTerminated,
         E::Fenced,
@@ -219,84 +308,135 @@ mod tests {
         E::CloseDone,
     ];
 
-    #[test]
-    fn happy_path() {
-        assert_eq!(next(S::Connecting, E::Created), Ok(S::Ready));
-        assert_eq!(next(S::Ready, E::ConnectionLost), Ok(S::Reconnecting));
-        assert_eq!(next(S::Reconnecting, E::Created), Ok(S::Ready));
-        assert_eq!(next(S::Ready, E::CloseRequested), Ok(S::Closing));
-        assert_eq!(next(S::Closing, E::CloseDone), Ok(S::Closed));
-    }
-
-    #[test]
-    fn broker_close_reconnects_only_when_allowed() {
-        let allow = E::BrokerClose {
-            allow_reconnect: true,
+    /// The whole table, written out: (state, event) -> next state, None = invalid.
+    fn expected(from: State, ev: Event) -> Option<State> {
+        if from.is_terminal() {
+            return None;
+        }
+        let row: [Option<State>; 9] = match from {
+            S::Connecting => [
+                Some(S::Ready),
+                Some(S::Connecting),
+                Some(S::Connecting),
+                Some(S::ClosedByBroker),
+                Some(S::Failed),
+                Some(S::Terminated),
+                Some(S::Fenced),
+                Some(S::Closing),
+                None,
+            ],
+            S::Ready => [
+                None,
+                Some(S::Reconnecting),
+                Some(S::Reconnecting),
+                Some(S::ClosedByBroker),
+                Some(S::Failed),
+                Some(S::Terminated),
+                Some(S::Fenced),
+                Some(S::Closing),
+                None,
+            ],
+            S::Reconnecting => [
+                Some(S::Ready),
+                Some(S::Reconnecting),
+                Some(S::Reconnecting),
+                Some(S::ClosedByBroker),
+                Some(S::Failed),
+                Some(S::Terminated),
+                Some(S::Fenced),
+                Some(S::Closing),
+                None,
+            ],
+            S::Closing => [
+                Some(S::Closing),
+                Some(S::Closing),
+                Some(S::Closing),
+                Some(S::ClosedByBroker),
+                Some(S::Failed),
+                Some(S::Terminated),
+                Some(S::Fenced),
+                Some(S::Closing),
+                Some(S::Closed),
+            ],
+            _ => unreachable!(),
         };
-        let deny = E::BrokerClose {
-            allow_reconnect: false,
-        };
-        assert_eq!(next(S::Ready, allow), Ok(S::Reconnecting));
-        assert_eq!(next(S::Reconnecting, allow), Ok(S::Reconnecting));
-        assert_eq!(next(S::Ready, deny), Ok(S::ClosedByBroker));
-        assert_eq!(next(S::Reconnecting, deny), Ok(S::ClosedByBroker));
-        assert_eq!(next(S::Connecting, deny), Ok(S::ClosedByBroker));
-        // While the application closes, a broker close just lets the close finish.
-        assert_eq!(next(S::Closing, deny), Ok(S::Closing));
+        let i = EVENTS.iter().position(|e| *e == ev).unwrap();
+        row[i]
     }
 
     #[test]
-    fn errors_retry_or_fail() {
-        assert_eq!(next(S::Connecting, E::RetriableError), Ok(S::Connecting));
-        assert_eq!(next(S::Connecting, E::NonRetriableError), Ok(S::Failed));
-        assert_eq!(next(S::Ready, E::RetriableError), Ok(S::Reconnecting));
-        assert_eq!(
-            next(S::Reconnecting, E::RetriableError),
-            Ok(S::Reconnecting)
-        );
-        assert_eq!(next(S::Reconnecting, E::NonRetriableError), Ok(S::Failed));
-        assert_eq!(next(S::Ready, E::TopicTerminated), Ok(S::Terminated));
-        assert_eq!(next(S::Reconnecting, E::Fenced), Ok(S::Fenced));
-    }
-
-    #[test]
-    fn terminal_states_never_change() {
-        for from in TERMINAL {
-            assert!(from.is_terminal());
+    fn the_transition_table_is_exactly_as_written() {
+        for from in LIVE.into_iter().chain(TERMINAL) {
             for ev in EVENTS {
-                assert_eq!(next(from, ev), Err(InvalidTransition { from, event: ev }));
+                assert_eq!(next(from, ev).ok(), expected(from, ev), "{from} + {ev:?}");
             }
         }
+    }
+
+    #[test]
+    fn live_states_have_an_exit_for_every_event_but_two_impossible_ones() {
+        let mut invalid = Vec::new();
+        for from in LIVE {
+            for ev in EVENTS {
+                if next(from, ev).is_err() {
+                    invalid.push((from, ev));
+                }
+            }
+        }
+        assert_eq!(
+            invalid,
+            [
+                (S::Connecting, E::CloseDone),
+                (S::Ready, E::Created),
+                (S::Ready, E::CloseDone),
+                (S::Reconnecting, E::CloseDone),
+            ]
+        );
         for s in LIVE {
             assert!(!s.is_terminal());
         }
-    }
-
-    #[test]
-    fn every_live_state_can_be_closed_and_invalid_moves_are_rejected() {
-        for from in [S::Connecting, S::Ready, S::Reconnecting] {
-            assert_eq!(next(from, E::CloseRequested), Ok(S::Closing));
+        for s in TERMINAL {
+            assert!(s.is_terminal());
         }
-        assert!(next(S::Ready, E::CloseDone).is_err());
-        assert!(next(S::Ready, E::Created).is_err());
-        assert!(next(S::Closing, E::Created).is_err());
-        assert!(next(S::Connecting, E::CloseDone).is_err());
     }
 
     #[test]
-    fn lifecycle_publishes_changes_and_ignores_invalid_events() {
+    fn a_close_for_good_during_close_is_what_the_state_says() {
+        // PIP-139: the broker's close-for-good wins over the application's close.
+        assert_eq!(next(S::Closing, DENY), Ok(S::ClosedByBroker));
+        assert_eq!(next(S::Closing, E::TopicTerminated), Ok(S::Terminated));
+        assert_eq!(next(S::Closing, ALLOW), Ok(S::Closing));
+    }
+
+    #[test]
+    fn lifecycle_publishes_changes_and_ignores_events_after_the_end() {
         let l = Lifecycle::new("producer", "t".into());
         let rx = l.watch();
         assert_eq!(l.apply(E::Created), S::Ready);
         assert_eq!(*rx.borrow(), S::Ready);
-        assert_eq!(l.apply(E::CloseDone), S::Ready, "invalid: unchanged");
-        assert_eq!(
-            l.apply(E::BrokerClose {
-                allow_reconnect: false
-            }),
-            S::ClosedByBroker
-        );
+        assert_eq!(l.apply(DENY), S::ClosedByBroker);
         assert_eq!(l.apply(E::Created), S::ClosedByBroker);
         assert_eq!(*rx.borrow(), S::ClosedByBroker);
+    }
+
+    #[test]
+    #[should_panic(expected = "invalid lifecycle transition")]
+    fn an_invalid_transition_is_a_bug_in_debug_builds() {
+        let l = Lifecycle::new("consumer", "t".into());
+        l.apply(E::Created);
+        l.apply(E::Created);
+    }
+
+    #[test]
+    fn partition_states_aggregate() {
+        assert_eq!(aggregate_state(&[S::Ready, S::Ready]), S::Ready);
+        assert_eq!(
+            aggregate_state(&[S::Ready, S::Reconnecting]),
+            S::Reconnecting
+        );
+        assert_eq!(
+            aggregate_state(&[S::Reconnecting, S::ClosedByBroker]),
+            S::ClosedByBroker
+        );
     }
 }

@@ -8,8 +8,8 @@ use crate::connection::Connection;
 use crate::error::{Error, Result, ServerError};
 use crate::pool::ConnectionPool;
 use crate::proto::{
-    self, base_command::Type, command_lookup_topic_response::LookupType,
-    command_partitioned_topic_metadata_response::LookupType as MetadataResult, BaseCommand,
+    command_lookup_topic_response::LookupType,
+    command_partitioned_topic_metadata_response::LookupType as MetadataResult,
 };
 use crate::service_url::{BrokerAddress, ServiceUrl};
 use crate::topic::TopicName;
@@ -76,16 +76,7 @@ impl LookupService {
         loop {
             let conn = self.pool.get(&logical, &physical).await?;
             let request_id = conn.new_request_id();
-            let cmd = BaseCommand {
-                r#type: Type::Lookup as i32,
-                lookup_topic: Some(proto::CommandLookupTopic {
-                    topic: topic.to_string(),
-                    request_id,
-                    authoritative: Some(authoritative),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
+            let cmd = crate::commands::lookup(topic.as_str(), request_id, authoritative);
             let response = conn.request(request_id, cmd, "lookup").await?;
             let r = response.lookup_topic_response.ok_or_else(|| {
                 Error::Protocol("lookup answered without a LookupTopicResponse".into())
@@ -141,15 +132,7 @@ impl LookupService {
     pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
         let conn = self.service_connection().await?;
         let request_id = conn.new_request_id();
-        let cmd = BaseCommand {
-            r#type: Type::PartitionedMetadata as i32,
-            partition_metadata: Some(proto::CommandPartitionedTopicMetadata {
-                topic: topic.to_string(),
-                request_id,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
+        let cmd = crate::commands::partitioned_metadata(topic.as_str(), request_id);
         let response = conn
             .request(request_id, cmd, "partitioned topic metadata")
             .await?;

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::client::Client;
+use crate::core::CoreRef as Client;
 use crate::codec::Frame;
 use crate::connection::{Connection, EntityEvent, EntityKind};
 use crate::error::{Error, Result};
@@ -398,7 +398,7 @@ async fn watch_on(
                     }
                     last_version = Some(update.version);
                     let result = s.apply(&pairs(&update.topics, &update.partitions)).await;
-                    conn.send(result_frame(watcher_id, update.version, &result)).await?;
+                    conn.send_control(result_frame(watcher_id, update.version, &result))?;
                 }
             },
             _ = s.changed.notified() => {}

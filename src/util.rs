@@ -1,6 +1,5 @@
 //! Small async helpers shared by the connection, producer and consumer tasks.
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Sleeps until `deadline`, or forever without one (a disabled `select!` timer).
@@ -11,20 +10,13 @@ pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
-/// Receives from a bounded channel, or waits forever without one (while reconnecting).
-pub(crate) async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => futures::future::pending().await,
-    }
-}
+/// About thirty years: a deadline this far out never comes (tokio's own "far future").
+const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
 
-/// Receives from an unbounded channel, or waits forever without one (while reconnecting).
-pub(crate) async fn recv_opt_unbounded<T>(
-    rx: &mut Option<mpsc::UnboundedReceiver<T>>,
-) -> Option<T> {
-    match rx {
-        Some(rx) => rx.recv().await,
-        None => futures::future::pending().await,
-    }
+/// `now + d`, without the panic of `Instant + Duration::MAX`: a duration too large to add
+/// gives a deadline that never comes.
+pub(crate) fn deadline_after(d: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d.min(FAR_FUTURE))
+        .unwrap_or_else(|| now + FAR_FUTURE)
 }

@@ -544,7 +544,7 @@ async fn closing_the_client_ends_its_producers_and_consumers_without_reconnectin
         .await
         .unwrap();
     producer.send_and_wait("before").await.unwrap();
-    client.close();
+    client.close().await.unwrap();
     // What was already delivered may still be read; then the consumer ends with an error.
     let ended = tokio::time::timeout(Duration::from_secs(5), async {
         loop {

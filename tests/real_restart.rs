@@ -389,8 +389,8 @@ async fn restart_twice_mid_stream(batching: bool) {
         &missing[..missing.len().min(10)]
     );
     assert_eq!(copies.len(), TOTAL, "no foreign payloads stored");
-    client.close();
-    consumer_client.close();
+    client.close().await.unwrap();
+    consumer_client.close().await.unwrap();
 }
 
 /// Reads the whole topic with a fresh client and Shared subscription from Earliest: stored slot
@@ -433,7 +433,7 @@ async fn read_back(url: &str, topic: &str) -> BTreeMap<(u64, u64, i32, i32), usi
         }
     }
     consumer.close().await.unwrap();
-    client.close();
+    client.close().await.unwrap();
     stored
 }
 
@@ -550,5 +550,5 @@ async fn one_reconnect_and_no_extra_duplicates_with_many_pending() {
         "{duplicates} stored duplicates, but at most {in_flight_at_kill} messages were in flight \
          at the kill"
     );
-    client.close();
+    client.close().await.unwrap();
 }

@@ -142,12 +142,9 @@ where
                 });
             }
             Ok(Type::Ping) => {
-                let pong = BaseCommand {
-                    r#type: Type::Pong as i32,
-                    pong: Some(proto::CommandPong {}),
-                    ..Default::default()
-                };
-                writer.send(Frame::simple(pong)).await?;
+                writer
+                    .send(Frame::simple(crate::commands::pong()))
+                    .await?;
             }
             Ok(Type::AuthChallenge) => {
                 writer

@@ -366,9 +366,14 @@ impl Connection {
         }
     }
 
-    /// Sends a frame that gets no response (flow, ack, send ...).
-    pub(crate) async fn send(&self, frame: Frame) -> Result<()> {
-        self.submit(Op::Send(Box::new(frame))).await
+    /// Sends a control command that gets no response (flow, ack, redeliver) on the control
+    /// path: it goes ahead of queued data, never waits and is never dropped for lack of room
+    /// (only a closed connection refuses it). Its volume is bounded by what the entity
+    /// received: one ack or permit per delivered message at most.
+    pub(crate) fn send_control(&self, frame: Frame) -> Result<()> {
+        self.control
+            .send(Op::Send(Box::new(frame)))
+            .map_err(|_| self.close_reason())
     }
 
     /// Registers an entity's channel; commands addressed to `(kind, id)` go there, and so does

@@ -17,7 +17,7 @@ use super::routing::{self, EntityKind, Route};
 use super::{Authentication, ConnectionStats, EntityEvent, EntitySender, Op};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
-use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::proto::{base_command::Type, BaseCommand};
 use crate::util::sleep_until_opt;
 
 /// How many queued frames are written before the socket is flushed.
@@ -413,12 +413,7 @@ fn keepalive_step(
     }
     if now.duration_since(last_inbound) >= interval {
         *ping_sent_at = Some(now);
-        let ping = BaseCommand {
-            r#type: Type::Ping as i32,
-            ping: Some(proto::CommandPing {}),
-            ..Default::default()
-        };
-        return out.push(Outgoing::Frame(Box::new(Frame::simple(ping))));
+        return out.push(Outgoing::Frame(Box::new(Frame::simple(crate::commands::ping()))));
     }
     Step::Continue
 }
@@ -501,11 +496,7 @@ fn handle_inbound(
             router.deliver(kind, id, frame);
             None
         }
-        Route::Ping => Some(BaseCommand {
-            r#type: Type::Pong as i32,
-            pong: Some(proto::CommandPong {}),
-            ..Default::default()
-        }),
+        Route::Ping => Some(crate::commands::pong()),
         Route::Pong => None,
         Route::AuthChallenge => Some(auth_response(auth)),
         Route::Unhandled => {

@@ -8,7 +8,8 @@ use bytes::Bytes;
 use crate::batch::parse_batch;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
-use crate::error::{Error, Result};
+use crate::error::Error;
+use crate::proto::command_ack::ValidationError;
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::proto;
@@ -20,6 +21,18 @@ fn props(kvs: &[proto::KeyValue]) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// An entry the client cannot decode, with the validation error it is discarded with
+/// (upstream `ConsumerImpl.discardCorruptedMessage`).
+#[derive(Debug)]
+pub(crate) struct Undecodable {
+    pub error: Error,
+    pub validation: ValidationError,
+}
+
+fn undecodable(validation: ValidationError) -> impl FnOnce(Error) -> Undecodable {
+    move |error| Undecodable { error, validation }
+}
+
 /// Decodes one delivered entry into its messages (one, or the messages of a batch).
 pub(crate) fn decode(
     topic: &TopicName,
@@ -27,19 +40,23 @@ pub(crate) fn decode(
     cmd: &proto::CommandMessage,
     payload: Payload,
     max_size: usize,
-) -> Result<Vec<Message>> {
+) -> std::result::Result<Vec<Message>, Undecodable> {
     let meta = payload.metadata;
     let mut id = MessageId::from_proto(&cmd.message_id);
     id.partition = partition;
     id.batch_index = -1;
     id.batch_size = 0;
     if meta.num_chunks_from_msg.unwrap_or(1) > 1 {
-        return Err(Error::InvalidMessage(format!(
-            "message {id} is chunked ({} chunks); chunked messages are not supported yet",
-            meta.num_chunks_from_msg.unwrap_or(0)
-        )));
+        return Err(Undecodable {
+            error: Error::InvalidMessage(format!(
+                "message {id} is chunked ({} chunks); chunked messages are not supported yet",
+                meta.num_chunks_from_msg.unwrap_or(0)
+            )),
+            validation: ValidationError::BatchDeSerializeError,
+        });
     }
-    let kind = CompressionType::from_proto(meta.compression.unwrap_or(0))?;
+    let decompression = undecodable(ValidationError::DecompressionError);
+    let kind = CompressionType::from_proto(meta.compression.unwrap_or(0)).map_err(decompression)?;
     let data = if kind == CompressionType::None {
         payload.data
     } else {
@@ -48,7 +65,8 @@ pub(crate) fn decode(
             &payload.data,
             meta.uncompressed_size.unwrap_or(0) as usize,
             max_size,
-        )?
+        )
+        .map_err(undecodable(ValidationError::DecompressionError))?
     };
     let redelivery_count = cmd.redelivery_count.unwrap_or(0);
     let base = |payload: Bytes, id: MessageId| Message {
@@ -69,8 +87,9 @@ pub(crate) fn decode(
         return Ok(vec![base(data, id)]);
     };
     let n = u32::try_from(n)
-        .map_err(|_| Error::InvalidMessage(format!("negative batch size {n} in {id}")))?;
-    let parts = parse_batch(data, n)?;
+        .map_err(|_| Error::InvalidMessage(format!("negative batch size {n} in {id}")))
+        .map_err(undecodable(ValidationError::BatchDeSerializeError))?;
+    let parts = parse_batch(data, n).map_err(undecodable(ValidationError::BatchDeSerializeError))?;
     let mut out = Vec::with_capacity(parts.len());
     for (i, (single, body)) in parts.into_iter().enumerate() {
         if single.compacted_out.unwrap_or(false) {

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, OnceCell};
 
-use crate::client::Client;
+use crate::core::CoreRef;
+use crate::producer::ProducerBuilder;
 use crate::error::{Error, Result};
 use crate::message::{Message, ProducerMessage};
 use crate::producer::Producer;
@@ -113,7 +114,7 @@ pub(crate) fn default_topic(topic: &TopicName, subscription: &str, suffix: &str)
 /// Publishes dead-lettered and retried messages for one consumer.
 #[derive(Debug)]
 pub(crate) struct DeadLetterSink {
-    client: Client,
+    client: CoreRef,
     pub policy: DeadLetterPolicy,
     pub dlq_topic: String,
     pub retry_topic: String,
@@ -124,7 +125,7 @@ pub(crate) struct DeadLetterSink {
 
 impl DeadLetterSink {
     pub(crate) fn new(
-        client: Client,
+        client: CoreRef,
         topic: &TopicName,
         subscription: &str,
         policy: DeadLetterPolicy,
@@ -151,7 +152,8 @@ impl DeadLetterSink {
     async fn dlq_producer(&self) -> Result<&Producer> {
         self.dlq
             .get_or_try_init(|| async {
-                let mut b = self.client.producer(&self.dlq_topic).batching(false);
+                let mut b = ProducerBuilder::new(self.client.clone(), self.dlq_topic.clone())
+                    .batching(false);
                 if let Some(sub) = &self.policy.initial_subscription_name {
                     b = b.initial_subscription_name(sub);
                 }
@@ -163,8 +165,7 @@ impl DeadLetterSink {
     async fn retry_producer(&self) -> Result<&Producer> {
         self.retry
             .get_or_try_init(|| async {
-                self.client
-                    .producer(&self.retry_topic)
+                ProducerBuilder::new(self.client.clone(), self.retry_topic.clone())
                     .batching(false)
                     .create()
                     .await

@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
-use tokio::time::Instant;
 
 pub use dlq::DeadLetterPolicy;
 pub use options::{
@@ -30,14 +29,15 @@ pub use options::{
 };
 pub use reader::{Reader, ReaderBuilder};
 
-use crate::client::Client;
+use crate::connection::EntityKind;
+use crate::core::CoreRef;
+use crate::entity::Entity;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{Event, Lifecycle, State};
-use crate::producer::task_support::GroupClose;
+use crate::lifecycle::{aggregate_state, GroupClose, State};
 use acks::{AckTracker, NackTracker};
 
 /// Every partition task of a consumer by index, filled in before each task starts (so the
@@ -51,18 +51,21 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
     }
     r[index] = Some(shared);
 }
-use task::{ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams};
+use task::{
+    subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget,
+    SubscribeParams,
+};
 
-/// Builds a [`Consumer`]; see [`Client::consumer`].
+/// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).
 #[derive(Debug, Clone)]
 pub struct ConsumerBuilder {
-    client: Client,
+    client: CoreRef,
     topic: String,
     options: ConsumerOptions,
 }
 
 impl ConsumerBuilder {
-    pub(crate) fn new(client: Client, topic: String) -> Self {
+    pub(crate) fn new(client: CoreRef, topic: String) -> Self {
         ConsumerBuilder {
             client,
             topic,
@@ -182,11 +185,13 @@ impl ConsumerBuilder {
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the [`Stream`] impl; ack
 /// each message with [`Consumer::ack`] (acks are grouped and sent in the background).
 ///
-/// Dropping the consumer closes it (pending acks are flushed first).
+/// Dropping the consumer closes it in the background (pending acks are flushed first, then
+/// the broker is told); [`Consumer::close`] does the same and reports how it went.
 #[derive(Debug)]
 pub struct Consumer {
     topic: TopicName,
     subscription: String,
+    subscription_type: SubscriptionType,
     partitions: Vec<Arc<PartitionShared>>,
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
     refill_at: u32,
@@ -204,7 +209,7 @@ pub struct Consumer {
 
 impl Consumer {
     pub(crate) async fn subscribe(
-        client: Client,
+        client: CoreRef,
         topic: TopicName,
         options: ConsumerOptions,
     ) -> Result<Consumer> {
@@ -323,6 +328,7 @@ impl Consumer {
         Ok(Consumer {
             topic,
             subscription: options.subscription.clone(),
+            subscription_type: options.subscription_type,
             partitions: shared,
             rx,
             refill_at: (options.receiver_queue_size / 2).max(1),
@@ -377,18 +383,23 @@ impl Consumer {
             self.refresh();
         }
         let p = self.partitions.get(index)?;
+        let message = matches!(item, Item::Message(_));
         if epoch != p.epoch.load(Ordering::Acquire) {
+            // Discarded (queued before a reconnect, seek or redeliver-all). If it used the
+            // current subscription's permits, it counts as consumed, like upstream's
+            // `messageProcessed` on a stale message, so the broker can send its replacement.
+            if message && epoch >= p.permit_epoch.load(Ordering::Acquire) {
+                if let Some(n) = p.consume(1, self.refill_at) {
+                    let _ = p.ops.send(ConsumerOp::Flow(n));
+                }
+            }
             return None;
         }
         match item {
             Item::Message(m) => {
                 *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
-                let consumed = p.consumed.fetch_add(1, Ordering::AcqRel) + 1;
-                if consumed >= self.refill_at {
-                    let n = p.consumed.swap(0, Ordering::AcqRel);
-                    if n > 0 {
-                        let _ = p.ops.send(ConsumerOp::Flow(n));
-                    }
+                if let Some(n) = p.consume(1, self.refill_at) {
+                    let _ = p.ops.send(ConsumerOp::Flow(n));
                 }
                 Some(Ok(m))
             }
@@ -445,8 +456,25 @@ impl Consumer {
     }
 
     /// Acknowledges every message up to and including this one (on its partition).
+    ///
+    /// Only on Exclusive and Failover subscriptions: on Shared and Key_Shared ones the broker
+    /// ignores cumulative acks, so this fails with [`Error::InvalidOperation`] and sends
+    /// nothing (like upstream: "Cannot use cumulative acks on a non-exclusive subscription").
     pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
+        self.check_cumulative()?;
         self.send_to(msg, ConsumerOp::AckCumulative(msg.id))
+    }
+
+    fn check_cumulative(&self) -> Result<()> {
+        match self.subscription_type {
+            SubscriptionType::Shared | SubscriptionType::KeyShared => {
+                Err(Error::InvalidOperation(format!(
+                    "cannot use cumulative acks on a {:?} subscription ({}); ack each message",
+                    self.subscription_type, self.subscription
+                )))
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Negatively acknowledges a message: it is redelivered after the negative-ack delay.
@@ -511,7 +539,16 @@ impl Consumer {
     /// [`crate::Producer::state`]).
     pub fn state(&self) -> State {
         let states: Vec<State> = self.all().iter().map(|p| *p.state.borrow()).collect();
-        crate::producer::aggregate_state(&states)
+        aggregate_state(&states)
+    }
+
+    /// How many entries were discarded because they could not be decoded (each was reported
+    /// as an error item and acked with its validation error, like upstream).
+    pub fn discarded_entries(&self) -> u64 {
+        self.all()
+            .iter()
+            .map(|p| p.discarded.load(Ordering::Relaxed))
+            .sum()
     }
 
     /// Watches the lifecycle state (of the first partition; partitions close together).
@@ -562,15 +599,42 @@ impl Consumer {
     }
 
     /// Flushes pending acks and closes the consumer on the broker (and its dead-letter and
-    /// retry producers).
-    pub async fn close(self) -> Result<()> {
+    /// retry producers). Returns `Ok` once it is closed by the application (closing twice is
+    /// fine), or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the
+    /// broker closed it for good before or during the close.
+    ///
+    /// Dropping the consumer closes it too, in the background.
+    pub async fn close(&self) -> Result<()> {
+        let mut result = Ok(());
         for p in &self.all() {
-            let _ = Self::ask(p, ConsumerOp::Close).await;
+            let r = match Self::ask(p, ConsumerOp::Close).await {
+                // The task is gone: it ended before; its state says how.
+                Err(Error::Closed) => match *p.state.borrow() {
+                    State::Closed => Ok(()),
+                    other => Err(ended_error(other, &self.topic)),
+                },
+                r => r,
+            };
+            if result.is_ok() {
+                result = r;
+            }
         }
         if let Some(sink) = &self.dlq {
             sink.close().await;
         }
-        Ok(())
+        result
+    }
+}
+
+/// The error of an entity that ended in `state` (for calls made after it ended).
+fn ended_error(state: State, topic: &TopicName) -> Error {
+    let topic = topic.to_string();
+    match state {
+        State::ClosedByBroker => Error::ClosedByBroker { topic },
+        State::Terminated => Error::TopicTerminated { topic },
+        State::Fenced => Error::ProducerFenced { topic },
+        State::Failed => Error::ConnectionLost(format!("consumer of {topic} failed")),
+        _ => Error::Closed,
     }
 }
 
@@ -597,7 +661,7 @@ impl Stream for Consumer {
 
 #[allow(clippy::too_many_arguments)]
 async fn spawn_partition(
-    client: &Client,
+    client: &CoreRef,
     topic: TopicName,
     partition: i32,
     index: usize,
@@ -623,28 +687,36 @@ async fn spawn_partition(
             s
         }
     });
-    let params = SubscribeParams {
+    let cmd = subscribe_command(&SubscribeParams {
         topic: &topic,
         consumer_id,
         consumer_name,
         opts: options,
         durable,
         start: if durable { None } else { start },
-    };
-    let deadline = Instant::now() + client.operation_timeout();
-    let life = Lifecycle::new("consumer", topic.to_string());
-    let (conn, events) = task::connect_and_subscribe(client, &params, deadline, None).await?;
-    life.apply(Event::Created);
+        consumer_epoch: 0,
+    });
+    let (entity, _) = Entity::create(
+        client,
+        topic.clone(),
+        EntityKind::Consumer,
+        consumer_id,
+        cmd,
+        group,
+    )
+    .await?;
     let (ops_tx, ops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
         partition,
         main,
         epoch: AtomicU64::new(0),
+        permit_epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
         last_dequeued: Mutex::new(None),
         ops: ops_tx,
         active: watch::Sender::new(None),
-        state: life.watch(),
+        state: entity.life.watch(),
+        discarded: AtomicU64::new(0),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options.start_message_id.and_then(|s| {
@@ -656,17 +728,13 @@ async fn spawn_partition(
             Some(s)
         }
     });
-    let task = ConsumerTask {
-        client: client.clone(),
-        topic: topic.clone(),
+    let mut task = ConsumerTask {
+        entity,
         partition,
         index,
         opts: options.clone(),
-        consumer_id,
         consumer_name: consumer_name.to_string(),
         durable,
-        conn: Some(conn),
-        events: Some(events),
         ops: ops_rx,
         out,
         shared: shared.clone(),
@@ -674,15 +742,14 @@ async fn spawn_partition(
         nacks: NackTracker::default(),
         ack_deadline: None,
         skip_through,
-        assigned_broker: None,
-        permits: i64::from(options.receiver_queue_size),
+        permits: 0,
+        consumer_epoch: 0,
         dlq: dlq.clone(),
         dlq_candidates: Default::default(),
         unacked: Default::default(),
         over_delivered: 0,
-        life,
-        group: group.clone(),
     };
+    task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
     let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
@@ -692,7 +759,7 @@ async fn spawn_partition(
 
 /// What a consumer needs to add partition tasks when its topic grows.
 struct GrowContext {
-    client: Client,
+    client: CoreRef,
     topic: TopicName,
     options: Arc<ConsumerOptions>,
     consumer_name: String,

@@ -7,16 +7,16 @@ use std::task::{Context, Poll};
 use futures::Stream;
 
 use super::{Consumer, ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType};
-use crate::client::Client;
+use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-/// Builds a [`Reader`]; see [`Client::reader`].
+/// Builds a [`Reader`]; see [`Client::reader`](crate::Client::reader).
 #[derive(Debug, Clone)]
 pub struct ReaderBuilder {
-    client: Client,
+    client: CoreRef,
     topic: String,
     start: MessageId,
     inclusive: bool,
@@ -25,7 +25,7 @@ pub struct ReaderBuilder {
 }
 
 impl ReaderBuilder {
-    pub(crate) fn new(client: Client, topic: String) -> Self {
+    pub(crate) fn new(client: CoreRef, topic: String) -> Self {
         ReaderBuilder {
             client,
             topic,
@@ -186,8 +186,8 @@ impl Reader {
         self.consumer.seek_by_time(publish_time_ms).await
     }
 
-    /// Closes the reader.
-    pub async fn close(self) -> Result<()> {
+    /// Closes the reader (like [`Consumer::close`]; dropping it closes it too).
+    pub async fn close(&self) -> Result<()> {
         self.consumer.close().await
     }
 }

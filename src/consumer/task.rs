@@ -1,5 +1,6 @@
-//! The task behind one (partition) consumer: subscription, flow permits, decoding, grouped
-//! acks, negative-ack redelivery, seek, and re-subscribing after a reconnect.
+//! The task behind one (partition) consumer: flow permits, decoding, grouped acks,
+//! negative-ack and ack-timeout redelivery, seek, and what to clear when re-subscribing. The
+//! shared [`Entity`] driver owns its registration, reconnects and ending.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -8,25 +9,19 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::client::Client;
 use crate::codec::Frame;
-use crate::connection::{Connection, EntityEvent, EntityKind};
+use crate::commands;
+use crate::entity::{Entity, Requests, Wake};
 use crate::error::{Error, Result};
-use crate::lifecycle::{Event, Lifecycle};
 use crate::message::Message;
 use crate::message_id::MessageId;
-use crate::producer::task_support::{terminal_event, GroupClose};
-use crate::proto::{self, base_command::Type, BaseCommand};
-use crate::service_url::ServiceUrl;
-use crate::topic::TopicName;
-use crate::util::{recv_opt, sleep_until_opt};
+use crate::proto::{base_command::Type, BaseCommand};
+use crate::util::{deadline_after, sleep_until_opt};
 
 use super::acks::{AckFlush, AckTracker, NackTracker};
 use super::decode::decode;
-use super::options::ConsumerOptions;
-pub(crate) use super::subscribe::{
-    connect_and_subscribe, effective_durable, flow_frame, SubscribeParams,
-};
+use super::options::{ConsumerOptions, SubscriptionType};
+pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
 
 /// How far beyond its flow permits a broker may push (in messages: this many receiver queues
 /// plus the slack) before the consumer treats it as broken and re-subscribes. Generous, so
@@ -59,7 +54,7 @@ pub(crate) enum ConsumerOp {
 }
 
 /// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
-/// from before a reconnect or seek can be discarded.
+/// from before a reconnect, seek or redeliver-all can be discarded.
 // Nearly every item is a message: boxing it would cost an allocation per message.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
@@ -75,7 +70,13 @@ pub(crate) struct PartitionShared {
     pub partition: i32,
     /// Whether it is a partition of the consumer's topic (not of its retry topic).
     pub main: bool,
+    /// Items of another epoch are discarded by the handle.
     pub epoch: AtomicU64,
+    /// The epoch at which the current subscription's permit accounting began. A discarded
+    /// item of an epoch at or after it used this subscription's permits: the handle counts it
+    /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes
+    /// back. Items from before it belonged to a subscription that is gone.
+    pub permit_epoch: AtomicU64,
     pub consumed: AtomicU32,
     pub last_dequeued: Mutex<Option<MessageId>>,
     pub ops: mpsc::UnboundedSender<ConsumerOp>,
@@ -83,19 +84,42 @@ pub(crate) struct PartitionShared {
     pub active: tokio::sync::watch::Sender<Option<bool>>,
     /// The partition consumer's lifecycle state.
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
+    /// Entries discarded because they could not be decoded.
+    pub discarded: AtomicU64,
+}
+
+impl PartitionShared {
+    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
+    /// (once half the receiver queue is due).
+    pub(crate) fn consume(&self, n: u32, refill_at: u32) -> Option<u32> {
+        let consumed = self.consumed.fetch_add(n, Ordering::AcqRel) + n;
+        if consumed >= refill_at {
+            let permits = self.consumed.swap(0, Ordering::AcqRel);
+            (permits > 0).then_some(permits)
+        } else {
+            None
+        }
+    }
+}
+
+/// What an in-flight request's answer is for.
+enum Pending {
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<MessageId>>),
+    Unsubscribe(oneshot::Sender<Result<()>>),
+    /// The CloseConsumer of the application's close.
+    Close,
+    /// A CloseConsumer before re-subscribing (answer not needed).
+    Ignore,
 }
 
 pub(crate) struct ConsumerTask {
-    pub client: Client,
-    pub topic: TopicName,
+    pub entity: Entity,
     pub partition: i32,
     pub index: usize,
     pub opts: Arc<ConsumerOptions>,
-    pub consumer_id: u64,
     pub consumer_name: String,
     pub durable: bool,
-    pub conn: Option<Connection>,
-    pub events: Option<mpsc::Receiver<EntityEvent>>,
     pub ops: mpsc::UnboundedReceiver<ConsumerOp>,
     pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
     pub shared: Arc<PartitionShared>,
@@ -104,10 +128,10 @@ pub(crate) struct ConsumerTask {
     pub ack_deadline: Option<Instant>,
     /// Messages at or before this position are skipped (reader start, non-durable resume).
     pub skip_through: Option<MessageId>,
-    /// PIP-307: the broker to reconnect to directly, from CloseConsumer.
-    pub assigned_broker: Option<String>,
     /// Flow permits granted to the broker minus messages it delivered.
     pub permits: i64,
+    /// The consumer epoch (Exclusive / Failover redeliver-all).
+    pub consumer_epoch: u64,
     /// Dead-letter publishing (Shared / Key_Shared with a policy).
     pub dlq: Option<Arc<super::dlq::DeadLetterSink>>,
     /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
@@ -116,22 +140,6 @@ pub(crate) struct ConsumerTask {
     pub unacked: HashMap<MessageId, Instant>,
     /// Messages dropped because the broker exceeded its permits by far.
     pub over_delivered: u64,
-    pub life: Lifecycle,
-    pub group: GroupClose,
-}
-
-type Reconnect = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(Connection, mpsc::Receiver<EntityEvent>)>> + Send>,
->;
-
-enum Wake {
-    Op(Option<ConsumerOp>),
-    Event(Option<EntityEvent>),
-    AckDue,
-    NackDue,
-    AckTimeoutTick,
-    GroupClosed(Error),
-    Reconnected(Result<(Connection, mpsc::Receiver<EntityEvent>)>),
 }
 
 impl ConsumerTask {
@@ -146,86 +154,145 @@ impl ConsumerTask {
         let _ = self.out.send((self.index, self.epoch(), item));
     }
 
+    /// Upstream keeps no ack state for non-persistent topics (a no-op ack tracker): their
+    /// messages all carry the same id, and acks mean nothing to the broker.
+    fn persistent(&self) -> bool {
+        self.entity.topic.is_persistent()
+    }
+
+    /// Exclusive and Failover subscriptions have one active consumer: the broker cannot
+    /// redeliver single messages to it, only rewind (upstream ConsumerImpl redelivers all on
+    /// those subscription types).
+    fn single_active(&self) -> bool {
+        matches!(
+            self.opts.subscription_type,
+            SubscriptionType::Exclusive | SubscriptionType::Failover
+        )
+    }
+
+    fn refill_at(&self) -> u32 {
+        (self.opts.receiver_queue_size / 2).max(1)
+    }
+
+    /// Sends the first FLOW of a (new) subscription.
+    pub(crate) fn start_flow(&mut self) {
+        self.permits = i64::from(self.opts.receiver_queue_size);
+        let frame = commands::flow(self.entity.id, self.opts.receiver_queue_size);
+        self.entity.send_control(frame);
+    }
+
     pub(crate) async fn run(mut self) {
-        let mut reconnect: Option<Reconnect> = None;
-        let mut group = self.group.clone();
+        let mut requests: Requests<Pending> = Requests::new();
+        let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
         let mut silent = false;
-        let ack_timeout_on = !self.opts.ack_timeout.is_zero();
+        let ack_timeout_on = !self.opts.ack_timeout.is_zero() && self.persistent();
         let mut ack_timeout_tick = tokio::time::interval(self.opts.ack_timeout_tick);
         ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let out = self.out.clone();
         let final_error = loop {
-            if self.conn.is_none() && reconnect.is_none() {
-                reconnect = Some(Box::pin(self.reconnect_future()));
-            }
             let ack_deadline = self.ack_deadline;
             let nack_deadline = self.nacks.next_deadline();
-            let wake = tokio::select! {
+            let closing = !close_waiters.is_empty();
+            let step: Result<()> = tokio::select! {
                 biased;
-                ev = recv_opt(&mut self.events) => Wake::Event(ev),
-                r = async { reconnect.as_mut().expect("guarded").await }, if reconnect.is_some() => {
-                    reconnect = None;
-                    Wake::Reconnected(r)
+                wake = self.entity.next() => match wake {
+                    Wake::Command(frame) => self.on_command(*frame, &mut requests),
+                    Wake::Detached if closing => Err(Error::Closed),
+                    Wake::Detached => {
+                        self.detached();
+                        Ok(())
+                    }
+                    Wake::Attached(_) => {
+                        tracing::info!(topic = %self.entity.topic, "consumer re-subscribed");
+                        self.start_flow();
+                        Ok(())
+                    }
+                    Wake::Ended(e) => Err(e),
+                    Wake::GroupEnded(e) => {
+                        // Another partition already reported it to the application.
+                        silent = true;
+                        Err(e)
+                    }
+                    Wake::Shutdown => {
+                        let (tx, _) = oneshot::channel();
+                        self.start_close(tx, &mut close_waiters, &mut requests)
+                    }
+                },
+                (pending, r) = requests.next() => self.on_answer(pending, r),
+                op = self.ops.recv() => match op {
+                    Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
+                    Some(op) => self.on_op(op, &mut requests),
+                    // Unreachable while `shared` holds a sender; kept for completeness.
+                    None => Err(Error::Closed),
+                },
+                // The consumer handle is gone (dropped): close.
+                _ = out.closed(), if !closing => {
+                    let (tx, _) = oneshot::channel();
+                    self.start_close(tx, &mut close_waiters, &mut requests)
                 }
-                op = self.ops.recv() => Wake::Op(op),
-                _ = sleep_until_opt(ack_deadline) => Wake::AckDue,
-                _ = sleep_until_opt(nack_deadline) => Wake::NackDue,
-                e = group.closed() => Wake::GroupClosed(e),
-                _ = ack_timeout_tick.tick(), if ack_timeout_on => Wake::AckTimeoutTick,
-            };
-            let step = match wake {
-                Wake::Op(Some(op)) => self.on_op(op).await,
-                // The consumer handle is gone: close.
-                Wake::Op(None) => {
-                    self.life.apply(Event::CloseRequested);
-                    Err(self.close().await.err().unwrap_or(Error::Closed))
-                }
-                Wake::Event(Some(ev)) => self.on_event(ev).await,
-                Wake::Event(None) => {
-                    self.lose_connection("connection dropped the consumer's channel");
+                _ = sleep_until_opt(ack_deadline) => {
+                    self.flush_acks();
                     Ok(())
                 }
-                Wake::AckDue => {
-                    self.flush_acks().await;
-                    Ok(())
-                }
-                Wake::AckTimeoutTick => {
-                    self.on_ack_timeout_tick().await;
-                    Ok(())
-                }
-                Wake::NackDue => {
+                _ = sleep_until_opt(nack_deadline) => {
                     let due = self.nacks.take_due(Instant::now());
-                    self.redeliver(due).await;
+                    self.redeliver(due);
                     Ok(())
                 }
-                Wake::GroupClosed(e) => {
-                    // Another partition already reported it to the application.
-                    silent = true;
-                    Err(e)
-                }
-                Wake::Reconnected(Ok((conn, events))) => {
-                    self.life.apply(Event::Created);
-                    self.permits = i64::from(self.opts.receiver_queue_size);
-                    tracing::info!(topic = %self.topic, "consumer re-subscribed");
-                    self.conn = Some(conn);
-                    self.events = Some(events);
+                _ = ack_timeout_tick.tick(), if ack_timeout_on => {
+                    self.on_ack_timeout_tick();
                     Ok(())
                 }
-                Wake::Reconnected(Err(e)) if e.is_retriable() => {
-                    self.life.apply(Event::RetriableError);
-                    Ok(())
-                }
-                Wake::Reconnected(Err(e)) => Err(e),
             };
             if let Err(e) = step {
                 break e;
             }
         };
-        self.shutdown(final_error, silent);
+        let state = self.entity.end(&final_error);
+        let result = match &final_error {
+            Error::Closed => Ok(()),
+            e => Err(e.clone()),
+        };
+        for tx in close_waiters {
+            let _ = tx.send(result.clone());
+        }
+        if !matches!(final_error, Error::Closed) && !silent {
+            tracing::warn!(topic = %self.entity.topic, error = %final_error, %state, "consumer closed");
+            self.emit(Item::Error(final_error));
+        }
     }
 
-    fn reconnect_future(&mut self) -> Reconnect {
-        // Messages still queued from the old connection will be redelivered: discard them.
-        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+    /// Starts the application's close: acks flushed, then CloseConsumer. Ends the task at
+    /// once without a connection (the broker forgot the consumer with it).
+    fn start_close(
+        &mut self,
+        tx: oneshot::Sender<Result<()>>,
+        waiters: &mut Vec<oneshot::Sender<Result<()>>>,
+        requests: &mut Requests<Pending>,
+    ) -> Result<()> {
+        let first = waiters.is_empty();
+        waiters.push(tx);
+        if !first {
+            return Ok(());
+        }
+        self.entity.life.apply(crate::lifecycle::Event::CloseRequested);
+        self.flush_acks();
+        self.entity.stop_reconnecting();
+        match self.entity.close_request() {
+            Some(req) => {
+                requests.push(Pending::Close, req);
+                Ok(())
+            }
+            None => Err(Error::Closed),
+        }
+    }
+
+    /// The connection is gone: what was queued will be redelivered, so the handle discards
+    /// it; then subscribe again (a non-durable subscription resumes after what the
+    /// application received).
+    fn detached(&mut self) {
+        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.consumed.store(0, Ordering::Release);
         let last = *self
             .shared
@@ -235,7 +302,6 @@ impl ConsumerTask {
         let start = if self.durable {
             None
         } else {
-            // A non-durable subscription resumes after the last message the app received.
             if let Some(last) = last {
                 self.skip_through = Some(last);
             }
@@ -243,82 +309,79 @@ impl ConsumerTask {
             // the filter drops what was already received.)
             last.or(self.opts.start_message_id)
         };
-        let client = self.client.clone();
-        let topic = self.topic.clone();
-        let consumer_id = self.consumer_id;
-        let name = self.consumer_name.clone();
-        let opts = self.opts.clone();
-        let durable = self.durable;
-        let direct = self
-            .assigned_broker
-            .take()
-            .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
-        Box::pin(async move {
-            crate::reconnect::reconnect(&client, &topic.clone(), "consumer", direct, |target| {
-                let (client, topic, name, opts) =
-                    (client.clone(), topic.clone(), name.clone(), opts.clone());
-                async move {
-                    let params = SubscribeParams {
-                        topic: &topic,
-                        consumer_id,
-                        consumer_name: &name,
-                        opts: &opts,
-                        durable,
-                        start,
-                    };
-                    // One attempt per round (a deadline of now): the loop is the only backoff.
-                    connect_and_subscribe(&client, &params, Instant::now(), target.as_ref()).await
-                }
-            })
-            .await
-        })
+        let cmd = subscribe_command(&SubscribeParams {
+            topic: &self.entity.topic,
+            consumer_id: self.entity.id,
+            consumer_name: &self.consumer_name,
+            opts: &self.opts,
+            durable: self.durable,
+            start,
+            consumer_epoch: self.consumer_epoch,
+        });
+        self.entity.reconnect(cmd);
     }
 
-    fn lose_connection(&mut self, why: &str) {
-        self.life.apply(Event::ConnectionLost);
-        if let Some(conn) = self.conn.take() {
-            tracing::info!(topic = %self.topic, why, "consumer disconnected; reconnecting");
-            conn.unregister(EntityKind::Consumer, self.consumer_id);
-        }
-        self.events = None;
-    }
-
-    async fn send(&mut self, frame: Frame) {
-        if let Some(conn) = &self.conn {
-            if conn.send(frame).await.is_err() {
-                self.lose_connection("connection closed while sending");
+    fn on_answer(&mut self, pending: Pending, r: Result<BaseCommand>) -> Result<()> {
+        match pending {
+            Pending::Seek(target, tx) => {
+                let r = r.map(|_| self.after_seek(target));
+                let _ = tx.send(r);
             }
+            Pending::LastMessageId(tx) => {
+                let partition = self.partition;
+                let r = r.and_then(|resp| {
+                    let r = resp.get_last_message_id_response.ok_or_else(|| {
+                        Error::Protocol("GetLastMessageId answered without its response".into())
+                    })?;
+                    let mut id = MessageId::from_proto(&r.last_message_id);
+                    id.partition = partition;
+                    Ok(id)
+                });
+                let _ = tx.send(r);
+            }
+            Pending::Unsubscribe(tx) => {
+                let ok = r.is_ok();
+                let _ = tx.send(r.map(|_| ()));
+                if ok {
+                    return Err(Error::Closed);
+                }
+            }
+            Pending::Close => {
+                if let Err(e) = r {
+                    tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
+                }
+                return Err(Error::Closed);
+            }
+            Pending::Ignore => {}
         }
+        Ok(())
     }
 
-    async fn request(&mut self, mut cmd: BaseCommand, op: &'static str) -> Result<BaseCommand> {
-        let conn = self
-            .conn
-            .clone()
-            .ok_or_else(|| Error::ConnectionLost("consumer is reconnecting".into()))?;
-        let request_id = conn.new_request_id();
-        set_request_id(&mut cmd, request_id);
-        conn.request(request_id, cmd, op).await
-    }
-
-    async fn on_op(&mut self, op: ConsumerOp) -> Result<()> {
+    fn on_op(&mut self, op: ConsumerOp, requests: &mut Requests<Pending>) -> Result<()> {
+        let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
             ConsumerOp::Ack(id) => {
                 self.forget(&id);
+                if !self.persistent() {
+                    return Ok(());
+                }
                 if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
-                    self.flush_acks().await;
+                    self.flush_acks();
                 } else if self.ack_deadline.is_none() {
-                    self.ack_deadline = Some(Instant::now() + self.opts.ack_group_time);
+                    self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
                 }
             }
             ConsumerOp::AckCumulative(id) => {
                 self.dlq_candidates.retain(|k, _| *k > id);
                 self.unacked.retain(|k, _| *k > id);
+                if !self.persistent() {
+                    return Ok(());
+                }
                 self.acks.ack_cumulative(id);
                 if self.opts.ack_group_time.is_zero() {
-                    self.flush_acks().await;
+                    self.flush_acks();
                 } else if self.ack_deadline.is_none() {
-                    self.ack_deadline = Some(Instant::now() + self.opts.ack_group_time);
+                    self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
                 }
             }
             ConsumerOp::Nack(id, redelivery_count) => {
@@ -333,86 +396,70 @@ impl ConsumerTask {
                     self.nacks.add(id, Instant::now(), delay);
                 }
             }
-            ConsumerOp::Redeliver(id) => {
-                self.redeliver(vec![id]).await;
-            }
+            ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
             ConsumerOp::Flow(n) => {
-                self.permits += i64::from(n);
-                let frame = flow_frame(self.consumer_id, n);
-                self.send(frame).await;
-            }
-            ConsumerOp::Seek(target, tx) => {
-                let r = self.seek(target).await;
-                let _ = tx.send(r);
-            }
-            ConsumerOp::LastMessageId(tx) => {
-                let cmd = BaseCommand {
-                    r#type: Type::GetLastMessageId as i32,
-                    get_last_message_id: Some(proto::CommandGetLastMessageId {
-                        consumer_id: self.consumer_id,
-                        request_id: 0,
-                    }),
-                    ..Default::default()
-                };
-                let r = self
-                    .request(cmd, "get last message id")
-                    .await
-                    .and_then(|resp| {
-                        let r = resp.get_last_message_id_response.ok_or_else(|| {
-                            Error::Protocol("GetLastMessageId answered without its response".into())
-                        })?;
-                        let mut id = MessageId::from_proto(&r.last_message_id);
-                        id.partition = self.partition;
-                        Ok(id)
-                    });
-                let _ = tx.send(r);
-            }
-            ConsumerOp::Unsubscribe(tx) => {
-                let cmd = BaseCommand {
-                    r#type: Type::Unsubscribe as i32,
-                    unsubscribe: Some(proto::CommandUnsubscribe {
-                        consumer_id: self.consumer_id,
-                        request_id: 0,
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                };
-                let r = self.request(cmd, "unsubscribe").await;
-                let ok = r.is_ok();
-                let _ = tx.send(r.map(|_| ()));
-                if ok {
-                    return Err(Error::Closed);
+                if self.entity.conn.is_some() {
+                    self.permits += i64::from(n);
+                    self.entity.send_control(commands::flow(self.entity.id, n));
                 }
             }
-            ConsumerOp::Close(tx) => {
-                self.life.apply(Event::CloseRequested);
-                let r = self.close().await;
-                let _ = tx.send(r);
-                return Err(Error::Closed);
-            }
+            ConsumerOp::Seek(target, tx) => match &self.entity.conn {
+                Some(conn) => {
+                    let (id, time) = match target {
+                        SeekTarget::Id(id) => (Some(id), None),
+                        SeekTarget::PublishTime(t) => (None, Some(t)),
+                    };
+                    let cid = self.entity.id;
+                    requests.send(
+                        conn,
+                        Pending::Seek(target, tx),
+                        |rid| commands::seek(cid, rid, id, time),
+                        "seek",
+                    );
+                }
+                None => {
+                    let _ = tx.send(Err(no_conn()));
+                }
+            },
+            ConsumerOp::LastMessageId(tx) => match &self.entity.conn {
+                Some(conn) => {
+                    let cid = self.entity.id;
+                    requests.send(
+                        conn,
+                        Pending::LastMessageId(tx),
+                        |rid| commands::get_last_message_id(cid, rid),
+                        "get last message id",
+                    );
+                }
+                None => {
+                    let _ = tx.send(Err(no_conn()));
+                }
+            },
+            ConsumerOp::Unsubscribe(tx) => match &self.entity.conn {
+                Some(conn) => {
+                    let cid = self.entity.id;
+                    requests.send(
+                        conn,
+                        Pending::Unsubscribe(tx),
+                        |rid| commands::unsubscribe(cid, rid),
+                        "unsubscribe",
+                    );
+                }
+                None => {
+                    let _ = tx.send(Err(no_conn()));
+                }
+            },
+            ConsumerOp::Close(_) => unreachable!("handled by the loop"),
         }
         Ok(())
     }
 
-    async fn seek(&mut self, target: SeekTarget) -> Result<()> {
-        let (message_id, publish_time) = match target {
-            SeekTarget::Id(id) => (Some(id.to_proto()), None),
-            SeekTarget::PublishTime(t) => (None, Some(t)),
-        };
-        let cmd = BaseCommand {
-            r#type: Type::Seek as i32,
-            seek: Some(proto::CommandSeek {
-                consumer_id: self.consumer_id,
-                request_id: 0,
-                message_id,
-                message_publish_time: publish_time,
-            }),
-            ..Default::default()
-        };
-        self.request(cmd, "seek").await?;
-        // Discard what is queued, forget delivery filters, and ask for messages again (a broker
-        // that does not disconnect the consumer after a seek waits for new permits).
-        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+    /// After a successful seek: discard what is queued, forget delivery filters, and ask for
+    /// messages again (a broker that does not disconnect the consumer after a seek waits for
+    /// new permits).
+    fn after_seek(&mut self, _target: SeekTarget) {
+        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.consumed.store(0, Ordering::Release);
         *self
             .shared
@@ -420,52 +467,20 @@ impl ConsumerTask {
             .lock()
             .unwrap_or_else(|e| e.into_inner()) = None;
         self.skip_through = None;
-        self.permits = i64::from(self.opts.receiver_queue_size);
-        let frame = flow_frame(self.consumer_id, self.opts.receiver_queue_size);
-        self.send(frame).await;
-        Ok(())
+        self.start_flow();
     }
 
-    /// Sends CloseConsumer for this consumer on `conn` and waits for the answer.
-    async fn close_on(&self, conn: &Connection) -> Result<BaseCommand> {
-        let request_id = conn.new_request_id();
-        let cmd = BaseCommand {
-            r#type: Type::CloseConsumer as i32,
-            close_consumer: Some(proto::CommandCloseConsumer {
-                consumer_id: self.consumer_id,
-                request_id,
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        conn.request(request_id, cmd, "close consumer").await
-    }
-
-    async fn close(&mut self) -> Result<()> {
-        self.flush_acks().await;
-        if let Some(conn) = self.conn.take() {
-            let r = self.close_on(&conn).await;
-            conn.unregister(EntityKind::Consumer, self.consumer_id);
-            if let Err(e) = r {
-                tracing::debug!(topic = %self.topic, error = %e, "close consumer");
-            }
-        }
-        Ok(())
-    }
-
-    async fn flush_acks(&mut self) {
+    fn flush_acks(&mut self) {
         self.ack_deadline = None;
-        if self.conn.is_none() {
+        if self.entity.conn.is_none() {
             // Keep them for the next connection (the broker redelivers unacked messages; the
             // acks still apply after re-subscribing).
             if self.acks.has_pending() {
-                self.ack_deadline = Some(
-                    Instant::now()
-                        + self
-                            .opts
-                            .ack_group_time
-                            .max(std::time::Duration::from_millis(100)),
-                );
+                self.ack_deadline = Some(deadline_after(
+                    self.opts
+                        .ack_group_time
+                        .max(std::time::Duration::from_millis(100)),
+                ));
             }
             return;
         }
@@ -474,22 +489,13 @@ impl ConsumerTask {
             cumulative,
             partial,
         } = self.acks.take_flush();
-        use crate::proto::command_ack::AckType;
+        let id = self.entity.id;
         if !individual.is_empty() || !partial.is_empty() {
-            let mut frame = ack_frame(self.consumer_id, AckType::Individual, &individual);
-            if let Some(ack) = frame.command.ack.as_mut() {
-                ack.message_id.extend(partial.into_iter().map(|(id, set)| {
-                    let mut p = id.to_proto();
-                    p.ack_set = set;
-                    p.batch_size = (id.batch_size > 0).then_some(id.batch_size);
-                    p
-                }));
-            }
-            self.send(frame).await;
+            self.entity
+                .send_control(commands::ack_individual(id, &individual, partial));
         }
         if let Some(c) = cumulative {
-            let frame = ack_frame(self.consumer_id, AckType::Cumulative, &[c]);
-            self.send(frame).await;
+            self.entity.send_control(commands::ack_cumulative(id, c));
         }
     }
 
@@ -504,12 +510,12 @@ impl ConsumerTask {
     fn dead_letter(&self, msg: Message) {
         match &self.dlq {
             Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.ops.clone()),
-            None => tracing::error!(topic = %self.topic, "dead letter without a policy"),
+            None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
         }
     }
 
     /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout.
-    async fn on_ack_timeout_tick(&mut self) {
+    fn on_ack_timeout_tick(&mut self) {
         if self.unacked.is_empty() {
             return;
         }
@@ -526,173 +532,86 @@ impl ConsumerTask {
             self.unacked.remove(&id);
             match self.dlq_candidates.remove(&id) {
                 Some(msg) => self.dead_letter(msg),
-                None => redeliver.push(id.entry()),
+                None => redeliver.push(id),
             }
         }
         if !redeliver.is_empty() {
-            tracing::debug!(topic = %self.topic, n = redeliver.len(), "ack timeout: redelivering");
-            redeliver.sort();
-            redeliver.dedup();
-            self.redeliver(redeliver).await;
+            tracing::debug!(topic = %self.entity.topic, n = redeliver.len(), "ack timeout: redelivering");
+            self.redeliver(redeliver);
         }
+    }
+
+    /// Asks the broker to deliver these messages again: by id on Shared / Key_Shared; on
+    /// Exclusive / Failover by rewinding everything unacked (redeliver-all).
+    fn redeliver(&mut self, mut ids: Vec<MessageId>) {
+        if ids.is_empty() || !self.persistent() {
+            return;
+        }
+        if self.single_active() {
+            self.redeliver_all();
+            return;
+        }
+        for id in &mut ids {
+            *id = id.entry();
+        }
+        ids.sort();
+        ids.dedup();
+        self.entity
+            .send_control(commands::redeliver(self.entity.id, &ids));
+    }
+
+    /// Upstream `ConsumerImpl.redeliverUnacknowledgedMessages()`: clear the receiver queue,
+    /// bump the consumer epoch, ask the broker to rewind to the mark-delete position under
+    /// that epoch, and drop messages of an older epoch still in flight. The permits of the
+    /// cleared messages come back as the handle discards them; acks pending are sent first
+    /// so the rewind does not bring acked messages back.
+    fn redeliver_all(&mut self) {
+        if self.entity.conn.is_none() {
+            return; // re-subscribing redelivers everything unacked anyway
+        }
+        self.flush_acks();
+        self.consumer_epoch += 1;
+        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        self.unacked.clear();
+        self.nacks = NackTracker::default();
+        let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
+        self.entity.send_control(frame);
     }
 
     /// Closes the consumer on the broker (so an Exclusive subscription takes it back) and
     /// subscribes again through the reconnect path.
-    async fn resubscribe(&mut self, why: &str) {
-        if let Some(conn) = self.conn.clone() {
-            let _ = self.close_on(&conn).await;
+    fn resubscribe(&mut self, why: &str, requests: &mut Requests<Pending>) {
+        if let Some(req) = self.entity.close_request() {
+            requests.push(Pending::Ignore, req);
         }
-        self.lose_connection(why);
+        self.entity.lose_connection(why);
+        self.detached();
     }
 
-    /// Counts `n` messages as consumed for flow control (like the handle does for delivered
-    /// ones) and sends a FLOW when half the receiver queue is due.
-    async fn release_permits(&mut self, n: u32) {
-        let refill_at = (self.opts.receiver_queue_size / 2).max(1);
-        let consumed = self.shared.consumed.fetch_add(n, Ordering::AcqRel) + n;
-        if consumed >= refill_at {
-            let permits = self.shared.consumed.swap(0, Ordering::AcqRel);
-            if permits > 0 {
+    /// Gives back the permits of `n` messages the application will never consume.
+    fn release_permits(&mut self, n: u32) {
+        if let Some(permits) = self.shared.consume(n, self.refill_at()) {
+            if self.entity.conn.is_some() {
                 self.permits += i64::from(permits);
-                let frame = flow_frame(self.consumer_id, permits);
-                self.send(frame).await;
+                self.entity
+                    .send_control(commands::flow(self.entity.id, permits));
             }
         }
     }
 
-    async fn redeliver(&mut self, ids: Vec<MessageId>) {
-        if ids.is_empty() {
-            return;
-        }
-        let frame = Frame::simple(BaseCommand {
-            r#type: Type::RedeliverUnacknowledgedMessages as i32,
-            redeliver_unacknowledged_messages: Some(
-                proto::CommandRedeliverUnacknowledgedMessages {
-                    consumer_id: self.consumer_id,
-                    message_ids: ids.iter().map(|i| i.to_proto()).collect(),
-                    ..Default::default()
-                },
-            ),
-            ..Default::default()
-        });
-        self.send(frame).await;
-    }
-
-    async fn on_event(&mut self, ev: EntityEvent) -> Result<()> {
-        let frame = match ev {
-            EntityEvent::ConnectionClosed(e) => {
-                self.lose_connection(&e.to_string());
-                return Ok(());
-            }
-            EntityEvent::Command(frame) => *frame,
-        };
+    fn on_command(&mut self, frame: Frame, requests: &mut Requests<Pending>) -> Result<()> {
         let Frame { command, payload } = frame;
         match Type::try_from(command.r#type) {
             Ok(Type::Message) => {
                 let (Some(cmd), Some(payload)) = (command.message, payload) else {
-                    tracing::warn!(topic = %self.topic, "MESSAGE without its payload; ignored");
+                    tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored");
                     return Ok(());
                 };
-                let max = self
-                    .conn
-                    .as_ref()
-                    .map(|c| c.info().max_message_size)
-                    .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
-                    .saturating_mul(2);
-                // Permits the broker spent: the batch's messages, or only those its ack set
-                // still delivers.
-                let entry_messages = if cmd.ack_set.is_empty() {
-                    i64::from(payload.metadata.num_messages_in_batch.unwrap_or(1).max(1))
-                } else {
-                    cmd.ack_set
-                        .iter()
-                        .map(|w| i64::from(w.count_ones()))
-                        .sum::<i64>()
-                        .max(1)
-                };
-                self.permits -= entry_messages;
-                // A broker may overshoot by a batch; one far beyond the permits it was given
-                // is broken (e.g. dispatching duplicates). Rather than buffer without bound,
-                // drop what it sends and subscribe again: the broker then redelivers every
-                // unacked message, within permits.
-                let bound =
-                    OVERSHOOT_FACTOR * i64::from(self.opts.receiver_queue_size) + OVERSHOOT_SLACK;
-                if self.permits < -bound {
-                    self.over_delivered += 1;
-                    if self.conn.is_some() {
-                        tracing::warn!(topic = %self.topic, permits = self.permits,
-                            "broker delivered far more messages than permitted; re-subscribing");
-                        self.resubscribe("broker exceeded its flow permits").await;
-                    }
-                    return Ok(());
-                }
-                match decode(&self.topic, self.partition, &cmd, payload, max) {
-                    Ok(messages) => {
-                        let mut dropped = 0;
-                        for m in messages {
-                            self.acks.delivered(&m.id);
-                            if self.acks.already_acked(&m.id)
-                                || self.acks.ack_pending(&m.id)
-                                || self.skip_through.is_some_and(|s| m.id <= s)
-                            {
-                                dropped += 1;
-                                continue;
-                            }
-                            if let Some(max) =
-                                self.dlq.as_ref().map(|d| d.policy.max_redeliver_count)
-                            {
-                                if m.redelivery_count > max {
-                                    // Over the limit: straight to the dead-letter topic.
-                                    dropped += 1;
-                                    self.dead_letter(m);
-                                    continue;
-                                }
-                                if m.redelivery_count >= max {
-                                    // Delivered once more; dead-lettered if it fails again.
-                                    self.dlq_candidates.insert(m.id, m.clone());
-                                }
-                            }
-                            if !self.opts.ack_timeout.is_zero() {
-                                self.unacked.insert(m.id, Instant::now());
-                            }
-                            self.emit(Item::Message(m));
-                        }
-                        // Dropped messages used broker permits the application will never
-                        // return by consuming them: give them back here.
-                        if dropped > 0 {
-                            self.release_permits(dropped).await;
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!(topic = %self.topic, error = %e, "undecodable message");
-                        self.emit(Item::Error(e));
-                    }
-                }
-            }
-            Ok(Type::CloseConsumer) => {
-                let c = command.close_consumer.unwrap_or_default();
-                if c.allow_reconnect == Some(false) {
-                    return Err(Error::ClosedByBroker {
-                        topic: self.topic.to_string(),
-                    });
-                }
-                self.life.apply(Event::BrokerClose {
-                    allow_reconnect: true,
-                });
-                self.assigned_broker = c.assigned_broker_service_url.filter(|u| !u.is_empty());
-                self.lose_connection("broker closed the consumer");
-            }
-            Ok(Type::TopicMigrated) => {
-                // The topic moved to another cluster: re-subscribe there.
-                let m = command.topic_migrated.unwrap_or_default();
-                self.assigned_broker = m.broker_service_url.filter(|u| !u.is_empty());
-                tracing::info!(topic = %self.topic, to = ?self.assigned_broker, "topic migrated");
-                self.lose_connection("topic migrated");
+                self.on_message(cmd, payload, requests);
             }
             Ok(Type::ReachedEndOfTopic) => {
                 return Err(Error::TopicTerminated {
-                    topic: self.topic.to_string(),
+                    topic: self.entity.topic.to_string(),
                 });
             }
             Ok(Type::ActiveConsumerChange) => {
@@ -700,55 +619,121 @@ impl ConsumerTask {
                     .active_consumer_change
                     .and_then(|c| c.is_active)
                     .unwrap_or(false);
-                tracing::info!(topic = %self.topic, active, "active consumer change");
+                tracing::info!(topic = %self.entity.topic, active, "active consumer change");
                 self.shared.active.send_replace(Some(active));
             }
             _ => {
-                tracing::debug!(topic = %self.topic, command = command.r#type, "ignored consumer command");
+                tracing::debug!(topic = %self.entity.topic, command = command.r#type,
+                    "ignored consumer command");
             }
         }
         Ok(())
     }
 
-    fn shutdown(mut self, error: Error, silent: bool) {
-        if let Some(conn) = self.conn.take() {
-            conn.unregister(EntityKind::Consumer, self.consumer_id);
+    fn on_message(
+        &mut self,
+        cmd: crate::proto::CommandMessage,
+        payload: crate::codec::Payload,
+        requests: &mut Requests<Pending>,
+    ) {
+        let max = self
+            .entity
+            .conn
+            .as_ref()
+            .map(|c| c.info().max_message_size)
+            .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
+            .saturating_mul(2);
+        // Permits the broker spent: the batch's messages, or only those its ack set still
+        // delivers.
+        let spent = if cmd.ack_set.is_empty() {
+            payload.metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32
+        } else {
+            cmd.ack_set
+                .iter()
+                .map(|w| w.count_ones())
+                .sum::<u32>()
+                .max(1)
+        };
+        self.permits -= i64::from(spent);
+        // A broker may overshoot by a batch; one far beyond the permits it was given is broken
+        // (e.g. dispatching duplicates). Rather than buffer without bound, drop what it sends
+        // and subscribe again: the broker then redelivers every unacked message, within
+        // permits.
+        let bound = OVERSHOOT_FACTOR * i64::from(self.opts.receiver_queue_size) + OVERSHOOT_SLACK;
+        if self.permits < -bound {
+            self.over_delivered += 1;
+            if self.entity.conn.is_some() {
+                tracing::warn!(topic = %self.entity.topic, permits = self.permits,
+                    "broker delivered far more messages than permitted; re-subscribing");
+                self.resubscribe("broker exceeded its flow permits", requests);
+            }
+            return;
         }
-        if matches!(error, Error::Closed) && self.life.state() != crate::lifecycle::State::Closing {
-            self.life.apply(Event::CloseRequested);
+        // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent
+        // before the last redeliver-all is dropped, and its permit given back.
+        if self.single_active() && cmd.consumer_epoch.is_some_and(|e| e < self.consumer_epoch) {
+            self.release_permits(spent);
+            return;
         }
-        self.life.apply(terminal_event(&error));
-        if matches!(error, Error::ClosedByBroker { .. }) {
-            self.group.close_all(&error);
+        let entry = {
+            let mut id = MessageId::from_proto(&cmd.message_id);
+            id.partition = self.partition;
+            id.entry()
+        };
+        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
+            Ok(messages) => messages,
+            Err(bad) => {
+                // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
+                // error so it is not redelivered forever, and give its permits back (all the
+                // messages the broker counted, where upstream returns one).
+                tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
+                    "undecodable entry discarded");
+                self.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                if self.persistent() {
+                    self.entity.send_control(commands::ack_discarded(
+                        self.entity.id,
+                        entry,
+                        bad.validation,
+                    ));
+                }
+                self.release_permits(spent);
+                self.emit(Item::Error(bad.error));
+                return;
+            }
+        };
+        let persistent = self.persistent();
+        let mut emitted = 0u32;
+        for m in messages {
+            if persistent {
+                self.acks.delivered(&m.id);
+                if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
+                    continue;
+                }
+            }
+            if self.skip_through.is_some_and(|s| m.id <= s) {
+                continue;
+            }
+            if let Some(max) = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count) {
+                if m.redelivery_count > max {
+                    // Over the limit: straight to the dead-letter topic.
+                    self.dead_letter(m);
+                    continue;
+                }
+                if m.redelivery_count >= max {
+                    // Delivered once more; dead-lettered if it fails again.
+                    self.dlq_candidates.insert(m.id, m.clone());
+                }
+            }
+            if persistent && !self.opts.ack_timeout.is_zero() {
+                self.unacked.insert(m.id, Instant::now());
+            }
+            emitted += 1;
+            self.emit(Item::Message(m));
         }
-        if !matches!(error, Error::Closed) && !silent {
-            tracing::warn!(topic = %self.topic, %error, "consumer closed");
-            self.emit(Item::Error(error));
+        // Whatever the broker counted and the application will never consume by receiving
+        // (filtered, acked, compacted out, dead-lettered) gives its permits back here.
+        if spent > emitted {
+            self.release_permits(spent - emitted);
         }
-    }
-}
-
-fn ack_frame(consumer_id: u64, ack_type: proto::command_ack::AckType, ids: &[MessageId]) -> Frame {
-    Frame::simple(BaseCommand {
-        r#type: Type::Ack as i32,
-        ack: Some(proto::CommandAck {
-            consumer_id,
-            ack_type: ack_type as i32,
-            message_id: ids.iter().map(|i| i.entry().to_proto()).collect(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
-}
-
-fn set_request_id(cmd: &mut BaseCommand, id: u64) {
-    if let Some(c) = cmd.get_last_message_id.as_mut() {
-        c.request_id = id;
-    }
-    if let Some(c) = cmd.unsubscribe.as_mut() {
-        c.request_id = id;
-    }
-    if let Some(c) = cmd.seek.as_mut() {
-        c.request_id = id;
     }
 }

@@ -11,11 +11,6 @@ mod options;
 mod pending;
 mod task;
 
-/// Lifecycle helpers shared with consumers.
-pub(crate) mod task_support {
-    pub(crate) use super::task::{terminal_event, GroupClose};
-}
-
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,8 +23,10 @@ use tokio::time::Instant;
 
 pub use options::{BatchingOptions, ProducerAccessMode, ProducerOptions};
 
-use crate::client::Client;
 use crate::compression::CompressionType;
+use crate::connection::EntityKind;
+use crate::core::CoreRef;
+use crate::entity::Entity;
 use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
@@ -38,9 +35,9 @@ use crate::topic::TopicName;
 
 use batch_container::{BatchContainer, FrameContext};
 use pending::{Completion, PendingQueue};
-use task::{GroupClose, ProducerOp, ProducerTask};
+use task::{ProducerOp, ProducerTask};
 
-use crate::lifecycle::{Event, Lifecycle, State};
+use crate::lifecycle::{aggregate_state, GroupClose, State};
 use tokio::sync::watch;
 
 /// Capacity of the channel from producer handles into a partition's task.
@@ -63,16 +60,16 @@ impl Future for SendFuture {
     }
 }
 
-/// Builds a [`Producer`]; see [`Client::producer`].
+/// Builds a [`Producer`]; see [`Client::producer`](crate::Client::producer).
 #[derive(Debug, Clone)]
 pub struct ProducerBuilder {
-    client: Client,
+    client: CoreRef,
     topic: String,
     options: ProducerOptions,
 }
 
 impl ProducerBuilder {
-    pub(crate) fn new(client: Client, topic: String) -> Self {
+    pub(crate) fn new(client: CoreRef, topic: String) -> Self {
         ProducerBuilder {
             client,
             topic,
@@ -239,7 +236,7 @@ impl ProducerBuilder {
 /// Adds partition producers when the topic grows (PIP-247 updates or polling).
 async fn grow(
     inner: std::sync::Weak<ProducerInner>,
-    client: Client,
+    client: CoreRef,
     options: Arc<ProducerOptions>,
     group: GroupClose,
     mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>,
@@ -294,59 +291,65 @@ struct PartitionProducer {
 
 impl PartitionProducer {
     async fn create(
-        client: &Client,
+        client: &CoreRef,
         topic: TopicName,
         partition: i32,
         options: &Arc<ProducerOptions>,
         group: &GroupClose,
     ) -> Result<PartitionProducer> {
         let producer_id = client.new_producer_id();
-        let life = Lifecycle::new("producer", topic.to_string());
-        let deadline = Instant::now() + client.operation_timeout();
-        let (conn, events, created) = task::connect_and_create(
-            client,
-            &topic,
+        let cmd = task::create_command(
+            topic.as_str(),
             producer_id,
             options.name.as_deref(),
             0,
-            options,
-            deadline,
             None,
+            options,
+        );
+        let (entity, response) = Entity::create(
+            client,
+            topic.clone(),
+            EntityKind::Producer,
+            producer_id,
+            cmd,
+            group,
         )
         .await?;
+        let created = task::Created::parse(response)?;
+        let max_message_size = entity
+            .conn
+            .as_ref()
+            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
+                c.info().max_message_size
+            });
         let (ops_tx, ops_rx) = mpsc::channel(OP_QUEUE);
         let terminal = Arc::new(Mutex::new(None));
         let ctx = FrameContext {
             producer_id,
             producer_name: created.name.clone(),
             compression: options.compression,
-            max_message_size: conn.info().max_message_size,
+            max_message_size,
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
-            last_sequence_id = created.last_sequence_id, "producer created");
+            next_sequence_id = created.next_sequence_id, "producer created");
+        let state = entity.life.watch();
         let task = ProducerTask {
-            client: client.clone(),
-            topic: topic.clone(),
+            entity,
             partition,
             opts: (**options).clone(),
             ctx,
-            conn: Some(conn),
-            events: Some(events),
             unsent: Default::default(),
             ops: ops_rx,
-            next_seq: (created.last_sequence_id + 1).max(0) as u64,
+            next_seq: created.next_sequence_id,
             epoch: 0,
+            topic_epoch: created.topic_epoch,
             pending: PendingQueue::default(),
             batches: options.batching.clone().map(BatchContainer::new),
             flush_waiters: Vec::new(),
-            close_waiter: None,
-            assigned_broker: None,
+            close_waiters: Vec::new(),
+            closing: false,
             terminal: terminal.clone(),
-            life,
-            group: group.clone(),
         };
-        task.life.apply(Event::Created);
-        let state = task.life.watch();
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         Ok(PartitionProducer {
@@ -354,8 +357,8 @@ impl PartitionProducer {
             ops: ops_tx,
             count_limit: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
-            memory: client.memory_limiter(),
-            memory_limit: client.memory_limit(),
+            memory: client.memory.clone(),
+            memory_limit: client.memory_limit,
             block: options.block_if_queue_full,
             terminal,
             state,
@@ -435,12 +438,18 @@ impl PartitionProducer {
         rx.await.unwrap_or_else(|_| Err(self.closed_error()))
     }
 
+    /// Closes this partition's producer: Ok once closed by us (now or before), else the error
+    /// that ended it (e.g. closed for good by the broker).
     async fn close(&self) -> Result<()> {
         let (tx, rx) = oneshot::channel();
+        let ended = |e: Error| match e {
+            Error::Closed => Ok(()),
+            e => Err(e),
+        };
         if self.ops.send(ProducerOp::Close(tx)).await.is_err() {
-            return Ok(()); // already closed
+            return ended(self.closed_error());
         }
-        rx.await.unwrap_or(Ok(()))
+        rx.await.unwrap_or_else(|_| ended(self.closed_error()))
     }
 }
 
@@ -567,41 +576,21 @@ impl Producer {
         results.into_iter().collect()
     }
 
-    /// Flushes, waits for pending receipts, and closes the producer on the broker.
+    /// Flushes, waits for pending receipts, and closes the producer on the broker (every
+    /// partition). Returns `Ok` once it is closed by the application (closing twice is fine),
+    /// or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the broker
+    /// closed it for good before or during the close. Messages still pending when it ended
+    /// fail with that error.
     pub async fn close(&self) -> Result<()> {
         let parts = self.inner.snapshot();
-        futures::future::join_all(parts.iter().map(|p| p.close())).await;
-        Ok(())
+        let results = futures::future::join_all(parts.iter().map(|p| p.close())).await;
+        results.into_iter().collect()
     }
-}
-
-/// The state of a group of partitions (see [`Producer::state`]).
-pub(crate) fn aggregate_state(states: &[State]) -> State {
-    if let Some(t) = states.iter().find(|s| s.is_terminal()) {
-        return *t;
-    }
-    for s in [State::Closing, State::Reconnecting, State::Connecting] {
-        if states.contains(&s) {
-            return s;
-        }
-    }
-    State::Ready
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn partition_states_aggregate() {
-        use State::*;
-        assert_eq!(aggregate_state(&[Ready, Ready]), Ready);
-        assert_eq!(aggregate_state(&[Ready, Reconnecting]), Reconnecting);
-        assert_eq!(
-            aggregate_state(&[Reconnecting, ClosedByBroker]),
-            ClosedByBroker
-        );
-    }
 
     #[test]
     fn options_are_validated() {

@@ -1,0 +1,319 @@
+//! Every command the client sends, built in one place. Entity, connection and lookup code call
+//! these instead of assembling `BaseCommand` literals. Request ids are parameters: the
+//! connection hands them out when the command is sent.
+
+use crate::codec::Frame;
+use crate::message_id::MessageId;
+use crate::proto::{self, base_command::Type, BaseCommand};
+
+fn base(ty: Type) -> BaseCommand {
+    BaseCommand {
+        r#type: ty as i32,
+        ..Default::default()
+    }
+}
+
+/// A keep-alive PING.
+pub(crate) fn ping() -> BaseCommand {
+    BaseCommand {
+        ping: Some(proto::CommandPing {}),
+        ..base(Type::Ping)
+    }
+}
+
+/// The answer to a broker's PING.
+pub(crate) fn pong() -> BaseCommand {
+    BaseCommand {
+        pong: Some(proto::CommandPong {}),
+        ..base(Type::Pong)
+    }
+}
+
+/// Topic lookup.
+pub(crate) fn lookup(topic: &str, request_id: u64, authoritative: bool) -> BaseCommand {
+    BaseCommand {
+        lookup_topic: Some(proto::CommandLookupTopic {
+            topic: topic.to_string(),
+            request_id,
+            authoritative: Some(authoritative),
+            ..Default::default()
+        }),
+        ..base(Type::Lookup)
+    }
+}
+
+/// Partitioned-topic metadata.
+pub(crate) fn partitioned_metadata(topic: &str, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        partition_metadata: Some(proto::CommandPartitionedTopicMetadata {
+            topic: topic.to_string(),
+            request_id,
+            ..Default::default()
+        }),
+        ..base(Type::PartitionedMetadata)
+    }
+}
+
+/// CommandProducer: creates (or re-creates) a producer. `body` carries everything but the
+/// request id.
+pub(crate) fn producer(mut body: proto::CommandProducer, request_id: u64) -> BaseCommand {
+    body.request_id = request_id;
+    BaseCommand {
+        producer: Some(body),
+        ..base(Type::Producer)
+    }
+}
+
+/// CommandCloseProducer.
+pub(crate) fn close_producer(producer_id: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        close_producer: Some(proto::CommandCloseProducer {
+            producer_id,
+            request_id,
+            ..Default::default()
+        }),
+        ..base(Type::CloseProducer)
+    }
+}
+
+/// CommandSubscribe. `body` carries everything but the request id.
+pub(crate) fn subscribe(mut body: proto::CommandSubscribe, request_id: u64) -> BaseCommand {
+    body.request_id = request_id;
+    BaseCommand {
+        subscribe: Some(body),
+        ..base(Type::Subscribe)
+    }
+}
+
+/// CommandCloseConsumer.
+pub(crate) fn close_consumer(consumer_id: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        close_consumer: Some(proto::CommandCloseConsumer {
+            consumer_id,
+            request_id,
+            ..Default::default()
+        }),
+        ..base(Type::CloseConsumer)
+    }
+}
+
+/// FLOW: lets the broker push `permits` more messages.
+pub(crate) fn flow(consumer_id: u64, permits: u32) -> Frame {
+    Frame::simple(BaseCommand {
+        flow: Some(proto::CommandFlow {
+            consumer_id,
+            message_permits: permits,
+        }),
+        ..base(Type::Flow)
+    })
+}
+
+/// An individual ACK of whole entries plus partly acked batches (id, ack set).
+pub(crate) fn ack_individual(
+    consumer_id: u64,
+    entries: &[MessageId],
+    partial: Vec<(MessageId, Vec<i64>)>,
+) -> Frame {
+    let mut ids: Vec<proto::MessageIdData> = entries.iter().map(|i| i.entry().to_proto()).collect();
+    ids.extend(partial.into_iter().map(|(id, set)| {
+        let mut p = id.to_proto();
+        p.ack_set = set;
+        p.batch_size = (id.batch_size > 0).then_some(id.batch_size);
+        p
+    }));
+    ack(consumer_id, proto::command_ack::AckType::Individual, ids, None)
+}
+
+/// A cumulative ACK up to and including `id`'s entry.
+pub(crate) fn ack_cumulative(consumer_id: u64, id: MessageId) -> Frame {
+    ack(
+        consumer_id,
+        proto::command_ack::AckType::Cumulative,
+        vec![id.entry().to_proto()],
+        None,
+    )
+}
+
+/// Discards an entry the client cannot decode: an individual ack with `validation_error`
+/// set, like upstream's `ConsumerImpl.discardCorruptedMessage`.
+pub(crate) fn ack_discarded(
+    consumer_id: u64,
+    id: MessageId,
+    error: proto::command_ack::ValidationError,
+) -> Frame {
+    ack(
+        consumer_id,
+        proto::command_ack::AckType::Individual,
+        vec![id.entry().to_proto()],
+        Some(error),
+    )
+}
+
+fn ack(
+    consumer_id: u64,
+    ack_type: proto::command_ack::AckType,
+    message_id: Vec<proto::MessageIdData>,
+    validation_error: Option<proto::command_ack::ValidationError>,
+) -> Frame {
+    Frame::simple(BaseCommand {
+        ack: Some(proto::CommandAck {
+            consumer_id,
+            ack_type: ack_type as i32,
+            message_id,
+            validation_error: validation_error.map(|e| e as i32),
+            ..Default::default()
+        }),
+        ..base(Type::Ack)
+    })
+}
+
+/// Asks the broker to redeliver these unacked messages (Shared / Key_Shared).
+pub(crate) fn redeliver(consumer_id: u64, ids: &[MessageId]) -> Frame {
+    Frame::simple(BaseCommand {
+        redeliver_unacknowledged_messages: Some(proto::CommandRedeliverUnacknowledgedMessages {
+            consumer_id,
+            message_ids: ids.iter().map(|i| i.entry().to_proto()).collect(),
+            ..Default::default()
+        }),
+        ..base(Type::RedeliverUnacknowledgedMessages)
+    })
+}
+
+/// Asks the broker to redeliver every unacked message from the mark-delete position, under a
+/// new consumer epoch (upstream `Commands.newRedeliverUnacknowledgedMessages(id, epoch)`).
+pub(crate) fn redeliver_all(consumer_id: u64, consumer_epoch: u64) -> Frame {
+    Frame::simple(BaseCommand {
+        redeliver_unacknowledged_messages: Some(proto::CommandRedeliverUnacknowledgedMessages {
+            consumer_id,
+            consumer_epoch: Some(consumer_epoch),
+            ..Default::default()
+        }),
+        ..base(Type::RedeliverUnacknowledgedMessages)
+    })
+}
+
+/// Seek to a message id or a publish time.
+pub(crate) fn seek(
+    consumer_id: u64,
+    request_id: u64,
+    message_id: Option<MessageId>,
+    publish_time_ms: Option<u64>,
+) -> BaseCommand {
+    BaseCommand {
+        seek: Some(proto::CommandSeek {
+            consumer_id,
+            request_id,
+            message_id: message_id.map(|m| m.to_proto()),
+            message_publish_time: publish_time_ms,
+        }),
+        ..base(Type::Seek)
+    }
+}
+
+/// GetLastMessageId.
+pub(crate) fn get_last_message_id(consumer_id: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        get_last_message_id: Some(proto::CommandGetLastMessageId {
+            consumer_id,
+            request_id,
+        }),
+        ..base(Type::GetLastMessageId)
+    }
+}
+
+/// Unsubscribe.
+pub(crate) fn unsubscribe(consumer_id: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        unsubscribe: Some(proto::CommandUnsubscribe {
+            consumer_id,
+            request_id,
+            ..Default::default()
+        }),
+        ..base(Type::Unsubscribe)
+    }
+}
+
+/// What a CloseProducer / CloseConsumer / TopicMigrated from the broker asks of an entity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct BrokerClose {
+    /// False: closed for good (PIP-139).
+    pub allow_reconnect: bool,
+    /// PIP-307 / migration: the broker to reconnect to directly.
+    pub assigned_broker: Option<String>,
+    /// Why, for logs.
+    pub reason: &'static str,
+}
+
+/// Reads a broker-initiated close of a producer or consumer (or a topic migration) out of an
+/// inbound command; `None` for any other command.
+pub(crate) fn broker_close(cmd: &BaseCommand) -> Option<BrokerClose> {
+    let non_empty = |u: &Option<String>| u.clone().filter(|u| !u.is_empty());
+    match Type::try_from(cmd.r#type).ok()? {
+        Type::CloseProducer => cmd.close_producer.as_ref().map(|c| BrokerClose {
+            allow_reconnect: c.allow_reconnect != Some(false),
+            assigned_broker: non_empty(&c.assigned_broker_service_url),
+            reason: "broker closed the producer",
+        }),
+        Type::CloseConsumer => cmd.close_consumer.as_ref().map(|c| BrokerClose {
+            allow_reconnect: c.allow_reconnect != Some(false),
+            assigned_broker: non_empty(&c.assigned_broker_service_url),
+            reason: "broker closed the consumer",
+        }),
+        Type::TopicMigrated => cmd.topic_migrated.as_ref().map(|m| BrokerClose {
+            allow_reconnect: true,
+            assigned_broker: non_empty(&m.broker_service_url),
+            reason: "topic migrated",
+        }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_close_reads_pip139_and_pip307_fields() {
+        let mut c = base(Type::CloseConsumer);
+        c.close_consumer = Some(proto::CommandCloseConsumer {
+            consumer_id: 1,
+            allow_reconnect: Some(false),
+            ..Default::default()
+        });
+        let bc = broker_close(&c).unwrap();
+        assert!(!bc.allow_reconnect);
+        let mut c = base(Type::CloseProducer);
+        c.close_producer = Some(proto::CommandCloseProducer {
+            assigned_broker_service_url: Some("pulsar://b:6650".into()),
+            ..Default::default()
+        });
+        let bc = broker_close(&c).unwrap();
+        assert!(bc.allow_reconnect);
+        assert_eq!(bc.assigned_broker.as_deref(), Some("pulsar://b:6650"));
+        assert!(broker_close(&ping()).is_none());
+    }
+
+    #[test]
+    fn redeliver_all_carries_the_epoch_and_no_ids() {
+        let f = redeliver_all(3, 7);
+        let r = f.command.redeliver_unacknowledged_messages.unwrap();
+        assert_eq!((r.consumer_id, r.consumer_epoch), (3, Some(7)));
+        assert!(r.message_ids.is_empty());
+    }
+
+    #[test]
+    fn discarded_entries_are_acked_with_their_validation_error() {
+        let id = MessageId::new(5, 6, -1);
+        let f = ack_discarded(
+            2,
+            id,
+            proto::command_ack::ValidationError::DecompressionError,
+        );
+        let a = f.command.ack.unwrap();
+        assert_eq!(
+            a.validation_error,
+            Some(proto::command_ack::ValidationError::DecompressionError as i32)
+        );
+        assert_eq!(a.message_id.len(), 1);
+    }
+}

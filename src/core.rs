@@ -1,0 +1,170 @@
+//! [`ClientCore`]: the state every producer, consumer, reader and watcher of one client shares
+//! (connection pool, lookup, id allocators, backoff policy, memory limit, partition updates,
+//! and the client-wide shutdown signal). It sits below the entities: it knows no producer or
+//! consumer, so they can take it without importing the [`crate::Client`] handle.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Semaphore};
+
+use crate::backoff_policy::{Backoff, BackoffPolicy};
+use crate::connection::Connection;
+use crate::error::Result;
+use crate::lookup::LookupService;
+use crate::pool::ConnectionPool;
+use crate::service_url::ServiceUrl;
+use crate::topic::TopicName;
+
+/// A shared reference to the core (what entities hold).
+pub(crate) type CoreRef = Arc<ClientCore>;
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct ClientCore {
+    pub(crate) service_url: ServiceUrl,
+    pub(crate) pool: Arc<ConnectionPool>,
+    pub(crate) lookup: LookupService,
+    pub(crate) operation_timeout: Duration,
+    pub(crate) backoff: BackoffPolicy,
+    pub(crate) memory: Arc<Semaphore>,
+    pub(crate) memory_limit: usize,
+    next_producer_id: AtomicU64,
+    next_consumer_id: AtomicU64,
+    next_watcher_id: AtomicU64,
+    pub(crate) partition_updates: Arc<crate::partitions::PartitionUpdates>,
+    /// Set once the client is closing: every entity task closes itself gracefully.
+    shutdown: watch::Sender<bool>,
+    /// Entity tasks still running (for a graceful client close).
+    live_tasks: watch::Sender<usize>,
+}
+
+/// Held by each entity task while it runs; the client's close waits for all to drop.
+#[derive(Debug)]
+pub(crate) struct TaskGuard {
+    live: watch::Sender<usize>,
+}
+
+impl Drop for TaskGuard {
+    fn drop(&mut self) {
+        self.live.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+impl ClientCore {
+    pub(crate) fn new(
+        service_url: ServiceUrl,
+        pool: Arc<ConnectionPool>,
+        lookup: LookupService,
+        operation_timeout: Duration,
+        backoff: BackoffPolicy,
+        memory_limit: usize,
+        partitions_interval: Duration,
+    ) -> Self {
+        ClientCore {
+            service_url,
+            pool,
+            lookup,
+            operation_timeout,
+            backoff,
+            memory: Arc::new(Semaphore::new(memory_limit)),
+            memory_limit,
+            next_producer_id: AtomicU64::new(0),
+            next_consumer_id: AtomicU64::new(0),
+            next_watcher_id: AtomicU64::new(0),
+            partition_updates: crate::partitions::PartitionUpdates::new(partitions_interval),
+            shutdown: watch::Sender::new(false),
+            live_tasks: watch::Sender::new(0),
+        }
+    }
+
+    pub(crate) fn operation_timeout(&self) -> Duration {
+        self.operation_timeout
+    }
+
+    pub(crate) fn backoff_policy(&self) -> &BackoffPolicy {
+        &self.backoff
+    }
+
+    /// A fresh backoff sequence with the client's policy.
+    pub(crate) fn backoff(&self) -> Backoff {
+        Backoff::new(&self.backoff)
+    }
+
+    pub(crate) fn new_producer_id(&self) -> u64 {
+        self.next_producer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn new_consumer_id(&self) -> u64 {
+        self.next_consumer_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn new_watcher_id(&self) -> u64 {
+        self.next_watcher_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn partition_updates(&self) -> &Arc<crate::partitions::PartitionUpdates> {
+        &self.partition_updates
+    }
+
+    /// The number of partitions of `topic` (0: not partitioned).
+    pub(crate) async fn partitioned_topic_metadata(&self, topic: &str) -> Result<u32> {
+        let topic = TopicName::new(topic)?;
+        self.lookup.partitioned_metadata(&topic).await
+    }
+
+    /// A connection to one of the service URL's brokers (lookups, metadata, watchers).
+    pub(crate) async fn lookup_service_connection(&self) -> Result<Connection> {
+        self.lookup.service_connection().await
+    }
+
+    /// The connection to a broker named by URL (PIP-307 assigned broker), without lookup.
+    pub(crate) async fn connection_to(&self, broker: &ServiceUrl) -> Result<Connection> {
+        self.pool.get(broker, broker.first_host()).await
+    }
+
+    /// The connection to the broker serving `topic` (lookup, then the pool).
+    pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
+        let found = self.lookup.lookup(topic).await?;
+        self.pool
+            .get(&found.logical_url, &found.physical_address)
+            .await
+    }
+
+    /// Registers a running entity task; drop the guard when the task ends.
+    pub(crate) fn task_started(&self) -> TaskGuard {
+        self.live_tasks.send_modify(|n| *n += 1);
+        TaskGuard {
+            live: self.live_tasks.clone(),
+        }
+    }
+
+    /// Resolves once the client is closing (at once if it already is).
+    pub(crate) fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    pub(crate) fn is_shut_down(&self) -> bool {
+        *self.shutdown.borrow()
+    }
+
+    /// Tells every entity to close, waits (up to `timeout`) until their tasks have ended, then
+    /// closes every connection. Returns whether every task ended in time.
+    pub(crate) async fn shutdown(&self, timeout: Duration) -> bool {
+        self.shutdown.send_replace(true);
+        let mut live = self.live_tasks.subscribe();
+        let done = tokio::time::timeout(timeout, live.wait_for(|n| *n == 0))
+            .await
+            .is_ok();
+        self.pool.close_all();
+        done
+    }
+}
+
+/// Waits until `rx` says the client is closing (never, if its sender is gone).
+pub(crate) async fn shut_down(rx: &mut watch::Receiver<bool>) {
+    if rx.wait_for(|s| *s).await.is_err() {
+        futures::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,429 @@
+//! The one driver behind every producer and consumer: create (or subscribe) with retries and
+//! fail-fast classification, reconnect (backoff, lookup, PIP-307 assigned broker, topic
+//! migration), broker close with or without reconnect (PIP-139), the client's shutdown, the
+//! group close of a partitioned entity, and the end of an entity for good. It drives the
+//! [`lifecycle`](crate::lifecycle) machine, which decides; the entity tasks plug in what
+//! differs (the create command, what to replay or clear after a reconnect) by reacting to the
+//! [`Wake`]s it returns.
+//!
+//! An entity task's loop selects on [`Entity::next`] next to its own sources (application
+//! requests, timers). `next` never waits on anything but those events, and requests the task
+//! sends while running (seek, close ...) are futures in [`Requests`], polled by the same loop:
+//! a task never stops listening to its broker.
+
+mod requests;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use crate::backoff_policy::Backoff;
+use crate::codec::Frame;
+use crate::commands;
+use crate::connection::{Connection, EntityEvent, EntityKind};
+use crate::core::{CoreRef, TaskGuard};
+use crate::error::{Error, Result, ServerError};
+use crate::lifecycle::{terminal_event, Event, GroupClose, Lifecycle, State};
+use crate::proto::BaseCommand;
+use crate::service_url::ServiceUrl;
+use crate::topic::TopicName;
+
+pub(crate) use requests::Requests;
+
+/// Builds the create (CommandProducer) or subscribe command of one attempt, given its
+/// request id.
+pub(crate) type CreateCommand = Arc<dyn Fn(u64) -> BaseCommand + Send + Sync>;
+
+/// After a connection loss, while the broker refuses connections (e.g. it is restarting),
+/// attempts stay at the initial backoff delay for this long before growing: such an attempt
+/// costs nothing, and the entity is back as soon as the broker is.
+pub(crate) const FAST_RETRY_WINDOW: Duration = Duration::from_secs(5);
+
+/// The delay between those fast attempts (or the policy's initial delay, if smaller).
+pub(crate) const FAST_RETRY_DELAY: Duration = Duration::from_millis(50);
+
+/// The backoff starts over only after an entity stayed attached this long: a broker that
+/// accepts a create and drops the connection right away meets a growing delay.
+pub(crate) const STAYED_HEALTHY: Duration = Duration::from_secs(5);
+
+/// An entity registered and created on a connection.
+pub(crate) struct Attached {
+    pub conn: Connection,
+    pub events: mpsc::UnboundedReceiver<EntityEvent>,
+    /// The broker's answer to the create command (ProducerSuccess / Success).
+    pub response: BaseCommand,
+}
+
+/// What woke an entity's driver, for the entity task to act on.
+#[derive(Debug)]
+pub(crate) enum Wake {
+    /// A command addressed to the entity (broker closes are handled by the driver).
+    Command(Box<Frame>),
+    /// The connection is gone (lost, or the broker closed the entity with reconnect allowed).
+    /// The task clears what the broker will send again, then calls [`Entity::reconnect`].
+    Detached,
+    /// Created again on a new connection, with the broker's answer.
+    Attached(Box<BaseCommand>),
+    /// The entity is done for good with this error (PIP-139 close, topic terminated, fenced,
+    /// a non-retriable create failure).
+    Ended(Error),
+    /// Another member of a partitioned entity's group ended it (already reported there).
+    GroupEnded(Error),
+    /// The client is closing: close gracefully.
+    Shutdown,
+}
+
+type Reconnect = Pin<Box<dyn Future<Output = (Backoff, Result<Attached>)> + Send>>;
+
+/// The shared part of a producer or consumer task (see the module docs).
+pub(crate) struct Entity {
+    pub core: CoreRef,
+    pub topic: TopicName,
+    pub kind: EntityKind,
+    pub id: u64,
+    pub life: Lifecycle,
+    pub conn: Option<Connection>,
+    events: Option<mpsc::UnboundedReceiver<EntityEvent>>,
+    reconnect: Option<Reconnect>,
+    /// None while a reconnect future owns it.
+    backoff: Option<Backoff>,
+    assigned_broker: Option<String>,
+    attached_at: Instant,
+    group: GroupClose,
+    shutdown: watch::Receiver<bool>,
+    shutdown_seen: bool,
+    _guard: TaskGuard,
+}
+
+impl Entity {
+    /// Creates the entity on the broker for the first time: retriable failures are retried
+    /// with backoff within the operation timeout, others fail at once.
+    pub(crate) async fn create(
+        core: &CoreRef,
+        topic: TopicName,
+        kind: EntityKind,
+        id: u64,
+        command: CreateCommand,
+        group: &GroupClose,
+    ) -> Result<(Entity, BaseCommand)> {
+        let life = Lifecycle::new(kind_name(kind), topic.to_string());
+        let mut backoff = core.backoff();
+        let deadline = Instant::now() + core.operation_timeout();
+        let attached = attach_with_retry(
+            core.clone(),
+            topic.clone(),
+            kind,
+            id,
+            command,
+            &mut backoff,
+            None,
+            Retry::Until(deadline),
+        )
+        .await
+        .map_err(|e| classify(e, &topic))?;
+        life.apply(Event::Created);
+        let entity = Entity {
+            core: core.clone(),
+            topic,
+            kind,
+            id,
+            life,
+            conn: Some(attached.conn),
+            events: Some(attached.events),
+            reconnect: None,
+            backoff: Some(backoff),
+            assigned_broker: None,
+            attached_at: Instant::now(),
+            group: group.clone(),
+            shutdown: core.shutdown_signal(),
+            shutdown_seen: false,
+            _guard: core.task_started(),
+        };
+        Ok((entity, attached.response))
+    }
+
+    /// Waits for the next thing the entity task must act on.
+    pub(crate) async fn next(&mut self) -> Wake {
+        let wake = tokio::select! {
+            biased;
+            ev = recv_opt(&mut self.events) => match ev {
+                Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
+                    None => return Wake::Command(frame),
+                    Some(close) if !close.allow_reconnect => {
+                        Wake::Ended(Error::ClosedByBroker { topic: self.topic.to_string() })
+                    }
+                    Some(close) => {
+                        tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
+                            to = ?close.assigned_broker, "{}", close.reason);
+                        self.life.apply(Event::BrokerClose { allow_reconnect: true });
+                        self.assigned_broker = close.assigned_broker;
+                        self.detach(close.reason);
+                        Wake::Detached
+                    }
+                },
+                Some(EntityEvent::ConnectionClosed(e)) => {
+                    self.lose_connection(&e.to_string());
+                    Wake::Detached
+                }
+                None => {
+                    self.lose_connection("the connection dropped the entity's channel");
+                    Wake::Detached
+                }
+            },
+            r = async { self.reconnect.as_mut().expect("guarded").await }, if self.reconnect.is_some() => {
+                self.reconnect = None;
+                let (backoff, result) = r;
+                self.backoff = Some(backoff);
+                match result {
+                    Ok(a) => {
+                        self.life.apply(Event::Created);
+                        self.conn = Some(a.conn);
+                        self.events = Some(a.events);
+                        self.attached_at = Instant::now();
+                        tracing::info!(topic = %self.topic, kind = kind_name(self.kind), "re-created");
+                        Wake::Attached(Box::new(a.response))
+                    }
+                    Err(e) => Wake::Ended(classify(e, &self.topic)),
+                }
+            }
+            e = self.group.closed() => Wake::GroupEnded(e),
+            _ = crate::core::shut_down(&mut self.shutdown), if !self.shutdown_seen => {
+                self.shutdown_seen = true;
+                Wake::Shutdown
+            }
+        };
+        wake
+    }
+
+    /// The connection was lost: count it in the lifecycle and forget the registration.
+    pub(crate) fn lose_connection(&mut self, why: &str) {
+        self.life.apply(Event::ConnectionLost);
+        self.detach(why);
+    }
+
+    fn detach(&mut self, why: &str) {
+        if let Some(conn) = self.conn.take() {
+            tracing::info!(topic = %self.topic, kind = kind_name(self.kind), why, "detached");
+            conn.unregister(self.kind, self.id);
+        }
+        self.events = None;
+    }
+
+    /// Drops the connection on purpose (e.g. the broker broke a rule) and reconnects: the
+    /// broker then forgets this entity with the connection.
+    pub(crate) fn drop_connection(&mut self, why: &str) {
+        if let Some(c) = &self.conn {
+            c.close();
+        }
+        self.lose_connection(why);
+    }
+
+    /// Starts re-creating the entity with `command` (after [`Wake::Detached`]). The first
+    /// attempt goes at once to a PIP-307 assigned broker, otherwise after the backoff delay.
+    pub(crate) fn reconnect(&mut self, command: CreateCommand) {
+        if self.reconnect.is_some() || self.conn.is_some() {
+            return;
+        }
+        let mut backoff = self.backoff.take().unwrap_or_else(|| self.core.backoff());
+        if self.attached_at.elapsed() >= STAYED_HEALTHY {
+            backoff = self.core.backoff();
+        }
+        let direct = self
+            .assigned_broker
+            .take()
+            .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
+        let (core, topic, kind, id) = (self.core.clone(), self.topic.clone(), self.kind, self.id);
+        self.reconnect = Some(Box::pin(async move {
+            let r = attach_with_retry(
+                core,
+                topic,
+                kind,
+                id,
+                command,
+                &mut backoff,
+                direct,
+                Retry::Forever {
+                    lost_at: Instant::now(),
+                },
+            )
+            .await;
+            (backoff, r)
+        }));
+    }
+
+    /// Stops reconnecting (the entity is closing and has nothing left to deliver).
+    pub(crate) fn stop_reconnecting(&mut self) {
+        self.reconnect = None;
+    }
+
+    /// Sends a command that gets no answer (flow, ack, redeliver) on the control path: it is
+    /// never dropped and never waits. Without a connection it is not sent: the broker forgets
+    /// this entity's state with the connection.
+    pub(crate) fn send_control(&mut self, frame: Frame) {
+        if let Some(conn) = &self.conn {
+            if conn.send_control(frame).is_err() {
+                self.lose_connection("connection closed while sending");
+            }
+        }
+    }
+
+    /// The CloseProducer / CloseConsumer request for this entity, as a future, and the
+    /// registration forgotten. `None` without a connection.
+    pub(crate) fn close_request(
+        &mut self,
+    ) -> Option<impl Future<Output = Result<BaseCommand>> + Send + 'static> {
+        let conn = self.conn.take()?;
+        self.events = None;
+        let (kind, id) = (self.kind, self.id);
+        Some(async move {
+            let request_id = conn.new_request_id();
+            let cmd = match kind {
+                EntityKind::Producer => commands::close_producer(id, request_id),
+                _ => commands::close_consumer(id, request_id),
+            };
+            let r = conn.request(request_id, cmd, "close").await;
+            conn.unregister(kind, id);
+            r
+        })
+    }
+
+    /// Ends the entity for good with `error`: the lifecycle's terminal state, the group told
+    /// (PIP-139: a partitioned entity closed for good by the broker closes as a whole), the
+    /// registration dropped. Returns the final state.
+    pub(crate) fn end(&mut self, error: &Error) -> State {
+        self.reconnect = None;
+        if matches!(error, Error::Closed) && self.life.state() != State::Closing {
+            self.life.apply(Event::CloseRequested);
+        }
+        let state = self.life.apply(terminal_event(error));
+        if matches!(error, Error::ClosedByBroker { .. }) {
+            self.group.close_all(error);
+        }
+        if let Some(conn) = self.conn.take() {
+            conn.unregister(self.kind, self.id);
+        }
+        self.events = None;
+        state
+    }
+}
+
+fn kind_name(kind: EntityKind) -> &'static str {
+    match kind {
+        EntityKind::Producer => "producer",
+        _ => "consumer",
+    }
+}
+
+/// Turns broker refusals that end an entity for good into their distinct errors.
+pub(crate) fn classify(error: Error, topic: &TopicName) -> Error {
+    match error {
+        Error::Broker {
+            code: ServerError::TopicTerminatedError,
+            ..
+        } => Error::TopicTerminated {
+            topic: topic.to_string(),
+        },
+        Error::Broker {
+            code: ServerError::ProducerFenced,
+            ..
+        } => Error::ProducerFenced {
+            topic: topic.to_string(),
+        },
+        other => other,
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Retry {
+    /// First creation: attempt at once, retry within the deadline.
+    Until(Instant),
+    /// Reconnect: wait before each attempt (fast while the broker refuses connections), retry
+    /// until an attempt succeeds or fails for good.
+    Forever { lost_at: Instant },
+}
+
+/// Attaches (register + create) with retries; the one loop for creates and reconnects.
+#[allow(clippy::too_many_arguments)]
+async fn attach_with_retry(
+    core: CoreRef,
+    topic: TopicName,
+    kind: EntityKind,
+    id: u64,
+    command: CreateCommand,
+    backoff: &mut Backoff,
+    mut direct: Option<ServiceUrl>,
+    retry: Retry,
+) -> Result<Attached> {
+    let mut refused = false;
+    loop {
+        if let Retry::Forever { lost_at } = retry {
+            if direct.is_none() {
+                let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
+                    core.backoff_policy().initial.min(FAST_RETRY_DELAY)
+                } else {
+                    backoff.next_delay()
+                };
+                tokio::time::sleep(delay).await;
+            }
+        }
+        let target = direct.take();
+        match attach_once(&core, &topic, kind, id, &command, target.as_ref()).await {
+            Ok(a) => return Ok(a),
+            Err(e) if e.is_retriable() && !core.is_shut_down() => {
+                refused = matches!(e, Error::Connect { .. });
+                tracing::debug!(%topic, kind = kind_name(kind), error = %e, "create failed; retrying");
+                if let Retry::Until(deadline) = retry {
+                    let delay = backoff.next_delay();
+                    if Instant::now() + delay >= deadline {
+                        return Err(e);
+                    }
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// One attempt: the connection (direct, or by lookup), the registration, the create command.
+async fn attach_once(
+    core: &CoreRef,
+    topic: &TopicName,
+    kind: EntityKind,
+    id: u64,
+    command: &CreateCommand,
+    direct: Option<&ServiceUrl>,
+) -> Result<Attached> {
+    let conn = match direct {
+        Some(url) => core.connection_to(url).await?,
+        None => core.connection_for(topic).await?,
+    };
+    let (tx, events) = mpsc::unbounded_channel();
+    conn.register(kind, id, tx)?;
+    let request_id = conn.new_request_id();
+    match conn
+        .request(request_id, command(request_id), "create")
+        .await
+    {
+        Ok(response) => Ok(Attached {
+            conn,
+            events,
+            response,
+        }),
+        Err(e) => {
+            conn.unregister(kind, id);
+            Err(e)
+        }
+    }
+}
+
+async fn recv_opt<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+    match rx {
+        Some(rx) => rx.recv().await,
+        None => futures::future::pending().await,
+    }
+}

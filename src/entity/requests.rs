@@ -1,0 +1,66 @@
+//! Requests an entity task has in flight (seek, unsubscribe, close ...), kept as futures the
+//! task's loop polls, so the task keeps handling broker events while they run.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use futures::stream::{FuturesUnordered, StreamExt};
+
+use crate::connection::Connection;
+use crate::error::Result;
+use crate::proto::BaseCommand;
+
+type InFlight<T> = Pin<Box<dyn Future<Output = (T, Result<BaseCommand>)> + Send>>;
+
+/// Requests in flight, each tagged with what to do with its answer.
+pub(crate) struct Requests<T> {
+    inflight: FuturesUnordered<InFlight<T>>,
+}
+
+impl<T: Send + 'static> Requests<T> {
+    pub(crate) fn new() -> Self {
+        Requests {
+            inflight: FuturesUnordered::new(),
+        }
+    }
+
+    /// Sends `build(request_id)` on `conn`; its answer comes back from [`Requests::next`] with
+    /// `tag`.
+    pub(crate) fn send(
+        &mut self,
+        conn: &Connection,
+        tag: T,
+        build: impl FnOnce(u64) -> BaseCommand,
+        operation: &'static str,
+    ) {
+        let conn = conn.clone();
+        let request_id = conn.new_request_id();
+        let cmd = build(request_id);
+        self.inflight.push(Box::pin(async move {
+            let r = conn.request(request_id, cmd, operation).await;
+            (tag, r)
+        }));
+    }
+
+    /// Tracks any future whose answer belongs to this task.
+    pub(crate) fn push(
+        &mut self,
+        tag: T,
+        fut: impl Future<Output = Result<BaseCommand>> + Send + 'static,
+    ) {
+        self.inflight.push(Box::pin(async move { (tag, fut.await) }));
+    }
+
+    /// Whether nothing is in flight.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.inflight.is_empty()
+    }
+
+    /// The next answer; waits forever while nothing is in flight.
+    pub(crate) async fn next(&mut self) -> (T, Result<BaseCommand>) {
+        match self.inflight.next().await {
+            Some(done) => done,
+            None => futures::future::pending().await,
+        }
+    }
+}
