@@ -16,7 +16,12 @@ const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 
 /// `now + d`, without the panic of `Instant + Duration::MAX`: a duration too large to add
 /// gives a deadline that never comes.
 pub(crate) fn deadline_after(d: std::time::Duration) -> Instant {
-    let now = Instant::now();
-    now.checked_add(d.min(FAR_FUTURE))
-        .unwrap_or_else(|| now + FAR_FUTURE)
+    later(Instant::now(), d)
+}
+
+/// `at + d`, saturating at a far-future instant instead of panicking (configured timeouts and
+/// delays may be `Duration::MAX`).
+pub(crate) fn later(at: Instant, d: std::time::Duration) -> Instant {
+    at.checked_add(d.min(FAR_FUTURE))
+        .unwrap_or_else(|| at + FAR_FUTURE)
 }

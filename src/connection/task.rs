@@ -303,7 +303,7 @@ where
     let keepalive = keepalive.max(Duration::from_millis(1));
     let mut last_inbound = Instant::now();
     let mut ping_sent_at: Option<Instant> = None;
-    let mut keepalive_tick = tokio::time::interval_at(Instant::now() + keepalive, keepalive);
+    let mut keepalive_tick = tokio::time::interval_at(crate::util::deadline_after(keepalive), keepalive);
     keepalive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let reason = loop {
@@ -436,7 +436,7 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
                     responder,
                     operation,
                     timeout,
-                    deadline: Instant::now() + timeout,
+                    deadline: crate::util::deadline_after(timeout),
                 },
             );
             frame

@@ -49,7 +49,14 @@ async fn connect_with(
     answer: BaseCommand,
     config: ConnectionConfig,
 ) -> (Connection, Peer, BaseCommand) {
-    let (client_io, broker_io) = tokio::io::duplex(1 << 20);
+    connect_over(tokio::io::duplex(1 << 20), answer, config).await
+}
+
+async fn connect_over(
+    (client_io, broker_io): (DuplexStream, DuplexStream),
+    answer: BaseCommand,
+    config: ConnectionConfig,
+) -> (Connection, Peer, BaseCommand) {
     let mut peer = Framed::new(broker_io, PulsarCodec::new());
     let client = tokio::spawn(async move {
         Connection::connect_with_stream(client_io, "pulsar://scripted:6650", None, &config).await
@@ -441,4 +448,61 @@ async fn close_fails_later_requests() {
     assert!(matches!(reason, Error::Closed));
     let (id, c) = lookup_request(&conn, "t");
     assert!(conn.request(id, c, "lookup").await.is_err());
+}
+
+/// A broker that stops reading fills the connection's queue; control commands (ack, flow,
+/// redeliver) are still accepted at once, without waiting, and none is dropped: all arrive
+/// once the broker reads again.
+#[tokio::test]
+async fn control_commands_are_never_blocked_or_dropped_by_a_full_queue() {
+    let small = ConnectionConfig {
+        command_queue: 4,
+        ..config()
+    };
+    let (conn, mut peer, _) =
+        connect_over(tokio::io::duplex(4096), connected(Some(1 << 20), false), small).await;
+    // Fill every buffer between the handles and the stalled socket with data frames until
+    // the bounded queue refuses one.
+    let frame = |i: u64| {
+        let mut c = cmd(Type::Flow);
+        c.flow = Some(proto::CommandFlow {
+            consumer_id: 1_000_000 + i,
+            message_permits: 0,
+        });
+        let mut b = bytes::BytesMut::new();
+        crate::codec::encode_frame(&Frame::simple(c), &mut b, 1 << 20).unwrap();
+        b.freeze()
+    };
+    let mut queued = 0u64;
+    loop {
+        match conn.try_send_raw(frame(queued)) {
+            Ok(()) => queued += 1,
+            Err(Some(_)) => break,
+            Err(None) => panic!("connection closed"),
+        }
+        assert!(queued < 100_000, "the queue never filled");
+        if queued % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    // Full: control commands still go through without waiting.
+    const CONTROL: u64 = 500;
+    for i in 0..CONTROL {
+        conn.send_control(crate::commands::flow(i, 1))
+            .expect("accepted without waiting");
+    }
+    // The broker reads again: every data frame and every control command arrives.
+    let mut data = 0;
+    let mut control = std::collections::BTreeSet::new();
+    while data < queued || (control.len() as u64) < CONTROL {
+        let c = next_command(&mut peer).await;
+        let f = c.flow.expect("a FLOW");
+        if f.consumer_id >= 1_000_000 {
+            data += 1;
+        } else {
+            control.insert(f.consumer_id);
+        }
+    }
+    assert_eq!(control.len() as u64, CONTROL);
+    assert_eq!(data, queued);
 }

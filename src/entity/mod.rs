@@ -112,7 +112,7 @@ impl Entity {
     ) -> Result<(Entity, BaseCommand)> {
         let life = Lifecycle::new(kind_name(kind), topic.to_string());
         let mut backoff = core.backoff();
-        let deadline = Instant::now() + core.operation_timeout();
+        let deadline = crate::util::deadline_after(core.operation_timeout());
         let attached = attach_with_retry(
             core.clone(),
             topic.clone(),
@@ -378,7 +378,7 @@ async fn attach_with_retry(
                 tracing::debug!(%topic, kind = kind_name(kind), error = %e, "create failed; retrying");
                 if let Retry::Until(deadline) = retry {
                     let delay = backoff.next_delay();
-                    if Instant::now() + delay >= deadline {
+                    if crate::util::deadline_after(delay) >= deadline {
                         return Err(e);
                     }
                     tokio::time::sleep(delay).await;
