@@ -121,7 +121,12 @@ pub(crate) fn ack_individual(
         p.batch_size = (id.batch_size > 0).then_some(id.batch_size);
         p
     }));
-    ack(consumer_id, proto::command_ack::AckType::Individual, ids, None)
+    ack(
+        consumer_id,
+        proto::command_ack::AckType::Individual,
+        ids,
+        None,
+    )
 }
 
 /// A cumulative ACK up to and including `id`'s entry.

@@ -16,9 +16,9 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::core::CoreRef as Client;
 use crate::codec::Frame;
 use crate::connection::{Connection, EntityEvent, EntityKind};
+use crate::core::CoreRef as Client;
 use crate::error::{Error, Result};
 use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::topic::TopicName;

@@ -142,9 +142,7 @@ where
                 });
             }
             Ok(Type::Ping) => {
-                writer
-                    .send(Frame::simple(crate::commands::pong()))
-                    .await?;
+                writer.send(Frame::simple(crate::commands::pong())).await?;
             }
             Ok(Type::AuthChallenge) => {
                 writer

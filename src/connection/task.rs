@@ -303,7 +303,8 @@ where
     let keepalive = keepalive.max(Duration::from_millis(1));
     let mut last_inbound = Instant::now();
     let mut ping_sent_at: Option<Instant> = None;
-    let mut keepalive_tick = tokio::time::interval_at(crate::util::deadline_after(keepalive), keepalive);
+    let mut keepalive_tick =
+        tokio::time::interval_at(crate::util::deadline_after(keepalive), keepalive);
     keepalive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let reason = loop {
@@ -413,7 +414,9 @@ fn keepalive_step(
     }
     if now.duration_since(last_inbound) >= interval {
         *ping_sent_at = Some(now);
-        return out.push(Outgoing::Frame(Box::new(Frame::simple(crate::commands::ping()))));
+        return out.push(Outgoing::Frame(Box::new(Frame::simple(
+            crate::commands::ping(),
+        ))));
     }
     Step::Continue
 }

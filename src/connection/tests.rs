@@ -459,8 +459,12 @@ async fn control_commands_are_never_blocked_or_dropped_by_a_full_queue() {
         command_queue: 4,
         ..config()
     };
-    let (conn, mut peer, _) =
-        connect_over(tokio::io::duplex(4096), connected(Some(1 << 20), false), small).await;
+    let (conn, mut peer, _) = connect_over(
+        tokio::io::duplex(4096),
+        connected(Some(1 << 20), false),
+        small,
+    )
+    .await;
     // Fill every buffer between the handles and the stalled socket with data frames until
     // the bounded queue refuses one.
     let frame = |i: u64| {

@@ -215,7 +215,10 @@ pub(crate) struct NackTracker {
 
 impl NackTracker {
     pub(crate) fn add(&mut self, id: MessageId, now: Instant, delay: Duration) {
-        self.due.entry(crate::util::later(now, delay)).or_default().push(id.entry());
+        self.due
+            .entry(crate::util::later(now, delay))
+            .or_default()
+            .push(id.entry());
     }
 
     pub(crate) fn next_deadline(&self) -> Option<Instant> {

@@ -9,10 +9,10 @@ use crate::batch::parse_batch;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
 use crate::error::Error;
-use crate::proto::command_ack::ValidationError;
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::proto;
+use crate::proto::command_ack::ValidationError;
 use crate::topic::TopicName;
 
 fn props(kvs: &[proto::KeyValue]) -> BTreeMap<String, String> {
@@ -30,7 +30,13 @@ pub(crate) struct Undecodable {
 }
 
 fn undecodable(validation: ValidationError) -> impl FnOnce(Error) -> Undecodable {
-    move |error| Undecodable { error, validation }
+    move |error| Undecodable {
+        error: match error {
+            e @ Error::InvalidMessage(_) => e,
+            e => Error::InvalidMessage(e.to_string()),
+        },
+        validation,
+    }
 }
 
 /// Decodes one delivered entry into its messages (one, or the messages of a batch).
@@ -89,7 +95,8 @@ pub(crate) fn decode(
     let n = u32::try_from(n)
         .map_err(|_| Error::InvalidMessage(format!("negative batch size {n} in {id}")))
         .map_err(undecodable(ValidationError::BatchDeSerializeError))?;
-    let parts = parse_batch(data, n).map_err(undecodable(ValidationError::BatchDeSerializeError))?;
+    let parts =
+        parse_batch(data, n).map_err(undecodable(ValidationError::BatchDeSerializeError))?;
     let mut out = Vec::with_capacity(parts.len());
     for (i, (single, body)) in parts.into_iter().enumerate() {
         if single.compacted_out.unwrap_or(false) {

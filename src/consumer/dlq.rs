@@ -15,10 +15,10 @@ use std::time::Duration;
 use tokio::sync::{mpsc, OnceCell};
 
 use crate::core::CoreRef;
-use crate::producer::ProducerBuilder;
 use crate::error::{Error, Result};
 use crate::message::{Message, ProducerMessage};
 use crate::producer::Producer;
+use crate::producer::ProducerBuilder;
 use crate::topic::TopicName;
 
 use super::task::ConsumerOp;

@@ -52,8 +52,7 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
     r[index] = Some(shared);
 }
 use task::{
-    subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget,
-    SubscribeParams,
+    subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams,
 };
 
 /// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).

@@ -275,7 +275,9 @@ impl ConsumerTask {
         if !first {
             return Ok(());
         }
-        self.entity.life.apply(crate::lifecycle::Event::CloseRequested);
+        self.entity
+            .life
+            .apply(crate::lifecycle::Event::CloseRequested);
         self.flush_acks();
         self.entity.stop_reconnecting();
         match self.entity.close_request() {

@@ -271,13 +271,13 @@ impl Entity {
         }
     }
 
-    /// The CloseProducer / CloseConsumer request for this entity, as a future, and the
-    /// registration forgotten. `None` without a connection.
+    /// The CloseProducer / CloseConsumer request for this entity, as a future (`None` without
+    /// a connection). The entity stays registered meanwhile, so a broker close that arrives
+    /// during the close is still seen; [`Entity::end`] (or a detach) drops the registration.
     pub(crate) fn close_request(
-        &mut self,
+        &self,
     ) -> Option<impl Future<Output = Result<BaseCommand>> + Send + 'static> {
-        let conn = self.conn.take()?;
-        self.events = None;
+        let conn = self.conn.clone()?;
         let (kind, id) = (self.kind, self.id);
         Some(async move {
             let request_id = conn.new_request_id();
@@ -285,9 +285,7 @@ impl Entity {
                 EntityKind::Producer => commands::close_producer(id, request_id),
                 _ => commands::close_consumer(id, request_id),
             };
-            let r = conn.request(request_id, cmd, "close").await;
-            conn.unregister(kind, id);
-            r
+            conn.request(request_id, cmd, "close").await
         })
     }
 

@@ -48,7 +48,8 @@ impl<T: Send + 'static> Requests<T> {
         tag: T,
         fut: impl Future<Output = Result<BaseCommand>> + Send + 'static,
     ) {
-        self.inflight.push(Box::pin(async move { (tag, fut.await) }));
+        self.inflight
+            .push(Box::pin(async move { (tag, fut.await) }));
     }
 
     /// Whether nothing is in flight.

@@ -110,6 +110,30 @@ impl MockBroker {
         true
     }
 
+    /// Stores an entry in persistent topic `topic` (created if needed) exactly as given, as if
+    /// a producer had sent it, and dispatches it to the topic's consumers. For entries no
+    /// well-behaved producer writes: corrupt payloads, chunks, odd metadata. Returns the
+    /// entry id, or `None` if the topic cannot be created or is not persistent.
+    pub fn publish_raw(
+        &self,
+        topic: &str,
+        metadata: super::wire::MessageMetadata,
+        data: bytes::Bytes,
+    ) -> Option<u64> {
+        if !self.create_topic(topic) {
+            return None;
+        }
+        let mut state = lock(&self.shared().state);
+        let super::state::BrokerState { topics, conns, .. } = &mut *state;
+        let topic = topics.get_mut(topic)?;
+        if !topic.persistent {
+            return None;
+        }
+        let entry = topic.append(metadata, data);
+        super::dispatch::dispatch_all(topic, conns);
+        Some(entry)
+    }
+
     /// Whether topic `topic` exists (was created by a producer, a consumer or the admin API;
     /// a partitioned topic itself does not, its partitions do).
     pub fn topic_exists(&self, topic: &str) -> bool {

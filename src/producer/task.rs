@@ -186,7 +186,11 @@ impl ProducerTask {
             if let Err(e) = step {
                 break e;
             }
-            if self.closing && close_request.is_empty() && self.pending.is_empty() && self.batches_empty() {
+            if self.closing
+                && close_request.is_empty()
+                && self.pending.is_empty()
+                && self.batches_empty()
+            {
                 match self.entity.close_request() {
                     Some(req) => close_request.push((), req),
                     None => break Error::Closed,
@@ -266,7 +270,8 @@ impl ProducerTask {
                 }
                 Err(None) => {
                     self.unsent.clear();
-                    self.entity.lose_connection("connection closed while sending");
+                    self.entity
+                        .lose_connection("connection closed while sending");
                     self.on_wake(Wake::Detached).ok();
                     return;
                 }
@@ -302,7 +307,9 @@ impl ProducerTask {
     fn start_close(&mut self) {
         if !self.closing {
             self.closing = true;
-            self.entity.life.apply(crate::lifecycle::Event::CloseRequested);
+            self.entity
+                .life
+                .apply(crate::lifecycle::Event::CloseRequested);
         }
         self.flush_all_batches();
     }
