@@ -215,11 +215,27 @@ async fn produce_consume_flow(url: &str, topic: &str) {
     let mut expected: Vec<String> = (0..10).map(|i| format!("kept-{i}")).collect();
     expected.sort();
     assert_eq!(got, expected, "only messages sent while subscribed arrive");
+    // Every message sent while subscribed is delivered, even when each is acked as it comes:
+    // brokers give all of a non-persistent topic's messages the same id, so the client keeps
+    // no ack state for them (upstream's no-op ack tracker) and filters none as a redelivery.
+    let single = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..50 {
+        single.send_and_wait(format!("each-{i}")).await.unwrap();
+        let m = recv(&mut consumer).await;
+        assert_eq!(m.payload_str(), Some(format!("each-{i}").as_str()));
+        consumer.ack(&m).unwrap();
+    }
     assert!(matches!(
         consumer.seek(pulsar_sdk::MessageId::new(0, 0, -1)).await,
         Err(Error::InvalidConfig(_))
     ));
     consumer.close().await.unwrap();
+    single.close().await.unwrap();
     producer.close().await.unwrap();
 }
 
@@ -231,6 +247,10 @@ async fn non_persistent_produce_consume_on_the_mock() {
         "non-persistent://public/default/np-flow",
     )
     .await;
+    assert!(
+        broker.received_of(Type::Ack).is_empty(),
+        "no acks are sent for a non-persistent topic"
+    );
     for s in broker.received_of(Type::Subscribe) {
         assert_eq!(s.command.subscribe.unwrap().durable, Some(false));
     }
@@ -274,6 +294,10 @@ async fn partitioned_non_persistent_topics_work() {
         partitions.len(),
         3,
         "messages came from every partition: {partitions:?}"
+    );
+    assert!(
+        broker.received_of(Type::Ack).is_empty(),
+        "no acks are sent for a non-persistent topic"
     );
     for s in broker.received_of(Type::Subscribe) {
         assert_eq!(s.command.subscribe.unwrap().durable, Some(false));

@@ -737,3 +737,49 @@ async fn failover_delivers_to_one_consumer_and_the_other_takes_over_when_it_leav
     assert_eq!(after_payloads, names("g", 0..5));
     standby.close().await.unwrap();
 }
+
+/// Cumulative acks on a Shared subscription are refused before anything is sent (the broker
+/// would ignore them and the messages would be stuck); the message is still acked normally.
+#[tokio::test]
+async fn cumulative_ack_on_shared_is_refused_and_the_message_still_acks() {
+    let client = client();
+    let topic = format!("persistent://public/default/{}", unique_name("cumulative"));
+    let producer = unbatched_producer(&client, &topic).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    producer.send_and_wait("m0").await.unwrap();
+    let m = tokio::time::timeout(Duration::from_secs(10), consumer.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        consumer.ack_cumulative(&m),
+        Err(pulsar_sdk::Error::InvalidOperation(_))
+    ));
+    consumer.ack(&m).unwrap();
+    consumer.close().await.unwrap();
+    // Acked: a new consumer of the subscription gets nothing back.
+    let mut again = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    producer.send_and_wait("m1").await.unwrap();
+    let next = tokio::time::timeout(Duration::from_secs(10), again.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        next.payload_str(),
+        Some("m1"),
+        "m0 was acked, not redelivered"
+    );
+}
