@@ -206,6 +206,15 @@ impl BatchBuilder {
         self.count += 1;
     }
 
+    /// How many bytes [`push`](Self::push) would add for a message with `fields` and a payload
+    /// of `payload_len` bytes: the size prefix, the `SingleMessageMetadata` and the payload.
+    pub(crate) fn record_len(fields: &SingleMessageFields<'_>, payload_len: usize) -> usize {
+        // Only the varint length of `payload_size` depends on it; clamping keeps this total
+        // (a payload that large is refused before it could be pushed).
+        let payload_size = i32::try_from(payload_len).unwrap_or(i32::MAX);
+        4 + single_metadata_len(fields, payload_size) + payload_len
+    }
+
     /// The number of messages in the batch (its `num_messages_in_batch`).
     #[cfg(test)]
     pub(crate) fn len(&self) -> u32 {
@@ -505,6 +514,7 @@ mod tests {
                 let before = b.size_bytes();
                 b.push(&f, body);
                 prop_assert_eq!(b.size_bytes() - before, 4 + single_metadata_len(&f, body.len() as i32) + body.len());
+                prop_assert_eq!(b.size_bytes() - before, BatchBuilder::record_len(&f, body.len()));
                 let m = as_proto(&f, body.len() as i32);
                 // Borrowing the prost message's fields encodes the same record.
                 let mut b2 = BatchBuilder::new();

@@ -128,15 +128,146 @@ pub(crate) fn single_message_entry(
     })
 }
 
+/// The `SingleMessageMetadata` of `msg` in a batch.
+fn single_fields<'a>(
+    msg: &'a ProducerMessage,
+    properties: &'a [proto::KeyValue],
+    sequence_id: u64,
+) -> SingleMessageFields<'a> {
+    SingleMessageFields {
+        properties,
+        partition_key: msg.key.as_deref(),
+        event_time: msg.event_time,
+        ordering_key: msg.ordering_key.as_deref(),
+        sequence_id: Some(sequence_id),
+        ..Default::default()
+    }
+}
+
+/// Which key-based batch a message joins: its ordering key when it has one, else its partition
+/// key (Java's `BatchMessageKeyBasedContainer.getKey`, Go's `getMessageKey`). Without key-based
+/// batching every message joins the one open batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum BatchKey {
+    Any,
+    Ordering(Bytes),
+    Partition(String),
+    NoKey,
+}
+
+impl BatchKey {
+    fn of(msg: &ProducerMessage, key_based: bool) -> Self {
+        match (key_based, &msg.ordering_key, &msg.key) {
+            (false, _, _) => BatchKey::Any,
+            (true, Some(k), _) => BatchKey::Ordering(k.clone()),
+            (true, None, Some(k)) => BatchKey::Partition(k.clone()),
+            (true, None, None) => BatchKey::NoKey,
+        }
+    }
+
+    /// Whether `msg` belongs to a batch of this key (without allocating).
+    fn matches(&self, msg: &ProducerMessage) -> bool {
+        match (self, &msg.ordering_key, &msg.key) {
+            (BatchKey::Any, _, _) => true,
+            (BatchKey::Ordering(k), Some(o), _) => k == o,
+            (BatchKey::Partition(k), None, Some(p)) => k == p,
+            (BatchKey::NoKey, None, None) => true,
+            _ => false,
+        }
+    }
+}
+
 /// One open batch.
 #[derive(Debug)]
 struct OpenBatch {
-    key: Option<String>,
+    key: BatchKey,
+    /// The first message's partition key and ordering key, which the batch's own metadata
+    /// carries: the broker routes a Key_Shared entry by them.
+    partition_key: Option<String>,
+    ordering_key: Option<Bytes>,
+    /// An upper bound of the encoded size of the batch's `MessageMetadata`.
+    metadata_bound: usize,
     builder: BatchBuilder,
     completions: Vec<Completion>,
     first_seq: u64,
     last_seq: u64,
     opened_at: Instant,
+}
+
+/// The parts of a batch's metadata known only when it is sent.
+struct BatchFields {
+    last_seq: u64,
+    messages: usize,
+    /// The uncompressed payload size.
+    raw_len: usize,
+    publish_time: u64,
+    compression: CompressionType,
+}
+
+impl BatchFields {
+    /// The largest values each field can take, for a bound of the metadata's encoded size.
+    fn upper_bound(compression: CompressionType) -> Self {
+        BatchFields {
+            last_seq: u64::MAX,
+            messages: i32::MAX as usize,
+            raw_len: u32::MAX as usize,
+            publish_time: u64::MAX,
+            compression,
+        }
+    }
+}
+
+/// The `MessageMetadata` of a batch. Like Java's `Commands.initBatchMessageMetadata` (called by
+/// `BatchMessageContainerImpl.add` for a batch's first message), the batch carries its first
+/// message's partition key and ordering key: the broker's Key_Shared dispatcher picks the
+/// consumer of a whole entry from them. With key-based batching every message of the batch has
+/// that key; the consumer reads each message's own keys from its `SingleMessageMetadata`.
+fn batch_metadata(
+    ctx: &FrameContext,
+    first_seq: u64,
+    b: &OpenBatch,
+    f: BatchFields,
+) -> proto::MessageMetadata {
+    let compressed = f.compression != CompressionType::None;
+    proto::MessageMetadata {
+        producer_name: ctx.producer_name.clone(),
+        sequence_id: first_seq,
+        highest_sequence_id: Some(f.last_seq),
+        publish_time: f.publish_time,
+        num_messages_in_batch: Some(f.messages as i32),
+        partition_key: b.partition_key.clone(),
+        ordering_key: b.ordering_key.clone(),
+        compression: compressed.then(|| f.compression.to_proto()),
+        uncompressed_size: compressed.then_some(f.raw_len as u32),
+        ..Default::default()
+    }
+}
+
+impl OpenBatch {
+    fn new(ctx: &FrameContext, msg: &ProducerMessage, key: BatchKey, first_seq: u64) -> Self {
+        let mut b = OpenBatch {
+            key,
+            partition_key: msg.key.clone(),
+            ordering_key: msg.ordering_key.clone(),
+            metadata_bound: 0,
+            builder: BatchBuilder::new(),
+            completions: Vec::new(),
+            first_seq,
+            last_seq: first_seq,
+            opened_at: Instant::now(),
+        };
+        use prost::Message as _;
+        b.metadata_bound =
+            batch_metadata(ctx, u64::MAX, &b, BatchFields::upper_bound(ctx.compression))
+                .encoded_len();
+        b
+    }
+
+    /// Whether `record` more payload bytes keep the batch within the broker's limit (metadata
+    /// plus uncompressed payload, as Go's `batchContainer.hasSpace` bounds it).
+    fn fits(&self, record: usize, max_message_size: usize) -> bool {
+        self.metadata_bound + self.builder.size_bytes() + record <= max_message_size
+    }
 }
 
 /// Open batches (one, or one per key with key-based batching).
@@ -166,13 +297,16 @@ impl BatchContainer {
             .min()
     }
 
-    /// Whether the message should not join a batch: it fills one on its own, or it may be over
-    /// the broker's limit (it is then sent on its own, so a failure is only its own).
+    /// Whether the message should not join a batch: it fills one on its own, or its payload
+    /// alone is over the broker's limit (it is then sent on its own, where the limit is checked
+    /// after compression, so a failure is only its own). [`add`](Self::add) also sends a message
+    /// alone when the metadata of a batch would push it over the limit.
     pub(crate) fn too_big_for_batch(&self, msg: &ProducerMessage, max_message_size: usize) -> bool {
-        msg.payload.len() >= self.options.max_bytes || msg.payload.len() >= max_message_size / 2
+        msg.payload.len() >= self.options.max_bytes || msg.payload.len() >= max_message_size
     }
 
-    /// Adds a message; returns the batches that became full and must be sent now.
+    /// Adds a message; batches that became full, or must close before it to keep every entry
+    /// within the broker's `max_message_size`, go to `out` (failures to `failed`).
     pub(crate) fn add(
         &mut self,
         ctx: &FrameContext,
@@ -182,36 +316,45 @@ impl BatchContainer {
         out: &mut Vec<InFlight>,
         failed: &mut Vec<(Error, Completion)>,
     ) {
-        let key = if self.options.key_based {
-            msg.ordering_key
-                .as_ref()
-                .map(|k| String::from_utf8_lossy(k).into_owned())
-                .or_else(|| msg.key.clone())
-        } else {
-            None
-        };
-        // Would this message overflow its open batch? Send the open batches first — all of
+        let props = properties(&msg);
+        let record =
+            BatchBuilder::record_len(&single_fields(&msg, &props, sequence_id), msg.payload.len());
+        let max = ctx.max_message_size;
+        let mut idx = self.open.iter().position(|b| b.key.matches(&msg));
+        // Would this message overflow its open batch (its byte budget, or the broker's limit:
+        // Java's `haveEnoughSpace`, Go's `hasSpace`)? Send the open batches first — all of
         // them, in sequence order, so batches of different keys never overtake each other.
-        if self.open.iter().any(|b| {
-            b.key == key && b.builder.size_bytes() + msg.payload.len() > self.options.max_bytes
-        }) {
-            self.flush(ctx, out, failed);
+        if let Some(i) = idx {
+            let b = &self.open[i];
+            if b.builder.size_bytes() + msg.payload.len() > self.options.max_bytes
+                || !b.fits(record, max)
+            {
+                self.flush(ctx, out, failed);
+                idx = None;
+            }
         }
-        let idx = match self.open.iter().position(|b| b.key == key) {
+        let idx = match idx {
             Some(i) => i,
-            None => self.open_batch(key, sequence_id),
+            None => {
+                let key = BatchKey::of(&msg, self.options.key_based);
+                let b = OpenBatch::new(ctx, &msg, key, sequence_id);
+                if !b.fits(record, max) {
+                    // Too big for any batch: it goes on its own, after everything before it,
+                    // and fails alone (MessageTooBig) if it is over the limit by itself.
+                    self.flush(ctx, out, failed);
+                    match single_message_entry(ctx, msg, sequence_id, completion) {
+                        Ok(entry) => out.push(entry),
+                        Err(f) => failed.push(f),
+                    }
+                    return;
+                }
+                self.open.push(b);
+                self.open.len() - 1
+            }
         };
         let b = &mut self.open[idx];
-        let props = properties(&msg);
-        let fields = SingleMessageFields {
-            properties: &props,
-            partition_key: msg.key.as_deref(),
-            event_time: msg.event_time,
-            ordering_key: msg.ordering_key.as_deref(),
-            sequence_id: Some(sequence_id),
-            ..Default::default()
-        };
-        b.builder.push(&fields, &msg.payload);
+        b.builder
+            .push(&single_fields(&msg, &props, sequence_id), &msg.payload);
         b.last_seq = sequence_id;
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
@@ -219,18 +362,6 @@ impl BatchContainer {
         {
             self.flush(ctx, out, failed);
         }
-    }
-
-    fn open_batch(&mut self, key: Option<String>, first_seq: u64) -> usize {
-        self.open.push(OpenBatch {
-            key,
-            builder: BatchBuilder::new(),
-            completions: Vec::new(),
-            first_seq,
-            last_seq: first_seq,
-            opened_at: Instant::now(),
-        });
-        self.open.len() - 1
     }
 
     /// Closes every open batch (oldest first).
@@ -271,24 +402,32 @@ impl BatchContainer {
         let n = b.completions.len();
         let raw = b.builder.take();
         let raw_len = raw.len();
-        let data = match compress(ctx, raw) {
+        let fields = |compression| BatchFields {
+            last_seq: b.last_seq,
+            messages: n,
+            raw_len,
+            publish_time: now_millis(),
+            compression,
+        };
+        let mut data = match compress(ctx, raw.clone()) {
             Ok(d) => d,
             Err(e) => {
                 failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
                 return;
             }
         };
-        let metadata = proto::MessageMetadata {
-            producer_name: ctx.producer_name.clone(),
-            sequence_id: b.first_seq,
-            highest_sequence_id: Some(b.last_seq),
-            publish_time: now_millis(),
-            num_messages_in_batch: Some(n as i32),
-            compression: (ctx.compression != CompressionType::None)
-                .then(|| ctx.compression.to_proto()),
-            uncompressed_size: (ctx.compression != CompressionType::None).then_some(raw_len as u32),
-            ..Default::default()
-        };
+        let mut metadata = batch_metadata(ctx, b.first_seq, &b, fields(ctx.compression));
+        if ctx.compression != CompressionType::None && check_size(ctx, &metadata, &data).is_err() {
+            // The batch was bounded by its uncompressed size; compression made incompressible
+            // data larger than that. It goes uncompressed (the metadata says so).
+            metadata = batch_metadata(ctx, b.first_seq, &b, fields(CompressionType::None));
+            data = raw;
+        }
+        // Only when the broker's limit shrank (after a reconnect) while the batch was open.
+        if let Err(e) = check_size(ctx, &metadata, &data) {
+            failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
+            return;
+        }
         let frame = Frame::with_payload(
             send_command(ctx.producer_id, b.first_seq, b.last_seq, n),
             metadata,
@@ -309,5 +448,259 @@ impl BatchContainer {
             batched: true,
             enqueued_at: b.opened_at,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::PulsarCodec;
+    use prost::Message as _;
+    use std::time::Duration;
+    use tokio_util::codec::Decoder as _;
+
+    fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
+        FrameContext {
+            producer_id: 1,
+            producer_name: "test-producer".into(),
+            compression,
+            max_message_size,
+        }
+    }
+
+    fn completion() -> Completion {
+        Completion {
+            responder: None,
+            _memory: None,
+            _slot: None,
+        }
+    }
+
+    fn batching(key_based: bool) -> BatchingOptions {
+        BatchingOptions {
+            max_messages: 1000,
+            max_bytes: 64 * 1024 * 1024,
+            max_publish_delay: Duration::from_secs(3600),
+            key_based,
+        }
+    }
+
+    /// Decodes an entry's SEND frame: its metadata and (uncompressed) payload.
+    fn decode(entry: &InFlight) -> (proto::MessageMetadata, Bytes) {
+        let mut buf = bytes::BytesMut::from(&entry.encoded[..]);
+        let frame = PulsarCodec::with_max_message_size(usize::MAX / 2)
+            .decode(&mut buf)
+            .unwrap()
+            .expect("a whole frame");
+        assert!(buf.is_empty());
+        let payload = frame.payload.expect("SEND carries a payload");
+        (payload.metadata, payload.data)
+    }
+
+    /// A message to add: key, ordering key, payload size.
+    type TestMsg<'a> = (Option<&'a str>, Option<&'a [u8]>, usize);
+
+    /// Adds messages in order and flushes.
+    fn run(
+        ctx: &FrameContext,
+        container: &mut BatchContainer,
+        msgs: &[TestMsg<'_>],
+    ) -> (Vec<InFlight>, Vec<(Error, Completion)>) {
+        let mut out = Vec::new();
+        let mut failed = Vec::new();
+        for (seq, (key, ok, size)) in msgs.iter().enumerate() {
+            let msg = ProducerMessage {
+                payload: Bytes::from(vec![seq as u8; *size]),
+                key: key.map(str::to_owned),
+                ordering_key: ok.map(Bytes::copy_from_slice),
+                ..Default::default()
+            };
+            container.add(ctx, msg, seq as u64, completion(), &mut out, &mut failed);
+        }
+        container.flush(ctx, &mut out, &mut failed);
+        (out, failed)
+    }
+
+    /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
+    /// batch must carry its key (and ordering key) there, like Java's
+    /// `Commands.initBatchMessageMetadata`.
+    #[test]
+    fn key_based_batches_carry_their_key_in_the_batch_metadata() {
+        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
+        let mut c = BatchContainer::new(batching(true));
+        let (out, failed) = run(
+            &ctx,
+            &mut c,
+            &[
+                (Some("a"), None, 10),
+                (Some("b"), None, 10),
+                (Some("a"), None, 10),
+                (Some("b"), None, 10),
+                (Some("c"), Some(b"ord"), 10),
+                (Some("d"), Some(b"ord"), 10),
+                (None, None, 10),
+            ],
+        );
+        assert!(failed.is_empty());
+        let got: Vec<_> = out
+            .iter()
+            .map(|e| {
+                let (m, data) = decode(e);
+                let singles =
+                    crate::batch::parse_batch(data, m.num_messages_in_batch.unwrap() as u32)
+                        .unwrap();
+                let seqs: Vec<_> = singles
+                    .iter()
+                    .map(|(s, _)| s.sequence_id.unwrap())
+                    .collect();
+                (m.partition_key, m.ordering_key, seqs)
+            })
+            .collect();
+        let ord = Some(Bytes::from_static(b"ord"));
+        assert_eq!(
+            got,
+            vec![
+                (Some("a".to_owned()), None, vec![0, 2]),
+                (Some("b".to_owned()), None, vec![1, 3]),
+                // Grouped by ordering key; the batch carries its first message's keys.
+                (Some("c".to_owned()), ord.clone(), vec![4, 5]),
+                (None, None, vec![6]),
+            ]
+        );
+    }
+
+    /// Default batching: like Java, the batch carries its first message's keys.
+    #[test]
+    fn a_batch_carries_its_first_messages_keys() {
+        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
+        let mut c = BatchContainer::new(batching(false));
+        let (out, _) = run(
+            &ctx,
+            &mut c,
+            &[(Some("x"), Some(b"o"), 1), (Some("y"), None, 1)],
+        );
+        assert_eq!(out.len(), 1);
+        let (m, _) = decode(&out[0]);
+        assert_eq!(m.partition_key.as_deref(), Some("x"));
+        assert_eq!(m.ordering_key.as_deref(), Some(&b"o"[..]));
+        assert_eq!(m.num_messages_in_batch, Some(2));
+    }
+
+    /// The size the broker checks: metadata plus (compressed) payload.
+    fn broker_size(e: &InFlight) -> usize {
+        let (m, data) = decode(e);
+        m.encoded_len() + data.len()
+    }
+
+    #[test]
+    fn batches_are_bounded_by_the_brokers_max_message_size() {
+        let max = 64 * 1024;
+        let ctx = ctx(max, CompressionType::None);
+        let mut c = BatchContainer::new(batching(false));
+        let (out, failed) = run(&ctx, &mut c, &[(None, None, 30 * 1024); 4]);
+        assert!(
+            failed.is_empty(),
+            "{:?}",
+            failed.iter().map(|f| &f.0).collect::<Vec<_>>()
+        );
+        // Two messages per batch: a third would be over the limit.
+        let ranges: Vec<_> = out.iter().map(|e| (e.first_seq, e.last_seq)).collect();
+        assert_eq!(ranges, vec![(0, 1), (2, 3)]);
+        for e in &out {
+            assert!(broker_size(e) <= max, "{}", broker_size(e));
+        }
+    }
+
+    #[test]
+    fn a_message_too_big_for_any_batch_fails_alone() {
+        let max = 64 * 1024;
+        let ctx = ctx(max, CompressionType::None);
+        let mut c = BatchContainer::new(batching(true));
+        let (out, failed) = run(
+            &ctx,
+            &mut c,
+            &[
+                (Some("a"), None, 100),
+                (Some("b"), None, 100),
+                (Some("a"), None, 70 * 1024),
+                (Some("a"), None, 100),
+                // Under the limit by its payload, over it with its metadata in a batch: sent
+                // alone, where it fits without the batch's per-message record.
+                (Some("b"), None, max - 40),
+            ],
+        );
+        assert_eq!(failed.len(), 1);
+        match &failed[0].0 {
+            Error::MessageTooBig { size, max: m } => {
+                assert!((70 * 1024..70 * 1024 + 100).contains(size), "{size}");
+                assert_eq!(*m, max);
+                let text = failed[0].0.to_string();
+                assert!(text.contains(&size.to_string()) && text.contains(&max.to_string()));
+                assert!(!failed[0].0.is_retriable());
+            }
+            other => panic!("expected MessageTooBig, got {other:?}"),
+        }
+        // The batches opened before it went first, in sequence order; then what followed it.
+        let ranges: Vec<_> = out
+            .iter()
+            .map(|e| (e.first_seq, e.last_seq, e.batched))
+            .collect();
+        assert_eq!(
+            ranges,
+            vec![(0, 0, true), (1, 1, true), (3, 3, true), (4, 4, false)]
+        );
+        for e in &out {
+            assert!(broker_size(e) <= max);
+        }
+    }
+
+    /// Sizes across the limit, with keys and properties: no entry is ever over it, no message
+    /// that fits on its own fails, and the metadata bound holds.
+    #[test]
+    fn no_entry_exceeds_the_limit() {
+        for compression in [CompressionType::None, CompressionType::Lz4] {
+            for max in [1024, 4096, 64 * 1024] {
+                let ctx = ctx(max, compression);
+                let mut c = BatchContainer::new(batching(false));
+                let key = "k".repeat(100);
+                let sizes: Vec<usize> = (0..200).map(|i| (i * 7919) % (max + 50)).collect();
+                let mut out = Vec::new();
+                let mut failed = Vec::new();
+                for (seq, size) in sizes.iter().enumerate() {
+                    // Incompressible payloads, so compression cannot hide an overflow.
+                    let payload: Vec<u8> = (0..*size)
+                        .map(|i| {
+                            (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()[0]
+                                ^ seq as u8
+                        })
+                        .collect();
+                    let mut msg = ProducerMessage::new(payload).key(key.as_str());
+                    msg.properties.insert("p".into(), "v".repeat(seq % 20));
+                    let bound = c.open.first().map(|b| b.metadata_bound);
+                    c.add(&ctx, msg, seq as u64, completion(), &mut out, &mut failed);
+                    if let Some(bound) = bound {
+                        for e in out.iter().filter(|e| e.batched) {
+                            assert!(decode(e).0.encoded_len() <= bound);
+                        }
+                    }
+                }
+                c.flush(&ctx, &mut out, &mut failed);
+                for e in &out {
+                    assert!(
+                        broker_size(e) <= max,
+                        "{compression:?} {max}: {}",
+                        broker_size(e)
+                    );
+                }
+                for (e, _) in &failed {
+                    let Error::MessageTooBig { size, .. } = e else {
+                        panic!("{e:?}");
+                    };
+                    assert!(*size > max);
+                }
+                let sent: usize = out.iter().map(|e| e.completions.len()).sum();
+                assert_eq!(sent + failed.len(), sizes.len());
+            }
+        }
     }
 }
