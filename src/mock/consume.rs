@@ -110,9 +110,12 @@ pub(crate) fn subscribe(
         }
     }
     sub.sub_type = sub_type;
+    let name = cmd.consumer_name.clone().unwrap_or_default();
+    let name_index = sub.free_name_index(&name);
     sub.consumers.push(Consumer {
         key,
-        name: cmd.consumer_name.clone().unwrap_or_default(),
+        name,
+        name_index,
         priority: cmd.priority_level.unwrap_or(0),
         permits: 0,
         epoch: cmd.consumer_epoch,
@@ -177,6 +180,11 @@ pub(crate) fn flow(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::C
 /// Cumulative (up to and including the one id; ignored on Shared/Key_Shared, as upstream).
 /// Acknowledged entries are never redelivered. With a `request_id`, answered ACK_RESPONSE
 /// (error ConsumerNotFound for an unknown consumer).
+///
+/// An ack with `validation_error` (a client discarding an entry it could not decode: bad
+/// checksum, decompression or batch deserialization, upstream `ConsumerImpl.discardCorruptedMessage`)
+/// is an ordinary acknowledgement: upstream `Consumer.messageAcked` only logs the error and
+/// then acknowledges as usual, so the entry leaves the backlog and is not redelivered.
 pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::CommandAck) -> Step {
     let reply = |error: Option<(ServerError, &str)>| match cmd.request_id {
         Some(request_id) => Step::Reply(wire::BaseCommand {
@@ -195,6 +203,10 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
     let Some(c) = find(state, view.conn, cmd.consumer_id) else {
         return reply(Some((ServerError::ConsumerNotFound, "Consumer not found")));
     };
+    if let Some(code) = cmd.validation_error {
+        tracing::debug!(topic = %c.topic, subscription = %c.subscription, validation_error = code,
+            "mock broker: message discarded by the client as corrupt; acknowledged");
+    }
     let BrokerState { topics, conns, .. } = state;
     let Some(topic) = topics.get_mut(&c.topic) else {
         return reply(None);
@@ -227,9 +239,21 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
     reply(None)
 }
 
-/// REDELIVER_UNACKNOWLEDGED_MESSAGES: on Shared/Key_Shared with ids, those of the consumer's
-/// unacknowledged entries; otherwise all of them (Exclusive/Failover: only from the active
-/// consumer; upstream rewinds the cursor). Redelivery counts go up on Shared/Key_Shared.
+/// REDELIVER_UNACKNOWLEDGED_MESSAGES, as upstream `ServerCnx.handleRedeliverUnacknowledged`:
+///
+/// - Shared/Key_Shared (individual-ack mode) with ids: those of the consumer's unacknowledged
+///   entries (`Consumer.redeliverUnacknowledgedMessages(List<MessageIdData>)`); without ids,
+///   all of them. Redelivery counts go up.
+/// - Exclusive/Failover, with or without ids (ServerCnx takes the per-id path only in
+///   individual-ack mode): `Consumer.redeliverUnacknowledgedMessages(consumerEpoch)` →
+///   `PersistentDispatcherSingleActiveConsumer.internalRedeliverUnacknowledgedMessages`: the
+///   consumer's epoch is raised to `consumer_epoch` if that is greater (also for a consumer
+///   that is not active), then, for the active consumer only, the cursor is rewound to the
+///   mark-delete position + 1 and everything not acknowledged is dispatched again, in entry
+///   order, with the new epoch and redelivery count 0 (the tracker is disabled there).
+///
+/// Permits are NOT given back: upstream only re-adds the permits received while the consumer
+/// was blocked (`flowConsumerBlockedPermits`); a client that rewinds must send FLOW again.
 pub(crate) fn redeliver(
     state: &mut BrokerState,
     view: SessionView<'_>,
@@ -247,6 +271,7 @@ pub(crate) fn redeliver(
     let Some(sub) = topic.subscriptions.get_mut(&c.subscription) else {
         return;
     };
+    // Absent: DEFAULT_CONSUMER_EPOCH (-1), never greater than the current one.
     if let (Some(epoch), Some(consumer)) = (cmd.consumer_epoch, sub.consumer_mut(key)) {
         consumer.epoch = Some(consumer.epoch.map_or(epoch, |e| e.max(epoch)));
     }

@@ -146,7 +146,8 @@ fn deliver(
     };
     let ack_set = sub.remaining(e).cloned();
     let cost = ack_set.as_deref().map_or(entry.num_messages(), count_bits);
-    let redelivery_count = if sub.single_active() {
+    let single_active = sub.single_active();
+    let redelivery_count = if single_active {
         0
     } else {
         sub.redelivery_count(e)
@@ -158,7 +159,11 @@ fn deliver(
         return false;
     }
     consumer.permits -= i64::from(cost);
-    let epoch = consumer.epoch;
+    // Upstream `PersistentDispatcherSingleActiveConsumer.dispatchEntriesToConsumer` passes the
+    // consumer's epoch (taken when the read was issued) to `Consumer.sendMessages`; the
+    // Shared/Key_Shared dispatchers call the overload without one (DEFAULT_CONSUMER_EPOCH, so
+    // `Commands.newMessageCommand` leaves `consumer_epoch` out).
+    let epoch = if single_active { consumer.epoch } else { None };
     sub.pending.insert(e, key);
     let id = wire::MessageIdData {
         ledger_id: source.ledger_id,
@@ -177,13 +182,20 @@ fn pick_consumer(sub: &mut Subscription, entry: &StoredEntry) -> Option<Consumer
     match sub.sub_type {
         SubType::Exclusive | SubType::Failover => sub.active,
         SubType::Shared => sub.next_shared(),
-        SubType::KeyShared => sub.key_owner(entry.sticky_key()),
+        SubType::KeyShared => sub.key_owner(&entry.sticky_key()),
     }
 }
 
 /// Non-persistent topics: sends a just-published entry to one consumer with permits on each
 /// subscription (chosen as for a persistent topic), with message id `(0, 0)`; subscriptions
 /// without such a consumer drop it. Nothing is stored or tracked for redelivery.
+///
+/// Upstream `NonPersistentTopic.publishMessage` wraps every message in `EntryImpl.create(0L,
+/// 0L, ...)` for each subscription's dispatcher (and completes the publish with `(0, 0)`);
+/// `NonPersistentDispatcherSingleActiveConsumer` / `...MultipleConsumers` /
+/// `NonPersistentStickyKeyDispatcherMultipleConsumers.sendMessages` send to the picked consumer
+/// if it has permits, else count a drop. `NonPersistentSubscription` ignores acks and
+/// redelivery requests (no-ops).
 pub(crate) fn dispatch_transient(topic: &mut Topic, entry: &StoredEntry, conns: &Conns) {
     for sub in topic.subscriptions.values_mut() {
         let Some(key) = pick_consumer(sub, entry) else {
@@ -202,14 +214,14 @@ pub(crate) fn dispatch_transient(topic: &mut Topic, entry: &StoredEntry, conns: 
             partition: Some(topic.partition),
             ..Default::default()
         };
-        conns.send(
-            key.0,
-            message_frame(key.1, id, 0, None, consumer.epoch, entry),
-        );
+        // Upstream's non-persistent dispatchers send without an epoch and without a
+        // redelivery tracker (`RedeliveryTrackerDisabled`).
+        conns.send(key.0, message_frame(key.1, id, 0, None, None, entry));
     }
 }
 
-/// A MESSAGE frame.
+/// A MESSAGE frame, as upstream `Commands.newMessageCommand` builds it: `redelivery_count`
+/// only when above 0, `consumer_epoch` only when the dispatcher passed one.
 fn message_frame(
     consumer_id: u64,
     message_id: wire::MessageIdData,
@@ -223,7 +235,7 @@ fn message_frame(
         message: Some(wire::CommandMessage {
             consumer_id,
             message_id,
-            redelivery_count: Some(redelivery_count),
+            redelivery_count: (redelivery_count > 0).then_some(redelivery_count),
             ack_set: ack_set.unwrap_or_default(),
             consumer_epoch,
         }),

@@ -71,6 +71,7 @@ mod conns;
 mod consume;
 mod dispatch;
 mod handlers;
+mod hashing;
 mod lifecycle;
 mod namespace;
 mod ops;

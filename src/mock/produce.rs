@@ -3,11 +3,20 @@
 //! - PRODUCER auto-creates the topic (and, when it does, the producer's
 //!   `initial_subscription_name` subscription at the earliest position, PIP-124). The name is
 //!   the one given or a generated `mock-<n>`; a given name already attached to the topic is
-//!   refused with ProducerBusy. Access modes: Shared unless an exclusive producer is attached;
-//!   Exclusive only when no producer is attached (else ProducerBusy); WaitForExclusive is
-//!   answered `producer_ready: false` and queued, then granted (a second PRODUCER_SUCCESS with
-//!   the same request id and `producer_ready: true`) when the topic has no producer left;
-//!   ExclusiveWithFencing closes every other producer (CLOSE_PRODUCER) and takes over.
+//!   refused with ProducerBusy. Access modes, as upstream `AbstractTopic.incrementTopicEpochIfNeeded`:
+//!   Shared unless an exclusive producer is attached or waiting (else ProducerBusy);
+//!   Exclusive only when no producer is attached or waiting (else ProducerFenced);
+//!   WaitForExclusive is answered `producer_ready: false` and queued, then granted (a second
+//!   PRODUCER_SUCCESS with the same request id and `producer_ready: true`) when the topic has
+//!   no producer left; ExclusiveWithFencing fails every waiting producer (ProducerFenced),
+//!   removes every attached one without telling it (upstream `Producer.close(true)` sends
+//!   nothing: the fenced producer's next SEND closes its connection) and takes over.
+//! - Topic epoch: granting exclusive access sets the topic epoch to the producer's
+//!   `topic_epoch` if it sent one, else bumps it (the first is 0); PRODUCER_SUCCESS carries the
+//!   topic's epoch (also to Shared producers, once the topic has one). An Exclusive,
+//!   WaitForExclusive (when not queued) or ExclusiveWithFencing producer whose `topic_epoch` is
+//!   older than the topic's is refused with ProducerFenced: a newer exclusive producer has
+//!   been there since (a producer without `topic_epoch` is never fenced this way).
 //!   A producer id already registered on the connection for the same topic is answered
 //!   PRODUCER_SUCCESS again (upstream treats it as a retry); for another topic, ERROR.
 //! - SEND stores the entry as sent (metadata and payload untouched) and answers SEND_RECEIPT
@@ -127,28 +136,46 @@ pub(crate) fn producer(
     }
     let key = (view.conn, cmd.producer_id);
     let mode = cmd.producer_access_mode();
+    // Upstream `AbstractTopic.incrementTopicEpochIfNeeded`, mode by mode.
     let exclusive_holder = topic
         .producers
         .values()
         .find(|p| p.access_mode != ProducerAccessMode::Shared)
         .map(|p| p.name.clone());
-    let busy = |message: String| Step::Reply(error(rid, ServerError::ProducerBusy, &message));
+    let fenced = |message: String| Step::Reply(error(rid, ServerError::ProducerFenced, &message));
+    // A producer reconnecting with a `topic_epoch` older than the topic's: a newer exclusive
+    // producer took the topic in between.
+    let epoch_moved = |topic: &Topic| match (cmd.topic_epoch, topic.topic_epoch) {
+        (Some(mine), Some(current)) if mine < current => Some(format!(
+            "Topic epoch has already moved. Current epoch: {current}, Producer epoch: {mine}"
+        )),
+        _ => None,
+    };
     match mode {
         ProducerAccessMode::Shared => {
-            if let Some(holder) = exclusive_holder {
-                return busy(format!(
-                    "Topic has an existing exclusive producer: {holder}"
+            if exclusive_holder.is_some() || !topic.waiting_producers.is_empty() {
+                return Step::Reply(error(
+                    rid,
+                    ServerError::ProducerBusy,
+                    &format!(
+                        "Topic has an existing exclusive producer: {}",
+                        exclusive_holder.unwrap_or_default()
+                    ),
                 ));
             }
         }
         ProducerAccessMode::Exclusive => {
-            if let Some(holder) = exclusive_holder {
-                return busy(format!(
-                    "Topic has an existing exclusive producer: {holder}"
+            if exclusive_holder.is_some() || !topic.waiting_producers.is_empty() {
+                return fenced(format!(
+                    "Topic has an existing exclusive producer: {}",
+                    exclusive_holder.unwrap_or_default()
                 ));
             }
             if !topic.producers.is_empty() {
-                return busy("Topic has existing shared producers".to_owned());
+                return fenced("Topic has existing shared producers".to_owned());
+            }
+            if let Some(message) = epoch_moved(topic) {
+                return fenced(message);
             }
         }
         ProducerAccessMode::WaitForExclusive => {
@@ -158,25 +185,53 @@ pub(crate) fn producer(
                     request_id: rid,
                     name: name.clone(),
                     epoch: cmd.epoch(),
+                    topic_epoch: cmd.topic_epoch,
                 });
+                // Upstream answers the queued producer with no topic epoch, not ready.
                 let reply = producer_success(rid, topic, &name, false, None);
                 register(state, key, &topic_name, false);
                 return Step::Reply(reply);
             }
+            if let Some(message) = epoch_moved(topic) {
+                return fenced(message);
+            }
         }
         ProducerAccessMode::ExclusiveWithFencing => {
-            let fenced: Vec<ProducerKey> = topic.producers.keys().copied().collect();
-            for other in fenced {
+            // Waiting producers fail with ProducerFenced "Fenced out"; attached ones are
+            // closed with `Producer.close(true)`, which sends the client nothing (their next
+            // SEND finds no producer and the connection is closed).
+            for waiting in std::mem::take(&mut topic.waiting_producers) {
+                state.conns.send(
+                    waiting.key.0,
+                    Frame::simple(error(
+                        waiting.request_id,
+                        ServerError::ProducerFenced,
+                        "Fenced out",
+                    )),
+                );
+                if let Some(conn) = state.conns.get_mut(waiting.key.0) {
+                    conn.producers.remove(&waiting.key.1);
+                }
+            }
+            let others: Vec<ProducerKey> = topic.producers.keys().copied().collect();
+            for other in others {
                 topic.producers.remove(&other);
-                state.conns.send(other.0, close_producer(other.1));
-                state.conns.forget_producer(other.0, other.1);
+                if let Some(conn) = state.conns.get_mut(other.0) {
+                    conn.producers.remove(&other.1);
+                }
+            }
+            if let Some(message) = epoch_moved(topic) {
+                return fenced(message);
             }
         }
     }
-    let epoch = (mode != ProducerAccessMode::Shared).then(|| {
-        topic.topic_epoch += 1;
-        topic.topic_epoch
-    });
+    // Granted: an exclusive producer sets the topic epoch to its own `topic_epoch` when it
+    // sent one (`setTopicEpoch`), else bumps it (`incrementTopicEpoch`: the first is 0). A
+    // Shared producer gets the current epoch, if the topic has one.
+    if mode != ProducerAccessMode::Shared {
+        topic.topic_epoch = Some(next_topic_epoch(topic, cmd.topic_epoch));
+    }
+    let epoch = topic.topic_epoch;
     topic.producers.insert(
         key,
         ProducerInfo {
@@ -188,6 +243,13 @@ pub(crate) fn producer(
     let reply = producer_success(rid, topic, &name, true, epoch);
     register(state, key, &topic_name, true);
     Step::Reply(reply)
+}
+
+/// The topic epoch an exclusive producer being granted the topic sets: its own `topic_epoch`
+/// if it sent one, else the current one + 1, starting at 0 (upstream
+/// `PersistentTopic.incrementTopicEpoch`: `currentEpoch.orElse(-1L) + 1`).
+fn next_topic_epoch(topic: &Topic, requested: Option<u64>) -> u64 {
+    requested.unwrap_or_else(|| topic.topic_epoch.map_or(0, |e| e + 1))
 }
 
 fn register(state: &mut BrokerState, key: ProducerKey, topic: &str, ready: bool) {
@@ -222,19 +284,6 @@ fn producer_success(
         }),
         ..Default::default()
     }
-}
-
-/// A CLOSE_PRODUCER from the broker (reconnect allowed).
-fn close_producer(producer_id: u64) -> Frame {
-    Frame::simple(wire::BaseCommand {
-        r#type: Type::CloseProducer as i32,
-        close_producer: Some(wire::CommandCloseProducer {
-            producer_id,
-            request_id: 0,
-            ..Default::default()
-        }),
-        ..Default::default()
-    })
 }
 
 /// SEND.
@@ -375,7 +424,10 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
     let Some(next) = topic.waiting_producers.pop_front() else {
         return;
     };
-    topic.topic_epoch += 1;
+    // Upstream `AbstractTopic.handleProducerRemoved`: the next waiting producer is granted
+    // (no epoch check there) with its own `topic_epoch` or a bumped one.
+    let epoch = next_topic_epoch(topic, next.topic_epoch);
+    topic.topic_epoch = Some(epoch);
     topic.producers.insert(
         next.key,
         ProducerInfo {
@@ -384,13 +436,7 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
             epoch: next.epoch,
         },
     );
-    let granted = producer_success(
-        next.request_id,
-        topic,
-        &next.name,
-        true,
-        Some(topic.topic_epoch),
-    );
+    let granted = producer_success(next.request_id, topic, &next.name, true, Some(epoch));
     if let Some(conn) = conns.get_mut(next.key.0) {
         if let Some(p) = conn.producers.get_mut(&next.key.1) {
             p.ready = true;

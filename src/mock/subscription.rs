@@ -10,6 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use super::hashing;
 use super::wire;
 use super::ConnectionId;
 
@@ -34,6 +35,9 @@ pub(crate) struct Consumer {
     pub(crate) epoch: Option<u64>,
     /// Whether it was sent REACHED_END_OF_TOPIC (sent once per attachment).
     pub(crate) reached_end: bool,
+    /// Tells apart consumers of the same name on the Key_Shared hash ring: the lowest index no
+    /// other attached consumer of that name holds (upstream `ConsumerNameIndexTracker`).
+    pub(crate) name_index: u32,
 }
 
 /// One subscription of a topic.
@@ -69,6 +73,10 @@ pub(crate) struct Subscription {
     redelivery: HashMap<u64, u32>,
     /// Round-robin cursor over `consumers` (Shared).
     rr: usize,
+    /// Key_Shared hash ring (point → consumer, sorted by point) and the consumers it was built
+    /// for; rebuilt when they change.
+    ring: Vec<(u32, ConsumerKey)>,
+    ring_of: Vec<ConsumerKey>,
 }
 
 impl Subscription {
@@ -89,6 +97,8 @@ impl Subscription {
             replay: BTreeSet::new(),
             redelivery: HashMap::new(),
             rr: 0,
+            ring: Vec::new(),
+            ring_of: Vec::new(),
         }
     }
 
@@ -266,24 +276,44 @@ impl Subscription {
         Some(self.consumers[index].key)
     }
 
-    /// Key_Shared: the consumer owning `key`. The hash space is 65536 slots (as upstream's
-    /// auto-split mode); slot = FNV-1a-32(key) mod 65536, and the slots are split into equal
-    /// contiguous ranges, one per consumer in subscribe order.
-    pub(crate) fn key_owner(&self, key: &[u8]) -> Option<ConsumerKey> {
-        let n = self.consumers.len();
-        if n == 0 {
+    /// The name index a consumer named `name` joining now gets (upstream
+    /// `ConsumerNameIndexTracker`: the lowest one not held by an attached consumer of that name).
+    pub(crate) fn free_name_index(&self, name: &str) -> u32 {
+        (0..)
+            .find(|i| {
+                !self
+                    .consumers
+                    .iter()
+                    .any(|c| c.name == name && c.name_index == *i)
+            })
+            .unwrap_or(0)
+    }
+
+    /// Key_Shared: the consumer owning `key`, as upstream's default selector in AUTO_SPLIT mode
+    /// (`ConsistentHashingStickyKeyConsumerSelector`): the key's slot is
+    /// [`hashing::sticky_key_hash`]; every consumer puts [`hashing::RING_POINTS`] points on a
+    /// ring ([`hashing::ring_point`]; on a collision the consumer added first keeps the point);
+    /// the key goes to the consumer of the first point at or after its slot, wrapping around.
+    pub(crate) fn key_owner(&mut self, key: &[u8]) -> Option<ConsumerKey> {
+        if self.consumers.is_empty() {
             return None;
         }
-        let slot = (fnv1a32(key) % 65536) as usize;
-        Some(self.consumers[slot * n / 65536].key)
+        let keys: Vec<ConsumerKey> = self.consumers.iter().map(|c| c.key).collect();
+        if self.ring_of != keys {
+            let mut ring: BTreeMap<u32, ConsumerKey> = BTreeMap::new();
+            for c in &self.consumers {
+                for point in 0..hashing::RING_POINTS {
+                    ring.entry(hashing::ring_point(&c.name, c.name_index, point))
+                        .or_insert(c.key);
+                }
+            }
+            self.ring = ring.into_iter().collect();
+            self.ring_of = keys;
+        }
+        let slot = hashing::sticky_key_hash(key);
+        let at = self.ring.partition_point(|(point, _)| *point < slot);
+        Some(self.ring.get(at).unwrap_or(&self.ring[0]).1)
     }
-}
-
-/// FNV-1a, 32 bits.
-pub(crate) fn fnv1a32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |hash, b| {
-        (hash ^ u32::from(*b)).wrapping_mul(0x0100_0193)
-    })
 }
 
 /// A bitset (as `long` words, like Java's `BitSet.toLongArray`) with bits `0..n` set.
@@ -367,6 +397,7 @@ mod tests {
                 permits: 1,
                 epoch: None,
                 reached_end: false,
+                name_index: 0,
             });
         }
         assert_eq!(s.pick_active(-1), Some(key(2)));

@@ -234,7 +234,8 @@ async fn redelivery_counts_are_recorded_per_subscription() {
     consumer.flow(1, 10).await;
     for count in 0..3 {
         let d = consumer.message().await;
-        assert_eq!(d.message.redelivery_count, Some(count));
+        // Upstream `Commands.newMessageCommand` leaves a count of 0 out.
+        assert_eq!(d.message.redelivery_count, (count > 0).then_some(count));
         assert_eq!(broker.redelivery_count(TOPIC, "s", 0), count);
         consumer.redeliver(1, vec![d.message.message_id]).await;
     }

@@ -36,7 +36,8 @@ async fn dispatch_respects_permits_and_initial_position() {
     let got = c.messages(2).await;
     assert_eq!(got.iter().map(|d| d.entry()).collect::<Vec<_>>(), [0, 1]);
     assert_eq!(got[0].message.consumer_id, 1);
-    assert_eq!(got[0].message.redelivery_count, Some(0));
+    // Upstream `Commands.newMessageCommand` leaves a redelivery count of 0 out.
+    assert_eq!(got[0].message.redelivery_count, None);
     assert_eq!(got[0].message.message_id.ledger_id, 1);
     assert_eq!(got[0].message.message_id.partition, Some(-1));
     assert_eq!(got[1].metadata.sequence_id, 1);
@@ -139,7 +140,7 @@ async fn failover_switches_active_consumer() {
     let again = b.messages(2).await;
     assert_eq!(again.iter().map(|d| d.entry()).collect::<Vec<_>>(), [1, 2]);
     // Exclusive/Failover do not count redeliveries (upstream disables the tracker).
-    assert_eq!(again[0].message.redelivery_count, Some(0));
+    assert_eq!(again[0].message.redelivery_count, None);
 }
 
 #[tokio::test]
@@ -223,7 +224,7 @@ async fn redelivery_counts_and_disconnects() {
         .messages(3)
         .await
         .iter()
-        .map(|d| (d.entry(), d.message.redelivery_count.unwrap()))
+        .map(|d| (d.entry(), d.message.redelivery_count.unwrap_or(0)))
         .collect();
     got.sort_unstable();
     assert_eq!(got, [(0, 0), (1, 2), (2, 0)]);
@@ -394,4 +395,287 @@ async fn a_dropped_connection_frees_the_exclusive_subscription_at_once() {
     let got = b.messages(2).await;
     assert_eq!((got[0].entry(), got[1].entry()), (0, 1));
     assert!(a.raw.is_closed().await);
+}
+
+fn redeliver_cmd(
+    consumer_id: u64,
+    ids: Vec<wire::MessageIdData>,
+    consumer_epoch: Option<u64>,
+) -> wire::BaseCommand {
+    wire::BaseCommand {
+        r#type: Type::RedeliverUnacknowledgedMessages as i32,
+        redeliver_unacknowledged_messages: Some(wire::CommandRedeliverUnacknowledgedMessages {
+            consumer_id,
+            message_ids: ids,
+            consumer_epoch,
+        }),
+        ..Default::default()
+    }
+}
+
+fn entries_and_epochs(got: &[super::tests_support::Delivery]) -> Vec<(u64, Option<u64>)> {
+    got.iter()
+        .map(|d| (d.entry(), d.message.consumer_epoch))
+        .collect()
+}
+
+/// Upstream `PersistentDispatcherSingleActiveConsumer.internalRedeliverUnacknowledgedMessages`:
+/// raise the epoch, rewind the cursor, dispatch everything not acknowledged again in order,
+/// within the permits left (they are not given back: the client sends FLOW).
+#[tokio::test]
+async fn exclusive_redeliver_all_rewinds_with_the_new_epoch() {
+    let (_broker, _producer) = broker_with(4, 1).await;
+    let mut c = Client::connect(&_broker).await;
+    let mut sub = subscribe_cmd(TOPIC, "x", SubType::Exclusive, 1, 50);
+    sub.consumer_epoch = Some(0);
+    assert_eq!(c.subscribe_with(sub).await.r#type, Type::Success as i32);
+    c.flow(1, 3).await;
+    let got = c.messages(3).await;
+    assert_eq!(
+        entries_and_epochs(&got),
+        [(0, Some(0)), (1, Some(0)), (2, Some(0))]
+    );
+    assert!(got.iter().all(|d| d.message.redelivery_count.is_none()));
+    c.ack(1, vec![id(1)], false).await;
+
+    // Redeliver all with epoch 1: no permits are left, so nothing comes...
+    c.raw.send(redeliver_cmd(1, vec![], Some(1))).await;
+    c.quiet().await;
+    // ... until FLOW: then every unacknowledged entry, in order, under epoch 1.
+    c.flow(1, 10).await;
+    let got = c.messages(3).await;
+    assert_eq!(
+        entries_and_epochs(&got),
+        [(0, Some(1)), (2, Some(1)), (3, Some(1))]
+    );
+    assert!(got.iter().all(|d| d.message.redelivery_count.is_none()));
+    c.quiet().await;
+
+    // With ids (and an older epoch) it is the same rewind: ids are not used on Exclusive
+    // (ServerCnx takes the per-id path only in individual-ack mode), the epoch stays 1.
+    c.raw.send(redeliver_cmd(1, vec![id(3)], Some(0))).await;
+    let got = c.messages(3).await;
+    assert_eq!(
+        entries_and_epochs(&got),
+        [(0, Some(1)), (2, Some(1)), (3, Some(1))]
+    );
+    c.quiet().await;
+
+    // Without an epoch (DEFAULT_CONSUMER_EPOCH): rewound, epoch unchanged; permits ran out
+    // (10 - 6 = 4 left: 3 more entries, then 1 left).
+    c.raw.send(redeliver_cmd(1, vec![], None)).await;
+    let got = c.messages(3).await;
+    assert_eq!(
+        entries_and_epochs(&got),
+        [(0, Some(1)), (2, Some(1)), (3, Some(1))]
+    );
+    c.ack(1, vec![id(3)], true).await;
+    c.raw.send(redeliver_cmd(1, vec![], Some(5))).await;
+    c.quiet().await;
+}
+
+/// The epoch of a Failover consumer that is not active is raised by its REDELIVER, which
+/// otherwise does nothing ("Only the active consumer can call resend"); once active, its
+/// messages carry that epoch. A consumer subscribed without an epoch gets none in MESSAGE.
+#[tokio::test]
+async fn failover_epochs_follow_each_consumer() {
+    let (broker, _producer) = broker_with(2, 1).await;
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "f", SubType::Failover, 1).await; // active, no epoch
+    a.raw.expect(Type::ActiveConsumerChange).await;
+    let mut sub = subscribe_cmd(TOPIC, "f", SubType::Failover, 2, 51);
+    sub.consumer_epoch = Some(3);
+    assert_eq!(b.subscribe_with(sub).await.r#type, Type::Success as i32);
+    b.raw.expect(Type::ActiveConsumerChange).await;
+    a.flow(1, 10).await;
+    b.flow(2, 10).await;
+    assert_eq!(
+        entries_and_epochs(&a.messages(2).await),
+        [(0, None), (1, None)]
+    );
+    b.raw.send(redeliver_cmd(2, vec![], Some(7))).await;
+    b.quiet().await;
+    a.close_consumer(1).await.success.unwrap();
+    b.raw.expect(Type::ActiveConsumerChange).await;
+    assert_eq!(
+        entries_and_epochs(&b.messages(2).await),
+        [(0, Some(7)), (1, Some(7))]
+    );
+}
+
+/// Shared and Key_Shared dispatchers send without an epoch (upstream passes
+/// DEFAULT_CONSUMER_EPOCH), and keep per-id redelivery.
+#[tokio::test]
+async fn shared_messages_carry_no_epoch() {
+    let (broker, _producer) = broker_with(2, 1).await;
+    let mut c = Client::connect(&broker).await;
+    for (consumer_id, sub_type) in [(1, SubType::Shared), (2, SubType::KeyShared)] {
+        let mut sub = subscribe_cmd(TOPIC, &format!("s{consumer_id}"), sub_type, consumer_id, 60);
+        sub.consumer_epoch = Some(4);
+        assert_eq!(c.subscribe_with(sub).await.r#type, Type::Success as i32);
+        c.flow(consumer_id, 10).await;
+        let got = c.messages(2).await;
+        assert_eq!(entries_and_epochs(&got), [(0, None), (1, None)]);
+        c.raw
+            .send(redeliver_cmd(consumer_id, vec![id(1)], Some(5)))
+            .await;
+        let again = c.message().await;
+        assert_eq!(
+            (again.entry(), again.message.redelivery_count),
+            (1, Some(1))
+        );
+        assert_eq!(again.message.consumer_epoch, None);
+    }
+}
+
+/// An entry the client could not decode is acknowledged with `validation_error` (upstream
+/// `ConsumerImpl.discardCorruptedMessage`); the broker takes it as an ordinary ack.
+#[tokio::test]
+async fn acks_with_a_validation_error_acknowledge() {
+    let (broker, _producer) = broker_with(3, 1).await;
+    let mut c = Client::connect(&broker).await;
+    c.subscribe(TOPIC, "s", SubType::Shared, 1).await;
+    c.flow(1, 10).await;
+    c.messages(3).await;
+    let resp = c
+        .request(wire::BaseCommand {
+            r#type: Type::Ack as i32,
+            ack: Some(wire::CommandAck {
+                consumer_id: 1,
+                ack_type: wire::command_ack::AckType::Individual as i32,
+                message_id: vec![id(1)],
+                validation_error: Some(wire::command_ack::ValidationError::ChecksumMismatch as i32),
+                request_id: Some(9),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await;
+    let resp = resp.ack_response.unwrap();
+    assert_eq!((resp.request_id, resp.error), (Some(9), None));
+    assert_eq!(broker.subscription_backlog(TOPIC, "s"), 2);
+    c.redeliver(1, vec![]).await;
+    let mut again: Vec<u64> = c.messages(2).await.iter().map(|d| d.entry()).collect();
+    again.sort_unstable();
+    assert_eq!(again, [0, 2]);
+    c.quiet().await;
+}
+
+/// Key_Shared routes by the entry's outer metadata: ordering key first, else the partition key
+/// (base64-decoded when flagged); a batch goes whole to the key's owner, and keys spread over
+/// the consumers (Murmur3 slots on a consistent-hash ring, as upstream).
+#[tokio::test]
+async fn key_shared_routes_batches_by_their_metadata_key() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut producer = Client::connect(&broker).await;
+    producer.producer(TOPIC, 1).await;
+    let mut seq = 0;
+    let mut publish = |meta: wire::MessageMetadata| {
+        let mut meta = meta;
+        meta.sequence_id = seq;
+        meta.num_messages_in_batch = Some(2);
+        seq += 1;
+        meta
+    };
+    let mut expected_key: Vec<Vec<u8>> = Vec::new();
+    for k in 0..32 {
+        let key = format!("key-{k}");
+        let mut meta = publish(metadata("p", 0, Some("ignored-partition-key")));
+        meta.ordering_key = Some(key.clone().into_bytes().into());
+        producer.publish(1, meta, b"batch").await;
+        expected_key.push(key.into_bytes());
+    }
+    // The same key three ways: ordering key, plain partition key, base64 partition key.
+    let mut by_ordering = publish(metadata("p", 0, None));
+    by_ordering.ordering_key = Some(vec![0u8, 1, 2].into());
+    let mut by_b64 = publish(metadata("p", 0, Some("AAEC")));
+    by_b64.partition_key_b64_encoded = Some(true);
+    let by_plain = publish(metadata("p", 0, Some("AAEC")));
+    for meta in [by_ordering, by_b64, by_plain] {
+        producer.publish(1, meta, b"batch").await;
+    }
+
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.subscribe(TOPIC, "k", SubType::KeyShared, 1).await;
+    b.subscribe(TOPIC, "k", SubType::KeyShared, 2).await;
+    a.flow(1, 1000).await;
+    b.flow(2, 1000).await;
+    let mut owner: std::collections::HashMap<u64, u8> = Default::default();
+    while owner.len() < 35 {
+        let (who, d) = tokio::select! {
+            d = a.message() => (0, d),
+            d = b.message() => (1, d),
+        };
+        owner.insert(d.entry(), who);
+    }
+    let to_a = (0..32).filter(|e| owner[e] == 0).count();
+    assert!(
+        to_a > 0 && to_a < 32,
+        "keys did not spread: {to_a} of 32 to a"
+    );
+    // Entries 32 (ordering key [0,1,2]) and 33 (the same bytes in base64) share an owner.
+    assert_eq!(owner[&32], owner[&33]);
+
+    // The owner is the one upstream's selector picks for the key.
+    fn ring(name: &'static str) -> impl Iterator<Item = u32> {
+        (0..super::hashing::RING_POINTS).map(move |i| super::hashing::ring_point(name, 0, i))
+    }
+    let mut points: Vec<(u32, u8)> = ring("consumer-1")
+        .map(|p| (p, 0))
+        .chain(ring("consumer-2").map(|p| (p, 1)))
+        .collect();
+    points.sort_by_key(|(p, _)| *p);
+    points.dedup_by_key(|(p, _)| *p);
+    let pick = |key: &[u8]| {
+        let slot = super::hashing::sticky_key_hash(key);
+        points
+            .iter()
+            .find(|(p, _)| *p >= slot)
+            .unwrap_or(&points[0])
+            .1
+    };
+    for (e, key) in expected_key.iter().enumerate() {
+        assert_eq!(owner[&(e as u64)], pick(key), "entry {e}");
+    }
+    assert_eq!(owner[&32], pick(&[0, 1, 2]));
+    assert_eq!(owner[&34], pick(b"AAEC"));
+}
+
+/// Non-persistent topics (upstream `NonPersistentTopic.publishMessage`: `EntryImpl.create(0L,
+/// 0L, ...)`): every message has id (0, 0), no epoch, no redelivery count; acks and
+/// redelivery requests are ignored (`NonPersistentSubscription`: no-ops).
+#[tokio::test]
+async fn non_persistent_messages_are_all_zero_zero() {
+    let broker = MockBroker::start().await.unwrap();
+    let topic = "non-persistent://public/default/np2";
+    let mut c = Client::connect(&broker).await;
+    let mut sub = subscribe_cmd(topic, "s", SubType::Failover, 1, 50);
+    sub.consumer_epoch = Some(2);
+    assert_eq!(c.subscribe_with(sub).await.r#type, Type::Success as i32);
+    c.raw.expect(Type::ActiveConsumerChange).await;
+    c.flow(1, 10).await;
+    let mut producer = Client::connect(&broker).await;
+    producer.producer(topic, 1).await;
+    for seq in 0..3 {
+        let receipt = producer.publish(1, metadata("p", seq, None), b"m").await;
+        let id = receipt.message_id.unwrap();
+        assert_eq!((id.ledger_id, id.entry_id), (0, 0));
+    }
+    let got = c.messages(3).await;
+    for (seq, d) in got.iter().enumerate() {
+        let id = &d.message.message_id;
+        assert_eq!((id.ledger_id, id.entry_id, id.partition), (0, 0, Some(-1)));
+        assert_eq!(d.message.consumer_epoch, None);
+        assert_eq!(d.message.redelivery_count, None);
+        assert_eq!(d.metadata.sequence_id, seq as u64);
+    }
+    c.ack(1, vec![got[0].message.message_id.clone()], false)
+        .await;
+    c.raw.send(redeliver_cmd(1, vec![], Some(3))).await;
+    c.redeliver(1, vec![got[1].message.message_id.clone()])
+        .await;
+    c.quiet().await;
+    assert_eq!(broker.topic_messages(topic), 0);
 }

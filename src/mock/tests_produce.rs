@@ -133,13 +133,19 @@ async fn exclusive_access_modes() {
         .await
         .producer_success
         .unwrap();
-    assert_eq!(ok.topic_epoch, Some(1));
-    for mode in [ProducerAccessMode::Shared, ProducerAccessMode::Exclusive] {
-        let resp = b.producer_with(producer_cmd(1, 2, None, mode)).await;
-        assert_eq!(error_of(&resp), (2, ServerError::ProducerBusy));
-    }
+    // Upstream `incrementTopicEpoch`: `orElse(-1) + 1`, so the first epoch is 0.
+    assert_eq!(ok.topic_epoch, Some(0));
+    // Shared: ProducerBusy; Exclusive: ProducerFenced (upstream `incrementTopicEpochIfNeeded`).
+    let resp = b
+        .producer_with(producer_cmd(1, 2, None, ProducerAccessMode::Shared))
+        .await;
+    assert_eq!(error_of(&resp), (2, ServerError::ProducerBusy));
+    let resp = b
+        .producer_with(producer_cmd(1, 2, None, ProducerAccessMode::Exclusive))
+        .await;
+    assert_eq!(error_of(&resp), (2, ServerError::ProducerFenced));
 
-    // WaitForExclusive: queued (not ready), granted when the holder leaves.
+    // WaitForExclusive: queued (not ready, no epoch), granted when the holder leaves.
     let queued = b
         .producer_with(producer_cmd(
             5,
@@ -150,8 +156,16 @@ async fn exclusive_access_modes() {
         .await
         .producer_success
         .unwrap();
-    assert_eq!(queued.producer_ready, Some(false));
+    assert_eq!(
+        (queued.producer_ready, queued.topic_epoch),
+        (Some(false), None)
+    );
     assert_eq!(broker.producers(TOPIC), 1);
+    // While one waits, a Shared producer is refused too.
+    let resp = a
+        .producer_with(producer_cmd(2, 9, None, ProducerAccessMode::Shared))
+        .await;
+    assert_eq!(error_of(&resp), (9, ServerError::ProducerBusy));
     a.request(close_producer(1, 4)).await;
     let granted = b
         .raw
@@ -161,11 +175,11 @@ async fn exclusive_access_modes() {
         .unwrap();
     assert_eq!(granted.request_id, 3);
     assert_eq!(granted.producer_ready, Some(true));
-    assert_eq!(granted.topic_epoch, Some(2));
+    assert_eq!(granted.topic_epoch, Some(1));
     b.publish(5, metadata(&granted.producer_name, 0, None), b"x")
         .await;
 
-    // ExclusiveWithFencing takes over: the holder gets CLOSE_PRODUCER.
+    // ExclusiveWithFencing takes over; the holder is removed without being told.
     let fencer = a
         .producer_with(producer_cmd(
             7,
@@ -173,20 +187,131 @@ async fn exclusive_access_modes() {
             None,
             ProducerAccessMode::ExclusiveWithFencing,
         ))
-        .await;
-    assert!(fencer.producer_success.is_some(), "{fencer:?}");
-    let closed = b
-        .raw
-        .expect(Type::CloseProducer)
         .await
-        .close_producer
+        .producer_success
         .unwrap();
-    assert_eq!(closed.producer_id, 5);
+    assert_eq!(fencer.topic_epoch, Some(2));
     assert_eq!(broker.producers(TOPIC), 1);
-    // A late SEND from the fenced producer is ignored (the connection stays up).
+    b.quiet().await;
+    // Its next SEND finds no producer: the connection is closed (upstream `handleSend`).
     b.send(5, metadata("x", 1, None), b"late").await;
-    b.request(close_producer(5, 6)).await.success.unwrap();
+    assert!(b.raw.is_closed().await);
     assert_eq!(broker.topic_messages(TOPIC), 1);
+    // Shared producers learn the topic's epoch once it has one... after the exclusive one left.
+    a.request(close_producer(7, 6)).await;
+    let shared = a
+        .producer_with(producer_cmd(8, 7, None, ProducerAccessMode::Shared))
+        .await
+        .producer_success
+        .unwrap();
+    assert_eq!(shared.topic_epoch, Some(2));
+}
+
+#[tokio::test]
+async fn exclusive_with_fencing_fails_waiting_producers() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut a = Client::connect(&broker).await;
+    let mut b = Client::connect(&broker).await;
+    a.producer_with(producer_cmd(1, 1, None, ProducerAccessMode::Exclusive))
+        .await
+        .producer_success
+        .unwrap();
+    let queued = b
+        .producer_with(producer_cmd(
+            2,
+            2,
+            None,
+            ProducerAccessMode::WaitForExclusive,
+        ))
+        .await;
+    assert_eq!(queued.producer_success.unwrap().producer_ready, Some(false));
+    let fencer = a
+        .producer_with(producer_cmd(
+            3,
+            3,
+            None,
+            ProducerAccessMode::ExclusiveWithFencing,
+        ))
+        .await;
+    assert_eq!(fencer.producer_success.unwrap().topic_epoch, Some(1));
+    // The waiting producer's request fails: ProducerFenced "Fenced out".
+    let err = b.raw.expect(Type::Error).await;
+    assert_eq!(error_of(&err), (2, ServerError::ProducerFenced));
+    assert_eq!(broker.producers(TOPIC), 1);
+}
+
+/// Upstream `AbstractTopic.incrementTopicEpochIfNeeded`: a producer coming back with the
+/// `topic_epoch` it was given, after another exclusive producer took the topic, is fenced.
+#[tokio::test]
+async fn a_reconnecting_exclusive_producer_with_an_old_topic_epoch_is_fenced() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut a = Client::connect(&broker).await;
+    let first = a
+        .producer_with(producer_cmd(1, 1, Some("a"), ProducerAccessMode::Exclusive))
+        .await
+        .producer_success
+        .unwrap();
+    let a_epoch = first.topic_epoch.unwrap();
+    assert_eq!(a_epoch, 0);
+    // A's connection drops.
+    drop(a);
+    // B takes the topic (ExclusiveWithFencing; a plain Exclusive one bumps the epoch alike).
+    let mut b = Client::connect(&broker).await;
+    let taken = b
+        .producer_with(producer_cmd(
+            1,
+            2,
+            Some("b"),
+            ProducerAccessMode::ExclusiveWithFencing,
+        ))
+        .await
+        .producer_success
+        .unwrap();
+    assert_eq!(taken.topic_epoch, Some(1));
+    // A re-creates with its old topic epoch while B holds the topic...
+    let mut a = Client::connect(&broker).await;
+    let mut again = producer_cmd(1, 3, Some("a"), ProducerAccessMode::Exclusive);
+    again.topic_epoch = Some(a_epoch);
+    let resp = a.producer_with(again.clone()).await;
+    assert_eq!(error_of(&resp), (3, ServerError::ProducerFenced));
+    // ... and after B has gone: the epoch has moved on.
+    b.request(close_producer(1, 4)).await.success.unwrap();
+    again.request_id = 5;
+    let resp = a.producer_with(again.clone()).await;
+    assert_eq!(error_of(&resp), (5, ServerError::ProducerFenced));
+    assert!(
+        resp.error
+            .unwrap()
+            .message
+            .contains("Topic epoch has already moved"),
+        "wrong message"
+    );
+    for mode in [
+        ProducerAccessMode::WaitForExclusive,
+        ProducerAccessMode::ExclusiveWithFencing,
+    ] {
+        again.request_id += 1;
+        again.producer_access_mode = Some(mode as i32);
+        let resp = a.producer_with(again.clone()).await;
+        assert_eq!(
+            error_of(&resp),
+            (again.request_id, ServerError::ProducerFenced)
+        );
+    }
+    assert_eq!(broker.producers(TOPIC), 0);
+    // With the current epoch (or none) it is granted, and the topic keeps that epoch.
+    again.request_id = 20;
+    again.producer_access_mode = Some(ProducerAccessMode::Exclusive as i32);
+    again.topic_epoch = Some(1);
+    let ok = a.producer_with(again).await.producer_success.unwrap();
+    assert_eq!(ok.topic_epoch, Some(1));
+    a.request(close_producer(1, 21)).await.success.unwrap();
+    let ok = a
+        .producer_with(producer_cmd(2, 22, None, ProducerAccessMode::Exclusive))
+        .await
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.topic_epoch, Some(2));
 }
 
 #[tokio::test]

@@ -6,12 +6,14 @@
 //! signed numbers, so `(-1, -1)` (earliest) sorts before every entry and
 //! `(i64::MAX, i64::MAX)` (latest) after.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use super::hashing;
 use super::subscription::Subscription;
 use super::wire;
 use super::ConnectionId;
@@ -45,15 +47,18 @@ impl StoredEntry {
         self.metadata.num_messages_in_batch.is_some()
     }
 
-    /// The key Key_Shared routes by: the ordering key, else the partition key, else
-    /// [`NONE_KEY`] (upstream `Consumer.getStickyKey`).
-    pub(crate) fn sticky_key(&self) -> &[u8] {
+    /// The key Key_Shared routes by, from the entry's (outer) metadata, so that a batch goes
+    /// whole to one consumer: the ordering key if present, else the partition key
+    /// (base64-decoded when `partition_key_b64_encoded`), else [`NONE_KEY`] (upstream
+    /// `Commands.peekStickyKey`).
+    pub(crate) fn sticky_key(&self) -> Cow<'_, [u8]> {
         let meta = &self.metadata;
-        match (&meta.ordering_key, &meta.partition_key) {
-            (Some(k), _) if !k.is_empty() => &k[..],
-            (_, Some(k)) if !k.is_empty() => k.as_bytes(),
-            _ => NONE_KEY,
-        }
+        hashing::sticky_key(
+            meta.ordering_key.as_deref(),
+            meta.partition_key.as_deref(),
+            meta.partition_key_b64_encoded(),
+            NONE_KEY,
+        )
     }
 }
 
@@ -79,6 +84,9 @@ pub(crate) struct WaitingProducer {
     pub(crate) name: String,
     /// Its `epoch`.
     pub(crate) epoch: u64,
+    /// The `topic_epoch` it sent, if any (a reconnecting exclusive producer sends the one it
+    /// was given).
+    pub(crate) topic_epoch: Option<u64>,
 }
 
 /// One topic (a partition of a partitioned topic is an ordinary topic).
@@ -100,8 +108,10 @@ pub(crate) struct Topic {
     pub(crate) waiting_producers: VecDeque<WaitingProducer>,
     /// The highest sequence id stored per producer name.
     pub(crate) last_sequence: HashMap<String, i64>,
-    /// Bumped each time a producer is granted exclusive access.
-    pub(crate) topic_epoch: u64,
+    /// The topic epoch (upstream `AbstractTopic.topicEpoch`): none until a producer is first
+    /// granted exclusive access; then set to that producer's `topic_epoch`, or bumped (from
+    /// -1, so the first is 0) when it sent none.
+    pub(crate) topic_epoch: Option<u64>,
     /// Subscriptions by name.
     pub(crate) subscriptions: BTreeMap<String, Subscription>,
     /// Terminated (admin): no more messages can be published; consumers that have acknowledged
@@ -124,7 +134,7 @@ impl Topic {
             producers: BTreeMap::new(),
             waiting_producers: VecDeque::new(),
             last_sequence: HashMap::new(),
-            topic_epoch: 0,
+            topic_epoch: None,
             subscriptions: BTreeMap::new(),
             terminated: false,
             deliver_at: HashMap::new(),
@@ -242,13 +252,16 @@ mod tests {
             metadata: meta(0),
             payload: Bytes::new(),
         };
-        assert_eq!(e.sticky_key(), NONE_KEY);
+        assert_eq!(&*e.sticky_key(), NONE_KEY);
         assert_eq!((e.num_messages(), e.is_batch()), (1, false));
         e.metadata.partition_key = Some("pk".into());
-        assert_eq!(e.sticky_key(), b"pk");
+        assert_eq!(&*e.sticky_key(), b"pk");
+        e.metadata.partition_key = Some("AAEC".into());
+        e.metadata.partition_key_b64_encoded = Some(true);
+        assert_eq!(&*e.sticky_key(), &[0, 1, 2]);
         e.metadata.ordering_key = Some(Bytes::from_static(b"ok"));
         e.metadata.num_messages_in_batch = Some(3);
-        assert_eq!(e.sticky_key(), b"ok");
+        assert_eq!(&*e.sticky_key(), b"ok");
         assert_eq!((e.num_messages(), e.is_batch()), (3, true));
     }
 }
