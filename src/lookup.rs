@@ -128,7 +128,9 @@ impl LookupService {
         }
     }
 
-    /// The number of partitions of `topic` (0 for a non-partitioned topic).
+    /// The number of partitions of `topic` (0 for a non-partitioned topic). A count above
+    /// [`MAX_PARTITIONS`](crate::partitions::MAX_PARTITIONS) is an error (never that many
+    /// creates).
     pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
         let conn = self.service_connection().await?;
         let request_id = conn.new_request_id();
@@ -146,7 +148,9 @@ impl LookupService {
                     .message
                     .unwrap_or_else(|| "partitioned metadata failed".into()),
             }),
-            _ => Ok(r.partitions.unwrap_or(0)),
+            _ => {
+                crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
+            }
         }
     }
 }

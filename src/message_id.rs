@@ -11,8 +11,15 @@ use crate::proto;
 /// partitioned), and for a message in a batch its index and the batch size (-1 / 0 otherwise).
 ///
 /// Displays as `ledger:entry:partition:batch_index` (the form the official clients print) and
-/// parses back from it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// parses back from it to an equal id.
+///
+/// Identity: two ids are equal (and hash equally, and compare `Equal`) when their ledger, entry,
+/// partition and batch index are equal. `batch_size` is data carried along (the acknowledgment
+/// of a batch needs it), not part of the identity, so an id the application passes back (e.g.
+/// parsed from its string form, which has no batch size) finds the id the client handed out.
+/// This follows upstream Java's `MessageIdImpl`/`BatchMessageIdImpl` (`MessageIdAdvUtils.equals`
+/// and `hashCode` use ledger, entry, partition and batch index; the batch size is left out).
+#[derive(Debug, Clone, Copy)]
 pub struct MessageId {
     /// The ledger (a storage segment) holding the message.
     pub ledger_id: u64,
@@ -70,15 +77,25 @@ impl MessageId {
         }
     }
 
-    /// The order of two ids on one topic: by ledger, entry, then batch index (an entry's
-    /// non-batch id sorts after every message of that batch, like upstream).
-    fn key(&self) -> (i64, i64, i32) {
-        let batch = if self.batch_index < 0 {
-            i32::MAX
-        } else {
-            self.batch_index
-        };
-        (self.ledger_id as i64, self.entry_id as i64, batch)
+    /// The sort key: by ledger, entry (both compared signed, as upstream's `Long.compare`, so
+    /// [`EARLIEST`](Self::EARLIEST) sorts first), then batch index with an entry's non-batch id
+    /// after every message of that batch, then partition.
+    ///
+    /// The key holds exactly the identity fields, each mapped injectively, so `cmp` is `Equal`
+    /// exactly when `==` holds. Upstream's current `MessageIdAdv.compareTo` orders by ledger,
+    /// entry, partition, batch index with a plain integer compare, which puts a non-batch id
+    /// (-1) *before* the messages of its batch; its own comment calls that a legacy behaviour
+    /// kept for compatibility (apache/pulsar#18981). This crate keeps the order it always had
+    /// (the one upstream calls correct: a batch's messages precede the whole entry); the
+    /// equality and hash follow upstream exactly.
+    fn key(&self) -> (i64, i64, bool, i32, i32) {
+        (
+            self.ledger_id as i64,
+            self.entry_id as i64,
+            self.batch_index < 0,
+            self.batch_index,
+            self.partition,
+        )
     }
 
     pub(crate) fn to_proto(self) -> proto::MessageIdData {
@@ -103,6 +120,28 @@ impl MessageId {
     }
 }
 
+impl PartialEq for MessageId {
+    fn eq(&self, other: &Self) -> bool {
+        // The identity fields only: `batch_size` is carried data (see the type's docs).
+        self.ledger_id == other.ledger_id
+            && self.entry_id == other.entry_id
+            && self.partition == other.partition
+            && self.batch_index == other.batch_index
+    }
+}
+
+impl Eq for MessageId {}
+
+impl std::hash::Hash for MessageId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // The same fields as `eq`, so equal ids hash equally.
+        self.ledger_id.hash(state);
+        self.entry_id.hash(state);
+        self.partition.hash(state);
+        self.batch_index.hash(state);
+    }
+}
+
 impl PartialOrd for MessageId {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
         Some(self.cmp(other))
@@ -111,9 +150,7 @@ impl PartialOrd for MessageId {
 
 impl Ord for MessageId {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.key()
-            .cmp(&other.key())
-            .then(self.partition.cmp(&other.partition))
+        self.key().cmp(&other.key())
     }
 }
 
@@ -206,5 +243,140 @@ mod tests {
         let p = plain.to_proto();
         assert_eq!(p.partition, None);
         assert_eq!(MessageId::from_proto(&p), plain);
+    }
+
+    fn hash_of(id: &MessageId) -> u64 {
+        use std::hash::{BuildHasher, BuildHasherDefault};
+        BuildHasherDefault::<std::collections::hash_map::DefaultHasher>::default().hash_one(id)
+    }
+
+    #[test]
+    fn batch_size_is_carried_data_not_identity() {
+        // A batched id as the consumer hands it out (with the batch size) ...
+        let received = MessageId {
+            ledger_id: 12,
+            entry_id: 34,
+            partition: 1,
+            batch_index: 2,
+            batch_size: 5,
+        };
+        // ... and the same id passed back by the application through its string form.
+        let parsed: MessageId = received.to_string().parse().unwrap();
+        assert_eq!(parsed.batch_size, 0, "the string form has no batch size");
+        assert_eq!(parsed, received);
+        assert_eq!(parsed.cmp(&received), Ordering::Equal);
+        assert_eq!(hash_of(&parsed), hash_of(&received));
+        let mut acked = std::collections::HashMap::new();
+        acked.insert(received, "pending");
+        assert_eq!(
+            acked.get(&parsed),
+            Some(&"pending"),
+            "a map keyed by id finds it"
+        );
+        let mut set = std::collections::BTreeSet::new();
+        set.insert(received);
+        assert!(set.contains(&parsed));
+    }
+
+    #[test]
+    fn negative_batch_indexes_are_distinct_and_ordered_consistently() {
+        // -1 and other negative values (or i32::MAX) must not collapse into one sort key while
+        // `==` tells them apart.
+        let base = MessageId::new(1, 1, 0);
+        let odd = MessageId {
+            batch_index: -5,
+            ..base
+        };
+        let max = MessageId {
+            batch_index: i32::MAX,
+            ..base
+        };
+        assert_ne!(base, odd);
+        assert_ne!(base.cmp(&odd), Ordering::Equal);
+        assert_ne!(base, max);
+        assert_ne!(base.cmp(&max), Ordering::Equal);
+        assert!(
+            max < base,
+            "batch members (any index) precede the whole entry"
+        );
+    }
+
+    fn any_id() -> impl proptest::strategy::Strategy<Value = MessageId> {
+        use proptest::prelude::*;
+        (
+            any::<u64>(),
+            any::<u64>(),
+            prop_oneof![Just(-1), 0..64i32, any::<i32>()],
+            prop_oneof![Just(-1), 0..64i32, any::<i32>()],
+            prop_oneof![Just(0), 1..64i32, any::<i32>()],
+        )
+            .prop_map(
+                |(ledger_id, entry_id, partition, batch_index, batch_size)| MessageId {
+                    ledger_id,
+                    entry_id,
+                    partition,
+                    batch_index,
+                    batch_size,
+                },
+            )
+    }
+
+    /// Two ids, the second made from the first by changing some fields (often none of the
+    /// identity ones, often only the batch size), so equal and near-equal pairs are common.
+    fn id_pair() -> impl proptest::strategy::Strategy<Value = (MessageId, MessageId)> {
+        use proptest::prelude::*;
+        (
+            any_id(),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(any::<u64>()),
+            proptest::option::of(-2..3i32),
+            proptest::option::of(-2..3i32),
+            proptest::option::of(any::<i32>()),
+        )
+            .prop_map(|(a, l, e, p, bi, bs)| {
+                let b = MessageId {
+                    ledger_id: l.unwrap_or(a.ledger_id),
+                    entry_id: e.unwrap_or(a.entry_id),
+                    partition: p.unwrap_or(a.partition),
+                    batch_index: bi.unwrap_or(a.batch_index),
+                    batch_size: bs.unwrap_or(a.batch_size),
+                };
+                (a, b)
+            })
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_then_parse_gives_an_equal_id(id in any_id()) {
+            let back: MessageId = id.to_string().parse().unwrap();
+            proptest::prop_assert_eq!(back, id);
+            proptest::prop_assert_eq!(back.cmp(&id), Ordering::Equal);
+            proptest::prop_assert_eq!(hash_of(&back), hash_of(&id));
+            proptest::prop_assert_eq!(back.to_string(), id.to_string());
+        }
+
+        #[test]
+        fn eq_ord_and_hash_agree((a, b) in id_pair()) {
+            proptest::prop_assert_eq!(a == b, a.cmp(&b) == Ordering::Equal);
+            proptest::prop_assert_eq!(a.cmp(&b), b.cmp(&a).reverse());
+            proptest::prop_assert_eq!(a.partial_cmp(&b), Some(a.cmp(&b)));
+            if a == b {
+                proptest::prop_assert_eq!(hash_of(&a), hash_of(&b));
+            }
+        }
+
+        #[test]
+        fn proto_round_trip_keeps_identity_and_batch_size(id in any_id()) {
+            let back = MessageId::from_proto(&id.to_proto());
+            // Negative partition / batch index all encode as "absent" (-1).
+            let expected = MessageId {
+                partition: id.partition.max(-1),
+                batch_index: id.batch_index.max(-1),
+                batch_size: id.batch_size.max(0),
+                ..id
+            };
+            proptest::prop_assert_eq!(back, expected);
+            proptest::prop_assert_eq!(back.batch_size, expected.batch_size);
+        }
     }
 }

@@ -7,8 +7,9 @@
 //! version is newer than the last one seen, and answers `CommandPartitionUpdateResult` once the
 //! new partitions are live (or with the failure). On connection loss it watches again and
 //! applies the current state. Without the feature it polls partitioned metadata every
-//! `auto_update_partitions_interval` (60 s by default, like upstream). Counts never shrink: a
-//! smaller count is ignored with a warning.
+//! `auto_update_partitions_interval` (60 s by default, like upstream), at a fixed rate that
+//! registrations do not reset. Counts never shrink: a smaller count is ignored with a warning.
+//! Counts above [`MAX_PARTITIONS`] are refused (never created).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -16,12 +17,53 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, Notify};
 
+use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
 use crate::connection::{Connection, EntityEvent, EntityKind};
 use crate::core::CoreRef as Client;
 use crate::error::{Error, Result};
 use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::topic::TopicName;
+
+/// The largest partition count the client accepts from a broker (partitioned metadata, a
+/// polled count, a PIP-247 update).
+///
+/// Upstream brokers bound it only if configured: `maxNumPartitionsPerPartitionedTopic`
+/// defaults to 0 (no limit), and the count is a signed 32-bit int there. A client that took any
+/// count at face value would start that many concurrent creates (connections, lookups, memory)
+/// on one bad or hostile answer, so this is a hard client bound: 65,536 partitions is far above
+/// any deployment upstream documents (hundreds to a few thousand per topic) while keeping a
+/// topic's producers/consumers within what one process can hold.
+pub(crate) const MAX_PARTITIONS: u32 = 65_536;
+
+/// `partitions` for `topic` if within [`MAX_PARTITIONS`], otherwise an error naming both.
+pub(crate) fn check_partition_count(topic: &str, partitions: u32) -> Result<u32> {
+    if partitions > MAX_PARTITIONS {
+        return Err(Error::Protocol(format!(
+            "topic {topic}: the broker reports {partitions} partitions, more than the client \
+             accepts ({MAX_PARTITIONS}); refused"
+        )));
+    }
+    Ok(partitions)
+}
+
+/// Splits a full state into the counts within the bound and an error naming the others.
+fn within_bound(update: Vec<(String, u32)>) -> (Vec<(String, u32)>, Option<Error>) {
+    let mut refused = Vec::new();
+    let mut ok = Vec::with_capacity(update.len());
+    for (topic, n) in update {
+        match check_partition_count(&topic, n) {
+            Ok(_) => ok.push((topic, n)),
+            Err(e) => {
+                tracing::warn!(%topic, partitions = n, max = MAX_PARTITIONS,
+                    "partition count above the client's bound; not applied");
+                refused.push(e.to_string());
+            }
+        }
+    }
+    let error = (!refused.is_empty()).then(|| Error::Protocol(refused.join("; ")));
+    (ok, error)
+}
 
 /// A request to a producer/consumer to grow to `partitions`; answered once they are live.
 #[derive(Debug)]
@@ -239,7 +281,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
             }
         };
         let outcome = if conn.info().features.supports_partition_update_watchers {
-            watch(&s, &client, &conn).await
+            watch(&s, &client, &conn, &mut backoff).await
         } else {
             poll(&s, &client).await
         };
@@ -255,14 +297,19 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
     }
 }
 
-/// Polling fallback: until the topic set empties.
+/// Polling fallback, until the topic set empties: every `interval` at a fixed rate. The
+/// schedule is not reset by registrations (an application that creates or drops producers more
+/// often than the interval still gets polled); a newly registered topic is checked at the next
+/// tick.
 async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + s.interval, s.interval);
+    // A tick missed (a slow poll) is not made up for with a burst.
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
-            _ = tokio::time::sleep(s.interval) => {}
+            _ = ticks.tick() => {}
             _ = s.changed.notified() => {
-                if s.snapshot().1.is_empty() {
-                    stop_if_empty(s);
+                if s.snapshot().1.is_empty() && stop_if_empty(s) {
                     return Ok(());
                 }
                 continue;
@@ -275,11 +322,16 @@ async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
         let mut update = Vec::new();
         for (topic, _) in &topics {
             let t = TopicName::new(topic)?;
+            // `partitioned_topic_metadata` refuses a count above MAX_PARTITIONS.
             match client.partitioned_topic_metadata(t.as_str()).await {
                 Ok(n) => update.push((topic.clone(), n)),
+                Err(e @ Error::Protocol(_)) => {
+                    tracing::warn!(%topic, error = %e, "partition poll refused")
+                }
                 Err(e) => tracing::debug!(%topic, error = %e, "partition poll failed"),
             }
         }
+        let (update, _) = within_bound(update);
         if let Err(e) = s.apply(&update).await {
             tracing::warn!(error = %e, "partition growth failed; retrying at the next poll");
         }
@@ -329,24 +381,56 @@ fn pairs(topics: &[String], partitions: &[u32]) -> Vec<(String, u32)> {
         .collect()
 }
 
+/// How one watcher ended without a connection failure.
+enum WatchEnd {
+    /// No topic left: the service stopped.
+    Stopped,
+    /// The watcher was closed (no topic left) but a topic was registered meanwhile.
+    Closed,
+}
+
 /// Watcher mode on `conn`, until the topic set empties (Ok) or the connection fails (Err).
-async fn watch(s: &Arc<PartitionUpdates>, client: &Client, conn: &Connection) -> Result<()> {
-    let watcher_id = client.new_watcher_id();
-    let (tx, mut events) = mpsc::channel(64);
-    conn.register(EntityKind::PartitionWatcher, watcher_id, tx)?;
-    let result = watch_on(s, conn, watcher_id, &mut events).await;
-    conn.unregister(EntityKind::PartitionWatcher, watcher_id);
-    result
+///
+/// Each watcher gets its own id, event channel and version state: after a close (when a topic
+/// came back while closing) a new watcher starts, so the closed one's last version cannot make
+/// the new one's first updates (versions from 1 again on the broker) look stale, and late
+/// events of the closed watcher are not delivered to it.
+async fn watch(
+    s: &Arc<PartitionUpdates>,
+    client: &Client,
+    conn: &Connection,
+    backoff: &mut Backoff,
+) -> Result<()> {
+    loop {
+        let watcher_id = client.new_watcher_id();
+        let (tx, mut events) = mpsc::channel(64);
+        conn.register(EntityKind::PartitionWatcher, watcher_id, tx)?;
+        let result = watch_on(s, client, conn, watcher_id, &mut events, backoff).await;
+        conn.unregister(EntityKind::PartitionWatcher, watcher_id);
+        match result? {
+            WatchEnd::Stopped => return Ok(()),
+            WatchEnd::Closed => {
+                tracing::debug!(watcher_id, "topics registered while closing; watching anew")
+            }
+        }
+    }
 }
 
 async fn watch_on(
     s: &Arc<PartitionUpdates>,
+    client: &Client,
     conn: &Connection,
     watcher_id: u64,
     events: &mut mpsc::Receiver<EntityEvent>,
-) -> Result<()> {
+    backoff: &mut Backoff,
+) -> Result<WatchEnd> {
     let mut last_version: Option<u64> = None;
     let mut watched_generation = None;
+    // A failure answer to an update refused for its counts, sent after a delay: the broker
+    // resends at once after a failure, and a refused count would refuse again, so answering at
+    // once would make the two sides ping-pong as fast as the network allows.
+    let mut refusal: Option<(tokio::time::Instant, Frame)> = None;
+    let mut refusal_backoff: Option<Backoff> = None;
     loop {
         let (generation, topics) = s.snapshot();
         if topics.is_empty() {
@@ -362,10 +446,11 @@ async fn watch_on(
             let _ = conn
                 .request(request_id, close, "close partition watcher")
                 .await;
-            if stop_if_empty(s) {
-                return Ok(());
-            }
-            continue;
+            return Ok(if stop_if_empty(s) {
+                WatchEnd::Stopped
+            } else {
+                WatchEnd::Closed
+            });
         }
         if watched_generation != Some(generation) {
             // (Re-)watch with the full topic list; apply the state in the answer.
@@ -380,12 +465,19 @@ async fn watch_on(
             let ok = response.watch_partition_update_success.ok_or_else(|| {
                 Error::Protocol("watch answered without WatchPartitionUpdateSuccess".into())
             })?;
+            // Watching works again: the next connection loss starts from the initial delay.
+            *backoff = client.backoff();
             watched_generation = Some(generation);
-            if let Err(e) = s.apply(&pairs(&ok.topics, &ok.partitions)).await {
+            let (state, refused) = within_bound(pairs(&ok.topics, &ok.partitions));
+            if let Some(e) = refused {
+                tracing::warn!(error = %e, "partition counts refused after watching");
+            }
+            if let Err(e) = s.apply(&state).await {
                 tracing::warn!(error = %e, "partition growth failed after watching");
             }
             continue;
         }
+        let refusal_due = refusal.as_ref().map(|(at, _)| *at);
         tokio::select! {
             ev = events.recv() => match ev {
                 None => return Err(Error::ConnectionLost("watcher channel closed".into())),
@@ -397,12 +489,45 @@ async fn watch_on(
                         continue;
                     }
                     last_version = Some(update.version);
-                    let result = s.apply(&pairs(&update.topics, &update.partitions)).await;
-                    conn.send_control(result_frame(watcher_id, update.version, &result))?;
+                    // A newer update replaces a refusal not yet answered (the broker ignores
+                    // results for older versions anyway).
+                    refusal = None;
+                    let (state, refused) = within_bound(pairs(&update.topics, &update.partitions));
+                    let result = s.apply(&state).await;
+                    match refused {
+                        None => {
+                            refusal_backoff = None;
+                            conn.send_control(result_frame(watcher_id, update.version, &result))?;
+                        }
+                        Some(refused) => {
+                            let why = match result {
+                                Ok(()) => refused,
+                                Err(e) => Error::Protocol(format!("{refused}; {e}")),
+                            };
+                            let delay = refusal_backoff
+                                .get_or_insert_with(|| client.backoff())
+                                .next_delay();
+                            let frame = result_frame(watcher_id, update.version, &Err(why));
+                            refusal = Some((crate::util::deadline_after(delay), frame));
+                        }
+                    }
                 }
             },
+            _ = sleep_until_some(refusal_due) => {
+                if let Some((_, frame)) = refusal.take() {
+                    conn.send_control(frame)?;
+                }
+            }
             _ = s.changed.notified() => {}
         }
+    }
+}
+
+/// Sleeps until `at`, or forever if `None`.
+async fn sleep_until_some(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -414,5 +539,39 @@ mod tests {
     fn update_pairs_zip_topics_and_counts() {
         let p = pairs(&["a".into(), "b".into()], &[3, 5]);
         assert_eq!(p, vec![("a".to_string(), 3), ("b".to_string(), 5)]);
+    }
+
+    #[test]
+    fn counts_above_the_bound_are_refused_with_count_and_bound() {
+        assert_eq!(check_partition_count("t", 0).unwrap(), 0);
+        assert_eq!(
+            check_partition_count("t", MAX_PARTITIONS).unwrap(),
+            MAX_PARTITIONS
+        );
+        let e = check_partition_count("t", MAX_PARTITIONS + 1).unwrap_err();
+        assert!(matches!(e, Error::Protocol(_)), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("65537") && text.contains("65536"), "{text}");
+
+        let (ok, refused) = within_bound(vec![
+            ("a".into(), 4),
+            ("b".into(), u32::MAX),
+            ("c".into(), 100_000),
+        ]);
+        assert_eq!(
+            ok,
+            vec![("a".to_string(), 4)],
+            "the counts within the bound still apply"
+        );
+        let text = refused.expect("refused").to_string();
+        assert!(
+            text.contains("topic b") && text.contains(&u32::MAX.to_string()),
+            "{text}"
+        );
+        assert!(
+            text.contains("topic c") && text.contains("100000"),
+            "{text}"
+        );
+        assert!(within_bound(vec![("a".into(), 1)]).1.is_none());
     }
 }

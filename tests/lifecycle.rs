@@ -288,7 +288,8 @@ async fn non_retriable_create_errors_fail_fast() {
         client.producer(t).create().await,
         Err(Error::TopicTerminated { .. })
     ));
-    // ProducerBusy (Exclusive) and ConsumerBusy.
+    // ProducerFenced (a second Exclusive producer: upstream
+    // AbstractTopic.incrementTopicEpochIfNeeded) and ConsumerBusy.
     let x = "persistent://public/default/exclusive";
     let _first = client
         .producer(x)
@@ -302,10 +303,7 @@ async fn non_retriable_create_errors_fail_fast() {
             .access_mode(pulsar_sdk::producer::ProducerAccessMode::Exclusive)
             .create()
             .await,
-        Err(Error::Broker {
-            code: ServerError::ProducerBusy,
-            ..
-        })
+        Err(Error::ProducerFenced { .. })
     ));
     let _c = client
         .consumer(x)

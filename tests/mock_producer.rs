@@ -593,9 +593,11 @@ async fn a_second_exclusive_producer_is_refused_at_once() {
             .create(),
     )
     .await;
+    // Upstream AbstractTopic.incrementTopicEpochIfNeeded refuses a second Exclusive producer
+    // with ProducerFenced.
     match second {
-        Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::ProducerBusy),
-        other => panic!("expected ProducerBusy, got {other:?}"),
+        Err(Error::ProducerFenced { .. }) => {}
+        other => panic!("expected ProducerFenced, got {other:?}"),
     }
     // Not retried: exactly two PRODUCER commands.
     assert_eq!(broker.received_of(Type::Producer).len(), 2);

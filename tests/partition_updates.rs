@@ -311,3 +311,315 @@ async fn auto_update_can_be_turned_off_and_a_shrink_is_ignored() {
     assert!(broker.update_partitions(TOPIC, 1).is_err());
     assert_eq!(growing.partitions(), 3);
 }
+
+// ---- Fixed-rate polling, re-watch backoff, close/re-watch race, partition count bound ----
+
+const OTHER: &str = "persistent://public/default/churn";
+
+fn policy(initial: Duration, max: Duration) -> pulsar_sdk::BackoffPolicy {
+    pulsar_sdk::BackoffPolicy {
+        initial,
+        max,
+        ..Default::default()
+    }
+}
+
+/// Without watchers the client polls every interval, even when producers are created and
+/// dropped more often than that (a registration change must not restart the poll timer).
+#[tokio::test(start_paused = true)]
+async fn polling_keeps_its_rate_while_registrations_keep_changing() {
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        supports_partition_update_watchers: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let interval = Duration::from_secs(60);
+    broker.create_partitioned_topic(TOPIC, 2);
+    broker.create_partitioned_topic(OTHER, 1);
+    let client = client(&broker.service_url(), interval);
+    let producer = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    broker.update_partitions(TOPIC, 3).unwrap();
+    let mut changes = producer.partition_changes();
+    // An application creating and dropping a partitioned producer every 10 s (6 times per
+    // poll interval).
+    let churn = async {
+        loop {
+            tokio::time::sleep(Duration::from_secs(10)).await;
+            let p = client.producer(OTHER).create().await.unwrap();
+            drop(p);
+        }
+    };
+    tokio::select! {
+        () = churn => unreachable!(),
+        grown = tokio::time::timeout(interval + Duration::from_secs(5), changes.wait_for(|n| *n == 3)) => {
+            grown.expect("the growth is seen within one poll interval despite the churn").unwrap();
+        }
+    }
+    let waited = started.elapsed();
+    assert!(waited <= interval + Duration::from_secs(1), "{waited:?}");
+    assert!(
+        broker.received_of(Type::Producer).len() > 3 + 3,
+        "the churn really ran (producers on OTHER were created meanwhile)"
+    );
+}
+
+/// Several connection losses in a row, each followed by a successful re-watch: every re-watch
+/// still comes after the initial backoff (100 ms here), not after a delay grown towards the
+/// maximum (60 s) because the backoff was never reset.
+#[tokio::test(start_paused = true)]
+async fn the_rewatch_backoff_is_reset_after_a_successful_watch() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.create_partitioned_topic(TOPIC, 2);
+    let client = common::test_client(&broker.service_url())
+        .backoff(policy(Duration::from_millis(100), Duration::from_secs(60)))
+        .auto_update_partitions_interval(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .expect("the client watches");
+    for loss in 1..=10 {
+        let watches = broker.received_of(Type::WatchPartitionUpdate).len();
+        broker.drop_all_connections();
+        let lost_at = tokio::time::Instant::now();
+        // Initial backoff 100 ms (+10 % jitter); a never-reset backoff is 1.6 s by the 5th.
+        broker
+            .wait_for_commands(
+                Type::WatchPartitionUpdate,
+                watches + 1,
+                Duration::from_secs(1),
+            )
+            .await
+            .unwrap_or_else(|| {
+                panic!(
+                    "no re-watch within 1 s after connection loss {loss} (waited {:?})",
+                    lost_at.elapsed()
+                )
+            });
+    }
+    // The last watcher works.
+    let mut changes = producer.partition_changes();
+    broker.update_partitions(TOPIC, 3).unwrap();
+    wait_partitions(&mut changes, 3).await;
+}
+
+/// The last topic goes (the watcher is being closed) while a new producer registers: the new
+/// watch must not inherit the closed watcher's last version, or the new watcher's first updates
+/// (versions from 1 again) are dropped as stale.
+#[tokio::test(start_paused = true)]
+async fn a_watch_started_while_the_watcher_closes_starts_from_fresh_versions() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_partition_update_resend_timeout(Duration::from_secs(3600));
+    broker.create_partitioned_topic(TOPIC, 2);
+    let client = client(&broker.service_url(), Duration::from_secs(3600));
+    let first = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .unwrap();
+    // Version 1 of the first watcher is applied and acknowledged.
+    let mut changes = first.partition_changes();
+    broker.update_partitions(TOPIC, 3).unwrap();
+    wait_partitions(&mut changes, 3).await;
+    broker
+        .wait_for_command(Type::PartitionUpdateResult, Duration::from_secs(5))
+        .await
+        .unwrap();
+
+    // Every answer now takes 1 s (paused time): the second producer's create (metadata, then
+    // lookups, then PRODUCER) finishes 1 s after its PRODUCER commands arrive.
+    broker.set_response_delay(Duration::from_secs(1));
+    let producers_before = broker.received_of(Type::Producer).len();
+    let second = tokio::spawn({
+        let client = client.clone();
+        async move { client.producer(TOPIC).batching(false).create().await }
+    });
+    broker
+        .wait_for_commands(
+            Type::Producer,
+            producers_before + 3,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the second producer is being created");
+    // Half-way through that second, the first producer (the only registration) goes: the
+    // watcher is closed; the close is answered 1 s later, after the second producer registered.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    drop(first);
+    broker
+        .wait_for_command(Type::WatchPartitionUpdateClose, Duration::from_secs(5))
+        .await
+        .expect("the watcher is closed once no topic is left");
+    let second = second.await.unwrap().unwrap();
+    // The second producer's topic is watched again after the close.
+    let watches = broker
+        .wait_for_commands(Type::WatchPartitionUpdate, 2, Duration::from_secs(10))
+        .await
+        .expect("watched again");
+    let log = broker.received();
+    let close_at = log
+        .iter()
+        .position(|r| r.is(Type::WatchPartitionUpdateClose))
+        .unwrap();
+    let rewatch_at = log
+        .iter()
+        .rposition(|r| r.is(Type::WatchPartitionUpdate))
+        .unwrap();
+    assert!(
+        rewatch_at > close_at,
+        "the second watch came after the close"
+    );
+    let rewatch = watches[1]
+        .command
+        .watch_partition_update
+        .as_ref()
+        .unwrap()
+        .watcher_id;
+    broker.set_response_delay(Duration::ZERO);
+    let results_before = broker.received_of(Type::PartitionUpdateResult).len();
+    let mut changes = second.partition_changes();
+    broker.update_partitions(TOPIC, 4).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), changes.wait_for(|n| *n == 4))
+        .await
+        .expect("the new watcher's first update (version 1) is applied, not taken as stale")
+        .unwrap();
+    let results = broker
+        .wait_for_commands(
+            Type::PartitionUpdateResult,
+            results_before + 1,
+            Duration::from_secs(10),
+        )
+        .await
+        .expect("the new watcher's update is answered");
+    let r = results[results_before]
+        .command
+        .partition_update_result
+        .as_ref()
+        .unwrap();
+    assert_eq!(r.watcher_id, rewatch, "{r:?}");
+    assert!(r.success, "{r:?}");
+}
+
+const MAX_PARTITIONS: u32 = 65_536;
+
+/// A watcher update claiming more partitions than the client's bound is answered with a
+/// failure naming the count and the bound, and nothing is created.
+#[tokio::test]
+async fn a_pushed_partition_count_above_the_bound_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_partition_update_resend_timeout(Duration::from_secs(3600));
+    broker.create_partitioned_topic(TOPIC, 2);
+    let client = client(&broker.service_url(), Duration::from_secs(3600));
+    let producer = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let producers = broker.received_of(Type::Producer).len();
+    // The metadata says 100,000 partitions: the watcher gets an update with that count.
+    broker.set_partitions(TOPIC, 100_000);
+    let result = broker
+        .wait_for_command(Type::PartitionUpdateResult, Duration::from_secs(10))
+        .await
+        .expect("the update is answered")
+        .command
+        .partition_update_result
+        .unwrap();
+    assert!(!result.success, "{result:?}");
+    let why = result.error_message.unwrap_or_default();
+    assert!(
+        why.contains("100000") && why.contains(&MAX_PARTITIONS.to_string()),
+        "{why}"
+    );
+    assert_eq!(producer.partitions(), 2);
+    assert_eq!(
+        broker.received_of(Type::Producer).len(),
+        producers,
+        "no partition producer was created"
+    );
+    // A later, sensible count is applied.
+    let mut changes = producer.partition_changes();
+    broker.set_partitions(TOPIC, 3);
+    wait_partitions(&mut changes, 3).await;
+}
+
+/// Partitioned metadata above the bound is an error naming the count and the bound: a create
+/// fails instead of starting that many partition producers, and polling never grows to it.
+#[tokio::test]
+async fn a_metadata_partition_count_above_the_bound_is_an_error() {
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        supports_partition_update_watchers: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let huge = "persistent://public/default/huge";
+    broker.create_partitioned_topic(huge, 2);
+    broker.set_partitions(huge, u32::MAX);
+    let client = client(&broker.service_url(), Duration::from_millis(100));
+    let err = client.partitioned_topic_metadata(huge).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains(&u32::MAX.to_string()) && text.contains(&MAX_PARTITIONS.to_string()),
+        "{text}"
+    );
+    let err = client
+        .producer(huge)
+        .create()
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains(&u32::MAX.to_string()), "{err}");
+    assert!(broker.received_of(Type::Producer).is_empty());
+    // The bound itself is accepted.
+    broker.set_partitions(huge, MAX_PARTITIONS);
+    assert_eq!(
+        client.partitioned_topic_metadata(huge).await.unwrap(),
+        MAX_PARTITIONS
+    );
+
+    // Polling: a topic that later reports too many partitions keeps its count.
+    broker.create_partitioned_topic(TOPIC, 2);
+    let producer = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_partitions(TOPIC, 100_000);
+    let served = broker.metadata_requests_served();
+    common::wait_until("two more polls", || {
+        broker.metadata_requests_served() >= served + 2
+    })
+    .await;
+    assert_eq!(producer.partitions(), 2);
+    assert_eq!(
+        broker.received_of(Type::Producer).len(),
+        2,
+        "only the first create"
+    );
+}
