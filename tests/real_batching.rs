@@ -54,8 +54,9 @@ async fn recv(consumer: &mut Consumer, what: &str) -> Message {
 }
 
 /// 16 keys × 2 messages through a key-based batching producer: each batch holds one key's two
-/// messages. The broker routes a Key_Shared entry by the key in its metadata; without it every
-/// batch hashed as the empty key and one consumer got all 32.
+/// messages. The broker routes a Key_Shared entry by the key in its metadata. To tell routing by
+/// key from any other spreading (pulsar-lite spreads keyless entries over both consumers too),
+/// every key first gets one unbatched message: its batch must follow it to the same consumer.
 #[tokio::test]
 async fn key_based_batches_are_shared_among_key_shared_consumers_by_key() {
     const KEYS: usize = 16;
@@ -65,6 +66,20 @@ async fn key_based_batches_are_shared_among_key_shared_consumers_by_key() {
     let sub = unique_name("sub");
     let mut a = subscribe(&client, &topic, &sub, SubscriptionType::KeyShared).await;
     let mut b = subscribe(&client, &topic, &sub, SubscriptionType::KeyShared).await;
+    let unbatched = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let mut sends = Vec::new();
+    for k in 0..KEYS {
+        let msg = pulsar_sdk::ProducerMessage::new(format!("k{k}-single")).key(format!("k{k}"));
+        sends.push(unbatched.send(msg).await.unwrap());
+    }
+    for r in join_all(sends).await {
+        r.unwrap();
+    }
     let producer = client
         .producer(&topic)
         .batching_options(BatchingOptions {
@@ -88,11 +103,13 @@ async fn key_based_batches_are_shared_among_key_shared_consumers_by_key() {
     for r in join_all(sends).await {
         let id = r.unwrap();
         assert!(id.is_batch(), "sent in a batch: {id:?}");
+        assert_eq!(id.batch_size, PER_KEY as i32, "one key per batch: {id:?}");
     }
 
     // consumer (0 = a, 1 = b) -> key -> payloads in arrival order
     let mut seen: [BTreeMap<String, Vec<String>>; 2] = Default::default();
-    for total in 0..KEYS * PER_KEY {
+    let total = KEYS * (PER_KEY + 1);
+    for n in 0..total {
         let (which, m) = tokio::time::timeout(STEP, async {
             tokio::select! {
                 m = a.recv() => (0, m.unwrap()),
@@ -100,7 +117,7 @@ async fn key_based_batches_are_shared_among_key_shared_consumers_by_key() {
             }
         })
         .await
-        .unwrap_or_else(|_| panic!("only {total} of {} messages arrived", KEYS * PER_KEY));
+        .unwrap_or_else(|_| panic!("only {n} of {total} messages arrived"));
         if which == 0 { a.ack(&m) } else { b.ack(&m) }.unwrap();
         seen[which]
             .entry(m.key.clone().expect("every message has its key"))
@@ -125,10 +142,11 @@ async fn key_based_batches_are_shared_among_key_shared_consumers_by_key() {
         let got = in_a
             .or(in_b)
             .unwrap_or_else(|| panic!("{key} never arrived"));
-        let expected: Vec<_> = (0..PER_KEY).map(|r| format!("{key}-{r}")).collect();
+        let mut expected = vec![format!("{key}-single")];
+        expected.extend((0..PER_KEY).map(|r| format!("{key}-{r}")));
         assert_eq!(
             got, &expected,
-            "{key}: both messages, in order, to one consumer"
+            "{key}: all its messages, in order, to one consumer"
         );
     }
     assert!(
