@@ -3,6 +3,8 @@
 
 mod common;
 
+use common::{full, within};
+
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::{self, base_command::Type, command_ack::AckType};
@@ -13,16 +15,6 @@ const WAIT: Duration = Duration::from_secs(10);
 
 fn client(url: &str) -> Client {
     common::test_client(url).build().expect("valid config")
-}
-
-fn full(topic: &str) -> String {
-    format!("persistent://public/default/{topic}")
-}
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing after {WAIT:?}"))
 }
 
 async fn recv(consumer: &mut Consumer) -> Message {

@@ -33,3 +33,15 @@ pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
     panic!("timed out waiting until {what}");
 }
+
+/// `persistent://public/default/<topic>`.
+pub fn full(topic: &str) -> String {
+    format!("persistent://public/default/{topic}")
+}
+
+/// Awaits `fut`, failing the test if it takes longer than 10 s.
+pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(10), fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing after 10 s"))
+}
