@@ -30,6 +30,28 @@ impl Default for BackoffPolicy {
     }
 }
 
+impl BackoffPolicy {
+    /// Checks the policy: a positive `initial`, `max >= initial`, a finite `multiplier` of at
+    /// least 1 and a `jitter` from 0 to 1.
+    pub(crate) fn validate(&self) -> crate::error::Result<()> {
+        let bad = |why: &str| {
+            Err(crate::error::Error::InvalidConfig(format!(
+                "backoff: {why}"
+            )))
+        };
+        if self.initial.is_zero() || self.max < self.initial {
+            return bad("initial must be > 0 and max >= initial");
+        }
+        if !(self.multiplier.is_finite() && self.multiplier >= 1.0) {
+            return bad("multiplier must be a finite number >= 1");
+        }
+        if !(0.0..=1.0).contains(&self.jitter) {
+            return bad("jitter must be between 0 and 1");
+        }
+        Ok(())
+    }
+}
+
 /// One sequence of attempts.
 #[derive(Debug)]
 pub(crate) struct Backoff {

@@ -136,11 +136,7 @@ impl ClientBuilder {
                 "memory_limit must be between 1 byte and 4 GiB".into(),
             ));
         }
-        if self.backoff.initial.is_zero() || self.backoff.max < self.backoff.initial {
-            return Err(Error::InvalidConfig(
-                "backoff: initial must be > 0 and max >= initial".into(),
-            ));
-        }
+        self.backoff.validate()?;
         if self.auto_update_partitions_interval.is_zero() {
             return Err(Error::InvalidConfig(
                 "auto_update_partitions_interval must be greater than zero".into(),

@@ -57,9 +57,7 @@ impl LookupService {
         let hosts = self.service_url.hosts();
         let i = self.next_host.fetch_add(1, Ordering::Relaxed) % hosts.len();
         let host = hosts[i].clone();
-        let url = ServiceUrl::from_broker_url(&format!("{}://{}", self.service_url.scheme(), host))
-            .expect("a host of a valid service URL forms a valid broker URL");
-        (url, host)
+        (self.service_url.with_host(host.clone()), host)
     }
 
     /// A connection to one of the service URL's brokers (for lookups and metadata).

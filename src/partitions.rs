@@ -302,7 +302,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
 /// often than the interval still gets polled); a newly registered topic is checked at the next
 /// tick.
 async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
-    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + s.interval, s.interval);
+    let mut ticks = tokio::time::interval_at(crate::util::deadline_after(s.interval), s.interval);
     // A tick missed (a slow poll) is not made up for with a burst.
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

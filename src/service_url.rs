@@ -211,6 +211,15 @@ impl ServiceUrl {
         Ok(parsed)
     }
 
+    /// The URL of the one broker `host`, with this URL's scheme (no re-parse: the host was
+    /// validated when this URL was parsed).
+    pub(crate) fn with_host(&self, host: BrokerAddress) -> ServiceUrl {
+        ServiceUrl {
+            tls: self.tls,
+            hosts: vec![host],
+        }
+    }
+
     /// Whether the URL is `pulsar+ssl://` (the connection must use TLS).
     pub fn is_tls(&self) -> bool {
         self.tls
@@ -242,6 +251,14 @@ fn parse_host(given: &str, entry: &str, default_port: u16) -> Result<BrokerAddre
     if entry.is_empty() {
         return Err(invalid(given, "empty host in the host list"));
     }
+    // The `url` crate would percent-decode `a%2Cb` into the host `a,b`, which no resolver
+    // accepts and which reads as two hosts once printed; a host name never needs escapes.
+    if entry.contains('%') {
+        return Err(invalid(
+            given,
+            format!("percent-encoding is not allowed in a host (`{entry}`)"),
+        ));
+    }
     // `pulsar` is not a "special" scheme for the `url` crate, so it has no default port and
     // `port()` reports exactly what was written.
     let parsed = Url::parse(&format!("pulsar://{entry}")).map_err(|e| {
@@ -260,7 +277,22 @@ fn parse_host(given: &str, entry: &str, default_port: u16) -> Result<BrokerAddre
     };
     // Re-parse the (opaque) host with domain rules: lower-cases, validates, recognises IPs.
     let host = match Host::parse(host_str) {
-        Ok(Host::Domain(d)) => d,
+        // Host names (RFC 1123, plus `_` as container names use): letters, digits, `-`, `.`,
+        // `_`; internationalised names arrive here already in their ASCII (punycode) form.
+        Ok(Host::Domain(d))
+            if d.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')) =>
+        {
+            d
+        }
+        Ok(Host::Domain(d)) => {
+            return Err(invalid(
+                given,
+                format!(
+                    "invalid host `{d}`: a host name has only letters, digits, `-`, `.` and `_`"
+                ),
+            ))
+        }
         Ok(Host::Ipv4(ip)) => ip.to_string(),
         Ok(Host::Ipv6(ip)) => ip.to_string(),
         Err(e) => return Err(invalid(given, format!("invalid host `{host_str}`: {e}"))),
@@ -497,6 +529,32 @@ mod tests {
         assert!(reason("pulsar://h\nost").contains("whitespace"));
         assert!(reason("pulsar://h1 ,h2").contains("whitespace"));
         assert!(reason("pulsar://h1,\th2").contains("whitespace"));
+        assert!(reason("pulsar://a%2Cb:6650").contains("percent-encoding"));
+        assert!(reason("pulsar://a%3bb").contains("percent-encoding"));
+        assert!(reason("pulsar://a!b:6650").contains("invalid host"));
+        assert!(reason("pulsar://a=b").contains("invalid host"));
+    }
+
+    proptest::proptest! {
+        /// Whatever parses is usable: it prints and parses back to itself, and each of its
+        /// hosts forms a valid single-broker URL (the lookup service relies on both).
+        #[test]
+        fn what_parses_round_trips(
+            url in "(pulsar|pulsar\\+ssl)://[a-zA-Z0-9%,;:\\[\\]._!=$&'()*+-]{1,24}"
+        ) {
+            if let Ok(u) = ServiceUrl::parse(&url) {
+                let printed = u.to_string();
+                let again = ServiceUrl::parse(&printed)
+                    .unwrap_or_else(|e| panic!("{url:?} printed as {printed:?}: {e}"));
+                proptest::prop_assert_eq!(&again, &u);
+                for h in u.hosts() {
+                    let one = format!("{}://{h}", u.scheme());
+                    let b = ServiceUrl::from_broker_url(&one)
+                        .unwrap_or_else(|e| panic!("{url:?}: host {one:?}: {e}"));
+                    proptest::prop_assert_eq!(b.hosts(), std::slice::from_ref(h));
+                }
+            }
+        }
     }
 
     #[test]

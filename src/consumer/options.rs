@@ -200,6 +200,11 @@ impl ConsumerOptions {
             return Err(Error::InvalidConfig("ack_timeout_tick must be > 0".into()));
         }
         if let Some(b) = &self.negative_ack_backoff {
+            if !(b.multiplier.is_finite() && b.multiplier >= 1.0) {
+                return Err(Error::InvalidConfig(
+                    "negative_ack_backoff: multiplier must be a finite number >= 1".into(),
+                ));
+            }
             if b.min_delay > b.max_delay {
                 return Err(Error::InvalidConfig(
                     "negative_ack_backoff: min_delay must not exceed max_delay".into(),

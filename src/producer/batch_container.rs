@@ -293,7 +293,7 @@ impl BatchContainer {
     pub(crate) fn deadline(&self) -> Option<Instant> {
         self.open
             .iter()
-            .map(|b| b.opened_at + self.options.max_publish_delay)
+            .map(|b| crate::util::later(b.opened_at, self.options.max_publish_delay))
             .min()
     }
 

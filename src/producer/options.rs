@@ -111,6 +111,12 @@ impl ProducerOptions {
                 ));
             }
         }
+        if self.max_pending_messages > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err(Error::InvalidConfig(format!(
+                "max_pending_messages must be at most {} (0 = no count limit)",
+                tokio::sync::Semaphore::MAX_PERMITS
+            )));
+        }
         if let Some(b) = &self.batching {
             if b.max_messages == 0 {
                 return Err(Error::InvalidConfig(
