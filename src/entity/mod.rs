@@ -344,6 +344,29 @@ enum Retry {
     Forever { lost_at: Instant },
 }
 
+impl Retry {
+    /// Whether a failed attempt is tried again. A first create fails fast on a non-retriable
+    /// error (PIP-139). Once the entity exists, only a deleted topic, a terminated topic and a
+    /// fenced producer end it; anything else (ConsumerBusy while the broker has not yet seen
+    /// the old connection die, a denial an operator fixes, a failed lookup) is retried with
+    /// backoff, as upstream `ConsumerImpl`/`ProducerImpl.connectionOpened` do once the
+    /// subscribe/create future is done.
+    fn retries(self, error: &Error) -> bool {
+        match self {
+            Retry::Until(_) => error.is_retriable(),
+            Retry::Forever { .. } => !matches!(
+                error,
+                Error::Broker {
+                    code: ServerError::TopicNotFound
+                        | ServerError::TopicTerminatedError
+                        | ServerError::ProducerFenced,
+                    ..
+                } | Error::Closed
+            ),
+        }
+    }
+}
+
 /// Attaches (register + create) with retries; the one loop for creates and reconnects.
 #[allow(clippy::too_many_arguments)]
 async fn attach_with_retry(
@@ -371,7 +394,7 @@ async fn attach_with_retry(
         let target = direct.take();
         match attach_once(&core, &topic, kind, id, &command, target.as_ref()).await {
             Ok(a) => return Ok(a),
-            Err(e) if e.is_retriable() && !core.is_shut_down() => {
+            Err(e) if retry.retries(&e) && !core.is_shut_down() => {
                 refused = matches!(e, Error::Connect { .. });
                 tracing::debug!(%topic, kind = kind_name(kind), error = %e, "create failed; retrying");
                 if let Retry::Until(deadline) = retry {
