@@ -4,8 +4,13 @@
 mod common;
 mod hostile;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use common::{test_client, within};
-use hostile::Hostile;
+use hostile::{Hostile, MemWatch};
+use pulsar_sdk::mock::wire::{self, base_command::Type};
 
 /// The harness itself: a broker that answers the ordinary requests lets a producer be created
 /// and closed.
@@ -40,7 +45,7 @@ async fn percent_encoded_separators_in_a_host_are_refused_or_harmless() {
     ] {
         let built = pulsar_sdk::Client::builder()
             .service_url(url)
-            .operation_timeout(std::time::Duration::from_secs(1))
+            .operation_timeout(Duration::from_secs(1))
             .build();
         let Ok(client) = built else { continue };
         let r = tokio::spawn(async move { client.producer("t").create().await.map(|_| ()) }).await;
@@ -112,7 +117,6 @@ async fn exercise(
 async fn extreme_option_values_are_refused_or_work() {
     use pulsar_sdk::producer::{BatchingOptions, ProducerOptions};
     use pulsar_sdk::{BackoffPolicy, ConsumerOptions, RedeliveryBackoff};
-    use std::time::Duration;
     let panics = count_panics();
     let before = panics.load(std::sync::atomic::Ordering::SeqCst);
     let broker = pulsar_sdk::mock::MockBroker::start().await.unwrap();
@@ -231,5 +235,225 @@ async fn extreme_option_values_are_refused_or_work() {
         panics.load(std::sync::atomic::Ordering::SeqCst),
         before,
         "a task panicked (see above)"
+    );
+}
+
+/// A CLOSE_PRODUCER for `producer_id`, allowing a reconnect, naming `assigned` as the broker
+/// to reconnect to (PIP-307).
+fn close_producer(producer_id: u64, assigned: Option<String>) -> wire::BaseCommand {
+    wire::BaseCommand {
+        r#type: Type::CloseProducer as i32,
+        close_producer: Some(wire::CommandCloseProducer {
+            producer_id,
+            request_id: 0,
+            assigned_broker_service_url: assigned,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Waits until `counter` reaches `n` and returns how long that took from `start`.
+async fn until_count(counter: &AtomicUsize, n: usize, start: Instant) -> Duration {
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while counter.load(Ordering::SeqCst) < n {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("never reached {n}"));
+    start.elapsed()
+}
+
+/// The default backoff starts at 100 ms and doubles: the 6th attempt after five failures comes
+/// at the earliest after 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s (less 10 % jitter), about 2.8 s. Without
+/// backoff the same six take milliseconds; one second apart is a generous line between them.
+const SIX_ATTEMPTS_TAKE_AT_LEAST: Duration = Duration::from_secs(1);
+
+fn default_backoff_client(url: &str) -> pulsar_sdk::Client {
+    test_client(url)
+        .backoff(pulsar_sdk::BackoffPolicy::default())
+        .build()
+        .unwrap()
+}
+
+/// Case 7: a broker that answers every ProducerSuccess with a CloseProducer naming itself as the
+/// assigned broker (PIP-307) made the client re-create at once, forever (19.5 k creates/s).
+/// A re-create to an assigned broker is immediate only for an entity that had been healthy.
+#[tokio::test]
+async fn a_close_to_itself_after_every_create_meets_a_growing_backoff() {
+    let creates = Arc::new(AtomicUsize::new(0));
+    let seen = creates.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let seen = seen.clone();
+        async move {
+            peer.handshake(None).await;
+            while let Some(frame) = peer.serve_until(|f| f.ty() == Type::Producer).await {
+                seen.fetch_add(1, Ordering::SeqCst);
+                let id = frame.cmd.producer.as_ref().unwrap().producer_id;
+                let Some(ok) = peer.reply(&frame.cmd) else {
+                    return;
+                };
+                let me = peer.url();
+                if peer.send(ok).await.is_err()
+                    || peer.send(close_producer(id, Some(me))).await.is_err()
+                {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    let client = default_backoff_client(&broker.url());
+    let start = Instant::now();
+    let _producer = within("create", client.producer("t").create())
+        .await
+        .unwrap();
+    let took = until_count(&creates, 6, start).await;
+    assert!(
+        took >= SIX_ATTEMPTS_TAKE_AT_LEAST,
+        "6 creates in {took:?}: the re-creates are not backed off"
+    );
+}
+
+/// Case 8: a broker that accepts the create and then drops the connection (or sends a receipt
+/// for a message never sent) made every loss start a fresh backoff: a reconnect every ~100 ms
+/// for ever. The backoff starts over only after the entity stayed healthy.
+#[tokio::test]
+async fn a_broker_that_drops_every_connection_after_the_create_meets_a_growing_backoff() {
+    for lie in [false, true] {
+        let creates = Arc::new(AtomicUsize::new(0));
+        let seen = creates.clone();
+        let broker = Hostile::start(move |mut peer| {
+            let seen = seen.clone();
+            async move {
+                peer.handshake(None).await;
+                let Some(frame) = peer.serve_until(|f| f.ty() == Type::Producer).await else {
+                    return;
+                };
+                seen.fetch_add(1, Ordering::SeqCst);
+                let Some(ok) = peer.reply(&frame.cmd) else {
+                    return;
+                };
+                let _ = peer.send(ok).await;
+                if lie {
+                    // Each SEND gets a receipt for a sequence id 41 ahead of it, never sent.
+                    while let Some(f) = peer.serve_until(|f| f.ty() == Type::Send).await {
+                        let send = f.cmd.send.as_ref().unwrap();
+                        let receipt = wire::BaseCommand {
+                            r#type: Type::SendReceipt as i32,
+                            send_receipt: Some(wire::CommandSendReceipt {
+                                producer_id: send.producer_id,
+                                sequence_id: send.sequence_id + 41,
+                                message_id: Some(wire::MessageIdData::default()),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        };
+                        let _ = peer.send(receipt).await;
+                    }
+                }
+                // Otherwise: drop the connection.
+            }
+        })
+        .await;
+        let client = default_backoff_client(&broker.url());
+        let start = Instant::now();
+        let producer = within("create", client.producer("t").create())
+            .await
+            .unwrap();
+        // Pending until receipted: it is re-sent after every reconnect.
+        let _pending = producer.send("x").await.unwrap();
+        let took = until_count(&creates, 6, start).await;
+        assert!(
+            took >= SIX_ATTEMPTS_TAKE_AT_LEAST,
+            "lie = {lie}: 6 creates in {took:?}: the reconnects are not backed off"
+        );
+    }
+}
+
+/// Case 2: a partition count from the broker drives that many creates. Counts above the
+/// client's maximum are refused with a clear error and no growth; allowed counts are created
+/// at most 32 at a time.
+#[tokio::test]
+async fn huge_partition_counts_are_refused_and_creates_are_bounded() {
+    let _serial = hostile::serial().await;
+    for count in [u32::MAX, 100_000] {
+        let broker = Hostile::start(move |mut peer| async move {
+            peer.handshake(None).await;
+            while let Some(f) = peer
+                .serve_until(|f| f.ty() == Type::PartitionedMetadata)
+                .await
+            {
+                let id = f.cmd.partition_metadata.as_ref().unwrap().request_id;
+                if peer
+                    .send(hostile::partitions_response(id, count))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        let client = test_client(&broker.url()).build().unwrap();
+        let mem = MemWatch::start();
+        let err = within("create", client.producer("t").create())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("partitions"), "{count}: {err}");
+        mem.assert_peak_below("a refused partition count", 4 << 20);
+    }
+
+    // 200 partitions: the broker holds every create until the client has been quiet for
+    // 100 ms, then answers them all; the most it ever holds is what the client has in flight.
+    let most_held = Arc::new(AtomicUsize::new(0));
+    let most = most_held.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let most = most.clone();
+        async move {
+            peer.handshake(None).await;
+            let mut held = Vec::new();
+            loop {
+                let next = tokio::time::timeout(Duration::from_millis(100), peer.recv()).await;
+                match next {
+                    Ok(None) => return,
+                    Ok(Some(f)) if f.ty() == Type::PartitionedMetadata => {
+                        let id = f.cmd.partition_metadata.as_ref().unwrap().request_id;
+                        let _ = peer.send(hostile::partitions_response(id, 200)).await;
+                    }
+                    Ok(Some(f)) if f.ty() == Type::Producer => {
+                        held.push(f.cmd);
+                        most.fetch_max(held.len(), Ordering::SeqCst);
+                    }
+                    Ok(Some(f)) => {
+                        if let Some(r) = peer.reply(&f.cmd) {
+                            let _ = peer.send(r).await;
+                        }
+                    }
+                    Err(_quiet) => {
+                        for cmd in std::mem::take(&mut held) {
+                            let r = peer.reply(&cmd).unwrap();
+                            let _ = peer.send(r).await;
+                        }
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let client = test_client(&broker.url())
+        .operation_timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    let producer = tokio::time::timeout(Duration::from_secs(60), client.producer("t").create())
+        .await
+        .expect("200 partitions created within 60 s")
+        .unwrap();
+    assert_eq!(producer.partitions(), 200);
+    let most = most_held.load(Ordering::SeqCst);
+    assert!(
+        (1..=32).contains(&most),
+        "{most} creates were in flight at once"
     );
 }

@@ -266,8 +266,6 @@ impl Consumer {
             .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
         let group = GroupClose::new();
         let registry: Registry = Arc::new(Mutex::new(Vec::new()));
-        let mut shared = Vec::new();
-        let mut failure = None;
         let creates = names.iter().enumerate().map(|(index, (t, partition))| {
             Box::pin(spawn_partition(
                 &client,
@@ -284,14 +282,7 @@ impl Consumer {
                 index < main_count,
             ))
         });
-        for r in futures::future::join_all(creates).await {
-            match r {
-                Ok(s) => shared.push(s),
-                Err(e) => {
-                    failure.get_or_insert(e);
-                }
-            }
-        }
+        let (shared, failure) = crate::entity::create_all(creates).await;
         if let Some(e) = failure {
             for s in &shared {
                 let (t, _r) = oneshot::channel();

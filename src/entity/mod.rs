@@ -229,13 +229,18 @@ impl Entity {
             return;
         }
         let mut backoff = self.backoff.take().unwrap_or_else(|| self.core.backoff());
-        if self.attached_at.elapsed() >= STAYED_HEALTHY {
+        let healthy = self.attached_at.elapsed() >= STAYED_HEALTHY;
+        if healthy {
             backoff = self.core.backoff();
         }
         let direct = self
             .assigned_broker
             .take()
             .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
+        // PIP-307: go to the assigned broker at once (upstream reconnects with no delay), but
+        // only if the entity had been healthy: a broker that closes every create and names
+        // itself must meet the growing backoff, not a hot loop.
+        let immediate = direct.is_some() && healthy;
         let (core, topic, kind, id) = (self.core.clone(), self.topic.clone(), self.kind, self.id);
         self.reconnect = Some(Box::pin(async move {
             let r = attach_with_retry(
@@ -248,6 +253,7 @@ impl Entity {
                 direct,
                 Retry::Forever {
                     lost_at: Instant::now(),
+                    immediate,
                 },
             )
             .await;
@@ -309,6 +315,44 @@ impl Entity {
     }
 }
 
+/// At most this many creates of one partitioned entity's partitions are in flight at once: a
+/// topic's partition count (up to `MAX_PARTITIONS`) comes from the broker, and starting every
+/// create at once would hold that many requests and their buffers together.
+pub(crate) const MAX_CONCURRENT_CREATES: usize = 32;
+
+/// Runs the creates of a partitioned entity's members, at most [`MAX_CONCURRENT_CREATES`] at
+/// once. After the first failure no further create starts (the group fails as a whole); those
+/// already started finish, so the caller can close what they created. Returns the members
+/// created, in order, and the first error.
+pub(crate) async fn create_all<T, F>(
+    creates: impl IntoIterator<Item = F>,
+) -> (Vec<T>, Option<Error>)
+where
+    F: Future<Output = Result<T>>,
+{
+    use futures::StreamExt;
+    let mut pending = creates.into_iter();
+    let mut in_flight = futures::stream::FuturesOrdered::new();
+    let mut created = Vec::new();
+    let mut first_error = None;
+    loop {
+        while first_error.is_none() && in_flight.len() < MAX_CONCURRENT_CREATES {
+            match pending.next() {
+                Some(create) => in_flight.push_back(create),
+                None => break,
+            }
+        }
+        match in_flight.next().await {
+            Some(Ok(t)) => created.push(t),
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => break,
+        }
+    }
+    (created, first_error)
+}
+
 fn kind_name(kind: EntityKind) -> &'static str {
     match kind {
         EntityKind::Producer => "producer",
@@ -341,7 +385,8 @@ enum Retry {
     Until(Instant),
     /// Reconnect: wait before each attempt (fast while the broker refuses connections), retry
     /// until an attempt succeeds or fails for good.
-    Forever { lost_at: Instant },
+    /// `immediate`: the first attempt goes without a delay.
+    Forever { lost_at: Instant, immediate: bool },
 }
 
 impl Retry {
@@ -380,9 +425,10 @@ async fn attach_with_retry(
     retry: Retry,
 ) -> Result<Attached> {
     let mut refused = false;
+    let mut first = true;
     loop {
-        if let Retry::Forever { lost_at } = retry {
-            if direct.is_none() {
+        if let Retry::Forever { lost_at, immediate } = retry {
+            if !(first && immediate) {
                 let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
                     core.backoff_policy().initial.min(FAST_RETRY_DELAY)
                 } else {
@@ -391,6 +437,7 @@ async fn attach_with_retry(
                 tokio::time::sleep(delay).await;
             }
         }
+        first = false;
         let target = direct.take();
         match attach_once(&core, &topic, kind, id, &command, target.as_ref()).await {
             Ok(a) => return Ok(a),

@@ -184,17 +184,7 @@ impl ProducerBuilder {
                     &group,
                 ))
             });
-            let results = futures::future::join_all(creates).await;
-            let mut handles = Vec::with_capacity(results.len());
-            let mut first_error = None;
-            for r in results {
-                match r {
-                    Ok(h) => handles.push(h),
-                    Err(e) => {
-                        first_error.get_or_insert(e);
-                    }
-                }
-            }
+            let (handles, first_error) = crate::entity::create_all(creates).await;
             if let Some(e) = first_error {
                 for h in &handles {
                     let _ = h.close().await;
