@@ -273,6 +273,64 @@ pub(crate) fn broker_close(cmd: &BaseCommand) -> Option<BrokerClose> {
     }
 }
 
+/// SEND of the messages with sequence ids `first..=last` (one entry: a message or a batch).
+pub(crate) fn send(producer_id: u64, first: u64, last: u64, num_messages: usize) -> BaseCommand {
+    BaseCommand {
+        send: Some(proto::CommandSend {
+            producer_id,
+            sequence_id: first,
+            num_messages: Some(i32::try_from(num_messages).unwrap_or(i32::MAX)),
+            highest_sequence_id: (last != first).then_some(last),
+            ..Default::default()
+        }),
+        ..base(Type::Send)
+    }
+}
+
+/// PIP-247: watch the partition counts of `topics` (the full list, every time).
+pub(crate) fn watch_partition_update(
+    request_id: u64,
+    watcher_id: u64,
+    topics: impl IntoIterator<Item = String>,
+) -> BaseCommand {
+    BaseCommand {
+        watch_partition_update: Some(proto::CommandWatchPartitionUpdate {
+            request_id,
+            watcher_id,
+            topics: topics.into_iter().collect(),
+        }),
+        ..base(Type::WatchPartitionUpdate)
+    }
+}
+
+/// PIP-247: the client's answer to one partition update version.
+pub(crate) fn partition_update_result(
+    watcher_id: u64,
+    version: u64,
+    error: Option<String>,
+) -> BaseCommand {
+    BaseCommand {
+        partition_update_result: Some(proto::CommandPartitionUpdateResult {
+            watcher_id,
+            version,
+            success: error.is_none(),
+            error_message: error,
+        }),
+        ..base(Type::PartitionUpdateResult)
+    }
+}
+
+/// PIP-247: close a partition watcher.
+pub(crate) fn watch_partition_update_close(request_id: u64, watcher_id: u64) -> BaseCommand {
+    BaseCommand {
+        watch_partition_update_close: Some(proto::CommandWatchPartitionUpdateClose {
+            request_id,
+            watcher_id,
+        }),
+        ..base(Type::WatchPartitionUpdateClose)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,10 +19,10 @@ use tokio::sync::{mpsc, oneshot, Notify};
 
 use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
+use crate::commands;
 use crate::connection::{Connection, EntityEvent, EntityKind};
 use crate::core::CoreRef as Client;
 use crate::error::{Error, Result};
-use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::topic::TopicName;
 
 /// The largest partition count the client accepts from a broker (partitioned metadata, a
@@ -348,29 +348,9 @@ fn stop_if_empty(s: &PartitionUpdates) -> bool {
     }
 }
 
-fn watch_command(request_id: u64, watcher_id: u64, topics: &[(String, u32)]) -> BaseCommand {
-    BaseCommand {
-        r#type: Type::WatchPartitionUpdate as i32,
-        watch_partition_update: Some(proto::CommandWatchPartitionUpdate {
-            request_id,
-            watcher_id,
-            topics: topics.iter().map(|(t, _)| t.clone()).collect(),
-        }),
-        ..Default::default()
-    }
-}
-
 fn result_frame(watcher_id: u64, version: u64, result: &Result<()>) -> Frame {
-    Frame::simple(BaseCommand {
-        r#type: Type::PartitionUpdateResult as i32,
-        partition_update_result: Some(proto::CommandPartitionUpdateResult {
-            watcher_id,
-            version,
-            success: result.is_ok(),
-            error_message: result.as_ref().err().map(|e| e.to_string()),
-        }),
-        ..Default::default()
-    })
+    let error = result.as_ref().err().map(|e| e.to_string());
+    Frame::simple(commands::partition_update_result(watcher_id, version, error))
 }
 
 fn pairs(topics: &[String], partitions: &[u32]) -> Vec<(String, u32)> {
@@ -435,14 +415,7 @@ async fn watch_on(
         let (generation, topics) = s.snapshot();
         if topics.is_empty() {
             let request_id = conn.new_request_id();
-            let close = BaseCommand {
-                r#type: Type::WatchPartitionUpdateClose as i32,
-                watch_partition_update_close: Some(proto::CommandWatchPartitionUpdateClose {
-                    request_id,
-                    watcher_id,
-                }),
-                ..Default::default()
-            };
+            let close = commands::watch_partition_update_close(request_id, watcher_id);
             let _ = conn
                 .request(request_id, close, "close partition watcher")
                 .await;
@@ -458,7 +431,11 @@ async fn watch_on(
             let response = conn
                 .request(
                     request_id,
-                    watch_command(request_id, watcher_id, &topics),
+                    commands::watch_partition_update(
+                        request_id,
+                        watcher_id,
+                        topics.iter().map(|(t, _)| t.clone()),
+                    ),
                     "watch partitions",
                 )
                 .await?;

@@ -8,7 +8,7 @@ use crate::codec::Frame;
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
 use crate::message::{now_millis, ProducerMessage};
-use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::proto;
 
 use super::options::BatchingOptions;
 use super::pending::{Completion, InFlight};
@@ -20,20 +20,6 @@ pub(crate) struct FrameContext {
     pub producer_name: String,
     pub compression: CompressionType,
     pub max_message_size: usize,
-}
-
-fn send_command(producer_id: u64, first: u64, last: u64, num_messages: usize) -> BaseCommand {
-    BaseCommand {
-        r#type: Type::Send as i32,
-        send: Some(proto::CommandSend {
-            producer_id,
-            sequence_id: first,
-            num_messages: Some(num_messages as i32),
-            highest_sequence_id: (last != first).then_some(last),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
 }
 
 fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
@@ -110,7 +96,7 @@ pub(crate) fn single_message_entry(
         return Err((e, completion));
     }
     let frame = Frame::with_payload(
-        send_command(ctx.producer_id, sequence_id, sequence_id, 1),
+        crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1),
         metadata,
         data,
     );
@@ -429,7 +415,7 @@ impl BatchContainer {
             return;
         }
         let frame = Frame::with_payload(
-            send_command(ctx.producer_id, b.first_seq, b.last_seq, n),
+            crate::commands::send(ctx.producer_id, b.first_seq, b.last_seq, n),
             metadata,
             data,
         );
