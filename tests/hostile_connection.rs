@@ -263,9 +263,12 @@ async fn consumer_close_on_a_broker_that_stopped_reading_times_out_and_ends_clos
         .memory_limit(256 * MIB)
         .build()
         .unwrap();
-    let consumer = within("subscribe", client.consumer("t").subscription("s").subscribe())
-        .await
-        .unwrap();
+    let consumer = within(
+        "subscribe",
+        client.consumer("t").subscription("s").subscribe(),
+    )
+    .await
+    .unwrap();
     let producer = within("create", client.producer("t").batching(false).create())
         .await
         .unwrap();

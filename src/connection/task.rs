@@ -320,8 +320,7 @@ where
     let keepalive = keepalive.max(Duration::from_millis(1));
     let (write_tx, write_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
     let stall_limit = keepalive.saturating_mul(2);
-    let mut writer_task =
-        tokio::spawn(write_loop(writer, write_rx, stall_limit).in_current_span());
+    let mut writer_task = tokio::spawn(write_loop(writer, write_rx, stall_limit).in_current_span());
     let mut out = Outbox::new(write_tx, max_message_size);
     let mut router = Router::default();
     let mut alive = KeepAlive {

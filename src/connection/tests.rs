@@ -657,7 +657,13 @@ async fn a_request_times_out_while_queued_behind_a_broker_that_does_not_read() {
     let (id, c) = lookup_request(&conn, "t");
     let r = conn.request(id, c, "lookup").await;
     assert!(
-        matches!(r, Err(Error::Timeout { operation: "lookup", .. })),
+        matches!(
+            r,
+            Err(Error::Timeout {
+                operation: "lookup",
+                ..
+            })
+        ),
         "{r:?}"
     );
     assert_eq!(started.elapsed(), Duration::from_secs(5));
