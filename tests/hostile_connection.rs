@@ -230,6 +230,8 @@ async fn send_many(producer: &pulsar_sdk::Producer, n: usize) -> Vec<pulsar_sdk:
 /// messages fail instead of vanishing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_close_on_a_broker_that_stopped_reading_times_out_and_ends_closed() {
+    // Serial: its 32 MiB of messages would count in the other tests' heap bounds.
+    let _serial = hostile::serial().await;
     let broker = stops_reading_at_first_send().await;
     let client = test_client(&broker.url())
         .operation_timeout(Duration::from_secs(2))
@@ -257,6 +259,8 @@ async fn producer_close_on_a_broker_that_stopped_reading_times_out_and_ends_clos
 /// drain; the close times out within the operation timeout and the consumer ends Closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_close_on_a_broker_that_stopped_reading_times_out_and_ends_closed() {
+    // Serial: its 32 MiB of messages would count in the other tests' heap bounds.
+    let _serial = hostile::serial().await;
     let broker = stops_reading_at_first_send().await;
     let client = test_client(&broker.url())
         .operation_timeout(Duration::from_secs(2))
