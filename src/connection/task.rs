@@ -530,20 +530,14 @@ fn handle_inbound(
     out: &mut Outbox,
     auth: Option<&Authentication>,
 ) -> Step {
-    let reply = match routing::route(&frame.command) {
-        Route::Request(id) => {
-            router.complete(id, frame.command);
-            None
-        }
-        Route::Entity(kind, id) => {
-            router.deliver(kind, id, frame);
-            None
-        }
+    match routing::route(&frame.command) {
+        Route::Request(id) => router.complete(id, frame.command),
+        Route::Entity(kind, id) => router.deliver(kind, id, frame),
         Route::Ping => {
             let pending = out.pong_pending.clone();
             return out.push_reply(pending, crate::commands::pong());
         }
-        Route::Pong => None,
+        Route::Pong => {}
         Route::AuthChallenge => {
             let pending = out.auth_pending.clone();
             return out.push_reply(pending, auth_response(auth));
@@ -551,11 +545,7 @@ fn handle_inbound(
         Route::Unhandled => {
             tracing::debug!(command = %routing::type_name(&frame.command),
                 "command not handled by this client; ignored");
-            None
         }
-    };
-    match reply {
-        Some(reply) => out.push(Outgoing::Frame(Box::new(Frame::simple(reply)))),
-        None => Step::Continue,
     }
+    Step::Continue
 }
