@@ -28,6 +28,18 @@ use crate::proto;
 /// the broker announces its own in CONNECTED.
 pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
 
+/// The largest maximum message size this client accepts from a broker's CONNECTED, in bytes
+/// (128 MiB). A broker may advertise any `max_message_size` up to 2^31-1; above this limit the
+/// client uses the limit instead (for what it accepts and what it sends), so a hostile or
+/// misconfigured broker cannot make one frame claim gigabytes. Upstream's Java client trusts the
+/// advertised value; this cap is deliberately stricter.
+pub const MAX_MESSAGE_SIZE_LIMIT: usize = 128 * 1024 * 1024;
+
+/// How much read-buffer room is reserved ahead of the bytes received while a large frame is
+/// arriving: the buffer grows with what actually arrives, never by the size a frame header
+/// claims.
+const READ_CHUNK: usize = 64 * 1024;
+
 /// Extra room allowed on top of the maximum message size for a whole frame (command, metadata
 /// and headers), as upstream's `Commands.MESSAGE_SIZE_FRAME_PADDING`.
 pub const FRAME_HEADROOM: usize = 10 * 1024;
@@ -214,7 +226,10 @@ impl Decoder for PulsarCodec {
             )));
         }
         if src.len() < frame_len {
-            src.reserve(frame_len - src.len());
+            // Room for the next chunk only: a header may claim far more than will ever arrive
+            // (the buffer then grows geometrically with the bytes received, at most about
+            // twice what has arrived).
+            src.reserve((frame_len - src.len()).min(READ_CHUNK));
             return Ok(None);
         }
         let frame = src.split_to(frame_len).freeze();

@@ -5,7 +5,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::{routing, Authentication, BrokerFeatures, ConnectionConfig, ConnectionInfo};
-use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE};
+use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE_LIMIT};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
 
@@ -107,11 +107,21 @@ where
                 let connected = cmd
                     .connected
                     .ok_or_else(|| Error::Protocol("CONNECTED frame without its body".into()))?;
-                let max_message_size = connected
+                let advertised = connected
                     .max_message_size
                     .and_then(|n| usize::try_from(n).ok())
                     .filter(|n| *n > 0)
                     .unwrap_or(DEFAULT_MAX_MESSAGE_SIZE);
+                // Upstream trusts the advertised size; we cap it so that one frame header
+                // cannot claim gigabytes (see MAX_MESSAGE_SIZE_LIMIT).
+                let max_message_size = advertised.min(MAX_MESSAGE_SIZE_LIMIT);
+                if max_message_size < advertised {
+                    tracing::warn!(
+                        advertised,
+                        limit = MAX_MESSAGE_SIZE_LIMIT,
+                        "broker advertised a max message size above the client's limit; capped"
+                    );
+                }
                 reader.decoder_mut().set_max_message_size(max_message_size);
                 writer.encoder_mut().set_max_message_size(max_message_size);
                 let info = ConnectionInfo {

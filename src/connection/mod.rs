@@ -13,6 +13,7 @@
 mod handshake;
 pub(crate) mod routing;
 mod task;
+mod writer;
 
 #[cfg(test)]
 mod tests;
@@ -70,9 +71,11 @@ pub struct ConnectionConfig {
     pub operation_timeout: Duration,
     /// Time allowed to open the TCP connection and complete the CONNECT handshake. Default 10 s.
     pub connect_timeout: Duration,
-    /// Keep-alive interval: a PING is sent after this long without inbound traffic, and the
-    /// connection is closed when the broker then stays silent for another interval. Default
-    /// 30 s, like upstream.
+    /// Keep-alive interval: a PING is sent after this long without a frame from the broker,
+    /// and the connection is closed when no frame arrives for twice this long (upstream closes
+    /// at the first keep-alive tick that finds its PING unanswered, i.e. within two
+    /// intervals). A broker that reads nothing we write for twice this long is dead as well.
+    /// Default 30 s, like upstream.
     pub keepalive_interval: Duration,
     /// Optional authentication sent in CONNECT and in answers to auth challenges.
     pub auth: Option<Authentication>,
@@ -120,7 +123,9 @@ pub struct ConnectionInfo {
     pub server_version: String,
     /// The negotiated protocol version.
     pub protocol_version: i32,
-    /// The broker's maximum message size (its advertised value, or 5 MiB when it says nothing).
+    /// The broker's maximum message size: its advertised value capped at
+    /// [`MAX_MESSAGE_SIZE_LIMIT`](crate::codec::MAX_MESSAGE_SIZE_LIMIT), or 5 MiB when it says
+    /// nothing.
     pub max_message_size: usize,
     /// The broker's feature flags.
     pub features: BrokerFeatures,
@@ -281,6 +286,7 @@ impl Connection {
             keepalive: config.keepalive_interval,
             auth: config.auth.clone(),
             broker_url: shared.info.broker_url.clone(),
+            max_message_size: shared.info.max_message_size,
         });
         Ok(Connection {
             ops: ops_tx,
@@ -351,18 +357,31 @@ impl Connection {
         operation: &'static str,
         timeout: Duration,
     ) -> Result<BaseCommand> {
+        // The timeout covers the whole request, queueing included: a broker that stops
+        // reading stalls the queue, and the caller must still hear back in time (upstream's
+        // operation timeout starts when the request is issued too).
+        let deadline = crate::util::deadline_after(timeout);
         let (tx, rx) = oneshot::channel();
-        self.submit(Op::Request {
-            request_id,
-            frame: Box::new(frame),
-            operation,
-            timeout,
-            responder: tx,
-        })
-        .await?;
-        match rx.await {
+        let exchange = async {
+            self.submit(Op::Request {
+                request_id,
+                frame: Box::new(frame),
+                operation,
+                timeout,
+                responder: tx,
+            })
+            .await?;
+            match rx.await {
+                Ok(result) => result,
+                Err(_) => Err(self.close_reason()),
+            }
+        };
+        match tokio::time::timeout_at(deadline, exchange).await {
             Ok(result) => result,
-            Err(_) => Err(self.close_reason()),
+            Err(_) => Err(Error::Timeout {
+                operation,
+                after: timeout,
+            }),
         }
     }
 

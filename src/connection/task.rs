@@ -2,10 +2,12 @@
 //! connection alive and times requests out.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{SinkExt, StreamExt};
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
@@ -14,17 +16,24 @@ use tracing::Instrument;
 
 use super::handshake::auth_response;
 use super::routing::{self, EntityKind, Route};
+use super::writer::{write_loop, Outgoing};
 use super::{Authentication, ConnectionStats, EntityEvent, EntitySender, Op};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{base_command::Type, BaseCommand};
-use crate::util::sleep_until_opt;
+use crate::util::{later, sleep_until_opt};
 
-/// How many queued frames are written before the socket is flushed.
+/// How many ops from handles are taken in one go.
 const WRITE_BATCH: usize = 128;
 
 /// Frames queued for the writer task.
 const WRITE_QUEUE: usize = 1024;
+
+/// At most this many frames wait behind a full writer queue. Only control commands (bounded
+/// by what entities received) and the rare handle op get there; more means the broker has not
+/// read thousands of our frames, and the connection is closed rather than queueing without
+/// bound (upstream's Netty outbound buffer has no bound).
+const MAX_BACKLOG: usize = 1024;
 
 pub(super) struct TaskParams<S> {
     pub reader: FramedRead<ReadHalf<S>, PulsarCodec>,
@@ -36,6 +45,8 @@ pub(super) struct TaskParams<S> {
     pub keepalive: Duration,
     pub auth: Option<Authentication>,
     pub broker_url: String,
+    /// The negotiated maximum message size (backlog frames are encoded with its limit).
+    pub max_message_size: usize,
 }
 
 struct PendingRequest {
@@ -189,24 +200,83 @@ enum Step {
 struct Outbox {
     tx: mpsc::Sender<Outgoing>,
     backlog: VecDeque<Outgoing>,
+    /// Maximum frame size, for encoding frames that wait in the backlog.
+    max_frame_size: usize,
+    /// Raised while a PONG waits to be written: it answers every PING received meanwhile.
+    pong_pending: Arc<AtomicBool>,
+    /// Raised while an AUTH_RESPONSE waits to be written (our credentials are static, so one
+    /// answers every challenge received meanwhile).
+    auth_pending: Arc<AtomicBool>,
 }
 
 impl Outbox {
+    fn new(tx: mpsc::Sender<Outgoing>, max_message_size: usize) -> Outbox {
+        Outbox {
+            tx,
+            backlog: VecDeque::new(),
+            max_frame_size: max_message_size.saturating_add(crate::codec::FRAME_HEADROOM),
+            pong_pending: Arc::default(),
+            auth_pending: Arc::default(),
+        }
+    }
+
     fn push(&mut self, frame: Outgoing) -> Step {
         if !self.backlog.is_empty() {
-            self.backlog.push_back(frame);
-            return Step::Continue;
+            return self.push_back(frame);
         }
         match self.tx.try_send(frame) {
             Ok(()) => Step::Continue,
-            Err(mpsc::error::TrySendError::Full(frame)) => {
-                self.backlog.push_back(frame);
-                Step::Continue
-            }
+            Err(mpsc::error::TrySendError::Full(frame)) => self.push_back(frame),
             Err(mpsc::error::TrySendError::Closed(_)) => {
                 Step::Stop(Error::ConnectionLost("connection writer stopped".into()))
             }
         }
+    }
+
+    /// Queues a reply of which at most one may wait (PONG, AUTH_RESPONSE): coalesced with
+    /// the one already waiting, if any. Upstream answers each PING; a waiting PONG is written
+    /// after every PING received so far, so it answers them all.
+    fn push_reply(&mut self, pending: Arc<AtomicBool>, command: BaseCommand) -> Step {
+        if pending.swap(true, Ordering::AcqRel) {
+            return Step::Continue;
+        }
+        match self.encode(&Frame::simple(command)) {
+            Some(bytes) => self.push(Outgoing::Reply(pending, bytes)),
+            None => {
+                pending.store(false, Ordering::Release);
+                Step::Continue
+            }
+        }
+    }
+
+    fn encode(&self, frame: &Frame) -> Option<Bytes> {
+        let mut buf = BytesMut::new();
+        match crate::codec::encode_frame(frame, &mut buf, self.max_frame_size) {
+            Ok(()) => Some(buf.freeze()),
+            Err(e) => {
+                tracing::warn!(error = %e, "outbound frame could not be encoded; not sent");
+                None
+            }
+        }
+    }
+
+    /// Adds to the backlog (encoded: a boxed command is several KiB), within its bound.
+    fn push_back(&mut self, frame: Outgoing) -> Step {
+        if self.backlog.len() >= MAX_BACKLOG {
+            return Step::Stop(Error::ConnectionLost(format!(
+                "the broker is not reading: {} frames wait to be written",
+                WRITE_QUEUE + self.backlog.len()
+            )));
+        }
+        let frame = match frame {
+            Outgoing::Frame(f) => match self.encode(&f) {
+                Some(bytes) => Outgoing::Raw(bytes),
+                None => return Step::Continue,
+            },
+            other => other,
+        };
+        self.backlog.push_back(frame);
+        Step::Continue
     }
 }
 
@@ -231,53 +301,6 @@ fn drain(
     }
 }
 
-/// Owns the write half: writes frames in batches, one flush per batch.
-async fn write_loop<W>(
-    mut writer: FramedWrite<W, PulsarCodec>,
-    mut rx: mpsc::Receiver<Outgoing>,
-) -> Error
-where
-    W: AsyncWrite + Unpin,
-{
-    loop {
-        let Some(frame) = rx.recv().await else {
-            let _ = SinkExt::<Frame>::close(&mut writer).await;
-            return Error::Closed;
-        };
-        let mut next = Some(frame);
-        let mut n = 0;
-        while let Some(item) = next.take() {
-            let frame = match item {
-                Outgoing::Frame(frame) => *frame,
-                Outgoing::Raw(bytes) => {
-                    // Already encoded (and size-checked) by its producer.
-                    writer.write_buffer_mut().extend_from_slice(&bytes);
-                    n += 1;
-                    if n < WRITE_BATCH {
-                        next = rx.try_recv().ok();
-                    }
-                    continue;
-                }
-            };
-            match writer.feed(frame).await {
-                Ok(()) => {}
-                Err(crate::codec::CodecError::FrameTooLarge { size, max }) => {
-                    // Nothing was written; the connection is fine.
-                    tracing::warn!(size, max, "outbound frame over the size limit; not sent");
-                }
-                Err(e) => return Error::from(e),
-            }
-            n += 1;
-            if n < WRITE_BATCH {
-                next = rx.try_recv().ok();
-            }
-        }
-        if let Err(e) = SinkExt::<Frame>::flush(&mut writer).await {
-            return Error::from(e);
-        }
-    }
-}
-
 async fn run<S>(p: TaskParams<S>)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -292,20 +315,21 @@ where
         keepalive,
         auth,
         broker_url: _,
+        max_message_size,
     } = p;
-    let (write_tx, write_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
-    let mut writer_task = tokio::spawn(write_loop(writer, write_rx).in_current_span());
-    let mut out = Outbox {
-        tx: write_tx,
-        backlog: VecDeque::new(),
-    };
-    let mut router = Router::default();
     let keepalive = keepalive.max(Duration::from_millis(1));
-    let mut last_inbound = Instant::now();
-    let mut ping_sent_at: Option<Instant> = None;
-    let mut keepalive_tick =
-        tokio::time::interval_at(crate::util::deadline_after(keepalive), keepalive);
-    keepalive_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let (write_tx, write_rx) = mpsc::channel::<Outgoing>(WRITE_QUEUE);
+    let stall_limit = keepalive.saturating_mul(2);
+    let mut writer_task = tokio::spawn(write_loop(writer, write_rx, stall_limit).in_current_span());
+    let mut out = Outbox::new(write_tx, max_message_size);
+    let mut router = Router::default();
+    let mut alive = KeepAlive {
+        interval: keepalive,
+        last_inbound: Instant::now(),
+        ping_sent: false,
+    };
+    let keepalive_timer = tokio::time::sleep_until(alive.next_wake());
+    tokio::pin!(keepalive_timer);
 
     let reason = loop {
         let deadline = router.next_deadline();
@@ -317,10 +341,22 @@ where
                 Some(op) => handle_op(op, &mut router, &mut out),
                 None => Step::Continue,
             },
+            // Ahead of the inbound frames: a flood of them must not hide a dead writer or
+            // a keep-alive verdict.
+            written = &mut writer_task => Step::Stop(match written {
+                Ok(e) => e,
+                Err(_) => Error::ConnectionLost("connection writer failed".into()),
+            }),
+            _ = &mut keepalive_timer => {
+                let step = alive.check(&mut out);
+                keepalive_timer.as_mut().reset(alive.next_wake());
+                step
+            }
             inbound = reader.next() => match inbound {
                 Some(Ok(frame)) => {
-                    last_inbound = Instant::now();
-                    ping_sent_at = None;
+                    // Any frame shows the broker alive (upstream's messageReceived()).
+                    alive.last_inbound = Instant::now();
+                    alive.ping_sent = false;
                     handle_inbound(frame, &mut router, &mut out, auth.as_ref())
                 }
                 Some(Err(e)) => Step::Stop(Error::from(e)),
@@ -349,15 +385,10 @@ where
                 // Every handle is gone: nobody can use this connection any more.
                 None => Step::Stop(Error::Closed),
             },
-            _ = keepalive_tick.tick() => keepalive_step(&mut out, last_inbound, &mut ping_sent_at, keepalive),
             _ = sleep_until_opt(deadline) => {
                 router.expire(Instant::now());
                 Step::Continue
             }
-            written = &mut writer_task => Step::Stop(match written {
-                Ok(e) => e,
-                Err(_) => Error::ConnectionLost("connection writer failed".into()),
-            }),
         };
         let _ = stats.send_if_modified(|s| {
             let new = router.stats();
@@ -397,28 +428,45 @@ fn fail_op(op: Op, reason: &Error) {
     }
 }
 
-fn keepalive_step(
-    out: &mut Outbox,
-    last_inbound: Instant,
-    ping_sent_at: &mut Option<Instant>,
+/// The keep-alive: a PING after one interval without a frame from the broker, and the
+/// connection declared dead after two. Upstream (PulsarHandler) pings at every tick of a
+/// fixed-rate timer and closes at the tick that finds its PING unanswered, so it closes within
+/// two intervals of the last frame; deadlines measured from the last frame give exactly two.
+struct KeepAlive {
     interval: Duration,
-) -> Step {
-    let now = Instant::now();
-    if let Some(sent) = *ping_sent_at {
-        if now.duration_since(sent) >= interval {
+    last_inbound: Instant,
+    /// A PING went out since the last frame from the broker.
+    ping_sent: bool,
+}
+
+impl KeepAlive {
+    /// When the keep-alive has something to decide next.
+    fn next_wake(&self) -> Instant {
+        let after = if self.ping_sent {
+            self.interval.saturating_mul(2)
+        } else {
+            self.interval
+        };
+        later(self.last_inbound, after)
+    }
+
+    fn check(&mut self, out: &mut Outbox) -> Step {
+        let now = Instant::now();
+        let dead_at = later(self.last_inbound, self.interval.saturating_mul(2));
+        if now >= dead_at {
             return Step::Stop(Error::ConnectionLost(format!(
-                "broker did not answer keep-alive PING within {interval:?}"
+                "no frame from the broker for {:?}: keep-alive PING unanswered",
+                now.duration_since(self.last_inbound)
             )));
         }
-        return Step::Continue;
+        if !self.ping_sent && now >= later(self.last_inbound, self.interval) {
+            self.ping_sent = true;
+            return out.push(Outgoing::Frame(Box::new(Frame::simple(
+                crate::commands::ping(),
+            ))));
+        }
+        Step::Continue
     }
-    if now.duration_since(last_inbound) >= interval {
-        *ping_sent_at = Some(now);
-        return out.push(Outgoing::Frame(Box::new(Frame::simple(
-            crate::commands::ping(),
-        ))));
-    }
-    Step::Continue
 }
 
 fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
@@ -476,40 +524,28 @@ impl EntitySender {
     }
 }
 
-/// What the writer task writes.
-enum Outgoing {
-    /// Boxed: a command is several KiB, encoded bytes are small.
-    Frame(Box<Frame>),
-    /// An already encoded frame.
-    Raw(Bytes),
-}
-
 fn handle_inbound(
     frame: Frame,
     router: &mut Router,
     out: &mut Outbox,
     auth: Option<&Authentication>,
 ) -> Step {
-    let reply = match routing::route(&frame.command) {
-        Route::Request(id) => {
-            router.complete(id, frame.command);
-            None
+    match routing::route(&frame.command) {
+        Route::Request(id) => router.complete(id, frame.command),
+        Route::Entity(kind, id) => router.deliver(kind, id, frame),
+        Route::Ping => {
+            let pending = out.pong_pending.clone();
+            return out.push_reply(pending, crate::commands::pong());
         }
-        Route::Entity(kind, id) => {
-            router.deliver(kind, id, frame);
-            None
+        Route::Pong => {}
+        Route::AuthChallenge => {
+            let pending = out.auth_pending.clone();
+            return out.push_reply(pending, auth_response(auth));
         }
-        Route::Ping => Some(crate::commands::pong()),
-        Route::Pong => None,
-        Route::AuthChallenge => Some(auth_response(auth)),
         Route::Unhandled => {
             tracing::debug!(command = %routing::type_name(&frame.command),
                 "command not handled by this client; ignored");
-            None
         }
-    };
-    match reply {
-        Some(reply) => out.push(Outgoing::Frame(Box::new(Frame::simple(reply)))),
-        None => Step::Continue,
     }
+    Step::Continue
 }

@@ -510,3 +510,197 @@ async fn control_commands_are_never_blocked_or_dropped_by_a_full_queue() {
     assert_eq!(control.len() as u64, CONTROL);
     assert_eq!(data, queued);
 }
+
+// ---------------------------------------------------------------------------------------------
+// A hostile broker (issue #11: cases 1, 9 and 10 at the connection level).
+
+/// Fills every buffer between the handles and a broker that does not read, until the
+/// bounded queue refuses a data frame.
+async fn fill_until_full(conn: &Connection) {
+    let mut queued = 0u64;
+    loop {
+        let mut b = bytes::BytesMut::new();
+        crate::codec::encode_frame(
+            &crate::commands::flow(1_000_000 + queued, 0),
+            &mut b,
+            1 << 20,
+        )
+        .unwrap();
+        match conn.try_send_raw(b.freeze()) {
+            Ok(()) => queued += 1,
+            Err(Some(_)) => return,
+            Err(None) => panic!("connection closed"),
+        }
+        assert!(queued < 100_000, "the queue never filled");
+        if queued % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Case 9: the connection is dead two keep-alive intervals after the broker's last frame
+/// (upstream closes within two), not three.
+#[tokio::test(start_paused = true)]
+async fn keepalive_declares_the_connection_dead_two_intervals_after_the_last_frame() {
+    let (conn, mut peer) = connect().await;
+    // A frame a third of the way into the first interval, then silence (the PING that
+    // follows is never answered).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    peer.send(Frame::simple(cmd(Type::Pong))).await.unwrap();
+    let last_frame = tokio::time::Instant::now();
+    let reason = conn.closed().await;
+    let silent = last_frame.elapsed();
+    assert!(
+        matches!(reason, Error::ConnectionLost(ref m) if m.contains("keep-alive")),
+        "{reason:?}"
+    );
+    assert!(
+        silent >= Duration::from_secs(60) && silent <= Duration::from_millis(60_050),
+        "closed after {silent:?} of silence; the interval is 30 s"
+    );
+    // The PING went out one interval after the last frame.
+    assert_eq!(next_command(&mut peer).await.r#type, Type::Ping as i32);
+}
+
+/// Case 1: a broker that floods PINGs and never reads what we write gets one PONG at a time,
+/// and the connection is declared dead once the writer has been blocked for two keep-alive
+/// intervals (the PINGs keep the read side busy, so only the writer can tell).
+#[tokio::test(start_paused = true)]
+async fn a_broker_flooding_pings_without_reading_is_dead_after_two_intervals() {
+    // A pipe of 64 bytes: a handful of PONGs fill it.
+    let (conn, mut peer, _) = connect_over(
+        tokio::io::duplex(64),
+        connected(Some(1 << 20), false),
+        config(),
+    )
+    .await;
+    let started = tokio::time::Instant::now();
+    let flood = tokio::spawn(async move {
+        let mut sent = 0u64;
+        // 100 PINGs every 100 ms, never reading; stops when the client goes away.
+        while started.elapsed() < Duration::from_secs(300) {
+            for _ in 0..100 {
+                if peer.send(Frame::simple(cmd(Type::Ping))).await.is_err() {
+                    return sent;
+                }
+                sent += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sent
+    });
+    let reason = tokio::time::timeout(Duration::from_secs(200), conn.closed())
+        .await
+        .expect("the connection must be declared dead");
+    let took = started.elapsed();
+    assert!(
+        matches!(reason, Error::ConnectionLost(ref m) if m.contains("not read")),
+        "{reason:?}"
+    );
+    // The writer filled the pipe within a second, then stalled for 2 x 30 s.
+    assert!(
+        took >= Duration::from_secs(60) && took < Duration::from_secs(65),
+        "declared dead after {took:?}"
+    );
+    let sent = flood.await.unwrap();
+    assert!(sent < 70_000, "{sent} PINGs");
+}
+
+/// The outbox backlog is bounded: control commands beyond it close a connection whose broker
+/// does not read, with an error saying so, instead of queueing without bound.
+#[tokio::test]
+async fn control_commands_beyond_the_backlog_bound_close_the_connection() {
+    let small = ConnectionConfig {
+        command_queue: 4,
+        ..config()
+    };
+    let (conn, _peer, _) = connect_over(
+        tokio::io::duplex(4096),
+        connected(Some(1 << 20), false),
+        small,
+    )
+    .await;
+    fill_until_full(&conn).await;
+    for i in 0..5_000u64 {
+        if conn.send_control(crate::commands::flow(i, 1)).is_err() {
+            break;
+        }
+        if i % 64 == 0 {
+            tokio::task::yield_now().await;
+        }
+    }
+    let reason = tokio::time::timeout(Duration::from_secs(5), conn.closed())
+        .await
+        .expect("closed once the backlog is full");
+    assert!(
+        matches!(reason, Error::ConnectionLost(ref m) if m.contains("not reading")),
+        "{reason:?}"
+    );
+}
+
+/// Case 10: a request's timeout covers its wait for room in a queue the broker does not
+/// drain: it fails with a timeout after the operation timeout, not when the connection dies.
+#[tokio::test(start_paused = true)]
+async fn a_request_times_out_while_queued_behind_a_broker_that_does_not_read() {
+    let small = ConnectionConfig {
+        command_queue: 4,
+        ..config()
+    };
+    let (conn, _peer, _) = connect_over(
+        tokio::io::duplex(4096),
+        connected(Some(1 << 20), false),
+        small,
+    )
+    .await;
+    fill_until_full(&conn).await;
+    let started = tokio::time::Instant::now();
+    let (id, c) = lookup_request(&conn, "t");
+    let r = conn.request(id, c, "lookup").await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Timeout {
+                operation: "lookup",
+                ..
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+}
+
+/// Case 9: an advertised maximum message size above the client's limit is capped.
+#[tokio::test]
+async fn an_advertised_max_message_size_above_the_limit_is_capped() {
+    let (conn, _peer, _) = connect_with(connected(Some(i32::MAX), false), config()).await;
+    assert_eq!(
+        conn.info().max_message_size,
+        crate::codec::MAX_MESSAGE_SIZE_LIMIT
+    );
+}
+
+/// Case 9: a frame header claiming 100 MB reserves nothing near it: the read buffer grows
+/// with the bytes that arrive.
+#[test]
+fn a_frame_header_reserves_only_what_arrives() {
+    use bytes::BufMut;
+    use tokio_util::codec::Decoder;
+    let mut codec = PulsarCodec::with_max_message_size(crate::codec::MAX_MESSAGE_SIZE_LIMIT);
+    let mut buf = bytes::BytesMut::new();
+    buf.put_u32(100 << 20);
+    buf.put_u32(10);
+    assert!(codec.decode(&mut buf).unwrap().is_none());
+    assert!(buf.capacity() <= 128 * 1024, "{}", buf.capacity());
+    let chunk = [0u8; 16 * 1024];
+    for _ in 0..64 {
+        buf.extend_from_slice(&chunk);
+        assert!(codec.decode(&mut buf).unwrap().is_none());
+    }
+    // 1 MiB arrived: the buffer holds at most about twice that.
+    assert!(
+        buf.capacity() <= 2 * buf.len() + 128 * 1024,
+        "{} bytes reserved for {} received",
+        buf.capacity(),
+        buf.len()
+    );
+}

@@ -185,6 +185,7 @@ impl ConsumerTask {
         let mut requests: Requests<Pending> = Requests::new();
         let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
         let mut silent = false;
+        let mut close_outcome: Option<Error> = None;
         let ack_timeout_on = !self.opts.ack_timeout.is_zero() && self.persistent();
         let mut ack_timeout_tick = tokio::time::interval(self.opts.ack_timeout_tick);
         ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -218,7 +219,16 @@ impl ConsumerTask {
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
                 },
-                (pending, r) = requests.next() => self.on_answer(pending, r),
+                (pending, r) = requests.next() => match (pending, r) {
+                    // Like upstream's closeAsync: a CloseConsumer that timed out while the
+                    // connection stayed up fails close(); the consumer still ends Closed.
+                    (Pending::Close, Err(e @ Error::Timeout { .. })) => {
+                        tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
+                        close_outcome = Some(e);
+                        Err(Error::Closed)
+                    }
+                    (pending, r) => self.on_answer(pending, r),
+                },
                 op = self.ops.recv() => match op {
                     Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
                     Some(op) => self.on_op(op, &mut requests),
@@ -249,9 +259,10 @@ impl ConsumerTask {
             }
         };
         let state = self.entity.end(&final_error);
-        let result = match &final_error {
-            Error::Closed => Ok(()),
-            e => Err(e.clone()),
+        let result = match (&final_error, close_outcome) {
+            (Error::Closed, None) => Ok(()),
+            (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
+            (e, _) => Err(e.clone()),
         };
         for tx in close_waiters {
             let _ = tx.send(result.clone());

@@ -338,6 +338,8 @@ impl PartitionProducer {
             flush_waiters: Vec::new(),
             close_waiters: Vec::new(),
             closing: false,
+            close_deadline: None,
+            close_outcome: None,
             terminal: terminal.clone(),
         };
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id);

@@ -114,6 +114,11 @@ pub(crate) struct ProducerTask {
     /// Who waits for `close()`; set once the application (or the client) asked to close.
     pub close_waiters: Vec<oneshot::Sender<Result<()>>>,
     pub closing: bool,
+    /// When the close must be over: the operation timeout after it was asked for.
+    pub close_deadline: Option<Instant>,
+    /// Why the close was not confirmed by the broker (reported by `close()`, though the
+    /// producer still ends Closed).
+    pub close_outcome: Option<Error>,
     /// Set once the producer is closed for good; handles report it on later sends.
     pub terminal: Arc<Mutex<Option<Error>>>,
 }
@@ -139,7 +144,21 @@ impl ProducerTask {
                 (_, r) = close_request.next() => {
                     if let Err(e) = r {
                         tracing::debug!(topic = %self.entity.topic, error = %e, "close producer");
+                        // Like upstream's closeAsync: a CloseProducer that failed while the
+                        // connection stayed up is an error for close(); a lost connection is
+                        // not (the broker forgets the producer with it).
+                        if matches!(e, Error::Timeout { .. }) {
+                            self.close_outcome = Some(e);
+                        }
                     }
+                    Err(Error::Closed)
+                }
+                _ = sleep_until_opt(self.close_deadline) => {
+                    // Pending messages or the CloseProducer did not finish in time (e.g. the
+                    // broker stopped reading): the close ends here, unconfirmed.
+                    let after = self.entity.core.operation_timeout();
+                    tracing::warn!(topic = %self.entity.topic, ?after, "close producer timed out");
+                    self.close_outcome = Some(Error::Timeout { operation: "close producer", after });
                     Err(Error::Closed)
                 }
                 op = self.ops.recv(), if accepting => match op {
@@ -307,6 +326,9 @@ impl ProducerTask {
     fn start_close(&mut self) {
         if !self.closing {
             self.closing = true;
+            self.close_deadline = Some(crate::util::deadline_after(
+                self.entity.core.operation_timeout(),
+            ));
             self.entity
                 .life
                 .apply(crate::lifecycle::Event::CloseRequested);
@@ -481,9 +503,10 @@ impl ProducerTask {
         }
         // close() reports what really happened: Ok for a close of ours, else the error that
         // ended the producer (e.g. closed for good by the broker during the close).
-        let close_result = match &error {
-            Error::Closed => Ok(()),
-            e => Err(e.clone()),
+        let close_result = match (&error, self.close_outcome.take()) {
+            (Error::Closed, None) => Ok(()),
+            (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
+            (e, _) => Err(e.clone()),
         };
         for tx in self.close_waiters.drain(..) {
             let _ = tx.send(close_result.clone());

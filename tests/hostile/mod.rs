@@ -155,6 +155,11 @@ impl Hostile {
         format!("pulsar://{}", self.addr)
     }
 
+    /// The address the broker listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
     /// How many connections have been accepted so far.
     pub fn accepted(&self) -> usize {
         self.accepted.load(Ordering::SeqCst)
