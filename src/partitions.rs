@@ -350,7 +350,9 @@ fn stop_if_empty(s: &PartitionUpdates) -> bool {
 
 fn result_frame(watcher_id: u64, version: u64, result: &Result<()>) -> Frame {
     let error = result.as_ref().err().map(|e| e.to_string());
-    Frame::simple(commands::partition_update_result(watcher_id, version, error))
+    Frame::simple(commands::partition_update_result(
+        watcher_id, version, error,
+    ))
 }
 
 fn pairs(topics: &[String], partitions: &[u32]) -> Vec<(String, u32)> {

@@ -457,3 +457,44 @@ async fn huge_partition_counts_are_refused_and_creates_are_bounded() {
         "{most} creates were in flight at once"
     );
 }
+
+/// A broker close that allows a reconnect, arriving while the producer's CloseProducer is in
+/// flight, ends the close: the broker forgot the producer, and re-creating it only to drop it
+/// again would leave it on the broker.
+#[tokio::test]
+async fn a_broker_close_during_close_does_not_re_create_the_producer() {
+    let creates = Arc::new(AtomicUsize::new(0));
+    let seen = creates.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let seen = seen.clone();
+        async move {
+            peer.handshake(None).await;
+            while let Some(f) = peer
+                .serve_until(|f| matches!(f.ty(), Type::Producer | Type::CloseProducer))
+                .await
+            {
+                if f.ty() == Type::Producer {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let ok = peer.reply(&f.cmd).unwrap();
+                    let _ = peer.send(ok).await;
+                } else {
+                    // Instead of answering: close it from the broker's side, reconnect allowed.
+                    let id = f.cmd.close_producer.as_ref().unwrap().producer_id;
+                    let _ = peer.send(close_producer(id, None)).await;
+                }
+            }
+        }
+    })
+    .await;
+    let client = test_client(&broker.url()).build().unwrap();
+    let producer = within("create", client.producer("t").create())
+        .await
+        .unwrap();
+    within("close", producer.close()).await.unwrap();
+    assert_eq!(producer.state(), pulsar_sdk::State::Closed);
+    assert_eq!(
+        creates.load(Ordering::SeqCst),
+        1,
+        "re-created while closing"
+    );
+}

@@ -224,6 +224,12 @@ impl ProducerTask {
         match wake {
             Wake::Command(frame) => self.on_command(frame.command),
             Wake::Detached => {
+                // Closing with nothing left to deliver: the broker forgot this producer with
+                // the connection (or closed it), so the close is done. Reconnecting would
+                // re-create it on the broker only to drop it (like the consumer's close).
+                if self.closing && self.pending.is_empty() && self.batches_empty() {
+                    return Err(Error::Closed);
+                }
                 // Everything unsent is still pending: it is re-sent after the reconnect.
                 self.unsent.clear();
                 let cmd = create_command(
