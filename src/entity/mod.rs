@@ -18,7 +18,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backoff_policy::Backoff;
@@ -88,14 +88,19 @@ pub(crate) struct Entity {
     pub life: Lifecycle,
     pub conn: Option<Connection>,
     events: Option<mpsc::UnboundedReceiver<EntityEvent>>,
+    /// An event [`Entity::try_command`] took but left for [`Entity::next`].
+    stashed: Option<EntityEvent>,
     reconnect: Option<Reconnect>,
     /// None while a reconnect future owns it.
     backoff: Option<Backoff>,
     assigned_broker: Option<String>,
     attached_at: Instant,
     group: GroupClose,
-    shutdown: watch::Receiver<bool>,
-    shutdown_seen: bool,
+    /// Resolves when another member closes the group. Created once and kept: re-creating it
+    /// on every wake-up would register and drop a waiter per message.
+    group_closed: Pin<Box<dyn Future<Output = Error> + Send>>,
+    /// Resolves when the client shuts down (`None` once seen). Kept like `group_closed`.
+    shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     _guard: TaskGuard,
 }
 
@@ -134,13 +139,22 @@ impl Entity {
             life,
             conn: Some(attached.conn),
             events: Some(attached.events),
+            stashed: None,
             reconnect: None,
             backoff: Some(backoff),
             assigned_broker: None,
             attached_at: Instant::now(),
             group: group.clone(),
-            shutdown: core.shutdown_signal(),
-            shutdown_seen: false,
+            group_closed: {
+                let mut group = group.clone();
+                Box::pin(async move { group.closed().await })
+            },
+            shutdown: {
+                let mut signal = core.shutdown_signal();
+                Some(Box::pin(async move {
+                    crate::core::shut_down(&mut signal).await
+                }))
+            },
             _guard: core.task_started(),
         };
         Ok((entity, attached.response))
@@ -148,32 +162,12 @@ impl Entity {
 
     /// Waits for the next thing the entity task must act on.
     pub(crate) async fn next(&mut self) -> Wake {
-        let wake = tokio::select! {
+        if let Some(ev) = self.stashed.take() {
+            return self.on_event(Some(ev));
+        }
+        tokio::select! {
             biased;
-            ev = recv_opt(&mut self.events) => match ev {
-                Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
-                    None => return Wake::Command(frame),
-                    Some(close) if !close.allow_reconnect => {
-                        Wake::Ended(Error::ClosedByBroker { topic: self.topic.to_string() })
-                    }
-                    Some(close) => {
-                        tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
-                            to = ?close.assigned_broker, "{}", close.reason);
-                        self.life.apply(Event::BrokerClose { allow_reconnect: true });
-                        self.assigned_broker = close.assigned_broker;
-                        self.detach(close.reason);
-                        Wake::Detached
-                    }
-                },
-                Some(EntityEvent::ConnectionClosed(e)) => {
-                    self.lose_connection(&e.to_string());
-                    Wake::Detached
-                }
-                None => {
-                    self.lose_connection("the connection dropped the entity's channel");
-                    Wake::Detached
-                }
-            },
+            ev = recv_opt(&mut self.events) => self.on_event(ev),
             r = async { self.reconnect.as_mut().expect("guarded").await }, if self.reconnect.is_some() => {
                 self.reconnect = None;
                 let (backoff, result) = r;
@@ -190,13 +184,60 @@ impl Entity {
                     Err(e) => Wake::Ended(classify(e, &self.topic)),
                 }
             }
-            e = self.group.closed() => Wake::GroupEnded(e),
-            _ = crate::core::shut_down(&mut self.shutdown), if !self.shutdown_seen => {
-                self.shutdown_seen = true;
+            e = &mut self.group_closed => Wake::GroupEnded(e),
+            _ = async { self.shutdown.as_mut().expect("guarded").await }, if self.shutdown.is_some() => {
+                self.shutdown = None;
                 Wake::Shutdown
             }
-        };
-        wake
+        }
+    }
+
+    /// A command that has already arrived, without waiting: lets a task handle a burst of
+    /// messages in one wake-up instead of one `select!` round per message. Anything but a
+    /// plain command (a broker close, the connection's end) is kept for [`Entity::next`].
+    pub(crate) fn try_command(&mut self) -> Option<Box<Frame>> {
+        if self.stashed.is_some() {
+            return None;
+        }
+        match self.events.as_mut()?.try_recv() {
+            Ok(EntityEvent::Command(frame)) if commands::broker_close(&frame.command).is_none() => {
+                Some(frame)
+            }
+            Ok(other) => {
+                self.stashed = Some(other);
+                None
+            }
+            Err(_) => None,
+        }
+    }
+
+    fn on_event(&mut self, ev: Option<EntityEvent>) -> Wake {
+        match ev {
+            Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
+                None => Wake::Command(frame),
+                Some(close) if !close.allow_reconnect => Wake::Ended(Error::ClosedByBroker {
+                    topic: self.topic.to_string(),
+                }),
+                Some(close) => {
+                    tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
+                        to = ?close.assigned_broker, "{}", close.reason);
+                    self.life.apply(Event::BrokerClose {
+                        allow_reconnect: true,
+                    });
+                    self.assigned_broker = close.assigned_broker;
+                    self.detach(close.reason);
+                    Wake::Detached
+                }
+            },
+            Some(EntityEvent::ConnectionClosed(e)) => {
+                self.lose_connection(&e.to_string());
+                Wake::Detached
+            }
+            None => {
+                self.lose_connection("the connection dropped the entity's channel");
+                Wake::Detached
+            }
+        }
     }
 
     /// The connection was lost: count it in the lifecycle and forget the registration.
@@ -211,6 +252,7 @@ impl Entity {
             conn.unregister(self.kind, self.id);
         }
         self.events = None;
+        self.stashed = None;
     }
 
     /// Drops the connection on purpose (e.g. the broker broke a rule) and reconnects: the

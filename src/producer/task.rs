@@ -222,7 +222,17 @@ impl ProducerTask {
 
     fn on_wake(&mut self, wake: Wake) -> Result<()> {
         match wake {
-            Wake::Command(frame) => self.on_command(frame.command),
+            Wake::Command(frame) => {
+                let mut r = self.on_command(frame);
+                // Receipts come in bursts: handle what has already arrived before waiting.
+                for _ in 0..256 {
+                    let Some(frame) = r.is_ok().then(|| self.entity.try_command()).flatten() else {
+                        break;
+                    };
+                    r = self.on_command(frame);
+                }
+                r
+            }
             Wake::Detached => {
                 // Closing with nothing left to deliver: the broker forgot this producer with
                 // the connection (or closed it), so the close is done. Reconnecting would
@@ -412,10 +422,13 @@ impl ProducerTask {
         self.dispatch(out, failed);
     }
 
-    fn on_command(&mut self, cmd: BaseCommand) -> Result<()> {
+    /// Takes the frame boxed and moves out only the part it needs (a `BaseCommand` is several
+    /// KB; moving it per receipt is a needless copy).
+    fn on_command(&mut self, mut frame: Box<crate::codec::Frame>) -> Result<()> {
+        let cmd = &mut frame.command;
         match Type::try_from(cmd.r#type) {
             Ok(Type::SendReceipt) => {
-                let r = cmd.send_receipt.unwrap_or_default();
+                let r = cmd.send_receipt.take().unwrap_or_default();
                 let partition = self.partition;
                 let id = r.message_id.unwrap_or_default();
                 let outcome = self
@@ -437,7 +450,7 @@ impl ProducerTask {
                 Ok(())
             }
             Ok(Type::SendError) => {
-                let e = cmd.send_error.unwrap_or_default();
+                let e = cmd.send_error.take().unwrap_or_default();
                 let code = ServerError::from_code(e.error);
                 match code {
                     ServerError::TopicTerminatedError => Err(Error::TopicTerminated {
