@@ -7,7 +7,7 @@
 //! redeliver.
 
 mod acks;
-mod decode;
+pub(crate) mod decode;
 pub mod dlq;
 mod options;
 mod reader;
@@ -51,6 +51,7 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
     }
     r[index] = Some(shared);
 }
+pub(crate) use task::overshoot_bound;
 use task::{
     subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams,
 };
@@ -382,26 +383,24 @@ impl Consumer {
             self.refresh();
         }
         let p = self.partitions.get(index)?;
-        let message = matches!(item, Item::Message(_));
-        if epoch != p.epoch.load(Ordering::Acquire) {
-            // Discarded (queued before a reconnect, seek or redeliver-all). If it used the
-            // current subscription's permits, it counts as consumed, like upstream's
-            // `messageProcessed` on a stale message, so the broker can send its replacement.
-            if message && epoch >= p.permit_epoch.load(Ordering::Acquire) {
-                if let Some(n) = p.consume(1, self.refill_at) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
-                }
+        if item.counted() {
+            // Out of the queue: room for another message (see `QueueRoom`).
+            if let Some(n) = p.taken(epoch, self.refill_at) {
+                let _ = p.ops.send(ConsumerOp::Flow(n));
             }
+        }
+        if epoch != p.epoch.load(Ordering::Acquire) {
+            // Discarded (queued before a reconnect, seek or redeliver-all); its permit was
+            // counted above like upstream's `messageProcessed` on a stale message, so the
+            // broker can send its replacement.
             return None;
         }
         match item {
             Item::Message(m) => {
                 *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
-                if let Some(n) = p.consume(1, self.refill_at) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
-                }
                 Some(Ok(m))
             }
+            Item::Discarded(e) => Some(Err(e)),
             Item::Error(e) => Some(Err(e)),
         }
     }
@@ -716,6 +715,7 @@ async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        room: Mutex::new(task::QueueRoom::default()),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options.start_message_id.and_then(|s| {
