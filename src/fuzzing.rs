@@ -150,3 +150,12 @@ pub fn consumer_decode(input: &[u8]) -> Outcome {
         Err(_) => refused,
     }
 }
+
+/// Compresses `data` with the codec numbered `kind` in the protocol (for building inputs:
+/// bombs, corpus files); `None` for an unknown or unavailable codec.
+pub fn compress(kind: i32, data: &[u8]) -> Option<Vec<u8>> {
+    let kind = CompressionType::from_proto(kind).ok()?;
+    crate::compression::compress(kind, data)
+        .ok()
+        .map(|b| b.to_vec())
+}

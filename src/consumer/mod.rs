@@ -389,19 +389,17 @@ impl Consumer {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
         }
-        if epoch != p.epoch.load(Ordering::Acquire) {
-            // Discarded (queued before a reconnect, seek or redeliver-all); its permit was
-            // counted above like upstream's `messageProcessed` on a stale message, so the
-            // broker can send its replacement.
-            return None;
-        }
         match item {
+            // A message queued before a reconnect, seek or redeliver-all is discarded (the
+            // broker sends it again); its permit was counted above like upstream's
+            // `messageProcessed` on a stale message, so the broker can send its replacement.
+            Item::Message(_) if epoch != p.epoch.load(Ordering::Acquire) => None,
             Item::Message(m) => {
                 *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
                 Some(Ok(m))
             }
-            Item::Discarded(e) => Some(Err(e)),
-            Item::Error(e) => Some(Err(e)),
+            // Errors are never sent again: they reach the application whatever the epoch.
+            Item::Discarded(e) | Item::Error(e) => Some(Err(e)),
         }
     }
 
