@@ -159,3 +159,41 @@ pub fn compress(kind: i32, data: &[u8]) -> Option<Vec<u8>> {
         .ok()
         .map(|b| b.to_vec())
 }
+
+/// The frame decoder's target: `[chunk size byte][stream]`, a 64 KiB maximum message size.
+pub fn target_frame_decoder(input: &[u8]) -> Outcome {
+    let Some((&chunk, stream)) = input.split_first() else {
+        return Outcome::default();
+    };
+    frame_decoder(stream, 64 * 1024, usize::from(chunk) * 64 + 1)
+}
+
+/// The batch parser's target: `[u32 BE record count][batch payload]`.
+pub fn target_batch(input: &[u8]) -> Outcome {
+    if input.len() < 4 {
+        return Outcome::default();
+    }
+    let count = u32::from_be_bytes([input[0], input[1], input[2], input[3]]);
+    parse_batch(&input[4..], count)
+}
+
+/// The largest decompressed size the decompression target allows: what a consumer allows
+/// with the default maximum message size.
+pub const FUZZ_MAX_DECOMPRESSED: usize = 2 * DEFAULT_MAX_MESSAGE_SIZE;
+
+/// The decompression target: `[codec byte][u32 BE declared size][compressed bytes]`, the
+/// declared size taken modulo twice the limit (so both sides of it are tried).
+pub fn target_decompress(input: &[u8]) -> Outcome {
+    if input.len() < 5 {
+        return Outcome::default();
+    }
+    let kind = i32::from(input[0] % 5);
+    let declared = u32::from_be_bytes([input[1], input[2], input[3], input[4]]) as usize
+        % (2 * FUZZ_MAX_DECOMPRESSED + 1);
+    decompress(kind, &input[5..], declared, FUZZ_MAX_DECOMPRESSED)
+}
+
+/// The consumer decode's target: [`consumer_decode`].
+pub fn target_consumer_decode(input: &[u8]) -> Outcome {
+    consumer_decode(input)
+}
