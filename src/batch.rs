@@ -519,6 +519,21 @@ mod tests {
         assert!(parse_batch(Bytes::from_static(&[0, 0, 0, 0]), u32::MAX).is_err());
     }
 
+    #[test]
+    fn a_record_takes_at_least_four_bytes() {
+        // prost does not enforce the required `payload_size`: an empty metadata is a record.
+        let zeros = Bytes::from(vec![0u8; 40]);
+        let parsed = parse_batch(zeros.clone(), 10).unwrap();
+        assert_eq!(parsed.len(), 10);
+        assert!(parsed.iter().all(|(m, b)| m.payload_size == 0 && b.is_empty()));
+        // One more than the bytes can hold is refused before reading any record.
+        assert!(matches!(BatchRecords::new(zeros.clone(), 11), Err(Error::Protocol(_))));
+        // Records are read one at a time: taking two reads two.
+        let mut records = BatchRecords::new(zeros, 10).unwrap();
+        assert_eq!(records.by_ref().take(2).count(), 2);
+        assert_eq!(records.size_hint(), (0, Some(8)));
+    }
+
     /// properties, partition key, ordering key, event time, sequence id, flags, payload.
     type ArbFields = (
         Vec<(String, String)>,
