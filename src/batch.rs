@@ -525,9 +525,14 @@ mod tests {
         let zeros = Bytes::from(vec![0u8; 40]);
         let parsed = parse_batch(zeros.clone(), 10).unwrap();
         assert_eq!(parsed.len(), 10);
-        assert!(parsed.iter().all(|(m, b)| m.payload_size == 0 && b.is_empty()));
+        assert!(parsed
+            .iter()
+            .all(|(m, b)| m.payload_size == 0 && b.is_empty()));
         // One more than the bytes can hold is refused before reading any record.
-        assert!(matches!(BatchRecords::new(zeros.clone(), 11), Err(Error::Protocol(_))));
+        assert!(matches!(
+            BatchRecords::new(zeros.clone(), 11),
+            Err(Error::Protocol(_))
+        ));
         // Records are read one at a time: taking two reads two.
         let mut records = BatchRecords::new(zeros, 10).unwrap();
         assert_eq!(records.by_ref().take(2).count(), 2);

@@ -86,11 +86,7 @@ pub fn decompress(kind: i32, data: &[u8], uncompressed_size: usize, max_size: us
 /// The input of [`consumer_decode`]: a MESSAGE frame without its framing or checksum (which
 /// mutations would almost always break):
 /// `[u32 BE size][CommandMessage][u32 BE size][MessageMetadata][payload]`.
-pub fn consumer_input(
-    cmd: &[u8],
-    metadata: &[u8],
-    payload: &[u8],
-) -> Vec<u8> {
+pub fn consumer_input(cmd: &[u8], metadata: &[u8], payload: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(8 + cmd.len() + metadata.len() + payload.len());
     v.extend_from_slice(&(cmd.len() as u32).to_be_bytes());
     v.extend_from_slice(cmd);
@@ -140,7 +136,10 @@ pub fn consumer_decode(input: &[u8]) -> Outcome {
     let max = decode::max_decompressed(DEFAULT_MAX_MESSAGE_SIZE);
     match decode::decode(&topic, -1, &cmd, payload, max) {
         Ok(messages) => {
-            assert!(messages.len() <= spent as usize, "more messages than permits spent");
+            assert!(
+                messages.len() <= spent as usize,
+                "more messages than permits spent"
+            );
             Outcome {
                 items: messages.len(),
                 bytes: messages.iter().map(|m| m.payload.len()).sum(),

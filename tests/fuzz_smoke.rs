@@ -22,7 +22,12 @@ type Target = fn(&[u8]) -> Outcome;
 /// The targets, with the most any one input may make the process allocate at its peak and
 /// the number of mutations to run (fewer where an input may decompress megabytes).
 const TARGETS: [(&str, Target, usize, usize); 4] = [
-    ("frame_decoder", fuzzing::target_frame_decoder, 4 * MB, 5_000),
+    (
+        "frame_decoder",
+        fuzzing::target_frame_decoder,
+        4 * MB,
+        5_000,
+    ),
     ("batch", fuzzing::target_batch, 16 * MB, 5_000),
     // The declared size (at most twice the maximum message size) once, and the codec's state.
     (
@@ -129,7 +134,11 @@ async fn corpus_and_mutations_neither_panic_nor_allocate_without_bound() {
             let input = mutate(&mut rng, base);
             run(target, f, limit, &format!("mutation {i} of {name}"), &input);
         }
-        eprintln!("{target}: {} files and {mutations} mutations in {:?}", files.len(), started.elapsed());
+        eprintln!(
+            "{target}: {} files and {mutations} mutations in {:?}",
+            files.len(),
+            started.elapsed()
+        );
     }
 }
 
@@ -204,16 +213,40 @@ fn write_corpus() {
     let mut stream = hostile::encode(&ping, None);
     stream.extend(hostile::encode(&message, Some((&meta, b"hello"))));
     stream.extend(hostile::encode(&message, Some((&batch_meta, &three))));
-    files.push(("frame_decoder", "frames".into(), [&[3u8][..], &stream].concat()));
-    files.push(("frame_decoder", "frames-bytewise".into(), [&[0u8][..], &stream].concat()));
+    files.push((
+        "frame_decoder",
+        "frames".into(),
+        [&[3u8][..], &stream].concat(),
+    ));
+    files.push((
+        "frame_decoder",
+        "frames-bytewise".into(),
+        [&[0u8][..], &stream].concat(),
+    ));
     let mut lying = hostile::encode(&message, Some((&meta, b"hello")));
     lying[..4].copy_from_slice(&u32::MAX.to_be_bytes());
-    files.push(("frame_decoder", "lying-total-size".into(), [&[1u8][..], &lying].concat()));
+    files.push((
+        "frame_decoder",
+        "lying-total-size".into(),
+        [&[1u8][..], &lying].concat(),
+    ));
 
     // Batches.
-    files.push(("batch", "three".into(), [&3u32.to_be_bytes()[..], &three].concat()));
-    files.push(("batch", "empty-records".into(), [&256u32.to_be_bytes()[..], &[0u8; 1024][..]].concat()));
-    files.push(("batch", "count-too-large".into(), [&u32::MAX.to_be_bytes()[..], &three].concat()));
+    files.push((
+        "batch",
+        "three".into(),
+        [&3u32.to_be_bytes()[..], &three].concat(),
+    ));
+    files.push((
+        "batch",
+        "empty-records".into(),
+        [&256u32.to_be_bytes()[..], &[0u8; 1024][..]].concat(),
+    ));
+    files.push((
+        "batch",
+        "count-too-large".into(),
+        [&u32::MAX.to_be_bytes()[..], &three].concat(),
+    ));
 
     // Decompression: each codec's bomb (zeros) and a small payload.
     let zeros = vec![0u8; 10 * MB];
@@ -237,20 +270,44 @@ fn write_corpus() {
         m.compression = Some(kind);
         m.uncompressed_size = Some(size as u32);
         m.num_messages_in_batch = Some((size / 4) as i32);
-        files.push(("consumer_decode", format!("case4-bomb-{name}"), entry(&[1], &m, &bomb)));
+        files.push((
+            "consumer_decode",
+            format!("case4-bomb-{name}"),
+            entry(&[1], &m, &bomb),
+        ));
         m.num_messages_in_batch = Some((size / 4) as i32 + 1);
-        files.push(("consumer_decode", format!("case4-lying-count-{name}"), entry(&[1], &m, &bomb)));
+        files.push((
+            "consumer_decode",
+            format!("case4-lying-count-{name}"),
+            entry(&[1], &m, &bomb),
+        ));
     }
 
     // The consumer's decode.
-    files.push(("consumer_decode", "single".into(), entry(&[], &meta, b"hello")));
-    files.push(("consumer_decode", "batch".into(), entry(&[], &batch_meta, &three)));
-    files.push(("consumer_decode", "batch-ack-set".into(), entry(&[0b101], &batch_meta, &three)));
+    files.push((
+        "consumer_decode",
+        "single".into(),
+        entry(&[], &meta, b"hello"),
+    ));
+    files.push((
+        "consumer_decode",
+        "batch".into(),
+        entry(&[], &batch_meta, &three),
+    ));
+    files.push((
+        "consumer_decode",
+        "batch-ack-set".into(),
+        entry(&[0b101], &batch_meta, &three),
+    ));
     // Case 3: a huge producer name over tiny records; many outer properties.
     let tiny = batch_payload(&vec![(Default::default(), &b""[..]); 2_000]);
     let mut m = hostile::metadata(&"p".repeat(20 * 1024), 0);
     m.num_messages_in_batch = Some(2_000);
-    files.push(("consumer_decode", "case3-producer-name".into(), entry(&[], &m, &tiny)));
+    files.push((
+        "consumer_decode",
+        "case3-producer-name".into(),
+        entry(&[], &m, &tiny),
+    ));
     let mut m = meta.clone();
     m.num_messages_in_batch = Some(2_000);
     m.properties = (0..2_000)
@@ -259,7 +316,11 @@ fn write_corpus() {
             value: "v".into(),
         })
         .collect();
-    files.push(("consumer_decode", "case3-outer-properties".into(), entry(&[], &m, &tiny)));
+    files.push((
+        "consumer_decode",
+        "case3-outer-properties".into(),
+        entry(&[], &m, &tiny),
+    ));
 
     for (target, name, bytes) in files {
         let dir = corpus_dir(target);

@@ -100,7 +100,9 @@ async fn a_batch_shares_its_outer_metadata_across_its_messages() {
         let (name, payload) = (frame_name.clone(), payload.clone());
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else { return };
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
             let mut meta = hostile::metadata(&name, 0);
             meta.num_messages_in_batch = Some(RECORDS as i32);
             let _ = peer
@@ -114,7 +116,9 @@ async fn a_batch_shares_its_outer_metadata_across_its_messages() {
     let mut consumer = consumer(&client, "shared-meta", 5_000).await;
     let mem = MemWatch::start();
     for i in 0..RECORDS {
-        let m = common::within("a batched message", consumer.recv()).await.unwrap();
+        let m = common::within("a batched message", consumer.recv())
+            .await
+            .unwrap();
         assert_eq!(m.id.batch_index, i as i32);
         assert_eq!(m.producer_name.len(), name.len());
     }
@@ -146,7 +150,9 @@ async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
         let (props, payload) = (props.clone(), payload.clone());
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else { return };
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
             let mut meta = hostile::metadata("p", 0);
             meta.num_messages_in_batch = Some(RECORDS as i32);
             meta.properties = props;
@@ -161,14 +167,23 @@ async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
     let started = Instant::now();
     let mut consumer = consumer(&client, "outer-props", 5_000).await;
     for _ in 0..RECORDS {
-        let m = common::within("a batched message", consumer.recv()).await.unwrap();
-        assert_eq!(m.properties.len(), 1, "a batched message has its own properties");
+        let m = common::within("a batched message", consumer.recv())
+            .await
+            .unwrap();
+        assert_eq!(
+            m.properties.len(),
+            1,
+            "a batched message has its own properties"
+        );
         assert_eq!(m.properties.get("own").map(String::as_str), Some("yes"));
     }
     // A generous rate bound: before, each message rebuilt a 10,000-entry map (14 s of CPU
     // for such a frame); now the whole batch takes milliseconds.
     let took = started.elapsed();
-    assert!(took < Duration::from_secs(3), "{RECORDS} messages took {took:?}");
+    assert!(
+        took < Duration::from_secs(3),
+        "{RECORDS} messages took {took:?}"
+    );
 }
 
 /// Case 4: a few hundred compressed bytes that decompress to 10 MiB of zeros, declared as 2.6 M
@@ -199,7 +214,9 @@ async fn compression_bombs_are_bounded_and_filtered_before_building() {
         let bombs = frames.clone();
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else { return };
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
             for (i, (kind, bomb)) in bombs.iter().enumerate() {
                 let mut meta = hostile::metadata("bomb", i as u64);
                 meta.compression = Some(*kind);
@@ -277,7 +294,10 @@ async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
     let started = Instant::now();
     // The subscription after the last flood: every flood has been dealt with.
     while subscribes.load(Ordering::SeqCst) <= FLOODS {
-        assert!(started.elapsed() < Duration::from_secs(60), "the floods were dealt with");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the floods were dealt with"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // What each flood left queued for the application: before, every flood's 10,110 messages
@@ -291,7 +311,10 @@ async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
     );
     let (e, _) = next_error(&mut consumer).await;
     assert!(is_flow_violation(&e), "{e}");
-    assert!(broker.accepted() >= 2, "the violating connection was closed");
+    assert!(
+        broker.accepted() >= 2,
+        "the violating connection was closed"
+    );
 }
 
 /// Case 6: a flood beyond the permits as fast as the broker can write, while the application
@@ -308,7 +331,10 @@ async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
     let mem = MemWatch::start();
     let (e, received) = next_error(&mut consumer).await;
     assert!(is_flow_violation(&e), "{e}");
-    assert!(received <= 1_000 + 20_000, "{received} messages before the error");
+    assert!(
+        received <= 1_000 + 20_000,
+        "{received} messages before the error"
+    );
     // Re-subscribed on a new connection, after the backoff, and stays there.
     common::wait_until("the consumer is back", || {
         broker.accepted() >= 2 && consumer.state() == State::Ready
@@ -318,7 +344,11 @@ async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
     assert_eq!(broker.accepted(), 2, "one reconnect, no loop");
     assert_eq!(consumer.state(), State::Ready);
     // Nothing of the flood is kept.
-    assert!(mem.growth() < 4 * MB, "{} KiB retained", mem.growth() / 1024);
+    assert!(
+        mem.growth() < 4 * MB,
+        "{} KiB retained",
+        mem.growth() / 1024
+    );
 }
 
 /// A broker whose first connection floods `frames` small messages as fast as it can write;
@@ -326,7 +356,9 @@ async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
 async fn fast_flood(frames: u64) -> Hostile {
     Hostile::start(move |mut peer| async move {
         peer.handshake(None).await;
-        let Some(id) = until_subscribed(&mut peer).await else { return };
+        let Some(id) = until_subscribed(&mut peer).await else {
+            return;
+        };
         if peer.index == 0 {
             let chunk = flood_chunk(id, 1_000, 16);
             for _ in 0..frames / 1_000 {

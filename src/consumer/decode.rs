@@ -61,7 +61,10 @@ fn undecodable(validation: ValidationError) -> impl FnOnce(Error) -> Undecodable
 /// ack), which is not delivered again (upstream `receiveIndividualMessagesFromBatch`, whose
 /// `BitSet.valueOf(ackSet)` numbers bits the same way: word `i / 64`, bit `i % 64`).
 fn ack_set_delivers(ack_set: &[i64], i: usize) -> bool {
-    ack_set.is_empty() || ack_set.get(i / 64).is_some_and(|w| (*w as u64) >> (i % 64) & 1 == 1)
+    ack_set.is_empty()
+        || ack_set
+            .get(i / 64)
+            .is_some_and(|w| (*w as u64) >> (i % 64) & 1 == 1)
 }
 
 /// The batch index after which an ack set delivers nothing more (`None` for no ack set).
@@ -74,7 +77,9 @@ fn ack_set_end(ack_set: &[i64]) -> Option<usize> {
         .enumerate()
         .rev()
         .find(|(_, w)| **w != 0)
-        .map_or(0, |(i, w)| i * 64 + 64 - (*w as u64).leading_zeros() as usize);
+        .map_or(0, |(i, w)| {
+            i * 64 + 64 - (*w as u64).leading_zeros() as usize
+        });
     Some(end)
 }
 

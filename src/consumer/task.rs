@@ -722,11 +722,7 @@ impl ConsumerTask {
         Ok(())
     }
 
-    fn on_message(
-        &mut self,
-        cmd: crate::proto::CommandMessage,
-        payload: crate::codec::Payload,
-    ) {
+    fn on_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
         let max = super::decode::max_decompressed(
             self.entity
                 .conn
