@@ -123,6 +123,7 @@ async fn a_batch_shares_its_outer_metadata_across_its_messages() {
         assert_eq!(m.producer_name.len(), name.len());
     }
     // Before: 2,000 copies of the name (400 MB). Now one, plus ~300 bytes a message.
+    eprintln!("producer name batch: peak {} KiB", mem.peak_growth() / 1024);
     mem.assert_peak_below("a batch with a 200 KB producer name", 8 * MB);
 }
 
@@ -251,6 +252,7 @@ async fn compression_bombs_are_bounded_and_filtered_before_building() {
     }
     assert_eq!(consumer.discarded_entries(), 4);
     // The decompressed 10 MiB once at a time, and nothing per record.
+    eprintln!("compression bombs: peak {} KiB", mem.peak_growth() / 1024);
     mem.assert_peak_below("compression bombs", 2 * SIZE + 4 * MB);
 }
 
@@ -303,6 +305,11 @@ async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
     // What each flood left queued for the application: before, every flood's 10,110 messages
     // (~13 MB each, ~80 MB for six); now one queue's worth across all of them.
     let retained = mem.growth();
+    eprintln!(
+        "{FLOODS} floods: {} KiB retained, peak {} KiB",
+        retained / 1024,
+        mem.peak_growth() / 1024
+    );
     assert!(
         retained < 24 * MB,
         "{} KiB retained after {FLOODS} floods (peak {} KiB)",
