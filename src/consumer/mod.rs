@@ -10,6 +10,7 @@ mod acks;
 pub(crate) mod decode;
 pub mod dlq;
 mod options;
+mod queue;
 mod reader;
 mod subscribe;
 mod task;
