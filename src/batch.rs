@@ -240,57 +240,109 @@ impl BatchBuilder {
     }
 }
 
-/// Splits a batch payload (already decompressed) into its `count` messages, with each
-/// message's payload a zero-copy slice of `payload`.
+/// The smallest record a batch can hold: its 4-byte metadata size and an empty
+/// `SingleMessageMetadata`. prost does not enforce the proto2 `required payload_size`, so an
+/// empty metadata (payload size 0) is a valid record: 4 bytes, not 6.
+pub(crate) const MIN_RECORD_LEN: usize = 4;
+
+/// The records of a batch payload (already decompressed), read one at a time: each item is
+/// a record's metadata and its payload, a zero-copy slice of the batch. Nothing is allocated
+/// for records not yet read, so a caller that keeps only some of them (ack set, compaction)
+/// pays for those only.
 ///
 /// Sizes that point past the end of the payload, undecodable metadata and negative payload
-/// sizes are [`Error::Protocol`]; bytes after the last record are ignored, as the official
-/// clients do.
+/// sizes are [`Error::Protocol`] (after which the iterator ends); bytes after the last record
+/// are ignored, as the official clients do.
+#[derive(Debug)]
+pub(crate) struct BatchRecords {
+    rest: Bytes,
+    count: u32,
+    next: u32,
+}
+
+impl BatchRecords {
+    /// Reads `count` records from `payload`. A `count` the payload cannot hold (fewer than
+    /// [`MIN_RECORD_LEN`] bytes per record) is refused at once, before any record is read.
+    pub(crate) fn new(payload: Bytes, count: u32) -> Result<Self> {
+        let room = payload.len() / MIN_RECORD_LEN;
+        if count as usize > room {
+            return Err(Error::Protocol(format!(
+                "corrupt batch payload: {count} messages declared, but its {} bytes hold at \
+                 most {room}",
+                payload.len()
+            )));
+        }
+        Ok(BatchRecords {
+            rest: payload,
+            count,
+            next: 0,
+        })
+    }
+
+    fn read(&mut self) -> Result<(proto::SingleMessageMetadata, Bytes)> {
+        let (i, count) = (self.next, self.count);
+        let corrupt = |what: String| {
+            Error::Protocol(format!(
+                "corrupt batch payload (message {i} of {count}): {what}"
+            ))
+        };
+        let rest = &mut self.rest;
+        if rest.len() < 4 {
+            return Err(corrupt(format!(
+                "{} bytes left, no room for a metadata size",
+                rest.len()
+            )));
+        }
+        let meta_len = rest.get_u32() as usize;
+        if meta_len > rest.len() {
+            return Err(corrupt(format!(
+                "metadata size {meta_len} exceeds the {} bytes left",
+                rest.len()
+            )));
+        }
+        let meta_bytes = rest.split_to(meta_len);
+        let meta = proto::SingleMessageMetadata::decode(meta_bytes)
+            .map_err(|e| corrupt(format!("undecodable metadata: {e}")))?;
+        let size = usize::try_from(meta.payload_size)
+            .map_err(|_| corrupt(format!("negative payload size {}", meta.payload_size)))?;
+        if size > rest.len() {
+            return Err(corrupt(format!(
+                "payload size {size} exceeds the {} bytes left",
+                rest.len()
+            )));
+        }
+        let body = rest.split_to(size);
+        Ok((meta, body))
+    }
+}
+
+impl Iterator for BatchRecords {
+    type Item = Result<(proto::SingleMessageMetadata, Bytes)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.count {
+            return None;
+        }
+        let r = self.read();
+        // After an error, the rest cannot be located: stop.
+        self.next = if r.is_ok() { self.next + 1 } else { self.count };
+        Some(r)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, Some((self.count - self.next) as usize))
+    }
+}
+
+/// Splits a batch payload (already decompressed) into its `count` messages, with each
+/// message's payload a zero-copy slice of `payload` (see [`BatchRecords`], which reads them
+/// one at a time).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn parse_batch(
     payload: Bytes,
     count: u32,
 ) -> Result<Vec<(proto::SingleMessageMetadata, Bytes)>> {
-    let corrupt = |i: u32, what: String| {
-        Error::Protocol(format!(
-            "corrupt batch payload (message {i} of {count}): {what}"
-        ))
-    };
-    // Every record takes at least 4 + 2 bytes, so a lying `count` cannot make us allocate
-    // more than the payload justifies.
-    let mut out = Vec::with_capacity((count as usize).min(payload.len() / 6));
-    let mut rest = payload;
-    for i in 0..count {
-        if rest.len() < 4 {
-            return Err(corrupt(
-                i,
-                format!("{} bytes left, no room for a metadata size", rest.len()),
-            ));
-        }
-        let meta_len = rest.get_u32() as usize;
-        if meta_len > rest.len() {
-            return Err(corrupt(
-                i,
-                format!(
-                    "metadata size {meta_len} exceeds the {} bytes left",
-                    rest.len()
-                ),
-            ));
-        }
-        let meta_bytes = rest.split_to(meta_len);
-        let meta = proto::SingleMessageMetadata::decode(meta_bytes)
-            .map_err(|e| corrupt(i, format!("undecodable metadata: {e}")))?;
-        let size = usize::try_from(meta.payload_size)
-            .map_err(|_| corrupt(i, format!("negative payload size {}", meta.payload_size)))?;
-        if size > rest.len() {
-            return Err(corrupt(
-                i,
-                format!("payload size {size} exceeds the {} bytes left", rest.len()),
-            ));
-        }
-        let body = rest.split_to(size);
-        out.push((meta, body));
-    }
-    Ok(out)
+    BatchRecords::new(payload, count)?.collect()
 }
 
 #[cfg(test)]
@@ -465,6 +517,26 @@ mod tests {
         assert!(parse_batch(Bytes::from(bad), 1).is_err());
         // A huge count on a tiny payload fails without allocating for it.
         assert!(parse_batch(Bytes::from_static(&[0, 0, 0, 0]), u32::MAX).is_err());
+    }
+
+    #[test]
+    fn a_record_takes_at_least_four_bytes() {
+        // prost does not enforce the required `payload_size`: an empty metadata is a record.
+        let zeros = Bytes::from(vec![0u8; 40]);
+        let parsed = parse_batch(zeros.clone(), 10).unwrap();
+        assert_eq!(parsed.len(), 10);
+        assert!(parsed
+            .iter()
+            .all(|(m, b)| m.payload_size == 0 && b.is_empty()));
+        // One more than the bytes can hold is refused before reading any record.
+        assert!(matches!(
+            BatchRecords::new(zeros.clone(), 11),
+            Err(Error::Protocol(_))
+        ));
+        // Records are read one at a time: taking two reads two.
+        let mut records = BatchRecords::new(zeros, 10).unwrap();
+        assert_eq!(records.by_ref().take(2).count(), 2);
+        assert_eq!(records.size_hint(), (0, Some(8)));
     }
 
     /// properties, partition key, ordering key, event time, sequence id, flags, payload.

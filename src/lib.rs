@@ -24,6 +24,9 @@ pub mod consumer;
 pub(crate) mod core;
 pub(crate) mod entity;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod lifecycle;
 pub mod lookup;
 pub mod message;

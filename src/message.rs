@@ -1,6 +1,7 @@
 //! Messages: [`ProducerMessage`] to send, [`Message`] received.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
@@ -142,8 +143,8 @@ pub struct Message {
     pub event_time: Option<u64>,
     /// When the broker received it (ms since the Unix epoch, from the producer's clock).
     pub publish_time: u64,
-    /// The producer's name.
-    pub producer_name: String,
+    /// The producer's name (shared by the messages of a batch: one copy per entry).
+    pub producer_name: Arc<str>,
     /// The producer's sequence id for it.
     pub sequence_id: u64,
     /// How many times it was delivered before (0 on first delivery).

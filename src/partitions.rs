@@ -385,7 +385,9 @@ async fn watch(
 ) -> Result<()> {
     loop {
         let watcher_id = client.new_watcher_id();
-        let (tx, mut events) = mpsc::channel(64);
+        // One update per version the broker pushes; a backlog this deep is a broker that
+        // ignores the results we send.
+        let (tx, mut events) = crate::connection::entity_channel(1024);
         conn.register(EntityKind::PartitionWatcher, watcher_id, tx)?;
         let result = watch_on(s, client, conn, watcher_id, &mut events, backoff).await;
         conn.unregister(EntityKind::PartitionWatcher, watcher_id);
@@ -403,7 +405,7 @@ async fn watch_on(
     client: &Client,
     conn: &Connection,
     watcher_id: u64,
-    events: &mut mpsc::Receiver<EntityEvent>,
+    events: &mut crate::connection::EntityReceiver,
     backoff: &mut Backoff,
 ) -> Result<WatchEnd> {
     let mut last_version: Option<u64> = None;
@@ -461,6 +463,7 @@ async fn watch_on(
             ev = events.recv() => match ev {
                 None => return Err(Error::ConnectionLost("watcher channel closed".into())),
                 Some(EntityEvent::ConnectionClosed(e)) => return Err(e),
+                Some(EntityEvent::Message(_)) => continue,
                 Some(EntityEvent::Command(frame)) => {
                     let Some(update) = frame.command.partition_update else { continue };
                     if last_version.is_some_and(|v| update.version <= v) {

@@ -135,8 +135,8 @@ async fn we_read_what_the_official_client_produces() {
                 assert_eq!(m.event_time, Some(t), "{ctx}");
                 assert_eq!(m.properties.get("index"), Some(&i.to_string()), "{ctx}");
                 assert_eq!(
-                    &m.producer_name,
-                    opts.producer_name.as_ref().unwrap(),
+                    &*m.producer_name,
+                    opts.producer_name.as_deref().unwrap(),
                     "{ctx}"
                 );
                 if batching {

@@ -295,7 +295,7 @@ async fn messages_arrive_through_recv_and_through_the_stream() {
         assert_eq!(payload(m), format!("m-{i}"));
         assert_eq!(m.id, ids[i]);
         assert_eq!(m.topic.to_string(), full(topic));
-        assert_eq!(m.producer_name, producer.name());
+        assert_eq!(&*m.producer_name, producer.name());
         assert_eq!(m.sequence_id, i as u64);
         assert_eq!(m.redelivery_count, 0);
         consumer.ack(m).unwrap();

@@ -10,6 +10,7 @@
 //! The transport is injectable: [`Connection::connect_with_stream`] runs the protocol over any
 //! `AsyncRead + AsyncWrite`, which the tests use with in-memory pipes.
 
+mod entity_channel;
 mod handshake;
 pub(crate) mod routing;
 mod task;
@@ -31,6 +32,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
+pub(crate) use entity_channel::{
+    entity_channel, EntityReceiver, EntitySender, DEFAULT_ENTITY_BOUND,
+};
 pub(crate) use routing::EntityKind;
 
 /// Authentication data sent in CONNECT (e.g. method `token` with the token as data).
@@ -131,35 +135,24 @@ pub struct ConnectionInfo {
     pub features: BrokerFeatures,
 }
 
+/// A MESSAGE command and its payload, as delivered to a consumer.
+#[derive(Debug)]
+pub(crate) struct MessageFrame {
+    pub command: crate::proto::CommandMessage,
+    pub payload: Option<crate::codec::Payload>,
+}
+
 /// Something the connection delivers to a registered entity.
 // Producers and consumers (built on this) consume these; until then only tests do.
 #[derive(Debug)]
 pub(crate) enum EntityEvent {
-    /// A command addressed to this entity (with its payload, for messages).
+    /// A command addressed to this entity (not a MESSAGE).
     Command(Box<Frame>),
+    /// A MESSAGE with its payload: only the parts a consumer needs, not the whole
+    /// `BaseCommand` (several KB), since a consumer may hold thousands of them.
+    Message(Box<MessageFrame>),
     /// The connection is gone; the entity must reconnect or fail. Sent once.
     ConnectionClosed(Error),
-}
-
-/// Where the connection delivers an entity's commands. Consumers use a bounded channel (flow
-/// permits bound what the broker may push); producers an unbounded one, since receipts can
-/// never outnumber the producer's own pending messages, which are bounded by its queue limits.
-#[derive(Debug, Clone)]
-pub(crate) enum EntitySender {
-    Bounded(mpsc::Sender<EntityEvent>),
-    Unbounded(mpsc::UnboundedSender<EntityEvent>),
-}
-
-impl From<mpsc::Sender<EntityEvent>> for EntitySender {
-    fn from(s: mpsc::Sender<EntityEvent>) -> Self {
-        EntitySender::Bounded(s)
-    }
-}
-
-impl From<mpsc::UnboundedSender<EntityEvent>> for EntitySender {
-    fn from(s: mpsc::UnboundedSender<EntityEvent>) -> Self {
-        EntitySender::Unbounded(s)
-    }
 }
 
 /// Messages from handles into the connection task.
@@ -399,18 +392,9 @@ impl Connection {
     /// the news of the connection closing. Registration goes ahead of any inbound command the
     /// task has yet to route, so a response to a command sent after this cannot miss it.
     /// Fails if the connection is already closed.
-    pub(crate) fn register(
-        &self,
-        kind: EntityKind,
-        id: u64,
-        sender: impl Into<EntitySender>,
-    ) -> Result<()> {
+    pub(crate) fn register(&self, kind: EntityKind, id: u64, sender: EntitySender) -> Result<()> {
         self.control
-            .send(Op::Register {
-                kind,
-                id,
-                sender: sender.into(),
-            })
+            .send(Op::Register { kind, id, sender })
             .map_err(|_| self.close_reason())
     }
 

@@ -14,10 +14,11 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
+use super::entity_channel::Delivery;
 use super::handshake::auth_response;
 use super::routing::{self, EntityKind, Route};
 use super::writer::{write_loop, Outgoing};
-use super::{Authentication, ConnectionStats, EntityEvent, EntitySender, Op};
+use super::{Authentication, ConnectionStats, EntitySender, Op};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{base_command::Type, BaseCommand};
@@ -139,33 +140,29 @@ impl Router {
         }
     }
 
-    fn deliver(&mut self, kind: EntityKind, id: u64, frame: Frame) {
+    /// Hands `frame` to its entity. An entity holding more than its bound of commands not
+    /// yet taken means the broker ignores flow control: the connection ends with an error
+    /// naming it (the entities reconnect; the broker redelivers what was not acked).
+    fn deliver(&mut self, kind: EntityKind, id: u64, frame: Frame) -> Step {
         let Some(sender) = self.entities.get(&(kind, id)) else {
             tracing::debug!(?kind, id, command = %routing::type_name(&frame.command),
                 "command for an unknown entity; dropped");
-            return;
+            return Step::Continue;
         };
-        let event = EntityEvent::Command(Box::new(frame));
-        let gone = match sender {
-            EntitySender::Unbounded(tx) => tx.send(event).is_err(),
-            EntitySender::Bounded(tx) => match tx.try_send(event) {
-                Ok(()) => false,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    // Flow control should make this impossible: report it loudly.
-                    tracing::error!(
-                        ?kind,
-                        id,
-                        "entity channel full; command dropped (flow-control bug)"
-                    );
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => true,
-            },
-        };
-        if gone {
-            tracing::debug!(?kind, id, "entity is gone; unregistering");
-            self.entities.remove(&(kind, id));
+        match sender.deliver(frame) {
+            Delivery::Delivered => {}
+            Delivery::Gone => {
+                tracing::debug!(?kind, id, "entity is gone; unregistering");
+                self.entities.remove(&(kind, id));
+            }
+            Delivery::Overflow { bound } => {
+                return Step::Stop(Error::Protocol(format!(
+                    "the broker sent {kind:?} {id} more than {bound} commands it has not \
+                     consumed yet: flow control violated; closing the connection"
+                )));
+            }
         }
+        Step::Continue
     }
 
     /// Fails everything: each pending request and each entity is told once.
@@ -509,21 +506,6 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
     out.push(Outgoing::Frame(frame))
 }
 
-impl EntitySender {
-    /// Tells the entity its connection is gone (never blocks).
-    fn notify_closed(&self, reason: &Error) {
-        let event = EntityEvent::ConnectionClosed(reason.clone());
-        match self {
-            EntitySender::Bounded(tx) => {
-                let _ = tx.try_send(event);
-            }
-            EntitySender::Unbounded(tx) => {
-                let _ = tx.send(event);
-            }
-        }
-    }
-}
-
 fn handle_inbound(
     frame: Frame,
     router: &mut Router,
@@ -532,7 +514,7 @@ fn handle_inbound(
 ) -> Step {
     match routing::route(&frame.command) {
         Route::Request(id) => router.complete(id, frame.command),
-        Route::Entity(kind, id) => router.deliver(kind, id, frame),
+        Route::Entity(kind, id) => return router.deliver(kind, id, frame),
         Route::Ping => {
             let pending = out.pong_pending.clone();
             return out.push_reply(pending, crate::commands::pong());

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use tokio::io::DuplexStream;
-use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
 
 use super::*;
@@ -303,8 +302,8 @@ async fn request_timeout_fails_only_that_request_and_removes_it() {
 #[tokio::test]
 async fn entity_commands_reach_the_right_entity() {
     let (conn, mut peer) = connect().await;
-    let (tx1, mut rx1) = mpsc::channel(8);
-    let (tx2, mut rx2) = mpsc::channel(8);
+    let (tx1, mut rx1) = super::entity_channel(8);
+    let (tx2, mut rx2) = super::entity_channel(8);
     conn.register(EntityKind::Producer, 1, tx1).unwrap();
     conn.register(EntityKind::Producer, 2, tx2).unwrap();
     peer.send(Frame::simple(receipt(2, 20))).await.unwrap();
@@ -338,7 +337,7 @@ async fn connection_loss_tells_every_entity_once_and_fails_pending_requests() {
         (EntityKind::Consumer, 1),
         (EntityKind::PartitionWatcher, 7),
     ] {
-        let (tx, rx) = mpsc::channel(8);
+        let (tx, rx) = super::entity_channel(8);
         conn.register(kind, id, tx).unwrap();
         receivers.push(rx);
     }
@@ -368,7 +367,7 @@ async fn connection_loss_tells_every_entity_once_and_fails_pending_requests() {
     // Later use fails cleanly.
     let (id, c) = lookup_request(&conn, "t");
     assert!(conn.request(id, c, "lookup").await.is_err());
-    let (tx, _rx) = mpsc::channel(1);
+    let (tx, _rx) = super::entity_channel(1);
     assert!(conn.register(EntityKind::Producer, 3, tx).is_err());
 }
 
@@ -703,4 +702,48 @@ fn a_frame_header_reserves_only_what_arrives() {
         buf.capacity(),
         buf.len()
     );
+}
+
+#[tokio::test]
+async fn an_entity_sent_more_than_its_bound_closes_the_connection_with_a_protocol_error() {
+    let (conn, mut peer) = connect().await;
+    let (tx, mut rx) = super::entity_channel(2);
+    conn.register(EntityKind::Producer, 1, tx).unwrap();
+    // Two fit; the entity does not take them; the third breaks the bound.
+    for seq in 0..3 {
+        peer.send(Frame::simple(receipt(1, seq))).await.unwrap();
+    }
+    let reason = conn.closed().await;
+    match &reason {
+        Error::Protocol(m) => assert!(m.contains("flow control violated"), "{m}"),
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+    // What was delivered stays delivered, then the entity learns why.
+    for seq in 0..2 {
+        match rx.recv().await {
+            Some(EntityEvent::Command(f)) => {
+                assert_eq!(f.command.send_receipt.unwrap().sequence_id, seq)
+            }
+            other => panic!("expected receipt {seq}, got {other:?}"),
+        }
+    }
+    assert!(matches!(
+        rx.recv().await,
+        Some(EntityEvent::ConnectionClosed(Error::Protocol(_)))
+    ));
+}
+
+#[tokio::test]
+async fn an_entity_that_takes_its_commands_never_hits_its_bound() {
+    let (conn, mut peer) = connect().await;
+    let (tx, mut rx) = super::entity_channel(2);
+    conn.register(EntityKind::Producer, 1, tx).unwrap();
+    for seq in 0..50 {
+        peer.send(Frame::simple(receipt(1, seq))).await.unwrap();
+        match rx.recv().await {
+            Some(EntityEvent::Command(_)) => {}
+            other => panic!("receipt {seq}: {other:?}"),
+        }
+    }
+    assert!(!conn.is_closed());
 }

@@ -1,11 +1,17 @@
 //! Turns a MESSAGE frame into application [`Message`]s: decompression, batch unpacking with
 //! batch-index ids, metadata fields.
+//!
+//! The work and memory spent on one frame are bounded by the frame itself, whatever its
+//! metadata claims: the decompressed size by the (client-capped) maximum message size, the
+//! number of batch records by what the decompressed bytes can hold, and only the records the
+//! ack set and compaction leave are built into messages. The outer metadata is read once per
+//! frame and shared by the messages of a batch (upstream keeps one `MessageMetadata` per entry
+//! for all of them, too).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use bytes::Bytes;
-
-use crate::batch::parse_batch;
+use crate::batch::BatchRecords;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
 use crate::error::Error;
@@ -14,6 +20,17 @@ use crate::message_id::MessageId;
 use crate::proto;
 use crate::proto::command_ack::ValidationError;
 use crate::topic::TopicName;
+
+/// How large a payload may be once decompressed, for a broker advertising `advertised` as its
+/// maximum message size: twice that (a batch's uncompressed size may exceed the limit its
+/// compressed size obeys), with the advertised value capped by the client's
+/// [`MAX_MESSAGE_SIZE_LIMIT`](crate::codec::MAX_MESSAGE_SIZE_LIMIT) (the connection caps it
+/// already; capped again here so that no caller can pass more).
+pub(crate) fn max_decompressed(advertised: usize) -> usize {
+    advertised
+        .min(crate::codec::MAX_MESSAGE_SIZE_LIMIT)
+        .saturating_mul(2)
+}
 
 fn props(kvs: &[proto::KeyValue]) -> BTreeMap<String, String> {
     kvs.iter()
@@ -39,7 +56,50 @@ fn undecodable(validation: ValidationError) -> impl FnOnce(Error) -> Undecodable
     }
 }
 
-/// Decodes one delivered entry into its messages (one, or the messages of a batch).
+/// Whether the broker's ack set still delivers batch index `i`. A redelivered, partly acked
+/// batch carries the broker's ack set: a clear bit marks a message already acked (batch-index
+/// ack), which is not delivered again (upstream `receiveIndividualMessagesFromBatch`, whose
+/// `BitSet.valueOf(ackSet)` numbers bits the same way: word `i / 64`, bit `i % 64`).
+fn ack_set_delivers(ack_set: &[i64], i: usize) -> bool {
+    ack_set.is_empty()
+        || ack_set
+            .get(i / 64)
+            .is_some_and(|w| (*w as u64) >> (i % 64) & 1 == 1)
+}
+
+/// The batch index after which an ack set delivers nothing more (`None` for no ack set).
+fn ack_set_end(ack_set: &[i64]) -> Option<usize> {
+    if ack_set.is_empty() {
+        return None;
+    }
+    let end = ack_set
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, w)| **w != 0)
+        .map_or(0, |(i, w)| {
+            i * 64 + 64 - (*w as u64).leading_zeros() as usize
+        });
+    Some(end)
+}
+
+/// The flow permits a delivered entry spends: the batch's messages, or only those its ack set
+/// still delivers. [`decode`] never yields more messages than this, so the flow-control check
+/// on it (before decoding) also bounds what one entry can put in the queue.
+pub(crate) fn permits_spent(cmd: &proto::CommandMessage, meta: &proto::MessageMetadata) -> u32 {
+    if cmd.ack_set.is_empty() {
+        meta.num_messages_in_batch.unwrap_or(1).max(1) as u32
+    } else {
+        cmd.ack_set
+            .iter()
+            .map(|w| w.count_ones())
+            .fold(0u32, u32::saturating_add)
+            .max(1)
+    }
+}
+
+/// Decodes one delivered entry into its messages (one, or those of a batch that the ack set
+/// and compaction leave).
 pub(crate) fn decode(
     topic: &TopicName,
     partition: i32,
@@ -64,8 +124,20 @@ pub(crate) fn decode(
     let decompression = undecodable(ValidationError::DecompressionError);
     let kind = CompressionType::from_proto(meta.compression.unwrap_or(0)).map_err(decompression)?;
     let data = if kind == CompressionType::None {
+        if payload.data.len() > max_size {
+            // Upstream checks the payload against the maximum message size before
+            // decompressing (UncompressedSizeCorruption).
+            return Err(Undecodable {
+                error: Error::InvalidMessage(format!(
+                    "payload of {} bytes exceeds the limit of {max_size} bytes",
+                    payload.data.len()
+                )),
+                validation: ValidationError::UncompressedSizeCorruption,
+            });
+        }
         payload.data
     } else {
+        // Refuses a declared size above `max_size` before allocating anything for it.
         compression::decompress(
             kind,
             &payload.data,
@@ -75,53 +147,83 @@ pub(crate) fn decode(
         .map_err(undecodable(ValidationError::DecompressionError))?
     };
     let redelivery_count = cmd.redelivery_count.unwrap_or(0);
-    let base = |payload: Bytes, id: MessageId| Message {
-        topic: topic.clone(),
-        id,
-        payload,
-        key: meta.partition_key.clone(),
-        ordering_key: meta.ordering_key.clone(),
-        properties: props(&meta.properties),
-        event_time: meta.event_time.filter(|t| *t > 0),
-        publish_time: meta.publish_time,
-        producer_name: meta.producer_name.clone(),
-        sequence_id: meta.sequence_id,
-        redelivery_count,
-        source: 0,
-    };
+    let producer_name: Arc<str> = Arc::from(meta.producer_name.as_str());
     let Some(n) = meta.num_messages_in_batch else {
-        return Ok(vec![base(data, id)]);
+        return Ok(vec![Message {
+            topic: topic.clone(),
+            id,
+            payload: data,
+            key: meta.partition_key,
+            ordering_key: meta.ordering_key,
+            properties: props(&meta.properties),
+            event_time: meta.event_time.filter(|t| *t > 0),
+            publish_time: meta.publish_time,
+            producer_name,
+            sequence_id: meta.sequence_id,
+            redelivery_count,
+            source: 0,
+        }]);
     };
+    let batch = undecodable(ValidationError::BatchDeSerializeError);
     let n = u32::try_from(n)
         .map_err(|_| Error::InvalidMessage(format!("negative batch size {n} in {id}")))
         .map_err(undecodable(ValidationError::BatchDeSerializeError))?;
-    let parts =
-        parse_batch(data, n).map_err(undecodable(ValidationError::BatchDeSerializeError))?;
-    let mut out = Vec::with_capacity(parts.len());
-    for (i, (single, body)) in parts.into_iter().enumerate() {
-        if single.compacted_out.unwrap_or(false) {
+    // At most one record per 4 bytes: a lying count is refused before any record is read.
+    let records = BatchRecords::new(data, n).map_err(batch)?;
+    let end = ack_set_end(&cmd.ack_set).map_or(n as usize, |e| e.min(n as usize));
+    let mut out = Vec::new();
+    // Records are read in order (each one's size is in its metadata); those after the last
+    // one the ack set delivers are not read at all.
+    for (i, record) in records.take(end).enumerate() {
+        let (single, body) = record.map_err(undecodable(ValidationError::BatchDeSerializeError))?;
+        // Skipped before anything is built for them: compacted-out records and those the ack
+        // set marks as acked (upstream skips both the same way, and gives their permits back).
+        if single.compacted_out.unwrap_or(false) || !ack_set_delivers(&cmd.ack_set, i) {
             continue;
-        }
-        // A redelivered, partly acked batch carries the broker's ack set: a clear bit marks a
-        // message already acked (batch-index ack), which is not delivered again.
-        if !cmd.ack_set.is_empty() {
-            let word = cmd.ack_set.get(i / 64).copied().unwrap_or(0) as u64;
-            if word & (1u64 << (i % 64)) == 0 {
-                continue;
-            }
         }
         let mut mid = id;
         mid.batch_index = i as i32;
-        mid.batch_size = n as i32;
-        let mut m = base(body, mid);
-        m.key = single.partition_key;
-        m.ordering_key = single.ordering_key;
-        m.properties = props(&single.properties);
-        m.event_time = single.event_time.filter(|t| *t > 0);
-        m.sequence_id = single
-            .sequence_id
-            .unwrap_or(meta.sequence_id.wrapping_add(i as u64));
-        out.push(m);
+        mid.batch_size = i32::try_from(n).unwrap_or(i32::MAX);
+        // A batched message has its own key, properties and event time (upstream
+        // `MessageImpl.create` for a batch entry does not inherit the outer ones); the
+        // producer name, publish time and topic are the entry's, shared.
+        out.push(Message {
+            topic: topic.clone(),
+            id: mid,
+            payload: body,
+            key: single.partition_key,
+            ordering_key: single.ordering_key,
+            properties: props(&single.properties),
+            event_time: single.event_time.filter(|t| *t > 0),
+            publish_time: meta.publish_time,
+            producer_name: producer_name.clone(),
+            sequence_id: single
+                .sequence_id
+                .unwrap_or(meta.sequence_id.wrapping_add(i as u64)),
+            redelivery_count,
+            source: 0,
+        });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ack_set_bits() {
+        assert!(ack_set_delivers(&[], 5));
+        assert!(ack_set_delivers(&[1], 0));
+        assert!(!ack_set_delivers(&[1], 1));
+        assert!(!ack_set_delivers(&[1], 64));
+        assert!(ack_set_delivers(&[0, 1 << 3], 67));
+        assert!(ack_set_delivers(&[-1], 63));
+        assert_eq!(ack_set_end(&[]), None);
+        assert_eq!(ack_set_end(&[0]), Some(0));
+        assert_eq!(ack_set_end(&[1]), Some(1));
+        assert_eq!(ack_set_end(&[1 << 5, 0]), Some(6));
+        assert_eq!(ack_set_end(&[0, 1]), Some(65));
+        assert_eq!(ack_set_end(&[-1]), Some(64));
+    }
 }

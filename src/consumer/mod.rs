@@ -7,9 +7,10 @@
 //! redeliver.
 
 mod acks;
-mod decode;
+pub(crate) mod decode;
 pub mod dlq;
 mod options;
+mod queue;
 mod reader;
 mod subscribe;
 mod task;
@@ -51,6 +52,8 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
     }
     r[index] = Some(shared);
 }
+#[cfg(feature = "fuzzing")]
+pub(crate) use task::overshoot_bound;
 use task::{
     subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams,
 };
@@ -373,27 +376,23 @@ impl Consumer {
             self.refresh();
         }
         let p = self.partitions.get(index)?;
-        let message = matches!(item, Item::Message(_));
-        if epoch != p.epoch.load(Ordering::Acquire) {
-            // Discarded (queued before a reconnect, seek or redeliver-all). If it used the
-            // current subscription's permits, it counts as consumed, like upstream's
-            // `messageProcessed` on a stale message, so the broker can send its replacement.
-            if message && epoch >= p.permit_epoch.load(Ordering::Acquire) {
-                if let Some(n) = p.consume(1, self.refill_at) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
-                }
+        if item.counted() {
+            // Out of the queue: room for another message (see `QueueRoom`).
+            if let Some(n) = p.taken(epoch, self.refill_at) {
+                let _ = p.ops.send(ConsumerOp::Flow(n));
             }
-            return None;
         }
         match item {
+            // A message queued before a reconnect, seek or redeliver-all is discarded (the
+            // broker sends it again); its permit was counted above like upstream's
+            // `messageProcessed` on a stale message, so the broker can send its replacement.
+            Item::Message(_) if epoch != p.epoch.load(Ordering::Acquire) => None,
             Item::Message(m) => {
                 *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
-                if let Some(n) = p.consume(1, self.refill_at) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
-                }
                 Some(Ok(m))
             }
-            Item::Error(e) => Some(Err(e)),
+            // Errors are never sent again: they reach the application whatever the epoch.
+            Item::Discarded(e) | Item::Error(e) => Some(Err(e)),
         }
     }
 
@@ -686,15 +685,16 @@ async fn spawn_partition(
         start: if durable { None } else { start },
         consumer_epoch: 0,
     });
-    let (entity, _) = Entity::create(
-        client,
-        topic.clone(),
-        EntityKind::Consumer,
-        consumer_id,
-        cmd,
-        group,
-    )
-    .await?;
+    let slot = crate::entity::Slot {
+        kind: EntityKind::Consumer,
+        id: consumer_id,
+        // What the broker may push: the permits, plus the overshoot real dispatchers show.
+        inbound_bound: (i64::from(options.receiver_queue_size)
+            + task::overshoot_bound(options.receiver_queue_size))
+        .try_into()
+        .unwrap_or(usize::MAX),
+    };
+    let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
     let (ops_tx, ops_rx) = mpsc::unbounded_channel();
     let shared = Arc::new(PartitionShared {
         partition,
@@ -707,6 +707,7 @@ async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        room: Mutex::new(task::QueueRoom::default()),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options.start_message_id.and_then(|s| {

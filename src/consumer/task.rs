@@ -21,14 +21,21 @@ use crate::util::{deadline_after, sleep_until_opt};
 use super::acks::{AckFlush, AckTracker, NackTracker};
 use super::decode::decode;
 use super::options::{ConsumerOptions, SubscriptionType};
+pub(crate) use super::queue::{Item, QueueRoom};
 pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
 
 /// How far beyond its flow permits a broker may push (in messages: this many receiver queues
-/// plus the slack) before the consumer treats it as broken and re-subscribes. Generous, so
-/// brokers that overshoot by batches (or, like pulsar-lite, dispatch duplicates) keep flowing;
+/// plus the slack) before the consumer treats it as a flow-control violation. Generous, so
+/// brokers that overshoot by batches (a Pulsar dispatcher may send several batched entries in
+/// one round against a per-entry estimate; pulsar-lite dispatches duplicates) keep flowing;
 /// bounded, so none can make the client buffer without limit.
 const OVERSHOOT_FACTOR: i64 = 10;
 const OVERSHOOT_SLACK: i64 = 10_000;
+
+/// The overshoot tolerated for a receiver queue of `receiver_queue_size`.
+pub(crate) fn overshoot_bound(receiver_queue_size: u32) -> i64 {
+    OVERSHOOT_FACTOR * i64::from(receiver_queue_size) + OVERSHOOT_SLACK
+}
 
 /// Where a seek goes.
 #[derive(Debug, Clone, Copy)]
@@ -51,16 +58,6 @@ pub(crate) enum ConsumerOp {
     LastMessageId(oneshot::Sender<Result<MessageId>>),
     Unsubscribe(oneshot::Sender<Result<()>>),
     Close(oneshot::Sender<Result<()>>),
-}
-
-/// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
-/// from before a reconnect, seek or redeliver-all can be discarded.
-// Nearly every item is a message: boxing it would cost an allocation per message.
-#[allow(clippy::large_enum_variant)]
-#[derive(Debug)]
-pub(crate) enum Item {
-    Message(Message),
-    Error(Error),
 }
 
 /// State shared between a partition's task and the consumer handle.
@@ -86,6 +83,8 @@ pub(crate) struct PartitionShared {
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
     /// Entries discarded because they could not be decoded.
     pub discarded: AtomicU64,
+    /// This partition's share of the queue.
+    pub room: Mutex<QueueRoom>,
 }
 
 impl PartitionShared {
@@ -100,6 +99,30 @@ impl PartitionShared {
             None
         }
     }
+
+    pub(crate) fn room(&self) -> std::sync::MutexGuard<'_, QueueRoom> {
+        self.room.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The handle took a counted item of `epoch` out of the queue; returns the permits to
+    /// grant now. An item of the current subscription counts as consumed (upstream
+    /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
+    /// room the current one was not granted yet.
+    pub(crate) fn taken(&self, epoch: u64, refill_at: u32) -> Option<u32> {
+        let credit = {
+            let mut room = self.room();
+            room.queued = room.queued.saturating_sub(1);
+            if epoch >= self.permit_epoch.load(Ordering::Acquire) {
+                true
+            } else if room.withheld > 0 {
+                room.withheld -= 1;
+                true
+            } else {
+                false
+            }
+        };
+        credit.then(|| self.consume(1, refill_at)).flatten()
+    }
 }
 
 /// What an in-flight request's answer is for.
@@ -109,8 +132,6 @@ enum Pending {
     Unsubscribe(oneshot::Sender<Result<()>>),
     /// The CloseConsumer of the application's close.
     Close,
-    /// A CloseConsumer before re-subscribing (answer not needed).
-    Ignore,
 }
 
 pub(crate) struct ConsumerTask {
@@ -138,7 +159,7 @@ pub(crate) struct ConsumerTask {
     pub dlq_candidates: HashMap<MessageId, Message>,
     /// Delivery times of unacked messages, for the ack timeout.
     pub unacked: HashMap<MessageId, Instant>,
-    /// Messages dropped because the broker exceeded its permits by far.
+    /// Flow-control violations seen (each closed its connection).
     pub over_delivered: u64,
 }
 
@@ -154,7 +175,15 @@ impl ConsumerTask {
         if let Item::Message(m) = &mut item {
             m.source = self.index;
         }
-        let _ = self.out.send((self.index, self.epoch(), item));
+        let counted = item.counted();
+        if counted {
+            self.shared.room().queued += 1;
+        }
+        if self.out.send((self.index, self.epoch(), item)).is_err() && counted {
+            // The handle is gone: nothing will take it out.
+            let mut room = self.shared.room();
+            room.queued = room.queued.saturating_sub(1);
+        }
     }
 
     /// Upstream keeps no ack state for non-persistent topics (a no-op ack tracker): their
@@ -177,11 +206,22 @@ impl ConsumerTask {
         (self.opts.receiver_queue_size / 2).max(1)
     }
 
-    /// Sends the first FLOW of a (new) subscription.
+    /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
+    /// [`QueueRoom`]).
     pub(crate) fn start_flow(&mut self) {
-        self.permits = i64::from(self.opts.receiver_queue_size);
-        let frame = commands::flow(self.entity.id, self.opts.receiver_queue_size);
-        self.entity.send_control(frame);
+        let size = self.opts.receiver_queue_size;
+        let occupied = {
+            let mut room = self.shared.room();
+            let occupied = room.queued.min(u64::from(size)) as u32;
+            room.withheld = u64::from(occupied);
+            occupied
+        };
+        let permits = size - occupied;
+        self.permits = i64::from(permits);
+        if permits > 0 {
+            let frame = commands::flow(self.entity.id, permits);
+            self.entity.send_control(frame);
+        }
     }
 
     pub(crate) async fn run(mut self) {
@@ -203,15 +243,15 @@ impl ConsumerTask {
             let step: Result<()> = tokio::select! {
                 biased;
                 wake = self.entity.next() => match wake {
-                    Wake::Command(frame) => {
-                        let mut r = self.on_command(frame, &mut requests);
+                    wake @ (Wake::Command(_) | Wake::Message(_)) => {
+                        let mut r = self.on_inbound(wake);
                         // Handle what has already arrived before waiting again: one select!
                         // round per burst, not per message.
                         for _ in 0..BURST {
-                            let Some(frame) = r.is_ok().then(|| self.entity.try_command()).flatten() else {
+                            let Some(wake) = r.is_ok().then(|| self.entity.try_next()).flatten() else {
                                 break;
                             };
-                            r = self.on_command(frame, &mut requests);
+                            r = self.on_inbound(wake);
                         }
                         r
                     }
@@ -340,6 +380,7 @@ impl ConsumerTask {
         let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.consumed.store(0, Ordering::Release);
+        self.shared.room().withheld = 0;
         let last = *self
             .shared
             .last_dequeued
@@ -398,7 +439,6 @@ impl ConsumerTask {
                 }
                 return Err(Error::Closed);
             }
-            Pending::Ignore => {}
         }
         Ok(())
     }
@@ -624,14 +664,28 @@ impl ConsumerTask {
         self.entity.send_control(frame);
     }
 
-    /// Closes the consumer on the broker (so an Exclusive subscription takes it back) and
-    /// subscribes again through the reconnect path.
-    fn resubscribe(&mut self, why: &str, requests: &mut Requests<Pending>) {
-        if let Some(req) = self.entity.close_request() {
-            requests.push(Pending::Ignore, req);
-        }
-        self.entity.lose_connection(why);
+    /// The broker delivered beyond its flow permits, or into a queue already full: a
+    /// protocol violation. Upstream has no such check (its receiver queue grows without
+    /// bound); a careful client closes that connection with an error naming the violation,
+    /// re-subscribes after the backoff (the broker redelivers every unacked message, within
+    /// the new permits), and tells the application with an error item. The entry that
+    /// crossed the line is not accepted; the broker redelivers it.
+    fn flow_violation(&mut self, queued: u64) {
+        self.over_delivered += 1;
+        let size = self.opts.receiver_queue_size;
+        let error = Error::Protocol(format!(
+            "flow control violated by the broker for {}: {} messages delivered beyond the \
+             permits granted and {queued} queued, above the bound of {} for a receiver queue \
+             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
+            self.entity.topic,
+            (-self.permits).max(0),
+            i64::from(size) + overshoot_bound(size),
+        ));
+        tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
+        self.entity.drop_connection(&error.to_string());
         self.detached();
+        // Emitted after the epoch changed, so the handle does not discard it as stale.
+        self.emit(Item::Error(error));
     }
 
     /// Gives back the permits of `n` messages the application will never consume.
@@ -645,13 +699,27 @@ impl ConsumerTask {
         }
     }
 
+    /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
+    fn on_inbound(&mut self, wake: Wake) -> Result<()> {
+        match wake {
+            Wake::Message(m) => {
+                let crate::connection::MessageFrame { command, payload } = *m;
+                match payload {
+                    Some(payload) => self.on_message(command, payload),
+                    None => {
+                        tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored")
+                    }
+                }
+                Ok(())
+            }
+            Wake::Command(frame) => self.on_command(frame),
+            _ => Ok(()),
+        }
+    }
+
     /// Takes the frame boxed and moves out only the fields it needs: a `BaseCommand` is
     /// several KB, and moving it per message showed as the consume path's largest copy.
-    fn on_command(
-        &mut self,
-        mut frame: Box<Frame>,
-        requests: &mut Requests<Pending>,
-    ) -> Result<()> {
+    fn on_command(&mut self, mut frame: Box<Frame>) -> Result<()> {
         let command = &mut frame.command;
         match Type::try_from(command.r#type) {
             Ok(Type::Message) => {
@@ -660,7 +728,7 @@ impl ConsumerTask {
                     tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored");
                     return Ok(());
                 };
-                self.on_message(cmd, payload, requests);
+                self.on_message(cmd, payload);
             }
             Ok(Type::ReachedEndOfTopic) => {
                 return Err(Error::TopicTerminated {
@@ -684,43 +752,29 @@ impl ConsumerTask {
         Ok(())
     }
 
-    fn on_message(
-        &mut self,
-        cmd: crate::proto::CommandMessage,
-        payload: crate::codec::Payload,
-        requests: &mut Requests<Pending>,
-    ) {
-        let max = self
-            .entity
-            .conn
-            .as_ref()
-            .map(|c| c.info().max_message_size)
-            .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE)
-            .saturating_mul(2);
+    fn on_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
+        let max = super::decode::max_decompressed(
+            self.entity
+                .conn
+                .as_ref()
+                .map(|c| c.info().max_message_size)
+                .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE),
+        );
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
-        let spent = if cmd.ack_set.is_empty() {
-            payload.metadata.num_messages_in_batch.unwrap_or(1).max(1) as u32
-        } else {
-            cmd.ack_set
-                .iter()
-                .map(|w| w.count_ones())
-                .sum::<u32>()
-                .max(1)
-        };
+        let spent = super::decode::permits_spent(&cmd, &payload.metadata);
         self.permits -= i64::from(spent);
-        // A broker may overshoot by a batch; one far beyond the permits it was given is broken
-        // (e.g. dispatching duplicates). Rather than buffer without bound, drop what it sends
-        // and subscribe again: the broker then redelivers every unacked message, within
-        // permits.
-        let bound = OVERSHOOT_FACTOR * i64::from(self.opts.receiver_queue_size) + OVERSHOOT_SLACK;
-        if self.permits < -bound {
-            self.over_delivered += 1;
-            if self.entity.conn.is_some() {
-                tracing::warn!(topic = %self.entity.topic, permits = self.permits,
-                    "broker delivered far more messages than permitted; re-subscribing");
-                self.resubscribe("broker exceeded its flow permits", requests);
-            }
+        // A broker may overshoot by a batch; one far beyond the permits it was given, or one
+        // delivering into a queue that older subscriptions' items (the application is not
+        // reading) already fill, breaks flow control. Checked before anything is decoded, so
+        // the queue holds at most the receiver queue, the tolerance and one entry's messages.
+        let size = self.opts.receiver_queue_size;
+        let bound = overshoot_bound(size);
+        let queued = self.shared.room().queued;
+        if self.entity.conn.is_some()
+            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
+        {
+            self.flow_violation(queued);
             return;
         }
         // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent
@@ -750,8 +804,9 @@ impl ConsumerTask {
                         bad.validation,
                     ));
                 }
-                self.release_permits(spent);
-                self.emit(Item::Error(bad.error));
+                // One permit comes back when the application takes the error item.
+                self.release_permits(spent - 1);
+                self.emit(Item::Discarded(bad.error));
                 return;
             }
         };

@@ -18,13 +18,14 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
 use crate::commands;
-use crate::connection::{Connection, EntityEvent, EntityKind};
+use crate::connection::{
+    entity_channel, Connection, EntityEvent, EntityKind, EntityReceiver, MessageFrame,
+};
 use crate::core::{CoreRef, TaskGuard};
 use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::{terminal_event, Event, GroupClose, Lifecycle, State};
@@ -50,10 +51,19 @@ pub(crate) const FAST_RETRY_DELAY: Duration = Duration::from_millis(50);
 /// accepts a create and drops the connection right away meets a growing delay.
 pub(crate) const STAYED_HEALTHY: Duration = Duration::from_secs(5);
 
+/// Who an entity is on a connection, and how many inbound commands it may hold untaken
+/// (beyond that the broker breaks flow control: see `connection::entity_channel`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Slot {
+    pub kind: EntityKind,
+    pub id: u64,
+    pub inbound_bound: usize,
+}
+
 /// An entity registered and created on a connection.
 pub(crate) struct Attached {
     pub conn: Connection,
-    pub events: mpsc::UnboundedReceiver<EntityEvent>,
+    pub events: EntityReceiver,
     /// The broker's answer to the create command (ProducerSuccess / Success).
     pub response: BaseCommand,
 }
@@ -63,6 +73,8 @@ pub(crate) struct Attached {
 pub(crate) enum Wake {
     /// A command addressed to the entity (broker closes are handled by the driver).
     Command(Box<Frame>),
+    /// A MESSAGE for a consumer.
+    Message(Box<MessageFrame>),
     /// The connection is gone (lost, or the broker closed the entity with reconnect allowed).
     /// The task clears what the broker will send again, then calls [`Entity::reconnect`].
     Detached,
@@ -85,10 +97,11 @@ pub(crate) struct Entity {
     pub topic: TopicName,
     pub kind: EntityKind,
     pub id: u64,
+    inbound_bound: usize,
     pub life: Lifecycle,
     pub conn: Option<Connection>,
-    events: Option<mpsc::UnboundedReceiver<EntityEvent>>,
-    /// An event [`Entity::try_command`] took but left for [`Entity::next`].
+    events: Option<EntityReceiver>,
+    /// An event [`Entity::try_next`] took but left for [`Entity::next`].
     stashed: Option<EntityEvent>,
     reconnect: Option<Reconnect>,
     /// None while a reconnect future owns it.
@@ -110,19 +123,18 @@ impl Entity {
     pub(crate) async fn create(
         core: &CoreRef,
         topic: TopicName,
-        kind: EntityKind,
-        id: u64,
+        slot: Slot,
         command: CreateCommand,
         group: &GroupClose,
     ) -> Result<(Entity, BaseCommand)> {
+        let Slot { kind, id, .. } = slot;
         let life = Lifecycle::new(kind_name(kind), topic.to_string());
         let mut backoff = core.backoff();
         let deadline = crate::util::deadline_after(core.operation_timeout());
         let attached = attach_with_retry(
             core.clone(),
             topic.clone(),
-            kind,
-            id,
+            slot,
             command,
             &mut backoff,
             None,
@@ -136,6 +148,7 @@ impl Entity {
             topic,
             kind,
             id,
+            inbound_bound: slot.inbound_bound,
             life,
             conn: Some(attached.conn),
             events: Some(attached.events),
@@ -192,16 +205,17 @@ impl Entity {
         }
     }
 
-    /// A command that has already arrived, without waiting: lets a task handle a burst of
-    /// messages in one wake-up instead of one `select!` round per message. Anything but a
-    /// plain command (a broker close, the connection's end) is kept for [`Entity::next`].
-    pub(crate) fn try_command(&mut self) -> Option<Box<Frame>> {
+    /// A command or message that has already arrived, without waiting: lets a task handle a
+    /// burst in one wake-up instead of one `select!` round each. Anything else (a broker
+    /// close, the connection's end) is kept for [`Entity::next`].
+    pub(crate) fn try_next(&mut self) -> Option<Wake> {
         if self.stashed.is_some() {
             return None;
         }
         match self.events.as_mut()?.try_recv() {
+            Ok(EntityEvent::Message(m)) => Some(Wake::Message(m)),
             Ok(EntityEvent::Command(frame)) if commands::broker_close(&frame.command).is_none() => {
-                Some(frame)
+                Some(Wake::Command(frame))
             }
             Ok(other) => {
                 self.stashed = Some(other);
@@ -213,6 +227,7 @@ impl Entity {
 
     fn on_event(&mut self, ev: Option<EntityEvent>) -> Wake {
         match ev {
+            Some(EntityEvent::Message(m)) => Wake::Message(m),
             Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
                 None => Wake::Command(frame),
                 Some(close) if !close.allow_reconnect => Wake::Ended(Error::ClosedByBroker {
@@ -283,13 +298,17 @@ impl Entity {
         // only if the entity had been healthy: a broker that closes every create and names
         // itself must meet the growing backoff, not a hot loop.
         let immediate = direct.is_some() && healthy;
-        let (core, topic, kind, id) = (self.core.clone(), self.topic.clone(), self.kind, self.id);
+        let (core, topic) = (self.core.clone(), self.topic.clone());
+        let slot = Slot {
+            kind: self.kind,
+            id: self.id,
+            inbound_bound: self.inbound_bound,
+        };
         self.reconnect = Some(Box::pin(async move {
             let r = attach_with_retry(
                 core,
                 topic,
-                kind,
-                id,
+                slot,
                 command,
                 &mut backoff,
                 direct,
@@ -455,12 +474,10 @@ impl Retry {
 }
 
 /// Attaches (register + create) with retries; the one loop for creates and reconnects.
-#[allow(clippy::too_many_arguments)]
 async fn attach_with_retry(
     core: CoreRef,
     topic: TopicName,
-    kind: EntityKind,
-    id: u64,
+    slot: Slot,
     command: CreateCommand,
     backoff: &mut Backoff,
     mut direct: Option<ServiceUrl>,
@@ -481,11 +498,11 @@ async fn attach_with_retry(
         }
         first = false;
         let target = direct.take();
-        match attach_once(&core, &topic, kind, id, &command, target.as_ref()).await {
+        match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
             Ok(a) => return Ok(a),
             Err(e) if retry.retries(&e) && !core.is_shut_down() => {
                 refused = matches!(e, Error::Connect { .. });
-                tracing::debug!(%topic, kind = kind_name(kind), error = %e, "create failed; retrying");
+                tracing::debug!(%topic, kind = kind_name(slot.kind), error = %e, "create failed; retrying");
                 if let Retry::Until(deadline) = retry {
                     let delay = backoff.next_delay();
                     if crate::util::deadline_after(delay) >= deadline {
@@ -503,16 +520,20 @@ async fn attach_with_retry(
 async fn attach_once(
     core: &CoreRef,
     topic: &TopicName,
-    kind: EntityKind,
-    id: u64,
+    slot: Slot,
     command: &CreateCommand,
     direct: Option<&ServiceUrl>,
 ) -> Result<Attached> {
+    let Slot {
+        kind,
+        id,
+        inbound_bound,
+    } = slot;
     let conn = match direct {
         Some(url) => core.connection_to(url).await?,
         None => core.connection_for(topic).await?,
     };
-    let (tx, events) = mpsc::unbounded_channel();
+    let (tx, events) = entity_channel(inbound_bound);
     conn.register(kind, id, tx)?;
     let request_id = conn.new_request_id();
     match conn
@@ -531,7 +552,7 @@ async fn attach_once(
     }
 }
 
-async fn recv_opt<T>(rx: &mut Option<mpsc::UnboundedReceiver<T>>) -> Option<T> {
+async fn recv_opt(rx: &mut Option<EntityReceiver>) -> Option<EntityEvent> {
     match rx {
         Some(rx) => rx.recv().await,
         None => futures::future::pending().await,

@@ -296,15 +296,15 @@ impl PartitionProducer {
             None,
             options,
         );
-        let (entity, response) = Entity::create(
-            client,
-            topic.clone(),
-            EntityKind::Producer,
-            producer_id,
-            cmd,
-            group,
-        )
-        .await?;
+        let slot = crate::entity::Slot {
+            kind: EntityKind::Producer,
+            id: producer_id,
+            // One receipt per entry sent; a backlog this deep of receipts not yet handled
+            // means a broker sending what was never asked for.
+            inbound_bound: crate::connection::DEFAULT_ENTITY_BOUND
+                .max(options.max_pending_messages.saturating_add(1024)),
+        };
+        let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
         let created = task::Created::parse(response)?;
         let max_message_size = entity
             .conn

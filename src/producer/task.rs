@@ -226,12 +226,17 @@ impl ProducerTask {
                 let mut r = self.on_command(frame);
                 // Receipts come in bursts: handle what has already arrived before waiting.
                 for _ in 0..256 {
-                    let Some(frame) = r.is_ok().then(|| self.entity.try_command()).flatten() else {
-                        break;
-                    };
-                    r = self.on_command(frame);
+                    match r.is_ok().then(|| self.entity.try_next()).flatten() {
+                        Some(Wake::Command(frame)) => r = self.on_command(frame),
+                        Some(_) => {} // a MESSAGE for a producer: nothing to do
+                        None => break,
+                    }
                 }
                 r
+            }
+            Wake::Message(_) => {
+                tracing::debug!(topic = %self.entity.topic, "MESSAGE for a producer; ignored");
+                Ok(())
             }
             Wake::Detached => {
                 // Closing with nothing left to deliver: the broker forgot this producer with

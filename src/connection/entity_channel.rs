@@ -1,0 +1,111 @@
+//! The channel from a connection to one registered entity (producer, consumer, watcher).
+//!
+//! The broker decides how much goes into it, so it is bounded by what the entity can
+//! legitimately be sent: a consumer's flow permits (plus the overshoot tolerated from real
+//! dispatchers), a producer's pending messages. The connection never waits on it (that would
+//! stall every other entity on the connection): a broker that fills it beyond the bound breaks
+//! the protocol, and the connection closes with an error naming the violation, so the entities
+//! reconnect and the broker redelivers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::{EntityEvent, MessageFrame};
+use crate::codec::Frame;
+use crate::error::Error;
+
+/// The bound for entities whose commands the broker cannot legitimately multiply: a producer
+/// gets one receipt per entry it sent, a watcher one update per change it acknowledged.
+pub(crate) const DEFAULT_ENTITY_BOUND: usize = 10_000;
+
+/// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver.
+pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let queued = Arc::new(AtomicUsize::new(0));
+    (
+        EntitySender {
+            tx,
+            queued: queued.clone(),
+            bound: bound.max(1),
+        },
+        EntityReceiver { rx, queued },
+    )
+}
+
+/// The connection's end of an entity channel.
+#[derive(Debug, Clone)]
+pub(crate) struct EntitySender {
+    tx: mpsc::UnboundedSender<EntityEvent>,
+    queued: Arc<AtomicUsize>,
+    bound: usize,
+}
+
+/// What became of a command handed to an entity.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Delivery {
+    Delivered,
+    /// The entity is gone (its receiver dropped).
+    Gone,
+    /// The entity already holds `bound` commands it has not taken: the command was not
+    /// delivered, and the broker is breaking flow control.
+    Overflow {
+        bound: usize,
+    },
+}
+
+impl EntitySender {
+    pub(super) fn deliver(&self, mut frame: Frame) -> Delivery {
+        if self.queued.load(Ordering::Acquire) >= self.bound {
+            return Delivery::Overflow { bound: self.bound };
+        }
+        self.queued.fetch_add(1, Ordering::AcqRel);
+        let event = match frame.command.message.take() {
+            Some(command) => EntityEvent::Message(Box::new(MessageFrame {
+                command,
+                payload: frame.payload.take(),
+            })),
+            None => EntityEvent::Command(Box::new(frame)),
+        };
+        if self.tx.send(event).is_err() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+            return Delivery::Gone;
+        }
+        Delivery::Delivered
+    }
+
+    /// Tells the entity its connection is gone (never blocks; not counted: sent once).
+    pub(super) fn notify_closed(&self, reason: &Error) {
+        let _ = self.tx.send(EntityEvent::ConnectionClosed(reason.clone()));
+    }
+}
+
+/// The entity's end of an entity channel.
+#[derive(Debug)]
+pub(crate) struct EntityReceiver {
+    rx: mpsc::UnboundedReceiver<EntityEvent>,
+    queued: Arc<AtomicUsize>,
+}
+
+impl EntityReceiver {
+    /// The next event; `None` once the connection dropped its sender.
+    pub(crate) async fn recv(&mut self) -> Option<EntityEvent> {
+        let ev = self.rx.recv().await;
+        self.taken(ev.as_ref());
+        ev
+    }
+
+    /// An event that has already arrived, without waiting.
+    pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, mpsc::error::TryRecvError> {
+        let ev = self.rx.try_recv();
+        self.taken(ev.as_ref().ok());
+        ev
+    }
+
+    fn taken(&self, ev: Option<&EntityEvent>) {
+        if let Some(EntityEvent::Command(_) | EntityEvent::Message(_)) = ev {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}

@@ -1,0 +1,330 @@
+//! The fuzz targets' smoke run on stable, in CI: every file of the regression corpus
+//! (`fuzz/corpus/<target>/`) and a few thousand deterministic mutations of them go through the
+//! same entry points as the cargo-fuzz targets in `fuzz/`, asserting that none panics and that
+//! none makes the process allocate beyond what the limits allow.
+//!
+//! The corpus is written by `write_corpus` (ignored): `cargo test --test fuzz_smoke --
+//! --ignored write_corpus`.
+
+mod hostile;
+
+use std::path::{Path, PathBuf};
+
+use hostile::MemWatch;
+use prost::Message as _;
+use pulsar_sdk::fuzzing::{self, Outcome};
+use pulsar_sdk::mock::wire;
+
+const MB: usize = 1024 * 1024;
+
+type Target = fn(&[u8]) -> Outcome;
+
+/// The targets, with the most any one input may make the process allocate at its peak and
+/// the number of mutations to run (fewer where an input may decompress megabytes).
+const TARGETS: [(&str, Target, usize, usize); 4] = [
+    (
+        "frame_decoder",
+        fuzzing::target_frame_decoder,
+        4 * MB,
+        5_000,
+    ),
+    ("batch", fuzzing::target_batch, 16 * MB, 5_000),
+    // The declared size (at most twice the maximum message size) once, and the codec's state.
+    (
+        "decompress",
+        fuzzing::target_decompress,
+        2 * fuzzing::FUZZ_MAX_DECOMPRESSED + 4 * MB,
+        1_500,
+    ),
+    (
+        "consumer_decode",
+        fuzzing::target_consumer_decode,
+        2 * fuzzing::FUZZ_MAX_DECOMPRESSED + 16 * MB,
+        1_500,
+    ),
+];
+
+fn corpus_dir(target: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fuzz/corpus")
+        .join(target)
+}
+
+fn corpus(target: &str) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(corpus_dir(target))
+        .unwrap_or_else(|e| panic!("{target}: no corpus: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+        .map(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&p).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// xorshift64*: deterministic, so a failure names a reproducible input.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+}
+
+/// A few random edits like a mutating fuzzer's: bit flips, interesting bytes and sizes,
+/// truncation, insertion, duplication.
+fn mutate(rng: &mut Rng, data: &[u8]) -> Vec<u8> {
+    let mut v = data.to_vec();
+    for _ in 0..1 + rng.below(4) {
+        let at = rng.below(v.len());
+        match rng.below(6) {
+            0 if !v.is_empty() => v[at] ^= 1 << rng.below(8),
+            1 if !v.is_empty() => v[at] = [0, 1, 0x7f, 0x80, 0xff][rng.below(5)],
+            2 if v.len() >= 4 => {
+                let at = rng.below(v.len() - 3);
+                let n: u32 = [0, 1, 0x7fff_ffff, u32::MAX, v.len() as u32, 1 << 20][rng.below(6)];
+                v[at..at + 4].copy_from_slice(&n.to_be_bytes());
+            }
+            3 => v.truncate(at),
+            4 => {
+                let n = 1 + rng.below(16);
+                let bytes: Vec<u8> = (0..n).map(|_| rng.next() as u8).collect();
+                v.splice(at..at, bytes);
+            }
+            _ => {
+                let end = (at + 1 + rng.below(64)).min(v.len());
+                let piece = v[at..end].to_vec();
+                v.splice(at..at, piece);
+            }
+        }
+    }
+    v
+}
+
+fn run(target: &str, f: Target, limit: usize, name: &str, input: &[u8]) -> Outcome {
+    let mem = MemWatch::start();
+    let out = f(input);
+    mem.assert_peak_below(&format!("{target}: {name} ({} bytes)", input.len()), limit);
+    out
+}
+
+#[tokio::test]
+async fn corpus_and_mutations_neither_panic_nor_allocate_without_bound() {
+    let _serial = hostile::serial().await;
+    for (target, f, limit, mutations) in TARGETS {
+        let started = std::time::Instant::now();
+        let files = corpus(target);
+        assert!(!files.is_empty(), "{target}: empty corpus");
+        let mut accepted = 0;
+        for (name, input) in &files {
+            accepted += usize::from(!run(target, f, limit, name, input).refused);
+        }
+        assert!(accepted > 0, "{target}: the corpus has no valid input");
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ target.len() as u64);
+        for i in 0..mutations {
+            let (name, base) = &files[rng.below(files.len())];
+            let input = mutate(&mut rng, base);
+            run(target, f, limit, &format!("mutation {i} of {name}"), &input);
+        }
+        eprintln!(
+            "{target}: {} files and {mutations} mutations in {:?}",
+            files.len(),
+            started.elapsed()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The regression corpus.
+
+fn batch_payload(records: &[(wire::SingleMessageMetadata, &[u8])]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (meta, body) in records {
+        let mut meta = meta.clone();
+        meta.payload_size = body.len() as i32;
+        let m = meta.encode_to_vec();
+        out.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        out.extend_from_slice(&m);
+        out.extend_from_slice(body);
+    }
+    out
+}
+
+fn entry(ack_set: &[i64], meta: &wire::MessageMetadata, payload: &[u8]) -> Vec<u8> {
+    let cmd = wire::CommandMessage {
+        consumer_id: 1,
+        message_id: wire::MessageIdData {
+            ledger_id: 1,
+            entry_id: 2,
+            ..Default::default()
+        },
+        ack_set: ack_set.to_vec(),
+        ..Default::default()
+    };
+    fuzzing::consumer_input(&cmd.encode_to_vec(), &meta.encode_to_vec(), payload)
+}
+
+/// Writes `fuzz/corpus/<target>/*.bin`; run after changing an input layout.
+#[test]
+#[ignore = "writes the corpus files"]
+fn write_corpus() {
+    let mut files: Vec<(&str, String, Vec<u8>)> = Vec::new();
+    let meta = hostile::metadata("corpus", 0);
+    let message = hostile::message(1, 1, 2);
+    let three = batch_payload(&[
+        (
+            wire::SingleMessageMetadata {
+                partition_key: Some("k".into()),
+                properties: vec![wire::KeyValue {
+                    key: "a".into(),
+                    value: "1".into(),
+                }],
+                sequence_id: Some(5),
+                ..Default::default()
+            },
+            b"one",
+        ),
+        (Default::default(), b""),
+        (
+            wire::SingleMessageMetadata {
+                compacted_out: Some(true),
+                ..Default::default()
+            },
+            b"three",
+        ),
+    ]);
+    let mut batch_meta = meta.clone();
+    batch_meta.num_messages_in_batch = Some(3);
+
+    // Frames.
+    let ping = wire::BaseCommand {
+        r#type: wire::base_command::Type::Ping as i32,
+        ping: Some(Default::default()),
+        ..Default::default()
+    };
+    let mut stream = hostile::encode(&ping, None);
+    stream.extend(hostile::encode(&message, Some((&meta, b"hello"))));
+    stream.extend(hostile::encode(&message, Some((&batch_meta, &three))));
+    files.push((
+        "frame_decoder",
+        "frames".into(),
+        [&[3u8][..], &stream].concat(),
+    ));
+    files.push((
+        "frame_decoder",
+        "frames-bytewise".into(),
+        [&[0u8][..], &stream].concat(),
+    ));
+    let mut lying = hostile::encode(&message, Some((&meta, b"hello")));
+    lying[..4].copy_from_slice(&u32::MAX.to_be_bytes());
+    files.push((
+        "frame_decoder",
+        "lying-total-size".into(),
+        [&[1u8][..], &lying].concat(),
+    ));
+
+    // Batches.
+    files.push((
+        "batch",
+        "three".into(),
+        [&3u32.to_be_bytes()[..], &three].concat(),
+    ));
+    files.push((
+        "batch",
+        "empty-records".into(),
+        [&256u32.to_be_bytes()[..], &[0u8; 1024][..]].concat(),
+    ));
+    files.push((
+        "batch",
+        "count-too-large".into(),
+        [&u32::MAX.to_be_bytes()[..], &three].concat(),
+    ));
+
+    // Decompression: each codec's bomb (zeros) and a small payload.
+    let zeros = vec![0u8; 10 * MB];
+    for (kind, name) in [(1, "lz4"), (2, "zlib"), (3, "zstd"), (4, "snappy")] {
+        // Snappy compresses at most ~21:1: its bomb is 1 MiB, to keep the corpus small.
+        let size = if kind == 4 { MB } else { 10 * MB };
+        let bomb = fuzzing::compress(kind, &zeros[..size]).unwrap();
+        let mut input = vec![kind as u8];
+        input.extend_from_slice(&(size as u32).to_be_bytes());
+        input.extend_from_slice(&bomb);
+        files.push(("decompress", format!("bomb-{name}"), input));
+        let small = fuzzing::compress(kind, b"hello hello hello hello").unwrap();
+        let mut input = vec![kind as u8];
+        input.extend_from_slice(&23u32.to_be_bytes());
+        input.extend_from_slice(&small);
+        files.push(("decompress", format!("small-{name}"), input));
+
+        // Case 4: the bomb as 2.6 M four-byte records, one delivered by the ack set; and
+        // claiming one record more than the bytes hold.
+        let mut m = meta.clone();
+        m.compression = Some(kind);
+        m.uncompressed_size = Some(size as u32);
+        m.num_messages_in_batch = Some((size / 4) as i32);
+        files.push((
+            "consumer_decode",
+            format!("case4-bomb-{name}"),
+            entry(&[1], &m, &bomb),
+        ));
+        m.num_messages_in_batch = Some((size / 4) as i32 + 1);
+        files.push((
+            "consumer_decode",
+            format!("case4-lying-count-{name}"),
+            entry(&[1], &m, &bomb),
+        ));
+    }
+
+    // The consumer's decode.
+    files.push((
+        "consumer_decode",
+        "single".into(),
+        entry(&[], &meta, b"hello"),
+    ));
+    files.push((
+        "consumer_decode",
+        "batch".into(),
+        entry(&[], &batch_meta, &three),
+    ));
+    files.push((
+        "consumer_decode",
+        "batch-ack-set".into(),
+        entry(&[0b101], &batch_meta, &three),
+    ));
+    // Case 3: a huge producer name over tiny records; many outer properties.
+    let tiny = batch_payload(&vec![(Default::default(), &b""[..]); 2_000]);
+    let mut m = hostile::metadata(&"p".repeat(20 * 1024), 0);
+    m.num_messages_in_batch = Some(2_000);
+    files.push((
+        "consumer_decode",
+        "case3-producer-name".into(),
+        entry(&[], &m, &tiny),
+    ));
+    let mut m = meta.clone();
+    m.num_messages_in_batch = Some(2_000);
+    m.properties = (0..2_000)
+        .map(|i| wire::KeyValue {
+            key: format!("key-{i}"),
+            value: "v".into(),
+        })
+        .collect();
+    files.push((
+        "consumer_decode",
+        "case3-outer-properties".into(),
+        entry(&[], &m, &tiny),
+    ));
+
+    for (target, name, bytes) in files {
+        let dir = corpus_dir(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("{name}.bin")), bytes).unwrap();
+    }
+}

@@ -1,0 +1,396 @@
+//! A hostile broker against the consumer's inbound path (issue #11, cases 3 to 6): frames that
+//! are well formed but built to exhaust memory or CPU, and floods beyond the flow permits.
+//! Each test asserts bounded memory (the counting allocator of `hostile`), a clear outcome and
+//! that nothing is lost without the application learning of it.
+
+mod common;
+mod hostile;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hostile::{Hostile, MemWatch, Peer};
+use prost::Message as _;
+use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::{Client, Consumer, Error, State};
+
+const MB: usize = 1024 * 1024;
+
+fn client(url: &str) -> Client {
+    common::test_client(url).build().unwrap()
+}
+
+async fn consumer(client: &Client, topic: &str, queue: u32) -> Consumer {
+    common::within(
+        "subscribe",
+        client
+            .consumer(common::full(topic))
+            .subscription("s")
+            .receiver_queue_size(queue)
+            .subscribe(),
+    )
+    .await
+    .unwrap()
+}
+
+/// Serves the ordinary requests until the client subscribes; answers the SUBSCRIBE and returns
+/// the consumer id.
+async fn until_subscribed(peer: &mut Peer) -> Option<u64> {
+    let sub = peer.serve_until(|f| f.ty() == Type::Subscribe).await?;
+    let id = sub.cmd.subscribe.as_ref()?.consumer_id;
+    let answer = peer.reply(&sub.cmd)?;
+    peer.send(answer).await.ok()?;
+    Some(id)
+}
+
+/// A batch payload of `n` records, each `[u32 size][SingleMessageMetadata][payload]`.
+fn batch(records: impl IntoIterator<Item = (wire::SingleMessageMetadata, Vec<u8>)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (mut meta, body) in records {
+        meta.payload_size = body.len() as i32;
+        let m = meta.encode_to_vec();
+        out.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        out.extend_from_slice(&m);
+        out.extend_from_slice(&body);
+    }
+    out
+}
+
+/// `frames` MESSAGE frames for `consumer_id` with `payload_len`-byte payloads, encoded once.
+fn flood_chunk(consumer_id: u64, frames: u64, payload_len: usize) -> Vec<u8> {
+    let body = vec![b'x'; payload_len];
+    let mut out = Vec::new();
+    for i in 0..frames {
+        let cmd = hostile::message(consumer_id, 7, i);
+        out.extend(hostile::encode(
+            &cmd,
+            Some((&hostile::metadata("flood", i), &body)),
+        ));
+    }
+    out
+}
+
+/// Receives until an error item; returns it with the number of messages received before.
+async fn next_error(consumer: &mut Consumer) -> (Error, usize) {
+    let mut messages = 0;
+    loop {
+        match common::within("an error item", consumer.recv()).await {
+            Ok(_) => messages += 1,
+            Err(e) => return (e, messages),
+        }
+    }
+}
+
+fn is_flow_violation(e: &Error) -> bool {
+    matches!(e, Error::Protocol(m) if m.contains("flow control violated"))
+}
+
+/// Case 3: one batch frame whose outer metadata is huge (a 200 KB producer name) and whose
+/// records are tiny. The outer metadata used to be copied into every message (19,000 records
+/// in a 281 KB frame made 2.8 GB); it is now shared by the messages of the entry.
+#[tokio::test]
+async fn a_batch_shares_its_outer_metadata_across_its_messages() {
+    let _serial = hostile::serial().await;
+    const RECORDS: usize = 2_000;
+    let name = "p".repeat(200 * 1024);
+    let payload = batch((0..RECORDS).map(|_| (Default::default(), vec![])));
+    let frame_name = name.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let (name, payload) = (frame_name.clone(), payload.clone());
+        async move {
+            peer.handshake(None).await;
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
+            let mut meta = hostile::metadata(&name, 0);
+            meta.num_messages_in_batch = Some(RECORDS as i32);
+            let _ = peer
+                .send_message(hostile::message(id, 1, 1), &meta, &payload)
+                .await;
+            peer.serve().await;
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let mut consumer = consumer(&client, "shared-meta", 5_000).await;
+    let mem = MemWatch::start();
+    for i in 0..RECORDS {
+        let m = common::within("a batched message", consumer.recv())
+            .await
+            .unwrap();
+        assert_eq!(m.id.batch_index, i as i32);
+        assert_eq!(m.producer_name.len(), name.len());
+    }
+    // Before: 2,000 copies of the name (400 MB). Now one, plus ~300 bytes a message.
+    eprintln!("producer name batch: peak {} KiB", mem.peak_growth() / 1024);
+    mem.assert_peak_below("a batch with a 200 KB producer name", 8 * MB);
+}
+
+/// Case 3: 10,000 outer properties in a batch frame used to be rebuilt for every message of
+/// the batch (and then thrown away: a batched message has its own properties, as upstream).
+/// The work per frame is now bounded by the frame's size.
+#[tokio::test]
+async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
+    const RECORDS: usize = 10_000;
+    let props: Vec<wire::KeyValue> = (0..10_000)
+        .map(|i| wire::KeyValue {
+            key: format!("key-{i:05}"),
+            value: format!("v{i}"),
+        })
+        .collect();
+    let record = wire::SingleMessageMetadata {
+        properties: vec![wire::KeyValue {
+            key: "own".into(),
+            value: "yes".into(),
+        }],
+        ..Default::default()
+    };
+    let payload = batch((0..RECORDS).map(|_| (record.clone(), b"m".to_vec())));
+    let broker = Hostile::start(move |mut peer| {
+        let (props, payload) = (props.clone(), payload.clone());
+        async move {
+            peer.handshake(None).await;
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
+            let mut meta = hostile::metadata("p", 0);
+            meta.num_messages_in_batch = Some(RECORDS as i32);
+            meta.properties = props;
+            let _ = peer
+                .send_message(hostile::message(id, 1, 1), &meta, &payload)
+                .await;
+            peer.serve().await;
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let started = Instant::now();
+    let mut consumer = consumer(&client, "outer-props", 5_000).await;
+    for _ in 0..RECORDS {
+        let m = common::within("a batched message", consumer.recv())
+            .await
+            .unwrap();
+        assert_eq!(
+            m.properties.len(),
+            1,
+            "a batched message has its own properties"
+        );
+        assert_eq!(m.properties.get("own").map(String::as_str), Some("yes"));
+    }
+    // A generous rate bound: before, each message rebuilt a 10,000-entry map (14 s of CPU
+    // for such a frame); now the whole batch takes milliseconds.
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "{RECORDS} messages took {took:?}"
+    );
+}
+
+/// Case 4: a few hundred compressed bytes that decompress to 10 MiB of zeros, declared as 2.6 M
+/// four-byte records of which the ack set delivers one. Only the one record is built (before:
+/// every record was, 1.1 GB); the decompressed size is bounded by the maximum message size,
+/// and a count the bytes cannot hold is refused.
+#[tokio::test]
+async fn compression_bombs_are_bounded_and_filtered_before_building() {
+    let _serial = hostile::serial().await;
+    const SIZE: usize = 10 * MB;
+    let records = (SIZE / 4) as i32;
+    // (codec, compressed bytes); built before measuring.
+    let zeros = vec![0u8; SIZE];
+    let bombs: Arc<Vec<(i32, Vec<u8>)>> = Arc::new(
+        [1, 2, 3, 4]
+            .into_iter()
+            .map(|kind| (kind, pulsar_sdk::fuzzing::compress(kind, &zeros).unwrap()))
+            .collect(),
+    );
+    drop(zeros);
+    for (kind, b) in bombs.iter() {
+        // zstd and zlib: a few hundred bytes to 10 KB; lz4 and snappy top out near 250:1
+        // and 21:1.
+        assert!(b.len() < 600 * 1024, "codec {kind}: {} bytes", b.len());
+    }
+    let frames = bombs.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let bombs = frames.clone();
+        async move {
+            peer.handshake(None).await;
+            let Some(id) = until_subscribed(&mut peer).await else {
+                return;
+            };
+            for (i, (kind, bomb)) in bombs.iter().enumerate() {
+                let mut meta = hostile::metadata("bomb", i as u64);
+                meta.compression = Some(*kind);
+                meta.uncompressed_size = Some(SIZE as u32);
+                meta.num_messages_in_batch = Some(records);
+                let mut cmd = hostile::message(id, 2, i as u64);
+                cmd.message.as_mut().unwrap().ack_set = vec![1];
+                let _ = peer.send_message(cmd, &meta, bomb).await;
+                // The same bomb claiming one record more than its bytes can hold.
+                meta.num_messages_in_batch = Some(records + 1);
+                let mut cmd = hostile::message(id, 3, i as u64);
+                cmd.message.as_mut().unwrap().ack_set = vec![1];
+                let _ = peer.send_message(cmd, &meta, bomb).await;
+            }
+            peer.serve().await;
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let mut consumer = consumer(&client, "bombs", 1_000).await;
+    let mem = MemWatch::start();
+    for (kind, _) in bombs.iter() {
+        let m = common::within("the one record the ack set delivers", consumer.recv())
+            .await
+            .unwrap_or_else(|e| panic!("codec {kind}: {e}"));
+        assert_eq!((m.id.ledger_id, m.id.batch_index), (2, 0), "codec {kind}");
+        assert!(m.payload.is_empty());
+        let e = common::within("the lying count's error", consumer.recv())
+            .await
+            .expect_err("a count the bytes cannot hold is refused");
+        assert!(matches!(&e, Error::InvalidMessage(_)), "codec {kind}: {e}");
+    }
+    assert_eq!(consumer.discarded_entries(), 4);
+    // The decompressed 10 MiB once at a time, and nothing per record.
+    eprintln!("compression bombs: peak {} KiB", mem.peak_growth() / 1024);
+    mem.assert_peak_below("compression bombs", 2 * SIZE + 4 * MB);
+}
+
+/// Case 5: a broker that floods far beyond the permits on every subscription while the
+/// application does not receive. Messages of older connections used to stay in an unbounded
+/// queue until read (900 MB after a minute); the queue is now bounded by the receiver queue,
+/// the overshoot tolerance and one entry, across reconnects, and each violation closes the
+/// connection with an error the application reads.
+#[tokio::test]
+async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
+    let _serial = hostile::serial().await;
+    const QUEUE: u32 = 10;
+    const FLOODS: usize = 6;
+    // Beyond the tolerance (10 receiver queues + 10,000) on every subscription.
+    const PER_SUBSCRIPTION: u64 = 12_000;
+    let subscribes = Arc::new(AtomicUsize::new(0));
+    let count = subscribes.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let count = count.clone();
+        async move {
+            peer.handshake(None).await;
+            // Re-subscribes may come on the same connection or on a new one. The first
+            // FLOODS subscriptions are flooded; the next one is left alone.
+            while let Some(id) = until_subscribed(&mut peer).await {
+                if count.fetch_add(1, Ordering::SeqCst) >= FLOODS {
+                    continue;
+                }
+                let chunk = flood_chunk(id, 1_000, 1024);
+                for _ in 0..PER_SUBSCRIPTION / 1_000 {
+                    if peer.send_raw(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let mut consumer = consumer(&client, "paced-flood", QUEUE).await;
+    let mem = MemWatch::start();
+    let started = Instant::now();
+    // The subscription after the last flood: every flood has been dealt with.
+    while subscribes.load(Ordering::SeqCst) <= FLOODS {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the floods were dealt with"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // What each flood left queued for the application: before, every flood's 10,110 messages
+    // (~13 MB each, ~80 MB for six); now one queue's worth across all of them.
+    let retained = mem.growth();
+    eprintln!(
+        "{FLOODS} floods: {} KiB retained, peak {} KiB",
+        retained / 1024,
+        mem.peak_growth() / 1024
+    );
+    assert!(
+        retained < 24 * MB,
+        "{} KiB retained after {FLOODS} floods (peak {} KiB)",
+        retained / 1024,
+        mem.peak_growth() / 1024
+    );
+    let (e, _) = next_error(&mut consumer).await;
+    assert!(is_flow_violation(&e), "{e}");
+    assert!(
+        broker.accepted() >= 2,
+        "the violating connection was closed"
+    );
+}
+
+/// Case 6: a flood beyond the permits as fast as the broker can write, while the application
+/// receives. Messages beyond the permits used to be dropped with a log line each, the
+/// application told nothing; now the connection is closed with an error naming the violation,
+/// the application reads that error, and the consumer re-subscribes after a backoff (the
+/// broker redelivers what was not acknowledged) without looping.
+#[tokio::test]
+async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
+    let _serial = hostile::serial().await;
+    let broker = fast_flood(200_000).await;
+    let client = client(&broker.url());
+    let mut consumer = consumer(&client, "fast-flood", 1_000).await;
+    let mem = MemWatch::start();
+    let (e, received) = next_error(&mut consumer).await;
+    assert!(is_flow_violation(&e), "{e}");
+    assert!(
+        received <= 1_000 + 20_000,
+        "{received} messages before the error"
+    );
+    // Re-subscribed on a new connection, after the backoff, and stays there.
+    common::wait_until("the consumer is back", || {
+        broker.accepted() >= 2 && consumer.state() == State::Ready
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(broker.accepted(), 2, "one reconnect, no loop");
+    assert_eq!(consumer.state(), State::Ready);
+    // Nothing of the flood is kept.
+    assert!(
+        mem.growth() < 4 * MB,
+        "{} KiB retained",
+        mem.growth() / 1024
+    );
+}
+
+/// A broker whose first connection floods `frames` small messages as fast as it can write;
+/// later connections behave.
+async fn fast_flood(frames: u64) -> Hostile {
+    Hostile::start(move |mut peer| async move {
+        peer.handshake(None).await;
+        let Some(id) = until_subscribed(&mut peer).await else {
+            return;
+        };
+        if peer.index == 0 {
+            let chunk = flood_chunk(id, 1_000, 16);
+            for _ in 0..frames / 1_000 {
+                if peer.send_raw(&chunk).await.is_err() {
+                    return;
+                }
+            }
+        }
+        peer.serve().await;
+    })
+    .await
+}
+
+/// The peak of a fast flood. Both the consumer task's queue and the channel from the
+/// connection to the task are bounded (the channel used to pile up ~6 KB frames while the
+/// connection read faster than the task decoded: ~1.2 GB for 200,000 frames); whichever
+/// notices first reports the flow-control violation.
+#[tokio::test]
+async fn a_fast_flood_has_a_bounded_peak() {
+    let _serial = hostile::serial().await;
+    let broker = fast_flood(200_000).await;
+    let client = client(&broker.url());
+    let mut consumer = consumer(&client, "fast-flood-peak", 1_000).await;
+    let mem = MemWatch::start();
+    let (e, _) = next_error(&mut consumer).await;
+    assert!(is_flow_violation(&e), "{e}");
+    mem.assert_peak_below("a fast flood", 64 * MB);
+}
