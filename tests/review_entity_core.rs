@@ -261,7 +261,6 @@ async fn a_consumer_busy_on_resubscribe_is_retried_like_upstream() {
 // messages the application has not even received yet "time out", are redelivered, and the
 // application then gets each of them twice (the queued copy and the redelivered one).
 #[tokio::test]
-#[ignore = "review: ack timeout counts from arrival in the receiver queue, not from receipt; queued messages are redelivered and delivered twice"]
 async fn ack_timeout_does_not_redeliver_messages_the_application_never_received() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());

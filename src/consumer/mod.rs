@@ -14,6 +14,7 @@ mod queue;
 mod reader;
 mod subscribe;
 mod task;
+mod unacked;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -382,6 +383,9 @@ impl Consumer {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
         }
+        if let Item::Message(_) = item {
+            p.taken_messages.fetch_add(1, Ordering::AcqRel);
+        }
         match item {
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
@@ -702,6 +706,7 @@ async fn spawn_partition(
         epoch: AtomicU64::new(0),
         permit_epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
+        taken_messages: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
         ops: ops_tx,
         active: watch::Sender::new(None),
@@ -738,6 +743,7 @@ async fn spawn_partition(
         dlq: dlq.clone(),
         dlq_candidates: Default::default(),
         unacked: Default::default(),
+        queued_messages: 0,
         over_delivered: 0,
     };
     task.start_flow();

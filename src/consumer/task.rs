@@ -23,6 +23,7 @@ use super::decode::decode;
 use super::options::{ConsumerOptions, SubscriptionType};
 pub(crate) use super::queue::{Item, QueueRoom};
 pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
+use super::unacked::Unacked;
 
 /// How far beyond its flow permits a broker may push (in messages: this many receiver queues
 /// plus the slack) before the consumer treats it as a flow-control violation. Generous, so
@@ -75,6 +76,9 @@ pub(crate) struct PartitionShared {
     /// back. Items from before it belonged to a subscription that is gone.
     pub permit_epoch: AtomicU64,
     pub consumed: AtomicU32,
+    /// Messages the application has taken from the queue (of any epoch): the ack timeout's
+    /// clock of a message starts then (see `unacked`).
+    pub taken_messages: AtomicU64,
     pub last_dequeued: Mutex<Option<MessageId>>,
     pub ops: mpsc::UnboundedSender<ConsumerOp>,
     /// Failover: whether this consumer is the active one (None until the broker says).
@@ -157,8 +161,10 @@ pub(crate) struct ConsumerTask {
     pub dlq: Option<Arc<super::dlq::DeadLetterSink>>,
     /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
     pub dlq_candidates: HashMap<MessageId, Message>,
-    /// Delivery times of unacked messages, for the ack timeout.
-    pub unacked: HashMap<MessageId, Instant>,
+    /// Unacked messages, for the ack timeout.
+    pub unacked: Unacked,
+    /// How many messages this task has put in the queue (numbers them for `unacked`).
+    pub queued_messages: u64,
     /// Flow-control violations seen (each closed its connection).
     pub over_delivered: u64,
 }
@@ -171,9 +177,11 @@ impl ConsumerTask {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    fn emit(&self, mut item: Item) {
+    fn emit(&mut self, mut item: Item) {
         if let Item::Message(m) = &mut item {
             m.source = self.index;
+            // Numbered like the handle counts them in `taken_messages`.
+            self.queued_messages += 1;
         }
         let counted = item.counted();
         if counted {
@@ -459,7 +467,7 @@ impl ConsumerTask {
             }
             ConsumerOp::AckCumulative(id) => {
                 self.dlq_candidates.retain(|k, _| *k > id);
-                self.unacked.retain(|k, _| *k > id);
+                self.unacked.remove_through(id);
                 if !self.persistent() {
                     return Ok(());
                 }
@@ -600,22 +608,18 @@ impl ConsumerTask {
         }
     }
 
-    /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout.
+    /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout after the
+    /// application took them.
     fn on_ack_timeout_tick(&mut self) {
         if self.unacked.is_empty() {
             return;
         }
         let now = Instant::now();
-        let timeout = self.opts.ack_timeout;
-        let expired: Vec<MessageId> = self
-            .unacked
-            .iter()
-            .filter(|(_, at)| now.saturating_duration_since(**at) >= timeout)
-            .map(|(id, _)| *id)
-            .collect();
+        self.unacked
+            .taken(self.shared.taken_messages.load(Ordering::Acquire), now);
+        let expired = self.unacked.expired(now, self.opts.ack_timeout);
         let mut redeliver = Vec::new();
         for id in expired {
-            self.unacked.remove(&id);
             match self.dlq_candidates.remove(&id) {
                 Some(msg) => self.dead_letter(msg),
                 None => redeliver.push(id),
@@ -834,7 +838,7 @@ impl ConsumerTask {
                 }
             }
             if persistent && !self.opts.ack_timeout.is_zero() {
-                self.unacked.insert(m.id, Instant::now());
+                self.unacked.queued(self.queued_messages, m.id);
             }
             emitted += 1;
             self.emit(Item::Message(m));

@@ -1,0 +1,144 @@
+//! The ack timeout's bookkeeping (upstream `UnAckedMessageTracker`).
+//!
+//! A message's clock starts when the application takes it from the queue, as upstream starts
+//! tracking in `messageProcessed`, not when it reaches the queue: an application slower than
+//! the ack timeout must not have messages it never saw redelivered (and then delivered twice,
+//! the queued copy and the redelivered one). The task cannot see the application take a
+//! message, so it numbers the messages it puts in the queue; the handle counts those it takes
+//! (`PartitionShared::taken_messages`), and the queue keeps order: every message numbered
+//! below that count has been taken.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::message_id::MessageId;
+
+/// Unacked messages and when the application took each.
+#[derive(Debug, Default)]
+pub(crate) struct Unacked {
+    /// Tracked messages: when the application took them (`None`: still in the queue).
+    since: HashMap<MessageId, Option<Instant>>,
+    /// Tracked messages still in the queue, with their number, in queue order.
+    queued: VecDeque<(u64, MessageId)>,
+}
+
+impl Unacked {
+    /// Tracks a message put in the queue as number `number` (numbers count every message the
+    /// partition puts in the queue, tracked or not).
+    pub(crate) fn queued(&mut self, number: u64, id: MessageId) {
+        self.since.insert(id, None);
+        self.queued.push_back((number, id));
+    }
+
+    /// Starts the clock of every tracked message numbered below `taken` (the application has
+    /// taken them).
+    pub(crate) fn taken(&mut self, taken: u64, now: Instant) {
+        while let Some(&(number, id)) = self.queued.front() {
+            if number >= taken {
+                break;
+            }
+            self.queued.pop_front();
+            if let Some(since @ None) = self.since.get_mut(&id) {
+                *since = Some(now);
+            }
+        }
+    }
+
+    /// Stops tracking `id` (acked, nacked, dead-lettered).
+    pub(crate) fn remove(&mut self, id: &MessageId) {
+        self.since.remove(id);
+    }
+
+    /// Stops tracking everything up to and including `id` (a cumulative ack).
+    pub(crate) fn remove_through(&mut self, id: MessageId) {
+        self.since.retain(|k, _| *k > id);
+    }
+
+    /// Stops tracking everything (a redeliver-all).
+    pub(crate) fn clear(&mut self) {
+        self.since.clear();
+        self.queued.clear();
+    }
+
+    /// Whether nothing is tracked.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.since.is_empty()
+    }
+
+    /// Removes and returns the messages taken at least `timeout` ago and still unacked.
+    pub(crate) fn expired(&mut self, now: Instant, timeout: Duration) -> Vec<MessageId> {
+        let expired: Vec<MessageId> = self
+            .since
+            .iter()
+            .filter(|(_, since)| since.is_some_and(|t| now.saturating_duration_since(t) >= timeout))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &expired {
+            self.since.remove(id);
+        }
+        expired
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(e: u64) -> MessageId {
+        MessageId::new(1, e, -1)
+    }
+
+    #[test]
+    fn the_clock_starts_when_the_application_takes_the_message() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(10);
+        let mut u = Unacked::default();
+        for n in 0..3 {
+            u.queued(n, id(n));
+        }
+        // Long after arrival, nothing taken: nothing expires.
+        assert!(u.expired(t0 + Duration::from_secs(60), timeout).is_empty());
+        // The application took the first two at t0 + 60 s.
+        u.taken(2, t0 + Duration::from_secs(60));
+        assert!(u.expired(t0 + Duration::from_secs(69), timeout).is_empty());
+        let mut e = u.expired(t0 + Duration::from_secs(70), timeout);
+        e.sort();
+        assert_eq!(e, vec![id(0), id(1)]);
+        assert!(!u.is_empty(), "the third is still tracked");
+    }
+
+    #[test]
+    fn acked_messages_are_not_tracked_when_taken() {
+        let t0 = Instant::now();
+        let mut u = Unacked::default();
+        u.queued(0, id(0));
+        u.queued(1, id(1));
+        u.remove(&id(0));
+        u.taken(2, t0);
+        assert_eq!(
+            u.expired(t0 + Duration::from_secs(5), Duration::from_secs(1)),
+            vec![id(1)]
+        );
+        assert!(u.is_empty());
+    }
+
+    #[test]
+    fn cumulative_ack_and_clear_stop_tracking() {
+        let t0 = Instant::now();
+        let mut u = Unacked::default();
+        for n in 0..4 {
+            u.queued(n, id(n));
+        }
+        u.taken(4, t0);
+        u.remove_through(id(1));
+        let mut e = u.expired(t0 + Duration::from_secs(5), Duration::from_secs(1));
+        e.sort();
+        assert_eq!(e, vec![id(2), id(3)]);
+        u.queued(4, id(4));
+        u.clear();
+        u.taken(5, t0);
+        assert!(u.is_empty());
+    }
+}
