@@ -9,6 +9,7 @@
 mod acks;
 pub(crate) mod decode;
 pub mod dlq;
+mod intake;
 mod options;
 mod queue;
 mod reader;

@@ -9,17 +9,16 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::codec::Frame;
 use crate::commands;
 use crate::entity::{Entity, Requests, Wake};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::message_id::MessageId;
-use crate::proto::{base_command::Type, BaseCommand};
+use crate::proto::BaseCommand;
 use crate::util::{deadline_after, sleep_until_opt};
 
 use super::acks::{AckFlush, AckTracker, NackTracker};
-use super::decode::decode;
+
 use super::options::{ConsumerOptions, SubscriptionType};
 pub(crate) use super::queue::{Item, QueueRoom};
 pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
@@ -173,11 +172,11 @@ pub(crate) struct ConsumerTask {
 const BURST: usize = 256;
 
 impl ConsumerTask {
-    fn epoch(&self) -> u64 {
+    pub(super) fn epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    fn emit(&mut self, mut item: Item) {
+    pub(super) fn emit(&mut self, mut item: Item) {
         if let Item::Message(m) = &mut item {
             m.source = self.index;
             // Numbered like the handle counts them in `taken_messages`.
@@ -196,21 +195,21 @@ impl ConsumerTask {
 
     /// Upstream keeps no ack state for non-persistent topics (a no-op ack tracker): their
     /// messages all carry the same id, and acks mean nothing to the broker.
-    fn persistent(&self) -> bool {
+    pub(super) fn persistent(&self) -> bool {
         self.entity.topic.is_persistent()
     }
 
     /// Exclusive and Failover subscriptions have one active consumer: the broker cannot
     /// redeliver single messages to it, only rewind (upstream ConsumerImpl redelivers all on
     /// those subscription types).
-    fn single_active(&self) -> bool {
+    pub(super) fn single_active(&self) -> bool {
         matches!(
             self.opts.subscription_type,
             SubscriptionType::Exclusive | SubscriptionType::Failover
         )
     }
 
-    fn refill_at(&self) -> u32 {
+    pub(super) fn refill_at(&self) -> u32 {
         (self.opts.receiver_queue_size / 2).max(1)
     }
 
@@ -384,7 +383,7 @@ impl ConsumerTask {
     /// The connection is gone: what was queued will be redelivered, so the handle discards
     /// it; then subscribe again (a non-durable subscription resumes after what the
     /// application received).
-    fn detached(&mut self) {
+    pub(super) fn detached(&mut self) {
         let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.consumed.store(0, Ordering::Release);
@@ -601,7 +600,7 @@ impl ConsumerTask {
 
     /// Publishes a message to the dead-letter topic in the background; it is acked once
     /// published, or redelivered if publishing fails.
-    fn dead_letter(&self, msg: Message) {
+    pub(super) fn dead_letter(&self, msg: Message) {
         match &self.dlq {
             Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.ops.clone()),
             None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
@@ -666,187 +665,5 @@ impl ConsumerTask {
         self.nacks = NackTracker::default();
         let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
         self.entity.send_control(frame);
-    }
-
-    /// The broker delivered beyond its flow permits, or into a queue already full: a
-    /// protocol violation. Upstream has no such check (its receiver queue grows without
-    /// bound); a careful client closes that connection with an error naming the violation,
-    /// re-subscribes after the backoff (the broker redelivers every unacked message, within
-    /// the new permits), and tells the application with an error item. The entry that
-    /// crossed the line is not accepted; the broker redelivers it.
-    fn flow_violation(&mut self, queued: u64) {
-        self.over_delivered += 1;
-        let size = self.opts.receiver_queue_size;
-        let error = Error::Protocol(format!(
-            "flow control violated by the broker for {}: {} messages delivered beyond the \
-             permits granted and {queued} queued, above the bound of {} for a receiver queue \
-             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
-            self.entity.topic,
-            (-self.permits).max(0),
-            i64::from(size) + overshoot_bound(size),
-        ));
-        tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
-        self.entity.drop_connection(&error.to_string());
-        self.detached();
-        // Emitted after the epoch changed, so the handle does not discard it as stale.
-        self.emit(Item::Error(error));
-    }
-
-    /// Gives back the permits of `n` messages the application will never consume.
-    fn release_permits(&mut self, n: u32) {
-        if let Some(permits) = self.shared.consume(n, self.refill_at()) {
-            if self.entity.conn.is_some() {
-                self.permits += i64::from(permits);
-                self.entity
-                    .send_control(commands::flow(self.entity.id, permits));
-            }
-        }
-    }
-
-    /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
-    fn on_inbound(&mut self, wake: Wake) -> Result<()> {
-        match wake {
-            Wake::Message(m) => {
-                let crate::connection::MessageFrame { command, payload } = *m;
-                match payload {
-                    Some(payload) => self.on_message(command, payload),
-                    None => {
-                        tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored")
-                    }
-                }
-                Ok(())
-            }
-            Wake::Command(frame) => self.on_command(frame),
-            _ => Ok(()),
-        }
-    }
-
-    /// Takes the frame boxed and moves out only the fields it needs: a `BaseCommand` is
-    /// several KB, and moving it per message showed as the consume path's largest copy.
-    fn on_command(&mut self, mut frame: Box<Frame>) -> Result<()> {
-        let command = &mut frame.command;
-        match Type::try_from(command.r#type) {
-            Ok(Type::Message) => {
-                let (Some(cmd), Some(payload)) = (command.message.take(), frame.payload.take())
-                else {
-                    tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored");
-                    return Ok(());
-                };
-                self.on_message(cmd, payload);
-            }
-            Ok(Type::ReachedEndOfTopic) => {
-                return Err(Error::TopicTerminated {
-                    topic: self.entity.topic.to_string(),
-                });
-            }
-            Ok(Type::ActiveConsumerChange) => {
-                let active = command
-                    .active_consumer_change
-                    .take()
-                    .and_then(|c| c.is_active)
-                    .unwrap_or(false);
-                tracing::info!(topic = %self.entity.topic, active, "active consumer change");
-                self.shared.active.send_replace(Some(active));
-            }
-            _ => {
-                tracing::debug!(topic = %self.entity.topic, command = command.r#type,
-                    "ignored consumer command");
-            }
-        }
-        Ok(())
-    }
-
-    fn on_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
-        let max = super::decode::max_decompressed(
-            self.entity
-                .conn
-                .as_ref()
-                .map(|c| c.info().max_message_size)
-                .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE),
-        );
-        // Permits the broker spent: the batch's messages, or only those its ack set still
-        // delivers.
-        let spent = super::decode::permits_spent(&cmd, &payload.metadata);
-        self.permits -= i64::from(spent);
-        // A broker may overshoot by a batch; one far beyond the permits it was given, or one
-        // delivering into a queue that older subscriptions' items (the application is not
-        // reading) already fill, breaks flow control. Checked before anything is decoded, so
-        // the queue holds at most the receiver queue, the tolerance and one entry's messages.
-        let size = self.opts.receiver_queue_size;
-        let bound = overshoot_bound(size);
-        let queued = self.shared.room().queued;
-        if self.entity.conn.is_some()
-            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
-        {
-            self.flow_violation(queued);
-            return;
-        }
-        // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent
-        // before the last redeliver-all is dropped, and its permit given back.
-        if self.single_active() && cmd.consumer_epoch.is_some_and(|e| e < self.consumer_epoch) {
-            self.release_permits(spent);
-            return;
-        }
-        let entry = {
-            let mut id = MessageId::from_proto(&cmd.message_id);
-            id.partition = self.partition;
-            id.entry()
-        };
-        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
-            Ok(messages) => messages,
-            Err(bad) => {
-                // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
-                // error so it is not redelivered forever, and give its permits back (all the
-                // messages the broker counted, where upstream returns one).
-                tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
-                    "undecodable entry discarded");
-                self.shared.discarded.fetch_add(1, Ordering::Relaxed);
-                if self.persistent() {
-                    self.entity.send_control(commands::ack_discarded(
-                        self.entity.id,
-                        entry,
-                        bad.validation,
-                    ));
-                }
-                // One permit comes back when the application takes the error item.
-                self.release_permits(spent - 1);
-                self.emit(Item::Discarded(bad.error));
-                return;
-            }
-        };
-        let persistent = self.persistent();
-        let mut emitted = 0u32;
-        for m in messages {
-            if persistent {
-                self.acks.delivered(&m.id);
-                if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
-                    continue;
-                }
-            }
-            if self.skip_through.is_some_and(|s| m.id <= s) {
-                continue;
-            }
-            if let Some(max) = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count) {
-                if m.redelivery_count > max {
-                    // Over the limit: straight to the dead-letter topic.
-                    self.dead_letter(m);
-                    continue;
-                }
-                if m.redelivery_count >= max {
-                    // Delivered once more; dead-lettered if it fails again.
-                    self.dlq_candidates.insert(m.id, m.clone());
-                }
-            }
-            if persistent && !self.opts.ack_timeout.is_zero() {
-                self.unacked.queued(self.queued_messages, m.id);
-            }
-            emitted += 1;
-            self.emit(Item::Message(m));
-        }
-        // Whatever the broker counted and the application will never consume by receiving
-        // (filtered, acked, compacted out, dead-lettered) gives its permits back here.
-        if spent > emitted {
-            self.release_permits(spent - emitted);
-        }
     }
 }
