@@ -1,0 +1,1 @@
+//! OAuth2 client credentials (filled in below).
