@@ -16,6 +16,8 @@
 
 mod basic;
 #[cfg(feature = "oauth2")]
+mod http;
+#[cfg(feature = "oauth2")]
 pub mod oauth2;
 mod token;
 

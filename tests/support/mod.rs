@@ -22,6 +22,7 @@
 //! live consumer, no batch-index acks.
 #![allow(dead_code)]
 
+#[allow(clippy::duplicate_mod)]
 #[path = "../common/certs.rs"]
 pub mod certs;
 pub mod stunnel;
