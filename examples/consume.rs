@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use common::{die, fail, Args};
-use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+use pulsar_sdk::{InitialPosition, SubscriptionType};
 
 const USAGE: &str = "usage: consume --url U --topic T --subscription S \
 [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest] --count N \
@@ -53,10 +53,7 @@ async fn main() {
         "latest" => InitialPosition::Latest,
         other => fail(USAGE, &format!("unknown --initial-position `{other}`")),
     };
-    let client = Client::builder()
-        .service_url(args.url())
-        .build()
-        .unwrap_or_else(|e| die(e));
+    let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let mut consumer = client
         .consumer(&topic)
         .subscription(subscription)

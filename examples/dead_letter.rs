@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use common::{die, fail, Args};
-use pulsar_sdk::{Client, DeadLetterPolicy, InitialPosition, SubscriptionType};
+use pulsar_sdk::{DeadLetterPolicy, InitialPosition, SubscriptionType};
 
 const USAGE: &str = "usage: dead_letter --url U --topic T --subscription S --max-redeliver N \
 [--dlq-topic D] [--initial-subscription I] [--nack-delay-ms MS] --count M [--timeout-secs S]";
@@ -53,10 +53,7 @@ async fn main() {
     if let Some(i) = args.get("initial-subscription") {
         policy = policy.initial_subscription_name(i);
     }
-    let client = Client::builder()
-        .service_url(args.url())
-        .build()
-        .unwrap_or_else(|e| die(e));
+    let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let mut consumer = client
         .consumer(&topic)
         .subscription(&subscription)

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{die, fail, Args};
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+use pulsar_sdk::{InitialPosition, SubscriptionType};
 
 const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
 --size BYTES [--type exclusive|shared]";
@@ -54,10 +54,7 @@ async fn main() {
     let mode = args.required(USAGE, "mode");
     let n: usize = args.number(USAGE, "n", 100_000);
     let size: usize = args.number(USAGE, "size", 100);
-    let client = Client::builder()
-        .service_url(args.url())
-        .build()
-        .unwrap_or_else(|e| die(e));
+    let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let payload = Bytes::from(vec![b'x'; size]);
     let mut latencies = Vec::new();
     let (cpu0, _) = rusage();

@@ -12,7 +12,7 @@ mod common;
 use std::time::Duration;
 
 use common::{die, fail, Args};
-use pulsar_sdk::{Client, CompressionType, ProducerMessage};
+use pulsar_sdk::{CompressionType, ProducerMessage};
 
 const USAGE: &str = "usage: produce --url U --topic T --count N [--key K] [--property k=v]... \
 [--batch] [--compression none|lz4|zlib|zstd|snappy] [--prefix P] [--interval-ms MS] \
@@ -53,10 +53,7 @@ async fn main() {
         };
         properties.push((k.to_string(), v.to_string()));
     }
-    let client = Client::builder()
-        .service_url(args.url())
-        .build()
-        .unwrap_or_else(|e| die(e));
+    let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let producer = client
         .producer(&topic)
         .batching(args.flag("batch"))

@@ -2,6 +2,11 @@
 //!
 //! Uses the broker at `PULSAR_URL` (or `--url`) if given; otherwise starts the crate's embedded
 //! mock broker in-process, so `cargo run --example quickstart` works with nothing else running.
+//! For a secured cluster: `PULSAR_TLS_TRUST_CERTS`, `PULSAR_TLS_CERT` + `PULSAR_TLS_KEY`,
+//! `PULSAR_ALLOW_INSECURE=1`, `PULSAR_AUTH_TOKEN` (a token or `file:PATH`), `PULSAR_AUTH_OAUTH2`
+//! (`ISSUER,KEYFILE,AUDIENCE`), like the other examples' `--tls-*` / `--auth-*` options.
+
+mod common;
 
 use std::time::Duration;
 
@@ -27,7 +32,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
 
-    let client = Client::builder().service_url(&url).build()?;
+    let client = common::secure(
+        Client::builder().service_url(&url),
+        common::Security::from_env(),
+    )
+    .build()?;
     let topic = format!("quickstart-{}", std::process::id());
 
     // Subscribe first (from the earliest message), then produce.

@@ -8,6 +8,9 @@ use crate::consumer::{ConsumerBuilder, ReaderBuilder};
 use crate::core::{ClientCore, CoreRef};
 use crate::producer::ProducerBuilder;
 
+use crate::auth::{AuthenticationProvider, SharedAuthProvider, TokenAuth};
+#[cfg(feature = "tls")]
+use crate::connection::tls::{TlsConnector, TlsOptions};
 use crate::connection::{Authentication, ConnectionConfig};
 
 use crate::error::{Error, Result};
@@ -35,6 +38,8 @@ pub struct ClientBuilder {
     backoff: BackoffPolicy,
     memory_limit: usize,
     auto_update_partitions_interval: Duration,
+    #[cfg(feature = "tls")]
+    tls: TlsOptions,
 }
 
 impl Default for ClientBuilder {
@@ -46,6 +51,8 @@ impl Default for ClientBuilder {
             backoff: BackoffPolicy::default(),
             memory_limit: DEFAULT_MEMORY_LIMIT,
             auto_update_partitions_interval: Duration::from_secs(60),
+            #[cfg(feature = "tls")]
+            tls: TlsOptions::default(),
         }
     }
 }
@@ -76,9 +83,101 @@ impl ClientBuilder {
         self
     }
 
-    /// Authentication sent when connecting.
+    /// Fixed authentication data sent when connecting and answering auth challenges.
     pub fn authentication(mut self, auth: Authentication) -> Self {
-        self.connection.auth = Some(auth);
+        self.connection.auth = Some(std::sync::Arc::new(auth));
+        self
+    }
+
+    /// The authentication provider, asked for credentials on every new connection and every
+    /// auth challenge (see [`crate::auth`]).
+    pub fn auth_provider(mut self, provider: impl AuthenticationProvider + 'static) -> Self {
+        self.connection.auth = Some(std::sync::Arc::new(provider));
+        self
+    }
+
+    /// Like [`auth_provider`](Self::auth_provider), with a provider shared with others.
+    pub fn auth_provider_shared(mut self, provider: SharedAuthProvider) -> Self {
+        self.connection.auth = Some(provider);
+        self
+    }
+
+    /// Token authentication, with the Java client's parameter syntax: `file:PATH` reads the
+    /// token from the file on every connection and auth challenge; `token:VALUE` or a bare value
+    /// is the token itself (see [`TokenAuth`]).
+    pub fn auth_token(self, token: &str) -> Self {
+        self.auth_provider(TokenAuth::from_param(token))
+    }
+
+    /// TLS client authentication (method `tls`): the client certificate and key (PEM files)
+    /// are presented in the TLS handshake and are the credential.
+    #[cfg(feature = "tls")]
+    pub fn auth_tls(
+        self,
+        cert_file_path: impl Into<std::path::PathBuf>,
+        key_file_path: impl Into<std::path::PathBuf>,
+    ) -> Self {
+        self.tls_cert_file_path(cert_file_path)
+            .tls_key_file_path(key_file_path)
+            .auth_provider(crate::auth::TlsAuth)
+    }
+
+    /// All TLS options at once (used with a `pulsar+ssl://` service URL).
+    #[cfg(feature = "tls")]
+    pub fn tls_options(mut self, options: TlsOptions) -> Self {
+        self.tls = options;
+        self
+    }
+
+    /// PEM file of the certificate authorities to trust (`tlsTrustCertsFilePath`).
+    #[cfg(feature = "tls")]
+    pub fn tls_trust_certs_file_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.trust_certs_file_path = Some(path.into());
+        self
+    }
+
+    /// Also trust the operating system's root certificates (the default when no other trust
+    /// source is set).
+    #[cfg(feature = "tls")]
+    pub fn tls_use_platform_roots(mut self, on: bool) -> Self {
+        self.tls.use_platform_roots = on;
+        self
+    }
+
+    /// Also trust the Mozilla root certificates bundled with the client.
+    #[cfg(feature = "tls")]
+    pub fn tls_use_webpki_roots(mut self, on: bool) -> Self {
+        self.tls.use_webpki_roots = on;
+        self
+    }
+
+    /// Whether the broker's certificate must name the host connected to
+    /// (`tlsHostnameVerificationEnable`). Default `true`; off logs a warning once.
+    #[cfg(feature = "tls")]
+    pub fn tls_hostname_verification(mut self, on: bool) -> Self {
+        self.tls.hostname_verification = on;
+        self
+    }
+
+    /// Accept any broker certificate (`tlsAllowInsecureConnection`). Default `false`; on logs
+    /// a warning once. For tests only.
+    #[cfg(feature = "tls")]
+    pub fn tls_allow_insecure_connection(mut self, on: bool) -> Self {
+        self.tls.allow_insecure_connection = on;
+        self
+    }
+
+    /// PEM file of the client certificate chain for mutual TLS (`tlsCertificateFilePath`).
+    #[cfg(feature = "tls")]
+    pub fn tls_cert_file_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.cert_file_path = Some(path.into());
+        self
+    }
+
+    /// PEM file of the client's private key for mutual TLS (`tlsKeyFilePath`).
+    #[cfg(feature = "tls")]
+    pub fn tls_key_file_path(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.tls.key_file_path = Some(path.into());
         self
     }
 
@@ -126,11 +225,20 @@ impl ClientBuilder {
                 )));
             }
         }
-        if service_url.is_tls() {
+        #[cfg(feature = "tls")]
+        let tls = if service_url.is_tls() {
+            Some(TlsConnector::new(&self.tls)?)
+        } else {
+            None
+        };
+        #[cfg(not(feature = "tls"))]
+        let tls = if service_url.is_tls() {
             return Err(Error::InvalidConfig(format!(
-                "`{service_url}`: TLS (pulsar+ssl://) is not supported yet"
+                "`{service_url}`: TLS (pulsar+ssl://) needs the `tls` cargo feature"
             )));
-        }
+        } else {
+            None
+        };
         if self.memory_limit == 0 || self.memory_limit > u32::MAX as usize {
             return Err(Error::InvalidConfig(
                 "memory_limit must be between 1 byte and 4 GiB".into(),
@@ -143,7 +251,7 @@ impl ClientBuilder {
             ));
         }
         let operation_timeout = self.connection.operation_timeout;
-        let pool = Arc::new(ConnectionPool::new(self.connection));
+        let pool = Arc::new(ConnectionPool::new(self.connection, tls));
         let lookup =
             LookupService::new(pool.clone(), service_url.clone(), self.max_lookup_redirects);
         Ok(Client {

@@ -219,6 +219,15 @@ pub(crate) fn decompress(
     Ok(Bytes::from(out))
 }
 
+#[cfg_attr(
+    not(any(
+        feature = "lz4",
+        feature = "zlib",
+        feature = "zstd",
+        feature = "snappy"
+    )),
+    allow(dead_code)
+)]
 fn corrupt(kind: CompressionType, detail: impl fmt::Display) -> Error {
     Error::Protocol(format!("corrupt {kind} payload: {detail}"))
 }

@@ -4,9 +4,13 @@
 //! failure classes an application reacts to differently — a timeout, a lost connection, a broker
 //! refusal, bad input — are distinct variants.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::codec::CodecError;
+
+/// The error kept as the source of [`Error::Tls`] and [`Error::Authentication`].
+pub type SourceError = Arc<dyn std::error::Error + Send + Sync>;
 
 /// Result alias used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -44,6 +48,30 @@ pub enum Error {
         addr: String,
         /// The I/O error, as text.
         reason: String,
+    },
+
+    /// The TLS connection to a broker could not be established: see [`TlsFailure`] for why.
+    #[error("TLS connection to {addr} failed: {kind}")]
+    Tls {
+        /// The address connected to (`host:port`).
+        addr: String,
+        /// What went wrong, for matching.
+        kind: TlsFailure,
+        /// The TLS library's error.
+        #[source]
+        source: Option<SourceError>,
+    },
+
+    /// The authentication provider could not supply credentials (for a new connection, or to
+    /// answer the broker's auth challenge; that connection is then closed). Retriable: the
+    /// provider is asked again on the next connection.
+    #[error("authentication provider `{method}` failed: {source}")]
+    Authentication {
+        /// The auth method of the provider.
+        method: String,
+        /// The provider's error.
+        #[source]
+        source: SourceError,
     },
 
     /// The connection to the broker was lost (or closed) before the operation completed.
@@ -143,11 +171,52 @@ impl Error {
     /// the broker's transient codes). Follows Java's `isRetriableError` for broker codes.
     pub fn is_retriable(&self) -> bool {
         match self {
-            Error::Connect { .. } | Error::ConnectionLost(_) | Error::Timeout { .. } => true,
+            Error::Connect { .. }
+            | Error::ConnectionLost(_)
+            | Error::Timeout { .. }
+            | Error::Authentication { .. } => true,
             Error::Broker { code, .. } => code.is_retriable(),
             Error::Lookup { .. } | Error::ProducerQueueFull(_) => false,
             _ => false,
         }
+    }
+}
+
+/// Why a TLS connection failed (see [`Error::Tls`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The broker's certificate is not signed by a trusted certificate authority (check
+    /// `tls_trust_certs_file_path`).
+    UntrustedIssuer,
+    /// The broker's certificate does not name the host connected to (hostname verification).
+    HostnameMismatch,
+    /// The broker's certificate has expired.
+    CertificateExpired,
+    /// The broker's certificate is invalid for another reason (not yet valid, revoked,
+    /// malformed, wrong usage ...).
+    InvalidCertificate,
+    /// The broker refused the handshake (a TLS alert: e.g. it requires a client certificate,
+    /// or rejected ours).
+    RefusedByServer,
+    /// The TLS handshake failed otherwise (protocol mismatch, connection closed ...).
+    Handshake,
+}
+
+impl std::fmt::Display for TlsFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TlsFailure::UntrustedIssuer => {
+                "the broker's certificate is not signed by a trusted certificate authority"
+            }
+            TlsFailure::HostnameMismatch => {
+                "the broker's certificate does not match the host name (hostname verification)"
+            }
+            TlsFailure::CertificateExpired => "the broker's certificate has expired",
+            TlsFailure::InvalidCertificate => "the broker's certificate is invalid",
+            TlsFailure::RefusedByServer => "the broker refused the TLS handshake",
+            TlsFailure::Handshake => "the TLS handshake failed",
+        })
     }
 }
 

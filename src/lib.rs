@@ -5,7 +5,9 @@
 //! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. The crate
 //! is layered:
 //! - [`codec`]: the frame codec (simple and payload frames, CRC32C, size limits);
-//! - [`connection`]: one multiplexed connection per broker (a ClientCnx in upstream terms);
+//! - [`connection`]: one multiplexed connection per broker (a ClientCnx in upstream terms), over
+//!   TCP or TLS (cargo feature `tls`, on by default: rustls, no OpenSSL);
+//! - [`auth`]: authentication providers (token, basic, TLS, OAuth2 with the `oauth2` feature);
 //! - the connection pool and [`lookup`] (topic lookup with redirects, partitioned metadata);
 //! - [`producer`] and [`consumer`]: one task per partition, each with its [`lifecycle`];
 //! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
@@ -13,6 +15,7 @@
 #![warn(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod auth;
 pub mod backoff_policy;
 pub(crate) mod batch;
 pub mod client;
@@ -43,6 +46,7 @@ pub(crate) mod util;
 #[cfg(feature = "mock-broker")]
 pub mod mock;
 
+pub use auth::{AuthenticationProvider, BasicAuth, TlsAuth, TokenAuth};
 pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
@@ -51,7 +55,7 @@ pub use consumer::{
     Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
-pub use error::{Error, Result, ServerError};
+pub use error::{Error, Result, ServerError, TlsFailure};
 pub use lifecycle::State;
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};

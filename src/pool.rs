@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::OnceCell;
 
-use crate::connection::{Connection, ConnectionConfig};
+use crate::connection::{Connection, ConnectionConfig, Connector};
 use crate::error::{Error, Result};
 use crate::service_url::{BrokerAddress, ServiceUrl};
 
@@ -28,6 +28,8 @@ type Slot = Arc<OnceCell<Connection>>;
 #[derive(Debug)]
 pub(crate) struct ConnectionPool {
     config: ConnectionConfig,
+    /// Wraps connections to `pulsar+ssl://` brokers; `None` if the client has no TLS.
+    tls: Option<Connector>,
     slots: Mutex<HashMap<PoolKey, Slot>>,
     opened: AtomicUsize,
     /// Set by [`ConnectionPool::close_all`]: no new connections after the client is closed.
@@ -35,9 +37,10 @@ pub(crate) struct ConnectionPool {
 }
 
 impl ConnectionPool {
-    pub(crate) fn new(config: ConnectionConfig) -> Self {
+    pub(crate) fn new(config: ConnectionConfig, tls: Option<Connector>) -> Self {
         ConnectionPool {
             config,
+            tls,
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -58,11 +61,16 @@ impl ConnectionPool {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if logical.is_tls() {
-            return Err(Error::InvalidConfig(format!(
-                "`{logical}`: TLS (pulsar+ssl://) is not supported yet"
-            )));
-        }
+        let tls = match (logical.is_tls(), &self.tls) {
+            (false, _) => None,
+            (true, Some(tls)) => Some(tls),
+            (true, None) => {
+                return Err(Error::InvalidConfig(format!(
+                    "`{logical}` needs TLS, but the client has none (a pulsar+ssl:// service \
+                     URL turns it on; it needs the `tls` cargo feature)"
+                )))
+            }
+        };
         let key = PoolKey {
             logical: logical.to_string(),
             physical: physical.clone(),
@@ -73,12 +81,13 @@ impl ConnectionPool {
             let conn = slot
                 .get_or_try_init(|| async {
                     let proxy_to = (logical.first_host() != physical).then(|| key.logical.clone());
-                    let conn = Connection::connect_tcp(
+                    let conn = Connection::connect(
                         &physical.host,
                         physical.port,
                         &key.logical,
                         proxy_to.as_deref(),
                         &self.config,
+                        tls,
                     )
                     .await?;
                     self.opened.fetch_add(1, Ordering::Relaxed);

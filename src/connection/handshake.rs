@@ -4,12 +4,14 @@ use futures::{SinkExt, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
 use tokio_util::codec::{FramedRead, FramedWrite};
 
-use super::{routing, Authentication, BrokerFeatures, ConnectionConfig, ConnectionInfo};
+use super::{routing, BrokerFeatures, ConnectionConfig, ConnectionInfo};
+use crate::auth::Credentials;
 use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE_LIMIT};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
 
-/// The feature flags this client announces in CONNECT.
+/// The feature flags this client announces in CONNECT. `supports_auth_refresh`: every
+/// AuthChallenge is answered with fresh credentials from the provider, keeping the connection.
 pub(crate) fn client_feature_flags() -> proto::FeatureFlags {
     proto::FeatureFlags {
         supports_auth_refresh: Some(true),
@@ -22,7 +24,7 @@ pub(crate) fn client_feature_flags() -> proto::FeatureFlags {
 
 pub(crate) fn connect_command(
     proxy_to_broker_url: Option<&str>,
-    auth: Option<&Authentication>,
+    auth: Option<&Credentials>,
 ) -> BaseCommand {
     BaseCommand {
         r#type: Type::Connect as i32,
@@ -39,8 +41,8 @@ pub(crate) fn connect_command(
     }
 }
 
-/// The answer to an auth challenge: our (static) credentials again.
-pub(crate) fn auth_response(auth: Option<&Authentication>) -> BaseCommand {
+/// The answer to an auth challenge: credentials just fetched from the provider.
+pub(crate) fn auth_response(auth: Option<&Credentials>) -> BaseCommand {
     BaseCommand {
         r#type: Type::AuthResponse as i32,
         auth_response: Some(proto::CommandAuthResponse {
@@ -90,7 +92,11 @@ where
     let (r, w) = tokio::io::split(stream);
     let mut reader = FramedRead::new(r, PulsarCodec::new());
     let mut writer = FramedWrite::new(w, PulsarCodec::new());
-    let connect = connect_command(proxy_to_broker_url, config.auth.as_ref());
+    let credentials = match &config.auth {
+        Some(provider) => Some(crate::auth::fetch(provider.as_ref()).await?),
+        None => None,
+    };
+    let connect = connect_command(proxy_to_broker_url, credentials.as_ref());
     writer.send(Frame::simple(connect)).await?;
     loop {
         let frame = match reader.next().await {
@@ -155,8 +161,12 @@ where
                 writer.send(Frame::simple(crate::commands::pong())).await?;
             }
             Ok(Type::AuthChallenge) => {
+                let fresh = match &config.auth {
+                    Some(provider) => Some(crate::auth::fetch(provider.as_ref()).await?),
+                    None => None,
+                };
                 writer
-                    .send(Frame::simple(auth_response(config.auth.as_ref())))
+                    .send(Frame::simple(auth_response(fresh.as_ref())))
                     .await?;
             }
             _ => {

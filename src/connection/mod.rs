@@ -8,12 +8,20 @@
 //! every registered entity is told, once.
 //!
 //! The transport is injectable: [`Connection::connect_with_stream`] runs the protocol over any
-//! `AsyncRead + AsyncWrite`, which the tests use with in-memory pipes.
+//! `AsyncRead + AsyncWrite`, which the tests use with in-memory pipes. The pool's connector opens
+//! TCP, wrapped in TLS (the `tls` module, cargo feature `tls`) for `pulsar+ssl://` brokers.
+//!
+//! Authentication: the configured [`AuthenticationProvider`](crate::auth::AuthenticationProvider)
+//! is asked for credentials for CONNECT and again for every AuthChallenge, in the background of
+//! the connection task (which never awaits it in its event loop); if it fails, the connection
+//! closes with [`Error::Authentication`].
 
 mod entity_channel;
 mod handshake;
 pub(crate) mod routing;
 mod task;
+#[cfg(feature = "tls")]
+pub mod tls;
 mod writer;
 
 #[cfg(test)]
@@ -37,7 +45,9 @@ pub(crate) use entity_channel::{
 };
 pub(crate) use routing::EntityKind;
 
-/// Authentication data sent in CONNECT (e.g. method `token` with the token as data).
+/// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method
+/// `token` with the token as data). For credentials that change (rotated tokens, OAuth2) use an
+/// [`AuthenticationProvider`](crate::auth::AuthenticationProvider).
 ///
 /// Its `Debug` output never shows the data.
 #[derive(Clone)]
@@ -81,8 +91,8 @@ pub struct ConnectionConfig {
     /// intervals). A broker that reads nothing we write for twice this long is dead as well.
     /// Default 30 s, like upstream.
     pub keepalive_interval: Duration,
-    /// Optional authentication sent in CONNECT and in answers to auth challenges.
-    pub auth: Option<Authentication>,
+    /// Where the credentials sent in CONNECT and in answers to auth challenges come from.
+    pub auth: Option<crate::auth::SharedAuthProvider>,
     /// Capacity of the channel from handles into the connection task. Default 1024.
     pub command_queue: usize,
 }
@@ -98,6 +108,13 @@ impl Default for ConnectionConfig {
         }
     }
 }
+
+/// The TLS connector connections are wrapped with (a stand-in without the `tls` feature).
+#[cfg(feature = "tls")]
+pub(crate) type Connector = tls::TlsConnector;
+/// The TLS connector connections are wrapped with (a stand-in without the `tls` feature).
+#[cfg(not(feature = "tls"))]
+pub(crate) type Connector = std::convert::Infallible;
 
 /// What the broker advertised about itself in CONNECTED (its FeatureFlags).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -217,14 +234,16 @@ impl fmt::Debug for Connection {
 }
 
 impl Connection {
-    /// Opens a TCP connection to `host:port` and performs the handshake. `broker_url` is the
-    /// logical broker URL; `proxy_to_broker_url` is set when connecting through a proxy.
-    pub(crate) async fn connect_tcp(
+    /// Opens a TCP connection to `host:port` (wrapped in TLS with `tls`) and performs the
+    /// handshake. `broker_url` is the logical broker URL; `proxy_to_broker_url` is set when
+    /// connecting through a proxy.
+    pub(crate) async fn connect(
         host: &str,
         port: u16,
         broker_url: &str,
         proxy_to_broker_url: Option<&str>,
         config: &ConnectionConfig,
+        tls: Option<&Connector>,
     ) -> Result<Connection> {
         let addr = format!("{host}:{port}");
         let stream = tokio::time::timeout(config.connect_timeout, TcpStream::connect(&addr))
@@ -238,6 +257,22 @@ impl Connection {
                 reason: e.to_string(),
             })?;
         let _ = stream.set_nodelay(true);
+        #[cfg(feature = "tls")]
+        if let Some(tls) = tls {
+            let stream =
+                tokio::time::timeout(config.connect_timeout, tls.connect(stream, host, &addr))
+                    .await
+                    .map_err(|_| Error::Timeout {
+                        operation: "TLS handshake",
+                        after: config.connect_timeout,
+                    })??;
+            let slot = stream.error_slot();
+            return Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config)
+                .await
+                .map_err(|e| tls::explain(&slot, &addr, e));
+        }
+        #[cfg(not(feature = "tls"))]
+        let _: Option<&Connector> = tls;
         Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config).await
     }
 

@@ -18,7 +18,8 @@ use super::entity_channel::Delivery;
 use super::handshake::auth_response;
 use super::routing::{self, EntityKind, Route};
 use super::writer::{write_loop, Outgoing};
-use super::{Authentication, ConnectionStats, EntitySender, Op};
+use super::{ConnectionStats, EntitySender, Op};
+use crate::auth::{Credentials, SharedAuthProvider};
 use crate::codec::{Frame, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{base_command::Type, BaseCommand};
@@ -44,7 +45,7 @@ pub(super) struct TaskParams<S> {
     pub closed: watch::Sender<Option<Error>>,
     pub stats: watch::Sender<ConnectionStats>,
     pub keepalive: Duration,
-    pub auth: Option<Authentication>,
+    pub auth: Option<SharedAuthProvider>,
     pub broker_url: String,
     /// The negotiated maximum message size (backlog frames are encoded with its limit).
     pub max_message_size: usize,
@@ -201,9 +202,49 @@ struct Outbox {
     max_frame_size: usize,
     /// Raised while a PONG waits to be written: it answers every PING received meanwhile.
     pong_pending: Arc<AtomicBool>,
-    /// Raised while an AUTH_RESPONSE waits to be written (our credentials are static, so one
-    /// answers every challenge received meanwhile).
-    auth_pending: Arc<AtomicBool>,
+}
+
+/// Answers to auth challenges: the provider is asked in the background (the task never awaits
+/// it in its loop) and its answer sent when it comes. Challenges arriving while one is being
+/// fetched are answered by that one (fetched after they were sent, so it is as fresh).
+struct AuthState {
+    provider: Option<SharedAuthProvider>,
+    fetching: Option<futures::future::BoxFuture<'static, Result<Credentials>>>,
+}
+
+impl AuthState {
+    fn on_challenge(&mut self, out: &mut Outbox) -> Step {
+        let Some(provider) = &self.provider else {
+            // Nothing to refresh: answer without credentials, as upstream does without auth.
+            return out.push(Outgoing::Frame(Box::new(Frame::simple(auth_response(
+                None,
+            )))));
+        };
+        if self.fetching.is_none() {
+            let provider = provider.clone();
+            self.fetching = Some(Box::pin(async move {
+                crate::auth::fetch(provider.as_ref()).await
+            }));
+        }
+        Step::Continue
+    }
+
+    fn on_fetched(&mut self, result: Result<Credentials>, out: &mut Outbox) -> Step {
+        self.fetching = None;
+        match result {
+            Ok(creds) => {
+                tracing::debug!(method = %creds.method, "answering the broker's auth challenge");
+                out.push(Outgoing::Frame(Box::new(Frame::simple(auth_response(
+                    Some(&creds),
+                )))))
+            }
+            Err(e) => {
+                // Upstream ClientCnx closes the connection when it cannot answer a challenge.
+                tracing::warn!(error = %e, "cannot answer the broker's auth challenge; closing");
+                Step::Stop(e)
+            }
+        }
+    }
 }
 
 impl Outbox {
@@ -213,7 +254,6 @@ impl Outbox {
             backlog: VecDeque::new(),
             max_frame_size: max_message_size.saturating_add(crate::codec::FRAME_HEADROOM),
             pong_pending: Arc::default(),
-            auth_pending: Arc::default(),
         }
     }
 
@@ -230,7 +270,7 @@ impl Outbox {
         }
     }
 
-    /// Queues a reply of which at most one may wait (PONG, AUTH_RESPONSE): coalesced with
+    /// Queues a reply of which at most one may wait (PONG): coalesced with
     /// the one already waiting, if any. Upstream answers each PING; a waiting PONG is written
     /// after every PING received so far, so it answers them all.
     fn push_reply(&mut self, pending: Arc<AtomicBool>, command: BaseCommand) -> Step {
@@ -320,6 +360,10 @@ where
     let mut writer_task = tokio::spawn(write_loop(writer, write_rx, stall_limit).in_current_span());
     let mut out = Outbox::new(write_tx, max_message_size);
     let mut router = Router::default();
+    let mut auth = AuthState {
+        provider: auth,
+        fetching: None,
+    };
     let mut alive = KeepAlive {
         interval: keepalive,
         last_inbound: Instant::now(),
@@ -354,7 +398,7 @@ where
                     // Any frame shows the broker alive (upstream's messageReceived()).
                     alive.last_inbound = Instant::now();
                     alive.ping_sent = false;
-                    handle_inbound(frame, &mut router, &mut out, auth.as_ref())
+                    handle_inbound(frame, &mut router, &mut out, &mut auth)
                 }
                 Some(Err(e)) => Step::Stop(Error::from(e)),
                 None => Step::Stop(Error::ConnectionLost("broker closed the connection".into())),
@@ -382,6 +426,9 @@ where
                 // Every handle is gone: nobody can use this connection any more.
                 None => Step::Stop(Error::Closed),
             },
+            creds = async { auth.fetching.as_mut().expect("guarded").await }, if auth.fetching.is_some() => {
+                auth.on_fetched(creds, &mut out)
+            }
             _ = sleep_until_opt(deadline) => {
                 router.expire(Instant::now());
                 Step::Continue
@@ -510,7 +557,7 @@ fn handle_inbound(
     frame: Frame,
     router: &mut Router,
     out: &mut Outbox,
-    auth: Option<&Authentication>,
+    auth: &mut AuthState,
 ) -> Step {
     match routing::route(&frame.command) {
         Route::Request(id) => router.complete(id, frame.command),
@@ -520,10 +567,7 @@ fn handle_inbound(
             return out.push_reply(pending, crate::commands::pong());
         }
         Route::Pong => {}
-        Route::AuthChallenge => {
-            let pending = out.auth_pending.clone();
-            return out.push_reply(pending, auth_response(auth));
-        }
+        Route::AuthChallenge => return auth.on_challenge(out),
         Route::Unhandled => {
             tracing::debug!(command = %routing::type_name(&frame.command),
                 "command not handled by this client; ignored");

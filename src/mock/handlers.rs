@@ -30,6 +30,8 @@ pub(crate) enum Step {
     Ignore,
     /// Close the connection, as a real broker does on a protocol violation.
     Close(String),
+    /// Send this (an ERROR) and close the connection: refused credentials.
+    Refuse(wire::BaseCommand, String),
 }
 
 /// Per-connection facts a handler needs.
@@ -73,6 +75,7 @@ pub(crate) fn handle(
     }
     match ty {
         Type::Ping => Step::Pong,
+        Type::AuthResponse => auth_response(session, cmd),
         Type::Lookup => match &cmd.lookup_topic {
             Some(lookup) => Step::Reply(lookup_response(state, session, lookup)),
             None => malformed(ty),
@@ -195,6 +198,14 @@ fn connect(session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
         return Step::Close("duplicate CONNECT".to_owned());
     }
     let config = session.config;
+    if let Some(auth) = &config.auth {
+        if let Some(reason) = auth.check(
+            connect.auth_method_name.as_deref(),
+            connect.auth_data.as_deref(),
+        ) {
+            return Step::Refuse(error(0, ServerError::AuthenticationError, &reason), reason);
+        }
+    }
     let connected = wire::CommandConnected {
         server_version: config.server_version.clone(),
         protocol_version: Some(connect.protocol_version().min(MAX_PROTOCOL_VERSION)),
@@ -213,6 +224,31 @@ fn connect(session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
     })
 }
 
+/// An answer to an auth challenge: checked like CONNECT's credentials (upstream ServerCnx
+/// closes the connection when they are refused).
+fn auth_response(session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
+    let Some(auth) = &session.config.auth else {
+        return Step::Ignore;
+    };
+    let data = cmd.auth_response.as_ref().and_then(|r| r.response.as_ref());
+    match auth.check(
+        data.and_then(|d| d.auth_method_name.as_deref()),
+        data.and_then(|d| d.auth_data.as_deref()),
+    ) {
+        None => Step::Ignore,
+        Some(reason) => Step::Refuse(error(0, ServerError::AuthenticationError, &reason), reason),
+    }
+}
+
+/// Puts a broker URL in the lookup answer's field for its scheme.
+fn set_broker_url(resp: &mut wire::CommandLookupTopicResponse, url: String) {
+    if url.starts_with("pulsar+ssl://") {
+        resp.broker_service_url_tls = Some(url);
+    } else {
+        resp.broker_service_url = Some(url);
+    }
+}
+
 fn lookup_response(
     state: &BrokerState,
     session: SessionView<'_>,
@@ -226,7 +262,7 @@ fn lookup_response(
     match state.lookup_answer(&req.topic, session.service_url) {
         LookupAnswer::Connect => {
             resp.response = Some(LookupType::Connect as i32);
-            resp.broker_service_url = Some(session.service_url.to_owned());
+            set_broker_url(&mut resp, session.service_url.to_owned());
             resp.authoritative = Some(true);
             resp.proxy_through_service_url = Some(false);
         }
@@ -235,13 +271,19 @@ fn lookup_response(
             authoritative,
         } => {
             resp.response = Some(LookupType::Redirect as i32);
-            resp.broker_service_url = Some(service_url);
+            set_broker_url(&mut resp, service_url);
             resp.authoritative = Some(authoritative);
+            resp.proxy_through_service_url = Some(false);
+        }
+        LookupAnswer::ConnectTo { service_url } => {
+            resp.response = Some(LookupType::Connect as i32);
+            set_broker_url(&mut resp, service_url);
+            resp.authoritative = Some(true);
             resp.proxy_through_service_url = Some(false);
         }
         LookupAnswer::Proxied { service_url } => {
             resp.response = Some(LookupType::Connect as i32);
-            resp.broker_service_url = Some(service_url);
+            set_broker_url(&mut resp, service_url);
             resp.authoritative = Some(true);
             resp.proxy_through_service_url = Some(true);
         }

@@ -78,6 +78,7 @@ mod ops;
 mod permissions;
 mod produce;
 mod record;
+mod secure;
 mod session;
 mod state;
 mod subscription;
@@ -113,6 +114,9 @@ use tokio::task::JoinHandle;
 pub use admin::{MockAdminError, MockBrokerStats};
 pub use permissions::MockAction;
 pub use record::Received;
+#[cfg(feature = "tls")]
+pub use secure::MockTls;
+pub use secure::{MockAuth, REFRESH_AUTH_DATA};
 
 use crate::codec::Frame;
 use crate::error::ServerError;
@@ -158,6 +162,14 @@ pub struct MockBrokerConfig {
     /// current counts again with a new version. Default 30 s; changed at runtime with
     /// [`MockBroker::set_partition_update_resend_timeout`].
     pub partition_update_resend_timeout: Duration,
+    /// Authentication the broker requires, and its auth challenge schedule (see [`MockAuth`]).
+    /// Default `None`: any CONNECT is accepted.
+    pub auth: Option<MockAuth>,
+    /// Serve TLS on the listener (see [`MockTls`]): the service URL is then
+    /// `pulsar+ssl://HOST:PORT` and lookup answers carry `brokerServiceUrlTls`. In-memory
+    /// connections ([`MockBroker::connect_duplex`]) stay plain. Default `None`.
+    #[cfg(feature = "tls")]
+    pub tls: Option<MockTls>,
 }
 
 impl Default for MockBrokerConfig {
@@ -170,6 +182,9 @@ impl Default for MockBrokerConfig {
             require_connect_first: true,
             allow_auto_subscription_creation: true,
             partition_update_resend_timeout: watchers::DEFAULT_RESEND_TIMEOUT,
+            auth: None,
+            #[cfg(feature = "tls")]
+            tls: None,
         }
     }
 }
@@ -220,6 +235,9 @@ pub(crate) struct Shared {
     pub(crate) connections: Mutex<Registry>,
     /// Lookups and metadata requests answered.
     pub(crate) served: watchers::Served,
+    /// Wraps accepted connections in TLS.
+    #[cfg(feature = "tls")]
+    pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The live connections.
@@ -261,6 +279,14 @@ impl MockBroker {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let service_url = format!("pulsar://{addr}");
+        #[cfg(feature = "tls")]
+        let (service_url, tls) = match &config.tls {
+            Some(t) => (
+                format!("pulsar+ssl://{}:{}", t.host(), addr.port()),
+                Some(t.acceptor()?),
+            ),
+            None => (service_url, None),
+        };
         lock(&state).settings.insert(
             service_url.clone(),
             state::BrokerSettings::from_config(&config),
@@ -275,6 +301,8 @@ impl MockBroker {
             log: CommandLog::new(),
             connections: Mutex::new(Registry::default()),
             served: watchers::Served::default(),
+            #[cfg(feature = "tls")]
+            tls,
         });
         let accept_task = tokio::spawn(accept_loop(listener, Arc::clone(&shared)));
         tracing::debug!(%addr, "mock broker started");
@@ -301,8 +329,8 @@ impl MockBroker {
         self.shared().addr
     }
 
-    /// The broker's service URL, `pulsar://127.0.0.1:PORT`; also what it answers in a lookup it
-    /// serves itself.
+    /// The broker's service URL, `pulsar://127.0.0.1:PORT` (`pulsar+ssl://HOST:PORT` with
+    /// TLS); also what it answers in a lookup it serves itself.
     pub fn service_url(&self) -> String {
         self.shared().service_url.clone()
     }
@@ -466,6 +494,13 @@ impl MockBroker {
         self.lookup_rules(|rules| rules.proxy_all(target_service_url));
     }
 
+    /// Acts as a lookup service for another broker: every lookup is answered `Connect` to
+    /// `target_service_url` (without `proxy_through_service_url`), so clients connect to the
+    /// target directly. Cleared by [`MockBroker::clear_lookup_redirect`].
+    pub fn connect_lookups_to(&self, target_service_url: &str) {
+        self.lookup_rules(|rules| rules.connect_all(target_service_url));
+    }
+
     /// Removes the broker-wide redirect: lookups are answered `Connect` again.
     pub fn clear_lookup_redirect(&self) {
         self.lookup_rules(|rules| rules.clear_redirect());
@@ -575,6 +610,23 @@ pub(crate) async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         match listener.accept().await {
             Ok((stream, peer)) => {
                 let _ = stream.set_nodelay(true);
+                #[cfg(feature = "tls")]
+                if let Some(acceptor) = shared.tls.clone() {
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        match acceptor.accept(stream).await {
+                            Ok(tls) => {
+                                if let Some(id) = session::spawn(&shared, tls) {
+                                    tracing::debug!(%peer, conn = %id, "mock broker: accepted (TLS)");
+                                }
+                            }
+                            Err(e) => {
+                                tracing::debug!(%peer, error = %e, "mock broker: TLS handshake failed")
+                            }
+                        }
+                    });
+                    continue;
+                }
                 if let Some(id) = session::spawn(&shared, stream) {
                     tracing::debug!(%peer, conn = %id, "mock broker: accepted");
                 }

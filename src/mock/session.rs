@@ -77,6 +77,7 @@ where
             deadline: Instant::now() + interval,
             awaiting_pong: false,
         }),
+        challenge: None,
     };
     let span = tracing::debug_span!("mock_broker_session", conn = %id);
     let task = tokio::spawn(session.run().instrument(span));
@@ -111,6 +112,15 @@ struct Session<T> {
     delayed: BTreeMap<(Instant, u64), Frame>,
     seq: u64,
     keepalive: Option<Keepalive>,
+    /// The auth challenge schedule, once connected (see [`super::secure`]).
+    challenge: Option<Challenge>,
+}
+
+struct Challenge {
+    interval: Duration,
+    deadline: Instant,
+    /// A challenge went out and its AuthResponse has not arrived yet.
+    awaiting: bool,
 }
 
 /// Why a session ended (for the log).
@@ -135,6 +145,7 @@ where
         loop {
             let next_due = self.delayed.keys().next().map(|(at, _)| *at);
             let keepalive_at = self.keepalive.as_ref().map(|k| k.deadline);
+            let challenge_at = self.challenge.as_ref().map(|c| c.deadline);
             tokio::select! {
                 biased;
                 _ = &mut self.kill => return Err("dropped by the test".into()),
@@ -152,6 +163,9 @@ where
                 }
                 _ = sleep_until(keepalive_at.unwrap_or_else(Instant::now)), if keepalive_at.is_some() => {
                     self.on_keepalive_timer().await?;
+                }
+                _ = sleep_until(challenge_at.unwrap_or_else(Instant::now)), if challenge_at.is_some() => {
+                    self.on_challenge_timer().await?;
                 }
                 read = self.framed.next() => match read {
                     Some(Ok(frame)) => self.on_frame(frame).await?,
@@ -189,10 +203,31 @@ where
             command,
             payload: payload.map(|p| (p.metadata, p.data)),
         });
+        if ty == Type::AuthResponse as i32 && step == Step::Ignore {
+            if let Some(c) = &mut self.challenge {
+                c.awaiting = false;
+            }
+        }
         match step {
             Step::Handshake(connected) => {
                 self.connected = true;
+                let interval = self
+                    .shared
+                    .config
+                    .auth
+                    .as_ref()
+                    .and_then(|a| a.challenge_interval());
+                self.challenge = interval.map(|interval| Challenge {
+                    interval,
+                    deadline: Instant::now() + interval,
+                    awaiting: false,
+                });
                 self.respond(connected).await
+            }
+            Step::Refuse(answer, reason) => {
+                tracing::info!(%reason, "mock broker: authentication refused; closing");
+                self.write(Frame::simple(answer)).await?;
+                Err(reason)
             }
             Step::Reply(response) => {
                 self.shared.served.record(ty);
@@ -264,6 +299,23 @@ where
         k.awaiting_pong = true;
         self.write(Frame::simple(handlers::ping_or_pong(Type::Ping)))
             .await
+    }
+
+    async fn on_challenge_timer(&mut self) -> Result<(), Closed> {
+        let Some(c) = &mut self.challenge else {
+            return Ok(());
+        };
+        if c.awaiting {
+            // Upstream ServerCnx: "client didn't respond to auth challenge on time".
+            return Err("no AuthResponse to the auth challenge in time".into());
+        }
+        c.awaiting = true;
+        c.deadline = Instant::now() + c.interval;
+        let Some(auth) = &self.shared.config.auth else {
+            return Ok(());
+        };
+        let challenge = super::secure::refresh_challenge(auth, &self.shared.config.server_version);
+        self.write(Frame::simple(challenge)).await
     }
 
     fn unresponsive(&self) -> bool {

@@ -274,6 +274,11 @@ pub(crate) enum LookupAnswer {
         /// Whether the redirect is authoritative.
         authoritative: bool,
     },
+    /// `Connect` to another broker, reached directly.
+    ConnectTo {
+        /// The serving broker's service URL.
+        service_url: String,
+    },
     /// `Connect` to another broker, reached through this one as a proxy
     /// (`proxy_through_service_url = true`).
     Proxied {
@@ -337,6 +342,13 @@ impl LookupRules {
     /// Answers every lookup `Connect` to `service_url`, to be reached through this broker.
     pub(crate) fn proxy_all(&mut self, service_url: &str) {
         self.redirect = Some(LookupAnswer::Proxied {
+            service_url: service_url.to_owned(),
+        });
+    }
+
+    /// Answers every lookup `Connect` to `service_url`, reached directly.
+    pub(crate) fn connect_all(&mut self, service_url: &str) {
+        self.redirect = Some(LookupAnswer::ConnectTo {
             service_url: service_url.to_owned(),
         });
     }

@@ -83,11 +83,18 @@ def _logger():
 
 
 def _client(req):
+    # TLS (pulsar+ssl:// URLs): the CA file from PULSAR_OFFICIAL_TLS_TRUST_CERTS, hostname
+    # validated (tests/interop_tls.rs).
+    tls = {}
+    trust = os.environ.get("PULSAR_OFFICIAL_TLS_TRUST_CERTS")
+    if trust:
+        tls = {"tls_trust_certs_file_path": trust, "tls_validate_hostname": True}
     return pulsar.Client(
         req["url"],
         operation_timeout_seconds=int(req.get("operation_timeout_secs", 10)),
         connection_timeout_ms=5000,
         logger=_logger(),
+        **tls,
     )
 
 

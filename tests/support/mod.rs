@@ -22,6 +22,11 @@
 //! live consumer, no batch-index acks.
 #![allow(dead_code)]
 
+#[allow(clippy::duplicate_mod)]
+#[path = "../common/certs.rs"]
+pub mod certs;
+pub mod stunnel;
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -534,7 +539,7 @@ fn config_toml(extra: &str) -> String {
     toml
 }
 
-fn free_port() -> Result<u16, String> {
+pub fn free_port() -> Result<u16, String> {
     let listener =
         TcpListener::bind("127.0.0.1:0").map_err(|e| format!("bind 127.0.0.1:0: {e}"))?;
     listener
