@@ -17,7 +17,10 @@ use pulsar_sdk::AuthenticationProvider;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-const LIFETIME: Duration = Duration::from_secs(2);
+/// Tokens live this long; the provider refreshes at 80 % of it, so the test's "refreshed
+/// before expiry" has a 1 s margin (wide enough for a loaded CI machine; the HTTP runs over
+/// real sockets, so paused time cannot be used).
+const LIFETIME: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 struct Endpoint {
