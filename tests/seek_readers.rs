@@ -26,7 +26,9 @@ async fn recv(consumer: &mut Consumer) -> Message {
 }
 
 async fn read(reader: &mut Reader) -> Message {
-    within("reader recv", reader.recv()).await.expect("a message")
+    within("reader recv", reader.recv())
+        .await
+        .expect("a message")
 }
 
 async fn unbatched(client: &Client, topic: &str) -> Producer {
@@ -179,7 +181,11 @@ async fn seek_by_id_with_retry_enabled_does_not_seek_the_retry_topic() {
         .into_iter()
         .map(|r| r.command.seek.unwrap().consumer_id.to_string())
         .collect();
-    assert_eq!(sent.len(), 1, "only the main topic's consumer seeks: {sent:?}");
+    assert_eq!(
+        sent.len(),
+        1,
+        "only the main topic's consumer seeks: {sent:?}"
+    );
     assert_eq!(recv(&mut consumer).await.id, ids[1]);
 }
 
@@ -209,7 +215,11 @@ async fn acks_still_grouped_at_a_seek_do_not_hide_the_rewound_messages() {
     }
     within("seek", consumer.seek(ids[0])).await.unwrap();
     for id in &ids {
-        assert_eq!(recv(&mut consumer).await.id, *id, "everything again after the seek");
+        assert_eq!(
+            recv(&mut consumer).await.id,
+            *id,
+            "everything again after the seek"
+        );
     }
 }
 
@@ -268,9 +278,11 @@ async fn a_reader_reconnecting_after_a_seek_resumes_from_the_seek_position() {
     subscribes(&broker, 3).await;
     assert_eq!(read(&mut reader).await.id, ids[3]);
     assert_eq!(read(&mut reader).await.id, ids[4]);
-    assert!(!within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        !within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
 }
 
 // Defect 5 ---------------------------------------------------------------------------------
@@ -331,13 +343,17 @@ async fn a_reader_from_latest_inclusive_reads_the_last_message() {
         .create()
         .await
         .unwrap();
-    assert!(within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
     assert_eq!(read(&mut reader).await.id, ids[2]);
-    assert!(!within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        !within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -352,17 +368,23 @@ async fn has_message_available_compares_the_batch_index_of_the_start() {
         .create()
         .await
         .unwrap();
-    assert!(within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
     assert_eq!(read(&mut reader).await.id, ids[1]);
-    assert!(within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
     assert_eq!(read(&mut reader).await.id, ids[2]);
-    assert!(!within("has_message_available", reader.has_message_available())
-        .await
-        .unwrap());
+    assert!(
+        !within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]
@@ -392,10 +414,14 @@ async fn has_message_available_after_seek_by_time_follows_the_cursor() {
             .unwrap(),
         "nothing is published after the seek time"
     );
-    within("seek by time", reader.seek_by_time(0)).await.unwrap();
-    assert!(within("has_message_available", reader.has_message_available())
+    within("seek by time", reader.seek_by_time(0))
         .await
-        .unwrap());
+        .unwrap();
+    assert!(
+        within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
     assert_eq!(read(&mut reader).await.id, ids[0]);
 }
 
@@ -589,7 +615,10 @@ async fn the_receiver_queue_is_bounded_across_partitions() {
         .into_iter()
         .map(|r| r.command.flow.unwrap().message_permits)
         .collect();
-    assert!(flows.iter().all(|&p| p == 500), "50,000 / 100 each: {flows:?}");
+    assert!(
+        flows.iter().all(|&p| p == 500),
+        "50,000 / 100 each: {flows:?}"
+    );
     consumer.close().await.unwrap();
 
     let topic = "few-partitions";

@@ -135,7 +135,10 @@ pub(super) struct GrowContext {
 }
 
 /// Adds partition consumers when the topic grows (PIP-247 updates or polling).
-pub(super) async fn grow(mut ctx: GrowContext, mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>) {
+pub(super) async fn grow(
+    mut ctx: GrowContext,
+    mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>,
+) {
     while let Some(req) = rx.recv().await {
         // The consumer is gone once nothing can receive its items.
         let Some(out) = ctx.out.upgrade() else { return };

@@ -222,7 +222,10 @@ impl Reader {
                     id,
                     inclusive: false,
                 } if id == MessageId::LATEST => false,
-                Position::Start { id, inclusive: true } if id == MessageId::LATEST => {
+                Position::Start {
+                    id,
+                    inclusive: true,
+                } if id == MessageId::LATEST => {
                     // Upstream seeks to the last message so that it is read (inclusive).
                     self.consumer.seek(last).await?;
                     self.partitions.insert(

@@ -10,7 +10,7 @@ use tokio::time::Instant;
 
 use super::acks::{AckTracker, NackTracker};
 use super::partition::{skip_through, start_position};
-use super::task::{ConsumerOp, ConsumerTask, Pending, PartitionShared, SeekTarget};
+use super::task::{ConsumerOp, ConsumerTask, PartitionShared, Pending, SeekTarget};
 use super::Consumer;
 use crate::commands;
 use crate::entity::Requests;
@@ -148,17 +148,22 @@ impl IdRequest {
 
 /// Whether a failed seek or get-last-message-id is sent again once the consumer is subscribed
 /// again: the connection went away, or the broker no longer knows the consumer (it disconnects
-/// every consumer of the subscription on a seek, and may answer a request that crossed its
-/// CLOSE_CONSUMER with ConsumerNotFound).
+/// every consumer of the subscription on a seek, and answers a request that crossed its
+/// CLOSE_CONSUMER with "Consumer not found": upstream `ServerCnx` sends that as a MetadataError,
+/// other brokers as ConsumerNotFound).
 fn wait_for_resubscribe(e: &Error) -> bool {
-    matches!(
-        e,
-        Error::ConnectionLost(_)
-            | Error::Broker {
-                code: ServerError::ConsumerNotFound,
-                ..
-            }
-    )
+    match e {
+        Error::ConnectionLost(_) => true,
+        Error::Broker {
+            code: ServerError::ConsumerNotFound,
+            ..
+        } => true,
+        Error::Broker {
+            code: ServerError::MetadataError,
+            message,
+        } => message.contains("Consumer not found"),
+        _ => false,
+    }
 }
 
 impl ConsumerTask {
@@ -205,7 +210,12 @@ impl ConsumerTask {
     }
 
     /// The broker's answer to a seek or get-last-message-id.
-    pub(super) fn on_id_answer(&mut self, req: IdRequest, deadline: Instant, r: Result<BaseCommand>) {
+    pub(super) fn on_id_answer(
+        &mut self,
+        req: IdRequest,
+        deadline: Instant,
+        r: Result<BaseCommand>,
+    ) {
         match (req, r) {
             (req, Err(e)) if wait_for_resubscribe(&e) && Instant::now() < deadline => {
                 tracing::debug!(topic = %self.entity.topic, error = %e,
@@ -277,8 +287,8 @@ impl ConsumerTask {
         // Upstream `flushAndClean` (the acks were flushed when the seek was sent) and its
         // cleared unacked / negative-ack trackers: the rewound messages are delivered again
         // even if they were acked, negatively acked or counted for the ack timeout before.
-        self.acks =
-            AckTracker::new(self.opts.ack_group_max).with_batch_index_ack(self.opts.batch_index_ack);
+        self.acks = AckTracker::new(self.opts.ack_group_max)
+            .with_batch_index_ack(self.opts.batch_index_ack);
         self.ack_deadline = None;
         self.nacks = NackTracker::default();
         self.unacked.clear();

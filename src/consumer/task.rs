@@ -21,8 +21,8 @@ use super::acks::{AckFlush, AckTracker, NackTracker};
 
 use super::options::{ConsumerOptions, SubscriptionType};
 pub(crate) use super::queue::{Item, QueueRoom};
-pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
 use super::seek::{IdRequest, LastIds};
+pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
 use super::unacked::Unacked;
 
 /// How far beyond its flow permits a broker may push (in messages: this many receiver queues
