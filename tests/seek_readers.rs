@@ -636,7 +636,7 @@ async fn the_receiver_queue_is_bounded_across_partitions() {
         .await
         .expect("a FLOW per partition")[before..]
         .iter()
-        .map(|r| r.command.flow.clone().unwrap().message_permits)
+        .map(|r| r.command.flow.unwrap().message_permits)
         .collect();
     assert_eq!(flows, vec![250; 4]);
 }

@@ -186,9 +186,11 @@ impl ConsumerOptions {
     /// `MultiTopicsConsumerImpl` (`min(receiverQueueSize, maxTotal / partitions)`).
     pub(crate) fn for_partitions(&self, partitions: u32) -> ConsumerOptions {
         let mut o = self.clone();
-        if partitions > 0 {
-            let share = (self.max_total_receiver_queue_size_across_partitions / partitions).max(1);
-            o.receiver_queue_size = self.receiver_queue_size.min(share);
+        if let Some(share) = self
+            .max_total_receiver_queue_size_across_partitions
+            .checked_div(partitions)
+        {
+            o.receiver_queue_size = self.receiver_queue_size.min(share.max(1));
         }
         o
     }
