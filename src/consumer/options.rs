@@ -249,3 +249,23 @@ impl ConsumerOptions {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_receiver_queue_is_shared_across_partitions() {
+        let o = ConsumerOptions::default();
+        assert_eq!(o.for_partitions(0).receiver_queue_size, 1000);
+        assert_eq!(o.for_partitions(10).receiver_queue_size, 1000);
+        assert_eq!(o.for_partitions(100).receiver_queue_size, 500);
+        assert_eq!(o.for_partitions(100_000).receiver_queue_size, 1);
+        let zero = ConsumerOptions {
+            subscription: "s".into(),
+            max_total_receiver_queue_size_across_partitions: 0,
+            ..Default::default()
+        };
+        assert!(zero.validate().is_err());
+    }
+}

@@ -290,3 +290,25 @@ impl Stream for Reader {
         polled
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_after_counts_batch_indexes_within_one_entry_only() {
+        let b = |e, i| MessageId {
+            batch_index: i,
+            batch_size: 3,
+            ..MessageId::new(1, e, -1)
+        };
+        // Inside one batch: by index.
+        assert!(is_after(b(4, 2), b(4, 0), false));
+        assert!(!is_after(b(4, 2), b(4, 2), false));
+        assert!(is_after(b(4, 2), b(4, 2), true));
+        // A whole-entry start includes (inclusive) or excludes the entry's batch.
+        assert!(is_after(b(4, 2), MessageId::new(1, 4, -1), true));
+        assert!(!is_after(b(4, 2), MessageId::new(1, 4, -1), false));
+        assert!(is_after(MessageId::new(1, 5, -1), b(4, 2), false));
+    }
+}
