@@ -109,9 +109,31 @@ impl ClientCore {
     }
 
     /// The number of partitions of `topic` (0: not partitioned).
+    ///
+    /// Retriable failures (no connection to the broker, a timeout, a retriable broker error)
+    /// are retried with the client's backoff until the operation timeout, like upstream's
+    /// `BinaryProtoLookupService.getPartitionedTopicMetadata` (which retries with a backoff
+    /// bounded by the remaining operation time); then the last error is returned.
     pub(crate) async fn partitioned_topic_metadata(&self, topic: &str) -> Result<u32> {
         let topic = TopicName::new(topic)?;
-        self.lookup.partitioned_metadata(&topic).await
+        let deadline = crate::util::deadline_after(self.operation_timeout);
+        let mut backoff = self.backoff();
+        loop {
+            match self.lookup.partitioned_metadata(&topic).await {
+                Err(e) if e.is_retriable() && !self.is_shut_down() => {
+                    let now = tokio::time::Instant::now();
+                    if now >= deadline {
+                        return Err(e);
+                    }
+                    // Never past the deadline: the last attempt is made at it.
+                    let delay = backoff.next_delay().min(deadline - now);
+                    tracing::debug!(%topic, error = %e, ?delay,
+                        "partitioned metadata failed; retrying");
+                    tokio::time::sleep(delay).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// A connection to one of the service URL's brokers (lookups, metadata, watchers).

@@ -195,32 +195,41 @@ impl DeadLetterSink {
 
     /// Publishes `msg` to the dead-letter topic.
     pub(crate) async fn dead_letter(&self, msg: &Message) -> Result<()> {
+        self.publish_dead_letter(self.letter(msg)).await
+    }
+
+    async fn publish_dead_letter(&self, letter: ProducerMessage) -> Result<()> {
         let producer = self.dlq_producer().await?;
-        producer.send_and_wait(self.letter(msg)).await.map(|_| ())
+        producer.send_and_wait(letter).await.map(|_| ())
     }
 
     /// Publishes `msg` to the retry topic (or, past the maximum, to the dead-letter topic).
     /// Returns true when it went to the dead-letter topic.
+    ///
+    /// Like upstream's `ConsumerImpl.doReconsumeLater`, RECONSUMETIMES and DELAY_TIME are set
+    /// to this call's values first, so the dead-letter copy made after the last retry carries
+    /// them too (the count past the maximum, and this call's delay), not the previous retry's.
     pub(crate) async fn retry_later(&self, msg: &Message, delay: Duration) -> Result<bool> {
         let times = msg
             .properties
             .get(RECONSUME_TIMES)
             .and_then(|v| v.parse::<u32>().ok())
             .unwrap_or(0)
-            + 1;
-        if times > self.policy.max_redeliver_count {
-            self.dead_letter(msg).await?;
-            return Ok(true);
-        }
-        let mut letter = self.letter(msg).deliver_after(delay);
+            .saturating_add(1);
+        let mut letter = self.letter(msg);
         letter
             .properties
             .insert(RECONSUME_TIMES.into(), times.to_string());
         letter
             .properties
             .insert(DELAY_TIME.into(), delay.as_millis().to_string());
+        if times > self.policy.max_redeliver_count {
+            // Delivered at once: the dead-letter topic is not delayed.
+            self.publish_dead_letter(letter).await?;
+            return Ok(true);
+        }
         let producer = self.retry_producer().await?;
-        producer.send_and_wait(letter).await?;
+        producer.send_and_wait(letter.deliver_after(delay)).await?;
         Ok(false)
     }
 

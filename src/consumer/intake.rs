@@ -191,6 +191,7 @@ impl ConsumerTask {
                 self.unacked.queued(self.queued_messages, m.id);
             }
             emitted += 1;
+            self.note_delivered(m.id);
             self.emit(Item::Message(m));
         }
         // Whatever the broker counted and the application will never consume by receiving

@@ -11,14 +11,16 @@ pub(crate) mod decode;
 pub mod dlq;
 mod intake;
 mod options;
+mod partition;
 mod queue;
 mod reader;
+mod seek;
 mod subscribe;
 mod task;
 mod unacked;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -32,33 +34,22 @@ pub use options::{
 };
 pub use reader::{Reader, ReaderBuilder};
 
-use crate::connection::EntityKind;
 use crate::core::CoreRef;
-use crate::entity::Entity;
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State};
-use acks::{AckTracker, NackTracker};
+use partition::{grow, spawn_partition, GrowContext};
 
 /// Every partition task of a consumer by index, filled in before each task starts (so the
 /// handle can always resolve the index of a queued item). Grows with the topic.
 pub(crate) type Registry = Arc<Mutex<Vec<Option<Arc<PartitionShared>>>>>;
 
-fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShared>) {
-    let mut r = registry.lock().unwrap_or_else(|e| e.into_inner());
-    if r.len() <= index {
-        r.resize(index + 1, None);
-    }
-    r[index] = Some(shared);
-}
 #[cfg(feature = "fuzzing")]
 pub(crate) use task::overshoot_bound;
-use task::{
-    subscribe_command, ConsumerOp, ConsumerTask, Item, PartitionShared, SeekTarget, SubscribeParams,
-};
+use task::{ConsumerOp, Item, PartitionShared};
 
 /// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).
 #[derive(Debug, Clone)]
@@ -110,6 +101,15 @@ impl ConsumerBuilder {
     /// Messages the broker may push ahead of the application. Default 1000.
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
+        self
+    }
+
+    /// Bounds the receiver queues of a partitioned consumer in all (default 50,000): each
+    /// partition gets `min(receiver_queue_size, this / partitions)`, at least 1, like
+    /// upstream's `maxTotalReceiverQueueSizeAcrossPartitions`. Must be at least 1. Partitions
+    /// the topic gains later get the share computed at subscribe time.
+    pub fn max_total_receiver_queue_size_across_partitions(mut self, n: u32) -> Self {
+        self.options.max_total_receiver_queue_size_across_partitions = n;
         self
     }
 
@@ -198,11 +198,12 @@ pub struct Consumer {
     subscription_type: SubscriptionType,
     partitions: Vec<Arc<PartitionShared>>,
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
-    refill_at: u32,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
-    /// Dead-letter / retry publishing, when a policy applies.
+    /// Dead-letter / retry publishing, when a policy applies or retries are enabled.
     dlq: Option<Arc<dlq::DeadLetterSink>>,
+    /// Whether `reconsume_later` may publish to the retry topic.
+    retry_enable: bool,
     /// Every partition task by index (the source of `partitions`).
     registry: Registry,
     /// The number of partitions of the topic, for observers (0 if not partitioned).
@@ -218,11 +219,25 @@ impl Consumer {
         options: ConsumerOptions,
     ) -> Result<Consumer> {
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+        if partitions > 0 {
+            if let Some(start) = options.start_message_id {
+                // Upstream PulsarClientImpl.createReaderAsync: a reader of a partitioned topic
+                // starts at earliest or latest only (an id names one partition's position).
+                if start != MessageId::EARLIEST && start != MessageId::LATEST {
+                    return Err(Error::InvalidConfig(format!(
+                        "the partitioned topic startMessageId is illegal: {topic} has \
+                         {partitions} partitions; a reader of a partitioned topic starts at \
+                         earliest or latest (then seek a partition by id)"
+                    )));
+                }
+            }
+        }
         let mut options = options;
         if options.retry_enable && options.dead_letter_policy.is_none() {
             // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
             options.dead_letter_policy = Some(DeadLetterPolicy::new(16));
         }
+        let main_options = Arc::new(options.for_partitions(partitions));
         let options = Arc::new(options);
         let (tx, rx) = mpsc::unbounded_channel();
         let mut names: Vec<(TopicName, i32)> = if partitions == 0 {
@@ -233,23 +248,30 @@ impl Consumer {
                 .collect()
         };
         let main_count = names.len();
-        // Dead-lettering applies to Shared and Key_Shared subscriptions, like upstream.
-        let dlq = options.dead_letter_policy.clone().and_then(|policy| {
-            matches!(
-                options.subscription_type,
-                SubscriptionType::Shared | SubscriptionType::KeyShared
-            )
-            .then(|| {
+        let shared_type = matches!(
+            options.subscription_type,
+            SubscriptionType::Shared | SubscriptionType::KeyShared
+        );
+        // The dead-letter and retry topics' publisher. `reconsume_later` works on every
+        // subscription type, like Java and Go (the retry topic is subscribed on all of them);
+        // dead-lettering after too many redeliveries applies to Shared and Key_Shared only,
+        // like upstream (Exclusive / Failover redeliver by rewinding, without counts).
+        let sink = options
+            .dead_letter_policy
+            .clone()
+            .filter(|_| shared_type || options.retry_enable)
+            .map(|policy| {
                 Arc::new(dlq::DeadLetterSink::new(
                     client.clone(),
                     &topic,
                     &options.subscription,
                     policy,
                 ))
-            })
-        });
+            });
+        let dlq = sink.clone().filter(|_| shared_type);
+        let mut retry_options = None;
         if options.retry_enable {
-            let retry_topic = match &dlq {
+            let retry_topic = match &sink {
                 Some(sink) => TopicName::new(&sink.retry_topic)?,
                 None => {
                     TopicName::new(&dlq::default_topic(&topic, &options.subscription, "-RETRY"))?
@@ -258,6 +280,7 @@ impl Consumer {
             let n = client
                 .partitioned_topic_metadata(retry_topic.as_str())
                 .await?;
+            retry_options = Some(Arc::new(options.for_partitions(n)));
             if n == 0 {
                 names.push((retry_topic, -1));
             } else {
@@ -277,7 +300,10 @@ impl Consumer {
                 t.clone(),
                 *partition,
                 index,
-                &options,
+                match &retry_options {
+                    Some(retry) if index >= main_count => retry,
+                    _ => &main_options,
+                },
                 &consumer_name,
                 durable,
                 tx.clone(),
@@ -304,7 +330,7 @@ impl Consumer {
             let ctx = GrowContext {
                 client: client.clone(),
                 topic: topic.clone(),
-                options: options.clone(),
+                options: main_options.clone(),
                 consumer_name: consumer_name.clone(),
                 durable,
                 out: tx.downgrade(),
@@ -326,9 +352,9 @@ impl Consumer {
             subscription_type: options.subscription_type,
             partitions: shared,
             rx,
-            refill_at: (options.receiver_queue_size / 2).max(1),
             peeked: None,
-            dlq,
+            dlq: sink,
+            retry_enable: options.retry_enable,
             registry,
             count,
             _registration: registration,
@@ -380,7 +406,7 @@ impl Consumer {
         let p = self.partitions.get(index)?;
         if item.counted() {
             // Out of the queue: room for another message (see `QueueRoom`).
-            if let Some(n) = p.taken(epoch, self.refill_at) {
+            if let Some(n) = p.taken(epoch, p.refill_at) {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
         }
@@ -485,50 +511,6 @@ impl Consumer {
         rx.await.unwrap_or(Err(Error::Closed))
     }
 
-    /// Moves the subscription to a message id (every partition of a partitioned topic).
-    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
-        self.check_persistent("seek")?;
-        self.peeked = None;
-        for p in &self.all() {
-            Self::ask(p, |tx| ConsumerOp::Seek(SeekTarget::Id(id), tx)).await?;
-        }
-        Ok(())
-    }
-
-    /// Moves the subscription to the first message published at or after `publish_time_ms`.
-    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
-        self.check_persistent("seek")?;
-        self.peeked = None;
-        for p in &self.all() {
-            Self::ask(p, |tx| {
-                ConsumerOp::Seek(SeekTarget::PublishTime(publish_time_ms), tx)
-            })
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// The id of the last message stored on each partition.
-    pub async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
-        self.check_persistent("get the last message id")?;
-        let mut out = Vec::new();
-        for p in &self.all() {
-            out.push(Self::ask(p, ConsumerOp::LastMessageId).await?);
-        }
-        Ok(out)
-    }
-
-    fn check_persistent(&self, what: &str) -> Result<()> {
-        if self.topic.is_persistent() {
-            Ok(())
-        } else {
-            Err(Error::InvalidConfig(format!(
-                "cannot {what} on a non-persistent topic ({}): it stores no messages",
-                self.topic
-            )))
-        }
-    }
-
     /// The consumer's lifecycle state (aggregated over partitions like
     /// [`crate::Producer::state`]).
     pub fn state(&self) -> State {
@@ -550,15 +532,6 @@ impl Consumer {
         self.all()[0].state.clone()
     }
 
-    /// The last stored id of each partition, each with its own outcome (for readers).
-    pub(crate) async fn last_message_id_each(&self) -> Vec<Result<MessageId>> {
-        let mut out = Vec::new();
-        for p in &self.all() {
-            out.push(Self::ask(p, ConsumerOp::LastMessageId).await);
-        }
-        out
-    }
-
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
     /// broker says). Wait for changes with `changed().await` on the receiver.
     pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
@@ -573,21 +546,27 @@ impl Consumer {
         Ok(())
     }
 
-    /// The dead-letter topic, when a dead-letter policy applies to this consumer.
+    /// The dead-letter topic, when this consumer publishes to one: a dead-letter policy on a
+    /// Shared or Key_Shared subscription, or `retry_enable` on any subscription (retries past
+    /// the maximum go there).
     pub fn dead_letter_topic(&self) -> Option<&str> {
         self.dlq.as_ref().map(|d| d.dlq_topic.as_str())
     }
 
     /// Publishes `msg` to the retry-letter topic, to be delivered again after `delay` (with
     /// RECONSUMETIMES and DELAY_TIME properties), then acks it. Past the policy's maximum it
-    /// goes to the dead-letter topic instead. Needs `retry_enable` on a Shared or Key_Shared
-    /// subscription.
+    /// goes to the dead-letter topic instead (with the RECONSUMETIMES and DELAY_TIME of this
+    /// call).
+    ///
+    /// Needs `retry_enable`; works on every subscription type, like Java and Go: on Exclusive
+    /// and Failover the retry topic is subscribed with the same type, and the message is acked
+    /// individually. Fails with [`Error::InvalidConfig`] without `retry_enable`.
     pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
-        let sink = self.dlq.as_ref().ok_or_else(|| {
-            Error::InvalidConfig(
-                "reconsume_later needs retry_enable on a Shared or Key_Shared subscription".into(),
-            )
-        })?;
+        let sink = self
+            .dlq
+            .as_ref()
+            .filter(|_| self.retry_enable)
+            .ok_or_else(|| Error::InvalidConfig("reconsume_later needs retry_enable".into()))?;
         Box::pin(sink.retry_later(msg, delay)).await?;
         self.ack(msg)
     }
@@ -650,176 +629,6 @@ impl Stream for Consumer {
                 Poll::Pending => return Poll::Pending,
             }
         }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn spawn_partition(
-    client: &CoreRef,
-    topic: TopicName,
-    partition: i32,
-    index: usize,
-    options: &Arc<ConsumerOptions>,
-    consumer_name: &str,
-    durable: bool,
-    out: mpsc::UnboundedSender<(usize, u64, Item)>,
-    group: &GroupClose,
-    dlq: Option<Arc<dlq::DeadLetterSink>>,
-    registry: &Registry,
-    main: bool,
-) -> Result<Arc<PartitionShared>> {
-    let consumer_id = client.new_consumer_id();
-    let start = options.start_message_id.map(|s| {
-        if s.is_batch() {
-            // With a batch index the broker starts at that entry; the filter below drops the
-            // messages of the batch before `s`.
-            s
-        } else if options.start_inclusive && s.entry_id > 0 && s != MessageId::LATEST {
-            // Start one entry earlier; the filter below drops what precedes `s`.
-            MessageId::new(s.ledger_id, s.entry_id - 1, s.partition)
-        } else {
-            s
-        }
-    });
-    let cmd = subscribe_command(&SubscribeParams {
-        topic: &topic,
-        consumer_id,
-        consumer_name,
-        opts: options,
-        durable,
-        start: if durable { None } else { start },
-        consumer_epoch: 0,
-    });
-    let slot = crate::entity::Slot {
-        kind: EntityKind::Consumer,
-        id: consumer_id,
-        // What the broker may push: the permits, plus the overshoot real dispatchers show.
-        inbound_bound: (i64::from(options.receiver_queue_size)
-            + task::overshoot_bound(options.receiver_queue_size))
-        .try_into()
-        .unwrap_or(usize::MAX),
-    };
-    let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-    let (ops_tx, ops_rx) = mpsc::unbounded_channel();
-    let shared = Arc::new(PartitionShared {
-        partition,
-        main,
-        epoch: AtomicU64::new(0),
-        permit_epoch: AtomicU64::new(0),
-        consumed: AtomicU32::new(0),
-        taken_messages: AtomicU64::new(0),
-        last_dequeued: Mutex::new(None),
-        ops: ops_tx,
-        active: watch::Sender::new(None),
-        state: entity.life.watch(),
-        discarded: AtomicU64::new(0),
-        room: Mutex::new(task::QueueRoom::default()),
-    });
-    // A reader skips what precedes its start position (and the start itself if exclusive).
-    let skip_through = options.start_message_id.and_then(|s| {
-        if s == MessageId::EARLIEST || s == MessageId::LATEST {
-            None
-        } else if options.start_inclusive {
-            previous_position(s)
-        } else {
-            Some(s)
-        }
-    });
-    let mut task = ConsumerTask {
-        entity,
-        partition,
-        index,
-        opts: options.clone(),
-        consumer_name: consumer_name.to_string(),
-        durable,
-        ops: ops_rx,
-        out,
-        shared: shared.clone(),
-        acks: AckTracker::new(options.ack_group_max).with_batch_index_ack(options.batch_index_ack),
-        nacks: NackTracker::default(),
-        ack_deadline: None,
-        skip_through,
-        permits: 0,
-        consumer_epoch: 0,
-        dlq: dlq.clone(),
-        dlq_candidates: Default::default(),
-        unacked: Default::default(),
-        queued_messages: 0,
-        over_delivered: 0,
-    };
-    task.start_flow();
-    registry_insert(registry, index, shared.clone());
-    tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
-    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
-    tokio::spawn(tracing::Instrument::instrument(task.run(), span));
-    Ok(shared)
-}
-
-/// What a consumer needs to add partition tasks when its topic grows.
-struct GrowContext {
-    client: CoreRef,
-    topic: TopicName,
-    options: Arc<ConsumerOptions>,
-    consumer_name: String,
-    durable: bool,
-    out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
-    group: GroupClose,
-    dlq: Option<Arc<dlq::DeadLetterSink>>,
-    registry: Registry,
-    count: watch::Sender<usize>,
-    current: u32,
-}
-
-/// Adds partition consumers when the topic grows (PIP-247 updates or polling).
-async fn grow(mut ctx: GrowContext, mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>) {
-    while let Some(req) = rx.recv().await {
-        // The consumer is gone once nothing can receive its items.
-        let Some(out) = ctx.out.upgrade() else { return };
-        let mut result = Ok(());
-        for i in ctx.current..req.partitions {
-            let index = ctx.registry.lock().unwrap_or_else(|e| e.into_inner()).len();
-            let created = Box::pin(spawn_partition(
-                &ctx.client,
-                ctx.topic.partition(i),
-                i as i32,
-                index,
-                &ctx.options,
-                &ctx.consumer_name,
-                ctx.durable,
-                out.clone(),
-                &ctx.group,
-                ctx.dlq.clone(),
-                &ctx.registry,
-                true,
-            ))
-            .await;
-            match created {
-                Ok(_) => ctx.current = i + 1,
-                Err(e) => {
-                    tracing::warn!(topic = %ctx.topic, partition = i, error = %e,
-                        "could not subscribe to a new partition");
-                    result = Err(e);
-                    break;
-                }
-            }
-        }
-        ctx.count.send_replace(ctx.current as usize);
-        let _ = req.done.send(result);
-    }
-}
-
-/// The position just before `id` (so that `id` itself is not skipped).
-fn previous_position(id: MessageId) -> Option<MessageId> {
-    if id.is_batch() && id.batch_index > 0 {
-        Some(MessageId {
-            batch_index: id.batch_index - 1,
-            ..id
-        })
-    } else if id.entry_id > 0 {
-        // Every message of the previous entry sorts at or before its whole-entry id.
-        Some(MessageId::new(id.ledger_id, id.entry_id - 1, id.partition))
-    } else {
-        None
     }
 }
 

@@ -95,6 +95,7 @@ pub enum SubscriptionMode {
 
 /// Everything a consumer is configured with.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConsumerOptions {
     /// The subscription name (required).
     pub subscription: String,
@@ -110,6 +111,10 @@ pub struct ConsumerOptions {
     /// Messages the broker may push ahead of the application (flow permits). Default 1000;
     /// refilled when half are consumed.
     pub receiver_queue_size: u32,
+    /// Bounds the receiver queues of a partitioned consumer in all: each partition gets
+    /// `min(receiver_queue_size, this / partitions)` (at least 1), like upstream's
+    /// `maxTotalReceiverQueueSizeAcrossPartitions`. Default 50,000; at least 1.
+    pub max_total_receiver_queue_size_across_partitions: u32,
     /// Acks are grouped for this long before being sent. Default 100 ms; zero sends each ack
     /// at once.
     pub ack_group_time: Duration,
@@ -155,6 +160,7 @@ impl Default for ConsumerOptions {
             subscription_mode: None,
             consumer_name: None,
             receiver_queue_size: 1000,
+            max_total_receiver_queue_size_across_partitions: 50_000,
             ack_group_time: Duration::from_millis(100),
             ack_group_max: 1000,
             negative_ack_delay: Duration::from_secs(60),
@@ -175,6 +181,20 @@ impl Default for ConsumerOptions {
 }
 
 impl ConsumerOptions {
+    /// The options of each partition consumer of a topic with `partitions` partitions (0: not
+    /// partitioned): the receiver queue bounded across partitions, like upstream's
+    /// `MultiTopicsConsumerImpl` (`min(receiverQueueSize, maxTotal / partitions)`).
+    pub(crate) fn for_partitions(&self, partitions: u32) -> ConsumerOptions {
+        let mut o = self.clone();
+        if let Some(share) = self
+            .max_total_receiver_queue_size_across_partitions
+            .checked_div(partitions)
+        {
+            o.receiver_queue_size = self.receiver_queue_size.min(share.max(1));
+        }
+        o
+    }
+
     pub(crate) fn validate(&self) -> Result<()> {
         if self.subscription.trim().is_empty() {
             return Err(Error::InvalidConfig(
@@ -184,6 +204,11 @@ impl ConsumerOptions {
         if self.receiver_queue_size == 0 {
             return Err(Error::InvalidConfig(
                 "receiver_queue_size must be at least 1".into(),
+            ));
+        }
+        if self.max_total_receiver_queue_size_across_partitions == 0 {
+            return Err(Error::InvalidConfig(
+                "max_total_receiver_queue_size_across_partitions must be at least 1".into(),
             ));
         }
         if self.ack_group_max == 0 {
@@ -222,5 +247,25 @@ impl ConsumerOptions {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_receiver_queue_is_shared_across_partitions() {
+        let o = ConsumerOptions::default();
+        assert_eq!(o.for_partitions(0).receiver_queue_size, 1000);
+        assert_eq!(o.for_partitions(10).receiver_queue_size, 1000);
+        assert_eq!(o.for_partitions(100).receiver_queue_size, 500);
+        assert_eq!(o.for_partitions(100_000).receiver_queue_size, 1);
+        let zero = ConsumerOptions {
+            subscription: "s".into(),
+            max_total_receiver_queue_size_across_partitions: 0,
+            ..Default::default()
+        };
+        assert!(zero.validate().is_err());
     }
 }

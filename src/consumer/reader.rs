@@ -6,6 +6,7 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 
+use super::seek::LastIds;
 use super::{Consumer, ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
@@ -48,7 +49,10 @@ impl ReaderBuilder {
         self
     }
 
-    /// Start after `id` (or at it, with [`ReaderBuilder::start_inclusive`]).
+    /// Start after `id` (or at it, with [`ReaderBuilder::start_inclusive`]). Not on a
+    /// partitioned topic (an id names one partition's position): `create` fails there with
+    /// [`Error::InvalidConfig`], like upstream; start at earliest or latest and
+    /// [`Reader::seek`] the partition instead.
     pub fn start_message_id(mut self, id: MessageId) -> Self {
         self.start = id;
         self
@@ -87,6 +91,7 @@ impl ReaderBuilder {
                 InitialPosition::Latest
             },
             receiver_queue_size: self.receiver_queue_size,
+            max_total_receiver_queue_size_across_partitions: self.receiver_queue_size.max(50_000),
             start_message_id: Some(self.start),
             start_inclusive: self.inclusive,
             ..Default::default()
@@ -95,10 +100,43 @@ impl ReaderBuilder {
         let consumer = Box::pin(Consumer::subscribe(self.client, topic, options)).await?;
         Ok(Reader {
             consumer,
-            start: self.start,
-            inclusive: self.inclusive,
-            last_received: HashMap::new(),
+            position: Position::Start {
+                id: self.start,
+                inclusive: self.inclusive,
+            },
+            partitions: HashMap::new(),
         })
+    }
+}
+
+/// Where a reader is on one partition, for [`Reader::has_message_available`] (upstream
+/// `ConsumerImpl` keeps `startMessageId`, `lastDequeuedMessageId` and whether it sought by
+/// time, per partition consumer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Position {
+    /// Nothing received since the start or the last seek by id.
+    Start { id: MessageId, inclusive: bool },
+    /// The last message received.
+    Received(MessageId),
+    /// Nothing received since a seek by publish time: the broker's mark-delete position says
+    /// where the cursor is.
+    AfterTimeSeek,
+}
+
+/// Whether `last` (the last stored id) comes after `from` (or is it, when `inclusive`),
+/// counting batch indexes when both name a message of the same batch (upstream compares
+/// the full ids).
+fn is_after(last: MessageId, from: MessageId, inclusive: bool) -> bool {
+    let (a, b) = if last.is_batch() && from.is_batch() && last.entry() == from.entry() {
+        (last.batch_index, from.batch_index)
+    } else {
+        let (a, b) = (last.entry(), from.entry());
+        return if inclusive { a >= b } else { a > b };
+    };
+    if inclusive {
+        a >= b
+    } else {
+        a > b
     }
 }
 
@@ -106,10 +144,10 @@ impl ReaderBuilder {
 #[derive(Debug)]
 pub struct Reader {
     consumer: Consumer,
-    start: MessageId,
-    inclusive: bool,
-    /// The last message received from each partition (-1 for a non-partitioned topic).
-    last_received: HashMap<i32, MessageId>,
+    /// The position of partitions not in `partitions`.
+    position: Position,
+    /// The position of each partition (-1 for a non-partitioned topic) once it differs.
+    partitions: HashMap<i32, Position>,
 }
 
 impl Reader {
@@ -121,11 +159,23 @@ impl Reader {
     /// Waits for the next message.
     pub async fn recv(&mut self) -> Result<Message> {
         let m = self.consumer.recv().await?;
-        self.last_received.insert(m.id.partition, m.id);
+        self.partitions
+            .insert(m.id.partition, Position::Received(m.id));
         Ok(m)
     }
 
-    /// Whether a message is available to read now (asks the broker for the last stored id).
+    /// Whether a message is available to read now (asks the broker for the last stored id),
+    /// like upstream's `hasMessageAvailable`:
+    /// - after a message was received, whether the last stored one comes after it;
+    /// - from a start id, whether the last stored one comes after it (or is it, inclusive),
+    ///   counting batch indexes;
+    /// - from latest inclusive, the reader first seeks each partition to its last message,
+    ///   which it then reads;
+    /// - after [`seek_by_time`](Self::seek_by_time), whether the subscription's mark-delete
+    ///   position is before the last stored message.
+    ///
+    /// While the reader re-subscribes (e.g. right after a seek) the question waits for it, up
+    /// to the operation timeout.
     pub async fn has_message_available(&mut self) -> Result<bool> {
         if self.consumer.peeked.is_some() {
             return Ok(true);
@@ -133,6 +183,8 @@ impl Reader {
         while let Ok((index, epoch, item)) = self.consumer.rx.try_recv() {
             match self.consumer.accept(index, epoch, item) {
                 Some(Ok(m)) => {
+                    self.partitions
+                        .insert(m.id.partition, Position::Received(m.id));
                     self.consumer.peeked = Some(m);
                     return Ok(true);
                 }
@@ -143,9 +195,10 @@ impl Reader {
         if !self.consumer.topic().is_persistent() {
             return Ok(false); // nothing is stored to ask about
         }
-        for last in self.consumer.last_message_id_each().await {
-            let last = match last {
-                Ok(id) => id,
+        let mut available = false;
+        for last in self.consumer.last_ids_each().await {
+            let LastIds { last, mark_delete } = match last {
+                Ok(ids) => ids,
                 // pulsar-lite answers GetLastMessageId on an empty topic with an error instead
                 // of an empty position: that partition has nothing stored.
                 Err(Error::Broker {
@@ -157,33 +210,66 @@ impl Reader {
             if last.entry_id as i64 == -1 {
                 continue; // empty partition
             }
+            let position = *self
+                .partitions
+                .get(&last.partition)
+                .unwrap_or(&self.position);
             // Ids are only comparable within one partition.
-            let available = match self.last_received.get(&last.partition) {
-                Some(received) => last.entry() > received.entry(),
-                None if self.start == MessageId::EARLIEST => true,
-                None if self.start == MessageId::LATEST => false,
-                None if self.inclusive => last.entry() >= self.start.entry(),
-                None => last.entry() > self.start.entry(),
+            let here = match position {
+                Position::Received(received) => is_after(last, received, false),
+                Position::Start { id, .. } if id == MessageId::EARLIEST => true,
+                Position::Start {
+                    id,
+                    inclusive: false,
+                } if id == MessageId::LATEST => false,
+                Position::Start {
+                    id,
+                    inclusive: true,
+                } if id == MessageId::LATEST => {
+                    // Upstream seeks to the last message so that it is read (inclusive).
+                    self.consumer.seek(last).await?;
+                    self.partitions.insert(
+                        last.partition,
+                        Position::Start {
+                            id: last,
+                            inclusive: true,
+                        },
+                    );
+                    true
+                }
+                Position::Start { id, inclusive } => is_after(last, id, inclusive),
+                // Upstream compares the mark-delete position with the last id after a time
+                // seek (by ledger and entry: the mark-delete position has no batch index).
+                Position::AfterTimeSeek => mark_delete.is_none_or(|md| md.entry() < last.entry()),
             };
-            if available {
-                return Ok(true);
-            }
+            available |= here;
         }
-        Ok(false)
+        Ok(available)
     }
 
-    /// Moves the reader to a message id.
+    /// Moves the reader to a message id: the next message read is that one. On a partitioned
+    /// topic only the partition of the id moves (earliest and latest move every partition).
     pub async fn seek(&mut self, id: MessageId) -> Result<()> {
-        self.last_received.clear();
-        self.start = id;
-        self.inclusive = true;
-        self.consumer.seek(id).await
+        self.consumer.seek(id).await?;
+        let at = Position::Start {
+            id,
+            inclusive: id != MessageId::LATEST,
+        };
+        if id == MessageId::EARLIEST || id == MessageId::LATEST {
+            self.partitions.clear();
+            self.position = at;
+        } else {
+            self.partitions.insert(id.partition, at);
+        }
+        Ok(())
     }
 
     /// Moves the reader to the first message published at or after `publish_time_ms`.
     pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
-        self.last_received.clear();
-        self.consumer.seek_by_time(publish_time_ms).await
+        self.consumer.seek_by_time(publish_time_ms).await?;
+        self.partitions.clear();
+        self.position = Position::AfterTimeSeek;
+        Ok(())
     }
 
     /// Closes the reader (like [`Consumer::close`]; dropping it closes it too).
@@ -199,8 +285,30 @@ impl Stream for Reader {
         let polled = Pin::new(&mut self.consumer).poll_next(cx);
         if let Poll::Ready(Some(Ok(m))) = &polled {
             let id = m.id;
-            self.last_received.insert(id.partition, id);
+            self.partitions.insert(id.partition, Position::Received(id));
         }
         polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn is_after_counts_batch_indexes_within_one_entry_only() {
+        let b = |e, i| MessageId {
+            batch_index: i,
+            batch_size: 3,
+            ..MessageId::new(1, e, -1)
+        };
+        // Inside one batch: by index.
+        assert!(is_after(b(4, 2), b(4, 0), false));
+        assert!(!is_after(b(4, 2), b(4, 2), false));
+        assert!(is_after(b(4, 2), b(4, 2), true));
+        // A whole-entry start includes (inclusive) or excludes the entry's batch.
+        assert!(is_after(b(4, 2), MessageId::new(1, 4, -1), true));
+        assert!(!is_after(b(4, 2), MessageId::new(1, 4, -1), false));
+        assert!(is_after(MessageId::new(1, 5, -1), b(4, 2), false));
     }
 }

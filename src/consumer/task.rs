@@ -21,6 +21,7 @@ use super::acks::{AckFlush, AckTracker, NackTracker};
 
 use super::options::{ConsumerOptions, SubscriptionType};
 pub(crate) use super::queue::{Item, QueueRoom};
+use super::seek::{IdRequest, LastIds};
 pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
 use super::unacked::Unacked;
 
@@ -55,7 +56,7 @@ pub(crate) enum ConsumerOp {
     Redeliver(MessageId),
     Flow(u32),
     Seek(SeekTarget, oneshot::Sender<Result<()>>),
-    LastMessageId(oneshot::Sender<Result<MessageId>>),
+    LastMessageId(oneshot::Sender<Result<LastIds>>),
     Unsubscribe(oneshot::Sender<Result<()>>),
     Close(oneshot::Sender<Result<()>>),
 }
@@ -88,6 +89,8 @@ pub(crate) struct PartitionShared {
     pub discarded: AtomicU64,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
+    /// Permits are granted once this many messages were taken (half the receiver queue).
+    pub refill_at: u32,
 }
 
 impl PartitionShared {
@@ -129,9 +132,9 @@ impl PartitionShared {
 }
 
 /// What an in-flight request's answer is for.
-enum Pending {
-    Seek(SeekTarget, oneshot::Sender<Result<()>>),
-    LastMessageId(oneshot::Sender<Result<MessageId>>),
+pub(crate) enum Pending {
+    /// A seek or get-last-message-id, and when it gives up waiting for a re-subscribe.
+    Id(IdRequest, Instant),
     Unsubscribe(oneshot::Sender<Result<()>>),
     /// The CloseConsumer of the application's close.
     Close,
@@ -166,6 +169,14 @@ pub(crate) struct ConsumerTask {
     pub queued_messages: u64,
     /// Flow-control violations seen (each closed its connection).
     pub over_delivered: u64,
+    /// Where a non-durable subscription created again starts when the application has
+    /// received nothing since the start or the last seek (the SUBSCRIBE position).
+    pub start: Option<MessageId>,
+    /// After a time seek: the next message queued sets `start`.
+    pub start_from_next: bool,
+    /// Seeks and get-last-message-ids waiting for the consumer to be subscribed again, with
+    /// their deadlines.
+    pub deferred: Vec<(Instant, IdRequest)>,
 }
 
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
@@ -246,6 +257,7 @@ impl ConsumerTask {
         let final_error = loop {
             let ack_deadline = self.ack_deadline;
             let nack_deadline = self.nacks.next_deadline();
+            let deferred_deadline = self.deferred_deadline();
             let closing = !close_waiters.is_empty();
             let step: Result<()> = tokio::select! {
                 biased;
@@ -270,6 +282,7 @@ impl ConsumerTask {
                     Wake::Attached(_) => {
                         tracing::info!(topic = %self.entity.topic, "consumer re-subscribed");
                         self.start_flow();
+                        self.replay_deferred(&mut requests);
                         Ok(())
                     }
                     Wake::Ended(e) => Err(e),
@@ -290,6 +303,10 @@ impl ConsumerTask {
                         tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
                         close_outcome = Some(e);
                         Err(Error::Closed)
+                    }
+                    (Pending::Id(req, deadline), r) => {
+                        self.on_id_answer(req, deadline, r);
+                        Ok(())
                     }
                     (pending, r) => self.on_answer(pending, r),
                 },
@@ -327,6 +344,10 @@ impl ConsumerTask {
                 _ = sleep_until_opt(nack_deadline) => {
                     let due = self.nacks.take_due(Instant::now());
                     self.redeliver(due);
+                    Ok(())
+                }
+                _ = sleep_until_opt(deferred_deadline) => {
+                    self.expire_deferred();
                     Ok(())
                 }
                 _ = ack_timeout_tick.tick(), if ack_timeout_on => {
@@ -401,7 +422,7 @@ impl ConsumerTask {
             }
             // (A batch message id keeps its index: the broker then starts at that entry and
             // the filter drops what was already received.)
-            last.or(self.opts.start_message_id)
+            last.or(self.start)
         };
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.entity.topic,
@@ -417,22 +438,7 @@ impl ConsumerTask {
 
     fn on_answer(&mut self, pending: Pending, r: Result<BaseCommand>) -> Result<()> {
         match pending {
-            Pending::Seek(target, tx) => {
-                let r = r.map(|_| self.after_seek(target));
-                let _ = tx.send(r);
-            }
-            Pending::LastMessageId(tx) => {
-                let partition = self.partition;
-                let r = r.and_then(|resp| {
-                    let r = resp.get_last_message_id_response.ok_or_else(|| {
-                        Error::Protocol("GetLastMessageId answered without its response".into())
-                    })?;
-                    let mut id = MessageId::from_proto(&r.last_message_id);
-                    id.partition = partition;
-                    Ok(id)
-                });
-                let _ = tx.send(r);
-            }
+            Pending::Id(req, deadline) => self.on_id_answer(req, deadline, r),
             Pending::Unsubscribe(tx) => {
                 let ok = r.is_ok();
                 let _ = tx.send(r.map(|_| ()));
@@ -496,38 +502,14 @@ impl ConsumerTask {
                     self.entity.send_control(commands::flow(self.entity.id, n));
                 }
             }
-            ConsumerOp::Seek(target, tx) => match &self.entity.conn {
-                Some(conn) => {
-                    let (id, time) = match target {
-                        SeekTarget::Id(id) => (Some(id), None),
-                        SeekTarget::PublishTime(t) => (None, Some(t)),
-                    };
-                    let cid = self.entity.id;
-                    requests.send(
-                        conn,
-                        Pending::Seek(target, tx),
-                        |rid| commands::seek(cid, rid, id, time),
-                        "seek",
-                    );
-                }
-                None => {
-                    let _ = tx.send(Err(no_conn()));
-                }
-            },
-            ConsumerOp::LastMessageId(tx) => match &self.entity.conn {
-                Some(conn) => {
-                    let cid = self.entity.id;
-                    requests.send(
-                        conn,
-                        Pending::LastMessageId(tx),
-                        |rid| commands::get_last_message_id(cid, rid),
-                        "get last message id",
-                    );
-                }
-                None => {
-                    let _ = tx.send(Err(no_conn()));
-                }
-            },
+            ConsumerOp::Seek(target, tx) => {
+                let deadline = deadline_after(self.entity.core.operation_timeout());
+                self.id_request(IdRequest::Seek(target, tx), deadline, requests);
+            }
+            ConsumerOp::LastMessageId(tx) => {
+                let deadline = deadline_after(self.entity.core.operation_timeout());
+                self.id_request(IdRequest::LastMessageId(tx), deadline, requests);
+            }
             ConsumerOp::Unsubscribe(tx) => match &self.entity.conn {
                 Some(conn) => {
                     let cid = self.entity.id;
@@ -547,23 +529,7 @@ impl ConsumerTask {
         Ok(())
     }
 
-    /// After a successful seek: discard what is queued, forget delivery filters, and ask for
-    /// messages again (a broker that does not disconnect the consumer after a seek waits for
-    /// new permits).
-    fn after_seek(&mut self, _target: SeekTarget) {
-        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        self.shared.permit_epoch.store(epoch, Ordering::Release);
-        self.shared.consumed.store(0, Ordering::Release);
-        *self
-            .shared
-            .last_dequeued
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
-        self.skip_through = None;
-        self.start_flow();
-    }
-
-    fn flush_acks(&mut self) {
+    pub(super) fn flush_acks(&mut self) {
         self.ack_deadline = None;
         if self.entity.conn.is_none() {
             // Keep them for the next connection (the broker redelivers unacked messages; the

@@ -398,7 +398,8 @@ pub(crate) fn seek(
     let Some(c) = find(state, view.conn, cmd.consumer_id) else {
         return Step::Reply(error(
             rid,
-            ServerError::ConsumerNotFound,
+            // As upstream ServerCnx: MetadataError "Consumer not found".
+            ServerError::MetadataError,
             "Consumer not found",
         ));
     };
@@ -443,7 +444,8 @@ pub(crate) fn get_last_message_id(
     let Some(c) = find(state, view.conn, cmd.consumer_id) else {
         return Step::Reply(error(
             rid,
-            ServerError::ConsumerNotFound,
+            // As upstream ServerCnx: MetadataError "Consumer not found".
+            ServerError::MetadataError,
             "Consumer not found",
         ));
     };

@@ -561,18 +561,32 @@ impl Producer {
     }
 
     /// Sends open batches now and waits until every message sent before this call is receipted
-    /// (or failed).
+    /// or failed.
+    ///
+    /// `flush` is a barrier, not a result: it returns `Ok` even when some of those messages
+    /// failed (each failure is reported by that message's receipt, which the application holds),
+    /// and fails only when the producer itself ended (e.g. [`Error::Closed`]). Java's `flush`
+    /// instead fails once when the last send before it failed; this crate reports every failed
+    /// message on its receipt rather than one of them on `flush`.
     pub async fn flush(&self) -> Result<()> {
         let parts = self.inner.snapshot();
         let results = futures::future::join_all(parts.iter().map(|p| p.flush())).await;
         results.into_iter().collect()
     }
 
-    /// Flushes, waits for pending receipts, and closes the producer on the broker (every
-    /// partition). Returns `Ok` once it is closed by the application (closing twice is fine),
-    /// or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the broker
-    /// closed it for good before or during the close. Messages still pending when it ended
-    /// fail with that error.
+    /// Sends the batch being assembled, then closes the producer on the broker (every
+    /// partition) at once, like upstream: CloseProducer follows the messages already sent, and
+    /// the broker answers it once those are persisted, so their receipts arrive first. Messages
+    /// still pending when the close ends fail with [`Error::Closed`] ("already closed"). The
+    /// whole close takes at most the operation timeout (while reconnecting, it waits within
+    /// that time for the pending messages to be sent again first).
+    ///
+    /// Returns `Ok` once it is closed by the application (closing twice is fine),
+    /// [`Error::Timeout`] when the broker did not confirm in time (the producer is closed
+    /// anyway), or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the
+    /// broker closed it for good before or during the close (pending messages then fail with
+    /// that error). To be sure every message is stored, [`flush`](Self::flush) (or await the
+    /// receipts) before closing.
     pub async fn close(&self) -> Result<()> {
         let parts = self.inner.snapshot();
         let results = futures::future::join_all(parts.iter().map(|p| p.close())).await;

@@ -205,10 +205,18 @@ impl ProducerTask {
             if let Err(e) = step {
                 break e;
             }
+            // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
+            // the open batch, flushed by `start_close`, and whatever waited for room in the
+            // connection's queue), without waiting for receipts: the broker answers it once the
+            // messages it received before are persisted, so their receipts come first; what is
+            // still pending when it answers fails with `Error::Closed` ("already closed"). Only
+            // while reconnecting does the close wait, for the pending messages to be re-sent;
+            // the close deadline (one operation timeout) bounds it all.
             if self.closing
                 && close_request.is_empty()
-                && self.pending.is_empty()
                 && self.batches_empty()
+                && self.unsent.is_empty()
+                && (self.pending.is_empty() || self.entity.conn.is_some())
             {
                 match self.entity.close_request() {
                     Some(req) => close_request.push((), req),
