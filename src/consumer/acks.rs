@@ -43,6 +43,14 @@ impl BatchState {
             .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
+    /// Marks acked every message whose bit is clear in `ack_set` (set bit = still unacked).
+    fn keep_only(&mut self, ack_set: &[i64]) {
+        for (i, w) in self.unacked.iter_mut().enumerate() {
+            *w &= ack_set.get(i).map_or(0, |a| *a as u64);
+        }
+        self.remaining = self.unacked.iter().map(|w| w.count_ones() as usize).sum();
+    }
+
     /// Marks message `i` acked; true when that completes the batch.
     fn ack(&mut self, i: usize) -> bool {
         if self.is_unacked(i) {
@@ -106,12 +114,20 @@ impl AckTracker {
         self
     }
 
-    /// Records that a message was delivered (so batch entries are tracked).
-    pub(crate) fn delivered(&mut self, id: &MessageId) {
+    /// Records that a message was delivered (so batch entries are tracked). `ack_set` is the
+    /// broker's ack set of the entry (empty: none): the messages it marks acked (a clear bit)
+    /// are acked already, so the batch completes once the application acks the others. Without
+    /// that, a redelivered, partly acked batch would never complete and its ack never leave
+    /// (upstream builds the batch's ack state from the same set).
+    pub(crate) fn delivered(&mut self, id: &MessageId, ack_set: &[i64]) {
         if id.is_batch() && id.batch_size > 1 {
-            self.batches
-                .entry(entry_of(id))
-                .or_insert_with(|| BatchState::new(id.batch_size as usize));
+            self.batches.entry(entry_of(id)).or_insert_with(|| {
+                let mut b = BatchState::new(id.batch_size as usize);
+                if !ack_set.is_empty() {
+                    b.keep_only(ack_set);
+                }
+                b
+            });
         }
     }
 
@@ -254,7 +270,7 @@ mod tests {
     fn a_batch_entry_is_acked_only_when_all_its_messages_are() {
         let mut t = AckTracker::new(1000);
         for i in 0..3 {
-            t.delivered(&batch_id(5, i, 3));
+            t.delivered(&batch_id(5, i, 3), &[]);
         }
         t.ack(batch_id(5, 0, 3));
         t.ack(batch_id(5, 2, 3));
@@ -284,7 +300,7 @@ mod tests {
     fn batch_index_ack_sends_partial_acks_with_the_unacked_set() {
         let mut t = AckTracker::new(1000).with_batch_index_ack(true);
         for i in 0..3 {
-            t.delivered(&batch_id(5, i, 3));
+            t.delivered(&batch_id(5, i, 3), &[]);
         }
         t.ack(batch_id(5, 1, 3));
         let f = t.take_flush();
@@ -319,7 +335,7 @@ mod tests {
     #[test]
     fn cumulative_ack_inside_a_batch_stops_at_the_previous_entry() {
         let mut t = AckTracker::new(10);
-        t.delivered(&batch_id(7, 0, 2));
+        t.delivered(&batch_id(7, 0, 2), &[]);
         t.ack_cumulative(batch_id(7, 0, 2));
         assert_eq!(t.take_flush().cumulative, Some(MessageId::new(1, 6, -1)));
         t.ack_cumulative(batch_id(7, 1, 2));
@@ -355,5 +371,16 @@ mod tests {
             vec![MessageId::new(1, 1, -1), MessageId::new(1, 2, -1)]
         );
         assert_eq!(n.next_deadline(), Some(start + Duration::from_secs(5)));
+    }
+
+    #[test]
+    fn a_partly_acked_redelivered_batch_completes_with_the_rest() {
+        let mut t = AckTracker::new(100);
+        // Batch of 3 redelivered with messages 0 and 2 already acked: only 1 is delivered.
+        t.delivered(&batch_id(9, 1, 3), &[0b010]);
+        assert!(!t.already_acked(&batch_id(9, 1, 3)));
+        t.ack(batch_id(9, 1, 3));
+        assert!(t.has_pending(), "the batch is complete: its ack goes out");
+        assert!(t.batches.is_empty(), "and its state is freed");
     }
 }

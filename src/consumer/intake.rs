@@ -165,10 +165,11 @@ impl ConsumerTask {
             }
         };
         let persistent = self.persistent();
+        let ack_set = cmd.ack_set;
         let mut emitted = 0u32;
         for m in messages {
             if persistent {
-                self.acks.delivered(&m.id);
+                self.acks.delivered(&m.id, &ack_set);
                 if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
                     continue;
                 }
