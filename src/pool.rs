@@ -16,6 +16,30 @@ use crate::connection::{Connection, ConnectionConfig, Connector};
 use crate::error::{Error, Result};
 use crate::service_url::{BrokerAddress, ServiceUrl};
 
+/// Once the pool holds this many connections, opening another first closes those that serve
+/// nobody (no producer, consumer or watcher registered, no request pending). Lookup answers
+/// and broker closes name the brokers, so without this a broker naming ever new URLs would
+/// grow the pool by a connection each time. (Upstream closes idle connections after
+/// `connectionMaxIdleSeconds`.)
+const SWEEP_AT: usize = 16;
+
+/// Closes and forgets the connections that are closed or serve nobody.
+fn sweep(slots: &mut HashMap<PoolKey, Slot>) {
+    slots.retain(|key, slot| {
+        let Some(conn) = slot.get() else {
+            return true; // still connecting: someone is waiting for it
+        };
+        let stats = conn.stats();
+        let idle = stats.registered_entities == 0 && stats.pending_requests == 0;
+        if conn.is_closed() || idle {
+            tracing::debug!(broker = %key.logical, "closing an idle pooled connection");
+            conn.close();
+            return false;
+        }
+        true
+    });
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
     logical: String,
@@ -106,6 +130,9 @@ impl ConnectionPool {
 
     fn slot(&self, key: &PoolKey) -> Slot {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        if !slots.contains_key(key) && slots.len() >= SWEEP_AT {
+            sweep(&mut slots);
+        }
         slots.entry(key.clone()).or_default().clone()
     }
 

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use prost::Message as _;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -389,6 +390,21 @@ impl Connection {
         // reading stalls the queue, and the caller must still hear back in time (upstream's
         // operation timeout starts when the request is issued too).
         let deadline = crate::util::deadline_after(timeout);
+        // A command too large for a frame would be dropped by the writer and the caller would
+        // only hear of it at the timeout: refuse it here, naming the sizes.
+        if frame.payload.is_none() {
+            let size = frame.command.encoded_len().saturating_add(8);
+            let max = self
+                .info()
+                .max_message_size
+                .saturating_add(crate::codec::FRAME_HEADROOM);
+            if size > max {
+                return Err(Error::Codec(crate::codec::CodecError::FrameTooLarge {
+                    size,
+                    max,
+                }));
+            }
+        }
         let (tx, rx) = oneshot::channel();
         let exchange = async {
             self.submit(Op::Request {
