@@ -13,6 +13,8 @@
 //! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
 //! - `mock` (cargo feature `mock-broker`): a scriptable in-memory broker for tests.
 #![warn(missing_docs)]
+// On docs.rs (nightly, `--cfg docsrs`), items behind a cargo feature say which one.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod auth;
