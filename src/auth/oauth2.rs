@@ -511,3 +511,37 @@ pub fn from_cli_param(param: &str) -> crate::Result<Arc<OAuth2ClientCredentials>
         issuer, key_file, audience,
     )?))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_are_clamped_and_missing_ones_expire_at_once() {
+        let now = Instant::now();
+        let json = |v: &str| serde_json::from_str::<serde_json::Value>(v).unwrap();
+        for v in ["0", "-5", "\"nope\""] {
+            assert_eq!(lifetime_of(Some(&json(v)), now), (now, now), "{v}");
+        }
+        assert_eq!(lifetime_of(None, now), (now, now));
+        let (refresh, expires) = lifetime_of(Some(&json("1e300")), now);
+        assert_eq!(expires - now, MAX_LIFETIME);
+        assert!(refresh < expires);
+        let (refresh, expires) = lifetime_of(Some(&json("\"100\"")), now);
+        assert_eq!(
+            (refresh - now, expires - now),
+            (Duration::from_secs(80), Duration::from_secs(100))
+        );
+    }
+
+    #[test]
+    fn data_urls_are_only_percent_decoded() {
+        assert_eq!(percent_decode("a+b&c=%7Bd%7d%zz%4"), b"a+b&c={d}%zz%4");
+    }
+
+    #[test]
+    fn quoted_text_never_holds_the_secret() {
+        let q = quote("bad secret a+b/c or a%2Bb%2Fc\r\n", "a+b/c");
+        assert!(!q.contains("a+b/c") && !q.contains("a%2Bb%2Fc"), "{q}");
+    }
+}
