@@ -1,6 +1,13 @@
 //! A minimal HTTP/1.1 client for the OAuth2 flow: one request per connection
 //! (`Connection: close`), over TCP or the client's rustls stack for `https://`. Enough for a
 //! token endpoint and a discovery document; nothing else uses it.
+//!
+//! Like upstream's `AsyncHttpClient` configuration in `FlowBase` / `TokenClient`: every request
+//! is bounded (connect timeout, then a read timeout for the answer), and redirects are followed
+//! (a few at most, never from `https` to `http`). A response ends where its `Content-Length` or
+//! chunked encoding says, so a server that keeps the connection open is no problem.
+
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -11,36 +18,161 @@ use crate::connection::tls::TlsConnector;
 /// Bound on a response (discovery documents and token responses are small).
 const MAX_RESPONSE: usize = 1024 * 1024;
 
-/// An HTTP response: status and body.
+/// Redirects followed per request at most.
+const MAX_REDIRECTS: usize = 5;
+
+/// The bounds on one request.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timeouts {
+    /// TCP connect (name resolution included) and TLS handshake.
+    pub(crate) connect: Duration,
+    /// Sending the request and receiving the whole answer.
+    pub(crate) read: Duration,
+}
+
+/// Why a request failed. Never holds the request body (it carries the client secret).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HttpError {
+    #[error("cannot connect to {addr}: {source}")]
+    Connect {
+        addr: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no connection to {addr} within {after:?}")]
+    ConnectTimeout { addr: String, after: Duration },
+    #[error("{source}")]
+    Tls {
+        #[source]
+        source: crate::Error,
+    },
+    #[error("no complete answer within {after:?}")]
+    ReadTimeout { after: Duration },
+    #[error("I/O error: {source}")]
+    Io {
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("response larger than 1 MiB")]
+    TooLarge,
+    #[error("{0}")]
+    Malformed(&'static str),
+    #[error("{0}")]
+    Url(String),
+}
+
+impl From<std::io::Error> for HttpError {
+    fn from(source: std::io::Error) -> Self {
+        HttpError::Io { source }
+    }
+}
+
+/// An HTTP response: status, reason phrase, `Location` and body.
 pub(crate) struct Response {
     pub(crate) status: u16,
+    pub(crate) reason: String,
+    pub(crate) location: Option<String>,
     pub(crate) body: Vec<u8>,
 }
 
-/// Sends `method url` with `body` (form-encoded if given) and reads the whole response.
+/// `url` for messages and logs: a password in its user-info is replaced.
+pub(crate) fn redact(url: &Url) -> String {
+    if url.password().is_some() {
+        let mut url = url.clone();
+        if url.set_password(Some("redacted")).is_ok() {
+            return url.to_string();
+        }
+        return format!("{}://<redacted>", url.scheme());
+    }
+    url.to_string()
+}
+
+/// Sends `method url` with `form` (form-encoded, if given) and reads the whole response,
+/// following redirects. `tls` gives the connector for `https://` (asked only then). Returns
+/// the URL that answered, and its answer.
 pub(crate) async fn request(
-    tls: &TlsConnector,
-    method: &str,
+    tls: &(dyn Fn() -> crate::Result<TlsConnector> + Sync),
+    timeouts: Timeouts,
+    method: &'static str,
     url: &Url,
     form: Option<&str>,
-) -> Result<Response, String> {
-    let host = url
-        .host_str()
-        .ok_or_else(|| format!("`{url}` has no host"))?;
+) -> Result<(Url, Response), HttpError> {
+    let (mut url, mut method, mut form) = (url.clone(), method, form);
+    for _ in 0..=MAX_REDIRECTS {
+        let r = once(tls, timeouts, method, &url, form).await?;
+        if !matches!(r.status, 301 | 302 | 303 | 307 | 308) {
+            return Ok((url, r));
+        }
+        let Some(location) = &r.location else {
+            return Ok((url, r));
+        };
+        let mut next = url.join(location).map_err(|e| {
+            HttpError::Url(format!(
+                "{} redirected to an invalid Location: {e}",
+                redact(&url)
+            ))
+        })?;
+        next.set_fragment(None);
+        match (url.scheme(), next.scheme()) {
+            ("https", "https") | ("http", "http" | "https") => {}
+            (from, to) => {
+                return Err(HttpError::Url(format!(
+                    "{} redirected from {from} to {to}: refused",
+                    redact(&url)
+                )))
+            }
+        }
+        // As user agents (and upstream's client) do: 303 and a POST redirected by 301/302
+        // continue as a GET without the body; 307 and 308 repeat the request.
+        if r.status == 303 || (matches!(r.status, 301 | 302) && method == "POST") {
+            method = "GET";
+            form = None;
+        }
+        tracing::debug!(
+            from = %redact(&url),
+            to = %redact(&next),
+            status = r.status,
+            "oauth2: following a redirect"
+        );
+        url = next;
+    }
+    Err(HttpError::Url(format!(
+        "more than {MAX_REDIRECTS} redirects, last to {}",
+        redact(&url)
+    )))
+}
+
+/// One request, no redirects.
+async fn once(
+    tls: &(dyn Fn() -> crate::Result<TlsConnector> + Sync),
+    timeouts: Timeouts,
+    method: &'static str,
+    url: &Url,
+    form: Option<&str>,
+) -> Result<Response, HttpError> {
+    let name = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_owned(),
+        Some(url::Host::Ipv4(a)) => a.to_string(),
+        Some(url::Host::Ipv6(a)) => a.to_string(),
+        None => return Err(HttpError::Url(format!("`{}` has no host", redact(url)))),
+    };
+    let host = url.host_str().unwrap_or_default();
     let port = url
         .port_or_known_default()
-        .ok_or_else(|| format!("`{url}` has no port"))?;
+        .ok_or_else(|| HttpError::Url(format!("`{}` has no port", redact(url))))?;
     let addr = format!("{host}:{port}");
-    let tcp = TcpStream::connect(&addr)
-        .await
-        .map_err(|e| format!("cannot connect to {addr}: {e}"))?;
     let mut path = url.path().to_owned();
     if let Some(q) = url.query() {
         path.push('?');
         path.push_str(q);
     }
+    // RFC 9110 §7.2: the port goes with the host unless it is the scheme's default.
+    let authority = match url.port() {
+        Some(p) => format!("{host}:{p}"),
+        None => host.to_owned(),
+    };
     let mut head = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nAccept: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nAccept: application/json\r\n\
          User-Agent: {}\r\nConnection: close\r\n",
         crate::CLIENT_VERSION
     );
@@ -49,93 +181,180 @@ pub(crate) async fn request(
         head.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
     }
     head.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
-    let raw = match url.scheme() {
-        "http" => exchange(tcp, &head, body).await,
-        "https" => {
-            let stream = tls
-                .connect(tcp, host, &addr)
-                .await
-                .map_err(|e| e.to_string())?;
-            exchange(stream, &head, body).await
+    let https = match url.scheme() {
+        "http" => false,
+        "https" => true,
+        other => {
+            return Err(HttpError::Url(format!(
+                "`{}`: unsupported scheme `{other}`",
+                redact(url)
+            )))
         }
-        other => return Err(format!("`{url}`: unsupported scheme `{other}`")),
-    }
-    .map_err(|e| format!("{method} {url}: {e}"))?;
-    parse(&raw).map_err(|e| format!("{method} {url}: {e}"))
+    };
+    // The connector first: a configuration error is not a connect timeout.
+    let connector = if https {
+        Some(tls().map_err(|source| HttpError::Tls { source })?)
+    } else {
+        None
+    };
+    let connect = async {
+        let tcp = TcpStream::connect((name.as_str(), port))
+            .await
+            .map_err(|source| HttpError::Connect {
+                addr: addr.clone(),
+                source,
+            })?;
+        match &connector {
+            None => Ok(Stream::Plain(tcp)),
+            Some(c) => c
+                .connect(tcp, &name, &addr)
+                .await
+                .map(|s| Stream::Tls(Box::new(s)))
+                .map_err(|source| HttpError::Tls { source }),
+        }
+    };
+    let stream = tokio::time::timeout(timeouts.connect, connect)
+        .await
+        .map_err(|_| HttpError::ConnectTimeout {
+            addr: addr.clone(),
+            after: timeouts.connect,
+        })??;
+    let exchange = async {
+        match stream {
+            Stream::Plain(s) => exchange(s, &head, body).await,
+            Stream::Tls(s) => exchange(s, &head, body).await,
+        }
+    };
+    tokio::time::timeout(timeouts.read, exchange)
+        .await
+        .map_err(|_| HttpError::ReadTimeout {
+            after: timeouts.read,
+        })?
+}
+
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<crate::connection::tls::TlsStream>),
 }
 
 async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     mut stream: S,
     head: &str,
     body: &str,
-) -> std::io::Result<Vec<u8>> {
+) -> Result<Response, HttpError> {
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body.as_bytes()).await?;
     stream.flush().await?;
     let mut raw = Vec::new();
-    let mut limited = (&mut stream).take(MAX_RESPONSE as u64 + 1);
-    limited.read_to_end(&mut raw).await?;
-    if raw.len() > MAX_RESPONSE {
-        return Err(std::io::Error::other("response larger than 1 MiB"));
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        if let Some(r) = parse(&raw, false)? {
+            return Ok(r);
+        }
+        let n = stream.read(&mut chunk).await?;
+        if n == 0 {
+            return parse(&raw, true)?.ok_or(HttpError::Malformed(
+                "connection closed before the answer was complete",
+            ));
+        }
+        raw.extend_from_slice(&chunk[..n]);
+        if raw.len() > MAX_RESPONSE {
+            return Err(HttpError::TooLarge);
+        }
     }
-    Ok(raw)
 }
 
-fn parse(raw: &[u8]) -> Result<Response, String> {
-    let end = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or("incomplete HTTP response")?;
-    let head = std::str::from_utf8(&raw[..end]).map_err(|_| "HTTP headers are not UTF-8")?;
+/// Parses `raw` as a response; `None` while it is incomplete (`eof`: nothing more will come).
+fn parse(raw: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
+    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return if eof {
+            Err(HttpError::Malformed("incomplete HTTP response"))
+        } else {
+            Ok(None)
+        };
+    };
+    let head = std::str::from_utf8(&raw[..end])
+        .map_err(|_| HttpError::Malformed("HTTP headers are not UTF-8"))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
-    let status = status_line
-        .split_whitespace()
-        .nth(1)
+    let mut parts = status_line.splitn(3, ' ');
+    let _version = parts.next();
+    let status = parts
+        .next()
         .and_then(|s| s.parse::<u16>().ok())
-        .ok_or_else(|| format!("bad HTTP status line `{status_line}`"))?;
+        .ok_or(HttpError::Malformed("bad HTTP status line"))?;
+    let reason = parts.next().unwrap_or_default().trim().to_owned();
     let mut chunked = false;
     let mut length = None;
+    let mut location = None;
     for line in lines {
         let Some((name, value)) = line.split_once(':') else {
             continue;
         };
         let value = value.trim();
-        if name.eq_ignore_ascii_case("transfer-encoding") && value.eq_ignore_ascii_case("chunked") {
-            chunked = true;
+        if name.eq_ignore_ascii_case("transfer-encoding") {
+            chunked = value
+                .rsplit(',')
+                .next()
+                .is_some_and(|v| v.trim().eq_ignore_ascii_case("chunked"));
         } else if name.eq_ignore_ascii_case("content-length") {
-            length = value.parse::<usize>().ok();
+            length = Some(
+                value
+                    .parse::<usize>()
+                    .map_err(|_| HttpError::Malformed("bad Content-Length"))?,
+            );
+        } else if name.eq_ignore_ascii_case("location") {
+            location = Some(value.to_owned());
         }
     }
     let rest = &raw[end + 4..];
-    let body = if chunked {
+    let body = if status == 204 || status == 304 || (100..200).contains(&status) {
+        Some(Vec::new())
+    } else if chunked {
         dechunk(rest)?
-    } else {
-        match length {
-            Some(n) if n <= rest.len() => rest[..n].to_vec(),
-            Some(_) => return Err("HTTP body shorter than its Content-Length".into()),
-            None => rest.to_vec(),
+    } else if let Some(n) = length {
+        if n > MAX_RESPONSE {
+            return Err(HttpError::TooLarge);
         }
+        rest.get(..n).map(<[u8]>::to_vec)
+    } else if eof {
+        Some(rest.to_vec())
+    } else {
+        None
     };
-    Ok(Response { status, body })
+    match body {
+        Some(body) => Ok(Some(Response {
+            status,
+            reason,
+            location,
+            body,
+        })),
+        None if eof => Err(HttpError::Malformed("HTTP body shorter than announced")),
+        None => Ok(None),
+    }
 }
 
-fn dechunk(mut data: &[u8]) -> Result<Vec<u8>, String> {
+/// Decodes a chunked body; `None` while it is incomplete.
+fn dechunk(mut data: &[u8]) -> Result<Option<Vec<u8>>, HttpError> {
     let mut out = Vec::new();
     loop {
-        let line_end = data
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .ok_or("bad chunked encoding")?;
-        let size_text = std::str::from_utf8(&data[..line_end]).map_err(|_| "bad chunk size")?;
+        let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") else {
+            return Ok(None);
+        };
+        let size_text = std::str::from_utf8(&data[..line_end])
+            .map_err(|_| HttpError::Malformed("bad chunk size"))?;
         let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16).map_err(|_| "bad chunk size")?;
+        let size = usize::from_str_radix(size_text, 16)
+            .map_err(|_| HttpError::Malformed("bad chunk size"))?;
         data = &data[line_end + 2..];
         if size == 0 {
-            return Ok(out);
+            return Ok(Some(out));
+        }
+        if size > MAX_RESPONSE {
+            return Err(HttpError::TooLarge);
         }
         if data.len() < size + 2 {
-            return Err("truncated chunk".into());
+            return Ok(None);
         }
         out.extend_from_slice(&data[..size]);
         data = &data[size + 2..];
@@ -148,10 +367,39 @@ mod tests {
 
     #[test]
     fn parses_plain_and_chunked_bodies() {
-        let r = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi").unwrap();
-        assert_eq!((r.status, &r.body[..]), (200, &b"hi"[..]));
-        let r = parse(b"HTTP/1.1 503 Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
+        let r = parse(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", false)
+            .unwrap()
             .unwrap();
-        assert_eq!((r.status, &r.body[..]), (503, &b"abcde"[..]));
+        assert_eq!((r.status, &r.body[..]), (200, &b"hi"[..]));
+        let r = parse(b"HTTP/1.1 503 Unavailable\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", false)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (r.status, r.reason.as_str(), &r.body[..]),
+            (503, "Unavailable", &b"abcde"[..])
+        );
+    }
+
+    #[test]
+    fn incomplete_answers_wait_and_fail_only_at_eof() {
+        let partial = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhi";
+        assert!(parse(partial, false).unwrap().is_none());
+        assert!(parse(partial, true).is_err());
+        let chunked = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nab";
+        assert!(parse(chunked, false).unwrap().is_none());
+        assert!(parse(chunked, true).is_err());
+        let unbounded = b"HTTP/1.1 200 OK\r\n\r\nhi";
+        assert!(parse(unbounded, false).unwrap().is_none());
+        assert_eq!(parse(unbounded, true).unwrap().unwrap().body, b"hi");
+    }
+
+    #[test]
+    fn redact_hides_the_password() {
+        let url = Url::parse("https://svc:hunter2@idp.example/issuer").unwrap();
+        let shown = redact(&url);
+        assert!(
+            !shown.contains("hunter2") && shown.contains("idp.example"),
+            "{shown}"
+        );
     }
 }

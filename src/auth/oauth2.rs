@@ -8,14 +8,28 @@
 //! `grant_type=client_credentials`, `client_id`, `client_secret`, and `audience` / `scope` when
 //! set, and the access token is sent with auth method `token`. The token is cached and fetched
 //! again once 80% of its lifetime (`expires_in`) has passed, so it is replaced before it
-//! expires. A failed fetch is retried with exponential backoff; while the cached token is
-//! still valid it keeps being used. When no valid token can be had, the error says what the
-//! endpoint answered (status and body). HTTP goes over the client's rustls stack for `https://`
-//! (trusting the platform's roots, or a PEM file given with [`OAuth2ClientCredentials::tls`]).
+//! expires. A token without `expires_in` (or with 0) counts as expired at once, as upstream's
+//! `CachedToken` does, so it is fetched again on the next call; a huge `expires_in` is capped at
+//! a year. A failed fetch is retried with exponential backoff; while the cached token is still
+//! valid it keeps being used. When no valid token can be had, the error ([`OAuth2Error`]) says
+//! what the endpoint answered: the status line, and for 400 / 401 the standard OAuth2 `error`
+//! and `error_description` fields, never the raw body (an endpoint echoing the request would
+//! put the client secret there).
+//!
+//! HTTP, like upstream's: each request is bounded (10 s to connect, 30 s for the answer; see
+//! [`OAuth2ClientCredentials::connect_timeout`] and [`OAuth2ClientCredentials::read_timeout`]),
+//! and up to 5 redirects are followed (never from `https` to `http`). `https://` goes over the
+//! client's rustls stack; the trusted roots are loaded on the first `https` request only (an
+//! `http://` issuer needs none): the platform's roots, or the bundled Mozilla roots
+//! (`webpki-roots`) when the platform has none, or what [`OAuth2ClientCredentials::tls`] says.
+//!
+//! A `data:` key file is either base64 (`data:application/json;base64,...`) or plain, and a
+//! plain one is only percent-decoded (RFC 2397, like upstream's `DataURLStreamHandler`): `+`
+//! and `&` stay as they are.
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use base64::Engine;
@@ -25,21 +39,74 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use url::Url;
 
-use super::http;
+use super::http::{self, redact, HttpError, Timeouts};
 use super::{AuthError, AuthenticationProvider};
 use crate::connection::tls::{TlsConnector, TlsOptions};
 
-/// Share of a token's lifetime after which it is fetched again.
-const REFRESH_AT: f64 = 0.8;
+/// Default bound on connecting to the issuer (TCP and TLS), as upstream's 10 s.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Default bound on the issuer's answer once connected, as upstream's 30 s.
+pub const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest token lifetime believed (a larger `expires_in` is capped to it).
+const MAX_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Longest `error` / `error_description` quoted from the endpoint.
+const MAX_QUOTED: usize = 200;
+
+/// Why no OAuth2 token could be had. Its message names the endpoint (without a password in
+/// its URL) and what it answered; it never holds the client secret or a token. The source,
+/// when there is one, is the underlying I/O, TLS or parse error.
+#[derive(Debug)]
+pub struct OAuth2Error {
+    message: String,
+    source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl OAuth2Error {
+    fn new(message: impl Into<String>) -> Self {
+        OAuth2Error {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    fn with_source(
+        message: impl fmt::Display,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        OAuth2Error {
+            message: format!("{message}: {source}"),
+            source: Some(Box::new(source)),
+        }
+    }
+}
+
+impl fmt::Display for OAuth2Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OAuth2Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// OAuth2 client-credentials authentication (see the module docs). `Debug` never shows the
-/// client secret or the token.
+/// client secret, the token, a `data:` key file or a password in the issuer URL.
 pub struct OAuth2ClientCredentials {
     issuer_url: Url,
     key_file: String,
     audience: Option<String>,
     scope: Option<String>,
-    tls: TlsConnector,
+    /// Built on the first `https` request, unless [`tls`](Self::tls) set it.
+    tls: OnceLock<TlsConnector>,
+    timeouts: Timeouts,
     attempts: u32,
     initial_backoff: Duration,
     state: Mutex<State>,
@@ -53,8 +120,8 @@ struct State {
 
 struct Cached {
     token: String,
-    refresh_at: Option<Instant>,
-    expires_at: Option<Instant>,
+    refresh_at: Instant,
+    expires_at: Instant,
 }
 
 impl fmt::Debug for OAuth2ClientCredentials {
@@ -65,37 +132,131 @@ impl fmt::Debug for OAuth2ClientCredentials {
             &self.key_file
         };
         f.debug_struct("OAuth2ClientCredentials")
-            .field("issuer_url", &self.issuer_url.as_str())
+            .field("issuer_url", &redact(&self.issuer_url))
             .field("key_file", &key_file)
             .field("audience", &self.audience)
             .field("scope", &self.scope)
+            .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
     }
 }
 
-/// The key file's credentials. `Debug` hides the secret.
+/// The key file's credentials.
 struct KeyFile {
     client_id: String,
     client_secret: String,
 }
 
+/// Percent-decodes `s` (RFC 3986; `+` stays `+`).
+fn percent_decode(s: &str) -> Vec<u8> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' {
+            if let (Some(h), Some(l)) = (
+                bytes.get(i + 1).copied().and_then(hex),
+                bytes.get(i + 2).copied().and_then(hex),
+            ) {
+                // Two hex digits: at most 0xff.
+                out.push(u8::try_from(h * 16 + l).unwrap_or(b'%'));
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
+/// Printable text from the endpoint, bounded, without `secret` (in any of its spellings).
+fn quote(text: &str, secret: &str) -> String {
+    let mut text: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_QUOTED)
+        .collect();
+    if !secret.is_empty() {
+        let encoded: String = url::form_urlencoded::byte_serialize(secret.as_bytes()).collect();
+        for spelling in [secret, encoded.as_str()] {
+            text = text.replace(spelling, "<redacted>");
+        }
+    }
+    text
+}
+
+/// What a non-200 answer says: the status line, and for 400 / 401 the standard OAuth2 error
+/// fields (upstream `TokenClient`); never the raw body.
+fn answered(what: &str, url: &Url, r: &http::Response, secret: &str) -> OAuth2Error {
+    let mut message = format!(
+        "{what} {} answered HTTP {} {}",
+        redact(url),
+        r.status,
+        quote(&r.reason, secret)
+    );
+    if matches!(r.status, 400 | 401) {
+        if let Ok(json) = serde_json::from_slice::<serde_json::Value>(&r.body) {
+            let field = |name: &str| json.get(name).and_then(|v| v.as_str());
+            if let Some(error) = field("error") {
+                message.push_str(&format!(": {}", quote(error, secret)));
+            }
+            if let Some(description) = field("error_description") {
+                message.push_str(&format!(" ({})", quote(description, secret)));
+            }
+        }
+    }
+    OAuth2Error::new(message.trim_end().to_owned())
+}
+
+/// When a token with `expires_in` (seconds; missing, 0 or invalid: expired at once) fetched at
+/// `started` should be replaced, and when it expires. Never panics.
+fn lifetime_of(expires_in: Option<&serde_json::Value>, started: Instant) -> (Instant, Instant) {
+    let secs = expires_in
+        .and_then(|v| {
+            v.as_f64()
+                .or_else(|| v.as_str().and_then(|s| s.trim().parse::<f64>().ok()))
+        })
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .unwrap_or(0.0);
+    let lifetime = if secs >= MAX_LIFETIME.as_secs_f64() {
+        MAX_LIFETIME
+    } else {
+        Duration::try_from_secs_f64(secs).unwrap_or(Duration::ZERO)
+    };
+    let refresh = lifetime / 5 * 4;
+    (
+        started.checked_add(refresh).unwrap_or(started),
+        started.checked_add(lifetime).unwrap_or(started),
+    )
+}
+
 impl OAuth2ClientCredentials {
     /// The flow for `issuer_url`, with credentials from `key_file` (a path, `file://` URL or
-    /// `data:` URL of the Java client's JSON key file) and the given `audience`.
+    /// `data:` URL of the Java client's JSON key file) and the given `audience`. Nothing is
+    /// read or fetched yet (root certificates included: they are loaded on the first `https`
+    /// request). Fails with [`Error::InvalidConfig`](crate::Error::InvalidConfig) if the issuer
+    /// URL does not parse.
     pub fn new(
         issuer_url: &str,
         key_file: impl Into<String>,
         audience: Option<&str>,
     ) -> crate::Result<Self> {
         let issuer_url = Url::parse(issuer_url).map_err(|e| {
-            crate::Error::InvalidConfig(format!("oauth2 issuer URL `{issuer_url}`: {e}"))
+            // The text as given may hold a password: name only the parse error.
+            crate::Error::InvalidConfig(format!("oauth2 issuer URL: {e}"))
         })?;
         Ok(OAuth2ClientCredentials {
             issuer_url,
             key_file: key_file.into(),
             audience: audience.filter(|a| !a.is_empty()).map(str::to_owned),
             scope: None,
-            tls: TlsConnector::new(&TlsOptions::default())?,
+            tls: OnceLock::new(),
+            timeouts: Timeouts {
+                connect: DEFAULT_CONNECT_TIMEOUT,
+                read: DEFAULT_READ_TIMEOUT,
+            },
             attempts: 4,
             initial_backoff: Duration::from_millis(200),
             state: Mutex::default(),
@@ -108,10 +269,26 @@ impl OAuth2ClientCredentials {
         self
     }
 
-    /// TLS options of the HTTPS requests (e.g. a trusted CA file).
+    /// TLS options of the HTTPS requests (e.g. a trusted CA file). Read at once, so a bad file
+    /// fails here. With options naming no trust source, the platform's roots are used, or the
+    /// bundled Mozilla roots when the platform has none.
     pub fn tls(mut self, options: &TlsOptions) -> crate::Result<Self> {
-        self.tls = TlsConnector::new(options)?;
+        self.tls = OnceLock::from(TlsConnector::with_fallback_roots(options)?);
         Ok(self)
+    }
+
+    /// Bound on connecting to the issuer or token endpoint, TLS handshake included, per
+    /// request. Default [`DEFAULT_CONNECT_TIMEOUT`] (10 s, as upstream).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.connect = timeout;
+        self
+    }
+
+    /// Bound on receiving the whole answer once connected, per request. Default
+    /// [`DEFAULT_READ_TIMEOUT`] (30 s, as upstream).
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.timeouts.read = timeout;
+        self
     }
 
     /// Attempts per token fetch, and the first backoff between them (doubling). Default 4
@@ -122,43 +299,56 @@ impl OAuth2ClientCredentials {
         self
     }
 
-    fn read_key_file(&self) -> Result<KeyFile, String> {
+    /// The connector for `https` requests, built on first use.
+    fn connector(&self) -> crate::Result<TlsConnector> {
+        if let Some(c) = self.tls.get() {
+            return Ok(c.clone());
+        }
+        let built = TlsConnector::with_fallback_roots(&TlsOptions::default())?;
+        Ok(self.tls.get_or_init(|| built).clone())
+    }
+
+    async fn request(
+        &self,
+        method: &'static str,
+        url: &Url,
+        form: Option<&str>,
+    ) -> Result<(Url, http::Response), HttpError> {
+        http::request(&|| self.connector(), self.timeouts, method, url, form).await
+    }
+
+    fn read_key_file(&self) -> Result<KeyFile, OAuth2Error> {
         let text = if let Some(data) = self.key_file.strip_prefix("data:") {
             let (meta, payload) = data
                 .split_once(',')
-                .ok_or("the key file data: URL has no `,`")?;
-            if meta.ends_with(";base64") {
-                let bytes = base64::engine::general_purpose::STANDARD
-                    .decode(payload.trim())
-                    .map_err(|e| format!("the key file data: URL is not base64: {e}"))?;
-                String::from_utf8(bytes).map_err(|_| "the key file is not UTF-8")?
+                .ok_or_else(|| OAuth2Error::new("the key file data: URL has no `,`"))?;
+            let bytes = if meta.ends_with(";base64") {
+                base64::engine::general_purpose::STANDARD
+                    .decode(percent_decode(payload.trim()))
+                    .map_err(|e| {
+                        OAuth2Error::with_source("the key file data: URL is not base64", e)
+                    })?
             } else {
-                url::form_urlencoded::parse(payload.as_bytes())
-                    .map(|(k, v)| {
-                        if v.is_empty() {
-                            k.into_owned()
-                        } else {
-                            format!("{k}={v}")
-                        }
-                    })
-                    .collect()
-            }
+                percent_decode(payload)
+            };
+            String::from_utf8(bytes).map_err(|_| OAuth2Error::new("the key file is not UTF-8"))?
         } else {
             let path = PathBuf::from(
                 self.key_file
                     .strip_prefix("file://")
                     .unwrap_or(&self.key_file),
             );
-            std::fs::read_to_string(&path)
-                .map_err(|e| format!("cannot read the key file {}: {e}", path.display()))?
+            std::fs::read_to_string(&path).map_err(|e| {
+                OAuth2Error::with_source(format!("cannot read the key file {}", path.display()), e)
+            })?
         };
-        let json: serde_json::Value =
-            serde_json::from_str(&text).map_err(|e| format!("the key file is not JSON: {e}"))?;
+        let json: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| OAuth2Error::with_source("the key file is not JSON", e))?;
         let field = |name: &str| {
             json.get(name)
                 .and_then(|v| v.as_str())
                 .map(str::to_owned)
-                .ok_or_else(|| format!("the key file has no `{name}`"))
+                .ok_or_else(|| OAuth2Error::new(format!("the key file has no `{name}`")))
         };
         Ok(KeyFile {
             client_id: field("client_id")?,
@@ -166,32 +356,35 @@ impl OAuth2ClientCredentials {
         })
     }
 
-    async fn discover(&self) -> Result<Url, String> {
+    async fn discover(&self) -> Result<Url, OAuth2Error> {
         let mut url = self.issuer_url.clone();
         let path = format!(
             "{}/.well-known/openid-configuration",
             url.path().trim_end_matches('/')
         );
         url.set_path(&path);
-        let r = http::request(&self.tls, "GET", &url, None).await?;
+        let (url, r) = self
+            .request("GET", &url, None)
+            .await
+            .map_err(|e| OAuth2Error::with_source(format!("discovery at {}", redact(&url)), e))?;
         if r.status != 200 {
-            return Err(format!(
-                "discovery at {url} answered HTTP {}: {}",
-                r.status,
-                excerpt(&r.body)
-            ));
+            return Err(answered("discovery at", &url, &r, ""));
         }
-        let json: serde_json::Value = serde_json::from_slice(&r.body)
-            .map_err(|e| format!("discovery at {url}: not JSON: {e}"))?;
+        let json: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| {
+            OAuth2Error::with_source(format!("discovery at {}: not JSON", redact(&url)), e)
+        })?;
         let endpoint = json
             .get("token_endpoint")
             .and_then(|v| v.as_str())
-            .ok_or_else(|| format!("discovery at {url}: no token_endpoint"))?;
-        Url::parse(endpoint).map_err(|e| format!("token_endpoint `{endpoint}`: {e}"))
+            .ok_or_else(|| {
+                OAuth2Error::new(format!("discovery at {}: no token_endpoint", redact(&url)))
+            })?;
+        Url::parse(endpoint)
+            .map_err(|e| OAuth2Error::with_source("discovery: the token_endpoint is not a URL", e))
     }
 
     /// One token request.
-    async fn fetch(&self, state: &mut State) -> Result<Cached, String> {
+    async fn fetch(&self, state: &mut State) -> Result<Cached, OAuth2Error> {
         let endpoint = match &state.token_endpoint {
             Some(e) => e.clone(),
             None => {
@@ -215,44 +408,49 @@ impl OAuth2ClientCredentials {
             form.finish()
         };
         let started = Instant::now();
-        let r = http::request(&self.tls, "POST", &endpoint, Some(&form)).await?;
+        let (url, r) = self
+            .request("POST", &endpoint, Some(&form))
+            .await
+            .map_err(|e| {
+                OAuth2Error::with_source(format!("token endpoint {}", redact(&endpoint)), e)
+            })?;
         if r.status != 200 {
-            return Err(format!(
-                "token endpoint {endpoint} answered HTTP {}: {}",
-                r.status,
-                excerpt(&r.body)
-            ));
+            return Err(answered("token endpoint", &url, &r, &key.client_secret));
         }
-        let json: serde_json::Value = serde_json::from_slice(&r.body)
-            .map_err(|e| format!("token endpoint {endpoint}: not JSON: {e}"))?;
+        let json: serde_json::Value = serde_json::from_slice(&r.body).map_err(|e| {
+            OAuth2Error::with_source(format!("token endpoint {}: not JSON", redact(&url)), e)
+        })?;
         let token = json
             .get("access_token")
             .and_then(|v| v.as_str())
             .filter(|t| !t.is_empty())
-            .ok_or_else(|| format!("token endpoint {endpoint}: no access_token in the answer"))?;
-        let lifetime = json
-            .get("expires_in")
-            .and_then(|v| v.as_f64())
-            .filter(|s| *s > 0.0)
-            .map(Duration::from_secs_f64);
-        tracing::debug!(?lifetime, "oauth2: got an access token");
+            .ok_or_else(|| {
+                OAuth2Error::new(format!(
+                    "token endpoint {}: no access_token in the answer",
+                    redact(&url)
+                ))
+            })?;
+        let (refresh_at, expires_at) = lifetime_of(json.get("expires_in"), started);
+        tracing::debug!(
+            lifetime = ?expires_at.saturating_duration_since(started),
+            "oauth2: got an access token"
+        );
         Ok(Cached {
             token: token.to_owned(),
-            refresh_at: lifetime.map(|l| started + l.mul_f64(REFRESH_AT)),
-            expires_at: lifetime.map(|l| started + l),
+            refresh_at,
+            expires_at,
         })
     }
 
-    async fn token(&self) -> Result<String, String> {
+    async fn token(&self) -> Result<String, OAuth2Error> {
         let mut state = self.state.lock().await;
-        let now = Instant::now();
         if let Some(c) = &state.token {
-            if c.refresh_at.is_none_or(|r| now < r) {
+            if Instant::now() < c.refresh_at {
                 return Ok(c.token.clone());
             }
         }
         let mut backoff = self.initial_backoff;
-        let mut last = String::new();
+        let mut last = None;
         for attempt in 1..=self.attempts {
             match self.fetch(&mut state).await {
                 Ok(c) => {
@@ -262,12 +460,12 @@ impl OAuth2ClientCredentials {
                 }
                 Err(e) => {
                     tracing::warn!(attempt, error = %e, "oauth2: token request failed");
-                    last = e;
+                    last = Some(e);
                 }
             }
             // A still valid token carries on; the next call tries again.
             if let Some(c) = &state.token {
-                if c.expires_at.is_some_and(|x| Instant::now() < x) {
+                if Instant::now() < c.expires_at {
                     return Ok(c.token.clone());
                 }
             }
@@ -276,20 +474,11 @@ impl OAuth2ClientCredentials {
                 backoff = backoff.saturating_mul(2);
             }
         }
-        Err(format!(
-            "no OAuth2 token after {} attempts: {last}",
-            self.attempts
-        ))
-    }
-}
-
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(body);
-    let text = text.trim();
-    if text.chars().count() > 300 {
-        format!("{}...", text.chars().take(300).collect::<String>())
-    } else {
-        text.to_owned()
+        let message = format!("no OAuth2 token after {} attempts", self.attempts);
+        Err(match last {
+            Some(e) => OAuth2Error::with_source(message, e),
+            None => OAuth2Error::new(message),
+        })
     }
 }
 
@@ -321,4 +510,38 @@ pub fn from_cli_param(param: &str) -> crate::Result<Arc<OAuth2ClientCredentials>
     Ok(Arc::new(OAuth2ClientCredentials::new(
         issuer, key_file, audience,
     )?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifetimes_are_clamped_and_missing_ones_expire_at_once() {
+        let now = Instant::now();
+        let json = |v: &str| serde_json::from_str::<serde_json::Value>(v).unwrap();
+        for v in ["0", "-5", "\"nope\""] {
+            assert_eq!(lifetime_of(Some(&json(v)), now), (now, now), "{v}");
+        }
+        assert_eq!(lifetime_of(None, now), (now, now));
+        let (refresh, expires) = lifetime_of(Some(&json("1e300")), now);
+        assert_eq!(expires - now, MAX_LIFETIME);
+        assert!(refresh < expires);
+        let (refresh, expires) = lifetime_of(Some(&json("\"100\"")), now);
+        assert_eq!(
+            (refresh - now, expires - now),
+            (Duration::from_secs(80), Duration::from_secs(100))
+        );
+    }
+
+    #[test]
+    fn data_urls_are_only_percent_decoded() {
+        assert_eq!(percent_decode("a+b&c=%7Bd%7d%zz%4"), b"a+b&c={d}%zz%4");
+    }
+
+    #[test]
+    fn quoted_text_never_holds_the_secret() {
+        let q = quote("bad secret a+b/c or a%2Bb%2Fc\r\n", "a+b/c");
+        assert!(!q.contains("a+b/c") && !q.contains("a%2Bb%2Fc"), "{q}");
+    }
 }

@@ -6,7 +6,9 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 
 use super::{routing, BrokerFeatures, ConnectionConfig, ConnectionInfo};
 use crate::auth::Credentials;
-use crate::codec::{Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE_LIMIT};
+use crate::codec::{
+    CodecError, Frame, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE, MAX_MESSAGE_SIZE_LIMIT,
+};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{self, base_command::Type, BaseCommand};
 
@@ -73,6 +75,32 @@ pub(crate) fn features_from(flags: Option<&proto::FeatureFlags>) -> BrokerFeatur
     }
 }
 
+/// Whether a frame's 4-byte length prefix is in fact a TLS record header: content type alert
+/// (0x15) or handshake (0x16), then protocol version 3.x (SSL 3.0 to TLS 1.3 all send 0x03,
+/// 0x00..=0x04). Such a "length" is far above any frame size limit.
+fn looks_like_tls_record(prefix: [u8; 4]) -> bool {
+    matches!(prefix, [0x15 | 0x16, 0x03, 0x00..=0x04, _])
+}
+
+/// A decoding error of the handshake's first answer, explained when the broker answered a
+/// plain CONNECT with TLS (a `pulsar://` URL pointed at a TLS port).
+fn tls_hint(error: Error) -> Error {
+    if let Error::Codec(CodecError::FrameTooLarge { size, .. }) = &error {
+        let prefix = size
+            .checked_sub(4)
+            .and_then(|total| u32::try_from(total).ok())
+            .map(u32::to_be_bytes);
+        if prefix.is_some_and(looks_like_tls_record) {
+            return Error::Protocol(
+                "the broker speaks TLS: use a pulsar+ssl:// service URL (its first answer was a \
+                 TLS record, not a Pulsar frame)"
+                    .into(),
+            );
+        }
+    }
+    error
+}
+
 /// The two halves of a connection's socket, each with its codec.
 pub(crate) type Halves<S> = (
     FramedRead<ReadHalf<S>, PulsarCodec>,
@@ -100,7 +128,8 @@ where
     writer.send(Frame::simple(connect)).await?;
     loop {
         let frame = match reader.next().await {
-            Some(frame) => frame?,
+            Some(Err(e)) => return Err(tls_hint(Error::Codec(e))),
+            Some(Ok(frame)) => frame,
             None => {
                 return Err(Error::ConnectionLost(
                     "broker closed the connection during the handshake".into(),
@@ -176,5 +205,27 @@ where
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tls_record_header_is_recognised_as_such() {
+        // 0x15030300 (+4): the TLS alert of the review's report.
+        let tls = Error::Codec(CodecError::FrameTooLarge {
+            size: 352_518_916,
+            max: 5 * 1024 * 1024,
+        });
+        assert!(tls_hint(tls).to_string().contains("pulsar+ssl://"));
+        let big = Error::Codec(CodecError::FrameTooLarge {
+            size: 200_000_000,
+            max: 5 * 1024 * 1024,
+        });
+        assert!(!tls_hint(big).to_string().contains("TLS"));
+        assert!(looks_like_tls_record([0x16, 0x03, 0x01, 0x02]));
+        assert!(!looks_like_tls_record([0x16, 0x04, 0x01, 0x02]));
     }
 }

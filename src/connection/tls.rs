@@ -113,6 +113,20 @@ impl TlsConnector {
     /// Builds the connector: reads the trust store and the client certificate and key.
     /// Fails with [`Error::InvalidConfig`] if a file cannot be read or holds nothing usable.
     pub fn new(options: &TlsOptions) -> Result<TlsConnector> {
+        Self::build(options, false)
+    }
+
+    /// Like [`new`](Self::new), but when `options` name no trust source and the platform's root
+    /// store turns out empty (a distroless or scratch image), the bundled Mozilla roots
+    /// (`webpki-roots`) are trusted instead of failing. Used by the OAuth2 HTTP client.
+    pub(crate) fn with_fallback_roots(options: &TlsOptions) -> Result<TlsConnector> {
+        let implicit = options.trust_certs_file_path.is_none()
+            && !options.use_platform_roots
+            && !options.use_webpki_roots;
+        Self::build(options, implicit)
+    }
+
+    fn build(options: &TlsOptions, webpki_fallback: bool) -> Result<TlsConnector> {
         let provider = provider();
         let mut roots = RootCertStore::empty();
         if let Some(path) = &options.trust_certs_file_path {
@@ -135,7 +149,12 @@ impl TlsConnector {
             let (added, _ignored) = roots.add_parsable_certificates(found.certs);
             tracing::debug!(added, "platform root certificates loaded");
         }
-        if options.use_webpki_roots {
+        if options.use_webpki_roots || (webpki_fallback && roots.is_empty()) {
+            if !options.use_webpki_roots {
+                tracing::info!(
+                    "the platform's root store is empty: trusting the bundled Mozilla roots"
+                );
+            }
             roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
         }
         let verifier = if options.allow_insecure_connection {
