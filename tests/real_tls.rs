@@ -141,3 +141,65 @@ async fn client_certificate_through_stunnel() {
         .unwrap();
     produce_and_consume(&client, 20).await;
 }
+
+/// The `produce` and `consume` examples, run as a user would with `--url pulsar+ssl://…
+/// --tls-trust-certs ca.pem`, through the chain above: every message crosses stunnel's TLS.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_examples_produce_and_consume_through_stunnel() {
+    let chain = chain(false).await;
+    let url = chain.lookup.service_url();
+    assert!(url.starts_with("pulsar+ssl://"), "{url}");
+    let ca = chain.ca.pem.cert_path.display().to_string();
+    let topic = support::unique_name("real-tls-examples");
+    let sub = support::unique_name("s");
+    let args = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["--url", url.as_str(), "--topic", topic.as_str()]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        v.extend(["--tls-trust-certs".to_string(), ca.clone()]);
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    // The examples block; the lookup service (the mock) runs on this runtime meanwhile.
+    let run = |name: &'static str, args: Vec<String>| {
+        tokio::task::spawn_blocking(move || {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            support::examples::run(name, &args, Duration::from_secs(60))
+        })
+    };
+    let consume = run(
+        "consume",
+        args(&[
+            "--subscription",
+            &sub,
+            "--type",
+            "shared",
+            "--initial-position",
+            "earliest",
+            "--count",
+            "20",
+        ]),
+    );
+    let produced = run("produce", args(&["--count", "20"])).await.unwrap();
+    assert_eq!(
+        produced.code,
+        Some(0),
+        "produce failed:\nstdout: {}\nstderr: {}",
+        produced.stdout,
+        produced.stderr
+    );
+    let consumed = consume.await.unwrap();
+    assert_eq!(
+        consumed.code,
+        Some(0),
+        "consume failed:\nstdout: {}\nstderr: {}",
+        consumed.stdout,
+        consumed.stderr
+    );
+    assert!(
+        chain.stunnel.log().contains("connected remote server"),
+        "the traffic went through stunnel: {}",
+        chain.stunnel.log()
+    );
+}

@@ -25,6 +25,7 @@
 #[allow(clippy::duplicate_mod)]
 #[path = "../common/certs.rs"]
 pub mod certs;
+pub mod examples;
 pub mod stunnel;
 
 use std::fs::{self, File, OpenOptions};
