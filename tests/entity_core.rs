@@ -461,3 +461,30 @@ async fn huge_timeouts_and_delays_do_not_panic() {
     c.close().await.unwrap();
     producer.close().await.unwrap();
 }
+
+/// Applications spawn tasks that create producers, consumers and readers: the futures of
+/// `create()` and `subscribe()` must be `Send` (a compile-time check, run for good measure).
+#[tokio::test]
+async fn creating_entities_can_be_spawned() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url()).build().unwrap();
+    let (c1, c2, c3) = (client.clone(), client.clone(), client.clone());
+    let p = tokio::spawn(async move { c1.producer("spawned").create().await.map(|_| ()) });
+    let c = tokio::spawn(async move {
+        c2.consumer("spawned")
+            .subscription("s")
+            .subscribe()
+            .await
+            .map(|_| ())
+    });
+    let r = tokio::spawn(async move {
+        c3.reader("spawned")
+            .start_message_id(pulsar_sdk::MessageId::EARLIEST)
+            .create()
+            .await
+            .map(|_| ())
+    });
+    for h in [p, c, r] {
+        within("spawned create", h).await.unwrap().unwrap();
+    }
+}

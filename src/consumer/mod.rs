@@ -294,7 +294,11 @@ impl Consumer {
             .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
         let group = GroupClose::new();
         let registry: Registry = Arc::new(Mutex::new(Vec::new()));
-        let creates = names.iter().enumerate().map(|(index, (t, partition))| {
+        // Indexed, not `names.iter()`: a closure over borrowed items makes this future
+        // non-`Send` (rustc cannot prove the higher-ranked bound), and applications spawn
+        // subscribes.
+        let creates = (0..names.len()).map(|index| {
+            let (t, partition) = &names[index];
             Box::pin(spawn_partition(
                 &client,
                 t.clone(),
