@@ -241,7 +241,7 @@ pub(crate) enum Injection {
     /// Send this answer after `delay` (on top of the broker's latency).
     Reply {
         /// The error answer.
-        response: wire::BaseCommand,
+        response: Box<wire::BaseCommand>,
         /// The pushed error's delay.
         delay: Duration,
     },
@@ -298,7 +298,7 @@ pub(crate) fn intercept(
         ));
     }
     Some(Injection::Reply {
-        response: answer(request, cmd, error.code, &error.message),
+        response: Box::new(answer(request, cmd, error.code, &error.message)),
         delay: error.delay,
     })
 }
@@ -420,7 +420,7 @@ fn storage_cut(
         _ => return None,
     };
     Some(Injection::Reply {
-        response: answer(request, cmd, code, message),
+        response: Box::new(answer(request, cmd, code, message)),
         delay: Duration::ZERO,
     })
 }

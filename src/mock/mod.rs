@@ -440,7 +440,11 @@ impl MockBroker {
         lock(&self.shared().connections)
             .live
             .get(&conn)
-            .is_some_and(|s| s.push_tx.send(session::Pushed::Frame(frame)).is_ok())
+            .is_some_and(|s| {
+                s.push_tx
+                    .send(session::Pushed::Frame(Box::new(frame)))
+                    .is_ok()
+            })
     }
 
     /// Closes connection `conn` (the client sees the socket closed, without any command).

@@ -34,7 +34,7 @@ use crate::codec::{Frame, PulsarCodec};
 #[derive(Debug)]
 pub(crate) enum Pushed {
     /// A frame, sent as it is (no delay, even when unresponsive).
-    Frame(Frame),
+    Frame(Box<Frame>),
     /// Write half of a frame, then close the connection.
     CutMidFrame,
 }
@@ -43,7 +43,7 @@ pub(crate) enum Pushed {
 #[derive(Debug)]
 enum Due {
     /// Send a frame.
-    Send(Frame),
+    Send(Box<Frame>),
     /// Apply a FLOW whose dispatch was failed by a pushed error.
     Flow(super::wire::CommandFlow),
 }
@@ -171,7 +171,7 @@ where
                 biased;
                 _ = &mut self.kill => return Err("dropped by the test".into()),
                 pushed = self.push_rx.recv() => match pushed {
-                    Some(Pushed::Frame(frame)) => self.write(frame).await?,
+                    Some(Pushed::Frame(frame)) => self.write(*frame).await?,
                     Some(Pushed::CutMidFrame) => return self.cut_mid_frame().await,
                     None => return Err("dropped by the test".into()),
                 },
@@ -227,7 +227,7 @@ where
             }
         };
         let deferred_flow = matches!(injected, Some(Injection::DeferFlow(_)))
-            .then(|| command.flow.clone())
+            .then_some(command.flow)
             .flatten();
         // Recorded before anything is answered, so a test that sees the answer finds the request.
         self.shared.log.record(Received {
@@ -238,7 +238,7 @@ where
         match injected {
             Some(Injection::Reply { response, delay }) => {
                 self.shared.served.record(ty);
-                return self.respond_after(response, delay).await;
+                return self.respond_after(*response, delay).await;
             }
             Some(Injection::DeferFlow(delay)) => {
                 if let (Some(delay), Some(flow)) = (delay, deferred_flow) {
@@ -322,8 +322,10 @@ where
             return self.write(frame).await;
         }
         self.seq += 1;
-        self.delayed
-            .insert((Instant::now() + delay, self.seq), Due::Send(frame));
+        self.delayed.insert(
+            (Instant::now() + delay, self.seq),
+            Due::Send(Box::new(frame)),
+        );
         Ok(())
     }
 
@@ -336,7 +338,7 @@ where
             match entry.remove() {
                 Due::Send(frame) => {
                     if !self.unresponsive() {
-                        self.write(frame).await?;
+                        self.write(*frame).await?;
                     }
                 }
                 Due::Flow(flow) => {
@@ -360,7 +362,7 @@ where
             .delayed
             .values()
             .find_map(|due| match due {
-                Due::Send(frame) => Some(frame.clone()),
+                Due::Send(frame) => Some((**frame).clone()),
                 Due::Flow(_) => None,
             })
             .unwrap_or_else(|| Frame::simple(handlers::ping_or_pong(Type::Ping)));
