@@ -100,7 +100,10 @@ pub(super) async fn tcp_client(broker: &MockBroker) -> RawClient<TcpStream> {
     RawClient::new(TcpStream::connect(broker.addr()).await.expect("connect"))
 }
 
-fn connect(protocol_version: i32, flags: Option<wire::FeatureFlags>) -> wire::BaseCommand {
+pub(super) fn connect(
+    protocol_version: i32,
+    flags: Option<wire::FeatureFlags>,
+) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::Connect as i32,
         connect: Some(wire::CommandConnect {

@@ -433,3 +433,21 @@ async fn the_cluster_url_names_every_broker_and_dropping_it_closes_them() {
         super::tests_support::eventually(|| std::net::TcpStream::connect(addr).is_err()).await;
     }
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_stalled_cluster_broker_reads_but_answers_nothing_until_resumed() {
+    let cluster = MockCluster::start(2).await.unwrap();
+    let broker = cluster.broker(1).unwrap();
+    cluster.set_stalled(1, true).unwrap();
+    let mut raw = RawClient::new(broker.connect_duplex()).patient();
+    raw.send(super::tests::connect(21, None)).await;
+    broker.wait_for_command(Type::Connect, WAIT).await.unwrap();
+    raw.expect_silence(Duration::from_secs(60)).await;
+    cluster.set_stalled(1, false).unwrap();
+    raw.send(ping()).await;
+    raw.expect(Type::Pong).await;
+    assert!(matches!(
+        cluster.set_stalled(2, true),
+        Err(MockAdminError::BrokerNotFound { .. })
+    ));
+}
