@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::mock::{MockBroker, MockCluster, MockError, MockRequest, TopicMove};
 use pulsar_sdk::{
     BackoffPolicy, Client, Error, InitialPosition, ProducerMessage, ServerError, State,
     SubscriptionType,
@@ -219,8 +219,8 @@ async fn unloads_and_a_restart_lose_nothing_and_keep_order() {
 
 #[tokio::test]
 async fn pip_307_reconnects_straight_to_the_assigned_broker() {
-    let cluster = MockBroker::start_cluster(2).await.unwrap();
-    let (a, b) = (&cluster[0], &cluster[1]);
+    let cluster = MockCluster::start(2).await.unwrap();
+    let (a, b) = (&cluster.brokers()[0], &cluster.brokers()[1]);
     let client = client_for(&a.service_url());
     let topic = "persistent://public/default/moving";
     let producer = client
@@ -231,7 +231,9 @@ async fn pip_307_reconnects_straight_to_the_assigned_broker() {
         .unwrap();
     producer.send_and_wait("before").await.unwrap();
     let lookups_before = a.received_of(Type::Lookup).len() + b.received_of(Type::Lookup).len();
-    a.unload_topic_to(topic, &b.service_url()).unwrap();
+    cluster
+        .move_topic(topic, 1, TopicMove::AssignedUrl)
+        .unwrap();
     wait_until("the producer is re-created on b", || {
         !b.received_of(Type::Producer).is_empty()
     })
@@ -341,21 +343,21 @@ async fn non_retriable_create_errors_fail_fast() {
 async fn retriable_create_errors_are_retried_until_they_clear() {
     let broker = MockBroker::start().await.unwrap();
     let client = client_for(&broker.service_url());
-    broker.set_lookup_error(None, ServerError::ServiceNotReady, "bundle loading");
-    let create = {
-        let client = client.clone();
-        tokio::spawn(async move { client.producer("retry-me").create().await })
-    };
-    broker
-        .wait_for_commands(Type::Lookup, 3, Duration::from_secs(10))
+    broker.push_error(
+        MockError::new(
+            MockRequest::Lookup,
+            ServerError::ServiceNotReady,
+            "bundle loading",
+        )
+        .times(3),
+    );
+    let producer = client
+        .producer("retry-me")
+        .create()
         .await
-        .expect("the lookup is retried");
-    broker.clear_lookup_errors();
-    let producer = create
-        .await
-        .unwrap()
-        .expect("create succeeds once the error clears");
+        .expect("create succeeds once the errors are used up");
     assert_eq!(producer.state(), State::Ready);
+    assert_eq!(broker.consumed_errors().len(), 3, "the lookup was retried");
 }
 
 #[tokio::test]

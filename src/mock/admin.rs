@@ -41,6 +41,25 @@ pub enum MockAdminError {
     /// The operation is not supported on this topic (e.g. terminating a non-persistent one).
     #[error("{0}")]
     NotSupported(String),
+    /// A [`MockCluster`](super::MockCluster) operation named a broker it does not have.
+    #[error("the cluster has {brokers} broker(s): there is no broker {index}")]
+    BrokerNotFound {
+        /// The index given.
+        index: usize,
+        /// How many brokers the cluster has.
+        brokers: usize,
+    },
+    /// A broker could not go down or come up again: it was shut down, or its address could not
+    /// be bound again.
+    #[error("broker {index} cannot listen: {kind} ({message})")]
+    Listen {
+        /// The broker's index in its cluster.
+        index: usize,
+        /// The I/O error's kind.
+        kind: std::io::ErrorKind,
+        /// The I/O error's message.
+        message: String,
+    },
     /// An update of a partitioned topic did not grow its partition count (counts only grow).
     #[error("partitioned topic {topic} has {current} partitions: {requested} is not more")]
     PartitionCountNotIncreased {

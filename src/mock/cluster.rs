@@ -67,6 +67,24 @@ impl MockBroker {
     /// again; fails if the broker was shut down, or if the address could not be bound again
     /// (then it does not listen).
     pub async fn restart_after(&self, downtime: Duration) -> io::Result<()> {
+        self.take_down().await?;
+        tracing::debug!(addr = %self.addr(), "mock broker: restarting");
+        tokio::time::sleep(downtime).await;
+        if lock(&self.shared().connections).closed {
+            return Ok(()); // shut down meanwhile
+        }
+        self.bring_up().await
+    }
+
+    /// Takes the broker down, as a broker process that stopped: closes the port (TCP connects
+    /// are refused when this returns; duplex connections are closed at once) and every
+    /// connection (their producers and consumers are detached; messages dispatched but not
+    /// acknowledged go back to their subscriptions). The data stays, as for
+    /// [`restart`](Self::restart); [`bring_up`](Self::bring_up) listens again. Topics it owns
+    /// stay assigned to it (move them with [`unload_topic_to`](Self::unload_topic_to) or
+    /// [`MockCluster::move_topic`](super::MockCluster::move_topic)). Does nothing if already
+    /// down; fails if the broker was shut down.
+    pub async fn take_down(&self) -> io::Result<()> {
         let shared = &self.inner.shared;
         let live = {
             let mut registry = lock(&shared.connections);
@@ -88,19 +106,41 @@ impl MockBroker {
             }
         }
         close_sessions(live).await;
-        tracing::debug!(addr = %shared.addr, "mock broker: restarting");
-        tokio::time::sleep(downtime).await;
+        tracing::debug!(addr = %shared.addr, "mock broker: down");
+        Ok(())
+    }
+
+    /// Brings a broker taken down ([`take_down`](Self::take_down)) up again: listens on the
+    /// same address (retrying the bind for about a second) and accepts connections. Returns
+    /// when it accepts; does nothing if it is up. Fails if the address could not be bound
+    /// again (then it stays down) or the broker was shut down.
+    pub async fn bring_up(&self) -> io::Result<()> {
+        let shared = &self.inner.shared;
+        {
+            let registry = lock(&shared.connections);
+            if registry.closed {
+                return Err(io::Error::other("mock broker is shut down"));
+            }
+            if !registry.paused {
+                return Ok(());
+            }
+        }
         let listener = rebind(shared.addr).await;
         let mut registry = lock(&shared.connections);
-        registry.paused = false;
         if registry.closed {
-            return Ok(()); // shut down meanwhile
+            return Err(io::Error::other("mock broker is shut down"));
         }
         let listener = listener?;
+        registry.paused = false;
         let task = tokio::spawn(accept_loop(listener, Arc::clone(shared)));
         *lock(&self.inner.accept_task) = Some(task);
-        tracing::debug!(addr = %shared.addr, "mock broker: restarted");
+        tracing::debug!(addr = %shared.addr, "mock broker: up");
         Ok(())
+    }
+
+    /// Whether the broker is down ([`take_down`](Self::take_down), or restarting).
+    pub fn is_down(&self) -> bool {
+        lock(&self.shared().connections).paused
     }
 
     /// Counters for leak checks: live connections of this broker and the producers and

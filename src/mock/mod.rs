@@ -37,8 +37,12 @@
 //!
 //! For assertions it records every command it decodes ([`MockBroker::received`],
 //! [`MockBroker::wait_for_command`]). For scripting it pushes any command to a chosen connection
-//! ([`MockBroker::push`]). For fault injection it drops connections, stops answering, or delays
-//! responses (receipts and other responses are delayed; dispatched messages are not).
+//! ([`MockBroker::push`]). For fault injection it answers the next requests of a type with a
+//! pushed error ([`MockBroker::push_error`]), adds a round-trip time
+//! ([`MockBroker::set_round_trip_time`]), drops connections (also mid-frame), stops answering,
+//! delays responses, goes down and comes back ([`MockBroker::take_down`]), and loses its
+//! storage ([`MockBroker::set_storage_cut`]); [`MockCluster`] gathers the cluster operations.
+//! The [`guide`] shows an application's test suite running against the kit.
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {
@@ -70,8 +74,12 @@ mod cluster;
 mod conns;
 mod consume;
 mod dispatch;
+pub mod guide;
 mod handlers;
 mod hashing;
+mod inject;
+mod kit;
+mod kit_cluster;
 mod lifecycle;
 mod namespace;
 mod ops;
@@ -88,6 +96,8 @@ mod tests;
 mod tests_auth;
 #[cfg(test)]
 mod tests_consume;
+#[cfg(test)]
+mod tests_kit;
 #[cfg(test)]
 mod tests_lifecycle;
 #[cfg(test)]
@@ -112,6 +122,8 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
 pub use admin::{MockAdminError, MockBrokerStats};
+pub use inject::{ConsumedError, MockError, MockRequest};
+pub use kit_cluster::{MockCluster, TopicMove};
 pub use permissions::MockAction;
 pub use record::Received;
 #[cfg(feature = "tls")]
@@ -428,7 +440,11 @@ impl MockBroker {
         lock(&self.shared().connections)
             .live
             .get(&conn)
-            .is_some_and(|s| s.push_tx.send(frame).is_ok())
+            .is_some_and(|s| {
+                s.push_tx
+                    .send(session::Pushed::Frame(Box::new(frame)))
+                    .is_ok()
+            })
     }
 
     /// Closes connection `conn` (the client sees the socket closed, without any command).
@@ -452,10 +468,10 @@ impl MockBroker {
         drop(live);
     }
 
-    /// Stops (`true`) or resumes (`false`) answering. While unresponsive the broker keeps
-    /// reading and recording commands but sends nothing of its own: no CONNECTED, no responses,
-    /// no PONG, no keepalive PING (frames pushed by the test still go out). Responses due
-    /// meanwhile are lost, not sent on resume.
+    /// Stops (`true`) or resumes (`false`) answering: a stalled broker. While unresponsive the
+    /// broker keeps accepting connections, reading and recording commands, but sends nothing
+    /// of its own: no CONNECTED, no responses, no PONG, no keepalive PING, no MESSAGE (frames
+    /// pushed by the test still go out). Responses due meanwhile are lost, not sent on resume.
     pub fn set_unresponsive(&self, on: bool) {
         lock(&self.shared().faults).unresponsive = on;
     }
@@ -464,7 +480,8 @@ impl MockBroker {
     /// holding up other traffic; responses with the same delay keep their order. PONG is never
     /// delayed: a real broker answers PING on its I/O thread even when slow to serve requests
     /// (use [`set_unresponsive`](Self::set_unresponsive) to starve keepalive). Applies to
-    /// commands received from now on; `Duration::ZERO` turns it off.
+    /// commands received from now on; `Duration::ZERO` turns it off. Adds to the round-trip
+    /// time ([`set_round_trip_time`](Self::set_round_trip_time)), which delays every frame.
     pub fn set_response_delay(&self, delay: Duration) {
         lock(&self.shared().faults).response_delay = delay;
     }

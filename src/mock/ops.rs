@@ -137,7 +137,7 @@ impl MockBroker {
     /// [`unload_topic_to`](Self::unload_topic_to) is cleared. Fails with
     /// [`MockAdminError::TopicNotFound`].
     pub fn unload_topic(&self, topic: &str) -> Result<(), MockAdminError> {
-        self.unload(topic, None)
+        self.unload(topic, None, false)
     }
 
     /// Like [`unload_topic`](Self::unload_topic), but the topic moves to the broker serving
@@ -158,10 +158,17 @@ impl MockBroker {
         topic: &str,
         broker_service_url: &str,
     ) -> Result<(), MockAdminError> {
-        self.unload(topic, Some(broker_service_url))
+        self.unload(topic, Some(broker_service_url), true)
     }
 
-    fn unload(&self, topic: &str, target: Option<&str>) -> Result<(), MockAdminError> {
+    /// Unloads `topic` (see [`unload_topic`](Self::unload_topic)) and, with a `target`,
+    /// assigns it to that broker; `announce` puts the target in the close commands (PIP-307).
+    pub(crate) fn unload(
+        &self,
+        topic: &str,
+        target: Option<&str>,
+        announce: bool,
+    ) -> Result<(), MockAdminError> {
         let mut state = lock(&self.shared().state);
         let names = state.topics.resolve(topic);
         if names.is_empty() {
@@ -169,7 +176,7 @@ impl MockBroker {
         }
         let notice = CloseNotice {
             allow_reconnect: None,
-            assigned_broker: target,
+            assigned_broker: target.filter(|_| announce),
         };
         for name in names {
             lifecycle::disconnect_topic(&mut state, &name, notice);

@@ -13,25 +13,46 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::BytesMut;
 use futures::{SinkExt, StreamExt};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
+use tokio_util::codec::Encoder;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
 
 use super::handlers::{self, SessionView, Step};
+use super::inject::{self, Injection};
 use super::record::Received;
 use super::wire::base_command::Type;
-use super::{lock, ConnectionId, Shared};
+use super::{consume, lock, ConnectionId, Shared};
 use crate::codec::{Frame, PulsarCodec};
+
+/// What a test pushes to a session.
+#[derive(Debug)]
+pub(crate) enum Pushed {
+    /// A frame, sent as it is (no delay, even when unresponsive).
+    Frame(Box<Frame>),
+    /// Write half of a frame, then close the connection.
+    CutMidFrame,
+}
+
+/// Something the session does when its time comes.
+#[derive(Debug)]
+enum Due {
+    /// Send a frame.
+    Send(Box<Frame>),
+    /// Apply a FLOW whose dispatch was failed by a pushed error.
+    Flow(super::wire::CommandFlow),
+}
 
 /// The handle's side of one live session.
 #[derive(Debug)]
 pub(crate) struct SessionControl {
-    /// Frames a test pushes to the client, sent as they are (no delay, even when unresponsive).
-    pub(crate) push_tx: mpsc::UnboundedSender<Frame>,
+    /// What a test pushes to the client.
+    pub(crate) push_tx: mpsc::UnboundedSender<Pushed>,
     /// Dropping (or firing) this closes the connection.
     pub(crate) kill: oneshot::Sender<()>,
     /// The session task.
@@ -102,14 +123,14 @@ struct Session<T> {
     shared: Arc<Shared>,
     id: ConnectionId,
     framed: Framed<T, PulsarCodec>,
-    push_rx: mpsc::UnboundedReceiver<Frame>,
+    push_rx: mpsc::UnboundedReceiver<Pushed>,
     /// Frames the broker originates for this connection.
     out_rx: mpsc::UnboundedReceiver<Frame>,
     kill: oneshot::Receiver<()>,
     connected: bool,
-    /// Responses waiting for their delay, ordered by (due time, arrival order) so responses with
-    /// the same delay leave in the order their requests came.
-    delayed: BTreeMap<(Instant, u64), Frame>,
+    /// Frames waiting for their delay (and deferred FLOWs), ordered by (due time, arrival
+    /// order) so frames with the same delay leave in the order they were queued.
+    delayed: BTreeMap<(Instant, u64), Due>,
     seq: u64,
     keepalive: Option<Keepalive>,
     /// The auth challenge schedule, once connected (see [`super::secure`]).
@@ -150,12 +171,14 @@ where
                 biased;
                 _ = &mut self.kill => return Err("dropped by the test".into()),
                 pushed = self.push_rx.recv() => match pushed {
-                    Some(frame) => self.write(frame).await?,
+                    Some(Pushed::Frame(frame)) => self.write(*frame).await?,
+                    Some(Pushed::CutMidFrame) => return self.cut_mid_frame().await,
                     None => return Err("dropped by the test".into()),
                 },
                 Some(frame) = self.out_rx.recv() => {
-                    if !self.unresponsive() {
-                        self.write(frame).await?;
+                    let faults = *lock(&self.shared.faults);
+                    if !faults.unresponsive {
+                        self.send_after(frame, faults.round_trip_time).await?;
                     }
                 }
                 _ = sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {
@@ -183,26 +206,50 @@ where
         }
         let Frame { command, payload } = frame;
         let ty = command.r#type;
-        let step = {
+        let (step, injected) = {
             let view = SessionView {
                 config: &self.shared.config,
                 service_url: &self.shared.service_url,
                 connected: self.connected,
                 conn: self.id,
             };
-            handlers::handle(
-                &mut lock(&self.shared.state),
-                view,
-                &command,
-                payload.as_ref(),
-            )
+            let mut state = lock(&self.shared.state);
+            match self
+                .connected
+                .then(|| inject::intercept(&mut state, view, &command))
+                .flatten()
+            {
+                Some(injection) => (Step::Ignore, Some(injection)),
+                None => (
+                    handlers::handle(&mut state, view, &command, payload.as_ref()),
+                    None,
+                ),
+            }
         };
+        let deferred_flow = matches!(injected, Some(Injection::DeferFlow(_)))
+            .then_some(command.flow)
+            .flatten();
         // Recorded before anything is answered, so a test that sees the answer finds the request.
         self.shared.log.record(Received {
             connection: self.id,
             command,
             payload: payload.map(|p| (p.metadata, p.data)),
         });
+        match injected {
+            Some(Injection::Reply { response, delay }) => {
+                self.shared.served.record(ty);
+                return self.respond_after(*response, delay).await;
+            }
+            Some(Injection::DeferFlow(delay)) => {
+                if let (Some(delay), Some(flow)) = (delay, deferred_flow) {
+                    self.seq += 1;
+                    self.delayed
+                        .insert((Instant::now() + delay, self.seq), Due::Flow(flow));
+                }
+                return Ok(());
+            }
+            None => {}
+        }
         if ty == Type::AuthResponse as i32 && step == Step::Ignore {
             if let Some(c) = &mut self.challenge {
                 c.awaiting = false;
@@ -234,11 +281,12 @@ where
                 self.respond(response).await
             }
             Step::Pong => {
-                if self.unresponsive() {
+                let faults = *lock(&self.shared.faults);
+                if faults.unresponsive {
                     return Ok(());
                 }
-                self.write(Frame::simple(handlers::ping_or_pong(Type::Pong)))
-                    .await
+                let pong = Frame::simple(handlers::ping_or_pong(Type::Pong));
+                self.send_after(pong, faults.round_trip_time).await
             }
             Step::Ignore => Ok(()),
             Step::Close(reason) => {
@@ -250,18 +298,34 @@ where
 
     /// Sends a response now, or queues it for the configured delay; drops it when unresponsive.
     async fn respond(&mut self, response: super::wire::BaseCommand) -> Result<(), Closed> {
+        self.respond_after(response, Duration::ZERO).await
+    }
+
+    /// Like [`respond`](Self::respond), `extra` later.
+    async fn respond_after(
+        &mut self,
+        response: super::wire::BaseCommand,
+        extra: Duration,
+    ) -> Result<(), Closed> {
         let faults = *lock(&self.shared.faults);
         if faults.unresponsive {
             tracing::debug!("mock broker: unresponsive, response dropped");
             return Ok(());
         }
-        let frame = Frame::simple(response);
-        if faults.response_delay.is_zero() {
+        let delay = faults.response_delay + faults.round_trip_time + extra;
+        self.send_after(Frame::simple(response), delay).await
+    }
+
+    /// Writes `frame` now, or queues it for `delay`.
+    async fn send_after(&mut self, frame: Frame, delay: Duration) -> Result<(), Closed> {
+        if delay.is_zero() {
             return self.write(frame).await;
         }
         self.seq += 1;
-        self.delayed
-            .insert((Instant::now() + faults.response_delay, self.seq), frame);
+        self.delayed.insert(
+            (Instant::now() + delay, self.seq),
+            Due::Send(Box::new(frame)),
+        );
         Ok(())
     }
 
@@ -271,12 +335,58 @@ where
             if entry.key().0 > now {
                 break;
             }
-            let frame = entry.remove();
-            if !self.unresponsive() {
-                self.write(frame).await?;
+            match entry.remove() {
+                Due::Send(frame) => {
+                    if !self.unresponsive() {
+                        self.write(*frame).await?;
+                    }
+                }
+                Due::Flow(flow) => {
+                    let view = SessionView {
+                        config: &self.shared.config,
+                        service_url: &self.shared.service_url,
+                        connected: self.connected,
+                        conn: self.id,
+                    };
+                    consume::flow(&mut lock(&self.shared.state), view, &flow);
+                }
             }
         }
         Ok(())
+    }
+
+    /// Writes the first half of a frame (the first one waiting for its delay, else a PING),
+    /// then ends the session: the client sees a frame cut short by the end of the stream.
+    async fn cut_mid_frame(&mut self) -> Result<Infallible, Closed> {
+        let frame = self
+            .delayed
+            .values()
+            .find_map(|due| match due {
+                Due::Send(frame) => Some((**frame).clone()),
+                Due::Flow(_) => None,
+            })
+            .unwrap_or_else(|| Frame::simple(handlers::ping_or_pong(Type::Ping)));
+        let mut bytes = BytesMut::new();
+        if let Err(e) = self.framed.codec_mut().encode(frame, &mut bytes) {
+            return Err(format!("cut mid-frame: encoding failed: {e}"));
+        }
+        let half = bytes.len() / 2;
+        let written = async {
+            SinkExt::<Frame>::flush(&mut self.framed)
+                .await
+                .map_err(io_error)?;
+            let io = self.framed.get_mut();
+            io.write_all(&bytes[..half]).await?;
+            io.flush().await
+        }
+        .await;
+        match written {
+            Ok(()) => Err(format!(
+                "cut by the test after {half} of {} bytes",
+                bytes.len()
+            )),
+            Err(e) => Err(format!("cut by the test (write failed: {e})")),
+        }
     }
 
     async fn on_keepalive_timer(&mut self) -> Result<(), Closed> {
@@ -330,4 +440,9 @@ where
             sent = self.framed.send(frame) => sent.map_err(|e| format!("write failed: {e}")),
         }
     }
+}
+
+/// A codec error as an I/O error.
+fn io_error(e: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(e.to_string())
 }

@@ -17,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::conns::Conns;
+use super::inject::Injected;
 use super::namespace::{namespace_of, Namespaces};
 use super::permissions::Permissions;
 use super::timers::Timers;
@@ -49,6 +50,8 @@ pub(crate) struct BrokerState {
     pub(crate) timers: Timers,
     /// Runtime broker settings, per broker (by service URL).
     pub(crate) settings: HashMap<String, BrokerSettings>,
+    /// Errors pushed by the test, and the report of those consumed ([`super::inject`]).
+    pub(crate) injected: Injected,
 }
 
 /// The broker settings a test may change at runtime (initially from the broker's
@@ -59,6 +62,8 @@ pub(crate) struct BrokerSettings {
     pub(crate) allow_auto_subscription_creation: bool,
     /// How long a PIP-247 partition update waits for its result before being sent again.
     pub(crate) partition_update_resend_timeout: Duration,
+    /// Cut from the storage: every write fails with a retriable error ([`super::inject`]).
+    pub(crate) storage_cut: bool,
 }
 
 impl BrokerSettings {
@@ -67,6 +72,7 @@ impl BrokerSettings {
         BrokerSettings {
             allow_auto_subscription_creation: config.allow_auto_subscription_creation,
             partition_update_resend_timeout: config.partition_update_resend_timeout,
+            storage_cut: false,
         }
     }
 }
@@ -386,6 +392,9 @@ pub(crate) struct Faults {
     pub(crate) unresponsive: bool,
     /// Delay applied to every response except PONG.
     pub(crate) response_delay: Duration,
+    /// Round-trip time: delay applied to everything the broker sends of its own (responses,
+    /// PONG, MESSAGE and other broker-initiated frames), on top of `response_delay`.
+    pub(crate) round_trip_time: Duration,
     /// How long a namespace deletion takes between closing the clients and deleting the
     /// topics.
     pub(crate) deletion_delay: Duration,

@@ -59,6 +59,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> RawClient<T> {
         }
     }
 
+    /// The next decoding result as it is: `None` on a clean end of stream, an error for a
+    /// frame cut short.
+    pub(super) async fn next_result(&mut self) -> Option<Result<Frame, crate::codec::CodecError>> {
+        tokio::time::timeout(self.patience, self.framed.next())
+            .await
+            .expect("nothing received in time")
+    }
+
     /// The next command, or `None` if the connection closed (or failed).
     pub(super) async fn recv(&mut self) -> Option<wire::BaseCommand> {
         self.recv_frame().await.map(|f| f.command)
@@ -88,11 +96,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> RawClient<T> {
     }
 }
 
-async fn tcp_client(broker: &MockBroker) -> RawClient<TcpStream> {
+pub(super) async fn tcp_client(broker: &MockBroker) -> RawClient<TcpStream> {
     RawClient::new(TcpStream::connect(broker.addr()).await.expect("connect"))
 }
 
-fn connect(protocol_version: i32, flags: Option<wire::FeatureFlags>) -> wire::BaseCommand {
+pub(super) fn connect(
+    protocol_version: i32,
+    flags: Option<wire::FeatureFlags>,
+) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::Connect as i32,
         connect: Some(wire::CommandConnect {
@@ -105,7 +116,7 @@ fn connect(protocol_version: i32, flags: Option<wire::FeatureFlags>) -> wire::Ba
     }
 }
 
-fn lookup(topic: &str, request_id: u64) -> wire::BaseCommand {
+pub(super) fn lookup(topic: &str, request_id: u64) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::Lookup as i32,
         lookup_topic: Some(wire::CommandLookupTopic {
@@ -117,7 +128,7 @@ fn lookup(topic: &str, request_id: u64) -> wire::BaseCommand {
     }
 }
 
-fn partitioned_metadata(topic: &str, request_id: u64) -> wire::BaseCommand {
+pub(super) fn partitioned_metadata(topic: &str, request_id: u64) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::PartitionedMetadata as i32,
         partition_metadata: Some(wire::CommandPartitionedTopicMetadata {
@@ -129,7 +140,7 @@ fn partitioned_metadata(topic: &str, request_id: u64) -> wire::BaseCommand {
     }
 }
 
-fn ping() -> wire::BaseCommand {
+pub(super) fn ping() -> wire::BaseCommand {
     handlers::ping_or_pong(Type::Ping)
 }
 
