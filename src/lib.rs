@@ -52,7 +52,7 @@ pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::{
-    Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
+    Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 pub use error::{Error, Result, ServerError, TlsFailure};
