@@ -189,7 +189,8 @@ impl ConsumerBuilder {
 }
 
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the [`Stream`] impl; ack
-/// each message with [`Consumer::ack`] (acks are grouped and sent in the background).
+/// each message with [`Consumer::ack`] (acks are grouped and sent in the background), or from
+/// other tasks with an [`Acker`] ([`Consumer::acker`]).
 ///
 /// Dropping the consumer closes it in the background (pending acks are flushed first, then
 /// the broker is told); [`Consumer::close`] does the same and reports how it went.
@@ -437,6 +438,38 @@ impl Consumer {
 
     /// Waits for the next message. After the consumer is closed for good (closed by the broker,
     /// topic terminated ...) this returns that error once, then [`Error::Closed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes (e.g. when another branch of a
+    /// `tokio::select!` wins) never loses a message; the next `recv` returns it. A message
+    /// is taken out of the queue only in the poll that returns it. The same holds for the
+    /// [`Stream`] impl.
+    ///
+    /// The recommended loop receives, hands the message to a task with an [`Acker`] and stops
+    /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: pulsar_sdk::Consumer,
+    /// #     shutdown: impl std::future::Future<Output = ()>) -> pulsar_sdk::Result<()> {
+    /// let acker = consumer.acker();
+    /// tokio::pin!(shutdown);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut shutdown => break,
+    ///         msg = consumer.recv() => {
+    ///             let msg = msg?;
+    ///             let acker = acker.clone();
+    ///             tokio::spawn(async move {
+    ///                 // ... process, then:
+    ///                 let _ = acker.ack(&msg);
+    ///             });
+    ///         }
+    ///     }
+    /// }
+    /// consumer.close().await
+    /// # }
+    /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         if let Some(m) = self.peeked.take() {
             return Ok(m);

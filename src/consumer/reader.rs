@@ -157,6 +157,25 @@ impl Reader {
     }
 
     /// Waits for the next message.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`Consumer::recv`]: dropping the future before it completes (e.g. in
+    /// a `tokio::select!`) never loses a message; the next `recv` returns it.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut reader: pulsar_sdk::Reader) -> pulsar_sdk::Result<()> {
+    /// let tick = tokio::time::sleep(std::time::Duration::from_secs(1));
+    /// tokio::pin!(tick);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut tick => break, // the pending recv is dropped: nothing is lost
+    ///         msg = reader.recv() => println!("{:?}", msg?.payload_str()),
+    ///     }
+    /// }
+    /// let next = reader.recv().await?; // the next message, whatever the select! dropped
+    /// # Ok(()) }
+    /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         let m = self.consumer.recv().await?;
         self.partitions

@@ -43,7 +43,9 @@ use tokio::sync::watch;
 /// Capacity of the channel from producer handles into a partition's task.
 const OP_QUEUE: usize = 4096;
 
-/// Resolves to the message's id once the broker has stored it.
+/// Resolves to the message's id once the broker has stored it. Dropping it does not cancel
+/// the send (the message is still sent; only its receipt is ignored), so it can be raced in
+/// a `tokio::select!` or awaited later.
 #[derive(Debug)]
 #[must_use = "a send is only known to succeed once its SendFuture resolves"]
 pub struct SendFuture {
@@ -549,6 +551,28 @@ impl Producer {
     /// Queues a message and returns a future of its id, without waiting for earlier sends:
     /// sends are pipelined. Fails at once when the producer is closed, or the queue is full and
     /// `block_if_queue_full` is off.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: this future only waits for room in the queue (with `block_if_queue_full`).
+    /// Dropped before it completes, the message was not queued and will not be sent; once it
+    /// returns `Ok`, the message is queued and is sent (and re-sent across reconnects)
+    /// whether or not the returned [`SendFuture`] is awaited. Dropping the `SendFuture`
+    /// only gives up the receipt; it does not cancel the send.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) -> pulsar_sdk::Result<()> {
+    /// // Pipelined: queue many, then collect the receipts.
+    /// let mut receipts = Vec::new();
+    /// for i in 0..100 {
+    ///     receipts.push(producer.send(format!("message {i}")).await?);
+    /// }
+    /// for receipt in receipts {
+    ///     let id = receipt.await?;
+    ///     println!("stored as {id}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
         let msg = msg.into();
         let p = self.pick(&msg);
