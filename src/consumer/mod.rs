@@ -42,7 +42,7 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_state, GroupClose, State};
+use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use partition::{grow, spawn_partition, GrowContext};
 
 /// Every partition task of a consumer by index, filled in before each task starts (so the
@@ -188,7 +188,8 @@ impl ConsumerBuilder {
     }
 }
 
-/// Receives messages from a subscription. Use [`Consumer::recv`] or the [`Stream`] impl; ack
+/// Receives messages from a subscription. Use [`Consumer::recv`] or the
+/// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
 /// each message with [`Consumer::ack`] (acks are grouped and sent in the background), or from
 /// other tasks with an [`Acker`] ([`Consumer::acker`]).
 ///
@@ -444,7 +445,7 @@ impl Consumer {
     /// Cancel safe: dropping the future before it completes (e.g. when another branch of a
     /// `tokio::select!` wins) never loses a message; the next `recv` returns it. A message
     /// is taken out of the queue only in the poll that returns it. The same holds for the
-    /// [`Stream`] impl.
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl.
     ///
     /// The recommended loop receives, hands the message to a task with an [`Acker`] and stops
     /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
@@ -587,7 +588,51 @@ impl Consumer {
             .sum()
     }
 
+    /// The consumer's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html): the current state
+    /// first, then each
+    /// change, ending after a terminal state. This is the documented way to follow the state
+    /// (it hides the channel type, and is `Send + 'static`).
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: pulsar_sdk::Consumer) {
+    /// use futures::StreamExt;
+    /// let mut states = consumer.states();
+    /// tokio::spawn(async move {
+    ///     while let Some(state) = states.next().await {
+    ///         println!("consumer is now {state}");
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn states(&self) -> StateStream {
+        StateStream::new(self.all().iter().map(|p| p.state.clone()).collect())
+    }
+
+    /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
+    /// that state: [`State::Closed`] after a close by the application (its
+    /// [`close`](Self::close), dropping it, or [`Client::close`](crate::Client::close)), else
+    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Terminated`]). The future is
+    /// `Send + 'static`.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
+    /// let ended = consumer.closed();
+    /// tokio::pin!(ended);
+    /// loop {
+    ///     tokio::select! {
+    ///         state = &mut ended => { eprintln!("consumer ended: {state}"); break }
+    ///         msg = consumer.recv() => consumer.ack(&msg?)?,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+        self.states().terminal()
+    }
+
     /// Watches the lifecycle state (of the first partition; partitions close together).
+    /// Prefer [`Consumer::states`] and [`Consumer::closed`], which hide the channel type.
     pub fn state_changes(&self) -> watch::Receiver<State> {
         self.all()[0].state.clone()
     }

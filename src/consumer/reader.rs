@@ -291,6 +291,41 @@ impl Reader {
         Ok(())
     }
 
+    /// The reader's lifecycle state.
+    pub fn state(&self) -> crate::lifecycle::State {
+        self.consumer.state()
+    }
+
+    /// The reader's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html), like
+    /// [`Consumer::states`].
+    ///
+    /// ```no_run
+    /// # async fn demo(reader: pulsar_sdk::Reader) {
+    /// use futures::StreamExt;
+    /// let states: Vec<_> = reader.states().take(1).collect().await;
+    /// println!("{states:?}");
+    /// # }
+    /// ```
+    pub fn states(&self) -> crate::lifecycle::StateStream {
+        self.consumer.states()
+    }
+
+    /// Resolves once the reader reached a terminal state, with that state, like
+    /// [`Consumer::closed`].
+    ///
+    /// ```no_run
+    /// # async fn demo(reader: pulsar_sdk::Reader) {
+    /// let ended = reader.closed();
+    /// tokio::spawn(async move { eprintln!("reader ended: {}", ended.await) });
+    /// # }
+    /// ```
+    pub fn closed(
+        &self,
+    ) -> impl std::future::Future<Output = crate::lifecycle::State> + Send + 'static {
+        self.consumer.closed()
+    }
+
     /// Closes the reader (like [`Consumer::close`]; dropping it closes it too).
     pub async fn close(&self) -> Result<()> {
         self.consumer.close().await

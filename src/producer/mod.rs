@@ -37,7 +37,7 @@ use batch_container::{BatchContainer, FrameContext};
 use pending::{Completion, PendingQueue};
 use task::{ProducerOp, ProducerTask};
 
-use crate::lifecycle::{aggregate_state, GroupClose, State};
+use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use tokio::sync::watch;
 
 /// Capacity of the channel from producer handles into a partition's task.
@@ -279,6 +279,8 @@ struct PartitionProducer {
     block: bool,
     terminal: Arc<Mutex<Option<Error>>>,
     state: watch::Receiver<State>,
+    /// Whether the client is closing (sends are refused at once from then on).
+    shutdown: watch::Receiver<bool>,
 }
 
 impl PartitionProducer {
@@ -356,6 +358,7 @@ impl PartitionProducer {
             block: options.block_if_queue_full,
             terminal,
             state,
+            shutdown: client.shutdown_signal(),
         })
     }
 
@@ -375,6 +378,12 @@ impl PartitionProducer {
             .clone()
         {
             return Err(e);
+        }
+        // Refused at once while closing (this producer or the whole client), like upstream's
+        // `isValidProducerState`: such a message could only fail later.
+        let state = *self.state.borrow();
+        if *self.shutdown.borrow() || state == State::Closing || state.is_terminal() {
+            return Err(self.closed_error());
         }
         let bytes = msg.payload.len().clamp(1, self.memory_limit) as u32;
         let memory = if self.block {
@@ -518,8 +527,52 @@ impl Producer {
         aggregate_state(&states)
     }
 
+    /// The producer's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html): the current state
+    /// first, then each change, ending after a terminal state. This is the documented way to
+    /// follow the state (it hides the channel type, and is `Send + 'static`).
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) {
+    /// use futures::StreamExt;
+    /// let mut states = producer.states();
+    /// while let Some(state) = states.next().await {
+    ///     println!("{state}"); // Ready, Reconnecting, Ready, ..., Closed
+    /// }
+    /// # }
+    /// ```
+    pub fn states(&self) -> StateStream {
+        StateStream::new(
+            self.inner
+                .snapshot()
+                .iter()
+                .map(|p| p.state.clone())
+                .collect(),
+        )
+    }
+
+    /// Resolves once the producer reached a terminal state ([`State::is_terminal`]), with
+    /// that state: [`State::Closed`] after a close by the application (this handle's, another
+    /// clone's, or [`Client::close`](crate::Client::close)), else why it ended (e.g.
+    /// [`State::ClosedByBroker`], [`State::Fenced`]). The future is `Send + 'static`: spawn it
+    /// or `select!` on it.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) {
+    /// let ended = producer.closed();
+    /// tokio::spawn(async move {
+    ///     let state = ended.await;
+    ///     eprintln!("producer ended: {state}");
+    /// });
+    /// # }
+    /// ```
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+        self.states().terminal()
+    }
+
     /// Watches the lifecycle state of the producer (of its first partition, for a partitioned
-    /// producer; partitions close together).
+    /// producer; partitions close together). Prefer [`Producer::states`] and
+    /// [`Producer::closed`], which hide the channel type.
     pub fn state_changes(&self) -> watch::Receiver<State> {
         self.inner.snapshot()[0].state.clone()
     }
