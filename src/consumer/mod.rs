@@ -100,7 +100,8 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Messages the broker may push ahead of the application. Default 1000.
+    /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
+    /// permits travel as a `uint32` (see [`ConsumerOptions::receiver_queue_size`]).
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self

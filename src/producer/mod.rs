@@ -109,7 +109,8 @@ impl ProducerBuilder {
         self
     }
 
-    /// Most messages pending a receipt (0 = no count limit, the default).
+    /// Most messages pending a receipt (0 = no count limit, the default). A `usize`: a local
+    /// count that never goes on the wire (see [`ProducerOptions::max_pending_messages`]).
     pub fn max_pending_messages(mut self, n: usize) -> Self {
         self.options.max_pending_messages = n;
         self
