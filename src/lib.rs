@@ -12,6 +12,53 @@
 //! - [`producer`] and [`consumer`]: one task per partition, each with its [`lifecycle`];
 //! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
 //! - `mock` (cargo feature `mock-broker`): a scriptable in-memory broker for tests.
+//!
+//! ## Closing, and when things end
+//!
+//! Every producer, consumer and reader has a lifecycle [`State`]; `state()` reads it,
+//! `states()` is a [`StateStream`] of its changes and `closed()` resolves with the terminal
+//! state it ends in (both `Send + 'static`, to move into spawned tasks).
+//!
+//! - [`Producer::close`] closes the producer for **every clone** (clones share it). Sends made
+//!   once it is closing or closed fail at once with [`Error::Closed`]; messages still pending
+//!   when the close ends fail with it too. [`Producer::flush`] first to wait for every
+//!   receipt. Dropping the last clone lets pending messages finish, then closes it.
+//! - [`Consumer::close`] / [`Reader::close`] flush the acks made before it, then close on the
+//!   broker; dropping one does the same in the background. Afterwards `recv` fails with
+//!   [`Error::Closed`], the [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html)
+//!   impl ends (`None`), and acks (on the
+//!   consumer or an [`Acker`]) fail with [`Error::Closed`].
+//! - `close()` returns `Ok` for a close by the application (twice is fine), or the error that
+//!   ended the entity before (e.g. [`Error::ClosedByBroker`]).
+//! - [`Client::close`] is awaitable and graceful: from its first poll, sends on the client's
+//!   producers and new producers, consumers and readers are refused with [`Error::Closed`];
+//!   producers then send what they hold and wait for its receipts, consumers flush their acks,
+//!   everything ends in [`State::Closed`] (never `Reconnecting`: nothing reconnects after a
+//!   close), and the connections close. Consumers' streams end as above. Bounded by the
+//!   operation timeout ([`Error::Timeout`] if something did not finish).
+//! - When the broker ends an entity for good, it ends in [`State::ClosedByBroker`],
+//!   [`State::Terminated`], [`State::Fenced`] or [`State::Failed`], and its calls fail with the
+//!   matching error. A lost connection is not an end: the entity is `Reconnecting` and
+//!   carries on (producers keep what they hold, acks are kept for the new subscription).
+//!
+//! ## Logging
+//!
+//! The crate logs through [`tracing`](https://docs.rs/tracing); install any subscriber, e.g.
+//! `tracing_subscriber::fmt().with_env_filter("pulsar_sdk=info").init()`. Targets are the
+//! module paths (`pulsar_sdk::connection::task`, `pulsar_sdk::producer::task`,
+//! `pulsar_sdk::consumer::task`, `pulsar_sdk::entity`, `pulsar_sdk::partitions`, ...), so a
+//! filter such as `pulsar_sdk=info,pulsar_sdk::connection=debug` works. Levels:
+//! - `error`: an internal bug (an invalid lifecycle transition); never expected;
+//! - `warn`: trouble being handled or reported elsewhere: a connection closed for a protocol
+//!   violation, a send timeout, a close that timed out, a failed dead-letter publish, a
+//!   partition that failed to be added, an insecure TLS setting;
+//! - `info`: rare, notable events: a producer or consumer detached and re-created, a consumer
+//!   re-subscribed, a topic gained partitions, a message dead-lettered, a Failover active
+//!   consumer change;
+//! - `debug`: every state change, create and close, and connection detail.
+//!
+//! Nothing is logged per message above `debug`. Connections, producers and consumers run in
+//! `connection` (broker), `producer` and `consumer` (topic, id) spans.
 #![warn(missing_docs)]
 // On docs.rs (nightly, `--cfg docsrs`), items behind a cargo feature say which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -54,11 +101,11 @@ pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::{
-    Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
+    Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 pub use error::{Error, Result, ServerError, TlsFailure};
-pub use lifecycle::State;
+pub use lifecycle::{State, StateStream};
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::MessageId;

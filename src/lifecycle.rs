@@ -19,6 +19,10 @@
 //! Closed, ClosedByBroker, Terminated, Fenced and Failed are terminal: no event leaves them.
 
 use std::fmt;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures::Stream;
 
 use tokio::sync::watch;
 
@@ -204,6 +208,119 @@ impl Lifecycle {
                 from
             }
         }
+    }
+}
+
+/// A [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) of a producer's,
+/// consumer's or reader's lifecycle states: the state when the
+/// stream was made first, then each change, ending after a terminal state (see [`State::is_terminal`]).
+///
+/// Made by `states()` on [`Producer`](crate::Producer::states),
+/// [`Consumer`](crate::Consumer::states) and [`Reader`](crate::Reader::states). For a
+/// partitioned producer or consumer it follows the aggregate over the partitions it had when
+/// it was made (like `state()`). Changes in quick succession may be merged: the stream
+/// always yields the latest state, never a stale one. It is `Send + 'static`, so it can move
+/// into a spawned task, and owns nothing that keeps the entity alive.
+///
+/// ```no_run
+/// # async fn demo(producer: pulsar_sdk::Producer) {
+/// use futures::StreamExt;
+/// let mut states = producer.states();
+/// tokio::spawn(async move {
+///     while let Some(state) = states.next().await {
+///         println!("producer is now {state}");
+///     }
+///     // The stream ended: the producer reached a terminal state.
+/// });
+/// # }
+/// ```
+pub struct StateStream {
+    inner: Pin<Box<dyn Stream<Item = State> + Send>>,
+}
+
+impl fmt::Debug for StateStream {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("StateStream").finish_non_exhaustive()
+    }
+}
+
+impl Stream for StateStream {
+    type Item = State;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<State>> {
+        self.inner.as_mut().poll_next(cx)
+    }
+}
+
+impl StateStream {
+    /// Follows the aggregate state of `watchers` (one per partition).
+    pub(crate) fn new(watchers: Vec<watch::Receiver<State>>) -> Self {
+        struct Follow {
+            /// Each watcher, and whether its sender is still there to report changes.
+            watchers: Vec<(watch::Receiver<State>, bool)>,
+            /// The state when the stream was made, yielded first.
+            first: Option<State>,
+            last: Option<State>,
+        }
+        let mut watchers = watchers;
+        let states: Vec<State> = watchers
+            .iter_mut()
+            .map(|w| *w.borrow_and_update())
+            .collect();
+        let follow = Follow {
+            watchers: watchers.into_iter().map(|w| (w, true)).collect(),
+            first: Some(aggregate_state(&states)),
+            last: None,
+        };
+        let stream = futures::stream::unfold(follow, |mut f| async move {
+            if let Some(first) = f.first.take() {
+                f.last = Some(first);
+                return Some((first, f));
+            }
+            if f.last.is_some_and(State::is_terminal) {
+                return None;
+            }
+            loop {
+                let states: Vec<State> = f
+                    .watchers
+                    .iter_mut()
+                    .map(|(w, _)| *w.borrow_and_update())
+                    .collect();
+                let now = aggregate_state(&states);
+                if f.last != Some(now) {
+                    f.last = Some(now);
+                    return Some((now, f));
+                }
+                let waits: Vec<_> = f
+                    .watchers
+                    .iter_mut()
+                    .enumerate()
+                    .filter(|(_, (_, alive))| *alive)
+                    .map(|(i, (w, _))| Box::pin(async move { (i, w.changed().await.is_ok()) }))
+                    .collect();
+                if waits.is_empty() {
+                    return None; // nothing can change any more
+                }
+                let ((i, alive), _, _) = futures::future::select_all(waits).await;
+                if !alive {
+                    f.watchers[i].1 = false;
+                }
+            }
+        });
+        StateStream {
+            inner: Box::pin(stream),
+        }
+    }
+
+    /// Resolves with the first terminal state (or the last state, if nothing can change any
+    /// more).
+    pub(crate) async fn terminal(mut self) -> State {
+        use futures::StreamExt;
+        let mut last = State::Connecting;
+        while let Some(s) = self.next().await {
+            last = s;
+        }
+        last
     }
 }
 

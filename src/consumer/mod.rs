@@ -6,6 +6,7 @@
 //! re-subscribes after a connection loss — discarding queued messages the broker will
 //! redeliver.
 
+mod acker;
 mod acks;
 pub(crate) mod decode;
 pub mod dlq;
@@ -28,6 +29,7 @@ use std::time::Duration;
 use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub use acker::Acker;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
@@ -40,7 +42,7 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_state, GroupClose, State};
+use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use partition::{grow, spawn_partition, GrowContext};
 
 /// Every partition task of a consumer by index, filled in before each task starts (so the
@@ -98,7 +100,8 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Messages the broker may push ahead of the application. Default 1000.
+    /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
+    /// permits travel as a `uint32` (see [`ConsumerOptions::receiver_queue_size`]).
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self
@@ -186,8 +189,10 @@ impl ConsumerBuilder {
     }
 }
 
-/// Receives messages from a subscription. Use [`Consumer::recv`] or the [`Stream`] impl; ack
-/// each message with [`Consumer::ack`] (acks are grouped and sent in the background).
+/// Receives messages from a subscription. Use [`Consumer::recv`] or the
+/// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
+/// each message with [`Consumer::ack`] (acks are grouped and sent in the background), or from
+/// other tasks with an [`Acker`] ([`Consumer::acker`]).
 ///
 /// Dropping the consumer closes it in the background (pending acks are flushed first, then
 /// the broker is told); [`Consumer::close`] does the same and reports how it went.
@@ -195,7 +200,6 @@ impl ConsumerBuilder {
 pub struct Consumer {
     topic: TopicName,
     subscription: String,
-    subscription_type: SubscriptionType,
     partitions: Vec<Arc<PartitionShared>>,
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
@@ -210,6 +214,8 @@ pub struct Consumer {
     count: watch::Receiver<usize>,
     /// Keeps the topic registered for partition updates.
     _registration: Option<crate::partitions::Registration>,
+    /// Acks and nacks (shared with [`Consumer::acker`]).
+    acker: Acker,
 }
 
 impl Consumer {
@@ -351,14 +357,19 @@ impl Consumer {
         };
         drop(tx);
         Ok(Consumer {
-            topic,
             subscription: options.subscription.clone(),
-            subscription_type: options.subscription_type,
             partitions: shared,
             rx,
             peeked: None,
             dlq: sink,
             retry_enable: options.retry_enable,
+            acker: Acker::new(
+                topic.clone(),
+                options.subscription.clone(),
+                options.subscription_type,
+                registry.clone(),
+            ),
+            topic,
             registry,
             count,
             _registration: registration,
@@ -433,6 +444,38 @@ impl Consumer {
 
     /// Waits for the next message. After the consumer is closed for good (closed by the broker,
     /// topic terminated ...) this returns that error once, then [`Error::Closed`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes (e.g. when another branch of a
+    /// `tokio::select!` wins) never loses a message; the next `recv` returns it. A message
+    /// is taken out of the queue only in the poll that returns it. The same holds for the
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl.
+    ///
+    /// The recommended loop receives, hands the message to a task with an [`Acker`] and stops
+    /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: pulsar_sdk::Consumer,
+    /// #     shutdown: impl std::future::Future<Output = ()>) -> pulsar_sdk::Result<()> {
+    /// let acker = consumer.acker();
+    /// tokio::pin!(shutdown);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut shutdown => break,
+    ///         msg = consumer.recv() => {
+    ///             let msg = msg?;
+    ///             let acker = acker.clone();
+    ///             tokio::spawn(async move {
+    ///                 // ... process, then:
+    ///                 let _ = acker.ack(&msg);
+    ///             });
+    ///         }
+    ///     }
+    /// }
+    /// consumer.close().await
+    /// # }
+    /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         if let Some(m) = self.peeked.take() {
             return Ok(m);
@@ -453,30 +496,37 @@ impl Consumer {
             .find(|p| p.main && p.partition == id.partition)
     }
 
-    fn send_op(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let p = self.partition_of(id).ok_or_else(|| {
-            Error::InvalidConfig(format!("message id {id} is not from this consumer"))
-        })?;
-        p.ops.send(op).map_err(|_| Error::Closed)
+    /// A cheap, cloneable, `Send + Sync` handle that acknowledges this consumer's messages
+    /// from any task (see [`Acker`]). The consumer's own [`ack`](Self::ack),
+    /// [`nack`](Self::nack) etc. go through the same code.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// let mut consumer = client.consumer("orders").subscription("s").subscribe().await?;
+    /// let acker = consumer.acker();
+    /// while let Ok(msg) = consumer.recv().await {
+    ///     let acker = acker.clone();
+    ///     tokio::spawn(async move {
+    ///         // ... work on the message, then:
+    ///         let _ = acker.ack(&msg);
+    ///     });
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn acker(&self) -> Acker {
+        self.acker.clone()
     }
 
     /// Acknowledges one message. For a message of a batch, the broker is told once every
-    /// message of that batch is acknowledged.
+    /// message of that batch is acknowledged. Fails with [`Error::Closed`] once the consumer
+    /// is closing or closed. See also [`Consumer::acker`] to ack from other tasks.
     pub fn ack(&self, msg: &Message) -> Result<()> {
-        self.send_to(msg, ConsumerOp::Ack(msg.id))
-    }
-
-    /// Routes an op about a received message to the partition task it came from.
-    fn send_to(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
-        let p = self.partitions.get(msg.source).ok_or_else(|| {
-            Error::InvalidConfig(format!("message {} is not from this consumer", msg.id))
-        })?;
-        p.ops.send(op).map_err(|_| Error::Closed)
+        self.acker.ack(msg)
     }
 
     /// Acknowledges a message by id.
     pub fn ack_id(&self, id: MessageId) -> Result<()> {
-        self.send_op(&id, ConsumerOp::Ack(id))
+        self.acker.ack_id(id)
     }
 
     /// Acknowledges every message up to and including this one (on its partition).
@@ -485,25 +535,37 @@ impl Consumer {
     /// ignores cumulative acks, so this fails with [`Error::InvalidOperation`] and sends
     /// nothing (like upstream: "Cannot use cumulative acks on a non-exclusive subscription").
     pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
-        self.check_cumulative()?;
-        self.send_to(msg, ConsumerOp::AckCumulative(msg.id))
+        self.acker.ack_cumulative(msg)
     }
 
-    fn check_cumulative(&self) -> Result<()> {
-        match self.subscription_type {
-            SubscriptionType::Shared | SubscriptionType::KeyShared => {
-                Err(Error::InvalidOperation(format!(
-                    "cannot use cumulative acks on a {:?} subscription ({}); ack each message",
-                    self.subscription_type, self.subscription
-                )))
-            }
-            _ => Ok(()),
-        }
+    /// [`Consumer::ack_cumulative`] by id.
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: &mut pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
+    /// let id = consumer.recv().await?.id;
+    /// consumer.ack_cumulative_id(id)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ack_cumulative_id(&self, id: MessageId) -> Result<()> {
+        self.acker.ack_cumulative_id(id)
     }
 
     /// Negatively acknowledges a message: it is redelivered after the negative-ack delay.
     pub fn nack(&self, msg: &Message) -> Result<()> {
-        self.send_to(msg, ConsumerOp::Nack(msg.id, msg.redelivery_count))
+        self.acker.nack(msg)
+    }
+
+    /// Negatively acknowledges a message by id (see [`Acker::nack_id`]: with a
+    /// negative-ack backoff, prefer [`Consumer::nack`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: &mut pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
+    /// let id = consumer.recv().await?.id;
+    /// consumer.nack_id(id)?; // redelivered after the negative-ack delay
+    /// # Ok(()) }
+    /// ```
+    pub fn nack_id(&self, id: MessageId) -> Result<()> {
+        self.acker.nack_id(id)
     }
 
     async fn ask<T>(
@@ -531,7 +593,51 @@ impl Consumer {
             .sum()
     }
 
+    /// The consumer's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html): the current state
+    /// first, then each
+    /// change, ending after a terminal state. This is the documented way to follow the state
+    /// (it hides the channel type, and is `Send + 'static`).
+    ///
+    /// ```no_run
+    /// # async fn demo(consumer: pulsar_sdk::Consumer) {
+    /// use futures::StreamExt;
+    /// let mut states = consumer.states();
+    /// tokio::spawn(async move {
+    ///     while let Some(state) = states.next().await {
+    ///         println!("consumer is now {state}");
+    ///     }
+    /// });
+    /// # }
+    /// ```
+    pub fn states(&self) -> StateStream {
+        StateStream::new(self.all().iter().map(|p| p.state.clone()).collect())
+    }
+
+    /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
+    /// that state: [`State::Closed`] after a close by the application (its
+    /// [`close`](Self::close), dropping it, or [`Client::close`](crate::Client::close)), else
+    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Terminated`]). The future is
+    /// `Send + 'static`.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
+    /// let ended = consumer.closed();
+    /// tokio::pin!(ended);
+    /// loop {
+    ///     tokio::select! {
+    ///         state = &mut ended => { eprintln!("consumer ended: {state}"); break }
+    ///         msg = consumer.recv() => consumer.ack(&msg?)?,
+    ///     }
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+        self.states().terminal()
+    }
+
     /// Watches the lifecycle state (of the first partition; partitions close together).
+    /// Prefer [`Consumer::states`] and [`Consumer::closed`], which hide the channel type.
     pub fn state_changes(&self) -> watch::Receiver<State> {
         self.all()[0].state.clone()
     }
@@ -604,7 +710,7 @@ impl Consumer {
 }
 
 /// The error of an entity that ended in `state` (for calls made after it ended).
-fn ended_error(state: State, topic: &TopicName) -> Error {
+pub(crate) fn ended_error(state: State, topic: &TopicName) -> Error {
     let topic = topic.to_string();
     match state {
         State::ClosedByBroker => Error::ClosedByBroker { topic },

@@ -110,6 +110,10 @@ pub struct ConsumerOptions {
     pub consumer_name: Option<String>,
     /// Messages the broker may push ahead of the application (flow permits). Default 1000;
     /// refilled when half are consumed.
+    ///
+    /// A `u32` (unlike the producer's `max_pending_messages: usize`) on purpose: it is a
+    /// count of flow permits, which the protocol carries as a `uint32` (`CommandFlow`), so no
+    /// value the broker cannot be given is accepted.
     pub receiver_queue_size: u32,
     /// Bounds the receiver queues of a partitioned consumer in all: each partition gets
     /// `min(receiver_queue_size, this / partitions)` (at least 1), like upstream's

@@ -157,6 +157,25 @@ impl Reader {
     }
 
     /// Waits for the next message.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, like [`Consumer::recv`]: dropping the future before it completes (e.g. in
+    /// a `tokio::select!`) never loses a message; the next `recv` returns it.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut reader: pulsar_sdk::Reader) -> pulsar_sdk::Result<()> {
+    /// let tick = tokio::time::sleep(std::time::Duration::from_secs(1));
+    /// tokio::pin!(tick);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut tick => break, // the pending recv is dropped: nothing is lost
+    ///         msg = reader.recv() => println!("{:?}", msg?.payload_str()),
+    ///     }
+    /// }
+    /// let next = reader.recv().await?; // the next message, whatever the select! dropped
+    /// # Ok(()) }
+    /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         let m = self.consumer.recv().await?;
         self.partitions
@@ -270,6 +289,41 @@ impl Reader {
         self.partitions.clear();
         self.position = Position::AfterTimeSeek;
         Ok(())
+    }
+
+    /// The reader's lifecycle state.
+    pub fn state(&self) -> crate::lifecycle::State {
+        self.consumer.state()
+    }
+
+    /// The reader's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html), like
+    /// [`Consumer::states`].
+    ///
+    /// ```no_run
+    /// # async fn demo(reader: pulsar_sdk::Reader) {
+    /// use futures::StreamExt;
+    /// let states: Vec<_> = reader.states().take(1).collect().await;
+    /// println!("{states:?}");
+    /// # }
+    /// ```
+    pub fn states(&self) -> crate::lifecycle::StateStream {
+        self.consumer.states()
+    }
+
+    /// Resolves once the reader reached a terminal state, with that state, like
+    /// [`Consumer::closed`].
+    ///
+    /// ```no_run
+    /// # async fn demo(reader: pulsar_sdk::Reader) {
+    /// let ended = reader.closed();
+    /// tokio::spawn(async move { eprintln!("reader ended: {}", ended.await) });
+    /// # }
+    /// ```
+    pub fn closed(
+        &self,
+    ) -> impl std::future::Future<Output = crate::lifecycle::State> + Send + 'static {
+        self.consumer.closed()
     }
 
     /// Closes the reader (like [`Consumer::close`]; dropping it closes it too).

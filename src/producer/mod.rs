@@ -37,13 +37,15 @@ use batch_container::{BatchContainer, FrameContext};
 use pending::{Completion, PendingQueue};
 use task::{ProducerOp, ProducerTask};
 
-use crate::lifecycle::{aggregate_state, GroupClose, State};
+use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use tokio::sync::watch;
 
 /// Capacity of the channel from producer handles into a partition's task.
 const OP_QUEUE: usize = 4096;
 
-/// Resolves to the message's id once the broker has stored it.
+/// Resolves to the message's id once the broker has stored it. Dropping it does not cancel
+/// the send (the message is still sent; only its receipt is ignored), so it can be raced in
+/// a `tokio::select!` or awaited later.
 #[derive(Debug)]
 #[must_use = "a send is only known to succeed once its SendFuture resolves"]
 pub struct SendFuture {
@@ -107,7 +109,8 @@ impl ProducerBuilder {
         self
     }
 
-    /// Most messages pending a receipt (0 = no count limit, the default).
+    /// Most messages pending a receipt (0 = no count limit, the default). A `usize`: a local
+    /// count that never goes on the wire (see [`ProducerOptions::max_pending_messages`]).
     pub fn max_pending_messages(mut self, n: usize) -> Self {
         self.options.max_pending_messages = n;
         self
@@ -277,6 +280,8 @@ struct PartitionProducer {
     block: bool,
     terminal: Arc<Mutex<Option<Error>>>,
     state: watch::Receiver<State>,
+    /// Whether the client is closing (sends are refused at once from then on).
+    shutdown: watch::Receiver<bool>,
 }
 
 impl PartitionProducer {
@@ -354,6 +359,7 @@ impl PartitionProducer {
             block: options.block_if_queue_full,
             terminal,
             state,
+            shutdown: client.shutdown_signal(),
         })
     }
 
@@ -373,6 +379,12 @@ impl PartitionProducer {
             .clone()
         {
             return Err(e);
+        }
+        // Refused at once while closing (this producer or the whole client), like upstream's
+        // `isValidProducerState`: such a message could only fail later.
+        let state = *self.state.borrow();
+        if *self.shutdown.borrow() || state == State::Closing || state.is_terminal() {
+            return Err(self.closed_error());
         }
         let bytes = msg.payload.len().clamp(1, self.memory_limit) as u32;
         let memory = if self.block {
@@ -516,8 +528,52 @@ impl Producer {
         aggregate_state(&states)
     }
 
+    /// The producer's lifecycle states as a
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html): the current state
+    /// first, then each change, ending after a terminal state. This is the documented way to
+    /// follow the state (it hides the channel type, and is `Send + 'static`).
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) {
+    /// use futures::StreamExt;
+    /// let mut states = producer.states();
+    /// while let Some(state) = states.next().await {
+    ///     println!("{state}"); // Ready, Reconnecting, Ready, ..., Closed
+    /// }
+    /// # }
+    /// ```
+    pub fn states(&self) -> StateStream {
+        StateStream::new(
+            self.inner
+                .snapshot()
+                .iter()
+                .map(|p| p.state.clone())
+                .collect(),
+        )
+    }
+
+    /// Resolves once the producer reached a terminal state ([`State::is_terminal`]), with
+    /// that state: [`State::Closed`] after a close by the application (this handle's, another
+    /// clone's, or [`Client::close`](crate::Client::close)), else why it ended (e.g.
+    /// [`State::ClosedByBroker`], [`State::Fenced`]). The future is `Send + 'static`: spawn it
+    /// or `select!` on it.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) {
+    /// let ended = producer.closed();
+    /// tokio::spawn(async move {
+    ///     let state = ended.await;
+    ///     eprintln!("producer ended: {state}");
+    /// });
+    /// # }
+    /// ```
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+        self.states().terminal()
+    }
+
     /// Watches the lifecycle state of the producer (of its first partition, for a partitioned
-    /// producer; partitions close together).
+    /// producer; partitions close together). Prefer [`Producer::states`] and
+    /// [`Producer::closed`], which hide the channel type.
     pub fn state_changes(&self) -> watch::Receiver<State> {
         self.inner.snapshot()[0].state.clone()
     }
@@ -549,6 +605,28 @@ impl Producer {
     /// Queues a message and returns a future of its id, without waiting for earlier sends:
     /// sends are pipelined. Fails at once when the producer is closed, or the queue is full and
     /// `block_if_queue_full` is off.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: this future only waits for room in the queue (with `block_if_queue_full`).
+    /// Dropped before it completes, the message was not queued and will not be sent; once it
+    /// returns `Ok`, the message is queued and is sent (and re-sent across reconnects)
+    /// whether or not the returned [`SendFuture`] is awaited. Dropping the `SendFuture`
+    /// only gives up the receipt; it does not cancel the send.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) -> pulsar_sdk::Result<()> {
+    /// // Pipelined: queue many, then collect the receipts.
+    /// let mut receipts = Vec::new();
+    /// for i in 0..100 {
+    ///     receipts.push(producer.send(format!("message {i}")).await?);
+    /// }
+    /// for receipt in receipts {
+    ///     let id = receipt.await?;
+    ///     println!("stored as {id}");
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
         let msg = msg.into();
         let p = self.pick(&msg);

@@ -71,6 +71,10 @@ pub struct ProducerOptions {
     pub send_timeout: Duration,
     /// Most messages pending a receipt; 0 means no count limit (the client memory limit still
     /// applies), like the modern Java client.
+    ///
+    /// A `usize` (unlike the consumer's `receiver_queue_size: u32`) on purpose: it counts
+    /// messages held in this process, bounded by what memory can hold (at most
+    /// `tokio::sync::Semaphore::MAX_PERMITS`), and never goes on the wire.
     pub max_pending_messages: usize,
     /// When the pending queue or client memory is full: wait (`true`) or fail the send at once
     /// with [`Error::ProducerQueueFull`] (`false`, the default, like upstream).

@@ -1,0 +1,207 @@
+//! [`Acker`]: acknowledges a consumer's messages from any task.
+
+use std::sync::Arc;
+
+use super::task::{ConsumerOp, PartitionShared};
+use super::{ended_error, Registry, SubscriptionType};
+use crate::error::{Error, Result};
+use crate::lifecycle::State;
+use crate::message::Message;
+use crate::message_id::MessageId;
+use crate::topic::TopicName;
+
+/// Acknowledges (or negatively acknowledges) the messages of one [`Consumer`](super::Consumer)
+/// from any task. Get one with [`Consumer::acker`](super::Consumer::acker).
+///
+/// Cheap to clone (an `Arc`), `Send + Sync` and `'static`, so spawned workers can ack what
+/// they processed while one loop keeps receiving. It is the same code path as
+/// [`Consumer::ack`](super::Consumer::ack) and friends: acks are grouped and sent in the
+/// background by the partition's task, and keep working across reconnects (acks made while
+/// the consumer re-subscribes are sent once it is back).
+///
+/// Once the consumer is closing or closed (by [`Consumer::close`](super::Consumer::close), by
+/// dropping it, or by [`Client::close`](crate::Client::close)) every call fails with
+/// [`Error::Closed`] and sends nothing; when it ended otherwise, with the error that ended it
+/// (e.g. [`Error::ClosedByBroker`]). An acker does not keep its consumer alive.
+///
+/// ```no_run
+/// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+/// let mut consumer = client.consumer("orders").subscription("s").subscribe().await?;
+/// let acker = consumer.acker();
+/// let msg = consumer.recv().await?;
+/// tokio::spawn(async move {
+///     // ... process the message somewhere else, then:
+///     if msg.payload.is_empty() {
+///         acker.nack(&msg)
+///     } else {
+///         acker.ack(&msg)
+///     }
+/// });
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Acker {
+    inner: Arc<AckerInner>,
+}
+
+#[derive(Debug)]
+struct AckerInner {
+    topic: TopicName,
+    subscription: String,
+    subscription_type: SubscriptionType,
+    registry: Registry,
+}
+
+impl Acker {
+    pub(crate) fn new(
+        topic: TopicName,
+        subscription: String,
+        subscription_type: SubscriptionType,
+        registry: Registry,
+    ) -> Self {
+        Acker {
+            inner: Arc::new(AckerInner {
+                topic,
+                subscription,
+                subscription_type,
+                registry,
+            }),
+        }
+    }
+
+    /// Acknowledges one message. For a message of a batch, the broker is told once every
+    /// message of that batch is acknowledged.
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// acker.ack(msg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ack(&self, msg: &Message) -> Result<()> {
+        self.to_source(msg, ConsumerOp::Ack(msg.id))
+    }
+
+    /// Acknowledges a message by id (of this consumer's topic).
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// let id = msg.id;
+    /// acker.ack_id(id)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ack_id(&self, id: MessageId) -> Result<()> {
+        self.to_partition(&id, ConsumerOp::Ack(id))
+    }
+
+    /// Negatively acknowledges a message: it is redelivered after the consumer's
+    /// negative-ack delay (or its backoff for the message's redelivery count), or goes to the
+    /// dead-letter topic once it was delivered too often.
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// acker.nack(msg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn nack(&self, msg: &Message) -> Result<()> {
+        self.to_source(msg, ConsumerOp::Nack(msg.id, msg.redelivery_count))
+    }
+
+    /// Negatively acknowledges a message by id. Like upstream's
+    /// `negativeAcknowledge(MessageId)`, a [`negative_ack_backoff`] counts the message as
+    /// delivered once (the id does not carry its redelivery count): prefer [`Acker::nack`]
+    /// when the message is at hand.
+    ///
+    /// [`negative_ack_backoff`]: super::ConsumerBuilder::negative_ack_backoff
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// acker.nack_id(msg.id)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn nack_id(&self, id: MessageId) -> Result<()> {
+        self.to_partition(&id, ConsumerOp::Nack(id, 0))
+    }
+
+    /// Acknowledges every message up to and including this one (on its partition).
+    ///
+    /// Only on Exclusive and Failover subscriptions: on Shared and Key_Shared ones the broker
+    /// ignores cumulative acks, so this fails with [`Error::InvalidOperation`] and sends
+    /// nothing (like upstream: "Cannot use cumulative acks on a non-exclusive subscription").
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// acker.ack_cumulative(msg)?; // everything before `msg` on its partition too
+    /// # Ok(()) }
+    /// ```
+    pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
+        self.check_cumulative()?;
+        self.to_source(msg, ConsumerOp::AckCumulative(msg.id))
+    }
+
+    /// [`Acker::ack_cumulative`] by id.
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// acker.ack_cumulative_id(msg.id)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ack_cumulative_id(&self, id: MessageId) -> Result<()> {
+        self.check_cumulative()?;
+        self.to_partition(&id, ConsumerOp::AckCumulative(id))
+    }
+
+    fn check_cumulative(&self) -> Result<()> {
+        match self.inner.subscription_type {
+            SubscriptionType::Shared | SubscriptionType::KeyShared => {
+                Err(Error::InvalidOperation(format!(
+                    "cannot use cumulative acks on a {:?} subscription ({}); ack each message",
+                    self.inner.subscription_type, self.inner.subscription
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Routes an op about a received message to the partition task it came from.
+    fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
+        let p = self
+            .inner
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(msg.source)
+            .cloned()
+            .flatten()
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!("message {} is not from this consumer", msg.id))
+            })?;
+        self.send(&p, op)
+    }
+
+    /// Routes an op about an id to the partition of the consumer's topic that owns it.
+    fn to_partition(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
+        let p = self
+            .inner
+            .registry
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .flatten()
+            .find(|p| p.main && p.partition == id.partition)
+            .cloned()
+            .ok_or_else(|| {
+                Error::InvalidConfig(format!("message id {id} is not from this consumer"))
+            })?;
+        self.send(&p, op)
+    }
+
+    fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
+        // Refused at once while closing: the close flushes the acks made before it, and an
+        // ack made after it would be lost silently.
+        let state = *p.state.borrow();
+        if state == State::Closing || state.is_terminal() {
+            return Err(ended_error(state, &self.inner.topic));
+        }
+        p.ops.send(op).map_err(|_| Error::Closed)
+    }
+}
