@@ -76,6 +76,7 @@ pub mod consumer;
 pub(crate) mod core;
 pub(crate) mod entity;
 pub mod error;
+pub mod guide;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
