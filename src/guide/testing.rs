@@ -60,6 +60,7 @@
 //!   dead-letter topic.
 //! - `subscription_backlog` counts unacknowledged *entries* (a batch is one) and
 //!   `topic_messages` stored entries; use `batching(false)` when a test counts messages.
+//!
 #![cfg_attr(
     feature = "mock-broker",
     doc = "[`MockBroker`]: crate::mock::MockBroker
