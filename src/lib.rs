@@ -2,8 +2,10 @@
 //!
 //! A Rust client SDK for the Apache Pulsar binary protocol, built on tokio.
 //!
-//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. The crate
-//! is layered:
+//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. New here?
+//! The [`guide`] walks through connecting, producing, consuming, partitioned topics, errors,
+//! testing with the mock broker and the differences from the Java client. The crate is
+//! layered:
 //! - [`codec`]: the frame codec (simple and payload frames, CRC32C, size limits);
 //! - [`connection`]: one multiplexed connection per broker (a ClientCnx in upstream terms), over
 //!   TCP or TLS (cargo feature `tls`, on by default: rustls, no OpenSSL);
@@ -79,6 +81,7 @@ pub mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guide;
 pub mod lifecycle;
 pub mod lookup;
 pub mod message;

@@ -1,0 +1,286 @@
+//! # Consuming
+//!
+//! [`Client::consumer`] returns a [`ConsumerBuilder`]; [`subscribe`](crate::ConsumerBuilder::subscribe)
+//! joins (or creates) a subscription on every partition of the topic and merges them into one
+//! [`Consumer`]. Receive with [`Consumer::recv`], or use the consumer as a
+//! [`futures::Stream`] of `Result<Message>`.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use futures::StreamExt;
+//! use pulsar_sdk::{mock::MockBroker, Client, InitialPosition, SubscriptionType};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("orders").create().await?;
+//! for i in 0..3 {
+//!     producer.send_and_wait(format!("order {i}")).await?;
+//! }
+//!
+//! let mut consumer = client
+//!     .consumer("orders")
+//!     .subscription("billing")
+//!     .subscription_type(SubscriptionType::Shared)
+//!     .initial_position(InitialPosition::Earliest) // a new subscription starts at the beginning
+//!     .subscribe()
+//!     .await?;
+//! let first = consumer.recv().await?;
+//! assert_eq!(first.payload_str(), Some("order 0"));
+//! consumer.ack(&first)?;
+//! while let Some(msg) = consumer.next().await {
+//!     let msg = msg?;
+//!     consumer.ack(&msg)?;
+//!     if msg.payload_str() == Some("order 2") {
+//!         break;
+//!     }
+//! }
+//! consumer.close().await?; // flushes the acks first
+//! # Ok(()) }
+//! ```
+//!
+//! A [`Message`] has its [`id`](crate::Message::id), payload (a zero-copy [`bytes::Bytes`]),
+//! key, properties, event and publish times, producer name and
+//! [`redelivery_count`](crate::Message::redelivery_count) (0 on the first delivery).
+//!
+//! ## Subscription types
+//!
+//! | [`SubscriptionType`] | Who gets what | Cumulative acks |
+//! |---|---|---|
+//! | `Exclusive` (default) | one consumer; a second one is refused (`ConsumerBusy`) | yes |
+//! | `Failover` | one active consumer, the others take over when it leaves ([`Consumer::active_state`]) | yes |
+//! | `Shared` | messages spread round-robin over every consumer; no ordering | no |
+//! | `KeyShared` | messages of one key always go to the same consumer, in order | no |
+//!
+//! A new subscription starts at [`InitialPosition::Latest`] (the default: only messages
+//! published from now on) or `Earliest`. Subscriptions are durable (the broker keeps the
+//! position) on persistent topics and always non-durable on `non-persistent://` topics
+//! (PIP-245); see [`subscription_mode`](crate::ConsumerBuilder::subscription_mode).
+//! [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) (default 1000) is how many
+//! messages the broker may push ahead of the application; see
+//! [`partitions`](super::partitions) for partitioned consumers.
+//!
+//! ## Acknowledging
+//!
+//! - [`Consumer::ack`] / [`ack_id`](crate::Consumer::ack_id): this message is processed. Acks are
+//!   grouped (for 100 ms or 1000 acks, see
+//!   [`ack_group_time`](crate::ConsumerBuilder::ack_group_time)) and sent in the background;
+//!   the call only queues the ack. A message of a batch is acked on the broker once every
+//!   message of its batch is (or, with
+//!   [`batch_index_ack`](crate::ConsumerBuilder::batch_index_ack), precisely, with an ack set).
+//! - [`Consumer::ack_cumulative`] / [`ack_cumulative_id`](crate::Consumer::ack_cumulative_id):
+//!   everything up to this message on its partition. Exclusive and Failover only; on Shared
+//!   and Key_Shared it fails with [`Error::InvalidOperation`] and sends nothing.
+//! - Acks made while the consumer reconnects are kept and sent once it is subscribed again.
+//!   Acks made once it is closing fail with [`Error::Closed`]; a close flushes the acks made
+//!   before it.
+//!
+//! ### Acking from other tasks: [`Acker`]
+//!
+//! [`Consumer::recv`] takes `&mut self`, so one loop receives; [`Consumer::acker`] hands out an
+//! [`Acker`]: cheap to clone, `Send + Sync + 'static`, with `ack`, `ack_id`, `nack`,
+//! `nack_id`, `ack_cumulative` and `ack_cumulative_id`. Workers ack what they processed while
+//! the loop keeps receiving. It does not keep the consumer alive and fails with
+//! [`Error::Closed`] once the consumer is closing or closed.
+//!
+//! `recv` is cancel safe (a dropped `recv` loses no message: the next one returns it), so it
+//! fits in a `tokio::select!` with a shutdown signal:
+//!
+//! ```no_run
+//! # async fn demo(mut consumer: pulsar_sdk::Consumer,
+//! #     mut shutdown: tokio::sync::watch::Receiver<bool>) -> pulsar_sdk::Result<()> {
+//! let acker = consumer.acker();
+//! let limit = std::sync::Arc::new(tokio::sync::Semaphore::new(64)); // at most 64 in flight
+//! loop {
+//!     let permit = limit.clone().acquire_owned().await.expect("never closed");
+//!     tokio::select! {
+//!         _ = shutdown.changed() => break,
+//!         msg = consumer.recv() => {
+//!             let msg = msg?;
+//!             let acker = acker.clone();
+//!             tokio::spawn(async move {
+//!                 let processed = !msg.payload.is_empty(); // ... your work ...
+//!                 let _ = if processed { acker.ack(&msg) } else { acker.nack(&msg) };
+//!                 drop(permit);
+//!             });
+//!         }
+//!     }
+//! }
+//! consumer.close().await
+//! # }
+//! ```
+//!
+//! `examples/pipeline.rs` in the repository is a complete consume → transform → produce
+//! service built this way (at-least-once, bounded, with a dead-letter topic and a graceful
+//! Ctrl-C).
+//!
+//! ## Negative acks, ack timeout, redelivery
+//!
+//! - [`Consumer::nack`] (or [`Acker::nack`]): redeliver this message after
+//!   [`negative_ack_delay`](crate::ConsumerBuilder::negative_ack_delay) (default **60 s**; set a
+//!   few milliseconds in tests), or after a delay growing with its redelivery count with
+//!   [`negative_ack_backoff`](crate::ConsumerBuilder::negative_ack_backoff) and a
+//!   [`RedeliveryBackoff`]. Prefer `nack(&msg)` to `nack_id(id)`: the id does not carry the
+//!   redelivery count the backoff needs.
+//! - [`ack_timeout`](crate::ConsumerBuilder::ack_timeout) (off by default, at least 1 s):
+//!   messages not acked within it are redelivered.
+//!
+//! ## Dead-letter and retry topics
+//!
+//! With a [`DeadLetterPolicy`] on a Shared or Key_Shared subscription, a message is delivered
+//! at most `max_redeliver_count + 1` times: nacked (or timed out) once more, it is published to
+//! the dead-letter topic (by default `<topic>-<subscription>-DLQ`, with the `REAL_TOPIC`,
+//! `ORIGIN_MESSAGE_ID` and `REAL_SUBSCRIPTION` properties and the original key and
+//! properties) and only then acked. A failed publish leaves it for redelivery: nothing is
+//! lost. The policy's `initial_subscription_name` (PIP-124) makes the broker create that
+//! subscription with the dead-letter topic, so dead letters are kept until someone reads them.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use pulsar_sdk::{mock::MockBroker, Client, DeadLetterPolicy, InitialPosition, SubscriptionType};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let mut consumer = client
+//!     .consumer("payments")
+//!     .subscription("ledger")
+//!     .subscription_type(SubscriptionType::Shared)
+//!     .initial_position(InitialPosition::Earliest)
+//!     .negative_ack_delay(Duration::from_millis(10))
+//!     .dead_letter_policy(DeadLetterPolicy::new(1).initial_subscription_name("audit"))
+//!     .subscribe()
+//!     .await?;
+//! let dlq = "persistent://public/default/payments-ledger-DLQ";
+//! assert_eq!(consumer.dead_letter_topic(), Some(dlq));
+//!
+//! client.producer("payments").create().await?.send_and_wait("poison").await?;
+//! for delivery in 0..2 {
+//!     let msg = consumer.recv().await?;
+//!     assert_eq!(msg.redelivery_count, delivery);
+//!     consumer.nack(&msg)?; // the second nack sends it to the dead-letter topic
+//! }
+//! let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+//! while broker.topic_messages(dlq) == 0 {
+//!     assert!(tokio::time::Instant::now() < deadline, "not dead-lettered");
+//!     tokio::time::sleep(Duration::from_millis(10)).await;
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! With [`retry_enable`](crate::ConsumerBuilder::retry_enable) the consumer also subscribes to
+//! the retry topic (`<topic>-<subscription>-RETRY` by default), and
+//! [`Consumer::reconsume_later`] publishes a message there to come back after a delay, then
+//! acks it; past the policy's maximum (16 without a policy) it goes to the dead-letter topic.
+//! This works on every subscription type.
+//!
+//! ## Seek
+//!
+//! [`Consumer::seek`] moves the subscription to a message id (the next message received is that
+//! one; [`MessageId::EARLIEST`] and [`MessageId::LATEST`] work too), and
+//! [`Consumer::seek_by_time`] to the first message published at or after a time. On a
+//! partitioned consumer a seek by id moves only the partition that owns the id. Messages
+//! queued before the seek are dropped; the broker sends from the new position.
+//! [`Consumer::last_message_ids`] asks for the last stored id of each partition.
+//!
+//! ```no_run
+//! # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
+//! use pulsar_sdk::MessageId;
+//! let replay_from: MessageId = "123:45:-1:-1".parse()?; // ids print and parse back
+//! consumer.seek(replay_from).await?;
+//! let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+//! let millis = an_hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
+//! consumer.seek_by_time(millis).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! [`Consumer::unsubscribe`] deletes the subscription (the consumer must be its only one).
+//!
+//! ## Readers
+//!
+//! A [`Reader`] ([`Client::reader`]) reads a topic in order from a position you choose, on a
+//! non-durable subscription of its own: no acks, nothing kept on the broker once it is gone.
+//! Start it at [`start_earliest`](crate::ReaderBuilder::start_earliest),
+//! [`start_latest`](crate::ReaderBuilder::start_latest) (the default), or after (with
+//! [`start_inclusive`](crate::ReaderBuilder::start_inclusive), at) a
+//! [`start_message_id`](crate::ReaderBuilder::start_message_id). A start id is refused on a
+//! partitioned topic ([`Error::InvalidConfig`], as in the Java client): start at earliest or
+//! latest and [`seek`](crate::Reader::seek) the partition instead.
+//!
+//! [`Reader::has_message_available`] asks the broker whether anything is left to read from
+//! where the reader is, so a reader can drain a topic and stop:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::{mock::MockBroker, Client};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("config").create().await?;
+//! for setting in ["a=1", "b=2", "a=3"] {
+//!     producer.send_and_wait(setting).await?;
+//! }
+//!
+//! let mut reader = client.reader("config").start_earliest().create().await?;
+//! let mut seen = Vec::new();
+//! while reader.has_message_available().await? {
+//!     let msg = reader.recv().await?;
+//!     seen.push(msg.payload_str().unwrap_or_default().to_owned());
+//! }
+//! assert_eq!(seen, ["a=1", "b=2", "a=3"]);
+//! reader.close().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! `Reader::recv` is cancel safe like `Consumer::recv`, and a reader is a
+//! [`futures::Stream`] too.
+//!
+//! ## Undecodable messages
+//!
+//! An entry that cannot be decoded (corrupt payload, a codec not compiled in, a chunked
+//! message) is reported once as an `Err` from `recv` ([`Error::InvalidMessage`]) and
+//! acknowledged on the broker with its validation error, like the Java client; receiving
+//! simply continues.
+//! [`Consumer::discarded_entries`] counts them.
+//!
+//! ## Ending
+//!
+//! [`Consumer::close`] flushes the acks, then closes on the broker; dropping the consumer does
+//! the same in the background. Afterwards `recv` fails with [`Error::Closed`] and the stream
+//! ends. When the broker ends the consumer for good (see [`errors`](super::errors)), `recv`
+//! returns that error once, then [`Error::Closed`].
+//!
+//! [`Client::consumer`]: crate::Client::consumer
+//! [`Client::reader`]: crate::Client::reader
+//! [`ConsumerBuilder`]: crate::ConsumerBuilder
+//! [`Consumer`]: crate::Consumer
+//! [`Consumer::recv`]: crate::Consumer::recv
+//! [`Consumer::ack`]: crate::Consumer::ack
+//! [`Consumer::ack_cumulative`]: crate::Consumer::ack_cumulative
+//! [`Consumer::acker`]: crate::Consumer::acker
+//! [`Consumer::nack`]: crate::Consumer::nack
+//! [`Consumer::active_state`]: crate::Consumer::active_state
+//! [`Consumer::reconsume_later`]: crate::Consumer::reconsume_later
+//! [`Consumer::seek`]: crate::Consumer::seek
+//! [`Consumer::seek_by_time`]: crate::Consumer::seek_by_time
+//! [`Consumer::last_message_ids`]: crate::Consumer::last_message_ids
+//! [`Consumer::unsubscribe`]: crate::Consumer::unsubscribe
+//! [`Consumer::discarded_entries`]: crate::Consumer::discarded_entries
+//! [`Consumer::close`]: crate::Consumer::close
+//! [`Acker`]: crate::Acker
+//! [`Acker::nack`]: crate::Acker::nack
+//! [`Message`]: crate::Message
+//! [`MessageId::EARLIEST`]: crate::MessageId::EARLIEST
+//! [`MessageId::LATEST`]: crate::MessageId::LATEST
+//! [`SubscriptionType`]: crate::SubscriptionType
+//! [`InitialPosition::Latest`]: crate::InitialPosition::Latest
+//! [`RedeliveryBackoff`]: crate::RedeliveryBackoff
+//! [`DeadLetterPolicy`]: crate::DeadLetterPolicy
+//! [`Reader`]: crate::Reader
+//! [`Reader::has_message_available`]: crate::Reader::has_message_available
+//! [`Error::InvalidOperation`]: crate::Error::InvalidOperation
+//! [`Error::InvalidConfig`]: crate::Error::InvalidConfig
+//! [`Error::InvalidMessage`]: crate::Error::InvalidMessage
+//! [`Error::Closed`]: crate::Error::Closed

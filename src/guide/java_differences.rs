@@ -1,0 +1,93 @@
+//! # Differences from the Java client
+//!
+//! The client follows the Java client (the reference implementation) in naming, defaults and
+//! protocol behaviour; where it differs, this chapter says so and why.
+//!
+//! ## Not supported yet
+//!
+//! | Feature | What happens instead |
+//! |---|---|
+//! | Message chunking (large messages split across entries) | a producer's message over the broker's maximum size fails with [`Error::MessageTooBig`]; a chunked message received from another client is reported as [`Error::InvalidMessage`] ("chunked messages are not supported yet") and acknowledged with a validation error, so it is not delivered |
+//! | Schemas (schema registry, typed producers and consumers, `AUTO_CONSUME`) | payloads are bytes ([`bytes::Bytes`]); encode and decode in the application. A broker enforcing a topic's schema may refuse producers without one ([`ServerError::IncompatibleSchema`]) |
+//! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
+//! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
+//! | Metrics and producer / consumer statistics | [`Client::connection_stats`] gives per-connection counters (pending requests, registered producers and consumers); everything else is in the `tracing` logs (see the [crate root](crate)) |
+//! | End-to-end encryption, interceptors, `batchReceive`, table views | not available |
+//! | A zero-size receiver queue | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
+//! | HTTP lookup (`http://` service URLs) | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
+//!
+//! ## Behaves differently
+//!
+//! - **`send` has two steps.** [`Producer::send`] returns once the message is queued, with a
+//!   [`SendFuture`] of its id (Java's `sendAsync` returns one future for both). This keeps
+//!   back-pressure (`block_if_queue_full`) apart from the wait for the broker, and makes
+//!   `send` cancel safe: a dropped `send` queued nothing, a dropped receipt does not cancel
+//!   the send.
+//! - **[`Producer::flush`] is a barrier, not a result.** It returns `Ok` once every earlier
+//!   message is receipted *or failed*; each failure is on that message's receipt. Java's
+//!   `flush` fails once when the last send before it failed, which reports one failure and
+//!   hides the others.
+//! - **Flow-control violations are caught.** A broker that delivers far beyond the flow
+//!   permits it was given (more than 10 receiver queues + 10,000 messages), or into a receiver
+//!   queue that messages from before a reconnect still fill, has its connection closed with an
+//!   [`Error::Protocol`] naming the violation, which the application receives from `recv`; the
+//!   consumer re-subscribes after the backoff and the broker redelivers what was not
+//!   acknowledged. Java has no such check: its queue grows without bound.
+//! - **The consumer queue is bounded in messages, not bytes.** Each partition buffers at most
+//!   its receiver queue (plus the tolerance above); the total across partitions follows
+//!   `max_total_receiver_queue_size_across_partitions` like Java. There is no byte bound on
+//!   the consumer side: the client [`memory_limit`](crate::ClientBuilder::memory_limit) counts
+//!   producers' pending payloads only. Size the receiver queue for your largest messages.
+//! - **After a reconnect or seek, the first FLOW grants only the queue's free room**, and
+//!   the rest follows as the application takes out older messages (Java clears its receiver
+//!   queue instead). Messages queued before the reconnect that the broker will redeliver are
+//!   dropped as they are taken, never delivered twice by the client.
+//! - **Undecodable messages reach the application** as an `Err(`[`Error::InvalidMessage`]`)`
+//!   from `recv` (and are acknowledged with their validation error, like Java, which only
+//!   logs them), so a corrupt producer is visible where the data is consumed.
+//! - **Dropping closes.** Dropping a [`Consumer`] or [`Reader`] flushes its acks and closes it
+//!   in the background; dropping the last clone of a [`Producer`] lets its pending messages
+//!   finish, then closes it. [`Client::close`] is async and graceful (producers send what
+//!   they hold, consumers flush their acks) and bounded by the operation timeout.
+//! - **Acks after close are refused.** Acks and nacks made once a consumer is closing fail
+//!   with [`Error::Closed`] instead of being queued and possibly lost.
+//! - **Broker protocol extensions.** The client carries PIP-139 (a broker closes a producer or
+//!   consumer *for good*: [`Error::ClosedByBroker`]), PIP-124 (dead-letter topics with an
+//!   initial subscription), PIP-247 (partition updates pushed by the broker, polling as the
+//!   fallback) and PIP-245 (subscriptions on non-persistent topics are always non-durable);
+//!   see the README.
+//! - **Reconnects are quick while a broker restarts**: while the broker refuses connections,
+//!   attempts repeat every 50 ms for up to 5 s before the exponential backoff grows, so a
+//!   restarted broker is used as soon as it is back.
+//! - **Message id order.** [`MessageId`]'s equality and hash follow Java (ledger, entry,
+//!   partition, batch index); its order puts the messages of a batch before the id of the
+//!   whole entry, the order Java itself calls correct but does not use for compatibility
+//!   (apache/pulsar#18981).
+//! - **Failover active state** is a `tokio::sync::watch` ([`Consumer::active_state`]), not a
+//!   listener callback; lifecycle changes are a stream ([`Consumer::states`]).
+//!
+//! Same as Java, and sometimes surprising: cumulative acks are refused on Shared and
+//! Key_Shared subscriptions; a seek by id on a partitioned consumer moves only the partition
+//! that owns the id; a reader with a start id is refused on a partitioned topic;
+//! [`reconsume_later`](crate::Consumer::reconsume_later) works on every subscription type; the
+//! negative-ack delay defaults to 60 s; `Producer::close` answers once the broker persisted
+//! what it received, and fails what was still pending.
+//!
+//! [`Error::MessageTooBig`]: crate::Error::MessageTooBig
+//! [`Error::InvalidMessage`]: crate::Error::InvalidMessage
+//! [`Error::Protocol`]: crate::Error::Protocol
+//! [`Error::Closed`]: crate::Error::Closed
+//! [`Error::ClosedByBroker`]: crate::Error::ClosedByBroker
+//! [`ServerError`]: crate::ServerError
+//! [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema
+//! [`Client::connection_stats`]: crate::Client::connection_stats
+//! [`Client::close`]: crate::Client::close
+//! [`Producer`]: crate::Producer
+//! [`Producer::send`]: crate::Producer::send
+//! [`Producer::flush`]: crate::Producer::flush
+//! [`SendFuture`]: crate::SendFuture
+//! [`Consumer`]: crate::Consumer
+//! [`Consumer::active_state`]: crate::Consumer::active_state
+//! [`Consumer::states`]: crate::Consumer::states
+//! [`Reader`]: crate::Reader
+//! [`MessageId`]: crate::MessageId
