@@ -716,7 +716,9 @@ pub(crate) fn ended_error(state: State, topic: &TopicName) -> Error {
         State::ClosedByBroker => Error::ClosedByBroker { topic },
         State::Terminated => Error::TopicTerminated { topic },
         State::Fenced => Error::ProducerFenced { topic },
-        State::Failed => Error::ConnectionLost(format!("consumer of {topic} failed")),
+        // Failed for good (the cause was reported once, as an error item): later calls get
+        // what upstream gives on a consumer that is gone, never a retriable error.
+        State::Failed => Error::Closed,
         _ => Error::Closed,
     }
 }

@@ -51,9 +51,9 @@
 //!
 //! A billing service consumes orders, writes one invoice per order and acknowledges the order
 //! once its invoice is stored. Its test runs it against the kit through a broker restart and a
-//! pushed storage error, and checks that every order is billed. This is the crate's test
-//! `tests/mock_kit_guide.rs`, so it runs with `cargo test`:
+//! pushed storage error, and checks that every order is billed. This is
+//! `src/mock/guide_example.rs`, which `tests/mock_kit_guide.rs` runs with `cargo test`:
 //!
 //! ```ignore
-#![doc = include_str!("../../tests/mock_kit_guide.rs")]
+#![doc = include_str!("guide_example.rs")]
 //! ```
