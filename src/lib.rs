@@ -111,7 +111,7 @@ pub use error::{Error, Result, ServerError, TlsFailure};
 pub use lifecycle::{State, StateStream};
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
-pub use message_id::MessageId;
+pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;

@@ -19,7 +19,17 @@ use crate::proto;
 /// parsed from its string form, which has no batch size) finds the id the client handed out.
 /// This follows upstream Java's `MessageIdImpl`/`BatchMessageIdImpl` (`MessageIdAdvUtils.equals`
 /// and `hashCode` use ledger, entry, partition and batch index; the batch size is left out).
+///
+/// A chunked message (PIP-37) is identified by its **last** chunk, and carries where its first
+/// chunk is in [`first_chunk`](Self::first_chunk) (upstream's `ChunkMessageIdImpl`, whose
+/// identity is also the last chunk's). It displays as `first-last`
+/// (`ledger:entry:partition:-1-ledger:entry:partition:-1`, upstream's `toString`), which parses
+/// back to an equal id that keeps its first chunk.
+///
+/// `#[non_exhaustive]`: build ids with [`MessageId::new`] or by parsing; fields stay readable
+/// and writable.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct MessageId {
     /// The ledger (a storage segment) holding the message.
     pub ledger_id: u64,
@@ -31,6 +41,19 @@ pub struct MessageId {
     pub batch_index: i32,
     /// The number of messages in the batch (0 if unknown or not batched).
     pub batch_size: i32,
+    /// For a chunked message: where its first chunk is stored (this id is the last chunk's).
+    /// Carried data, not identity (like `batch_size`).
+    pub first_chunk: Option<ChunkStart>,
+}
+
+/// Where the first chunk of a chunked message is stored (same topic and partition as the
+/// message id that carries it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ChunkStart {
+    /// The ledger of the first chunk.
+    pub ledger_id: u64,
+    /// The entry of the first chunk.
+    pub entry_id: u64,
 }
 
 impl MessageId {
@@ -41,6 +64,7 @@ impl MessageId {
         partition: -1,
         batch_index: -1,
         batch_size: 0,
+        first_chunk: None,
     };
 
     /// The position after the last message of a topic (upstream's `MessageId.latest`).
@@ -50,6 +74,7 @@ impl MessageId {
         partition: -1,
         batch_index: -1,
         batch_size: 0,
+        first_chunk: None,
     };
 
     /// A message id of a non-batched message.
@@ -60,6 +85,7 @@ impl MessageId {
             partition,
             batch_index: -1,
             batch_size: 0,
+            first_chunk: None,
         }
     }
 
@@ -68,13 +94,26 @@ impl MessageId {
         self.batch_index >= 0
     }
 
-    /// The id of the whole entry (batch index cleared).
+    /// The id of the whole entry (batch index cleared; for a chunked message, its last
+    /// chunk's entry).
     pub fn entry(&self) -> MessageId {
         MessageId {
             batch_index: -1,
             batch_size: 0,
+            first_chunk: None,
             ..*self
         }
+    }
+
+    /// Whether this is the id of a chunked message (it spans a first and a last chunk).
+    pub fn is_chunked(&self) -> bool {
+        self.first_chunk.is_some()
+    }
+
+    /// For a chunked message, the id of its first chunk's entry (`None` otherwise).
+    pub fn first_chunk_id(&self) -> Option<MessageId> {
+        self.first_chunk
+            .map(|c| MessageId::new(c.ledger_id, c.entry_id, self.partition))
     }
 
     /// The sort key: by ledger, entry (both compared signed, as upstream's `Long.compare`, so
@@ -105,6 +144,8 @@ impl MessageId {
             partition: (self.partition >= 0).then_some(self.partition),
             batch_index: (self.batch_index >= 0).then_some(self.batch_index),
             batch_size: (self.batch_size > 0).then_some(self.batch_size),
+            // Upstream `ChunkMessageIdImpl.toByteArray` / seek: the first chunk travels along.
+            first_chunk_message_id: self.first_chunk_id().map(|f| Box::new(f.to_proto())),
             ..Default::default()
         }
     }
@@ -116,6 +157,10 @@ impl MessageId {
             partition: id.partition.unwrap_or(-1),
             batch_index: id.batch_index.unwrap_or(-1),
             batch_size: id.batch_size.unwrap_or(0),
+            first_chunk: id.first_chunk_message_id.as_ref().map(|f| ChunkStart {
+                ledger_id: f.ledger_id,
+                entry_id: f.entry_id,
+            }),
         }
     }
 }
@@ -156,6 +201,10 @@ impl Ord for MessageId {
 
 impl fmt::Display for MessageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(first) = self.first_chunk_id() {
+            // Upstream `ChunkMessageIdImpl.toString`: first chunk, `-`, last chunk.
+            write!(f, "{first}-")?;
+        }
         write!(
             f,
             "{}:{}:{}:{}",
@@ -168,6 +217,25 @@ impl FromStr for MessageId {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
+        // A chunked id `first-last`: the separator is the `-` right after a digit (a negative
+        // number's sign follows the start or a `:`).
+        let sep = s
+            .char_indices()
+            .find(|&(i, c)| c == '-' && i > 0 && s.as_bytes()[i - 1].is_ascii_digit());
+        if let Some((i, _)) = sep {
+            let first: MessageId = s[..i].parse()?;
+            let mut last: MessageId = s[i + 1..].parse()?;
+            if first.is_chunked() || last.is_chunked() || first.partition != last.partition {
+                return Err(Error::InvalidConfig(format!(
+                    "invalid chunked message id `{s}`: expected first-last of one partition"
+                )));
+            }
+            last.first_chunk = Some(ChunkStart {
+                ledger_id: first.ledger_id,
+                entry_id: first.entry_id,
+            });
+            return Ok(last);
+        }
         let bad = |why: &str| Error::InvalidConfig(format!("invalid message id `{s}`: {why}"));
         let parts: Vec<&str> = s.split(':').collect();
         if parts.len() < 2 || parts.len() > 4 {
@@ -185,6 +253,7 @@ impl FromStr for MessageId {
             partition: small(partition)?,
             batch_index: small(batch)?,
             batch_size: 0,
+            first_chunk: None,
         })
     }
 }
@@ -201,6 +270,7 @@ mod tests {
             partition: 2,
             batch_index: 3,
             batch_size: 0,
+            first_chunk: None,
         };
         assert_eq!(id.to_string(), "5:7:2:3");
         assert_eq!("5:7:2:3".parse::<MessageId>().unwrap(), id);
@@ -208,6 +278,33 @@ mod tests {
         assert_eq!("-1:-1".parse::<MessageId>().unwrap(), MessageId::EARLIEST);
         assert!("x:1".parse::<MessageId>().is_err());
         assert!("1".parse::<MessageId>().is_err());
+    }
+
+    #[test]
+    fn chunked_ids_display_parse_and_identity() {
+        let mut id = MessageId::new(7, 12, 2);
+        id.first_chunk = Some(ChunkStart {
+            ledger_id: 7,
+            entry_id: 9,
+        });
+        assert_eq!(id.to_string(), "7:9:2:-1-7:12:2:-1");
+        let back: MessageId = id.to_string().parse().unwrap();
+        assert_eq!(back, id);
+        assert_eq!(back.first_chunk, id.first_chunk);
+        assert_eq!(back.first_chunk_id(), Some(MessageId::new(7, 9, 2)));
+        // Identity is the last chunk's (upstream `ChunkMessageIdImpl` equality).
+        assert_eq!(id, MessageId::new(7, 12, 2));
+        assert_eq!(hash_of(&id), hash_of(&MessageId::new(7, 12, 2)));
+        assert_eq!(id.cmp(&MessageId::new(7, 12, 2)), Ordering::Equal);
+        assert_eq!(
+            MessageId::from_proto(&id.to_proto()).first_chunk,
+            id.first_chunk
+        );
+        assert!(!id.entry().is_chunked());
+        assert!("1:2:0:-1-1:3:1:-1".parse::<MessageId>().is_err());
+        assert!("1:2-".parse::<MessageId>().is_err());
+        let neg: MessageId = "-1:-1:-1:-1".parse().unwrap();
+        assert!(!neg.is_chunked());
     }
 
     #[test]
@@ -237,6 +334,7 @@ mod tests {
             partition: 1,
             batch_index: 0,
             batch_size: 3,
+            first_chunk: None,
         };
         assert_eq!(MessageId::from_proto(&id.to_proto()), id);
         let plain = MessageId::new(9, 8, -1);
@@ -259,6 +357,7 @@ mod tests {
             partition: 1,
             batch_index: 2,
             batch_size: 5,
+            first_chunk: None,
         };
         // ... and the same id passed back by the application through its string form.
         let parsed: MessageId = received.to_string().parse().unwrap();
@@ -317,6 +416,7 @@ mod tests {
                     partition,
                     batch_index,
                     batch_size,
+                    first_chunk: None,
                 },
             )
     }
@@ -340,6 +440,7 @@ mod tests {
                     partition: p.unwrap_or(a.partition),
                     batch_index: bi.unwrap_or(a.batch_index),
                     batch_size: bs.unwrap_or(a.batch_size),
+                    first_chunk: None,
                 };
                 (a, b)
             })

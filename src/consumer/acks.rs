@@ -263,6 +263,7 @@ mod tests {
             partition: -1,
             batch_index: index,
             batch_size: size,
+            first_chunk: None,
         }
     }
 

@@ -142,6 +142,10 @@ impl ConsumerTask {
             id.partition = self.partition;
             id.entry()
         };
+        if let Some(header) = super::chunks::ChunkHeader::of(&payload.metadata) {
+            self.on_chunk(header, entry, cmd, payload);
+            return;
+        }
         let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
             Ok(messages) => messages,
             Err(bad) => {
@@ -164,12 +168,22 @@ impl ConsumerTask {
                 return;
             }
         };
+        self.deliver(messages, &cmd.ack_set, spent);
+    }
+
+    /// Puts the decoded `messages` of an entry that spent `spent` permits in the queue, less
+    /// those filtered out (whose permits come back).
+    pub(super) fn deliver(
+        &mut self,
+        messages: Vec<crate::message::Message>,
+        ack_set: &[i64],
+        spent: u32,
+    ) {
         let persistent = self.persistent();
-        let ack_set = cmd.ack_set;
         let mut emitted = 0u32;
         for m in messages {
             if persistent {
-                self.acks.delivered(&m.id, &ack_set);
+                self.acks.delivered(&m.id, ack_set);
                 if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
                     continue;
                 }

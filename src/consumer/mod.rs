@@ -8,6 +8,8 @@
 
 mod acker;
 mod acks;
+mod chunk_intake;
+mod chunks;
 pub(crate) mod decode;
 pub mod dlq;
 mod intake;

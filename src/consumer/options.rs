@@ -149,6 +149,20 @@ pub struct ConsumerOptions {
     pub negative_ack_backoff: Option<RedeliveryBackoff>,
     /// Grow with the topic when it gains partitions (PIP-247 push, or polling). Default on.
     pub auto_update_partitions: bool,
+    /// Chunked messages (PIP-37) being reassembled at once; when one more starts, the oldest
+    /// is evicted (upstream `maxPendingChunkedMessage`). Default 10; at least 1.
+    pub max_pending_chunked_messages: usize,
+    /// When the oldest incomplete chunked message is evicted, ack its chunks (it is lost)
+    /// instead of letting the broker redeliver them (upstream
+    /// `autoAckOldestChunkedMessageOnQueueFull`). Default off.
+    pub auto_ack_oldest_chunked_message_on_queue_full: bool,
+    /// An incomplete chunked message older than this is dropped and its chunks acked
+    /// (upstream `expireTimeOfIncompleteChunkedMessage`). Default 60 s; zero = never.
+    pub expire_time_of_incomplete_chunked_message: Duration,
+    /// The bytes held in incomplete chunked messages, in all, for one (partition) consumer;
+    /// also the largest chunked message accepted (a larger `total_chunk_msg_size` claim is
+    /// refused with an error item, never allocated). Default 128 MiB; at least 1.
+    pub max_chunked_message_bytes: usize,
     /// Start position of a non-durable subscription (readers).
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
@@ -178,6 +192,10 @@ impl Default for ConsumerOptions {
             ack_timeout_tick: Duration::from_secs(1),
             negative_ack_backoff: None,
             auto_update_partitions: true,
+            max_pending_chunked_messages: 10,
+            auto_ack_oldest_chunked_message_on_queue_full: false,
+            expire_time_of_incomplete_chunked_message: Duration::from_secs(60),
+            max_chunked_message_bytes: 128 * 1024 * 1024,
             start_message_id: None,
             start_inclusive: false,
         }
@@ -239,6 +257,12 @@ impl ConsumerOptions {
                     "negative_ack_backoff: min_delay must not exceed max_delay".into(),
                 ));
             }
+        }
+        if self.max_pending_chunked_messages == 0 || self.max_chunked_message_bytes == 0 {
+            return Err(Error::InvalidConfig(
+                "max_pending_chunked_messages and max_chunked_message_bytes must be at least 1"
+                    .into(),
+            ));
         }
         if let Some(p) = &self.dead_letter_policy {
             p.validate()?;

@@ -110,6 +110,10 @@ pub(super) async fn spawn_partition(
         start,
         start_from_next: false,
         deferred: Vec::new(),
+        chunks: super::chunks::ChunkAssembler::new(super::chunks::ChunkLimits::from_options(
+            options,
+        )),
+        chunk_ids: Default::default(),
     };
     task.start_flow();
     registry_insert(registry, index, shared.clone());

@@ -292,6 +292,7 @@ impl ConsumerTask {
         self.ack_deadline = None;
         self.nacks = NackTracker::default();
         self.unacked.clear();
+        self.chunks.clear();
         self.dlq_candidates.clear();
         match target {
             // Upstream sets `startMessageId` to the seek id: a non-durable subscription that

@@ -177,6 +177,12 @@ pub(crate) struct ConsumerTask {
     /// Seeks and get-last-message-ids waiting for the consumer to be subscribed again, with
     /// their deadlines.
     pub deferred: Vec<(Instant, IdRequest)>,
+    /// Chunked messages being reassembled.
+    pub chunks: super::chunks::ChunkAssembler,
+    /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
+    /// ack, nack, ack timeout and DLQ act on all of them (upstream
+    /// `unAckedChunkedMessageIdSequenceMap`).
+    pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
 }
 
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
@@ -258,6 +264,7 @@ impl ConsumerTask {
             let ack_deadline = self.ack_deadline;
             let nack_deadline = self.nacks.next_deadline();
             let deferred_deadline = self.deferred_deadline();
+            let chunk_deadline = self.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
             let step: Result<()> = tokio::select! {
                 biased;
@@ -346,6 +353,11 @@ impl ConsumerTask {
                     self.redeliver(due);
                     Ok(())
                 }
+                _ = sleep_until_opt(chunk_deadline) => {
+                    let out = self.chunks.expire(Instant::now());
+                    self.apply_chunk_outcome(out);
+                    Ok(())
+                }
                 _ = sleep_until_opt(deferred_deadline) => {
                     self.expire_deferred();
                     Ok(())
@@ -409,6 +421,8 @@ impl ConsumerTask {
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.consumed.store(0, Ordering::Release);
         self.shared.room().withheld = 0;
+        // The broker redelivers every unacked chunk to the new subscription.
+        self.chunks.clear();
         let last = *self
             .shared
             .last_dequeued
@@ -464,6 +478,12 @@ impl ConsumerTask {
                 if !self.persistent() {
                     return Ok(());
                 }
+                if let Some(chunks) = self.chunk_ids.remove(&id) {
+                    // A chunked message: every chunk is acked (upstream acks each chunk of a
+                    // `ChunkMessageIdImpl`).
+                    self.ack_chunks(chunks);
+                    return Ok(());
+                }
                 if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
                     self.flush_acks();
                 } else if self.ack_deadline.is_none() {
@@ -472,6 +492,8 @@ impl ConsumerTask {
             }
             ConsumerOp::AckCumulative(id) => {
                 self.dlq_candidates.retain(|k, _| *k > id);
+                // The cumulative ack of a chunked message's last chunk covers its chunks.
+                self.chunk_ids.retain(|k, _| *k > id);
                 self.unacked.remove_through(id);
                 if !self.persistent() {
                     return Ok(());
@@ -559,7 +581,7 @@ impl ConsumerTask {
     }
 
     /// Forgets a message the application acked.
-    fn forget(&mut self, id: &MessageId) {
+    pub(super) fn forget(&mut self, id: &MessageId) {
         self.dlq_candidates.remove(id);
         self.unacked.remove(id);
     }
@@ -598,7 +620,7 @@ impl ConsumerTask {
 
     /// Asks the broker to deliver these messages again: by id on Shared / Key_Shared; on
     /// Exclusive / Failover by rewinding everything unacked (redeliver-all).
-    fn redeliver(&mut self, mut ids: Vec<MessageId>) {
+    pub(super) fn redeliver(&mut self, mut ids: Vec<MessageId>) {
         if ids.is_empty() || !self.persistent() {
             return;
         }
@@ -606,6 +628,14 @@ impl ConsumerTask {
             self.redeliver_all();
             return;
         }
+        // A chunked message is redelivered whole: all its chunks.
+        let chunks: Vec<MessageId> = ids
+            .iter()
+            .filter_map(|id| self.chunk_ids.get(id))
+            .flatten()
+            .copied()
+            .collect();
+        ids.extend(chunks);
         for id in &mut ids {
             *id = id.entry();
         }

@@ -198,6 +198,7 @@ mod tests {
             partition: -1,
             batch_index: batch.unwrap_or(-1),
             batch_size: 0,
+            first_chunk: None,
         }
     }
 

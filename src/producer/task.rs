@@ -452,6 +452,7 @@ impl ProducerTask {
                         partition,
                         batch_index: batch_index.unwrap_or(-1),
                         batch_size: 0,
+                        first_chunk: None,
                     });
                 if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
                     tracing::warn!(topic = %self.entity.topic, expected, got,

@@ -1,0 +1,148 @@
+//! The consumer task's side of chunked messages: each chunk goes to the
+//! [`ChunkAssembler`](super::chunks::ChunkAssembler), and its [`Outcome`] is acted on (acks,
+//! redeliveries, permits, the reassembled message, an error item).
+
+use tokio::time::Instant;
+
+use crate::codec::Payload;
+use crate::message_id::MessageId;
+use crate::proto;
+
+use super::chunks::{ChunkHeader, Outcome};
+use super::decode::decode;
+use super::task::{ConsumerTask, Item};
+use crate::util::deadline_after;
+
+impl ConsumerTask {
+    /// A chunk (stored at `entry`) of a chunked message.
+    pub(super) fn on_chunk(
+        &mut self,
+        header: ChunkHeader,
+        entry: MessageId,
+        mut cmd: proto::CommandMessage,
+        payload: Payload,
+    ) {
+        let Payload {
+            broker_entry_metadata,
+            mut metadata,
+            data,
+        } = payload;
+        let mut out = self.chunks.add(&header, entry, data, Instant::now());
+        let complete = out.complete.take();
+        let error = out.error.is_some();
+        self.apply_chunk_outcome(out);
+        let Some((data, whole, ids)) = complete else {
+            // A chunk that completes no message gives its permit back at once (upstream
+            // `increaseAvailablePermits` for each non-final chunk), so an incomplete message
+            // never holds permits (apache/pulsar#26675, #26661). An error item gives it back
+            // when the application takes it.
+            if !error {
+                self.release_permits(1);
+            }
+            return;
+        };
+        // The whole message decodes like one entry: its metadata (the last chunk's; all chunks
+        // carry the producer's) without the chunk fields, its id the chunk message id.
+        metadata.num_chunks_from_msg = None;
+        metadata.chunk_id = None;
+        metadata.total_chunk_msg_size = None;
+        cmd.message_id = whole.to_proto();
+        let max = self.opts.max_chunked_message_bytes;
+        let payload = Payload {
+            broker_entry_metadata,
+            metadata,
+            data,
+        };
+        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
+            Ok(messages) => messages,
+            Err(bad) => {
+                tracing::warn!(topic = %self.entity.topic, id = %whole, error = %bad.error,
+                    "undecodable chunked message discarded");
+                self.ack_chunks(ids);
+                self.emit(Item::Discarded(bad.error));
+                return;
+            }
+        };
+        if self.persistent() {
+            self.chunk_ids.insert(whole, ids);
+        }
+        self.deliver(messages, &cmd.ack_set, 1);
+    }
+
+    /// Acts on what the assembler decided, except a completed message.
+    pub(super) fn apply_chunk_outcome(&mut self, out: Outcome) {
+        let Outcome {
+            ack,
+            redeliver,
+            error,
+            ..
+        } = out;
+        if !ack.is_empty() {
+            self.ack_chunks(ack);
+        }
+        if !redeliver.is_empty() && self.persistent() {
+            // Given back through the negative-ack delay: redelivered later, not at once (an
+            // evicted message redelivered at once would be evicted again).
+            let now = Instant::now();
+            for id in redeliver {
+                self.nacks.add(id, now, self.opts.negative_ack_delay);
+            }
+        }
+        if let Some(e) = error {
+            tracing::warn!(topic = %self.entity.topic, error = %e, "chunked message refused");
+            self.shared
+                .discarded
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.emit(Item::Discarded(e));
+        }
+    }
+
+    /// Acks chunk entries individually.
+    pub(super) fn ack_chunks(&mut self, ids: Vec<MessageId>) {
+        if !self.persistent() {
+            return;
+        }
+        let mut flush = self.opts.ack_group_time.is_zero();
+        for id in ids {
+            flush |= self.acks.ack(id.entry());
+        }
+        if flush {
+            self.flush_acks();
+        } else if self.ack_deadline.is_none() {
+            self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
+        }
+    }
+}
+
+impl super::ConsumerBuilder {
+    /// Chunked messages reassembled at once (default 10, upstream's
+    /// `maxPendingChunkedMessage`); see [`ConsumerOptions::max_pending_chunked_messages`].
+    ///
+    /// [`ConsumerOptions::max_pending_chunked_messages`]: super::ConsumerOptions::max_pending_chunked_messages
+    pub fn max_pending_chunked_messages(mut self, n: usize) -> Self {
+        self.options.max_pending_chunked_messages = n;
+        self
+    }
+
+    /// Ack (lose) the oldest incomplete chunked message when too many are pending, instead of
+    /// letting it be redelivered (default off, upstream's
+    /// `autoAckOldestChunkedMessageOnQueueFull`).
+    pub fn auto_ack_oldest_chunked_message_on_queue_full(mut self, on: bool) -> Self {
+        self.options.auto_ack_oldest_chunked_message_on_queue_full = on;
+        self
+    }
+
+    /// Drop (and ack) an incomplete chunked message after this long (default 60 s; zero =
+    /// never), upstream's `expireTimeOfIncompleteChunkedMessage`.
+    pub fn expire_time_of_incomplete_chunked_message(mut self, t: std::time::Duration) -> Self {
+        self.options.expire_time_of_incomplete_chunked_message = t;
+        self
+    }
+
+    /// Bytes held in incomplete chunked messages, in all, per (partition) consumer, and the
+    /// largest chunked message accepted (default 128 MiB).
+    pub fn max_chunked_message_bytes(mut self, n: usize) -> Self {
+        self.options.max_chunked_message_bytes = n;
+        self
+    }
+}

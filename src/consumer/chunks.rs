@@ -1,0 +1,382 @@
+//! Reassembly of chunked messages (PIP-37): the chunks of one message, keyed by the uuid the
+//! producer gave it, are appended in order into one buffer; the last chunk completes it.
+//!
+//! Follows upstream `ConsumerImpl.processMessageChunk` / `ChunkedMessageCtx`, with the bugs
+//! upstream fixed later avoided by construction (each named where it applies):
+//! - bounded: at most `max_pending_chunked_messages` contexts (the oldest is evicted) and at
+//!   most `max_chunked_message_bytes` claimed by them in all; a claim above that is refused
+//!   before anything is allocated for it;
+//! - one index (`contexts`, with `order` holding the same uuids oldest first): every removal
+//!   goes through [`ChunkAssembler::remove`], so nothing is left behind in either
+//!   (apache/pulsar#26658);
+//! - no permits are held by a context: the task gives back the permit of every chunk that
+//!   does not complete a message as it arrives (upstream `increaseAvailablePermits` for each
+//!   non-final chunk), so an evicted or expired context owes the broker nothing
+//!   (apache/pulsar#26675, #26661);
+//! - expiry runs on the consumer task, like assembly: a context is either completed or expired,
+//!   never both (apache/pulsar#26084).
+//!
+//! The assembler only decides; the task acts on an [`Outcome`] (acks, redeliveries, the
+//! completed payload, an error item).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::message_id::{ChunkStart, MessageId};
+use crate::proto;
+
+/// How many refused uuids are remembered (so their later chunks are dropped, not treated as
+/// orphans); bounded, oldest forgotten first.
+const REFUSED_MEMORY: usize = 64;
+
+/// The reassembly knobs (from [`ConsumerOptions`](super::ConsumerOptions)).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ChunkLimits {
+    pub max_pending: usize,
+    pub auto_ack_oldest: bool,
+    pub expire: Duration,
+    pub max_bytes: usize,
+}
+
+impl ChunkLimits {
+    pub(crate) fn from_options(o: &super::ConsumerOptions) -> Self {
+        ChunkLimits {
+            max_pending: o.max_pending_chunked_messages.max(1),
+            auto_ack_oldest: o.auto_ack_oldest_chunked_message_on_queue_full,
+            expire: o.expire_time_of_incomplete_chunked_message,
+            max_bytes: o.max_chunked_message_bytes.max(1),
+        }
+    }
+}
+
+/// One incomplete chunked message.
+#[derive(Debug)]
+struct Ctx {
+    num_chunks: u32,
+    /// The size the first chunk claimed (what is reserved against the byte cap).
+    total_size: usize,
+    buf: BytesMut,
+    /// The entry ids of the chunks appended so far, in chunk order.
+    ids: Vec<MessageId>,
+    created: Instant,
+}
+
+impl Ctx {
+    fn holds_entry(&self, id: &MessageId) -> bool {
+        self.ids
+            .iter()
+            .any(|c| c.ledger_id == id.ledger_id && c.entry_id == id.entry_id)
+    }
+}
+
+/// What the task does after a chunk (or an expiry pass).
+#[derive(Debug, Default)]
+pub(crate) struct Outcome {
+    /// A completed message: its whole payload (as the producer compressed it) and the id
+    /// spanning its first and last chunk.
+    pub complete: Option<(Bytes, MessageId, Vec<MessageId>)>,
+    /// Chunks to ack now: duplicates, chunks of a corrupted or expired message, or of one
+    /// evicted with `auto_ack_oldest_chunked_message_on_queue_full`.
+    pub ack: Vec<MessageId>,
+    /// Chunks to give back for redelivery (an evicted message, an out-of-order chunk).
+    pub redeliver: Vec<MessageId>,
+    /// An error item for the application (a refused or corrupted chunked message).
+    pub error: Option<Error>,
+}
+
+/// The chunk fields of a message's metadata.
+#[derive(Debug, Clone)]
+pub(crate) struct ChunkHeader {
+    pub uuid: String,
+    pub chunk_id: i32,
+    pub num_chunks: i32,
+    pub total_size: i32,
+    pub publish_time: u64,
+}
+
+impl ChunkHeader {
+    /// The chunk fields of `meta` when it is a chunk of a message split in more than one.
+    pub(crate) fn of(meta: &proto::MessageMetadata) -> Option<ChunkHeader> {
+        let num_chunks = meta.num_chunks_from_msg?;
+        (num_chunks > 1).then(|| ChunkHeader {
+            uuid: meta.uuid.clone().unwrap_or_default(),
+            chunk_id: meta.chunk_id.unwrap_or(-1),
+            num_chunks,
+            total_size: meta.total_chunk_msg_size.unwrap_or(-1),
+            publish_time: meta.publish_time,
+        })
+    }
+}
+
+/// The chunked messages of one (partition) consumer being reassembled.
+#[derive(Debug)]
+pub(crate) struct ChunkAssembler {
+    limits: ChunkLimits,
+    contexts: HashMap<String, Ctx>,
+    /// The uuids of `contexts`, oldest first.
+    order: VecDeque<String>,
+    /// Bytes claimed by the contexts (their `total_size`s).
+    claimed: usize,
+    refused: VecDeque<String>,
+}
+
+fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl ChunkAssembler {
+    pub(crate) fn new(limits: ChunkLimits) -> Self {
+        ChunkAssembler {
+            limits,
+            contexts: HashMap::new(),
+            order: VecDeque::new(),
+            claimed: 0,
+            refused: VecDeque::new(),
+        }
+    }
+
+    /// Incomplete chunked messages held.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.contexts.len()
+    }
+
+    /// Bytes claimed by the incomplete messages held.
+    #[cfg(test)]
+    pub(crate) fn claimed(&self) -> usize {
+        self.claimed
+    }
+
+    /// Forgets everything (a re-subscribe: the broker redelivers every unacked chunk).
+    pub(crate) fn clear(&mut self) {
+        self.contexts.clear();
+        self.order.clear();
+        self.claimed = 0;
+    }
+
+    /// The one way out of both indexes (apache/pulsar#26658: nothing left behind).
+    fn remove(&mut self, uuid: &str) -> Option<Ctx> {
+        let ctx = self.contexts.remove(uuid)?;
+        self.order.retain(|u| u != uuid);
+        self.claimed = self.claimed.saturating_sub(ctx.total_size);
+        Some(ctx)
+    }
+
+    /// Evicts the oldest context (upstream `removeOldestPendingChunkedMessage`): its chunks
+    /// are acked with `auto_ack_oldest`, otherwise given back for redelivery.
+    fn evict_oldest(&mut self, out: &mut Outcome) {
+        let Some(uuid) = self.order.front().cloned() else {
+            return;
+        };
+        if let Some(ctx) = self.remove(&uuid) {
+            tracing::info!(%uuid, chunks = ctx.ids.len(), acked = self.limits.auto_ack_oldest,
+                "evicting the oldest incomplete chunked message");
+            if self.limits.auto_ack_oldest {
+                out.ack.extend(ctx.ids);
+            } else {
+                out.redeliver.extend(ctx.ids);
+            }
+        }
+    }
+
+    /// Chunks that cannot be assembled (out of order, first chunk missing): acked if the
+    /// message is older than the expiry (it can no longer complete), otherwise given back for
+    /// redelivery (upstream acks or `trackMessage`s the chunk; here the whole context's
+    /// chunks go with it, so none is left unacked and untracked: #21101, #26395).
+    fn give_up(&self, publish_time: u64, ids: Vec<MessageId>, out: &mut Outcome) {
+        let expire = self.limits.expire.as_millis() as u64;
+        if expire > 0 && now_millis() > publish_time.saturating_add(expire) {
+            out.ack.extend(ids);
+        } else {
+            out.redeliver.extend(ids);
+        }
+    }
+
+    fn refuse(&mut self, uuid: &str, id: MessageId, why: String, out: &mut Outcome) {
+        if let Some(ctx) = self.remove(uuid) {
+            out.ack.extend(ctx.ids);
+        }
+        if !self.refused.iter().any(|u| u == uuid) {
+            if self.refused.len() >= REFUSED_MEMORY {
+                self.refused.pop_front();
+            }
+            self.refused.push_back(uuid.to_owned());
+        }
+        out.ack.push(id);
+        out.error = Some(Error::InvalidMessage(format!(
+            "chunked message {uuid} (chunk at {id}) refused: {why}"
+        )));
+    }
+
+    /// Adds the chunk stored at `id` (its entry id). `data` is the chunk's payload as stored.
+    pub(crate) fn add(
+        &mut self,
+        h: &ChunkHeader,
+        id: MessageId,
+        data: Bytes,
+        now: Instant,
+    ) -> Outcome {
+        let mut out = Outcome::default();
+        let uuid = h.uuid.as_str();
+        if self.refused.iter().any(|u| u == uuid) {
+            // A later chunk of a message already refused: dropped like it.
+            out.ack.push(id);
+            return out;
+        }
+        let (Ok(num_chunks), Ok(chunk_id), Ok(total)) = (
+            u32::try_from(h.num_chunks),
+            u32::try_from(h.chunk_id),
+            usize::try_from(h.total_size),
+        ) else {
+            self.refuse(uuid, id, "negative chunk header fields".into(), &mut out);
+            return out;
+        };
+        if uuid.is_empty() || chunk_id >= num_chunks {
+            self.refuse(
+                uuid,
+                id,
+                format!("chunk {chunk_id} of {num_chunks}"),
+                &mut out,
+            );
+            return out;
+        }
+        if chunk_id == 0 {
+            if total > self.limits.max_bytes {
+                // Refused before anything is reserved or allocated for the claim.
+                let why = format!(
+                    "it claims {total} bytes, above max_chunked_message_bytes ({})",
+                    self.limits.max_bytes
+                );
+                self.refuse(uuid, id, why, &mut out);
+                return out;
+            }
+            if let Some(old) = self.remove(uuid) {
+                // A first chunk again (apache/pulsar#21070): the producer re-sent the message,
+                // or the broker redelivers it. The new first chunk starts a new context (the
+                // old one is not kept, and the new one is not lost with it). If the old chunks
+                // are other entries than the ones coming again, they will never be part of a
+                // delivered message: acked, so they leave no ack hole (#21101).
+                if !old.holds_entry(&id) {
+                    out.ack.extend(old.ids);
+                }
+            }
+            while self.contexts.len() >= self.limits.max_pending
+                || self.claimed.saturating_add(total) > self.limits.max_bytes
+            {
+                if self.order.is_empty() {
+                    break;
+                }
+                self.evict_oldest(&mut out);
+            }
+            self.contexts.insert(
+                uuid.to_owned(),
+                Ctx {
+                    num_chunks,
+                    total_size: total,
+                    buf: BytesMut::with_capacity(total),
+                    ids: Vec::new(),
+                    created: now,
+                },
+            );
+            self.order.push_back(uuid.to_owned());
+            self.claimed = self.claimed.saturating_add(total);
+        }
+        let Some(ctx) = self.contexts.get_mut(uuid) else {
+            // A chunk whose first chunk was not seen (or whose context is gone).
+            tracing::info!(%uuid, %id, chunk_id, "chunk without its message's first chunk");
+            self.give_up(h.publish_time, vec![id], &mut out);
+            return out;
+        };
+        let expected = ctx.ids.len() as u32;
+        if chunk_id < expected {
+            // A duplicate (apache/pulsar#21101): filtered, the context kept. Acked only when
+            // it is another entry than the one assembled (a producer's duplicate); the same
+            // entry again is a redelivery, acked with the message.
+            if !ctx.holds_entry(&id) {
+                out.ack.push(id);
+            }
+            return out;
+        }
+        if chunk_id > expected || num_chunks != ctx.num_chunks {
+            // Out of order (apache/pulsar#16796): a chunk is missing. The context is dropped.
+            tracing::info!(%uuid, %id, chunk_id, expected, "chunk out of order; message dropped");
+            if let Some(ctx) = self.remove(uuid) {
+                let mut ids = ctx.ids;
+                ids.push(id);
+                self.give_up(h.publish_time, ids, &mut out);
+            }
+            return out;
+        }
+        if ctx.buf.len().saturating_add(data.len()) > ctx.total_size {
+            let why = format!("its chunks exceed the {} bytes it claimed", ctx.total_size);
+            self.refuse(uuid, id, why, &mut out);
+            return out;
+        }
+        ctx.buf.extend_from_slice(&data);
+        ctx.ids.push(id);
+        if chunk_id + 1 < num_chunks {
+            return out;
+        }
+        let Some(ctx) = self.remove(uuid) else {
+            return out;
+        };
+        if ctx.buf.len() != ctx.total_size {
+            // Corrupted: acked (it can never be delivered), with an error item.
+            out.error = Some(Error::InvalidMessage(format!(
+                "chunked message {uuid} (last chunk at {id}) refused: {} bytes assembled of {} \
+                 claimed",
+                ctx.buf.len(),
+                ctx.total_size
+            )));
+            out.ack.extend(ctx.ids);
+            return out;
+        }
+        let mut whole = id;
+        whole.first_chunk = ctx.ids.first().map(|f| ChunkStart {
+            ledger_id: f.ledger_id,
+            entry_id: f.entry_id,
+        });
+        out.complete = Some((ctx.buf.freeze(), whole, ctx.ids));
+        out
+    }
+
+    /// When the oldest incomplete message expires (`None`: nothing held or no expiry).
+    pub(crate) fn next_expiry(&self) -> Option<Instant> {
+        if self.limits.expire.is_zero() {
+            return None;
+        }
+        let oldest = self.order.front()?;
+        self.contexts
+            .get(oldest)
+            .map(|c| c.created + self.limits.expire)
+    }
+
+    /// Drops the incomplete messages older than the expiry; their chunks are acked
+    /// (upstream `removeExpireIncompleteChunkedMessages` acks them too).
+    pub(crate) fn expire(&mut self, now: Instant) -> Outcome {
+        let mut out = Outcome::default();
+        while let Some(due) = self.next_expiry() {
+            if due > now {
+                break;
+            }
+            let Some(uuid) = self.order.front().cloned() else {
+                break;
+            };
+            if let Some(ctx) = self.remove(&uuid) {
+                tracing::info!(%uuid, chunks = ctx.ids.len(), "incomplete chunked message expired");
+                out.ack.extend(ctx.ids);
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[path = "chunks_tests.rs"]
+mod tests;
