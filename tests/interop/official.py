@@ -115,6 +115,9 @@ def produce(req):
         )
         if req.get("producer_name"):
             kwargs["producer_name"] = req["producer_name"]
+        if req.get("chunking"):
+            # PIP-37: messages above the broker's maximum size go out as chunks (batching off).
+            kwargs["chunking_enabled"] = True
         if kwargs["batching_enabled"]:
             # Keep every message of a request in as few batches as possible.
             kwargs["batching_max_publish_delay_ms"] = 50

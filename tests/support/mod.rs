@@ -641,6 +641,8 @@ pub mod official {
         /// "none" | "lz4" | "zlib" | "zstd" | "snappy"
         pub compression: String,
         pub producer_name: Option<String>,
+        /// PIP-37 chunking (needs batching off).
+        pub chunking: bool,
     }
 
     impl Default for ProduceOpts {
@@ -650,6 +652,7 @@ pub mod official {
                 batching: false,
                 compression: "none".to_string(),
                 producer_name: None,
+                chunking: false,
             }
         }
     }
@@ -725,6 +728,7 @@ pub mod official {
             "batching": opts.batching,
             "compression": opts.compression,
             "producer_name": opts.producer_name,
+            "chunking": opts.chunking,
             "messages": messages,
         })
     }
