@@ -156,9 +156,9 @@ async fn we_read_what_the_official_client_produces() {
 /// and byte-identical, between small messages on the same topic (pulsar-lite passes chunks
 /// through; Shared, live, as `shared/design/pulsar-lite.md` advises).
 #[tokio::test]
-#[ignore = "finding (#13): about 1 run in 4, the message after the chunked one never reaches a \
-live Shared consumer (a fresh subscription reads all three); not yet known whether pulsar-lite \
-or the reassembly drops it"]
+#[ignore = "finding (#13): about 1 run in 4 pulsar-lite never dispatches the message after the \
+chunked one to the live Shared consumer (no MESSAGE frame for it reaches the connection; a fresh \
+subscription reads all three): a broker bug to confirm and add to pulsar-lite.md"]
 async fn we_reassemble_what_the_official_client_chunks() {
     let client = client();
     let topic = unique_name("from-official-chunked");
