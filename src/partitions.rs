@@ -463,7 +463,7 @@ async fn watch_on(
             ev = events.recv() => match ev {
                 None => return Err(Error::ConnectionLost("watcher channel closed".into())),
                 Some(EntityEvent::ConnectionClosed(e)) => return Err(e),
-                Some(EntityEvent::Message(_)) => continue,
+                Some(EntityEvent::Message(_) | EntityEvent::Receipt(_)) => continue,
                 Some(EntityEvent::Command(frame)) => {
                     let Some(update) = frame.command.partition_update else { continue };
                     if last_version.is_some_and(|v| update.version <= v) {

@@ -16,10 +16,6 @@ use super::{EntityEvent, MessageFrame};
 use crate::codec::Frame;
 use crate::error::Error;
 
-/// The bound for entities whose commands the broker cannot legitimately multiply: a producer
-/// gets one receipt per entry it sent, a watcher one update per change it acknowledged.
-pub(crate) const DEFAULT_ENTITY_BOUND: usize = 10_000;
-
 /// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver.
 pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
@@ -61,12 +57,15 @@ impl EntitySender {
             return Delivery::Overflow { bound: self.bound };
         }
         self.queued.fetch_add(1, Ordering::AcqRel);
-        let event = match frame.command.message.take() {
-            Some(command) => EntityEvent::Message(Box::new(MessageFrame {
+        let event = if let Some(command) = frame.command.message.take() {
+            EntityEvent::Message(Box::new(MessageFrame {
                 command,
                 payload: frame.payload.take(),
-            })),
-            None => EntityEvent::Command(Box::new(frame)),
+            }))
+        } else if let Some(receipt) = frame.command.send_receipt.take() {
+            EntityEvent::Receipt(receipt)
+        } else {
+            EntityEvent::Command(Box::new(frame))
         };
         if self.tx.send(event).is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -104,7 +103,9 @@ impl EntityReceiver {
     }
 
     fn taken(&self, ev: Option<&EntityEvent>) {
-        if let Some(EntityEvent::Command(_) | EntityEvent::Message(_)) = ev {
+        if let Some(EntityEvent::Command(_) | EntityEvent::Message(_) | EntityEvent::Receipt(_)) =
+            ev
+        {
             self.queued.fetch_sub(1, Ordering::AcqRel);
         }
     }

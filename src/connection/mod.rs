@@ -41,9 +41,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
-pub(crate) use entity_channel::{
-    entity_channel, EntityReceiver, EntitySender, DEFAULT_ENTITY_BOUND,
-};
+pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender};
 pub(crate) use routing::EntityKind;
 
 /// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method
@@ -169,6 +167,8 @@ pub(crate) enum EntityEvent {
     /// A MESSAGE with its payload: only the parts a consumer needs, not the whole
     /// `BaseCommand` (several KB), since a consumer may hold thousands of them.
     Message(Box<MessageFrame>),
+    /// A SEND_RECEIPT, without the `BaseCommand` envelope: a producer may have many queued.
+    Receipt(crate::proto::CommandSendReceipt),
     /// The connection is gone; the entity must reconnect or fail. Sent once.
     ConnectionClosed(Error),
 }

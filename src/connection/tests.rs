@@ -312,7 +312,7 @@ async fn entity_commands_reach_the_right_entity() {
     peer.send(Frame::simple(receipt(99, 0))).await.unwrap();
     peer.send(Frame::simple(receipt(1, 11))).await.unwrap();
     let seq = |e: EntityEvent| match e {
-        EntityEvent::Command(f) => f.command.send_receipt.unwrap().sequence_id,
+        EntityEvent::Receipt(r) => r.sequence_id,
         other => panic!("unexpected {other:?}"),
     };
     assert_eq!(seq(rx1.recv().await.unwrap()), 10);
@@ -721,8 +721,8 @@ async fn an_entity_sent_more_than_its_bound_closes_the_connection_with_a_protoco
     // What was delivered stays delivered, then the entity learns why.
     for seq in 0..2 {
         match rx.recv().await {
-            Some(EntityEvent::Command(f)) => {
-                assert_eq!(f.command.send_receipt.unwrap().sequence_id, seq)
+            Some(EntityEvent::Receipt(r)) => {
+                assert_eq!(r.sequence_id, seq)
             }
             other => panic!("expected receipt {seq}, got {other:?}"),
         }
@@ -741,7 +741,7 @@ async fn an_entity_that_takes_its_commands_never_hits_its_bound() {
     for seq in 0..50 {
         peer.send(Frame::simple(receipt(1, seq))).await.unwrap();
         match rx.recv().await {
-            Some(EntityEvent::Command(_)) => {}
+            Some(EntityEvent::Receipt(_)) => {}
             other => panic!("receipt {seq}: {other:?}"),
         }
     }

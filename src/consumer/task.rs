@@ -281,6 +281,7 @@ impl ConsumerTask {
                         }
                         r
                     }
+                    Wake::Receipt(_) => Ok(()), // not for a consumer
                     Wake::Detached if closing => Err(Error::Closed),
                     Wake::Detached => {
                         self.detached();

@@ -75,6 +75,8 @@ pub(crate) enum Wake {
     Command(Box<Frame>),
     /// A MESSAGE for a consumer.
     Message(Box<MessageFrame>),
+    /// A SEND_RECEIPT for a producer.
+    Receipt(crate::proto::CommandSendReceipt),
     /// The connection is gone (lost, or the broker closed the entity with reconnect allowed).
     /// The task clears what the broker will send again, then calls [`Entity::reconnect`].
     Detached,
@@ -103,6 +105,9 @@ pub(crate) struct Entity {
     events: Option<EntityReceiver>,
     /// An event [`Entity::try_next`] took but left for [`Entity::next`].
     stashed: Option<EntityEvent>,
+    /// The connection was lost outside [`Entity::next`] (a control send failed): the next
+    /// call reports [`Wake::Detached`].
+    detach_pending: bool,
     reconnect: Option<Reconnect>,
     /// None while a reconnect future owns it.
     backoff: Option<Backoff>,
@@ -153,6 +158,7 @@ impl Entity {
             conn: Some(attached.conn),
             events: Some(attached.events),
             stashed: None,
+            detach_pending: false,
             reconnect: None,
             backoff: Some(backoff),
             assigned_broker: None,
@@ -175,6 +181,9 @@ impl Entity {
 
     /// Waits for the next thing the entity task must act on.
     pub(crate) async fn next(&mut self) -> Wake {
+        if std::mem::take(&mut self.detach_pending) && self.conn.is_none() {
+            return Wake::Detached;
+        }
         if let Some(ev) = self.stashed.take() {
             return self.on_event(Some(ev));
         }
@@ -214,6 +223,7 @@ impl Entity {
         }
         match self.events.as_mut()?.try_recv() {
             Ok(EntityEvent::Message(m)) => Some(Wake::Message(m)),
+            Ok(EntityEvent::Receipt(r)) => Some(Wake::Receipt(r)),
             Ok(EntityEvent::Command(frame)) if commands::broker_close(&frame.command).is_none() => {
                 Some(Wake::Command(frame))
             }
@@ -228,6 +238,7 @@ impl Entity {
     fn on_event(&mut self, ev: Option<EntityEvent>) -> Wake {
         match ev {
             Some(EntityEvent::Message(m)) => Wake::Message(m),
+            Some(EntityEvent::Receipt(r)) => Wake::Receipt(r),
             Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
                 None => Wake::Command(frame),
                 Some(close) if !close.allow_reconnect => Wake::Ended(Error::ClosedByBroker {
@@ -334,6 +345,9 @@ impl Entity {
         if let Some(conn) = &self.conn {
             if conn.send_control(frame).is_err() {
                 self.lose_connection("connection closed while sending");
+                // The task learns of it like of any other loss: `next` says Detached, so it
+                // clears what the broker will send again and reconnects.
+                self.detach_pending = true;
             }
         }
     }

@@ -269,6 +269,9 @@ async fn grow(
     }
 }
 
+/// The receipt backlog bound of a producer without a `max_pending_messages` limit.
+const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
+
 /// A handle to one partition's (or a non-partitioned topic's) producer task.
 #[derive(Debug)]
 struct PartitionProducer {
@@ -304,10 +307,15 @@ impl PartitionProducer {
         let slot = crate::entity::Slot {
             kind: EntityKind::Producer,
             id: producer_id,
-            // One receipt per entry sent; a backlog this deep of receipts not yet handled
-            // means a broker sending what was never asked for.
-            inbound_bound: crate::connection::DEFAULT_ENTITY_BOUND
-                .max(options.max_pending_messages.saturating_add(1024)),
+            // One receipt per entry in flight: with a count limit, a backlog beyond it (plus
+            // slack) is a broker sending what was never asked for. Without one only the memory
+            // limit caps the entries in flight, so the bound is generous; receipts travel
+            // without their BaseCommand envelope (~100 bytes each), so it holds ~100 MB at most.
+            inbound_bound: if options.max_pending_messages > 0 {
+                options.max_pending_messages.saturating_add(1024)
+            } else {
+                UNLIMITED_PENDING_RECEIPT_BOUND
+            },
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
         let created = task::Created::parse(response)?;

@@ -230,13 +230,12 @@ impl ProducerTask {
 
     fn on_wake(&mut self, wake: Wake) -> Result<()> {
         match wake {
-            Wake::Command(frame) => {
-                let mut r = self.on_command(frame);
+            wake @ (Wake::Command(_) | Wake::Receipt(_)) => {
+                let mut r = self.on_inbound(wake);
                 // Receipts come in bursts: handle what has already arrived before waiting.
                 for _ in 0..256 {
                     match r.is_ok().then(|| self.entity.try_next()).flatten() {
-                        Some(Wake::Command(frame)) => r = self.on_command(frame),
-                        Some(_) => {} // a MESSAGE for a producer: nothing to do
+                        Some(wake) => r = self.on_inbound(wake),
                         None => break,
                     }
                 }
@@ -435,34 +434,49 @@ impl ProducerTask {
         self.dispatch(out, failed);
     }
 
+    /// A SEND_RECEIPT: completes the pending head, or (ahead of it) breaks the connection
+    /// like upstream `ProducerImpl.ackReceived`.
+    fn on_receipt(&mut self, r: crate::proto::CommandSendReceipt) -> Result<()> {
+        let partition = self.partition;
+        let id = r.message_id.unwrap_or_default();
+        let outcome = self
+            .pending
+            .on_receipt(r.sequence_id, |batch_index| MessageId {
+                ledger_id: id.ledger_id,
+                entry_id: id.entry_id,
+                partition,
+                batch_index: batch_index.unwrap_or(-1),
+                batch_size: 0,
+                first_chunk: None,
+            });
+        if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
+            tracing::warn!(topic = %self.entity.topic, expected, got,
+                "receipt ahead of the pending head; reconnecting");
+            self.entity.drop_connection("receipt out of order");
+            self.on_wake(Wake::Detached)?;
+        }
+        self.finish_flush_waiters();
+        Ok(())
+    }
+
+    /// A receipt or another command (a MESSAGE is not for a producer).
+    fn on_inbound(&mut self, wake: Wake) -> Result<()> {
+        match wake {
+            Wake::Receipt(r) => self.on_receipt(r),
+            Wake::Command(frame) => self.on_command(frame),
+            _ => Ok(()),
+        }
+    }
+
     /// Takes the frame boxed and moves out only the part it needs (a `BaseCommand` is several
     /// KB; moving it per receipt is a needless copy).
     fn on_command(&mut self, mut frame: Box<crate::codec::Frame>) -> Result<()> {
         let cmd = &mut frame.command;
         match Type::try_from(cmd.r#type) {
-            Ok(Type::SendReceipt) => {
-                let r = cmd.send_receipt.take().unwrap_or_default();
-                let partition = self.partition;
-                let id = r.message_id.unwrap_or_default();
-                let outcome = self
-                    .pending
-                    .on_receipt(r.sequence_id, |batch_index| MessageId {
-                        ledger_id: id.ledger_id,
-                        entry_id: id.entry_id,
-                        partition,
-                        batch_index: batch_index.unwrap_or(-1),
-                        batch_size: 0,
-                        first_chunk: None,
-                    });
-                if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
-                    tracing::warn!(topic = %self.entity.topic, expected, got,
-                        "receipt ahead of the pending head; reconnecting");
-                    self.entity.drop_connection("receipt out of order");
-                    self.on_wake(Wake::Detached)?;
-                }
-                self.finish_flush_waiters();
-                Ok(())
-            }
+            Ok(Type::SendReceipt) => match cmd.send_receipt.take() {
+                Some(r) => self.on_receipt(r),
+                None => Ok(()),
+            },
             Ok(Type::SendError) => {
                 let e = cmd.send_error.take().unwrap_or_default();
                 let code = ServerError::from_code(e.error);
