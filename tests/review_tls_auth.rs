@@ -346,6 +346,30 @@ async fn oauth2_token_endpoint_redirect_is_followed() {
     assert_eq!(token(&p).await, Ok("tok-moved".to_owned()));
 }
 
+/// A 307/308 repeats the POST with the client secret: it is only followed to the same origin,
+/// never to another host (here: another port of 127.0.0.1, which must not see the secret).
+#[tokio::test]
+async fn oauth2_redirect_to_another_origin_does_not_carry_the_secret() {
+    let elsewhere = endpoint(|_, _| {
+        Answer::Close(http(200, r#"{"access_token":"stolen","expires_in":3600}"#))
+    })
+    .await;
+    let target = format!("{}/token", elsewhere.base);
+    let ep = endpoint(move |_, _| {
+        Answer::Close(format!(
+            "HTTP/1.1 307 Temporary Redirect\r\nLocation: {target}\r\nContent-Length: 0\r\n\r\n"
+        ))
+    })
+    .await;
+    let p = provider(&ep, "s3cret");
+    let err = token(&p).await.unwrap_err();
+    assert!(err.contains("another origin"), "{err}");
+    assert!(
+        elsewhere.seen.lock().unwrap().is_empty(),
+        "the other origin received the credentials"
+    );
+}
+
 /// An endpoint (or a WAF / gateway in front of it) that echoes the request in its error body
 /// puts the client_secret into the error the provider returns, into
 /// `Error::Authentication`'s source, and into the WARN log `oauth2: token request failed`.

@@ -128,6 +128,15 @@ pub(crate) async fn request(
             method = "GET";
             form = None;
         }
+        // A request that still carries its body (the client credentials) is only repeated to
+        // the same origin: a redirect must not hand the client secret to another host.
+        if form.is_some() && next.origin() != url.origin() {
+            return Err(HttpError::Url(format!(
+                "{} redirected a request with credentials to another origin ({}): refused",
+                redact(&url),
+                redact(&next)
+            )));
+        }
         tracing::debug!(
             from = %redact(&url),
             to = %redact(&next),
