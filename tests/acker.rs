@@ -194,3 +194,44 @@ async fn an_acker_fails_with_closed_once_its_consumer_is_closed_dropped_or_its_c
     assert!(matches!(acker.ack(&m), Err(Error::Closed)));
     assert!(matches!(acker.ack_id(m.id), Err(Error::Closed)));
 }
+
+/// An id carries no topic: with `retry_enable` a retry-topic message's id has the same
+/// partition number as the main topic's, so acking it by id is refused (it used to return `Ok`
+/// and ack nothing); acking the `Message` acks it on the retry topic.
+#[tokio::test]
+async fn ids_that_may_name_a_retry_topic_message_are_refused_and_the_message_acks() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url()).build().unwrap();
+    let topic = common::full("acker-retry-ids");
+    let producer = client.producer(&topic).create().await.unwrap();
+    producer.send("m").await.unwrap().await.unwrap();
+    let mut c = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .ack_group_time(Duration::ZERO)
+        .subscribe()
+        .await
+        .unwrap();
+    let m = common::within("recv", c.recv()).await.unwrap();
+    common::within("reconsume", c.reconsume_later(&m, Duration::ZERO))
+        .await
+        .unwrap();
+    let retried = common::within("recv retry", c.recv()).await.unwrap();
+    let retry_topic = retried.topic.to_string();
+    assert!(matches!(
+        c.ack_id(retried.id),
+        Err(Error::InvalidOperation(_))
+    ));
+    assert!(matches!(
+        c.acker().ack_id(retried.id),
+        Err(Error::InvalidOperation(_))
+    ));
+    c.acker().ack(&retried).unwrap();
+    common::wait_until("the retry message acked", || {
+        broker.subscription_backlog(&retry_topic, "s") == 0
+    })
+    .await;
+}

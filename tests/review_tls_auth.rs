@@ -350,10 +350,9 @@ async fn oauth2_token_endpoint_redirect_is_followed() {
 /// never to another host (here: another port of 127.0.0.1, which must not see the secret).
 #[tokio::test]
 async fn oauth2_redirect_to_another_origin_does_not_carry_the_secret() {
-    let elsewhere = endpoint(|_, _| {
-        Answer::Close(http(200, r#"{"access_token":"stolen","expires_in":3600}"#))
-    })
-    .await;
+    let elsewhere =
+        endpoint(|_, _| Answer::Close(http(200, r#"{"access_token":"stolen","expires_in":3600}"#)))
+            .await;
     let target = format!("{}/token", elsewhere.base);
     let ep = endpoint(move |_, _| {
         Answer::Close(format!(

@@ -21,7 +21,9 @@ use crate::topic::TopicName;
 ///
 /// Once the consumer is closing or closed (by [`Consumer::close`](super::Consumer::close), by
 /// dropping it, or by [`Client::close`](crate::Client::close)) every call fails with
-/// [`Error::Closed`] and sends nothing; when it ended otherwise, with the error that ended it
+/// [`Error::Closed`] and sends nothing. (Dropping a consumer starts its close in the
+/// background: an ack made in that instant, before the close began, still returns `Ok` and
+/// is sent with the close's final ack flush.) when it ended otherwise, with the error that ended it
 /// (e.g. [`Error::ClosedByBroker`]). An acker does not keep its consumer alive.
 ///
 /// ```no_run
@@ -178,20 +180,32 @@ impl Acker {
         self.send(&p, op)
     }
 
-    /// Routes an op about an id to the partition of the consumer's topic that owns it.
+    /// Routes an op about an id to the partition of the consumer's topic that owns it. An id
+    /// carries no topic: with `retry_enable` it could name a message of the retry topic as
+    /// well (same partition number), and acking it on the main topic would return `Ok` and
+    /// ack nothing; such ids are refused (ack the [`Message`] instead, which knows its source).
     fn to_partition(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let p = self
+        let registry = self
             .inner
             .registry
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .flatten()
-            .find(|p| p.main && p.partition == id.partition)
-            .cloned()
-            .ok_or_else(|| {
-                Error::InvalidConfig(format!("message id {id} is not from this consumer"))
-            })?;
+            .unwrap_or_else(|e| e.into_inner());
+        let owners = || {
+            registry
+                .iter()
+                .flatten()
+                .filter(|p| p.partition == id.partition)
+        };
+        if owners().any(|p| !p.main) {
+            return Err(Error::InvalidOperation(format!(
+                "message id {id} may belong to the topic or to its retry topic \
+                 (retry_enable): acknowledge the Message, not its id"
+            )));
+        }
+        let p = owners().find(|p| p.main).cloned().ok_or_else(|| {
+            Error::InvalidOperation(format!("message id {id} is not from this consumer"))
+        })?;
+        drop(registry);
         self.send(&p, op)
     }
 
