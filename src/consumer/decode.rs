@@ -112,10 +112,13 @@ pub(crate) fn decode(
     id.partition = partition;
     id.batch_index = -1;
     id.batch_size = 0;
+    // The consumer reassembles chunks before decoding (consumer/chunks.rs), so only a direct
+    // caller (the fuzz entry points) can get here with one; refuse it rather than decode a
+    // fragment as a message.
     if meta.num_chunks_from_msg.unwrap_or(1) > 1 {
         return Err(Undecodable {
             error: Error::InvalidMessage(format!(
-                "message {id} is chunked ({} chunks); chunked messages are not supported yet",
+                "message {id} is one chunk of {}: chunks are reassembled before decoding",
                 meta.num_chunks_from_msg.unwrap_or(0)
             )),
             validation: ValidationError::BatchDeSerializeError,

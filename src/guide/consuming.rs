@@ -240,7 +240,7 @@
 //! ## Undecodable messages
 //!
 //! An entry that cannot be decoded (corrupt payload, a codec not compiled in, a chunked
-//! message) is reported once as an `Err` from `recv` ([`Error::InvalidMessage`]) and
+//! message larger than `max_chunked_message_bytes`) is reported once as an `Err` from `recv` ([`Error::InvalidMessage`]) and
 //! acknowledged on the broker with its validation error, like the Java client; receiving
 //! simply continues.
 //! [`Consumer::discarded_entries`] counts them.

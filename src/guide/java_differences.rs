@@ -7,7 +7,7 @@
 //!
 //! | Feature | What happens instead |
 //! |---|---|
-//! | Message chunking (large messages split across entries) | a producer's message over the broker's maximum size fails with [`Error::MessageTooBig`]; a chunked message received from another client is reported as [`Error::InvalidMessage`] ("chunked messages are not supported yet") and acknowledged with a validation error, so it is not delivered |
+//! | Message chunking, producer side | a producer's message over the broker's maximum size fails with [`Error::MessageTooBig`]. Chunked messages *received* from other clients are reassembled (upstream's knobs: `max_pending_chunked_messages`, `auto_ack_oldest_chunked_message_on_queue_full`, `expire_time_of_incomplete_chunked_message`, plus `max_chunked_message_bytes`) |
 //! | Schemas (schema registry, typed producers and consumers, `AUTO_CONSUME`) | payloads are bytes ([`bytes::Bytes`]); encode and decode in the application. A broker enforcing a topic's schema may refuse producers without one ([`ServerError::IncompatibleSchema`]) |
 //! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
 //! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
