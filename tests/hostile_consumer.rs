@@ -182,7 +182,7 @@ async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
     // for such a frame); now the whole batch takes milliseconds.
     let took = started.elapsed();
     assert!(
-        took < Duration::from_secs(3),
+        took < Duration::from_secs(5),
         "{RECORDS} messages took {took:?}"
     );
 }
