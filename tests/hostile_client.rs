@@ -498,3 +498,38 @@ async fn a_broker_close_during_close_does_not_re_create_the_producer() {
         "re-created while closing"
     );
 }
+
+/// Upstream `closeAsync`: a CloseProducer the broker answers with an error (the connection
+/// staying up) fails `close()`; the producer still ends Closed.
+#[tokio::test]
+async fn a_close_refused_by_the_broker_is_reported_by_close() {
+    let broker = Hostile::start(|mut peer| async move {
+        peer.handshake(None).await;
+        while let Some(f) = peer.serve_until(|f| f.ty() == Type::CloseProducer).await {
+            let request_id = f.cmd.close_producer.as_ref().unwrap().request_id;
+            let refusal = wire::BaseCommand {
+                r#type: Type::Error as i32,
+                error: Some(wire::CommandError {
+                    request_id,
+                    error: pulsar_sdk::ServerError::ServiceNotReady.code(),
+                    message: "not now".to_owned(),
+                }),
+                ..Default::default()
+            };
+            if peer.send(refusal).await.is_err() {
+                return;
+            }
+        }
+    })
+    .await;
+    let client = test_client(&broker.url()).build().unwrap();
+    let producer = within("create", client.producer("t").create())
+        .await
+        .unwrap();
+    let r = within("close", producer.close()).await;
+    assert!(
+        matches!(r, Err(pulsar_sdk::Error::Broker { .. })),
+        "close() returned {r:?}"
+    );
+    assert_eq!(producer.state(), pulsar_sdk::State::Closed);
+}

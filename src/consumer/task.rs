@@ -305,9 +305,11 @@ impl ConsumerTask {
                     }
                 },
                 (pending, r) = requests.next() => match (pending, r) {
-                    // Like upstream's closeAsync: a CloseConsumer that timed out while the
-                    // connection stayed up fails close(); the consumer still ends Closed.
-                    (Pending::Close, Err(e @ Error::Timeout { .. })) => {
+                    // Like upstream's closeAsync: a CloseConsumer that failed while the
+                    // connection stayed up (a timeout, a broker error) fails close(); the
+                    // consumer still ends Closed. A lost connection does not: the broker forgot
+                    // the consumer with it.
+                    (Pending::Close, Err(e)) if !crate::entity::connection_gone(&e) => {
                         tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
                         close_outcome = Some(e);
                         Err(Error::Closed)

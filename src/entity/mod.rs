@@ -435,6 +435,12 @@ fn kind_name(kind: EntityKind) -> &'static str {
     }
 }
 
+/// Whether a request failed because the connection went away (the broker then forgets the
+/// entity with it), rather than being answered with an error or timing out.
+pub(crate) fn connection_gone(error: &Error) -> bool {
+    matches!(error, Error::ConnectionLost(_) | Error::Closed)
+}
+
 /// Turns broker refusals that end an entity for good into their distinct errors.
 pub(crate) fn classify(error: Error, topic: &TopicName) -> Error {
     match error {

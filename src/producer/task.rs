@@ -147,7 +147,7 @@ impl ProducerTask {
                         // Like upstream's closeAsync: a CloseProducer that failed while the
                         // connection stayed up is an error for close(); a lost connection is
                         // not (the broker forgets the producer with it).
-                        if matches!(e, Error::Timeout { .. }) {
+                        if !crate::entity::connection_gone(&e) {
                             self.close_outcome = Some(e);
                         }
                     }
