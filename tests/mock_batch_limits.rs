@@ -4,6 +4,8 @@
 
 mod common;
 
+use common::within;
+
 use std::time::Duration;
 
 use futures::future::join_all;
@@ -13,17 +15,10 @@ use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{Client, Error, ProducerMessage};
 
-const WAIT: Duration = Duration::from_secs(10);
 const KIB: usize = 1024;
 
 fn client(url: &str) -> Client {
     common::test_client(url).build().expect("valid config")
-}
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing after {WAIT:?}"))
 }
 
 async fn broker_with_limit(max: usize) -> MockBroker {

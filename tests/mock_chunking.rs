@@ -4,26 +4,16 @@
 
 mod common;
 
+use common::{full, within};
+
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Client, Consumer, ConsumerBuilder, Error, Message, SubscriptionType};
 
-const WAIT: Duration = Duration::from_secs(10);
-
 fn client(url: &str) -> Client {
     common::test_client(url).build().expect("valid config")
-}
-
-fn full(topic: &str) -> String {
-    format!("persistent://public/default/{topic}")
-}
-
-async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(WAIT, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing after {WAIT:?}"))
 }
 
 async fn recv(c: &mut Consumer) -> Message {
