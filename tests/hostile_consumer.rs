@@ -10,9 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hostile::{Hostile, MemWatch, Peer};
-use prost::Message as _;
-use pulsar_sdk::mock::wire::{self, base_command::Type};
+use hostile::{Hostile, MemWatch};
+use pulsar_sdk::mock::wire;
 use pulsar_sdk::{Client, Consumer, Error, State};
 
 const MB: usize = 1024 * 1024;
@@ -32,29 +31,6 @@ async fn consumer(client: &Client, topic: &str, queue: u32) -> Consumer {
     )
     .await
     .unwrap()
-}
-
-/// Serves the ordinary requests until the client subscribes; answers the SUBSCRIBE and returns
-/// the consumer id.
-async fn until_subscribed(peer: &mut Peer) -> Option<u64> {
-    let sub = peer.serve_until(|f| f.ty() == Type::Subscribe).await?;
-    let id = sub.cmd.subscribe.as_ref()?.consumer_id;
-    let answer = peer.reply(&sub.cmd)?;
-    peer.send(answer).await.ok()?;
-    Some(id)
-}
-
-/// A batch payload of `n` records, each `[u32 size][SingleMessageMetadata][payload]`.
-fn batch(records: impl IntoIterator<Item = (wire::SingleMessageMetadata, Vec<u8>)>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (mut meta, body) in records {
-        meta.payload_size = body.len() as i32;
-        let m = meta.encode_to_vec();
-        out.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        out.extend_from_slice(&m);
-        out.extend_from_slice(&body);
-    }
-    out
 }
 
 /// `frames` MESSAGE frames for `consumer_id` with `payload_len`-byte payloads, encoded once.
@@ -94,13 +70,13 @@ async fn a_batch_shares_its_outer_metadata_across_its_messages() {
     let _serial = hostile::serial().await;
     const RECORDS: usize = 2_000;
     let name = "p".repeat(200 * 1024);
-    let payload = batch((0..RECORDS).map(|_| (Default::default(), vec![])));
+    let payload = hostile::batch((0..RECORDS).map(|_| (Default::default(), vec![])));
     let frame_name = name.clone();
     let broker = Hostile::start(move |mut peer| {
         let (name, payload) = (frame_name.clone(), payload.clone());
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
             let mut meta = hostile::metadata(&name, 0);
@@ -146,12 +122,12 @@ async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
         }],
         ..Default::default()
     };
-    let payload = batch((0..RECORDS).map(|_| (record.clone(), b"m".to_vec())));
+    let payload = hostile::batch((0..RECORDS).map(|_| (record.clone(), b"m".to_vec())));
     let broker = Hostile::start(move |mut peer| {
         let (props, payload) = (props.clone(), payload.clone());
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
             let mut meta = hostile::metadata("p", 0);
@@ -215,7 +191,7 @@ async fn compression_bombs_are_bounded_and_filtered_before_building() {
         let bombs = frames.clone();
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
             for (i, (kind, bomb)) in bombs.iter().enumerate() {
@@ -276,7 +252,7 @@ async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
             peer.handshake(None).await;
             // Re-subscribes may come on the same connection or on a new one. The first
             // FLOODS subscriptions are flooded; the next one is left alone.
-            while let Some(id) = until_subscribed(&mut peer).await {
+            while let Some(id) = hostile::until_subscribed(&mut peer).await {
                 if count.fetch_add(1, Ordering::SeqCst) >= FLOODS {
                     continue;
                 }
@@ -363,7 +339,7 @@ async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
 async fn fast_flood(frames: u64) -> Hostile {
     Hostile::start(move |mut peer| async move {
         peer.handshake(None).await;
-        let Some(id) = until_subscribed(&mut peer).await else {
+        let Some(id) = hostile::until_subscribed(&mut peer).await else {
             return;
         };
         if peer.index == 0 {

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use hostile::{Hostile, MemWatch, Peer};
-use prost::Message as _;
+use hostile::{Hostile, MemWatch};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::{Client, Consumer, Error};
 
@@ -52,26 +51,6 @@ async fn consumer(client: &Client, topic: &str, queue: u32) -> Consumer {
     .unwrap()
 }
 
-async fn until_subscribed(peer: &mut Peer) -> Option<u64> {
-    let sub = peer.serve_until(|f| f.ty() == Type::Subscribe).await?;
-    let id = sub.cmd.subscribe.as_ref()?.consumer_id;
-    let answer = peer.reply(&sub.cmd)?;
-    peer.send(answer).await.ok()?;
-    Some(id)
-}
-
-fn batch(records: impl IntoIterator<Item = (wire::SingleMessageMetadata, Vec<u8>)>) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (mut meta, body) in records {
-        meta.payload_size = body.len() as i32;
-        let m = meta.encode_to_vec();
-        out.extend_from_slice(&(m.len() as u32).to_be_bytes());
-        out.extend_from_slice(&m);
-        out.extend_from_slice(&body);
-    }
-    out
-}
-
 const ZSTD: i32 = 3;
 
 // ---------------------------------------------------------------------------------------------
@@ -96,7 +75,7 @@ async fn compressed_messages_queued_while_not_receiving_are_bounded() {
         let (bomb, watch, sent) = (b.clone(), w.clone(), s.clone());
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
             // Well within the 1000 permits; stop early to spare the machine.
@@ -149,10 +128,10 @@ async fn acks_of_a_partly_acked_redelivered_batch_reach_the_broker() {
         let acked = a.clone();
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
-            let payload = batch((0..2).map(|_| (Default::default(), b"x".to_vec())));
+            let payload = hostile::batch((0..2).map(|_| (Default::default(), b"x".to_vec())));
             let mut meta = hostile::metadata("p", 0);
             meta.num_messages_in_batch = Some(2);
             let mut cmd = hostile::message(id, 9, 1);
@@ -199,7 +178,7 @@ async fn ack_state_of_huge_claimed_batches_is_released() {
         let bomb = b.clone();
         async move {
             peer.handshake(None).await;
-            let Some(id) = until_subscribed(&mut peer).await else {
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
             for i in 0..FRAMES {
@@ -416,7 +395,7 @@ async fn garbage_mix_then_a_good_message() {
     let before = panics();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
-        let Some(id) = until_subscribed(&mut peer).await else {
+        let Some(id) = hostile::until_subscribed(&mut peer).await else {
             return;
         };
         let mut frames = Vec::new();
@@ -470,7 +449,7 @@ async fn garbage_mix_then_a_good_message() {
             .send_message(
                 huge_ack,
                 &meta,
-                &batch([(Default::default(), b"z".to_vec())]),
+                &hostile::batch([(Default::default(), b"z".to_vec())]),
             )
             .await;
         let _ = peer

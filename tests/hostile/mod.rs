@@ -449,3 +449,26 @@ pub fn encode(
     out.put_slice(&body);
     out.to_vec()
 }
+
+/// Serves the ordinary requests until the client subscribes; answers the SUBSCRIBE and returns
+/// the consumer id.
+pub async fn until_subscribed(peer: &mut Peer) -> Option<u64> {
+    let sub = peer.serve_until(|f| f.ty() == Type::Subscribe).await?;
+    let id = sub.cmd.subscribe.as_ref()?.consumer_id;
+    let answer = peer.reply(&sub.cmd)?;
+    peer.send(answer).await.ok()?;
+    Some(id)
+}
+
+/// A batch payload of `n` records, each `[u32 size][SingleMessageMetadata][payload]`.
+pub fn batch(records: impl IntoIterator<Item = (wire::SingleMessageMetadata, Vec<u8>)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (mut meta, body) in records {
+        meta.payload_size = body.len() as i32;
+        let m = meta.encode_to_vec();
+        out.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        out.extend_from_slice(&m);
+        out.extend_from_slice(&body);
+    }
+    out
+}
