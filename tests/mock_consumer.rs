@@ -6,14 +6,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use common::{publish, publish_batch, unbatched_producer};
 use futures::StreamExt;
 use pulsar_sdk::mock::wire::{self, base_command::Type, command_ack::AckType};
 use pulsar_sdk::mock::{MockBroker, Received};
-use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{
-    Client, Consumer, InitialPosition, Message, MessageId, Producer, ProducerMessage,
-    SubscriptionType,
-};
+use pulsar_sdk::{Client, Consumer, InitialPosition, Message, ProducerMessage, SubscriptionType};
 
 /// Bound on anything that should happen "soon"; far above what any step needs.
 const WAIT: Duration = Duration::from_secs(10);
@@ -43,53 +40,6 @@ async fn assert_quiet(consumer: &mut Consumer) {
     if let Ok(m) = tokio::time::timeout(Duration::from_millis(400), consumer.recv()).await {
         panic!("unexpected message {m:?}");
     }
-}
-
-async fn unbatched_producer(client: &Client, topic: &str) -> Producer {
-    client
-        .producer(topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap()
-}
-
-/// Publishes `prefix-0 .. prefix-{n-1}` one entry each and returns their ids.
-async fn publish(producer: &Producer, prefix: &str, n: usize) -> Vec<MessageId> {
-    let mut ids = Vec::new();
-    for i in 0..n {
-        ids.push(
-            producer
-                .send_and_wait(format!("{prefix}-{i}"))
-                .await
-                .unwrap(),
-        );
-    }
-    ids
-}
-
-/// Publishes `n` messages as one batch entry.
-async fn publish_batch(client: &Client, topic: &str, n: usize) -> Vec<MessageId> {
-    let producer = client
-        .producer(topic)
-        .batching_options(BatchingOptions {
-            max_publish_delay: Duration::from_secs(30),
-            ..Default::default()
-        })
-        .create()
-        .await
-        .unwrap();
-    let mut receipts = Vec::new();
-    for i in 0..n {
-        receipts.push(producer.send(format!("b-{i}")).await.unwrap());
-    }
-    producer.flush().await.unwrap();
-    let mut ids = Vec::new();
-    for r in receipts {
-        ids.push(r.await.unwrap());
-    }
-    producer.close().await.unwrap();
-    ids
 }
 
 fn payload(m: &Message) -> &str {

@@ -9,13 +9,12 @@ use std::time::Duration;
 
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{
-    Client, Consumer, DeadLetterPolicy, Error, InitialPosition, Message, MessageId, Producer,
-    Reader, SubscriptionType,
+    Client, Consumer, DeadLetterPolicy, Error, InitialPosition, Message, MessageId, Reader,
+    SubscriptionType,
 };
 
-use common::{full, within};
+use common::{full, publish, publish_batch, unbatched_producer, within};
 
 fn client(url: &str) -> Client {
     common::test_client(url).build().expect("valid config")
@@ -29,52 +28,6 @@ async fn read(reader: &mut Reader) -> Message {
     within("reader recv", reader.recv())
         .await
         .expect("a message")
-}
-
-async fn unbatched(client: &Client, topic: &str) -> Producer {
-    client
-        .producer(topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap()
-}
-
-async fn publish(producer: &Producer, prefix: &str, n: usize) -> Vec<MessageId> {
-    let mut ids = Vec::new();
-    for i in 0..n {
-        ids.push(
-            producer
-                .send_and_wait(format!("{prefix}-{i}"))
-                .await
-                .unwrap(),
-        );
-    }
-    ids
-}
-
-/// Publishes `n` messages as one batch entry.
-async fn publish_batch(client: &Client, topic: &str, n: usize) -> Vec<MessageId> {
-    let producer = client
-        .producer(topic)
-        .batching_options(BatchingOptions {
-            max_publish_delay: Duration::from_secs(30),
-            ..Default::default()
-        })
-        .create()
-        .await
-        .unwrap();
-    let mut receipts = Vec::new();
-    for i in 0..n {
-        receipts.push(producer.send(format!("b-{i}")).await.unwrap());
-    }
-    producer.flush().await.unwrap();
-    let mut ids = Vec::new();
-    for r in receipts {
-        ids.push(r.await.unwrap());
-    }
-    producer.close().await.unwrap();
-    ids
 }
 
 fn seeks(broker: &MockBroker) -> Vec<String> {
@@ -113,8 +66,8 @@ async fn seek_by_id_on_a_partitioned_consumer_moves_only_the_partition_owning_th
         .subscribe()
         .await
         .unwrap();
-    let p0 = unbatched(&client, &format!("{topic}-partition-0")).await;
-    let p1 = unbatched(&client, &format!("{topic}-partition-1")).await;
+    let p0 = unbatched_producer(&client, &format!("{topic}-partition-0")).await;
+    let p1 = unbatched_producer(&client, &format!("{topic}-partition-1")).await;
     publish(&p0, "p0", 3).await;
     publish(&p1, "p1", 3).await;
     // The ids as the consumer names them (with their partition).
@@ -161,7 +114,7 @@ async fn seek_by_id_with_retry_enabled_does_not_seek_the_retry_topic() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "seek-retry";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 3).await;
     let mut consumer = client
         .consumer(topic)
@@ -196,7 +149,7 @@ async fn acks_still_grouped_at_a_seek_do_not_hide_the_rewound_messages() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "seek-grouped-acks";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 5).await;
     let mut consumer = client
         .consumer(topic)
@@ -259,7 +212,7 @@ async fn a_reader_reconnecting_after_a_seek_resumes_from_the_seek_position() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "reader-seek-reconnect";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 5).await;
     let mut reader = client
         .reader(topic)
@@ -292,7 +245,7 @@ async fn seek_and_last_message_id_wait_for_the_reconnect_a_seek_causes() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "seek-twice";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 5).await;
     let mut consumer = client
         .consumer(topic)
@@ -334,7 +287,7 @@ async fn a_reader_from_latest_inclusive_reads_the_last_message() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "reader-latest-inclusive";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 3).await;
     let mut reader = client
         .reader(topic)
@@ -392,7 +345,7 @@ async fn has_message_available_after_seek_by_time_follows_the_cursor() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "reader-time-available";
-    let producer = unbatched(&client, topic).await;
+    let producer = unbatched_producer(&client, topic).await;
     let ids = publish(&producer, "m", 3).await;
     let mut reader = client
         .reader(topic)
@@ -528,7 +481,7 @@ async fn reconsume_later_works_on_an_exclusive_subscription() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = full("retry-exclusive");
-    unbatched(&client, &topic)
+    unbatched_producer(&client, &topic)
         .await
         .send_and_wait("r")
         .await

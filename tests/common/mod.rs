@@ -47,3 +47,59 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
         .await
         .unwrap_or_else(|_| panic!("{what}: nothing after 10 s"))
 }
+
+/// A producer that sends every message as its own entry.
+pub async fn unbatched_producer(client: &pulsar_sdk::Client, topic: &str) -> pulsar_sdk::Producer {
+    client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap()
+}
+
+/// Publishes `prefix-0 .. prefix-{n-1}` one entry each and returns their ids.
+pub async fn publish(
+    producer: &pulsar_sdk::Producer,
+    prefix: &str,
+    n: usize,
+) -> Vec<pulsar_sdk::MessageId> {
+    let mut ids = Vec::new();
+    for i in 0..n {
+        ids.push(
+            producer
+                .send_and_wait(format!("{prefix}-{i}"))
+                .await
+                .unwrap(),
+        );
+    }
+    ids
+}
+
+/// Publishes `b-0 .. b-{n-1}` as one batch entry and returns their ids.
+pub async fn publish_batch(
+    client: &pulsar_sdk::Client,
+    topic: &str,
+    n: usize,
+) -> Vec<pulsar_sdk::MessageId> {
+    let producer = client
+        .producer(topic)
+        .batching_options(pulsar_sdk::producer::BatchingOptions {
+            max_publish_delay: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..n {
+        receipts.push(producer.send(format!("b-{i}")).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    let mut ids = Vec::new();
+    for r in receipts {
+        ids.push(r.await.unwrap());
+    }
+    producer.close().await.unwrap();
+    ids
+}
