@@ -287,6 +287,21 @@ pub(crate) fn send(producer_id: u64, first: u64, last: u64, num_messages: usize)
     }
 }
 
+/// SEND of one chunk of a chunked message (PIP-37): every chunk carries the message's sequence
+/// id and `is_chunk`, like upstream `Commands.newSend` for a chunk.
+pub(crate) fn send_chunk(producer_id: u64, sequence_id: u64) -> BaseCommand {
+    BaseCommand {
+        send: Some(proto::CommandSend {
+            producer_id,
+            sequence_id,
+            num_messages: Some(1),
+            is_chunk: Some(true),
+            ..Default::default()
+        }),
+        ..base(Type::Send)
+    }
+}
+
 /// PIP-247: watch the partition counts of `topics` (the full list, every time).
 pub(crate) fn watch_partition_update(
     request_id: u64,

@@ -30,7 +30,8 @@ pub(crate) struct LastIds {
 }
 
 impl Consumer {
-    /// Moves the subscription to a message id: the next message received is that one.
+    /// Moves the subscription to a message id: the next message received is that one (for
+    /// a chunked message's id, the seek goes to its first chunk).
     ///
     /// On a partitioned consumer (or one with `retry_enable`), only the partition consumer
     /// that owns the id seeks, like upstream's `MultiTopicsConsumerImpl.seekAsync`: the other
@@ -55,7 +56,10 @@ impl Consumer {
             })?;
             vec![owner]
         };
-        self.seek_each(&targets, SeekTarget::Id(id)).await
+        // A chunked message's id names its last chunk; like upstream `ConsumerImpl.seekAsync`
+        // the seek goes to its first chunk, so the whole message is read again.
+        let to = id.first_chunk_id().unwrap_or(id);
+        self.seek_each(&targets, SeekTarget::Id(to)).await
     }
 
     /// Moves the subscription to the first message published at or after `publish_time_ms`

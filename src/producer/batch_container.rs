@@ -11,7 +11,7 @@ use crate::message::{now_millis, ProducerMessage};
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{Completion, InFlight};
+use super::pending::{ChunkPos, Completion, InFlight};
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
 }
 
 /// Compresses `payload` (when the producer compresses).
-fn compress(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
+pub(super) fn compress(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
     if ctx.compression == CompressionType::None {
         Ok(payload)
     } else {
@@ -56,7 +56,7 @@ fn check_size(ctx: &FrameContext, metadata: &proto::MessageMetadata, data: &Byte
 
 /// Encodes a SEND frame once: it is written from these bytes, and re-sent from them after a
 /// reconnect (the checksum is computed here, in place).
-fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
+pub(super) fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
     let mut buf = bytes::BytesMut::new();
     crate::codec::encode_frame(
         frame,
@@ -65,6 +65,51 @@ fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
             .saturating_add(crate::codec::FRAME_HEADROOM),
     )?;
     Ok(buf.freeze())
+}
+
+/// The metadata of a message sent on its own (not in a batch); `raw_len` is its
+/// uncompressed payload size.
+pub(super) fn message_metadata(
+    ctx: &FrameContext,
+    msg: &ProducerMessage,
+    sequence_id: u64,
+) -> proto::MessageMetadata {
+    let compressed = ctx.compression != CompressionType::None;
+    proto::MessageMetadata {
+        producer_name: ctx.producer_name.clone(),
+        sequence_id,
+        publish_time: now_millis(),
+        properties: properties(msg),
+        partition_key: msg.key.clone(),
+        ordering_key: msg.ordering_key.clone(),
+        event_time: msg.event_time,
+        compression: compressed.then(|| ctx.compression.to_proto()),
+        uncompressed_size: compressed.then_some(msg.payload.len() as u32),
+        deliver_at_time: msg.deliver_at.map(|t| t as i64),
+        ..Default::default()
+    }
+}
+
+/// The pending entry of one SEND frame, without completions (the caller adds the message's
+/// to its last entry).
+pub(super) fn entry(
+    ctx: &FrameContext,
+    send: proto::BaseCommand,
+    metadata: proto::MessageMetadata,
+    data: Bytes,
+    sequence_id: u64,
+    chunk: Option<ChunkPos>,
+) -> Result<InFlight> {
+    let frame = Frame::with_payload(send, metadata, data);
+    Ok(InFlight {
+        first_seq: sequence_id,
+        last_seq: sequence_id,
+        encoded: encode(ctx, &frame)?,
+        completions: Vec::new(),
+        batched: false,
+        chunk,
+        enqueued_at: Instant::now(),
+    })
 }
 
 /// Builds the frame of a single, non-batched message.
@@ -78,40 +123,18 @@ pub(crate) fn single_message_entry(
         Ok(d) => d,
         Err(e) => return Err((e, completion)),
     };
-    let metadata = proto::MessageMetadata {
-        producer_name: ctx.producer_name.clone(),
-        sequence_id,
-        publish_time: now_millis(),
-        properties: properties(&msg),
-        partition_key: msg.key.clone(),
-        ordering_key: msg.ordering_key.clone(),
-        event_time: msg.event_time,
-        compression: (ctx.compression != CompressionType::None).then(|| ctx.compression.to_proto()),
-        uncompressed_size: (ctx.compression != CompressionType::None)
-            .then_some(msg.payload.len() as u32),
-        deliver_at_time: msg.deliver_at.map(|t| t as i64),
-        ..Default::default()
-    };
+    let metadata = message_metadata(ctx, &msg, sequence_id);
     if let Err(e) = check_size(ctx, &metadata, &data) {
         return Err((e, completion));
     }
-    let frame = Frame::with_payload(
-        crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1),
-        metadata,
-        data,
-    );
-    let encoded = match encode(ctx, &frame) {
-        Ok(b) => b,
-        Err(e) => return Err((e, completion)),
-    };
-    Ok(InFlight {
-        first_seq: sequence_id,
-        last_seq: sequence_id,
-        encoded,
-        completions: vec![completion],
-        batched: false,
-        enqueued_at: Instant::now(),
-    })
+    let send = crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1);
+    match entry(ctx, send, metadata, data, sequence_id, None) {
+        Ok(mut e) => {
+            e.completions.push(completion);
+            Ok(e)
+        }
+        Err(e) => Err((e, completion)),
+    }
 }
 
 /// The `SingleMessageMetadata` of `msg` in a batch.
@@ -432,6 +455,7 @@ impl BatchContainer {
             encoded,
             completions: b.completions,
             batched: true,
+            chunk: None,
             enqueued_at: b.opened_at,
         });
     }

@@ -7,6 +7,7 @@
 //! sequence ids.
 
 mod batch_container;
+mod chunker;
 mod options;
 mod pending;
 mod task;
@@ -91,6 +92,26 @@ impl ProducerBuilder {
         self
     }
 
+    /// PIP-37: split a message bigger than the broker's `max_message_size` (after compression)
+    /// into chunks that consumers reassemble, instead of failing it with
+    /// [`Error::MessageTooBig`]. `chunking(true)` turns batching off (the two cannot be
+    /// combined: a later [`batching(true)`](Self::batching) makes [`create`](Self::create) fail
+    /// with [`Error::InvalidConfig`]); the topic must be persistent. Default off.
+    pub fn chunking(mut self, enabled: bool) -> Self {
+        self.options.chunking = enabled;
+        if enabled {
+            self.options.batching = None;
+        }
+        self
+    }
+
+    /// With [`chunking`](Self::chunking): the largest chunk in bytes (metadata included); 0
+    /// (the default) means the broker's `max_message_size`, and a larger value is capped by it.
+    pub fn chunk_max_message_size(mut self, bytes: usize) -> Self {
+        self.options.chunk_max_message_size = bytes;
+        self
+    }
+
     /// Batching with explicit settings.
     pub fn batching_options(mut self, options: BatchingOptions) -> Self {
         self.options.batching = Some(options);
@@ -162,6 +183,13 @@ impl ProducerBuilder {
     async fn create_inner(self) -> Result<Producer> {
         self.options.validate()?;
         let topic = TopicName::new(&self.topic)?;
+        if self.options.chunking && !topic.is_persistent() {
+            // Upstream chunks only on persistent topics (a non-persistent broker does not
+            // store the chunks, so no consumer could reassemble them reliably).
+            return Err(Error::InvalidConfig(format!(
+                "chunking needs a persistent topic; {topic} is non-persistent"
+            )));
+        }
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
         let options = Arc::new(self.options);
@@ -311,7 +339,9 @@ impl PartitionProducer {
             // slack) is a broker sending what was never asked for. Without one only the memory
             // limit caps the entries in flight, so the bound is generous; receipts travel
             // without their BaseCommand envelope (~100 bytes each), so it holds ~100 MB at most.
-            inbound_bound: if options.max_pending_messages > 0 {
+            // A chunked message has one receipt per chunk, so with chunking only the memory
+            // limit bounds them.
+            inbound_bound: if options.max_pending_messages > 0 && !options.chunking {
                 options.max_pending_messages.saturating_add(1024)
             } else {
                 UNLIMITED_PENDING_RECEIPT_BOUND
@@ -698,5 +728,19 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(o.validate(), Err(Error::InvalidConfig(_))));
+        let o = ProducerOptions {
+            chunking: true,
+            ..Default::default()
+        };
+        match o.validate() {
+            Err(Error::InvalidConfig(e)) => assert!(e.contains("batching and chunking"), "{e}"),
+            other => panic!("batching with chunking accepted: {other:?}"),
+        }
+        let o = ProducerOptions {
+            chunking: true,
+            batching: None,
+            ..Default::default()
+        };
+        assert!(o.validate().is_ok());
     }
 }

@@ -394,9 +394,22 @@ impl ProducerTask {
                 if let Some(b) = batches {
                     b.flush(&self.ctx, &mut out, &mut failed);
                 }
-                match single_message_entry(&self.ctx, msg, seq, completion) {
-                    Ok(entry) => out.push(entry),
-                    Err(f) => failed.push(f),
+                if self.opts.chunking {
+                    match super::chunker::message_entries(
+                        &self.ctx,
+                        self.opts.chunk_max_message_size,
+                        msg,
+                        seq,
+                        completion,
+                    ) {
+                        Ok(entries) => out.extend(entries),
+                        Err(f) => failed.push(f),
+                    }
+                } else {
+                    match single_message_entry(&self.ctx, msg, seq, completion) {
+                        Ok(entry) => out.push(entry),
+                        Err(f) => failed.push(f),
+                    }
                 }
             }
         }
