@@ -110,6 +110,9 @@ pub struct MockError {
     pub message: String,
     /// How many requests it answers (default 1; 0 answers none).
     pub times: usize,
+    /// How many matching requests it lets through (served normally) before it answers the
+    /// next ones (default 0). E.g. the second chunk of a chunked message: `skip(1)`.
+    pub skip: usize,
     /// How long the error answer waits (on top of the broker's round-trip time and response
     /// delay); for [`MockRequest::Flow`], how long the permits wait. Default zero.
     pub delay: Duration,
@@ -128,6 +131,7 @@ impl MockError {
             code,
             message: message.into(),
             times: 1,
+            skip: 0,
             delay: Duration::ZERO,
             topic: None,
             connection: None,
@@ -137,6 +141,12 @@ impl MockError {
     /// Answers the next `n` requests instead of one.
     pub fn times(mut self, n: usize) -> Self {
         self.times = n;
+        self
+    }
+
+    /// Lets the first `n` matching requests through before answering.
+    pub fn skip(mut self, n: usize) -> Self {
+        self.skip = n;
         self
     }
 
@@ -277,6 +287,11 @@ pub(crate) fn intercept(
             })
     })?;
     let pending = &mut injected.pending[index];
+    if pending.error.skip > 0 {
+        // Served normally; the error waits for a later request.
+        pending.error.skip -= 1;
+        return None;
+    }
     let error = pending.error.clone();
     pending.error.times -= 1;
     if pending.error.times == 0 {
