@@ -1,4 +1,6 @@
-//! Receives `count` messages, acks each, and prints one JSON line per message.
+//! Receives `count` messages, acks each, and prints one JSON line per message, with the
+//! payload's length (`len`) and CRC32C (`crc32c`); the payload itself (`payload`, or
+//! `payload_b64` when it is not UTF-8) only up to 64 KiB.
 //!
 //! cargo run --example consume -- --url pulsar://127.0.0.1:6650 --topic T --subscription S
 //!   [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest]
@@ -18,6 +20,9 @@ use pulsar_sdk::{InitialPosition, SubscriptionType};
 const USAGE: &str = "usage: consume --url U --topic T --subscription S \
 [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest] --count N \
 [--timeout-secs S] [--no-auto-update]";
+
+/// Larger payloads are described by their length and checksum only.
+const MAX_PRINTED: usize = 64 * 1024;
 
 #[tokio::main]
 async fn main() {
@@ -84,7 +89,10 @@ async fn main() {
             "publish_time": msg.publish_time,
             "redelivery_count": msg.redelivery_count,
         });
+        line["len"] = msg.payload.len().into();
+        line["crc32c"] = crc32c::crc32c(&msg.payload).into();
         match msg.payload_str() {
+            _ if msg.payload.len() > MAX_PRINTED => {}
             Some(s) => line["payload"] = s.into(),
             None => {
                 line["payload_b64"] = base64::engine::general_purpose::STANDARD
