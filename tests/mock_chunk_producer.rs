@@ -425,3 +425,27 @@ async fn the_memory_limit_and_pending_count_see_one_chunked_message_once() {
     }
     broker.set_unresponsive(false);
 }
+
+#[tokio::test]
+async fn a_refused_chunk_fails_its_message_only() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("chunk-produce-refused-chunk");
+    let p = chunking_producer(&client, &topic, 4096).await;
+    // Chunks 1 and 2 of the 3 are refused (SEND_ERROR NotAllowed): the message fails, and the
+    // second refusal (same sequence id) must not fail the next message, pipelined behind it.
+    broker.push_error(
+        MockError::new(MockRequest::Send, ServerError::NotAllowed, "no")
+            .skip(1)
+            .times(2),
+    );
+    let big = p.send(noise(10_000, 11)).await.unwrap();
+    let next = p.send("next").await.unwrap();
+    match within("refused", big).await {
+        Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::NotAllowed),
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    let id = within("next", next).await.expect("the next message is stored");
+    assert!(!id.is_chunked());
+    assert_eq!(broker.consumed_errors().len(), 2);
+}

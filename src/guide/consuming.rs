@@ -237,6 +237,28 @@
 //! `Reader::recv` is cancel safe like `Consumer::recv`, and a reader is a
 //! [`futures::Stream`] too.
 //!
+//! ## Chunked messages
+//!
+//! A message that a producer split into chunks (PIP-37; this crate's
+//! [`chunking`](crate::ProducerBuilder::chunking) or an official client's) arrives as one
+//! [`Message`](crate::Message) once all its chunks are in, whatever the subscription type.
+//! Its id is the last chunk's, carrying the first chunk's
+//! ([`MessageId::first_chunk_id`](crate::MessageId::first_chunk_id)); ack, nack, ack timeout,
+//! cumulative ack and the dead-letter topic act on every chunk, and a seek to it starts at its
+//! first chunk. Upstream's knobs, with its defaults:
+//! [`max_pending_chunked_messages`](crate::ConsumerBuilder::max_pending_chunked_messages) (10
+//! messages being assembled; the oldest is evicted, and acked when
+//! [`auto_ack_oldest_chunked_message_on_queue_full`](crate::ConsumerBuilder::auto_ack_oldest_chunked_message_on_queue_full)),
+//! [`expire_time_of_incomplete_chunked_message`](crate::ConsumerBuilder::expire_time_of_incomplete_chunked_message)
+//! (60 s), plus [`max_chunked_message_bytes`](crate::ConsumerBuilder::max_chunked_message_bytes)
+//! (128 MiB held in incomplete messages; a larger claim is refused as an undecodable message).
+//!
+//! The receiver queue counts whole messages (a chunk that does not complete a message gives
+//! its flow permit back at once, like upstream), so it can hold `receiver_queue_size`
+//! reassembled messages on top of the bytes being assembled: with large messages, a smaller
+//! [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) bounds the memory the
+//! consumer holds.
+//!
 //! ## Undecodable messages
 //!
 //! An entry that cannot be decoded (corrupt payload, a codec not compiled in, a chunked

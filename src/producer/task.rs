@@ -498,11 +498,16 @@ impl ProducerTask {
                         topic: self.entity.topic.to_string(),
                     }),
                     ServerError::NotAllowed => {
-                        // That message is refused (e.g. too big); the others go on.
-                        self.pending.fail_head(Error::Broker {
-                            code,
-                            message: e.message,
-                        });
+                        // That message is refused (e.g. too big); the others go on. Only when
+                        // it is the head's: a refused chunk fails its whole message, and the
+                        // refusals of its later chunks (same sequence id) are then stale.
+                        let head = self.pending.iter().next().map(|h| h.first_seq);
+                        if head == Some(e.sequence_id) {
+                            self.pending.fail_head(Error::Broker {
+                                code,
+                                message: e.message,
+                            });
+                        }
                         self.finish_flush_waiters();
                         Ok(())
                     }
