@@ -449,3 +449,34 @@ async fn a_refused_chunk_fails_its_message_only() {
     assert!(!id.is_chunked());
     assert_eq!(broker.consumed_errors().len(), 2);
 }
+
+#[tokio::test]
+async fn a_message_over_the_limit_is_dead_lettered_in_chunks() {
+    // Upstream's dead-letter producer chunks: a reassembled chunked message larger than the
+    // broker's limit can still be dead-lettered (apache/pulsar#21048).
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("chunk-produce-dlq");
+    let mut c = consumer(&client, &topic)
+        .negative_ack_delay(Duration::from_millis(100))
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(1))
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = c.dead_letter_topic().unwrap().to_string();
+    let p = chunking_producer(&client, &topic, 0).await;
+    let big = noise(6_000_000, 12); // over the mock's 5 MiB
+    let id = p.send_and_wait(big.clone()).await.unwrap();
+    assert!(id.is_chunked());
+    for redelivery in 0..2 {
+        let m = recv(&mut c).await;
+        assert_eq!(m.redelivery_count, redelivery);
+        c.nack(&m).unwrap();
+    }
+    wait_until("dead-lettered", || broker.topic_messages(&dlq) == 2).await;
+    let mut reader = client.reader(&dlq).start_earliest().create().await.unwrap();
+    let letter = within("the letter", reader.recv()).await.unwrap();
+    assert!(letter.payload == big, "the whole payload, reassembled");
+    assert!(letter.id.is_chunked());
+    wait_acked(&broker, &chunk_entries(&id)).await;
+}
