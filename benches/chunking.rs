@@ -4,7 +4,8 @@
 //!
 //! `cargo bench --bench chunking` prints one JSON line per side and phase, then a summary
 //! with the ratios (ours / official). Environment: `CHUNK_BENCH_COUNT` (default 10 messages),
-//! `CHUNK_BENCH_SIZE` (default 20,000,000 bytes).
+//! `CHUNK_BENCH_SIZE` (default 20,000,000 bytes), `CHUNK_BENCH_RECEIVER_QUEUE` (the
+//! consumers' receiver queue size, both sides; default 1000, both clients' default).
 //!
 //! Every phase runs in its own child process (this binary re-executed with
 //! `CHUNK_BENCH_RUN=produce|consume`, or the official client's script
@@ -51,6 +52,7 @@ fn main() {
     }
     let count = env_number("CHUNK_BENCH_COUNT", 10);
     let size = env_number("CHUNK_BENCH_SIZE", 20_000_000);
+    let queue = env_number("CHUNK_BENCH_RECEIVER_QUEUE", 1000);
     let broker = PulsarLite::start();
     let url = broker.url();
     let rt = tokio::runtime::Runtime::new().expect("runtime");
@@ -71,9 +73,16 @@ fn main() {
             cmd.env("CHUNK_BENCH_URL", &url)
                 .env("CHUNK_BENCH_TOPIC", &topic)
                 .env("CHUNK_BENCH_COUNT", count.to_string())
-                .env("CHUNK_BENCH_SIZE", size.to_string());
+                .env("CHUNK_BENCH_SIZE", size.to_string())
+                .env("CHUNK_BENCH_RECEIVER_QUEUE", queue.to_string());
             if side == "official" {
-                cmd.args([&url, &topic, &count.to_string(), &size.to_string()]);
+                cmd.args([
+                    &url,
+                    &topic,
+                    &count.to_string(),
+                    &size.to_string(),
+                    &queue.to_string(),
+                ]);
             }
             let value = rt.block_on(run_phase(cmd, &url, &topic, phase == "consume"));
             let secs = value["secs"].as_f64().unwrap_or(f64::NAN);
@@ -84,6 +93,7 @@ fn main() {
                 "phase": phase,
                 "messages": count,
                 "size": size,
+                "receiver_queue": queue,
                 "mb_per_s": bytes / MB / secs,
                 "secs": secs,
                 "peak_rss_mib": peak_mib,
@@ -116,6 +126,7 @@ fn main() {
         json!({
             "note": "consume bound to check: peak RSS < 3 x largest message + receiver queue",
             "three_times_largest_mib": 3.0 * size as f64 / (1024.0 * 1024.0),
+            "receiver_queue": queue,
         })
     );
 }
@@ -187,6 +198,7 @@ async fn child(phase: &str) -> Value {
     let topic = var("CHUNK_BENCH_TOPIC");
     let count: usize = var("CHUNK_BENCH_COUNT").parse().expect("count");
     let size: usize = var("CHUNK_BENCH_SIZE").parse().expect("size");
+    let queue: u32 = var("CHUNK_BENCH_RECEIVER_QUEUE").parse().expect("queue");
     let client = Client::builder()
         .service_url(url)
         .operation_timeout(Duration::from_secs(60))
@@ -220,6 +232,7 @@ async fn child(phase: &str) -> Value {
             .subscription("bench-ours")
             .subscription_type(SubscriptionType::Shared)
             .initial_position(InitialPosition::Earliest)
+            .receiver_queue_size(queue)
             .subscribe()
             .await
             .expect("consumer");

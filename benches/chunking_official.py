@@ -1,6 +1,6 @@
 """The official client's side of `benches/chunking.rs` (PIP-37 large messages).
 
-usage: chunking_official.py produce|consume URL TOPIC COUNT SIZE
+usage: chunking_official.py produce|consume URL TOPIC COUNT SIZE RECEIVER_QUEUE
 
 produce: COUNT messages of SIZE bytes (chunking on, batching off, send_async then flush),
 timed from the first send to the last receipt. consume: a fresh Shared subscription from
@@ -19,8 +19,8 @@ import pulsar
 
 
 def main():
-    mode, url, topic, count, size = sys.argv[1:6]
-    count, size = int(count), int(size)
+    mode, url, topic, count, size, queue = sys.argv[1:7]
+    count, size, queue = int(count), int(size), int(queue)
     client = pulsar.Client(
         url,
         operation_timeout_seconds=60,
@@ -57,6 +57,7 @@ def main():
             "bench-official",
             consumer_type=pulsar.ConsumerType.Shared,
             initial_position=pulsar.InitialPosition.Earliest,
+            receiver_queue_size=queue,
         )
         got = 0
         while got < count:
