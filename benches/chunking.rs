@@ -66,8 +66,11 @@ fn main() {
                 c
             } else {
                 let mut c = Command::new(venv_python());
-                c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/benches/chunking_official.py"))
-                    .arg(phase);
+                c.arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/benches/chunking_official.py"
+                ))
+                .arg(phase);
                 c
             };
             cmd.env("CHUNK_BENCH_URL", &url)

@@ -207,7 +207,11 @@ async fn we_reassemble_what_the_official_client_chunks() {
 #[tokio::test]
 async fn the_official_client_reassembles_what_we_chunk() {
     let client = client();
-    for codec in [CompressionType::None, CompressionType::Lz4, CompressionType::Zstd] {
+    for codec in [
+        CompressionType::None,
+        CompressionType::Lz4,
+        CompressionType::Zstd,
+    ] {
         let topic = unique_name("to-official-chunked");
         let producer = client
             .producer(&topic)

@@ -199,16 +199,18 @@ async fn a_producer_reconnect_in_the_middle_resends_the_rest_in_order() {
     let mut c = consumer(&client, &topic).subscribe().await.unwrap();
     let p = chunking_producer(&client, &topic, 4096).await;
     let big = noise(10_000, 4); // 3 chunks
-    // Chunk 0 is stored; chunks 1 and 2 fail like a storage failure (nothing stored): the
-    // producer reconnects and re-sends what is not receipted, in order.
+                                // Chunk 0 is stored; chunks 1 and 2 fail like a storage failure (nothing stored): the
+                                // producer reconnects and re-sends what is not receipted, in order.
     broker.push_error(
-        MockError::new(MockRequest::Send, ServerError::PersistenceError, "bookie down")
-            .skip(1)
-            .times(2),
+        MockError::new(
+            MockRequest::Send,
+            ServerError::PersistenceError,
+            "bookie down",
+        )
+        .skip(1)
+        .times(2),
     );
-    let id = within("send", p.send_and_wait(big.clone()))
-        .await
-        .unwrap();
+    let id = within("send", p.send_and_wait(big.clone())).await.unwrap();
     assert_eq!(broker.consumed_errors().len(), 2);
     assert!(
         broker.received_of(Type::Producer).len() >= 2,
@@ -218,13 +220,21 @@ async fn a_producer_reconnect_in_the_middle_resends_the_rest_in_order() {
         .iter()
         .map(|(_, m)| m.chunk_id.unwrap())
         .collect();
-    assert_eq!(chunk_ids, [0, 1, 2, 1, 2], "the unreceipted chunks again, in order");
+    assert_eq!(
+        chunk_ids,
+        [0, 1, 2, 1, 2],
+        "the unreceipted chunks again, in order"
+    );
     assert_eq!(chunk_entries(&id).len(), 3, "3 chunks stored");
     p.send_and_wait("after").await.unwrap();
     let m = recv(&mut c).await;
     assert!(m.payload == big);
     assert_eq!(m.id, id);
-    assert_eq!(recv(&mut c).await.payload_str(), Some("after"), "no duplicate");
+    assert_eq!(
+        recv(&mut c).await.payload_str(),
+        Some("after"),
+        "no duplicate"
+    );
 }
 
 #[tokio::test]
@@ -253,8 +263,7 @@ async fn a_consumer_reconnect_in_the_middle_still_gives_one_message() {
     let subscribes = broker.received_of(Type::Subscribe).len();
     broker.drop_all_connections();
     wait_until("re-subscribed", || {
-        broker.received_of(Type::Subscribe).len() > subscribes
-            && broker.consumers(&topic, "s") == 1
+        broker.received_of(Type::Subscribe).len() > subscribes && broker.consumers(&topic, "s") == 1
     })
     .await;
     for (m, d) in chunks[1..].iter().cloned() {
@@ -272,7 +281,11 @@ async fn a_consumer_reconnect_in_the_middle_still_gives_one_message() {
     let m = recv(&mut c).await;
     assert!(m.payload == big);
     c.ack(&m).unwrap();
-    assert_eq!(recv(&mut c).await.payload_str(), Some("after"), "no duplicate");
+    assert_eq!(
+        recv(&mut c).await.payload_str(),
+        Some("after"),
+        "no duplicate"
+    );
     wait_acked(&broker, &chunk_entries(&m.id)).await;
 }
 
@@ -301,7 +314,12 @@ async fn chunking_with_batching_or_on_a_non_persistent_topic_is_refused() {
         other => panic!("chunking on a non-persistent topic accepted: {other:?}"),
     }
     // Without chunking a message over the limit keeps failing as before.
-    let p = client.producer(&topic).batching(false).create().await.unwrap();
+    let p = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
     let r = p.send_and_wait(vec![0u8; 6 * 1024 * 1024]).await;
     assert!(matches!(r, Err(Error::MessageTooBig { .. })), "{r:?}");
 }
@@ -332,7 +350,11 @@ async fn a_shared_subscription_whose_first_chunks_are_acked_does_not_stall() {
         .await
         .unwrap();
     let m = recv(&mut c).await;
-    assert_eq!(m.payload_str(), Some("after"), "the leftover chunk is no message");
+    assert_eq!(
+        m.payload_str(),
+        Some("after"),
+        "the leftover chunk is no message"
+    );
     c.ack(&m).unwrap();
     // Once its message is past the expiry, the leftover chunk is acked.
     wait_acked(&broker, &entries).await;
@@ -395,7 +417,10 @@ async fn the_memory_limit_and_pending_count_see_one_chunked_message_once() {
     broker.set_unresponsive(true);
     let big = p.send(noise(size, 8)).await.expect("one payload fits");
     // 13 chunks held, yet one message of `size` bytes: a quarter more still fits...
-    let small = p.send(vec![1u8; size / 4]).await.expect("room for a quarter");
+    let small = p
+        .send(vec![1u8; size / 4])
+        .await
+        .expect("room for a quarter");
     // ...and the count limit (2) is now reached.
     match p.send(vec![1u8; 10]).await {
         Err(Error::ProducerQueueFull(e)) => assert!(e.contains("max_pending"), "{e}"),
@@ -445,7 +470,9 @@ async fn a_refused_chunk_fails_its_message_only() {
         Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::NotAllowed),
         other => panic!("expected the refusal, got {other:?}"),
     }
-    let id = within("next", next).await.expect("the next message is stored");
+    let id = within("next", next)
+        .await
+        .expect("the next message is stored");
     assert!(!id.is_chunked());
     assert_eq!(broker.consumed_errors().len(), 2);
 }

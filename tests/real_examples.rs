@@ -321,7 +321,13 @@ fn a_chunked_20_mb_message_with_the_examples() {
     let mut args = consume_args(&url, &topic, &sub, "4");
     args.extend_from_slice(&["--timeout-secs", "60"]);
     let r = run("consume", &args, Duration::from_secs(90));
-    assert_eq!(r.code, Some(0), "consume failed:\n{}\n{}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "consume failed:\n{}\n{}",
+        r.stdout,
+        r.stderr
+    );
     let lines: Vec<Value> = r
         .stdout
         .lines()
@@ -333,7 +339,10 @@ fn a_chunked_20_mb_message_with_the_examples() {
     for (m, want) in lines[1..3].iter().zip(&sent) {
         assert_eq!(m["len"], want["len"], "{m}");
         assert_eq!(m["crc32c"], want["crc32c"], "{m}");
-        assert!(m.get("payload").is_none() && m.get("payload_b64").is_none(), "{m}");
+        assert!(
+            m.get("payload").is_none() && m.get("payload_b64").is_none(),
+            "{m}"
+        );
         let id: MessageId = m["message_id"].as_str().unwrap().parse().unwrap();
         assert!(id.is_chunked(), "{m}");
     }

@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::proto;
 
-use super::batch_container::{compress, entry, message_metadata, single_message_entry, FrameContext};
+use super::batch_container::{
+    compress, entry, message_metadata, single_message_entry, FrameContext,
+};
 use super::pending::{ChunkPos, Completion, InFlight};
 
 /// The pending entries of one message: one entry when it fits (or chunking is off), else one
@@ -183,7 +185,13 @@ mod tests {
         let mut joined = Vec::new();
         for (i, e) in out.iter().enumerate() {
             assert_eq!(e.first_seq, 9);
-            assert_eq!(e.chunk, Some(ChunkPos { id: i as u32, of: n as u32 }));
+            assert_eq!(
+                e.chunk,
+                Some(ChunkPos {
+                    id: i as u32,
+                    of: n as u32
+                })
+            );
             assert_eq!(e.completions.len(), usize::from(i as i32 == n - 1));
             let f = decode(&e.encoded);
             let send = f.command.send.unwrap();
@@ -225,8 +233,8 @@ mod tests {
             joined.extend_from_slice(&p.data);
         }
         assert_eq!(joined.len(), total as usize);
-        let back =
-            crate::compression::decompress(CompressionType::Zlib, &joined, 20_000, 1 << 20).unwrap();
+        let back = crate::compression::decompress(CompressionType::Zlib, &joined, 20_000, 1 << 20)
+            .unwrap();
         assert_eq!(&back[..], &whole[..]);
         // A compressible payload that fits once compressed is not chunked.
         let out = message_entries(&c, 0, vec![0u8; 20_000].into(), 2, completion()).unwrap();

@@ -188,8 +188,7 @@ impl PendingQueue {
             while !last.is_last() {
                 match self.queue.front() {
                     Some(next)
-                        if next.first_seq == seq
-                            && next.chunk.is_some_and(|c| c.id > last.id) =>
+                        if next.first_seq == seq && next.chunk.is_some_and(|c| c.id > last.id) =>
                     {
                         last = next.chunk.unwrap_or(last);
                         entries.extend(self.queue.pop_front());
@@ -414,7 +413,10 @@ mod tests {
         );
         assert_eq!(q.fail_head(Error::Closed), 1);
         assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
-        assert!(rnext[0].try_recv().is_err(), "the next message is untouched");
+        assert!(
+            rnext[0].try_recv().is_err(),
+            "the next message is untouched"
+        );
         assert_eq!(q.messages(), 1);
         assert_eq!(q.iter().next().unwrap().first_seq, 2);
     }
