@@ -507,3 +507,37 @@ async fn a_message_over_the_limit_is_dead_lettered_in_chunks() {
     assert!(letter.id.is_chunked());
     wait_acked(&broker, &chunk_entries(&id)).await;
 }
+
+#[tokio::test]
+async fn a_reader_starts_at_or_after_a_chunked_message_id() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("chunk-produce-reader");
+    let p = chunking_producer(&client, &topic, 4096).await;
+    let big = noise(10_000, 13);
+    p.send_and_wait("a").await.unwrap();
+    let id = p.send_and_wait(big.clone()).await.unwrap();
+    p.send_and_wait("b").await.unwrap();
+    // Inclusive: the whole message, read from its first chunk.
+    let mut inclusive = client
+        .reader(&topic)
+        .start_message_id(id)
+        .start_inclusive(true)
+        .create()
+        .await
+        .unwrap();
+    let m = within("inclusive", inclusive.recv()).await.unwrap();
+    assert!(m.payload == big);
+    assert_eq!(m.id, id);
+    let m = within("inclusive next", inclusive.recv()).await.unwrap();
+    assert_eq!(m.payload_str(), Some("b"));
+    // Exclusive (the default): the message after it.
+    let mut after = client
+        .reader(&topic)
+        .start_message_id(id)
+        .create()
+        .await
+        .unwrap();
+    let m = within("after", after.recv()).await.unwrap();
+    assert_eq!(m.payload_str(), Some("b"));
+}

@@ -179,11 +179,22 @@ pub(super) async fn grow(
     }
 }
 
+/// Delivering *from* a chunked message's id (which names its last chunk) starts at its first
+/// chunk, so the whole message is read (upstream `ConsumerImpl` seeks and starts inclusive
+/// readers at a `ChunkMessageIdImpl`'s first chunk); delivering *after* it needs nothing.
+fn from_first_chunk(s: MessageId, inclusive: bool) -> MessageId {
+    match s.first_chunk_id() {
+        Some(first) if inclusive => first,
+        _ => s,
+    }
+}
+
 /// The start position a SUBSCRIBE of a non-durable subscription carries to deliver from `s`
 /// (`inclusive`) or after it. The broker starts after a whole-entry id (upstream makes it the
 /// mark-delete position of the new cursor), and at the entry of an id with a batch index; the
 /// task's `skip_through` filter drops what precedes `s` in that entry.
 pub(super) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
+    let s = from_first_chunk(s, inclusive);
     if s.is_batch() || !inclusive || s == MessageId::EARLIEST || s == MessageId::LATEST {
         s
     } else {
@@ -195,6 +206,7 @@ pub(super) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
 /// What the task skips (messages at or before it) to deliver from `s` (`inclusive`) or
 /// after it.
 pub(super) fn skip_through(s: MessageId, inclusive: bool) -> Option<MessageId> {
+    let s = from_first_chunk(s, inclusive);
     if s == MessageId::EARLIEST || s == MessageId::LATEST {
         None
     } else if inclusive {
