@@ -541,3 +541,30 @@ async fn a_reader_starts_at_or_after_a_chunked_message_id() {
     let m = within("after", after.recv()).await.unwrap();
     assert_eq!(m.payload_str(), Some("b"));
 }
+
+#[tokio::test]
+async fn chunked_messages_on_a_partitioned_topic_keep_their_partition() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.create_partitioned_topic("chunk-produce-partitioned", 3);
+    let client = client(&broker.service_url());
+    let topic = full("chunk-produce-partitioned");
+    let mut c = consumer(&client, &topic).subscribe().await.unwrap();
+    let p = chunking_producer(&client, &topic, 4096).await;
+    let mut sent = Vec::new();
+    for i in 0..6u64 {
+        let payload = noise(9_000, 20 + i);
+        let msg = pulsar_sdk::ProducerMessage::new(payload.clone()).key(format!("k{i}"));
+        let id = p.send_and_wait(msg).await.unwrap();
+        assert!(id.is_chunked());
+        assert!(id.partition >= 0);
+        assert_eq!(id.first_chunk_id().unwrap().partition, id.partition);
+        sent.push((id, payload));
+    }
+    for _ in 0..sent.len() {
+        let m = recv(&mut c).await;
+        let (id, payload) = sent.iter().find(|(id, _)| *id == m.id).expect("a sent id");
+        assert!(m.payload == *payload);
+        assert_eq!(m.id.first_chunk, id.first_chunk);
+        c.ack(&m).unwrap();
+    }
+}
