@@ -89,6 +89,7 @@ pub mod message_id;
 pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
+pub mod schema;
 pub(crate) mod proto;
 pub(crate) mod routing_hash;
 pub mod service_url;
@@ -113,6 +114,7 @@ pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
+pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
 

@@ -25,6 +25,9 @@ pub struct ProducerMessage {
     pub payload: Bytes,
     /// The partition key: routes the message (same key, same partition) and drives Key_Shared.
     pub key: Option<String>,
+    /// Whether `key` is base64 of binary key bytes (`partition_key_b64_encoded`; set by a
+    /// separated [`KeyValueSchema`](crate::schema::KeyValueSchema)).
+    pub key_b64_encoded: bool,
     /// The ordering key for Key_Shared dispatch (overrides `key` there).
     pub ordering_key: Option<Bytes>,
     /// Application properties.
@@ -135,6 +138,11 @@ pub struct Message {
     pub payload: Bytes,
     /// The partition key, if any.
     pub key: Option<String>,
+    /// Whether `key` is base64 of binary key bytes (`partition_key_b64_encoded`).
+    pub key_b64_encoded: bool,
+    /// The version of the schema the producer wrote it with (`None` without a schema; empty
+    /// from a broker without a schema registry).
+    pub schema_version: Option<Bytes>,
     /// The ordering key, if any.
     pub ordering_key: Option<Bytes>,
     /// Application properties.

@@ -87,6 +87,9 @@ pub struct ProducerOptions {
     pub properties: Vec<(String, String)>,
     /// Grow with the topic when it gains partitions (PIP-247 push, or polling). Default on.
     pub auto_update_partitions: bool,
+    /// The schema registered with the broker (`CommandProducer.schema`); set by
+    /// [`ProducerBuilder::schema`](crate::ProducerBuilder::schema). `None`: plain bytes.
+    pub schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl Default for ProducerOptions {
@@ -102,6 +105,7 @@ impl Default for ProducerOptions {
             initial_subscription_name: None,
             properties: Vec::new(),
             auto_update_partitions: true,
+            schema: None,
         }
     }
 }
