@@ -162,6 +162,27 @@ pub struct Message {
 }
 
 impl Message {
+    /// A received message with the fields of `m` (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_tests(m: ProducerMessage) -> Message {
+        Message {
+            topic: TopicName::new("t").expect("valid topic"),
+            id: MessageId::EARLIEST,
+            payload: m.payload,
+            key: m.key,
+            key_b64_encoded: m.key_b64_encoded,
+            schema_version: None,
+            ordering_key: m.ordering_key,
+            properties: m.properties,
+            event_time: m.event_time,
+            publish_time: 0,
+            producer_name: Arc::from("p"),
+            sequence_id: 0,
+            redelivery_count: 0,
+            source: 0,
+        }
+    }
+
     /// The payload as UTF-8, if it is.
     pub fn payload_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.payload).ok()

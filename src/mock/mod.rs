@@ -87,6 +87,7 @@ mod permissions;
 mod produce;
 mod record;
 mod secure;
+mod schemas;
 mod session;
 mod state;
 mod subscription;
@@ -125,6 +126,7 @@ pub use admin::{MockAdminError, MockBrokerStats};
 pub use inject::{ConsumedError, MockError, MockRequest};
 pub use kit_cluster::{MockCluster, TopicMove};
 pub use permissions::MockAction;
+pub use schemas::MockSchemaCompatibility;
 pub use record::Received;
 #[cfg(feature = "tls")]
 pub use secure::MockTls;
@@ -484,6 +486,24 @@ impl MockBroker {
     /// time ([`set_round_trip_time`](Self::set_round_trip_time)), which delays every frame.
     pub fn set_response_delay(&self, delay: Duration) {
         lock(&self.shared().faults).response_delay = delay;
+    }
+
+    /// Sets how new schemas are checked against a topic's latest (default
+    /// [`MockSchemaCompatibility::Full`], upstream's broker default), for every topic.
+    pub fn set_schema_compatibility(&self, strategy: MockSchemaCompatibility) {
+        lock(&self.shared().state).schemas.strategy = strategy;
+    }
+
+    /// The schemas registered on `topic` (a partition reads its topic's), oldest version
+    /// first: version `n` is index `n`.
+    pub fn schemas(&self, topic: &str) -> Vec<crate::schema::SchemaInfo> {
+        let topic = state::canonical_topic(topic);
+        lock(&self.shared().state)
+            .schemas
+            .versions(&topic)
+            .iter()
+            .filter_map(crate::schema::SchemaInfo::from_proto)
+            .collect()
     }
 
     /// Sets the partition count of `topic` in the broker's metadata (0: not partitioned).

@@ -221,5 +221,6 @@ impl<S: Schema + ?Sized> Schema for std::sync::Arc<S> {
     }
 }
 
-#[cfg(test)]
+// The crate's tests always build with every feature (see the dev-dependencies).
+#[cfg(all(test, feature = "avro"))]
 mod tests;

@@ -108,10 +108,4 @@ impl WriterSchemas {
         self.known.insert(key, entry.clone());
         entry
     }
-
-    /// How many versions are cached.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.known.len()
-    }
 }
