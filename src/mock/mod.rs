@@ -494,6 +494,12 @@ impl MockBroker {
         lock(&self.shared().state).schemas.strategy = strategy;
     }
 
+    /// Leaves GetSchema and GetOrCreateSchema unanswered (`true`), like a broker without a
+    /// schema registry (pulsar-lite), or answers them again (`false`, the default).
+    pub fn set_schema_requests_unanswered(&self, on: bool) {
+        lock(&self.shared().state).schemas.unanswered = on;
+    }
+
     /// The schemas registered on `topic` (a partition reads its topic's), oldest version
     /// first: version `n` is index `n`.
     pub fn schemas(&self, topic: &str) -> Vec<crate::schema::SchemaInfo> {

@@ -45,6 +45,8 @@ pub enum MockSchemaCompatibility {
 pub(crate) struct Registry {
     topics: HashMap<String, Vec<wire::Schema>>,
     pub(crate) strategy: MockSchemaCompatibility,
+    /// GetSchema and GetOrCreateSchema get no answer (like pulsar-lite).
+    pub(crate) unanswered: bool,
 }
 
 /// The topic a partition's schemas are registered under.
@@ -197,6 +199,9 @@ fn get_schema_response(request_id: u64) -> wire::CommandGetSchemaResponse {
 /// GET_SCHEMA: the version asked for, or the latest (upstream answers TopicNotFound when
 /// the topic has no schema, and when the version does not exist).
 pub(crate) fn get_schema(registry: &Registry, cmd: &wire::CommandGetSchema) -> Step {
+    if registry.unanswered {
+        return Step::Ignore;
+    }
     let versions = registry.versions(&super::state::canonical_topic(&cmd.topic));
     let wanted = match cmd.schema_version.as_ref().filter(|v| !v.is_empty()) {
         None => versions.len().checked_sub(1),
@@ -229,6 +234,9 @@ pub(crate) fn get_or_create_schema(
     registry: &mut Registry,
     cmd: &wire::CommandGetOrCreateSchema,
 ) -> Step {
+    if registry.unanswered {
+        return Step::Ignore;
+    }
     let topic = super::state::canonical_topic(&cmd.topic);
     let mut resp = wire::CommandGetOrCreateSchemaResponse {
         request_id: cmd.request_id,
