@@ -62,7 +62,10 @@ fn client() -> Client {
 /// Runs `schema_official.py <verb>` with `req` on stdin; its JSON answer.
 async fn python(verb: &str, req: Value) -> Value {
     use tokio::io::AsyncWriteExt;
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/interop/schema_official.py");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/interop/schema_official.py"
+    );
     let mut child = tokio::process::Command::new(support::venv_python())
         .arg(script)
         .arg(verb)
@@ -89,8 +92,11 @@ async fn python(verb: &str, req: Value) -> Value {
 
 async fn python_produce(topic: &str, schema: &str, values: Value) {
     let url = shared_broker().url();
-    python("produce", json!({"url": url, "topic": topic, "schema": schema, "values": values}))
-        .await;
+    python(
+        "produce",
+        json!({"url": url, "topic": topic, "schema": schema, "values": values}),
+    )
+    .await;
 }
 
 async fn python_consume(topic: &str, schema: &str, count: usize) -> Vec<Value> {
@@ -98,7 +104,11 @@ async fn python_consume(topic: &str, schema: &str, count: usize) -> Vec<Value> {
         "subscription": unique_name("py"), "count": count, "timeout_secs": 20});
     let got = python("consume", req).await;
     let values = got["values"].as_array().unwrap().clone();
-    assert_eq!(values.len(), count, "python consumer on {topic}: {values:?}");
+    assert_eq!(
+        values.len(),
+        count,
+        "python consumer on {topic}: {values:?}"
+    );
     values
 }
 
@@ -129,7 +139,12 @@ async fn consume<S: Schema>(topic: &str, schema: S, count: usize) -> Vec<S::Type
 
 async fn produce<S: Schema>(topic: &str, schema: S, values: &[S::Type]) {
     let client = client();
-    let producer = client.producer(topic).schema(schema).create().await.unwrap();
+    let producer = client
+        .producer(topic)
+        .schema(schema)
+        .create()
+        .await
+        .unwrap();
     for v in values {
         producer.send_and_wait(v).await.unwrap();
     }
@@ -179,7 +194,10 @@ async fn we_decode_what_python_produces_with_schemas() {
     python_produce(&topic, "kv", json!([["k1", 1], ["", -7]])).await;
     assert_eq!(
         consume(&topic, KeyValueSchema::new(StringSchema, Int32Schema), 2).await,
-        [KeyValue::new("k1".to_string(), 1), KeyValue::new(String::new(), -7)]
+        [
+            KeyValue::new("k1".to_string(), 1),
+            KeyValue::new(String::new(), -7)
+        ]
     );
 }
 
@@ -188,11 +206,21 @@ async fn python_decodes_what_we_produce_with_schemas() {
     let topic = unique_name("schema-to-py-json");
     produce(&topic, user_schema(), &users()).await;
     let got = python_consume(&topic, "json", 4).await;
-    assert_eq!(got, serde_json::to_value(users()).unwrap().as_array().unwrap().clone());
+    assert_eq!(
+        got,
+        serde_json::to_value(users())
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    );
 
     let topic = unique_name("schema-to-py-string");
     produce(&topic, StringSchema, &["x".to_string(), "ß".to_string()]).await;
-    assert_eq!(python_consume(&topic, "string", 2).await, [json!("x"), json!("ß")]);
+    assert_eq!(
+        python_consume(&topic, "string", 2).await,
+        [json!("x"), json!("ß")]
+    );
 
     macro_rules! packed {
         ($kind:expr, $schema:expr, $values:expr) => {{
@@ -200,7 +228,11 @@ async fn python_decodes_what_we_produce_with_schemas() {
             let values = $values;
             produce(&topic, $schema, &values).await;
             let got = python_consume(&topic, $kind, values.len()).await;
-            assert_eq!(got, values.iter().map(|v| json!(v)).collect::<Vec<_>>(), $kind);
+            assert_eq!(
+                got,
+                values.iter().map(|v| json!(v)).collect::<Vec<_>>(),
+                $kind
+            );
         }};
     }
     packed!("int8", Int8Schema, [i8::MIN, 3]);
@@ -212,7 +244,10 @@ async fn python_decodes_what_we_produce_with_schemas() {
     packed!("bool", BoolSchema, [false, true]);
 
     let topic = unique_name("schema-to-py-kv");
-    let kvs = [KeyValue::new("key".to_string(), 5), KeyValue::new("ü".to_string(), -1)];
+    let kvs = [
+        KeyValue::new("key".to_string(), 5),
+        KeyValue::new("ü".to_string(), -1),
+    ];
     produce(&topic, KeyValueSchema::new(StringSchema, Int32Schema), &kvs).await;
     assert_eq!(
         python_consume(&topic, "kv", 2).await,
@@ -232,8 +267,14 @@ async fn without_a_registry_typed_handles_use_their_local_schema() {
     }
     let topic = unique_name("schema-lite-avro");
     let readings = vec![
-        Reading { sensor: "a".into(), value: 1.5 },
-        Reading { sensor: "b".into(), value: -2.0 },
+        Reading {
+            sensor: "a".into(),
+            value: 1.5,
+        },
+        Reading {
+            sensor: "b".into(),
+            value: -2.0,
+        },
     ];
     produce(&topic, AvroSchema::<Reading>::derived().unwrap(), &readings).await;
     assert_eq!(

@@ -11,8 +11,8 @@ use common::{full, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockSchemaCompatibility};
 use pulsar_sdk::schema::{
-    AutoConsumeSchema, AvroSchema, GenericValue, Int32Schema, JsonSchema, KeyValue,
-    KeyValueSchema, SchemaType, SchemaVersion, StringSchema,
+    AutoConsumeSchema, AvroSchema, GenericValue, Int32Schema, JsonSchema, KeyValue, KeyValueSchema,
+    SchemaType, SchemaVersion, StringSchema,
 };
 use pulsar_sdk::{Client, InitialPosition, ProducerMessage, ServerError};
 use serde::{Deserialize, Serialize};
@@ -64,12 +64,27 @@ async fn producers_register_versions_and_messages_carry_them() {
         .unwrap();
     // The consumer registered V2 on the empty topic; a V1 producer is FULL-compatible (age
     // has a default) and becomes version 1; a second V2 producer finds version 0.
-    let p1 = client.producer(&topic).schema(v1_json()).create().await.unwrap();
-    let p2 = client.producer(&topic).schema(v2_json()).create().await.unwrap();
-    p1.send_and_wait(&UserV1 { name: "old".into() }).await.unwrap();
-    p2.send_and_wait(&UserV2 { name: "new".into(), age: 7 })
+    let p1 = client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
         .await
         .unwrap();
+    let p2 = client
+        .producer(&topic)
+        .schema(v2_json())
+        .create()
+        .await
+        .unwrap();
+    p1.send_and_wait(&UserV1 { name: "old".into() })
+        .await
+        .unwrap();
+    p2.send_and_wait(&UserV2 {
+        name: "new".into(),
+        age: 7,
+    })
+    .await
+    .unwrap();
 
     let versions = broker.schemas(&topic);
     assert_eq!(versions.len(), 2, "{versions:?}");
@@ -83,19 +98,41 @@ async fn producers_register_versions_and_messages_carry_them() {
         .into_iter()
         .map(|r| r.payload.unwrap().0.schema_version.unwrap())
         .collect();
-    assert_eq!(sent, [SchemaVersion::from_long(1).0, SchemaVersion::from_long(0).0]);
+    assert_eq!(
+        sent,
+        [SchemaVersion::from_long(1).0, SchemaVersion::from_long(0).0]
+    );
     // The PRODUCER commands carried the schema.
     let registered = broker.received_of(Type::Producer);
-    let schema = registered[0].command.producer.as_ref().unwrap().schema.as_ref().unwrap();
+    let schema = registered[0]
+        .command
+        .producer
+        .as_ref()
+        .unwrap()
+        .schema
+        .as_ref()
+        .unwrap();
     assert_eq!(&schema.schema_data[..], V1.as_bytes());
     assert_eq!(schema.r#type, 2);
 
     let a = within("first", consumer.recv()).await.unwrap();
     let b = within("second", consumer.recv()).await.unwrap();
     assert_eq!(a.schema_version().unwrap().as_long(), Some(1));
-    assert_eq!(a.value().unwrap(), &UserV2 { name: "old".into(), age: 0 });
+    assert_eq!(
+        a.value().unwrap(),
+        &UserV2 {
+            name: "old".into(),
+            age: 0
+        }
+    );
     assert_eq!(b.schema_version().unwrap().as_long(), Some(0));
-    assert_eq!(b.value().unwrap(), &UserV2 { name: "new".into(), age: 7 });
+    assert_eq!(
+        b.value().unwrap(),
+        &UserV2 {
+            name: "new".into(),
+            age: 7
+        }
+    );
     consumer.ack(&a).unwrap();
     consumer.ack(&b).unwrap();
 }
@@ -105,19 +142,37 @@ async fn incompatible_schemas_are_refused_without_retrying() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker);
     let topic = full("schema-refused");
-    let _p = client.producer(&topic).schema(v1_json()).create().await.unwrap();
+    let _p = client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
     let before = broker.received_of(Type::Producer).len();
 
     let bad = JsonSchema::<UserV1>::new(V3_BAD).unwrap();
-    let err = client.producer(&topic).schema(bad.clone()).create().await.unwrap_err();
+    let err = client
+        .producer(&topic)
+        .schema(bad.clone())
+        .create()
+        .await
+        .unwrap_err();
     assert!(err.is_incompatible_schema(), "{err}");
     assert!(!err.is_retriable());
-    assert!(err.to_string().contains("zip"), "the broker's message is kept: {err}");
+    assert!(
+        err.to_string().contains("zip"),
+        "the broker's message is kept: {err}"
+    );
     // One attempt only: a non-retriable refusal fails fast.
     assert_eq!(broker.received_of(Type::Producer).len(), before + 1);
 
     // A type change is refused too, for producers and consumers.
-    let err = client.producer(&topic).schema(StringSchema).create().await.unwrap_err();
+    let err = client
+        .producer(&topic)
+        .schema(StringSchema)
+        .create()
+        .await
+        .unwrap_err();
     assert!(err.is_incompatible_schema(), "{err}");
     let err = client
         .consumer(&topic)
@@ -138,20 +193,47 @@ async fn the_strategy_decides_between_always_compatible_and_always_incompatible(
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker);
     let topic = full("schema-strategies");
-    client.producer(&topic).schema(v1_json()).create().await.unwrap();
+    client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
 
     broker.set_schema_compatibility(MockSchemaCompatibility::AlwaysIncompatible);
     // Even a compatible evolution is refused; the registered schema itself is not.
-    let err = client.producer(&topic).schema(v2_json()).create().await.unwrap_err();
+    let err = client
+        .producer(&topic)
+        .schema(v2_json())
+        .create()
+        .await
+        .unwrap_err();
     assert!(err.is_incompatible_schema(), "{err}");
-    client.producer(&topic).schema(v1_json()).create().await.unwrap();
+    client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
 
     broker.set_schema_compatibility(MockSchemaCompatibility::AlwaysCompatible);
     let bad = JsonSchema::<UserV1>::new(V3_BAD).unwrap();
     client.producer(&topic).schema(bad).create().await.unwrap();
-    client.producer(&topic).schema(StringSchema).create().await.unwrap();
-    let types: Vec<_> = broker.schemas(&topic).iter().map(|s| s.schema_type).collect();
-    assert_eq!(types, [SchemaType::Json, SchemaType::Json, SchemaType::String]);
+    client
+        .producer(&topic)
+        .schema(StringSchema)
+        .create()
+        .await
+        .unwrap();
+    let types: Vec<_> = broker
+        .schemas(&topic)
+        .iter()
+        .map(|s| s.schema_type)
+        .collect();
+    assert_eq!(
+        types,
+        [SchemaType::Json, SchemaType::Json, SchemaType::String]
+    );
 }
 
 #[tokio::test]
@@ -161,15 +243,29 @@ async fn get_schema_returns_an_older_version_and_get_or_create_registers() {
     let topic = full("schema-get");
     let err = client.get_schema(&topic, None).await.unwrap_err();
     assert!(
-        matches!(err, pulsar_sdk::Error::Broker { code: ServerError::TopicNotFound, .. }),
+        matches!(
+            err,
+            pulsar_sdk::Error::Broker {
+                code: ServerError::TopicNotFound,
+                ..
+            }
+        ),
         "{err}"
     );
-    client.producer(&topic).schema(v1_json()).create().await.unwrap();
+    client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
     let v2 = pulsar_sdk::schema::Schema::info(&v2_json()).unwrap();
     let version = client.get_or_create_schema(&topic, &v2).await.unwrap();
     assert_eq!(version.as_long(), Some(1));
     // Asking again finds it.
-    assert_eq!(client.get_or_create_schema(&topic, &v2).await.unwrap(), version);
+    assert_eq!(
+        client.get_or_create_schema(&topic, &v2).await.unwrap(),
+        version
+    );
 
     let (latest, v) = client.get_schema(&topic, None).await.unwrap();
     assert_eq!((latest.definition_str(), v.as_long()), (Some(V2), Some(1)));
@@ -183,9 +279,13 @@ async fn get_schema_returns_an_older_version_and_get_or_create_registers() {
         .get_schema(&topic, Some(&SchemaVersion::from_long(9)))
         .await
         .unwrap_err();
-    assert!(matches!(missing, pulsar_sdk::Error::Broker { .. }), "{missing}");
+    assert!(
+        matches!(missing, pulsar_sdk::Error::Broker { .. }),
+        "{missing}"
+    );
 
-    let bad = pulsar_sdk::schema::Schema::info(&JsonSchema::<UserV1>::new(V3_BAD).unwrap()).unwrap();
+    let bad =
+        pulsar_sdk::schema::Schema::info(&JsonSchema::<UserV1>::new(V3_BAD).unwrap()).unwrap();
     let err = client.get_or_create_schema(&topic, &bad).await.unwrap_err();
     assert!(err.is_incompatible_schema(), "{err}");
 }
@@ -204,9 +304,21 @@ async fn key_value_separated_round_trips_with_the_key_in_the_message_key() {
         .subscribe()
         .await
         .unwrap();
-    let producer = client.producer(&topic).schema(schema()).create().await.unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(schema())
+        .create()
+        .await
+        .unwrap();
     let pairs: Vec<_> = (0..3)
-        .map(|i| KeyValue::new(i, UserV1 { name: format!("u{i}") }))
+        .map(|i| {
+            KeyValue::new(
+                i,
+                UserV1 {
+                    name: format!("u{i}"),
+                },
+            )
+        })
         .collect();
     let mut receipts = Vec::new();
     for kv in &pairs {
@@ -222,8 +334,14 @@ async fn key_value_separated_round_trips_with_the_key_in_the_message_key() {
         // The key travels base64 in the message key; the payload is the value only.
         let raw = msg.message();
         assert!(raw.key_b64_encoded);
-        assert_eq!(raw.key.as_deref(), Some(["AAAAAA==", "AAAAAQ==", "AAAAAg=="][kv.key as usize]));
-        assert_eq!(&raw.payload[..], format!(r#"{{"name":"u{}"}}"#, kv.key).as_bytes());
+        assert_eq!(
+            raw.key.as_deref(),
+            Some(["AAAAAA==", "AAAAAQ==", "AAAAAg=="][kv.key as usize])
+        );
+        assert_eq!(
+            &raw.payload[..],
+            format!(r#"{{"name":"u{}"}}"#, kv.key).as_bytes()
+        );
         assert_eq!(raw.properties["p"], "1");
     }
     let info = &broker.schemas(&topic)[0];
@@ -258,8 +376,17 @@ async fn auto_consume_decodes_two_versions_fetching_each_once() {
         .await
         .unwrap();
     for i in 0..2 {
-        p1.send_and_wait(&UserV1 { name: format!("a{i}") }).await.unwrap();
-        p2.send_and_wait(&UserV2 { name: format!("b{i}"), age: i }).await.unwrap();
+        p1.send_and_wait(&UserV1 {
+            name: format!("a{i}"),
+        })
+        .await
+        .unwrap();
+        p2.send_and_wait(&UserV2 {
+            name: format!("b{i}"),
+            age: i,
+        })
+        .await
+        .unwrap();
     }
     let mut seen = Vec::new();
     for _ in 0..4 {
@@ -267,7 +394,10 @@ async fn auto_consume_decodes_two_versions_fetching_each_once() {
         let Ok(GenericValue::Avro(apache_avro::types::Value::Record(fields))) = msg.value() else {
             panic!("not an Avro record: {:?}", msg.value());
         };
-        seen.push((msg.schema_version().unwrap().as_long().unwrap(), fields.len()));
+        seen.push((
+            msg.schema_version().unwrap().as_long().unwrap(),
+            fields.len(),
+        ));
         consumer.ack(&msg).unwrap();
     }
     // Each message decoded with its writer's schema: V1 records have one field, V2 two.
@@ -276,7 +406,14 @@ async fn auto_consume_decodes_two_versions_fetching_each_once() {
     assert_eq!(broker.received_of(Type::GetSchema).len(), 2);
     // The consumer subscribed with AUTO_CONSUME, which registers nothing.
     let sub = &broker.received_of(Type::Subscribe)[0];
-    let s = sub.command.subscribe.as_ref().unwrap().schema.as_ref().unwrap();
+    let s = sub
+        .command
+        .subscribe
+        .as_ref()
+        .unwrap()
+        .schema
+        .as_ref()
+        .unwrap();
     assert_eq!(s.r#type, 21);
 }
 
@@ -295,14 +432,30 @@ async fn a_payload_that_does_not_decode_is_an_error_for_that_message_only() {
         .await
         .unwrap();
     // A producer without a schema writes something that is not the JSON of a UserV1.
-    let raw = client.producer(&topic).batching(false).create().await.unwrap();
+    let raw = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
     raw.send_and_wait("not json").await.unwrap();
-    let typed = client.producer(&topic).schema(v1_json()).create().await.unwrap();
-    typed.send_and_wait(&UserV1 { name: "ok".into() }).await.unwrap();
+    let typed = client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
+    typed
+        .send_and_wait(&UserV1 { name: "ok".into() })
+        .await
+        .unwrap();
 
     let bad = within("bad", consumer.recv()).await.unwrap();
     let err = bad.value().unwrap_err();
-    assert!(matches!(err, pulsar_sdk::SchemaError::Decode { .. }), "{err}");
+    assert!(
+        matches!(err, pulsar_sdk::SchemaError::Decode { .. }),
+        "{err}"
+    );
     assert_eq!(bad.payload(), b"not json");
     consumer.nack(&bad).unwrap();
     // The consumer goes on: the next message decodes, and the nacked one comes back.
@@ -340,12 +493,22 @@ async fn a_broker_that_never_answers_get_schema_costs_one_timeout_per_version() 
         .unwrap();
     // The version-1 writer schema cannot be fetched: the message decodes with the reader's
     // schema (here it cannot: the writer had no `age`), as an error for that message.
-    producer.send_and_wait(&UserV1 { name: "x".into() }).await.unwrap();
-    producer.send_and_wait(&UserV1 { name: "y".into() }).await.unwrap();
+    producer
+        .send_and_wait(&UserV1 { name: "x".into() })
+        .await
+        .unwrap();
+    producer
+        .send_and_wait(&UserV1 { name: "y".into() })
+        .await
+        .unwrap();
     let a = within("first", consumer.recv()).await.unwrap();
     let b = within("second", consumer.recv()).await.unwrap();
     assert!(a.value().is_err() && b.value().is_err());
-    assert_eq!(broker.received_of(Type::GetSchema).len(), 1, "unknown version cached");
+    assert_eq!(
+        broker.received_of(Type::GetSchema).len(),
+        1,
+        "unknown version cached"
+    );
 
     let err = client.get_schema(&topic, None).await.unwrap_err();
     assert!(matches!(err, pulsar_sdk::Error::Timeout { .. }), "{err}");

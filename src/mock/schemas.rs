@@ -89,7 +89,11 @@ impl Registry {
 
     /// Whether a consumer's `schema` may read `topic` (registering it on a topic without one).
     /// AUTO_CONSUME reads anything.
-    pub(crate) fn check_consumer(&mut self, topic: &str, schema: &wire::Schema) -> Result<(), String> {
+    pub(crate) fn check_consumer(
+        &mut self,
+        topic: &str,
+        schema: &wire::Schema,
+    ) -> Result<(), String> {
         if schema.r#type == wire::schema::Type::AutoConsume as i32 {
             return Ok(());
         }

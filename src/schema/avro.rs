@@ -223,7 +223,10 @@ impl Schema for GenericAvroSchema {
 }
 
 /// Decodes an Avro datum with the writer's definition only (AUTO_CONSUME).
-pub(crate) fn decode_with_writer(payload: &[u8], writer: &SchemaInfo) -> Result<Value, SchemaError> {
+pub(crate) fn decode_with_writer(
+    payload: &[u8],
+    writer: &SchemaInfo,
+) -> Result<Value, SchemaError> {
     let core = Core::new(writer.definition_str().unwrap_or(""))?;
     core.decode_value(payload, None)
 }

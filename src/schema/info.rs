@@ -241,7 +241,9 @@ pub struct SchemaVersion(pub Bytes);
 impl SchemaVersion {
     /// The counter of an upstream (8-byte big-endian) version, if it is one.
     pub fn as_long(&self) -> Option<i64> {
-        <[u8; 8]>::try_from(&self.0[..]).ok().map(i64::from_be_bytes)
+        <[u8; 8]>::try_from(&self.0[..])
+            .ok()
+            .map(i64::from_be_bytes)
     }
 
     /// The version `n` in upstream's encoding.

@@ -24,7 +24,9 @@ pub struct JsonSchema<T> {
 
 impl<T> std::fmt::Debug for JsonSchema<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsonSchema").field("info", &self.info).finish()
+        f.debug_struct("JsonSchema")
+            .field("info", &self.info)
+            .finish()
     }
 }
 

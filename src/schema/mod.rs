@@ -158,8 +158,11 @@ pub trait Schema: Send + Sync + 'static {
 
     /// Decodes a payload. `writer` is the schema the producer wrote it with, when the consumer
     /// knows it (fetched by version, see [`Schema::needs_writer_schema`]).
-    fn decode(&self, payload: &[u8], writer: Option<&SchemaInfo>)
-        -> Result<Self::Type, SchemaError>;
+    fn decode(
+        &self,
+        payload: &[u8],
+        writer: Option<&SchemaInfo>,
+    ) -> Result<Self::Type, SchemaError>;
 
     /// Whether decoding needs the writer's schema (Avro resolution, `AUTO_CONSUME`): the typed
     /// consumer then fetches unknown versions from the broker (GetSchema). Default false.

@@ -48,12 +48,8 @@ impl Schema for StringSchema {
 
 /// Checks a fixed-size payload (upstream throws "Size of data received by XSchema is not N").
 fn fixed<const N: usize>(t: SchemaType, payload: &[u8]) -> Result<[u8; N], SchemaError> {
-    <[u8; N]>::try_from(payload).map_err(|_| {
-        SchemaError::decode(
-            t,
-            format!("expected {N} bytes, got {}", payload.len()),
-        )
-    })
+    <[u8; N]>::try_from(payload)
+        .map_err(|_| SchemaError::decode(t, format!("expected {N} bytes, got {}", payload.len())))
 }
 
 macro_rules! be_schema {

@@ -43,7 +43,10 @@ pub(crate) async fn get_schema(
         .schema
         .ok_or_else(|| Error::Protocol("GetSchemaResponse without a schema".into()))?;
     let info = SchemaInfo::from_proto(&schema).ok_or_else(|| {
-        Error::Protocol(format!("GetSchemaResponse with unknown schema type {}", schema.r#type))
+        Error::Protocol(format!(
+            "GetSchemaResponse with unknown schema type {}",
+            schema.r#type
+        ))
     })?;
     let version = r
         .schema_version
@@ -63,9 +66,9 @@ pub(crate) async fn get_or_create_schema(
     let rid = conn.new_request_id();
     let cmd = crate::commands::get_or_create_schema(topic.as_str(), info.to_proto(), rid);
     let resp = conn.request(rid, cmd, "get or create schema").await?;
-    let r = resp.get_or_create_schema_response.ok_or_else(|| {
-        Error::Protocol("GetOrCreateSchema answered without its response".into())
-    })?;
+    let r = resp
+        .get_or_create_schema_response
+        .ok_or_else(|| Error::Protocol("GetOrCreateSchema answered without its response".into()))?;
     refused(r.error_code, r.error_message)?;
     Ok(SchemaVersion(r.schema_version.unwrap_or_default()))
 }

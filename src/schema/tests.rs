@@ -35,7 +35,16 @@ fn primitives_use_upstream_big_endian_encodings() {
 fn wrong_sizes_and_bad_utf8_are_decode_errors() {
     for bad in [&[][..], &[0, 0, 1][..], &[0, 0, 0, 0, 1][..]] {
         let e = Int32Schema.decode(bad, None).unwrap_err();
-        assert!(matches!(e, SchemaError::Decode { schema_type: SchemaType::Int32, .. }), "{e}");
+        assert!(
+            matches!(
+                e,
+                SchemaError::Decode {
+                    schema_type: SchemaType::Int32,
+                    ..
+                }
+            ),
+            "{e}"
+        );
     }
     assert!(StringSchema.decode(&[0xff, 0xfe], None).is_err());
     assert!(BoolSchema.decode(&[], None).is_err());
@@ -45,10 +54,16 @@ fn wrong_sizes_and_bad_utf8_are_decode_errors() {
 fn schema_infos_match_upstream() {
     assert_eq!(BytesSchema.info(), None);
     let s = StringSchema.info().unwrap();
-    assert_eq!((s.schema_type, s.name.as_str()), (SchemaType::String, "String"));
+    assert_eq!(
+        (s.schema_type, s.name.as_str()),
+        (SchemaType::String, "String")
+    );
     assert!(s.definition.is_empty());
     assert_eq!(Int32Schema.info().unwrap().schema_type.to_wire(), 8);
-    assert_eq!(LocalDateTimeSchema.info().unwrap().schema_type.to_wire(), 19);
+    assert_eq!(
+        LocalDateTimeSchema.info().unwrap().schema_type.to_wire(),
+        19
+    );
     assert_eq!(AutoConsumeSchema.info().unwrap().schema_type.to_wire(), 21);
     for n in 0..=22 {
         let t = SchemaType::from_wire(n).unwrap();
@@ -143,7 +158,9 @@ fn auto_consume_decodes_with_the_writer_schema() {
     assert!(AutoConsumeSchema.encode(&GenericValue::Int8(1)).is_err());
 }
 
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, apache_avro::AvroSchema)]
+#[derive(
+    Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, apache_avro::AvroSchema,
+)]
 struct User {
     name: String,
     age: i32,
@@ -206,7 +223,13 @@ fn avro_schema_resolves_an_older_writer_version() {
     // Avro binary: a string is a zig-zag length then the bytes.
     assert_eq!(&old[..], [2, b'a']);
     let got = v2.decode(&old, v1.info().as_ref()).unwrap();
-    assert_eq!(got, V2 { name: "a".into(), age: 18 });
+    assert_eq!(
+        got,
+        V2 {
+            name: "a".into(),
+            age: 18
+        }
+    );
     // Without the writer schema the bytes do not fit the reader's: an error, not a panic.
     assert!(v2.decode(&old, None).is_err());
     assert!(v2.decode(&[0xff; 3], None).is_err());
@@ -216,7 +239,9 @@ fn round_trip<S: Schema>(s: &S, v: S::Type) -> Result<(), TestCaseError>
 where
     S::Type: PartialEq + std::fmt::Debug,
 {
-    let bytes = s.encode(&v).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let bytes = s
+        .encode(&v)
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
     let back = s
         .decode(&bytes, s.info().as_ref())
         .map_err(|e| TestCaseError::fail(e.to_string()))?;
