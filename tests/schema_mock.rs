@@ -513,3 +513,52 @@ async fn a_broker_that_never_answers_get_schema_costs_one_timeout_per_version() 
     let err = client.get_schema(&topic, None).await.unwrap_err();
     assert!(matches!(err, pulsar_sdk::Error::Timeout { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn recv_cancelled_while_fetching_a_writer_schema_loses_nothing() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_schema_requests_unanswered(true);
+    let client = common::test_client(&broker.service_url())
+        // Far longer than the wait for the GetSchema to be recorded: the first recv is still
+        // fetching when it is dropped.
+        .operation_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let topic = full("schema-cancel");
+    let schema = || AvroSchema::<UserV1>::new(V1).unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(schema())
+        .create()
+        .await
+        .unwrap();
+    let sent = producer
+        .send_and_wait(&UserV1 {
+            name: "kept".into(),
+        })
+        .await
+        .unwrap();
+    // Cancel the first recv once its GetSchema reached the broker (it is never answered).
+    let fetching = common::wait_until("GetSchema sent", || {
+        !broker.received_of(Type::GetSchema).is_empty()
+    });
+    tokio::select! {
+        got = consumer.recv() => panic!("recv finished before its GetSchema: {got:?}"),
+        _ = fetching => {}
+    }
+    let msg = within("after cancel", consumer.recv()).await.unwrap();
+    assert_eq!(msg.id(), sent);
+    assert_eq!(
+        msg.value().unwrap(),
+        &UserV1 {
+            name: "kept".into()
+        }
+    );
+}

@@ -63,24 +63,45 @@ impl<T> AsRef<Message> for TypedMessage<T> {
     }
 }
 
-/// Decodes `msg` with `schema`, fetching the writer's schema by version when the schema needs
-/// it (an unknown or unreachable version decodes with the local schema).
-async fn decode<S: Schema>(
-    schema: &S,
-    core: &CoreRef,
-    writers: &mut WriterSchemas,
-    msg: Message,
-) -> TypedMessage<S::Type> {
-    let mut writer: Option<Arc<SchemaInfo>> = None;
-    if schema.needs_writer_schema() {
-        if let Some(v) = msg.schema_version.as_ref().filter(|v| !v.is_empty()) {
-            writer = writers.get(core, &msg.topic, v).await;
+/// What a typed consumer or reader needs to decode: the schema, the client (for GetSchema),
+/// the writer schemas fetched so far, and the message being decoded. The message waits in
+/// `held` while its writer schema is fetched, so a `recv` cancelled meanwhile loses nothing:
+/// the next `recv` decodes it.
+#[derive(Debug)]
+struct Decoder<S> {
+    schema: S,
+    core: CoreRef,
+    writers: WriterSchemas,
+    held: Option<Message>,
+}
+
+impl<S: Schema> Decoder<S> {
+    fn new(schema: S, core: CoreRef) -> Self {
+        Decoder {
+            schema,
+            core,
+            writers: WriterSchemas::default(),
+            held: None,
         }
     }
-    let value = schema.decode_message(&msg, writer.as_deref());
-    TypedMessage {
-        message: msg,
-        value,
+
+    /// Decodes the held message with the schema, fetching the writer's schema by version when
+    /// the schema needs it (an unknown or unreachable version decodes with the local schema).
+    async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
+        let msg = self.held.as_ref()?;
+        let mut writer: Option<Arc<SchemaInfo>> = None;
+        if self.schema.needs_writer_schema() {
+            if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
+                let topic = msg.topic.clone();
+                writer = self.writers.get(&self.core, &topic, &v).await;
+            }
+        }
+        let msg = self.held.take()?;
+        let value = self.schema.decode_message(&msg, writer.as_deref());
+        Some(TypedMessage {
+            message: msg,
+            value,
+        })
     }
 }
 
@@ -196,9 +217,7 @@ impl<S: Schema> TypedConsumerBuilder<S> {
         let core = self.inner.core().clone();
         Ok(TypedConsumer {
             inner: self.inner.subscribe().await?,
-            schema: self.schema,
-            core,
-            writers: WriterSchemas::default(),
+            decoder: Decoder::new(self.schema, core),
         })
     }
 }
@@ -207,19 +226,19 @@ impl<S: Schema> TypedConsumerBuilder<S> {
 #[derive(Debug)]
 pub struct TypedConsumer<S> {
     inner: Consumer,
-    schema: S,
-    core: CoreRef,
-    writers: WriterSchemas,
+    decoder: Decoder<S>,
 }
 
 impl<S: Schema> TypedConsumer<S> {
     /// Waits for the next message and decodes it. The outer error is the consumer's (closed,
     /// ...); a decode failure is in the message ([`TypedMessage::value`]) and never stops the
-    /// consumer. Cancel safe like [`Consumer::recv`] unless the writer schema must be fetched
-    /// (then a message dropped mid-fetch is redelivered only after a nack or the ack timeout).
+    /// consumer. Cancel safe like [`Consumer::recv`], including while a writer schema is being
+    /// fetched (the message is kept for the next call).
     pub async fn recv(&mut self) -> Result<TypedMessage<S::Type>> {
-        let msg = self.inner.recv().await?;
-        Ok(decode(&self.schema, &self.core, &mut self.writers, msg).await)
+        if self.decoder.held.is_none() {
+            self.decoder.held = Some(self.inner.recv().await?);
+        }
+        self.decoder.decode_held().await.ok_or(Error::Closed)
     }
 
     /// Acknowledges a message.
@@ -245,7 +264,7 @@ impl<S: Schema> TypedConsumer<S> {
 
     /// The schema.
     pub fn schema(&self) -> &S {
-        &self.schema
+        &self.decoder.schema
     }
 
     /// Closes the consumer; see [`Consumer::close`].
@@ -281,9 +300,7 @@ impl<S: Schema> TypedReaderBuilder<S> {
         let core = self.inner.core().clone();
         Ok(TypedReader {
             inner: self.inner.create().await?,
-            schema: self.schema,
-            core,
-            writers: WriterSchemas::default(),
+            decoder: Decoder::new(self.schema, core),
         })
     }
 }
@@ -292,16 +309,21 @@ impl<S: Schema> TypedReaderBuilder<S> {
 #[derive(Debug)]
 pub struct TypedReader<S> {
     inner: Reader,
-    schema: S,
-    core: CoreRef,
-    writers: WriterSchemas,
+    decoder: Decoder<S>,
 }
 
 impl<S: Schema> TypedReader<S> {
     /// Waits for the next message and decodes it (see [`TypedConsumer::recv`]).
     pub async fn recv(&mut self) -> Result<TypedMessage<S::Type>> {
-        let msg = self.inner.recv().await?;
-        Ok(decode(&self.schema, &self.core, &mut self.writers, msg).await)
+        if self.decoder.held.is_none() {
+            self.decoder.held = Some(self.inner.recv().await?);
+        }
+        self.decoder.decode_held().await.ok_or(Error::Closed)
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &S {
+        &self.decoder.schema
     }
 
     /// The byte reader underneath (seek, has_message_available ...).
