@@ -306,7 +306,7 @@ impl Client {
     /// The schema registered on `topic` at `version` (its latest when `None`), with the
     /// version the broker names (GetSchema). Upstream brokers answer
     /// [`ServerError::TopicNotFound`](crate::ServerError::TopicNotFound) when there is none;
-    /// a broker that never answers fails it with [`Error::Timeout`](crate::Error::Timeout)
+    /// a broker that never answers fails it with [`Error::Timeout`]
     /// after the operation timeout.
     pub async fn get_schema(
         &self,

@@ -27,6 +27,9 @@ use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
 
 /// Requests from producer handles to the task.
+// Nearly every op is a Send: boxing its message to shrink the rare Flush/Close variants would
+// cost an allocation per message for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum ProducerOp {
     Send {
