@@ -562,3 +562,69 @@ async fn recv_cancelled_while_fetching_a_writer_schema_loses_nothing() {
         }
     );
 }
+
+#[tokio::test]
+async fn protobuf_native_messages_round_trip_and_register_their_descriptor() {
+    use prost::Message as _;
+    use prost_types::{DescriptorProto, FieldDescriptorProto, FileDescriptorProto};
+
+    #[derive(Clone, PartialEq, prost::Message)]
+    struct Point {
+        #[prost(int64, tag = "1")]
+        x: i64,
+    }
+    let set = prost_types::FileDescriptorSet {
+        file: vec![FileDescriptorProto {
+            name: Some("point.proto".into()),
+            package: Some("geo".into()),
+            message_type: vec![DescriptorProto {
+                name: Some("Point".into()),
+                field: vec![FieldDescriptorProto {
+                    name: Some("x".into()),
+                    number: Some(1),
+                    r#type: Some(prost_types::field_descriptor_proto::Type::Int64 as i32),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+    }
+    .encode_to_vec();
+    let schema =
+        || pulsar_sdk::schema::ProtobufNativeSchema::<Point>::new(&set, "geo.Point").unwrap();
+
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("schema-protobuf");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(schema())
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait(&Point { x: -5 }).await.unwrap();
+    let msg = within("protobuf", consumer.recv()).await.unwrap();
+    assert_eq!(msg.value().unwrap(), &Point { x: -5 });
+    let registered = broker.schemas(&topic);
+    assert_eq!(registered.len(), 1);
+    assert_eq!(registered[0].schema_type, SchemaType::ProtobufNative);
+    let def: serde_json::Value = serde_json::from_slice(&registered[0].definition).unwrap();
+    assert_eq!(def["rootMessageTypeName"], "geo.Point");
+    assert_eq!(def["rootFileDescriptorName"], "point.proto");
+    // The mock checks PROTOBUF_NATIVE by type only (upstream also compares descriptors).
+    let err = client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap_err();
+    assert!(err.is_incompatible_schema(), "{err}");
+}

@@ -8,7 +8,7 @@
 //! | Feature | What happens instead |
 //! |---|---|
 //! | Message chunking, producer side | a producer's message over the broker's maximum size fails with [`Error::MessageTooBig`]. Chunked messages *received* from other clients are reassembled (upstream's knobs: `max_pending_chunked_messages`, `auto_ack_oldest_chunked_message_on_queue_full`, `expire_time_of_incomplete_chunked_message`, plus `max_chunked_message_bytes`) |
-//! | Protobuf schemas (`PROTOBUF`, `PROTOBUF_NATIVE`), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | typed messages ([`crate::schema`]) cover bytes, string, the primitives, key/value, JSON, Avro and `AUTO_CONSUME`; send Protobuf as bytes. An incompatible schema fails with [`ServerError::IncompatibleSchema`] |
+//! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | typed messages ([`crate::schema`]) cover bytes, string, the primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE` and `AUTO_CONSUME`. An incompatible schema fails with [`ServerError::IncompatibleSchema`] |
 //! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
 //! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
 //! | Metrics and producer / consumer statistics | [`Client::connection_stats`] gives per-connection counters (pending requests, registered producers and consumers); everything else is in the `tracing` logs (see the [crate root](crate)) |

@@ -26,7 +26,8 @@
 //! [`BoolSchema`], [`TimestampSchema`], [`DateSchema`], [`TimeSchema`], [`InstantSchema`],
 //! [`LocalDateSchema`], [`LocalTimeSchema`], [`LocalDateTimeSchema`]; upstream's big-endian
 //! encodings), [`KeyValueSchema`] (inline and separated), [`AutoConsumeSchema`], and behind
-//! features `JsonSchema` (`json`) and `AvroSchema` / `GenericAvroSchema` (`avro`).
+//! features `JsonSchema` (`json`), `AvroSchema` / `GenericAvroSchema` (`avro`) and
+//! `ProtobufNativeSchema` (`protobuf`).
 
 mod auto;
 #[cfg(feature = "avro")]
@@ -36,6 +37,8 @@ mod info;
 mod json;
 mod keyvalue;
 mod primitive;
+#[cfg(feature = "protobuf")]
+mod protobuf;
 mod registry;
 mod typed;
 
@@ -51,6 +54,8 @@ pub use primitive::{
     Int32Schema, Int64Schema, Int8Schema, LocalDateSchema, LocalDateTimeSchema, LocalTimeSchema,
     StringSchema, TimeSchema, TimestampSchema,
 };
+#[cfg(feature = "protobuf")]
+pub use protobuf::ProtobufNativeSchema;
 pub use typed::{
     TypedConsumer, TypedConsumerBuilder, TypedMessage, TypedProducer, TypedProducerBuilder,
     TypedReader, TypedReaderBuilder,
