@@ -628,3 +628,41 @@ async fn protobuf_native_messages_round_trip_and_register_their_descriptor() {
         .unwrap_err();
     assert!(err.is_incompatible_schema(), "{err}");
 }
+
+#[tokio::test]
+async fn typed_readers_decode_from_a_start_position() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("schema-reader");
+    let producer = client
+        .producer(&topic)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
+    for name in ["a", "b"] {
+        producer
+            .send_and_wait(&UserV1 { name: name.into() })
+            .await
+            .unwrap();
+    }
+    let mut reader = client
+        .reader(&topic)
+        .schema(v2_json())
+        .configure(|r| r.start_earliest())
+        .create()
+        .await
+        .unwrap();
+    for name in ["a", "b"] {
+        let msg = within("reader", reader.recv()).await.unwrap();
+        assert_eq!(
+            msg.value().unwrap(),
+            &UserV2 {
+                name: name.into(),
+                age: 0
+            }
+        );
+    }
+    // The reader's schema was checked and registered as a second version.
+    assert_eq!(broker.schemas(&topic).len(), 2);
+}

@@ -5,6 +5,9 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use bytes::Bytes;
 
@@ -76,12 +79,23 @@ pub(crate) async fn get_or_create_schema(
 /// How many (topic, version) entries a consumer keeps; past it the cache starts over.
 pub(crate) const WRITER_SCHEMA_CACHE: usize = 256;
 
+/// How long a version the broker could not give stays unknown before it is asked for again.
+pub(crate) const UNKNOWN_VERSION_RETRY: Duration = Duration::from_secs(60);
+
+/// A writer schema, or when fetching it failed.
+#[derive(Debug, Clone)]
+enum Entry {
+    Known(Arc<SchemaInfo>),
+    Unknown(Instant),
+}
+
 /// A consumer's writer schemas by topic and version. A version the broker could not give
-/// (an error or a timeout) is remembered as unknown too, so a broker without a registry costs
-/// one operation timeout per version, not one per message.
+/// (an error or a timeout) is remembered as unknown for [`UNKNOWN_VERSION_RETRY`], so a broker
+/// without a registry costs one operation timeout per version and minute, not one per message,
+/// and a transient failure is retried later.
 #[derive(Debug, Default)]
 pub(crate) struct WriterSchemas {
-    known: HashMap<(TopicName, Bytes), Option<Arc<SchemaInfo>>>,
+    known: HashMap<(TopicName, Bytes), Entry>,
 }
 
 impl WriterSchemas {
@@ -93,22 +107,27 @@ impl WriterSchemas {
         version: &Bytes,
     ) -> Option<Arc<SchemaInfo>> {
         let key = (topic.clone(), version.clone());
-        if let Some(hit) = self.known.get(&key) {
-            return hit.clone();
+        match self.known.get(&key) {
+            Some(Entry::Known(info)) => return Some(info.clone()),
+            Some(Entry::Unknown(at)) if at.elapsed() < UNKNOWN_VERSION_RETRY => return None,
+            _ => {}
         }
         let fetched = get_schema(core, topic, Some(&SchemaVersion(version.clone()))).await;
-        let entry = match fetched {
-            Ok((info, _)) => Some(Arc::new(info)),
+        let (entry, found) = match fetched {
+            Ok((info, _)) => {
+                let info = Arc::new(info);
+                (Entry::Known(info.clone()), Some(info))
+            }
             Err(e) => {
                 tracing::warn!(%topic, error = %e,
                     "could not fetch a message's writer schema; decoding with the local one");
-                None
+                (Entry::Unknown(Instant::now()), None)
             }
         };
         if self.known.len() >= WRITER_SCHEMA_CACHE {
             self.known.clear();
         }
-        self.known.insert(key, entry.clone());
-        entry
+        self.known.insert(key, entry);
+        found
     }
 }
