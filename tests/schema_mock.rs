@@ -666,3 +666,55 @@ async fn typed_readers_decode_from_a_start_position() {
     // The reader's schema was checked and registered as a second version.
     assert_eq!(broker.schemas(&topic).len(), 2);
 }
+
+#[tokio::test]
+async fn partitions_share_their_topics_schemas_and_fetches() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("schema-partitioned");
+    broker.set_partitions(&topic, 3);
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .schema(AutoConsumeSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(AvroSchema::<UserV1>::new(V1).unwrap())
+        .configure(|b| b.batching(false))
+        .create()
+        .await
+        .unwrap();
+    for i in 0..6 {
+        producer
+            .send_with(
+                &UserV1 {
+                    name: format!("u{i}"),
+                },
+                ProducerMessage::default().key(format!("k{i}")),
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let mut partitions = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let msg = within("partitioned", consumer.recv()).await.unwrap();
+        assert!(
+            matches!(msg.value(), Ok(GenericValue::Avro(_))),
+            "{:?}",
+            msg.value()
+        );
+        partitions.insert(msg.id().partition);
+    }
+    assert!(
+        partitions.len() > 1,
+        "spread over partitions: {partitions:?}"
+    );
+    // One registration (on the topic) and one GetSchema for all partitions.
+    assert_eq!(broker.schemas(&topic).len(), 1);
+    assert_eq!(broker.received_of(Type::GetSchema).len(), 1);
+}

@@ -92,7 +92,9 @@ impl<S: Schema> Decoder<S> {
         let mut writer: Option<Arc<SchemaInfo>> = None;
         if self.schema.needs_writer_schema() {
             if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
-                let topic = msg.topic.clone();
+                // Schemas belong to the topic, not a partition (upstream keys them by the
+                // partitioned topic's name): one fetch per version for all partitions.
+                let topic = msg.topic.partitioned_topic();
                 writer = self.writers.get(&self.core, &topic, &v).await;
             }
         }
