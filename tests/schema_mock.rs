@@ -718,3 +718,58 @@ async fn partitions_share_their_topics_schemas_and_fetches() {
     assert_eq!(broker.schemas(&topic).len(), 1);
     assert_eq!(broker.received_of(Type::GetSchema).len(), 1);
 }
+
+#[tokio::test]
+async fn undecodable_messages_are_dead_lettered_with_their_binary_key() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("schema-dlq");
+    let dlq = full("schema-dlq-dead");
+    let schema = || KeyValueSchema::separated(Int32Schema, v1_json());
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .negative_ack_delay(Duration::from_millis(20))
+        .dead_letter_policy(
+            pulsar_sdk::DeadLetterPolicy::new(1)
+                .dead_letter_topic(&dlq)
+                .initial_subscription_name("audit"),
+        )
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    // A bytes producer writes a valid binary key but a value that is not a UserV1.
+    let raw = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let mut poison = ProducerMessage::new("{\"nom\": 1}");
+    poison.key = Some("AAAABw==".into()); // INT32 7
+    poison.key_b64_encoded = true;
+    raw.send_and_wait(poison).await.unwrap();
+
+    for delivery in 0..2 {
+        let msg = within("poison", consumer.recv()).await.unwrap();
+        assert!(
+            msg.value().is_err(),
+            "delivery {delivery}: {:?}",
+            msg.value()
+        );
+        consumer.nack(&msg).unwrap();
+    }
+    // Past the policy's count it goes to the dead-letter topic, key flag and all.
+    let mut dead = client
+        .consumer(&dlq)
+        .subscription("audit")
+        .subscribe()
+        .await
+        .unwrap();
+    let letter = within("dead letter", dead.recv()).await.unwrap();
+    assert_eq!(&letter.payload[..], b"{\"nom\": 1}");
+    assert_eq!(letter.key.as_deref(), Some("AAAABw=="));
+    assert!(letter.key_b64_encoded);
+}
