@@ -346,6 +346,35 @@ pub(crate) fn watch_partition_update_close(request_id: u64, watcher_id: u64) -> 
     }
 }
 
+/// CommandGetSchema: the topic's schema at `version` (its latest without one).
+pub(crate) fn get_schema(topic: &str, version: Option<&[u8]>, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        get_schema: Some(proto::CommandGetSchema {
+            request_id,
+            topic: topic.to_string(),
+            schema_version: version.map(bytes::Bytes::copy_from_slice),
+        }),
+        ..base(Type::GetSchema)
+    }
+}
+
+/// CommandGetOrCreateSchema: registers `schema` on the topic (or finds it) and names its version.
+pub(crate) fn get_or_create_schema(
+    topic: &str,
+    schema: proto::Schema,
+    request_id: u64,
+) -> BaseCommand {
+    BaseCommand {
+        get_or_create_schema: Some(proto::CommandGetOrCreateSchema {
+            request_id,
+            topic: topic.to_string(),
+            schema,
+            producer_name: None,
+        }),
+        ..base(Type::GetOrCreateSchema)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,6 +91,7 @@ pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;
 pub(crate) mod routing_hash;
+pub mod schema;
 pub mod service_url;
 pub mod topic;
 pub(crate) mod util;
@@ -113,6 +114,7 @@ pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
+pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
 

@@ -1,4 +1,4 @@
-//! The `produce` and `consume` example binaries against a real broker (the harness's shared
+//! The `produce`, `consume` and `typed` example binaries against a real broker (the harness's shared
 //! pulsar-lite): their JSON output, exit codes and usage messages.
 //!
 //! `cargo test` (with no target filter) builds the examples; with a filter such as
@@ -346,4 +346,42 @@ fn a_chunked_20_mb_message_with_the_examples() {
         let id: MessageId = m["message_id"].as_str().unwrap().parse().unwrap();
         assert!(id.is_chunked(), "{m}");
     }
+}
+
+#[test]
+fn the_typed_example_round_trips_json_structs_and_avro_records() {
+    let url = shared_broker().url();
+    let topic = unique_name("examples-typed");
+    let r = run(
+        "typed",
+        &["--url", &url, "--topic", &topic, "--count", "2"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(
+        r.code,
+        Some(0),
+        "typed failed:\nstdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let lines: Vec<Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert_eq!(
+        lines,
+        [
+            serde_json::json!({"schema": "json", "schema_version": null,
+                "value": {"id": 0, "item": "item-0", "quantity": 1, "note": "gift"}}),
+            serde_json::json!({"schema": "json", "schema_version": null,
+                "value": {"id": 1, "item": "item-1", "quantity": 2, "note": null}}),
+            serde_json::json!({"schema": "avro", "schema_version": null,
+                "value": {"sensor": "s0", "celsius": 20.0}}),
+            serde_json::json!({"schema": "avro", "schema_version": null,
+                "value": {"sensor": "s1", "celsius": 20.5}}),
+        ],
+        "pulsar-lite names no schema version: {}",
+        r.stdout
+    );
 }

@@ -181,6 +181,9 @@ impl DeadLetterSink {
     fn letter(&self, msg: &Message) -> ProducerMessage {
         let mut out = ProducerMessage::new(msg.payload.clone());
         out.key = msg.key.clone();
+        // A binary key (separated key/value schema) stays binary (upstream copies `keyBytes`
+        // when the key is base64-encoded).
+        out.key_b64_encoded = msg.key_b64_encoded;
         out.ordering_key = msg.ordering_key.clone();
         out.event_time = msg.event_time;
         out.properties = msg.properties.clone();

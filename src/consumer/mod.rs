@@ -182,6 +182,24 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Makes this a typed consumer of `S::Type` values: the broker checks the schema against
+    /// the topic's, and each message is decoded (see [`crate::schema`]).
+    pub fn schema<S: crate::schema::Schema>(
+        self,
+        schema: S,
+    ) -> crate::schema::TypedConsumerBuilder<S> {
+        crate::schema::TypedConsumerBuilder::new(self, schema)
+    }
+
+    pub(crate) fn schema_info(mut self, info: Option<crate::schema::SchemaInfo>) -> Self {
+        self.options.schema = info;
+        self
+    }
+
+    pub(crate) fn core(&self) -> &CoreRef {
+        &self.client
+    }
+
     /// Subscribes (on every partition of a partitioned topic).
     pub async fn subscribe(self) -> Result<Consumer> {
         self.options.validate()?;

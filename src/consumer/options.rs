@@ -167,6 +167,9 @@ pub struct ConsumerOptions {
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
     pub(crate) start_inclusive: bool,
+    /// The consumer's schema (`CommandSubscribe.schema`), checked by the broker against the
+    /// topic's; set by [`ConsumerBuilder::schema`](crate::ConsumerBuilder::schema).
+    pub schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl Default for ConsumerOptions {
@@ -198,6 +201,7 @@ impl Default for ConsumerOptions {
             max_chunked_message_bytes: 128 * 1024 * 1024,
             start_message_id: None,
             start_inclusive: false,
+            schema: None,
         }
     }
 }

@@ -73,6 +73,12 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
             })
             .collect(),
         consumer_epoch: Some(p.consumer_epoch),
+        // BYTES sends no schema (upstream ConsumerImpl drops BYTES/NONE schema infos).
+        schema: o
+            .schema
+            .as_ref()
+            .filter(|s| s.schema_type != crate::schema::SchemaType::Bytes)
+            .map(|s| s.to_proto()),
         ..Default::default()
     };
     Arc::new(move |request_id| commands::subscribe(body.clone(), request_id))

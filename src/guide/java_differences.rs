@@ -7,7 +7,7 @@
 //!
 //! | Feature | What happens instead |
 //! |---|---|
-//! | Schemas (schema registry, typed producers and consumers, `AUTO_CONSUME`) | payloads are bytes ([`bytes::Bytes`]); encode and decode in the application. A broker enforcing a topic's schema may refuse producers without one ([`ServerError::IncompatibleSchema`]) |
+//! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | typed messages ([`crate::schema`]) cover bytes, string, the primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE` and `AUTO_CONSUME`. An incompatible schema fails with [`ServerError::IncompatibleSchema`] |
 //! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
 //! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
 //! | Metrics and producer / consumer statistics | [`Client::connection_stats`] gives per-connection counters (pending requests, registered producers and consumers); everything else is in the `tracing` logs (see the [crate root](crate)) |

@@ -10,7 +10,7 @@
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{consume, permissions, produce, watchers, ConnectionId, MockBrokerConfig};
+use super::{consume, permissions, produce, schemas, watchers, ConnectionId, MockBrokerConfig};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -134,6 +134,14 @@ pub(crate) fn handle(
         },
         Type::GetLastMessageId => match &cmd.get_last_message_id {
             Some(c) => consume::get_last_message_id(state, session, c),
+            None => malformed(ty),
+        },
+        Type::GetSchema => match &cmd.get_schema {
+            Some(c) => schemas::get_schema(&state.schemas, c),
+            None => malformed(ty),
+        },
+        Type::GetOrCreateSchema => match &cmd.get_or_create_schema {
+            Some(c) => schemas::get_or_create_schema(&mut state.schemas, c),
             None => malformed(ty),
         },
         Type::WatchPartitionUpdate => match &cmd.watch_partition_update {

@@ -86,6 +86,7 @@ mod ops;
 mod permissions;
 mod produce;
 mod record;
+mod schemas;
 mod secure;
 mod session;
 mod state;
@@ -126,6 +127,7 @@ pub use inject::{ConsumedError, MockError, MockRequest};
 pub use kit_cluster::{MockCluster, TopicMove};
 pub use permissions::MockAction;
 pub use record::Received;
+pub use schemas::MockSchemaCompatibility;
 #[cfg(feature = "tls")]
 pub use secure::MockTls;
 pub use secure::{MockAuth, REFRESH_AUTH_DATA};
@@ -484,6 +486,30 @@ impl MockBroker {
     /// time ([`set_round_trip_time`](Self::set_round_trip_time)), which delays every frame.
     pub fn set_response_delay(&self, delay: Duration) {
         lock(&self.shared().faults).response_delay = delay;
+    }
+
+    /// Sets how new schemas are checked against a topic's latest (default
+    /// [`MockSchemaCompatibility::Full`], upstream's broker default), for every topic.
+    pub fn set_schema_compatibility(&self, strategy: MockSchemaCompatibility) {
+        lock(&self.shared().state).schemas.strategy = strategy;
+    }
+
+    /// Leaves GetSchema and GetOrCreateSchema unanswered (`true`), like a broker without a
+    /// schema registry (pulsar-lite), or answers them again (`false`, the default).
+    pub fn set_schema_requests_unanswered(&self, on: bool) {
+        lock(&self.shared().state).schemas.unanswered = on;
+    }
+
+    /// The schemas registered on `topic` (a partition reads its topic's), oldest version
+    /// first: version `n` is index `n`.
+    pub fn schemas(&self, topic: &str) -> Vec<crate::schema::SchemaInfo> {
+        let topic = state::canonical_topic(topic);
+        lock(&self.shared().state)
+            .schemas
+            .versions(&topic)
+            .iter()
+            .filter_map(crate::schema::SchemaInfo::from_proto)
+            .collect()
     }
 
     /// Sets the partition count of `topic` in the broker's metadata (0: not partitioned).

@@ -52,6 +52,8 @@ pub(crate) struct BrokerState {
     pub(crate) settings: HashMap<String, BrokerSettings>,
     /// Errors pushed by the test, and the report of those consumed ([`super::inject`]).
     pub(crate) injected: Injected,
+    /// Schemas by topic, and the compatibility strategy ([`super::schemas`]).
+    pub(crate) schemas: super::schemas::Registry,
 }
 
 /// The broker settings a test may change at runtime (initially from the broker's

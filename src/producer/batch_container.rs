@@ -20,6 +20,8 @@ pub(crate) struct FrameContext {
     pub producer_name: String,
     pub compression: CompressionType,
     pub max_message_size: usize,
+    /// The schema version of ProducerSuccess, carried by every message.
+    pub schema_version: Option<Bytes>,
 }
 
 fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
@@ -81,8 +83,10 @@ pub(super) fn message_metadata(
         publish_time: now_millis(),
         properties: properties(msg),
         partition_key: msg.key.clone(),
+        partition_key_b64_encoded: msg.key_b64_encoded.then_some(true),
         ordering_key: msg.ordering_key.clone(),
         event_time: msg.event_time,
+        schema_version: ctx.schema_version.clone(),
         compression: compressed.then(|| ctx.compression.to_proto()),
         uncompressed_size: compressed.then_some(msg.payload.len() as u32),
         deliver_at_time: msg.deliver_at.map(|t| t as i64),
@@ -146,6 +150,7 @@ fn single_fields<'a>(
     SingleMessageFields {
         properties,
         partition_key: msg.key.as_deref(),
+        partition_key_b64_encoded: msg.key_b64_encoded,
         event_time: msg.event_time,
         ordering_key: msg.ordering_key.as_deref(),
         sequence_id: Some(sequence_id),
@@ -193,6 +198,7 @@ struct OpenBatch {
     /// The first message's partition key and ordering key, which the batch's own metadata
     /// carries: the broker routes a Key_Shared entry by them.
     partition_key: Option<String>,
+    key_b64_encoded: bool,
     ordering_key: Option<Bytes>,
     /// An upper bound of the encoded size of the batch's `MessageMetadata`.
     metadata_bound: usize,
@@ -245,7 +251,9 @@ fn batch_metadata(
         publish_time: f.publish_time,
         num_messages_in_batch: Some(f.messages as i32),
         partition_key: b.partition_key.clone(),
+        partition_key_b64_encoded: b.key_b64_encoded.then_some(true),
         ordering_key: b.ordering_key.clone(),
+        schema_version: ctx.schema_version.clone(),
         compression: compressed.then(|| f.compression.to_proto()),
         uncompressed_size: compressed.then_some(f.raw_len as u32),
         ..Default::default()
@@ -257,6 +265,7 @@ impl OpenBatch {
         let mut b = OpenBatch {
             key,
             partition_key: msg.key.clone(),
+            key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
             builder: BatchBuilder::new(),
@@ -475,6 +484,7 @@ mod tests {
             producer_name: "test-producer".into(),
             compression,
             max_message_size,
+            schema_version: None,
         }
     }
 

@@ -142,6 +142,7 @@ mod tests {
             producer_name: "prod".into(),
             compression,
             max_message_size: max,
+            schema_version: None,
         }
     }
 

@@ -174,6 +174,28 @@ impl ProducerBuilder {
         self
     }
 
+    /// Makes this a typed producer of `S::Type` values: the broker registers the schema (type,
+    /// definition, properties) and every message carries its version.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// use pulsar_sdk::schema::Int64Schema;
+    /// let producer = client.producer("counts").schema(Int64Schema).create().await?;
+    /// producer.send_and_wait(&42).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schema<S: crate::schema::Schema>(
+        self,
+        schema: S,
+    ) -> crate::schema::TypedProducerBuilder<S> {
+        crate::schema::TypedProducerBuilder::new(self, schema)
+    }
+
+    pub(crate) fn schema_info(mut self, info: Option<crate::schema::SchemaInfo>) -> Self {
+        self.options.schema = info;
+        self
+    }
+
     /// Creates the producer (on every partition of a partitioned topic).
     pub async fn create(self) -> Result<Producer> {
         // Boxed: keeps the caller's future (and stack, in debug builds) small.
@@ -362,6 +384,7 @@ impl PartitionProducer {
             producer_name: created.name.clone(),
             compression: options.compression,
             max_message_size,
+            schema_version: created.schema_version.clone(),
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");

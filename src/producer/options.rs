@@ -95,6 +95,9 @@ pub struct ProducerOptions {
     /// broker's `max_message_size`; 0 (the default) uses the broker's. Upstream's
     /// `chunkMaxMessageSize`.
     pub chunk_max_message_size: usize,
+    /// The schema registered with the broker (`CommandProducer.schema`); set by
+    /// [`ProducerBuilder::schema`](crate::ProducerBuilder::schema). `None`: plain bytes.
+    pub schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl Default for ProducerOptions {
@@ -112,6 +115,7 @@ impl Default for ProducerOptions {
             auto_update_partitions: true,
             chunking: false,
             chunk_max_message_size: 0,
+            schema: None,
         }
     }
 }
