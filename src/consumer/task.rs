@@ -68,6 +68,11 @@ pub(crate) struct PartitionShared {
     pub partition: i32,
     /// Whether it is a partition of the consumer's topic (not of its retry topic).
     pub main: bool,
+    /// The topic this task subscribes (a partition's own name for a partitioned topic).
+    pub topic: crate::topic::TopicName,
+    /// The topic the application asked for that this task serves (its main topic, also for
+    /// the tasks of its retry topic): routes a multi-topic consumer's acks and retries.
+    pub base: crate::topic::TopicName,
     /// Items of another epoch are discarded by the handle.
     pub epoch: AtomicU64,
     /// The epoch at which the current subscription's permit accounting began. A discarded
