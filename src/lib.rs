@@ -93,6 +93,7 @@ pub(crate) mod proto;
 pub(crate) mod routing_hash;
 pub mod service_url;
 pub mod topic;
+pub(crate) mod topic_list;
 pub(crate) mod util;
 
 #[cfg(feature = "mock-broker")]
@@ -115,6 +116,8 @@ pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
+pub use topic_list::RegexSubscriptionMode;
+pub use consumer::TopicsChanged;
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

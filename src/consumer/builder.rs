@@ -9,6 +9,7 @@ use super::{
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
 use crate::topic::TopicName;
+use crate::topic_list::{RegexSubscriptionMode, TopicsPattern};
 
 /// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).
 #[derive(Debug, Clone)]
@@ -17,6 +18,8 @@ pub struct ConsumerBuilder {
     topics: Vec<String>,
     pattern: Option<String>,
     pub(super) options: ConsumerOptions,
+    mode: RegexSubscriptionMode,
+    discovery_period: Duration,
 }
 
 impl ConsumerBuilder {
@@ -26,6 +29,8 @@ impl ConsumerBuilder {
             topics,
             pattern: None,
             options: ConsumerOptions::default(),
+            mode: RegexSubscriptionMode::default(),
+            discovery_period: Duration::from_secs(60),
         }
     }
 
@@ -167,11 +172,70 @@ impl ConsumerBuilder {
         self
     }
 
+    /// Receives from every topic of one namespace whose name matches `pattern`:
+    /// `[persistent://]tenant/namespace/REGEX` (the whole `tenant/namespace/local` name must
+    /// match, like upstream), including topics created later, which join on their own; deleted
+    /// topics leave. Discovery uses the broker's PIP-145 topic-list watcher when it has one and
+    /// polls GetTopicsOfNamespace every [`pattern_auto_discovery_period`] in any case; see
+    /// [`Consumer::topic_changes`]. Replaces a topic list given before.
+    ///
+    /// A broker that answers neither (pulsar-lite) makes `subscribe` fail after the operation
+    /// timeout with [`Error::Timeout`] naming GetTopicsOfNamespace.
+    ///
+    /// [`pattern_auto_discovery_period`]: Self::pattern_auto_discovery_period
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// let mut consumer = client
+    ///     .new_consumer()
+    ///     .topics_pattern("persistent://public/default/orders-.*")
+    ///     .subscription("audit")
+    ///     .subscribe()
+    ///     .await?;
+    /// let mut changes = consumer.topic_changes();
+    /// # let _ = &mut changes;
+    /// let msg = consumer.recv().await?;
+    /// consumer.ack(&msg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn topics_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.pattern = Some(pattern.into());
+        self
+    }
+
+    /// Which topics a pattern consumer takes (like Java's `subscriptionTopicsMode`): persistent
+    /// ones (the default), non-persistent ones, or all. The topic-list watcher is used for
+    /// persistent-only consumers (as upstream); the others poll.
+    pub fn subscription_topics_mode(mut self, mode: RegexSubscriptionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How often a pattern consumer lists its namespace's topics (default 1 minute, like
+    /// Java's `patternAutoDiscoveryPeriod`; must not be zero).
+    pub fn pattern_auto_discovery_period(mut self, period: Duration) -> Self {
+        self.discovery_period = period;
+        self
+    }
+
     /// Subscribes (on every partition of a partitioned topic, on every topic of a
     /// [`topics`](Self::topics) list). Fails if any topic cannot be subscribed (nothing is
     /// left subscribed then).
     pub async fn subscribe(self) -> Result<Consumer> {
         self.options.validate()?;
+        if let Some(p) = &self.pattern {
+            if self.discovery_period.is_zero() {
+                return Err(Error::InvalidConfig(
+                    "pattern_auto_discovery_period must not be zero".into(),
+                ));
+            }
+            let cfg = super::pattern::PatternConfig {
+                pattern: TopicsPattern::new(p)?,
+                mode: self.mode,
+                period: self.discovery_period,
+            };
+            return Box::pin(Consumer::subscribe_pattern(self.client, cfg, self.options)).await;
+        }
         let mut topics = Vec::with_capacity(self.topics.len());
         for t in &self.topics {
             let t = TopicName::new(t)?;

@@ -17,6 +17,7 @@ mod intake;
 pub(crate) mod multi;
 mod options;
 mod partition;
+mod pattern;
 mod queue;
 mod reader;
 pub(crate) mod registry;
@@ -36,6 +37,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
 pub use builder::ConsumerBuilder;
+pub use pattern::TopicsChanged;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
@@ -49,6 +51,7 @@ use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
 use crate::lifecycle::{aggregate_state, State, StateStream};
+use crate::topic_list::RegexSubscriptionMode;
 use multi::{SubscribeContext, TopicGroup};
 pub(crate) use registry::Registry;
 
@@ -87,6 +90,8 @@ pub struct Consumer {
     count: watch::Receiver<usize>,
     /// Acks and nacks (shared with [`Consumer::acker`]).
     acker: Acker,
+    /// A pattern consumer's topic discovery.
+    discovery: Option<pattern::Discovery>,
 }
 
 impl Consumer {
@@ -142,6 +147,54 @@ impl Consumer {
             registry: ctx.registry.clone(),
             groups: Arc::new(Mutex::new(groups)),
             count,
+            discovery: None,
+        }
+    }
+
+    /// A consumer of the topics matching `cfg` (see [`pattern`]).
+    pub(crate) async fn subscribe_pattern(
+        client: CoreRef,
+        cfg: pattern::PatternConfig,
+        mut options: ConsumerOptions,
+    ) -> Result<Consumer> {
+        let initial = pattern::initial_topics(&client, &cfg).await?;
+        // A topic deleted while the consumer subscribes must not be re-created by it.
+        options.force_topic_creation = false;
+        let (ctx, tx, rx) = SubscribeContext::new(client, options);
+        let mut names = Vec::with_capacity(initial.len());
+        for t in &initial {
+            names.push(TopicName::new(t)?);
+        }
+        let groups = multi::subscribe_all(&ctx, names).await?;
+        let shown = TopicName::new(&format!(
+            "{}://{}/{}",
+            if cfg.mode == RegexSubscriptionMode::NonPersistentOnly {
+                "non-persistent"
+            } else {
+                "persistent"
+            },
+            cfg.pattern.namespace,
+            "pattern"
+        ))?;
+        let count = watch::channel(0).1;
+        let mut consumer = Self::assemble(ctx.clone(), shown, rx, groups, count);
+        consumer.discovery = Some(pattern::Discovery::start(
+            ctx,
+            consumer.groups.clone(),
+            cfg,
+            initial,
+            tx,
+        ));
+        Ok(consumer)
+    }
+
+    /// A pattern consumer's topic changes: one [`TopicsChanged`] each time topics were
+    /// subscribed or closed, from now on. A receiver that falls more than 256 changes behind
+    /// misses the oldest (`Lagged`). Other consumers' receiver is closed at once.
+    pub fn topic_changes(&self) -> tokio::sync::broadcast::Receiver<TopicsChanged> {
+        match &self.discovery {
+            Some(d) => d.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
         }
     }
 
@@ -485,6 +538,10 @@ impl Consumer {
     ///
     /// Dropping the consumer closes it too, in the background.
     pub async fn close(&self) -> Result<()> {
+        if let Some(d) = &self.discovery {
+            // No topic joins or leaves from now on.
+            d.stop().await;
+        }
         let mut result = Ok(());
         let all = self.all();
         // Every task at once (a multi-topic consumer has many), like upstream's closeAsync.

@@ -99,11 +99,12 @@ impl TopicGroup {
             }
         });
         futures::future::join_all(closes).await;
-        let mut r = registry::lock(registry);
-        for (i, _) in &tasks {
-            r.remove(*i);
+        {
+            let mut r = registry::lock(registry);
+            for (i, _) in &tasks {
+                r.remove(*i);
+            }
         }
-        drop(r);
         if let Some(sink) = &self.sink {
             sink.close().await;
         }
@@ -115,7 +116,13 @@ impl TopicGroup {
 pub(crate) async fn subscribe_topic(ctx: &SubscribeContext, topic: TopicName) -> Result<TopicGroup> {
     let client = &ctx.client;
     let options = &ctx.options;
-    let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+    // A partition's own name (a pattern consumer lists partitions one by one, like upstream
+    // brokers) is subscribed as one topic without asking for its metadata.
+    let partitions = if topic.is_partition() {
+        0
+    } else {
+        client.partitioned_topic_metadata(topic.as_str()).await?
+    };
     if partitions > 0 {
         if let Some(start) = options.start_message_id {
             // Upstream PulsarClientImpl.createReaderAsync: a reader of a partitioned topic
@@ -214,9 +221,11 @@ pub(crate) async fn subscribe_topic(ctx: &SubscribeContext, topic: TopicName) ->
             let (t, _r) = oneshot::channel();
             let _ = s.ops.send(ConsumerOp::Close(t));
         }
-        let mut r = registry::lock(&ctx.registry);
-        for k in 0..names.len() {
-            r.remove(first + k);
+        {
+            let mut r = registry::lock(&ctx.registry);
+            for k in 0..names.len() {
+                r.remove(first + k);
+            }
         }
         return Err(e);
     }
