@@ -413,13 +413,34 @@ impl Task {
 
     /// Subscribes the desired topics not subscribed, closes the subscribed ones not desired.
     async fn reconcile(&mut self) {
+        // A topic whose consumers all ended (deleted on the broker, which ends them without an
+        // error) is no longer subscribed: if the broker lists it again it is subscribed anew,
+        // never left out for good.
+        let dead: Vec<TopicGroup> = {
+            let mut groups = lock(&self.groups);
+            let registry = &self.ctx.registry;
+            let (dead, live): (Vec<_>, Vec<_>) = std::mem::take(&mut *groups)
+                .into_iter()
+                .partition(|g| {
+                    g.tasks(registry)
+                        .iter()
+                        .all(|(_, p)| p.state.borrow().is_terminal())
+                });
+            *groups = live;
+            dead
+        };
+        let mut removed_names = Vec::new();
+        for g in dead {
+            tracing::debug!(topic = %g.topic, "pattern consumer: topic's consumer ended");
+            removed_names.push(g.topic.clone());
+            g.close(&self.ctx.registry).await;
+        }
         let current: BTreeSet<String> = lock(&self.groups)
             .iter()
             .map(|g| g.topic.to_string())
             .collect();
         let removed: Vec<String> = current.difference(&self.desired).cloned().collect();
         let wanted: Vec<String> = self.desired.difference(&current).cloned().collect();
-        let mut removed_names = Vec::new();
         if !removed.is_empty() {
             let gone: Vec<TopicGroup> = {
                 let mut groups = lock(&self.groups);

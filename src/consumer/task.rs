@@ -298,6 +298,19 @@ impl ConsumerTask {
                         self.replay_deferred(&mut requests);
                         Ok(())
                     }
+                    // A pattern consumer's topic deleted on the broker (it subscribes without
+                    // creating topics): the topic leaves the consumer, which is no error for
+                    // the application (upstream's pattern consumer drops it the same way).
+                    Wake::Ended(
+                        e @ Error::Broker {
+                            code: crate::error::ServerError::TopicNotFound,
+                            ..
+                        },
+                    ) if !self.opts.force_topic_creation => {
+                        tracing::info!(topic = %self.entity.topic, "topic deleted; its consumer ends");
+                        silent = true;
+                        Err(e)
+                    }
                     Wake::Ended(e) => Err(e),
                     Wake::GroupEnded(e) => {
                         // Another partition already reported it to the application.
