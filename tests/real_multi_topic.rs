@@ -103,3 +103,35 @@ async fn five_topics_two_partitioned_each_message_exactly_once() {
     }
     consumer.close().await.unwrap();
 }
+
+/// pulsar-lite answers neither GetTopicsOfNamespace nor WatchTopicList: a pattern consumer
+/// fails with a timeout naming the request once the operation timeout passed, never hangs.
+#[tokio::test]
+async fn a_pattern_consumer_fails_clearly_on_pulsar_lite() {
+    let broker = support::shared_broker();
+    let client = Client::builder()
+        .service_url(broker.url())
+        .operation_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(60),
+        client
+            .new_consumer()
+            .topics_pattern("persistent://public/default/lite-pattern-.*")
+            .subscription(unique_name("s"))
+            .subscribe(),
+    )
+    .await
+    .expect("the subscribe ends instead of hanging");
+    let e = r.unwrap_err();
+    match &e {
+        pulsar_sdk::Error::Timeout { operation, after } => {
+            assert!(operation.contains("GetTopicsOfNamespace"), "{e}");
+            assert!(*after <= Duration::from_secs(2), "{e}");
+        }
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    assert!(started.elapsed() >= Duration::from_secs(1), "waited for the broker");
+}
