@@ -311,3 +311,63 @@ async fn a_topic_deleted_and_created_again_between_polls_is_subscribed_again() {
     round_trip(&client, &mut consumer, &full("d-1"), "again").await;
     assert!(!consumer.state().is_terminal());
 }
+
+#[path = "support/examples.rs"]
+mod examples;
+
+/// The consume example with `--pattern` prints a `topics_changed` line when a topic joins,
+/// and receives from it (against the mock broker on loopback).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consume_example_follows_a_pattern() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("e-1"));
+    let p = unbatched_producer(&client, &full("e-1")).await;
+    p.send_and_wait("first").await.unwrap();
+    let url = broker.service_url();
+    let run = tokio::task::spawn_blocking(move || {
+        examples::run(
+            "consume",
+            &[
+                "--url",
+                &url,
+                "--pattern",
+                "persistent://public/default/e-.*",
+                "--subscription",
+                "ex",
+                "--type",
+                "shared",
+                "--initial-position",
+                "earliest",
+                "--count",
+                "2",
+                "--timeout-secs",
+                "30",
+            ],
+            Duration::from_secs(60),
+        )
+    });
+    wait_until("the example subscribed", || broker.consumers(&full("e-1"), "ex") == 1).await;
+    broker.create_topic(&full("e-2"));
+    wait_until("the example subscribed the new topic", || {
+        broker.consumers(&full("e-2"), "ex") == 1
+    })
+    .await;
+    let p2 = unbatched_producer(&client, &full("e-2")).await;
+    p2.send_and_wait("second").await.unwrap();
+    let r = run.await.unwrap();
+    assert_eq!(r.code, Some(0), "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let change = lines
+        .iter()
+        .find(|l| l["event"] == "topics_changed")
+        .unwrap_or_else(|| panic!("no topics_changed line: {}", r.stdout));
+    assert_eq!(change["added"], serde_json::json!([full("e-2")]));
+    assert_eq!(change["removed"], serde_json::json!([]));
+    let payloads: BTreeSet<&str> = lines.iter().filter_map(|l| l["payload"].as_str()).collect();
+    assert_eq!(payloads, BTreeSet::from(["first", "second"]));
+}
