@@ -82,9 +82,11 @@ async fn main() {
         (_, _, Some(p)) => client
             .new_consumer()
             .topics_pattern(p)
-            .pattern_auto_discovery_period(Duration::from_secs(
-                args.number(USAGE, "discovery-secs", 60),
-            )),
+            .pattern_auto_discovery_period(Duration::from_secs(args.number(
+                USAGE,
+                "discovery-secs",
+                60,
+            ))),
         _ => unreachable!("checked above"),
     };
     let mut consumer = builder

@@ -104,6 +104,7 @@ pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
+pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
@@ -117,7 +118,6 @@ pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
-pub use consumer::TopicsChanged;
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

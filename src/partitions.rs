@@ -495,21 +495,13 @@ async fn watch_on(
                     }
                 }
             },
-            _ = sleep_until_some(refusal_due) => {
+            _ = crate::util::sleep_until_opt(refusal_due) => {
                 if let Some((_, frame)) = refusal.take() {
                     conn.send_control(frame)?;
                 }
             }
             _ = s.changed.notified() => {}
         }
-    }
-}
-
-/// Sleeps until `at`, or forever if `None`.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

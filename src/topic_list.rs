@@ -19,7 +19,10 @@ pub(crate) fn topics_hash<S: AsRef<str>>(topics: &[S]) -> String {
         }
         crc = crc32c::crc32c_append(crc, t.as_bytes());
     }
-    crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    crc.to_le_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Which topics a pattern consumer subscribes, like Java's `RegexSubscriptionMode`.
@@ -118,7 +121,8 @@ impl TopicsPattern {
         let Ok(t) = TopicName::new(topic) else {
             return false;
         };
-        self.regex.is_match(strip_scheme(t.partitioned_topic_name()))
+        self.regex
+            .is_match(strip_scheme(t.partitioned_topic_name()))
     }
 }
 

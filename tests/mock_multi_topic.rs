@@ -58,7 +58,11 @@ async fn merges_every_topic_and_routes_acks_to_each() {
     let topics = setup(&broker, "merge").await;
     let mut consumer = multi(&client, &topics, "s", SubscriptionType::Shared).await;
     assert_eq!(
-        consumer.topics().iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        consumer
+            .topics()
+            .iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>(),
         topics
     );
     for t in &topics {
@@ -82,10 +86,7 @@ async fn merges_every_topic_and_routes_acks_to_each() {
         broker.subscription_backlog(&topics[0], "s") == 0
             && broker.subscription_backlog(&topics[1], "s") == 0
             && (0..3).all(|i| {
-                broker
-                    
-                    .subscription_backlog(&format!("{}-partition-{i}", topics[2]), "s")
-                    == 0
+                broker.subscription_backlog(&format!("{}-partition-{i}", topics[2]), "s") == 0
             })
     })
     .await;
@@ -150,7 +151,10 @@ async fn a_busy_topic_does_not_starve_a_quiet_one() {
     }
     // Bounded by the busy topic's receiver queue (10) plus what was in flight, far from 300.
     let position = position.expect("the quiet topic's message arrived");
-    assert!(position <= 25, "quiet message came after {position} busy ones");
+    assert!(
+        position <= 25,
+        "quiet message came after {position} busy ones"
+    );
 }
 
 #[tokio::test]
@@ -224,7 +228,6 @@ async fn seek_by_time_unsubscribe_and_failures_cover_every_topic() {
         assert!(broker.subscriptions(t).is_empty(), "{t}");
     }
     assert!(broker
-        
         .subscriptions(&format!("{}-partition-1", topics[2]))
         .is_empty());
 

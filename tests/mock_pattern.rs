@@ -74,15 +74,21 @@ async fn watcher_adds_new_topics_and_closes_deleted_ones() {
     broker.create_topic(&full("w-orders-2"));
     broker.create_topic(&full("w-other"));
     // A long period: only the watcher can find the new topic in time.
-    let mut consumer =
-        pattern_consumer(&client, "persistent://public/default/w-orders-.*", Duration::from_secs(3600))
-            .await;
+    let mut consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/w-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
     let mut changes = consumer.topic_changes();
     assert_eq!(
         topics_of(&consumer),
         BTreeSet::from([full("w-orders-1"), full("w-orders-2")])
     );
-    wait_until("a watcher is registered", || broker.topic_list_watchers().len() == 1).await;
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
     let w = &broker.topic_list_watchers()[0];
     assert_eq!(w.2, "public/default");
     assert_eq!(w.3, "persistent://public/default/w-orders-.*");
@@ -97,7 +103,10 @@ async fn watcher_adds_new_topics_and_closes_deleted_ones() {
     let (added, _) = names(&c);
     assert_eq!(
         added.into_iter().collect::<BTreeSet<_>>(),
-        BTreeSet::from([full("w-orders-p-partition-0"), full("w-orders-p-partition-1")])
+        BTreeSet::from([
+            full("w-orders-p-partition-0"),
+            full("w-orders-p-partition-1")
+        ])
     );
 
     broker.delete_topic(&full("w-orders-3"), true).unwrap();
@@ -113,7 +122,10 @@ async fn watcher_adds_new_topics_and_closes_deleted_ones() {
     assert_eq!(broker.received_of(Type::GetTopicsOfNamespace).len(), 1);
 
     consumer.close().await.unwrap();
-    wait_until("the watcher is closed", || broker.topic_list_watchers().is_empty()).await;
+    wait_until("the watcher is closed", || {
+        broker.topic_list_watchers().is_empty()
+    })
+    .await;
     assert_eq!(broker.received_of(Type::WatchTopicListClose).len(), 1);
 }
 
@@ -143,7 +155,13 @@ async fn polling_finds_topics_when_the_broker_has_no_watcher() {
     // Polls carry the pattern and, after the first, the hash of what the consumer holds; an
     // unchanged namespace is answered `changed = false`.
     let polls = broker.received_of(Type::GetTopicsOfNamespace);
-    let last = polls.last().unwrap().command.get_topics_of_namespace.clone().unwrap();
+    let last = polls
+        .last()
+        .unwrap()
+        .command
+        .get_topics_of_namespace
+        .clone()
+        .unwrap();
     assert_eq!(last.topics_pattern.as_deref(), Some("public/default/p-.*"));
     assert!(last.topics_hash.is_some());
 }
@@ -166,7 +184,13 @@ async fn a_reconnect_rewatches_with_the_hash_and_catches_up() {
     assert_eq!(names(&c), (vec![full("r-2")], vec![]));
     let watches = broker.received_of(Type::WatchTopicList);
     assert!(watches.len() >= 2, "{watches:?}");
-    let rewatch = watches.last().unwrap().command.watch_topic_list.clone().unwrap();
+    let rewatch = watches
+        .last()
+        .unwrap()
+        .command
+        .watch_topic_list
+        .clone()
+        .unwrap();
     assert!(rewatch.topics_hash.is_some(), "the re-watch sends its hash");
     round_trip(&client, &mut consumer, &full("r-2"), "after").await;
     round_trip(&client, &mut consumer, &full("r-1"), "old").await;
@@ -186,12 +210,20 @@ async fn a_failed_poll_and_a_failed_subscribe_are_retried() {
     assert!(consumer.topics().is_empty());
     let mut changes = consumer.topic_changes();
     broker.push_error(
-        MockError::new(MockRequest::GetTopicsOfNamespace, ServerError::ServiceNotReady, "busy")
-            .times(2),
+        MockError::new(
+            MockRequest::GetTopicsOfNamespace,
+            ServerError::ServiceNotReady,
+            "busy",
+        )
+        .times(2),
     );
     broker.push_error(
-        MockError::new(MockRequest::Subscribe, ServerError::AuthorizationError, "not yet")
-            .on_topic(&full("f-1")),
+        MockError::new(
+            MockRequest::Subscribe,
+            ServerError::AuthorizationError,
+            "not yet",
+        )
+        .on_topic(&full("f-1")),
     );
     broker.create_topic(&full("f-1"));
     let c = next_change(&mut changes).await;
@@ -282,7 +314,10 @@ async fn modes_and_bad_patterns() {
             .subscription("s3")
             .subscribe()
             .await;
-        assert!(matches!(r, Err(pulsar_sdk::Error::InvalidConfig(_))), "{bad}");
+        assert!(
+            matches!(r, Err(pulsar_sdk::Error::InvalidConfig(_))),
+            "{bad}"
+        );
     }
 }
 
@@ -347,7 +382,10 @@ async fn the_consume_example_follows_a_pattern() {
             Duration::from_secs(60),
         )
     });
-    wait_until("the example subscribed", || broker.consumers(&full("e-1"), "ex") == 1).await;
+    wait_until("the example subscribed", || {
+        broker.consumers(&full("e-1"), "ex") == 1
+    })
+    .await;
     broker.create_topic(&full("e-2"));
     wait_until("the example subscribed the new topic", || {
         broker.consumers(&full("e-2"), "ex") == 1
@@ -356,7 +394,13 @@ async fn the_consume_example_follows_a_pattern() {
     let p2 = unbatched_producer(&client, &full("e-2")).await;
     p2.send_and_wait("second").await.unwrap();
     let r = run.await.unwrap();
-    assert_eq!(r.code, Some(0), "stdout: {}\nstderr: {}", r.stdout, r.stderr);
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
     let lines: Vec<serde_json::Value> = r
         .stdout
         .lines()
@@ -370,4 +414,17 @@ async fn the_consume_example_follows_a_pattern() {
     assert_eq!(change["removed"], serde_json::json!([]));
     let payloads: BTreeSet<&str> = lines.iter().filter_map(|l| l["payload"].as_str()).collect();
     assert_eq!(payloads, BTreeSet::from(["first", "second"]));
+}
+
+#[tokio::test]
+async fn closing_the_client_ends_a_pattern_consumer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("c-1"));
+    let mut consumer =
+        pattern_consumer(&client, "public/default/c-.*", Duration::from_secs(3600)).await;
+    wait_until("watching", || broker.topic_list_watchers().len() == 1).await;
+    within("client close", client.close()).await.unwrap();
+    let r = within("recv after the client closed", consumer.recv()).await;
+    assert!(matches!(r, Err(pulsar_sdk::Error::Closed)), "{r:?}");
 }

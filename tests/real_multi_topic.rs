@@ -28,7 +28,12 @@ fn client(url: &str) -> Client {
 async fn five_topics_two_partitioned_each_message_exactly_once() {
     let mut broker = PulsarLite::with_config("default_partitions = 2");
     let names: Vec<String> = (0..5)
-        .map(|i| format!("persistent://public/default/{}", unique_name(&format!("mt{i}"))))
+        .map(|i| {
+            format!(
+                "persistent://public/default/{}",
+                unique_name(&format!("mt{i}"))
+            )
+        })
         .collect();
     {
         let c = client(&broker.url());
@@ -84,7 +89,10 @@ async fn five_topics_two_partitioned_each_message_exactly_once() {
         let text = m.payload_str().unwrap().to_string();
         // The message tells its topic: the payload names the topic it was sent to.
         let topic = m.topic.partitioned_topic_name().to_string();
-        assert!(text.starts_with(&format!("{topic}|")), "{text} from {topic}");
+        assert!(
+            text.starts_with(&format!("{topic}|")),
+            "{text} from {topic}"
+        );
         partitions.entry(topic).or_default().insert(m.id.partition);
         *got.entry(text).or_default() += 1;
         consumer.ack(&m).unwrap();
@@ -99,7 +107,11 @@ async fn five_topics_two_partitioned_each_message_exactly_once() {
         assert_eq!(partitions[t], BTreeSet::from([0, 1]), "{t} is partitioned");
     }
     for t in &names[2..] {
-        assert_eq!(partitions[t], BTreeSet::from([-1]), "{t} is not partitioned");
+        assert_eq!(
+            partitions[t],
+            BTreeSet::from([-1]),
+            "{t} is not partitioned"
+        );
     }
     consumer.close().await.unwrap();
 }
@@ -133,5 +145,8 @@ async fn a_pattern_consumer_fails_clearly_on_pulsar_lite() {
         }
         other => panic!("expected a timeout, got {other:?}"),
     }
-    assert!(started.elapsed() >= Duration::from_secs(1), "waited for the broker");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "waited for the broker"
+    );
 }

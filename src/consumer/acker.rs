@@ -170,7 +170,10 @@ impl Acker {
             .get(msg.source)
             .filter(|p| p.topic == msg.topic)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!("message {} is not from this consumer", msg.id))
+                Error::InvalidConfig(format!(
+                    "message {} of {} is not from this consumer (of {})",
+                    msg.id, msg.topic, self.inner.topic
+                ))
             })?;
         self.send(&p, op)
     }
@@ -213,8 +216,7 @@ impl Acker {
         let p = super::registry::lock(&self.inner.registry)
             .iter()
             .find(|p| {
-                &p.topic == topic
-                    || (p.main && &p.base == topic && p.partition == id.partition)
+                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
             })
             .cloned()
             .ok_or_else(|| {
@@ -251,7 +253,7 @@ impl Acker {
         // ack made after it would be lost silently.
         let state = *p.state.borrow();
         if state == State::Closing || state.is_terminal() {
-            return Err(ended_error(state, &self.inner.topic));
+            return Err(ended_error(state, &p.base));
         }
         p.ops.send(op).map_err(|_| Error::Closed)
     }

@@ -252,4 +252,3 @@ impl ConsumerBuilder {
         Box::pin(Consumer::subscribe_many(self.client, topics, self.options)).await
     }
 }
-

@@ -37,11 +37,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
 pub use builder::ConsumerBuilder;
-pub use pattern::TopicsChanged;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
+pub use pattern::TopicsChanged;
 pub use reader::{Reader, ReaderBuilder};
 
 use crate::core::CoreRef;
@@ -209,7 +209,8 @@ impl Consumer {
     }
 
     /// The topic (the partitioned topic's name for a partitioned consumer; the first topic of
-    /// a multi-topic consumer: see [`Consumer::topics`]).
+    /// a multi-topic consumer: see [`Consumer::topics`]; for a pattern consumer a name standing
+    /// for it, `persistent://tenant/namespace/pattern`).
     pub fn topic(&self) -> &TopicName {
         &self.topic
     }
@@ -220,7 +221,7 @@ impl Consumer {
     }
 
     /// Number of partitions (0 for a non-partitioned topic; of the first topic of a multi-topic
-    /// consumer).
+    /// consumer; 0 for a pattern consumer, which lists partitions as topics).
     pub fn partitions(&self) -> usize {
         *self.count.borrow()
     }
@@ -560,7 +561,11 @@ impl Consumer {
                 result = r;
             }
         }
-        let sinks: Vec<_> = self.lock_groups().iter().filter_map(|g| g.sink.clone()).collect();
+        let sinks: Vec<_> = self
+            .lock_groups()
+            .iter()
+            .filter_map(|g| g.sink.clone())
+            .collect();
         for sink in sinks {
             sink.close().await;
         }

@@ -113,7 +113,10 @@ impl TopicGroup {
 
 /// Subscribes `topic` (all its partitions, and its retry topic with `retry_enable`) for the
 /// consumer described by `ctx`. On failure nothing of it is left running.
-pub(crate) async fn subscribe_topic(ctx: &SubscribeContext, topic: TopicName) -> Result<TopicGroup> {
+pub(crate) async fn subscribe_topic(
+    ctx: &SubscribeContext,
+    topic: TopicName,
+) -> Result<TopicGroup> {
     let client = &ctx.client;
     let options = &ctx.options;
     // A partition's own name (a pattern consumer lists partitions one by one, like upstream

@@ -28,15 +28,16 @@
 use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
+use futures::StreamExt;
 use tokio::sync::{broadcast, mpsc, oneshot};
 use tokio::time::Instant;
 
-use crate::backoff_policy::Backoff;
-use crate::commands;
-use crate::connection::{Connection, EntityEvent, EntityKind, EntityReceiver};
 use super::multi::{subscribe_all, SubscribeContext, TopicGroup};
 use super::task::Item;
 use super::Groups;
+use crate::backoff_policy::Backoff;
+use crate::commands;
+use crate::connection::{Connection, EntityEvent, EntityKind, EntityReceiver};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::topic::TopicName;
@@ -215,13 +216,6 @@ struct Task {
     _out: mpsc::UnboundedSender<(usize, u64, Item)>,
 }
 
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
-}
-
 async fn next_watch_event(watch: &mut Option<Watch>) -> Option<EntityEvent> {
     match watch {
         Some(w) => w.events.recv().await,
@@ -239,12 +233,16 @@ impl Task {
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll_failed_logged = false;
+        let mut shutdown = self.ctx.client.shutdown_signal();
         // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
         self.reconcile().await;
         let done = loop {
             tokio::select! {
                 r = &mut stop => break r.ok(),
                 _ = self._out.closed() => break None,
+                // The client closes: its consumers close themselves; no topic joins any more,
+                // and the consumer's queue ends once they are gone.
+                _ = crate::core::shut_down(&mut shutdown) => break None,
                 _ = ticks.tick() => {
                     match self.poll().await {
                         Ok(()) => poll_failed_logged = false,
@@ -264,11 +262,11 @@ impl Task {
                         self.watch_retry_at = Some(Instant::now());
                     }
                 }
-                _ = sleep_until_some(self.retry_at) => {
+                _ = crate::util::sleep_until_opt(self.retry_at) => {
                     self.retry_at = None;
                     self.reconcile().await;
                 }
-                _ = sleep_until_some(self.watch_retry_at) => {
+                _ = crate::util::sleep_until_opt(self.watch_retry_at) => {
                     self.watch_retry_at = None;
                     self.start_watch().await;
                 }
@@ -329,7 +327,11 @@ impl Task {
                     self.schedule_rewatch();
                     return;
                 };
-                tracing::debug!(watcher_id = id, topics = ok.topic.len(), "topic list watcher registered");
+                tracing::debug!(
+                    watcher_id = id,
+                    topics = ok.topic.len(),
+                    "topic list watcher registered"
+                );
                 // The broker sends the list only if it differs from the hash we sent.
                 if !(ok.topic.is_empty() && ok.topics_hash == self.hash()) {
                     self.desired = ok
@@ -406,7 +408,10 @@ impl Task {
         if let Some(w) = self.watch.take() {
             let request_id = w.conn.new_request_id();
             let close = commands::watch_topic_list_close(request_id, w.id);
-            let _ = w.conn.request(request_id, close, "close topic list watcher").await;
+            let _ = w
+                .conn
+                .request(request_id, close, "close topic list watcher")
+                .await;
             w.conn.unregister(EntityKind::TopicListWatcher, w.id);
         }
     }
@@ -419,9 +424,8 @@ impl Task {
         let dead: Vec<TopicGroup> = {
             let mut groups = lock(&self.groups);
             let registry = &self.ctx.registry;
-            let (dead, live): (Vec<_>, Vec<_>) = std::mem::take(&mut *groups)
-                .into_iter()
-                .partition(|g| {
+            let (dead, live): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut *groups).into_iter().partition(|g| {
                     g.tasks(registry)
                         .iter()
                         .all(|(_, p)| p.state.borrow().is_terminal())
@@ -457,16 +461,23 @@ impl Task {
         }
         let mut added_names = Vec::new();
         let mut retry = false;
-        for t in wanted {
-            let Ok(name) = TopicName::new(&t) else {
-                self.desired.remove(&t);
-                continue;
+        // Several at a time (like the first subscribe), applied in the order they finish.
+        let ctx = &self.ctx;
+        let attempts = futures::stream::iter(wanted.into_iter().map(|t| async move {
+            let result = match TopicName::new(&t) {
+                Ok(name) => subscribe_all(ctx, vec![name]).await,
+                Err(e) => Err(e),
             };
-            match subscribe_all(&self.ctx, vec![name.clone()]).await {
+            (t, result)
+        }))
+        .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
+        let results: Vec<(String, Result<Vec<TopicGroup>>)> = attempts.collect().await;
+        for (t, result) in results {
+            match result {
                 Ok(mut g) => {
                     self.failed.remove(&t);
+                    added_names.extend(g.iter().map(|g| g.topic.clone()));
                     lock(&self.groups).append(&mut g);
-                    added_names.push(name);
                 }
                 Err(Error::Broker {
                     code: ServerError::TopicNotFound,
@@ -477,6 +488,10 @@ impl Task {
                     tracing::debug!(topic = %t, "pattern consumer: topic gone before subscribing");
                     self.desired.remove(&t);
                     self.failed.remove(&t);
+                }
+                Err(e @ Error::InvalidConfig(_)) => {
+                    tracing::debug!(topic = %t, error = %e, "pattern consumer: not a topic name");
+                    self.desired.remove(&t);
                 }
                 Err(e) => {
                     if self.failed.insert(t.clone()) {

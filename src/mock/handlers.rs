@@ -10,9 +10,7 @@
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{
-    consume, permissions, produce, topic_lists, watchers, ConnectionId, MockBrokerConfig,
-};
+use super::{consume, permissions, produce, topic_lists, watchers, ConnectionId, MockBrokerConfig};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -69,11 +67,7 @@ pub(crate) fn handle(
             let on = state
                 .settings(session.service_url, session.config)
                 .topic_watchers;
-            if let Some(f) = c
-                .connected
-                .as_mut()
-                .and_then(|c| c.feature_flags.as_mut())
-            {
+            if let Some(f) = c.connected.as_mut().and_then(|c| c.feature_flags.as_mut()) {
                 f.supports_topic_watchers = Some(on);
             }
         }

@@ -131,10 +131,7 @@ pub(crate) fn watch(
     let list: Vec<String> = w.topics.iter().cloned().collect();
     let hash = topics_hash(&list);
     let same = cmd.topics_hash.as_deref() == Some(hash.as_str());
-    state
-        .topic_lists
-        .map
-        .insert((view.conn, cmd.watcher_id), w);
+    state.topic_lists.map.insert((view.conn, cmd.watcher_id), w);
     Step::Reply(wire::BaseCommand {
         r#type: Type::WatchTopicListSuccess as i32,
         watch_topic_list_success: Some(wire::CommandWatchTopicListSuccess {
@@ -153,10 +150,7 @@ pub(crate) fn close(
     view: SessionView<'_>,
     cmd: &wire::CommandWatchTopicListClose,
 ) -> Step {
-    state
-        .topic_lists
-        .map
-        .remove(&(view.conn, cmd.watcher_id));
+    state.topic_lists.map.remove(&(view.conn, cmd.watcher_id));
     Step::Reply(success(cmd.request_id))
 }
 
