@@ -331,56 +331,6 @@ pub(crate) fn watch_partition_update_close(request_id: u64, watcher_id: u64) -> 
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn broker_close_reads_pip139_and_pip307_fields() {
-        let mut c = base(Type::CloseConsumer);
-        c.close_consumer = Some(proto::CommandCloseConsumer {
-            consumer_id: 1,
-            allow_reconnect: Some(false),
-            ..Default::default()
-        });
-        let bc = broker_close(&c).unwrap();
-        assert!(!bc.allow_reconnect);
-        let mut c = base(Type::CloseProducer);
-        c.close_producer = Some(proto::CommandCloseProducer {
-            assigned_broker_service_url: Some("pulsar://b:6650".into()),
-            ..Default::default()
-        });
-        let bc = broker_close(&c).unwrap();
-        assert!(bc.allow_reconnect);
-        assert_eq!(bc.assigned_broker.as_deref(), Some("pulsar://b:6650"));
-        assert!(broker_close(&ping()).is_none());
-    }
-
-    #[test]
-    fn redeliver_all_carries_the_epoch_and_no_ids() {
-        let f = redeliver_all(3, 7);
-        let r = f.command.redeliver_unacknowledged_messages.unwrap();
-        assert_eq!((r.consumer_id, r.consumer_epoch), (3, Some(7)));
-        assert!(r.message_ids.is_empty());
-    }
-
-    #[test]
-    fn discarded_entries_are_acked_with_their_validation_error() {
-        let id = MessageId::new(5, 6, -1);
-        let f = ack_discarded(
-            2,
-            id,
-            proto::command_ack::ValidationError::DecompressionError,
-        );
-        let a = f.command.ack.unwrap();
-        assert_eq!(
-            a.validation_error,
-            Some(proto::command_ack::ValidationError::DecompressionError as i32)
-        );
-        assert_eq!(a.message_id.len(), 1);
-    }
-}
-
 /// GetTopicsOfNamespace: the topics of `namespace` in `mode`, filtered by the broker with
 /// `pattern` and answered `changed = false` when the list still hashes to `hash`.
 pub(crate) fn get_topics_of_namespace(
@@ -432,5 +382,55 @@ pub(crate) fn watch_topic_list_close(request_id: u64, watcher_id: u64) -> BaseCo
             watcher_id,
         }),
         ..base(Type::WatchTopicListClose)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn broker_close_reads_pip139_and_pip307_fields() {
+        let mut c = base(Type::CloseConsumer);
+        c.close_consumer = Some(proto::CommandCloseConsumer {
+            consumer_id: 1,
+            allow_reconnect: Some(false),
+            ..Default::default()
+        });
+        let bc = broker_close(&c).unwrap();
+        assert!(!bc.allow_reconnect);
+        let mut c = base(Type::CloseProducer);
+        c.close_producer = Some(proto::CommandCloseProducer {
+            assigned_broker_service_url: Some("pulsar://b:6650".into()),
+            ..Default::default()
+        });
+        let bc = broker_close(&c).unwrap();
+        assert!(bc.allow_reconnect);
+        assert_eq!(bc.assigned_broker.as_deref(), Some("pulsar://b:6650"));
+        assert!(broker_close(&ping()).is_none());
+    }
+
+    #[test]
+    fn redeliver_all_carries_the_epoch_and_no_ids() {
+        let f = redeliver_all(3, 7);
+        let r = f.command.redeliver_unacknowledged_messages.unwrap();
+        assert_eq!((r.consumer_id, r.consumer_epoch), (3, Some(7)));
+        assert!(r.message_ids.is_empty());
+    }
+
+    #[test]
+    fn discarded_entries_are_acked_with_their_validation_error() {
+        let id = MessageId::new(5, 6, -1);
+        let f = ack_discarded(
+            2,
+            id,
+            proto::command_ack::ValidationError::DecompressionError,
+        );
+        let a = f.command.ack.unwrap();
+        assert_eq!(
+            a.validation_error,
+            Some(proto::command_ack::ValidationError::DecompressionError as i32)
+        );
+        assert_eq!(a.message_id.len(), 1);
     }
 }

@@ -25,6 +25,9 @@ use crate::lifecycle::GroupClose;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
+/// One queued item with its task index and epoch (what every task of a consumer sends).
+pub(crate) type Queued = (usize, u64, Item);
+
 /// What every topic of one consumer shares.
 #[derive(Debug, Clone)]
 pub(crate) struct SubscribeContext {
@@ -42,8 +45,8 @@ impl SubscribeContext {
         mut options: ConsumerOptions,
     ) -> (
         Self,
-        mpsc::UnboundedSender<(usize, u64, Item)>,
-        mpsc::UnboundedReceiver<(usize, u64, Item)>,
+        mpsc::UnboundedSender<Queued>,
+        mpsc::UnboundedReceiver<Queued>,
     ) {
         if options.retry_enable && options.dead_letter_policy.is_none() {
             // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
