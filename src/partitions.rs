@@ -387,10 +387,14 @@ async fn watch(
         let watcher_id = client.new_watcher_id();
         // One update per version the broker pushes; a backlog this deep is a broker that
         // ignores the results we send.
-        let (tx, mut events) = crate::connection::entity_channel(1024);
-        conn.register(EntityKind::PartitionWatcher, watcher_id, tx)?;
-        let result = watch_on(s, client, conn, watcher_id, &mut events, backoff).await;
-        conn.unregister(EntityKind::PartitionWatcher, watcher_id);
+        let mut slot = crate::connection::WatchSlot::register(
+            conn,
+            EntityKind::PartitionWatcher,
+            watcher_id,
+            1024,
+        )?;
+        let result = watch_on(s, client, conn, watcher_id, &mut slot.events, backoff).await;
+        drop(slot);
         match result? {
             WatchEnd::Stopped => return Ok(()),
             WatchEnd::Closed => {

@@ -37,7 +37,7 @@ use super::task::Item;
 use super::Groups;
 use crate::backoff_policy::Backoff;
 use crate::commands;
-use crate::connection::{Connection, EntityEvent, EntityKind, EntityReceiver};
+use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::topic::TopicName;
@@ -189,12 +189,8 @@ impl Discovery {
     }
 }
 
-/// A registered PIP-145 watcher.
-struct Watch {
-    conn: Connection,
-    id: u64,
-    events: EntityReceiver,
-}
+/// A registered PIP-145 watcher (unregistered when dropped).
+type Watch = WatchSlot;
 
 struct Task {
     ctx: SubscribeContext,
@@ -307,11 +303,11 @@ impl Task {
             return;
         }
         let id = self.ctx.client.new_watcher_id();
-        let (tx, events) = crate::connection::entity_channel(1024);
-        if conn.register(EntityKind::TopicListWatcher, id, tx).is_err() {
+        // One update per topic change; a backlog this deep is a broker flooding us.
+        let Ok(slot) = WatchSlot::register(&conn, EntityKind::TopicListWatcher, id, 1024) else {
             self.schedule_rewatch();
             return;
-        }
+        };
         let request_id = conn.new_request_id();
         let cmd = commands::watch_topic_list(
             request_id,
@@ -323,7 +319,6 @@ impl Task {
         match conn.request(request_id, cmd, "watch topic list").await {
             Ok(resp) => {
                 let Some(ok) = resp.watch_topic_list_success else {
-                    conn.unregister(EntityKind::TopicListWatcher, id);
                     self.schedule_rewatch();
                     return;
                 };
@@ -340,12 +335,12 @@ impl Task {
                         .filter(|t| self.cfg.pattern.matches(t))
                         .collect();
                 }
-                self.watch = Some(Watch { conn, id, events });
+                self.watch = Some(slot);
                 self.watch_backoff = None;
                 self.reconcile().await;
             }
             Err(e) => {
-                conn.unregister(EntityKind::TopicListWatcher, id);
+                drop(slot);
                 match e {
                     Error::Broker { code, .. } if !code.is_retriable() => {
                         // Refused (e.g. NotAllowed): polling carries on; tried again after the
@@ -373,9 +368,7 @@ impl Task {
         match ev {
             None | Some(EntityEvent::ConnectionClosed(_)) => {
                 // Watch again (with the hash of what we hold) once a connection is back.
-                if let Some(w) = self.watch.take() {
-                    w.conn.unregister(EntityKind::TopicListWatcher, w.id);
-                }
+                self.watch = None;
                 self.schedule_rewatch();
             }
             Some(EntityEvent::Command(frame)) => {
@@ -406,13 +399,12 @@ impl Task {
 
     async fn close_watch(&mut self) {
         if let Some(w) = self.watch.take() {
-            let request_id = w.conn.new_request_id();
-            let close = commands::watch_topic_list_close(request_id, w.id);
+            let request_id = w.conn().new_request_id();
+            let close = commands::watch_topic_list_close(request_id, w.id());
             let _ = w
-                .conn
+                .conn()
                 .request(request_id, close, "close topic list watcher")
                 .await;
-            w.conn.unregister(EntityKind::TopicListWatcher, w.id);
         }
     }
 
