@@ -428,3 +428,30 @@ async fn closing_the_client_ends_a_pattern_consumer() {
     let r = within("recv after the client closed", consumer.recv()).await;
     assert!(matches!(r, Err(pulsar_sdk::Error::Closed)), "{r:?}");
 }
+
+#[tokio::test]
+async fn a_listed_topic_missing_at_subscribe_is_left_out_then_picked_up() {
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        supports_topic_watchers: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("g-1"));
+    broker.create_topic(&full("g-2"));
+    // As if g-2 were deleted between the listing and its subscribe.
+    broker.push_error(
+        MockError::new(MockRequest::Subscribe, ServerError::TopicNotFound, "gone")
+            .on_topic(&full("g-2")),
+    );
+    let mut consumer =
+        pattern_consumer(&client, "public/default/g-.*", Duration::from_millis(200)).await;
+    assert_eq!(topics_of(&consumer), BTreeSet::from([full("g-1")]));
+    // Still listed by the broker: the next poll subscribes it.
+    wait_until("g-2 subscribed", || {
+        topics_of(&consumer) == BTreeSet::from([full("g-1"), full("g-2")])
+    })
+    .await;
+    round_trip(&client, &mut consumer, &full("g-2"), "found").await;
+}

@@ -161,11 +161,7 @@ impl Consumer {
         // A topic deleted while the consumer subscribes must not be re-created by it.
         options.force_topic_creation = false;
         let (ctx, tx, rx) = SubscribeContext::new(client, options);
-        let mut names = Vec::with_capacity(initial.len());
-        for t in &initial {
-            names.push(TopicName::new(t)?);
-        }
-        let groups = multi::subscribe_all(&ctx, names).await?;
+        let (groups, initial) = pattern::subscribe_initial(&ctx, initial).await?;
         let shown = TopicName::new(&format!(
             "{}://{}/{}",
             if cfg.mode == RegexSubscriptionMode::NonPersistentOnly {

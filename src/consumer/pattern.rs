@@ -101,6 +101,7 @@ async fn list_once(
             // Upstream filters on the client when the broker did not (`filtered = false`),
             // and the mode is checked on both sides.
             .filter(|t| filtered || cfg.pattern.matches(t))
+            .filter(|t| !is_system_topic(t))
             .filter(|t| TopicName::new(t).is_ok_and(|n| cfg.mode.admits(&n)))
             .collect(),
     ))
@@ -130,6 +131,60 @@ pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Res
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Subscribes a pattern consumer's first topics, several at a time. A topic deleted since it
+/// was listed (TopicNotFound: it is never re-created) is left out; any other failure fails the
+/// subscribe, closing what was subscribed. Returns the groups and the topics they cover.
+pub(crate) async fn subscribe_initial(
+    ctx: &SubscribeContext,
+    topics: Vec<String>,
+) -> Result<(Vec<TopicGroup>, Vec<String>)> {
+    let attempts = futures::stream::iter(topics.into_iter().map(|t| async move {
+        let result = match TopicName::new(&t) {
+            Ok(name) => subscribe_all(ctx, vec![name]).await,
+            Err(e) => Err(e),
+        };
+        (t, result)
+    }))
+    .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
+    let results: Vec<(String, Result<Vec<TopicGroup>>)> = attempts.collect().await;
+    let mut groups = Vec::new();
+    let mut kept = Vec::new();
+    let mut failure = None;
+    for (t, result) in results {
+        match result {
+            Ok(g) => {
+                groups.extend(g);
+                kept.push(t);
+            }
+            Err(Error::Broker {
+                code: ServerError::TopicNotFound,
+                ..
+            }) => {
+                tracing::debug!(topic = %t, "pattern consumer: listed topic gone before subscribing")
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failure {
+        for g in groups {
+            g.close(&ctx.registry).await;
+        }
+        return Err(e);
+    }
+    // In name order (what `Consumer::topics` shows first).
+    groups.sort_by(|a, b| a.topic.as_str().cmp(b.topic.as_str()));
+    Ok((groups, kept))
+}
+
+/// Whether `topic` is one of the broker's own topics (local name starting with `__`, like
+/// `__change_events`), which a pattern never subscribes: upstream's `TopicList.filterSystemTopic`
+/// drops the system topics (this approximates its list by the reserved prefix).
+fn is_system_topic(topic: &str) -> bool {
+    TopicName::new(topic).is_ok_and(|t| t.partitioned_topic().local_name().starts_with("__"))
 }
 
 /// The running discovery of one pattern consumer; dropping it stops the task.
@@ -332,7 +387,7 @@ impl Task {
                     self.desired = ok
                         .topic
                         .into_iter()
-                        .filter(|t| self.cfg.pattern.matches(t))
+                        .filter(|t| self.cfg.pattern.matches(t) && !is_system_topic(t))
                         .collect();
                 }
                 self.watch = Some(slot);
@@ -379,7 +434,7 @@ impl Task {
                     self.desired.remove(t);
                 }
                 for t in update.new_topics {
-                    if self.cfg.pattern.matches(&t) {
+                    if self.cfg.pattern.matches(&t) && !is_system_topic(&t) {
                         self.desired.insert(t);
                     }
                 }

@@ -227,3 +227,77 @@ impl MockBroker {
         lock(&self.shared().state).topic_lists.updates_sent
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(pattern: Option<&str>, hash: Option<String>) -> wire::CommandGetTopicsOfNamespace {
+        wire::CommandGetTopicsOfNamespace {
+            request_id: 7,
+            namespace: "public/default".into(),
+            mode: None,
+            topics_pattern: pattern.map(str::to_string),
+            topics_hash: hash,
+            properties: Vec::new(),
+        }
+    }
+
+    fn answer(step: Step) -> wire::CommandGetTopicsOfNamespaceResponse {
+        match step {
+            Step::Reply(c) => c.get_topics_of_namespace_response.expect("a response"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lists_filters_hashes_and_reports_unchanged() {
+        let mut state = BrokerState::default();
+        for t in [
+            "persistent://public/default/a-1",
+            "persistent://public/default/a-2",
+            "persistent://public/default/b-1",
+            "non-persistent://public/default/a-np",
+            "persistent://public/other/a-3",
+        ] {
+            state.topics.get_or_create(t);
+        }
+        // No pattern: every persistent topic of the namespace, not filtered.
+        let all = answer(get_topics(&state, &request(None, None)));
+        assert_eq!(all.topics.len(), 3, "{:?}", all.topics);
+        assert_eq!(all.filtered, Some(false));
+        // A pattern: filtered, with upstream's hash of the filtered list.
+        let a = answer(get_topics(
+            &state,
+            &request(Some("public/default/a-.*"), None),
+        ));
+        let expected = vec![
+            "persistent://public/default/a-1".to_string(),
+            "persistent://public/default/a-2".to_string(),
+        ];
+        assert_eq!(a.topics, expected);
+        assert_eq!(a.filtered, Some(true));
+        assert_eq!(a.changed, Some(true));
+        assert_eq!(
+            a.topics_hash.as_deref(),
+            Some(topics_hash(&expected).as_str())
+        );
+        // The same hash back: unchanged, no topics.
+        let again = answer(get_topics(
+            &state,
+            &request(Some("public/default/a-.*"), a.topics_hash.clone()),
+        ));
+        assert_eq!(again.changed, Some(false));
+        assert!(again.topics.is_empty());
+        // A new matching topic changes the hash.
+        state
+            .topics
+            .get_or_create("persistent://public/default/a-4");
+        let later = answer(get_topics(
+            &state,
+            &request(Some("public/default/a-.*"), a.topics_hash),
+        ));
+        assert_eq!(later.changed, Some(true));
+        assert_eq!(later.topics.len(), 3);
+    }
+}
