@@ -262,3 +262,51 @@ async fn seek_by_time_unsubscribe_and_failures_cover_every_topic() {
         .await
         .is_err());
 }
+
+#[tokio::test]
+async fn each_topic_dead_letters_to_its_own_dlq_and_retries_on_its_own_retry_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topics = setup(&broker, "dlq").await;
+    let mut consumer = client
+        .new_consumer()
+        .topics(topics[..2].iter().cloned())
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .negative_ack_delay(Duration::from_millis(50))
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(1))
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    for t in &topics[..2] {
+        let p = unbatched_producer(&client, t).await;
+        publish(&p, "poison", 1).await;
+    }
+    // Nacked: delivered twice (counts 0 and 1), then each goes to its own topic's DLQ.
+    let mut seen = 0;
+    while seen < 4 {
+        let m = recv(&mut consumer).await;
+        consumer.nack(&m).unwrap();
+        seen += 1;
+    }
+    for t in &topics[..2] {
+        let dlq = format!("{t}-s-DLQ");
+        wait_until("dead-lettered", || broker.topic_messages(&dlq) == 1).await;
+    }
+    // reconsume_later goes to the message's own topic's retry topic and comes back from it.
+    let p = unbatched_producer(&client, &topics[1]).await;
+    publish(&p, "retry-me", 1).await;
+    let m = recv(&mut consumer).await;
+    assert_eq!(base(&m), topics[1]);
+    consumer
+        .reconsume_later(&m, Duration::from_millis(10))
+        .await
+        .unwrap();
+    let again = recv(&mut consumer).await;
+    assert_eq!(again.payload_str(), Some("retry-me-0"));
+    assert_eq!(again.topic.to_string(), format!("{}-s-RETRY", topics[1]));
+    consumer.ack(&again).unwrap();
+    assert_eq!(broker.topic_messages(&format!("{}-s-RETRY", topics[0])), 0);
+}
