@@ -310,3 +310,56 @@ async fn each_topic_dead_letters_to_its_own_dlq_and_retries_on_its_own_retry_top
     consumer.ack(&again).unwrap();
     assert_eq!(broker.topic_messages(&format!("{}-s-RETRY", topics[0])), 0);
 }
+
+#[path = "support/examples.rs"]
+mod examples;
+
+/// The consume example with `--topics a,b` receives from both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_consume_example_takes_a_topic_list() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("ex-a"), full("ex-b"));
+    for t in [&a, &b] {
+        let p = unbatched_producer(&client, t).await;
+        publish(&p, t, 1).await;
+    }
+    let url = broker.service_url();
+    let list = format!("{a},{b}");
+    let r = tokio::task::spawn_blocking(move || {
+        examples::run(
+            "consume",
+            &[
+                "--url",
+                &url,
+                "--topics",
+                &list,
+                "--subscription",
+                "ex",
+                "--initial-position",
+                "earliest",
+                "--count",
+                "2",
+                "--timeout-secs",
+                "30",
+            ],
+            Duration::from_secs(60),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout: {}\nstderr: {}",
+        r.stdout,
+        r.stderr
+    );
+    let topics: BTreeSet<String> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .map(|v| v["topic"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(topics, BTreeSet::from([a, b]));
+}
