@@ -218,6 +218,7 @@ impl Discovery {
             watch: None,
             watch_retry_at: Some(Instant::now()),
             watch_backoff: None,
+            rewatch: false,
             _out: out,
         };
         tokio::spawn(task.run(stop_rx));
@@ -263,6 +264,8 @@ struct Task {
     /// When to (re-)create the watcher; `None` while one works or none can be had.
     watch_retry_at: Option<Instant>,
     watch_backoff: Option<Backoff>,
+    /// Whether a watcher was lost: the next one is followed by a poll.
+    rewatch: bool,
     /// Keeps the consumer's queue open.
     _out: mpsc::UnboundedSender<(usize, u64, Item)>,
 }
@@ -393,6 +396,14 @@ impl Task {
                 self.watch = Some(slot);
                 self.watch_backoff = None;
                 self.reconcile().await;
+                if std::mem::take(&mut self.rewatch) {
+                    // Like upstream's `recheckTopicsChangeAfterReconnect`: after a watcher was
+                    // lost, list the topics once more (apache/pulsar#21853 lost messages when
+                    // only the watcher's answer was trusted after a reconnect).
+                    if let Err(e) = self.poll().await {
+                        tracing::debug!(error = %e, "poll after re-watching failed");
+                    }
+                }
             }
             Err(e) => {
                 drop(slot);
@@ -424,6 +435,7 @@ impl Task {
             None | Some(EntityEvent::ConnectionClosed(_)) => {
                 // Watch again (with the hash of what we hold) once a connection is back.
                 self.watch = None;
+                self.rewatch = true;
                 self.schedule_rewatch();
             }
             Some(EntityEvent::Command(frame)) => {
