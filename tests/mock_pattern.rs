@@ -455,3 +455,22 @@ async fn a_listed_topic_missing_at_subscribe_is_left_out_then_picked_up() {
     .await;
     round_trip(&client, &mut consumer, &full("g-2"), "found").await;
 }
+
+#[tokio::test]
+async fn a_lost_update_is_caught_by_the_next_hash() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("l-0"));
+    let consumer =
+        pattern_consumer(&client, "public/default/l-.*", Duration::from_secs(3600)).await;
+    wait_until("watching", || broker.topic_list_watchers().len() == 1).await;
+    broker.drop_next_topic_list_updates(1);
+    broker.create_topic(&full("l-1")); // its update is lost
+    broker.create_topic(&full("l-2")); // this one's hash covers l-1 too
+    wait_until("both new topics subscribed", || {
+        topics_of(&consumer) == BTreeSet::from([full("l-0"), full("l-1"), full("l-2")])
+    })
+    .await;
+    // The mismatch made the client list the topics (no periodic poll is due for an hour).
+    assert!(broker.received_of(Type::GetTopicsOfNamespace).len() >= 2);
+}

@@ -44,6 +44,9 @@ pub(crate) struct TopicListWatchers {
     seen: u64,
     /// Updates sent (for tests and benchmarks).
     updates_sent: u64,
+    /// Updates still to lose (fault injection: the watcher's view moves on, the client hears
+    /// nothing).
+    drop_updates: usize,
 }
 
 /// The existing topics of `namespace` in `mode`, sorted.
@@ -177,6 +180,11 @@ pub(crate) fn sync(state: &mut BrokerState) {
         if let Some(w) = state.topic_lists.map.get_mut(&key) {
             w.topics = now;
         }
+        if state.topic_lists.drop_updates > 0 {
+            state.topic_lists.drop_updates -= 1;
+            tracing::debug!(?key, "mock broker: topic list update dropped");
+            continue;
+        }
         state.topic_lists.updates_sent += 1;
         state.conns.send(
             key.0,
@@ -220,6 +228,13 @@ impl MockBroker {
             .iter()
             .map(|(k, w)| (k.0, k.1, w.namespace.clone(), w.pattern.text.clone()))
             .collect()
+    }
+
+    /// Fault injection: loses the next `n` WATCH_TOPIC_UPDATEs (the broker's watcher moves on
+    /// as if they were sent), so the client's set drifts until a later update's hash or a poll
+    /// shows it.
+    pub fn drop_next_topic_list_updates(&self, n: usize) {
+        lock(&self.shared().state).topic_lists.drop_updates = n;
     }
 
     /// How many WATCH_TOPIC_UPDATEs were sent.
