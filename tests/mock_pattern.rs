@@ -474,3 +474,27 @@ async fn a_lost_update_is_caught_by_the_next_hash() {
     // The mismatch made the client list the topics (no periodic poll is due for an hour).
     assert!(broker.received_of(Type::GetTopicsOfNamespace).len() >= 2);
 }
+
+#[tokio::test]
+async fn a_deleted_topic_leaves_at_once_even_between_polls() {
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        supports_topic_watchers: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("q-1"));
+    broker.create_topic(&full("q-2"));
+    // No poll is due for an hour and there is no watcher.
+    let mut consumer =
+        pattern_consumer(&client, "public/default/q-.*", Duration::from_secs(3600)).await;
+    let mut changes = consumer.topic_changes();
+    broker.delete_topic(&full("q-1"), true).unwrap();
+    // The consumer of q-1 finds its topic gone when it reconnects: the topic leaves.
+    let c = next_change(&mut changes).await;
+    assert_eq!(names(&c), (vec![], vec![full("q-1")]));
+    assert_eq!(consumer.state(), pulsar_sdk::State::Ready);
+    assert!(!broker.topic_exists(&full("q-1")));
+    round_trip(&client, &mut consumer, &full("q-2"), "other").await;
+}

@@ -410,9 +410,19 @@ impl Consumer {
 
     /// The consumer's lifecycle state (aggregated over partitions like
     /// [`crate::Producer::state`]).
+    ///
+    /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
+    /// topic leaves the consumer).
     pub fn state(&self) -> State {
-        let states: Vec<State> = self.all().iter().map(|p| *p.state.borrow()).collect();
+        let states: Vec<State> = self.live().iter().map(|p| *p.state.borrow()).collect();
         aggregate_state(&states)
+    }
+
+    /// The tasks whose topic was not deleted under them.
+    fn live(&self) -> Vec<Arc<PartitionShared>> {
+        let mut all = self.all();
+        all.retain(|p| !p.topic_deleted.load(Ordering::Acquire));
+        all
     }
 
     /// How many entries were discarded because they could not be decoded (each was reported
@@ -441,8 +451,11 @@ impl Consumer {
     /// });
     /// # }
     /// ```
+    ///
+    /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
+    /// made.
     pub fn states(&self) -> StateStream {
-        StateStream::new(self.all().iter().map(|p| p.state.clone()).collect())
+        StateStream::new(self.live().iter().map(|p| p.state.clone()).collect())
     }
 
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with

@@ -78,6 +78,8 @@ pub(super) async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        topic_deleted: std::sync::atomic::AtomicBool::new(false),
+        ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });

@@ -288,6 +288,7 @@ impl Task {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll_failed_logged = false;
         let mut shutdown = self.ctx.client.shutdown_signal();
+        let ended = super::registry::lock(&self.ctx.registry).ended.clone();
         // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
         self.reconcile().await;
         let done = loop {
@@ -316,6 +317,9 @@ impl Task {
                         self.watch_retry_at = Some(Instant::now());
                     }
                 }
+                // A topic was deleted under its consumer: drop it now (and subscribe it again if
+                // the broker still lists it).
+                _ = ended.notified() => self.reconcile().await,
                 _ = crate::util::sleep_until_opt(self.retry_at) => {
                     self.retry_at = None;
                     self.reconcile().await;

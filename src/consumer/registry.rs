@@ -17,6 +17,8 @@ use super::task::PartitionShared;
 pub(crate) struct Tasks {
     by_index: BTreeMap<usize, Arc<PartitionShared>>,
     next: usize,
+    /// Woken when a task ends because its topic was deleted.
+    pub(crate) ended: Arc<tokio::sync::Notify>,
 }
 
 /// Shared between the consumer handle, its [`Acker`](super::Acker) and the tasks that add

@@ -92,6 +92,11 @@ pub(crate) struct PartitionShared {
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
     /// Entries discarded because they could not be decoded.
     pub discarded: AtomicU64,
+    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
+    /// it no longer counts in the consumer's state, and discovery drops it.
+    pub topic_deleted: std::sync::atomic::AtomicBool,
+    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
+    pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
@@ -308,6 +313,8 @@ impl ConsumerTask {
                         },
                     ) if !self.opts.force_topic_creation => {
                         tracing::info!(topic = %self.entity.topic, "topic deleted; its consumer ends");
+                        self.shared.topic_deleted.store(true, Ordering::Release);
+                        self.shared.ended.notify_one();
                         silent = true;
                         Err(e)
                     }
