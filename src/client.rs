@@ -336,7 +336,13 @@ impl Client {
 
     /// Starts building a consumer for `topic`.
     pub fn consumer(&self, topic: impl Into<String>) -> ConsumerBuilder {
-        ConsumerBuilder::new(self.core.clone(), topic.into())
+        ConsumerBuilder::new(self.core.clone(), vec![topic.into()])
+    }
+
+    /// Starts building a consumer of several topics (name them with
+    /// [`ConsumerBuilder::topics`]) or of a pattern ([`ConsumerBuilder::topics_pattern`]).
+    pub fn new_consumer(&self) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.core.clone(), Vec::new())
     }
 
     /// Starts building a reader for `topic`.

@@ -375,6 +375,60 @@ pub(crate) fn get_or_create_schema(
     }
 }
 
+/// GetTopicsOfNamespace: the topics of `namespace` in `mode`, filtered by the broker with
+/// `pattern` and answered `changed = false` when the list still hashes to `hash`.
+pub(crate) fn get_topics_of_namespace(
+    request_id: u64,
+    namespace: &str,
+    mode: i32,
+    pattern: &str,
+    hash: Option<String>,
+) -> BaseCommand {
+    BaseCommand {
+        get_topics_of_namespace: Some(proto::CommandGetTopicsOfNamespace {
+            request_id,
+            namespace: namespace.to_string(),
+            mode: Some(mode),
+            topics_pattern: Some(pattern.to_string()),
+            topics_hash: hash,
+            properties: Vec::new(),
+        }),
+        ..base(Type::GetTopicsOfNamespace)
+    }
+}
+
+/// PIP-145: watch the topics of `namespace` matching `pattern`; `hash` (after a reconnect) is
+/// the list the client holds, so the broker sends the topics only if they differ.
+pub(crate) fn watch_topic_list(
+    request_id: u64,
+    watcher_id: u64,
+    namespace: &str,
+    pattern: &str,
+    hash: Option<String>,
+) -> BaseCommand {
+    BaseCommand {
+        watch_topic_list: Some(proto::CommandWatchTopicList {
+            request_id,
+            watcher_id,
+            namespace: namespace.to_string(),
+            topics_pattern: pattern.to_string(),
+            topics_hash: hash,
+        }),
+        ..base(Type::WatchTopicList)
+    }
+}
+
+/// PIP-145: stop a topic-list watcher.
+pub(crate) fn watch_topic_list_close(request_id: u64, watcher_id: u64) -> BaseCommand {
+    BaseCommand {
+        watch_topic_list_close: Some(proto::CommandWatchTopicListClose {
+            request_id,
+            watcher_id,
+        }),
+        ..base(Type::WatchTopicListClose)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

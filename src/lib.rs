@@ -94,6 +94,7 @@ pub(crate) mod routing_hash;
 pub mod schema;
 pub mod service_url;
 pub mod topic;
+pub(crate) mod topic_list;
 pub(crate) mod util;
 
 #[cfg(feature = "mock-broker")]
@@ -104,6 +105,7 @@ pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
+pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
@@ -117,6 +119,7 @@ pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_url::ServiceUrl;
 pub use topic::TopicName;
+pub use topic_list::RegexSubscriptionMode;
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

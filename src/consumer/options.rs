@@ -170,6 +170,9 @@ pub struct ConsumerOptions {
     /// The consumer's schema (`CommandSubscribe.schema`), checked by the broker against the
     /// topic's; set by [`ConsumerBuilder::schema`](crate::ConsumerBuilder::schema).
     pub schema: Option<crate::schema::SchemaInfo>,
+    /// Whether SUBSCRIBE may create the topic (a pattern consumer's may not: a topic deleted
+    /// while it subscribes must stay deleted, like upstream's `createTopicIfDoesNotExist`).
+    pub(crate) force_topic_creation: bool,
 }
 
 impl Default for ConsumerOptions {
@@ -202,6 +205,7 @@ impl Default for ConsumerOptions {
             start_message_id: None,
             start_inclusive: false,
             schema: None,
+            force_topic_creation: true,
         }
     }
 }

@@ -19,11 +19,7 @@ use crate::topic::TopicName;
 
 /// Puts a partition task in the registry at its index.
 fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShared>) {
-    let mut r = registry.lock().unwrap_or_else(|e| e.into_inner());
-    if r.len() <= index {
-        r.resize(index + 1, None);
-    }
-    r[index] = Some(shared);
+    super::registry::lock(registry).insert(index, shared);
 }
 
 /// Subscribes one (partition) consumer and starts its task. `options` are this partition's
@@ -32,6 +28,7 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
 pub(super) async fn spawn_partition(
     client: &CoreRef,
     topic: TopicName,
+    base: &TopicName,
     partition: i32,
     index: usize,
     options: &Arc<ConsumerOptions>,
@@ -70,6 +67,8 @@ pub(super) async fn spawn_partition(
     let shared = Arc::new(PartitionShared {
         partition,
         main,
+        topic: topic.clone(),
+        base: base.clone(),
         epoch: AtomicU64::new(0),
         permit_epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
@@ -79,6 +78,8 @@ pub(super) async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        topic_deleted: std::sync::atomic::AtomicBool::new(false),
+        ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
@@ -148,10 +149,11 @@ pub(super) async fn grow(
         let Some(out) = ctx.out.upgrade() else { return };
         let mut result = Ok(());
         for i in ctx.current..req.partitions {
-            let index = ctx.registry.lock().unwrap_or_else(|e| e.into_inner()).len();
+            let index = super::registry::lock(&ctx.registry).reserve(1).start;
             let created = Box::pin(spawn_partition(
                 &ctx.client,
                 ctx.topic.partition(i),
+                &ctx.topic,
                 i as i32,
                 index,
                 &ctx.options,

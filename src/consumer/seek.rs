@@ -47,7 +47,7 @@ impl Consumer {
         let targets = if id == MessageId::EARLIEST || id == MessageId::LATEST {
             self.all()
         } else {
-            let owner = self.partition_of(&id).ok_or_else(|| {
+            let owner = self.partition_of(&id)?.ok_or_else(|| {
                 Error::InvalidOperation(format!(
                     "cannot seek to {id}: it names no partition of {} (only earliest and \
                      latest apply to every partition)",
@@ -111,13 +111,11 @@ impl Consumer {
     }
 
     pub(super) fn check_persistent(&self, what: &str) -> Result<()> {
-        if self.topic.is_persistent() {
-            Ok(())
-        } else {
-            Err(Error::InvalidConfig(format!(
-                "cannot {what} on a non-persistent topic ({}): it stores no messages",
-                self.topic
-            )))
+        match self.topics().into_iter().find(|t| !t.is_persistent()) {
+            None => Ok(()),
+            Some(t) => Err(Error::InvalidConfig(format!(
+                "cannot {what} on a non-persistent topic ({t}): it stores no messages"
+            ))),
         }
     }
 }

@@ -62,7 +62,7 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
             InitialPosition::Latest => Ip::Latest,
             InitialPosition::Earliest => Ip::Earliest,
         } as i32),
-        force_topic_creation: Some(true),
+        force_topic_creation: Some(o.force_topic_creation),
         key_shared_meta: key_shared,
         subscription_properties: o
             .subscription_properties

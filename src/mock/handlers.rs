@@ -10,7 +10,9 @@
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{consume, permissions, produce, schemas, watchers, ConnectionId, MockBrokerConfig};
+use super::{
+    consume, permissions, produce, schemas, topic_lists, watchers, ConnectionId, MockBrokerConfig,
+};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -62,7 +64,15 @@ pub(crate) fn handle(
         return Step::Ignore;
     };
     if ty == Type::Connect {
-        let step = connect(session, cmd);
+        let mut step = connect(session, cmd);
+        if let Step::Handshake(c) = &mut step {
+            let on = state
+                .settings(session.service_url, session.config)
+                .topic_watchers;
+            if let Some(f) = c.connected.as_mut().and_then(|c| c.feature_flags.as_mut()) {
+                f.supports_topic_watchers = Some(on);
+            }
+        }
         if let (Step::Handshake(_), Some(c)) = (&step, &cmd.connect) {
             if let Some(conn) = state.conns.get_mut(session.conn) {
                 conn.role = permissions::role_of(c);
@@ -159,6 +169,18 @@ pub(crate) fn handle(
             Some(c) => watchers::close(state, session, c),
             None => malformed(ty),
         },
+        Type::GetTopicsOfNamespace => match &cmd.get_topics_of_namespace {
+            Some(c) => topic_lists::get_topics(state, c),
+            None => malformed(ty),
+        },
+        Type::WatchTopicList => match &cmd.watch_topic_list {
+            Some(c) => topic_lists::watch(state, session, c),
+            None => malformed(ty),
+        },
+        Type::WatchTopicListClose => match &cmd.watch_topic_list_close {
+            Some(c) => topic_lists::close(state, session, c),
+            None => malformed(ty),
+        },
         _ => match request_id(cmd) {
             Some(request_id) => Step::Reply(error(
                 request_id,
@@ -177,6 +199,7 @@ pub(crate) fn handle(
 /// messages go back to its subscription for the other consumers), its watchers removed.
 pub(crate) fn connection_closed(state: &mut BrokerState, conn: ConnectionId) {
     watchers::connection_closed(state, conn);
+    topic_lists::connection_closed(state, conn);
     let Some(entry) = state.conns.get(conn) else {
         return;
     };

@@ -61,6 +61,11 @@ pub enum MockRequest {
     CloseProducer,
     /// CLOSE_CONSUMER: answered ERROR; the consumer stays attached.
     CloseConsumer,
+    /// GET_TOPICS_OF_NAMESPACE: answered ERROR (a failed poll of a pattern consumer). Names
+    /// no topic: a topic scope never matches it.
+    GetTopicsOfNamespace,
+    /// WATCH_TOPIC_LIST (PIP-145): answered ERROR; no watcher is registered. Names no topic.
+    WatchTopicList,
 }
 
 impl MockRequest {
@@ -79,6 +84,8 @@ impl MockRequest {
             Type::GetLastMessageId => MockRequest::GetLastMessageId,
             Type::CloseProducer => MockRequest::CloseProducer,
             Type::CloseConsumer => MockRequest::CloseConsumer,
+            Type::GetTopicsOfNamespace => MockRequest::GetTopicsOfNamespace,
+            Type::WatchTopicList => MockRequest::WatchTopicList,
             _ => return None,
         })
     }
@@ -389,6 +396,7 @@ fn request_topic(
             .close_producer
             .as_ref()
             .map_or(Subject::NotMatchable, |c| producer(c.producer_id)),
+        MockRequest::GetTopicsOfNamespace | MockRequest::WatchTopicList => Subject::None,
     }
 }
 

@@ -109,6 +109,7 @@ mod tests_support;
 mod tests_watchers;
 mod timers;
 mod topic;
+mod topic_lists;
 mod watchers;
 
 use std::collections::BTreeMap;
@@ -159,6 +160,11 @@ pub struct MockBrokerConfig {
     /// Advertised as FeatureFlags `supports_partition_update_watchers` (PIP-247, field 1000)
     /// in CONNECTED. Default `true`.
     pub supports_partition_update_watchers: bool,
+    /// Advertised as FeatureFlags `supports_topic_watchers` (PIP-145) in CONNECTED, and whether
+    /// WATCH_TOPIC_LIST is served (off: answered ERROR NotAllowed, so clients poll
+    /// GET_TOPICS_OF_NAMESPACE). Default `true`; changed at runtime with
+    /// [`MockBroker::set_topic_watchers`] (for connections made from then on).
+    pub supports_topic_watchers: bool,
     /// When set, the broker sends a PING after the connection has been silent (nothing
     /// received) this long, and closes it if nothing (e.g. the PONG) arrives within another
     /// interval. A connection still without CONNECT after one interval is closed. Default
@@ -192,6 +198,7 @@ impl Default for MockBrokerConfig {
             server_version: "pulsar-sdk-mock".to_owned(),
             max_message_size: Some(5 * 1024 * 1024),
             supports_partition_update_watchers: true,
+            supports_topic_watchers: true,
             keepalive_interval: None,
             require_connect_first: true,
             allow_auto_subscription_creation: true,
