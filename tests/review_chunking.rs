@@ -1,0 +1,668 @@
+//! Review probes of chunking (PIP-37), producer and consumer side, against the mock broker
+//! (which refuses a SEND whose metadata plus payload exceed its `max_message_size`, like the
+//! limit the broker checks, and stores every chunk as its own entry).
+
+mod common;
+
+use common::{full, wait_until, within};
+
+use std::time::Duration;
+
+use futures::FutureExt as _;
+use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
+use pulsar_sdk::{
+    Client, Consumer, ConsumerBuilder, Error, Message, MessageId, Producer, SubscriptionType,
+};
+
+fn client(url: &str) -> Client {
+    common::test_client(url).build().expect("valid config")
+}
+
+async fn recv(c: &mut Consumer) -> Message {
+    within("recv", c.recv()).await.expect("a message")
+}
+
+fn consumer(client: &Client, topic: &str, t: SubscriptionType) -> ConsumerBuilder {
+    client
+        .consumer(topic)
+        .subscription("s")
+        .subscription_type(t)
+        .ack_group_time(Duration::ZERO)
+}
+
+async fn broker_with_max(max: u32) -> MockBroker {
+    MockBroker::start_with(MockBrokerConfig {
+        max_message_size: Some(max),
+        ..Default::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn chunking_producer(client: &Client, topic: &str) -> Producer {
+    client
+        .producer(topic)
+        .chunking(true)
+        .create()
+        .await
+        .expect("producer")
+}
+
+/// Bytes that do not compress well (xorshift).
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Every SEND the broker got, in order: (sequence id, uuid, chunk id).
+fn sends(broker: &MockBroker) -> Vec<(u64, Option<String>, Option<i32>)> {
+    broker
+        .received_of(Type::Send)
+        .into_iter()
+        .filter_map(|r| {
+            let seq = r.command.send.as_ref()?.sequence_id;
+            let (m, _) = r.payload?;
+            Some((seq, m.uuid, m.chunk_id))
+        })
+        .collect()
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Publishes a raw chunk entry with the given header fields; returns its entry id.
+#[allow(clippy::too_many_arguments)]
+fn raw_chunk(
+    broker: &MockBroker,
+    topic: &str,
+    uuid: &str,
+    num_chunks: i32,
+    chunk_id: i32,
+    total: i32,
+    data: &[u8],
+) -> u64 {
+    broker
+        .publish_raw(
+            topic,
+            wire::MessageMetadata {
+                producer_name: "raw".into(),
+                sequence_id: 1,
+                publish_time: now_ms(),
+                uuid: Some(uuid.into()),
+                num_chunks_from_msg: Some(num_chunks),
+                total_chunk_msg_size: Some(total),
+                chunk_id: Some(chunk_id),
+                ..Default::default()
+            },
+            bytes::Bytes::copy_from_slice(data),
+        )
+        .unwrap()
+}
+
+fn raw_small(broker: &MockBroker, topic: &str, body: &str) -> u64 {
+    broker
+        .publish_raw(
+            topic,
+            wire::MessageMetadata {
+                producer_name: "raw".into(),
+                sequence_id: 9,
+                publish_time: now_ms(),
+                ..Default::default()
+            },
+            bytes::Bytes::copy_from_slice(body.as_bytes()),
+        )
+        .unwrap()
+}
+
+/// Every payload size around the broker's limit (where the metadata size decides between one
+/// entry and chunks) and around two full chunks is sent, each SEND within the limit the mock
+/// enforces, and each arrives whole.
+#[tokio::test]
+async fn every_size_around_the_limit_is_sent_and_arrives_whole() {
+    let max = 2048u32;
+    let broker = broker_with_max(max).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-boundaries");
+    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let sizes: Vec<usize> = (1900..=2060).chain(3900..=4100).chain([0, 1]).collect();
+    let mut single = Vec::new();
+    for (i, &n) in sizes.iter().enumerate() {
+        let body = noise(n, i as u64 + 1);
+        let id = within("send", p.send_and_wait(body.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("{n} bytes: {e}"));
+        let m = recv(&mut c).await;
+        assert!(m.payload == body, "{n} bytes arrive byte-identical");
+        assert_eq!(m.id, id);
+        if !id.is_chunked() {
+            single.push(n);
+        }
+        c.ack(&m).unwrap();
+    }
+    // The largest single entries are right below the limit (metadata is ~20-40 bytes).
+    let largest = single.iter().copied().max().unwrap();
+    assert!(
+        largest > max as usize - 64 && largest < max as usize,
+        "{largest}"
+    );
+    assert!(
+        single.iter().all(|&n| n <= largest),
+        "one size threshold: {single:?}"
+    );
+    let refused = broker
+        .received_of(Type::SendError)
+        .len()
+        .max(broker.consumed_errors().len());
+    assert_eq!(refused, 0);
+}
+
+/// A broker announcing a tiny `max_message_size`: a message is split into many small chunks
+/// (and still arrives whole); one whose metadata alone is over it fails with an error.
+#[tokio::test]
+async fn a_tiny_announced_max_message_size() {
+    let broker = broker_with_max(160).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-tiny-max");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let body = noise(20_000, 3);
+    let id = within("send", p.send_and_wait(body.clone()))
+        .await
+        .unwrap();
+    assert!(id.is_chunked());
+    let m = recv(&mut c).await;
+    assert!(m.payload == body);
+    // Metadata of ~300 bytes of properties cannot fit in 160 bytes: an error, not a panic.
+    let mut msg = pulsar_sdk::ProducerMessage::from(noise(1000, 4));
+    msg.properties.insert("k".repeat(300), "v".into());
+    let r = within("send", async { p.send(msg).await?.await }).await;
+    assert!(r.is_err(), "{r:?}");
+    // The producer goes on.
+    p.send_and_wait("after").await.unwrap();
+    assert_eq!(recv(&mut c).await.payload_str(), Some("after"));
+}
+
+/// Sends queued while a chunked message is in flight keep their order; no chunks of
+/// another message come between a message's chunks.
+#[tokio::test]
+async fn sends_behind_a_chunked_one_are_not_interleaved_with_its_chunks() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-interleave");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let a = noise(20_000, 5);
+    let b = noise(15_000, 6);
+    let fa = p.send(a.clone()).await.unwrap();
+    let fs = p.send("small").await.unwrap();
+    let fb = p.send(b.clone()).await.unwrap();
+    let (ia, is, ib) = within("receipts", async {
+        (fa.await.unwrap(), fs.await.unwrap(), fb.await.unwrap())
+    })
+    .await;
+    assert!(ia < is && is < ib, "{ia} {is} {ib}");
+    assert!(ia.is_chunked() && !is.is_chunked() && ib.is_chunked());
+    let s = sends(&broker);
+    // Sequence ids never go back, and each uuid's chunks are consecutive and in order.
+    for w in s.windows(2) {
+        assert!(w[0].0 <= w[1].0, "{s:?}");
+        if w[0].0 == w[1].0 {
+            assert_eq!(w[0].1, w[1].1);
+            assert_eq!(w[0].2.unwrap() + 1, w[1].2.unwrap());
+        }
+    }
+    assert!(recv(&mut c).await.payload == a);
+    assert_eq!(recv(&mut c).await.payload_str(), Some("small"));
+    assert!(recv(&mut c).await.payload == b);
+}
+
+/// `flush()` returns only once the chunked message sent before it is receipted.
+#[tokio::test]
+async fn flush_waits_for_every_chunk() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-flush");
+    let p = chunking_producer(&client, &topic).await;
+    broker.set_response_delay(Duration::from_millis(30));
+    let f = p.send(noise(30_000, 7)).await.unwrap();
+    within("flush", p.flush()).await.unwrap();
+    let id = f
+        .now_or_never()
+        .expect("the chunked send is complete when flush returns")
+        .unwrap();
+    assert!(id.is_chunked());
+}
+
+/// A chunked send that times out gives its memory back, and the sends after it succeed.
+#[tokio::test]
+async fn a_timed_out_chunked_send_frees_its_memory_and_the_next_sends_work() {
+    let broker = broker_with_max(8192).await;
+    let size = 100_000;
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(size + 10)
+        .build()
+        .unwrap();
+    let topic = full("review-chunk-timeout");
+    let p = client
+        .producer(&topic)
+        .chunking(true)
+        .send_timeout(Duration::from_millis(300))
+        .create()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let f = p.send(noise(size, 8)).await.unwrap();
+    match within("timeout", f).await {
+        Err(Error::Timeout { .. }) => {}
+        other => panic!("expected a timeout, got {other:?}"),
+    }
+    broker.set_unresponsive(false);
+    // The connection may still be up (the receipts were lost): the next whole-limit message
+    // needs the memory of the first back.
+    let id = within("next", async { p.send(noise(size, 9)).await?.await })
+        .await
+        .expect("memory given back");
+    assert!(id.is_chunked());
+    p.send_and_wait("small").await.unwrap();
+}
+
+/// close() while a chunked message is in flight settles its send (no hang), and a send after
+/// close fails.
+#[tokio::test]
+async fn close_during_a_chunked_send_settles_it() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-close");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    broker.set_response_delay(Duration::from_millis(20));
+    let body = noise(40_000, 10);
+    let f = p.send(body.clone()).await.unwrap();
+    let closed = within("close", p.close()).await;
+    let r = within("send settles", f).await;
+    match (&r, &closed) {
+        (Ok(id), Ok(())) => {
+            assert!(id.is_chunked());
+            let m = recv(&mut c).await;
+            assert!(m.payload == body);
+        }
+        (Err(Error::Closed), _) => {}
+        other => panic!("{other:?}"),
+    }
+    assert!(p.send("late").await.is_err());
+}
+
+/// The receipts of every chunk are lost with the connection: the producer sends the whole
+/// message again, and the consumer still gets the message whole (the first copy's chunks and
+/// the second's never mix), and acking what it received leaves no backlog.
+#[tokio::test]
+async fn chunks_sent_again_after_lost_receipts_never_mix() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-lost-receipts");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let body = noise(20_000, 11);
+    broker.set_unresponsive(true);
+    let f = p.send(body.clone()).await.unwrap();
+    wait_until("every chunk reached the broker", || sends(&broker).len() >= 5).await;
+    let n = sends(&broker).len();
+    broker.drop_all_connections();
+    broker.set_unresponsive(false);
+    let id = within("receipt", f).await.unwrap();
+    assert!(id.is_chunked());
+    assert_eq!(sends(&broker).len(), 2 * n, "all chunks sent again");
+    p.send_and_wait("after").await.unwrap();
+    let mut got = Vec::new();
+    loop {
+        let m = recv(&mut c).await;
+        c.ack(&m).unwrap();
+        if m.payload_str() == Some("after") {
+            break;
+        }
+        assert!(m.payload == body, "a whole copy");
+        got.push(m.id);
+    }
+    assert!(!got.is_empty() && got.len() <= 2, "{got:?}");
+    assert!(got.contains(&id), "the receipt names a delivered copy");
+    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+}
+
+/// Ack, cumulative ack and nack of chunked messages on every subscription type leave no
+/// chunk behind.
+#[tokio::test]
+async fn acks_of_chunked_ids_on_every_subscription_type() {
+    for (i, t) in [
+        SubscriptionType::Exclusive,
+        SubscriptionType::Failover,
+        SubscriptionType::Shared,
+        SubscriptionType::KeyShared,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let broker = broker_with_max(4096).await;
+        let client = client(&broker.service_url());
+        let topic = full(&format!("review-chunk-acks-{i}"));
+        let mut c = consumer(&client, &topic, t)
+            .negative_ack_delay(Duration::from_millis(100))
+            .subscribe()
+            .await
+            .unwrap();
+        let p = chunking_producer(&client, &topic).await;
+        let big = noise(12_000, i as u64 + 20);
+        p.send_and_wait("a").await.unwrap();
+        let big_id = p.send_and_wait(big.clone()).await.unwrap();
+        let a = recv(&mut c).await;
+        let m = recv(&mut c).await;
+        assert!(m.payload == big);
+        // Nacked: redelivered whole (on Exclusive / Failover with everything unacked, so
+        // "a" may come again first).
+        c.nack(&m).unwrap();
+        let mut again = recv(&mut c).await;
+        if again.payload_str() == Some("a") {
+            again = recv(&mut c).await;
+        }
+        assert!(again.payload == big, "{t:?}: redelivered whole");
+        assert_eq!(again.id, big_id);
+        // Acked: cumulatively where allowed (covering "a" too), else each.
+        if matches!(t, SubscriptionType::Exclusive | SubscriptionType::Failover) {
+            // A user who kept only the id's string acks by it.
+            let parsed: MessageId = again.id.to_string().parse().unwrap();
+            c.ack_cumulative_id(parsed).unwrap();
+        } else {
+            c.ack(&a).unwrap();
+            let parsed: MessageId = again.id.to_string().parse().unwrap();
+            c.ack_id(parsed).unwrap();
+        }
+        wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+        // And nothing comes again after a re-subscribe.
+        c.close().await.unwrap();
+        let mut c = consumer(&client, &topic, t).subscribe().await.unwrap();
+        p.send_and_wait("z").await.unwrap();
+        assert_eq!(recv(&mut c).await.payload_str(), Some("z"), "{t:?}");
+    }
+}
+
+/// A chunked message id displays, parses and orders like upstream's `ChunkMessageIdImpl`.
+#[test]
+fn chunk_message_id_display_parse_and_order() {
+    let last: MessageId = "7:12:3:-1".parse().unwrap();
+    let id: MessageId = "7:9:3:-1-7:12:3:-1".parse().unwrap();
+    assert_eq!(id, last, "identity is the last chunk");
+    assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 9, 3)));
+    assert_eq!(id.to_string(), "7:9:3:-1-7:12:3:-1");
+    let non_part: MessageId = "7:9:-1:-1-7:12:-1:-1".parse().unwrap();
+    assert_eq!(non_part.first_chunk_id(), Some(MessageId::new(7, 9, -1)));
+    assert_eq!(non_part.to_string().parse::<MessageId>().unwrap(), non_part);
+    assert!(MessageId::new(7, 11, 3) < id && id < MessageId::new(7, 13, 3));
+    // Malformed: different partitions, nested chunk ids, garbage.
+    for bad in [
+        "7:9:1:-1-7:12:3:-1",
+        "1:2:3:-1-4:5:3:-1-6:7:3:-1",
+        "7:9-",
+        "7:9:3:-1-",
+    ] {
+        assert!(bad.parse::<MessageId>().is_err(), "{bad} parsed");
+    }
+}
+
+/// Hostile chunk headers never panic or stall the consumer: each gets an error item (or is
+/// dropped), and the next good message arrives.
+#[tokio::test]
+async fn hostile_chunk_headers_do_not_stall_the_consumer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-hostile");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .expire_time_of_incomplete_chunked_message(Duration::from_millis(300))
+        .max_chunked_message_bytes(1 << 20)
+        .subscribe()
+        .await
+        .unwrap();
+    // chunk_id >= num_chunks.
+    raw_chunk(&broker, &topic, "h-1", 2, 2, 10, b"xxxxx");
+    // Negative fields.
+    raw_chunk(&broker, &topic, "h-2", 2, -1, 10, b"xxxxx");
+    raw_chunk(&broker, &topic, "h-3", 2, 0, -5, b"xxxxx");
+    // A size claim above the cap.
+    raw_chunk(&broker, &topic, "h-4", 2, 0, i32::MAX, b"xxxxx");
+    // Chunks larger than claimed.
+    raw_chunk(&broker, &topic, "h-5", 2, 0, 4, b"xxxxx");
+    // Chunks smaller than claimed.
+    raw_chunk(&broker, &topic, "h-6", 2, 0, 100, b"xxxxx");
+    raw_chunk(&broker, &topic, "h-6", 2, 1, 100, b"xxxxx");
+    // A huge chunk count: incomplete forever, expires.
+    raw_chunk(&broker, &topic, "h-7", i32::MAX, 0, 10, b"xxxxx");
+    // An empty uuid.
+    raw_chunk(&broker, &topic, "", 2, 0, 10, b"xxxxx");
+    raw_small(&broker, &topic, "good");
+    let mut errors = 0;
+    loop {
+        match within("recv", c.recv()).await {
+            Ok(m) => {
+                assert_eq!(m.payload_str(), Some("good"), "only the good one arrives");
+                c.ack(&m).unwrap();
+                break;
+            }
+            Err(Error::InvalidMessage(_)) => errors += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(errors >= 6, "{errors} error items");
+    // Every hostile entry is acked eventually (the incomplete one after its expiry): no
+    // backlog is left behind.
+    raw_small(&broker, &topic, "tick");
+    let m = recv(&mut c).await;
+    c.ack(&m).unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    raw_small(&broker, &topic, "tick2");
+    let m = recv(&mut c).await;
+    c.ack(&m).unwrap();
+    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+}
+
+/// Zero-length chunks claiming a huge chunk count do not grow anything without bound: a
+/// message whose chunks carry no bytes is refused.
+#[tokio::test]
+async fn empty_chunks_of_a_huge_count_are_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-empty-chunks");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    for i in 0..50 {
+        raw_chunk(&broker, &topic, "e-1", 1_000_000, i, 10, b"");
+    }
+    raw_small(&broker, &topic, "good");
+    let mut refused = false;
+    loop {
+        match within("recv", c.recv()).await {
+            Ok(m) => {
+                assert_eq!(m.payload_str(), Some("good"));
+                break;
+            }
+            Err(Error::InvalidMessage(_)) => refused = true,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        refused,
+        "chunks with no bytes (a producer never sends one) are refused"
+    );
+}
+
+/// Two incomplete messages that together claim more than `max_chunked_message_bytes`: the
+/// older one is evicted (redelivered), and both still arrive whole in the end.
+#[tokio::test]
+async fn the_byte_cap_evicts_and_both_messages_still_arrive() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-byte-cap");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .max_chunked_message_bytes(1000)
+        .negative_ack_delay(Duration::from_millis(100))
+        .subscribe()
+        .await
+        .unwrap();
+    let a = noise(600, 1);
+    let b = noise(600, 2);
+    raw_chunk(&broker, &topic, "a-1", 2, 0, 600, &a[..300]);
+    raw_chunk(&broker, &topic, "b-1", 2, 0, 600, &b[..300]);
+    raw_chunk(&broker, &topic, "a-1", 2, 1, 600, &a[300..]);
+    raw_chunk(&broker, &topic, "b-1", 2, 1, 600, &b[300..]);
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let m = recv(&mut c).await;
+        c.ack(&m).unwrap();
+        got.push(m.payload.to_vec());
+    }
+    assert!(got.contains(&a) && got.contains(&b));
+    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+}
+
+/// A receiver queue smaller than a message's chunk count still receives it (each chunk that
+/// completes nothing gives its permit back).
+#[tokio::test]
+async fn a_receiver_queue_of_one_receives_a_many_chunk_message() {
+    let broker = broker_with_max(2048).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-queue-one");
+    for t in [SubscriptionType::Exclusive, SubscriptionType::Shared] {
+        let sub = format!("{t:?}");
+        let mut c = client
+            .consumer(&topic)
+            .subscription(&sub)
+            .subscription_type(t)
+            .receiver_queue_size(1)
+            .subscribe()
+            .await
+            .unwrap();
+        let p = chunking_producer(&client, &topic).await;
+        let body = noise(30_000, 30);
+        p.send_and_wait(body.clone()).await.unwrap();
+        p.send_and_wait("after").await.unwrap();
+        let m = recv(&mut c).await;
+        assert!(m.payload == body, "{t:?}");
+        c.ack(&m).unwrap();
+        assert_eq!(recv(&mut c).await.payload_str(), Some("after"));
+        c.close().await.unwrap();
+        p.close().await.unwrap();
+        // The other subscription starts after these.
+        let _ = client
+            .consumer(&topic)
+            .subscription("Shared")
+            .subscription_type(SubscriptionType::Shared)
+            .subscribe()
+            .await
+            .map(|c| drop(c));
+    }
+}
+
+/// Ack timeout on a Shared subscription redelivers a chunked message whole, and its ack then
+/// leaves no chunk behind.
+#[tokio::test]
+async fn an_ack_timeout_redelivers_a_chunked_message_whole() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-ack-timeout");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .ack_timeout(Duration::from_millis(1000))
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let body = noise(15_000, 31);
+    let id = p.send_and_wait(body.clone()).await.unwrap();
+    let m = recv(&mut c).await;
+    assert!(m.payload == body);
+    let again = recv(&mut c).await;
+    assert!(again.payload == body, "redelivered whole after the ack timeout");
+    assert_eq!(again.id, id);
+    c.ack(&again).unwrap();
+    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+}
+
+/// Sends that fail before reaching the wire (metadata too big for any chunk) give their
+/// memory back: a limit that fits one message is never used up by failures.
+#[tokio::test]
+async fn failed_chunked_sends_give_their_memory_back() {
+    let broker = broker_with_max(200).await;
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(5000)
+        .build()
+        .unwrap();
+    let topic = full("review-chunk-fail-memory");
+    let p = chunking_producer(&client, &topic).await;
+    for i in 0..10 {
+        let mut msg = pulsar_sdk::ProducerMessage::from(noise(4000, i));
+        msg.properties.insert("k".repeat(300), "v".into());
+        match within("send", async { p.send(msg).await?.await }).await {
+            Err(Error::ProducerQueueFull(e)) => panic!("memory leaked by a failure: {e}"),
+            Err(_) => {}
+            Ok(id) => panic!("sent? {id}"),
+        }
+    }
+    let id = within("send", p.send_and_wait(noise(4000, 99))).await.unwrap();
+    assert!(id.is_chunked());
+}
+
+/// A refused chunked message (claiming more than `max_chunked_message_bytes`) must not make
+/// the consumer drop a later, valid message that reuses its uuid (a producer of the same name
+/// started again, its sequence ids from 0: the uuid is `producerName-sequenceId`).
+#[tokio::test]
+async fn a_refused_uuid_does_not_swallow_a_later_message_with_the_same_uuid() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-refused-uuid");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .max_chunked_message_bytes(1000)
+        .subscribe()
+        .await
+        .unwrap();
+    // Refused: it claims 5000 bytes.
+    raw_chunk(&broker, &topic, "p-5", 2, 0, 5000, &[1u8; 2500]);
+    raw_chunk(&broker, &topic, "p-5", 2, 1, 5000, &[1u8; 2500]);
+    match within("recv", c.recv()).await {
+        Err(Error::InvalidMessage(e)) => assert!(e.contains("p-5"), "{e}"),
+        other => panic!("expected the refusal, got {other:?}"),
+    }
+    // Later, the same uuid for a valid message.
+    let body = noise(600, 40);
+    raw_chunk(&broker, &topic, "p-5", 2, 0, 600, &body[..300]);
+    raw_chunk(&broker, &topic, "p-5", 2, 1, 600, &body[300..]);
+    raw_small(&broker, &topic, "good");
+    let m = recv(&mut c).await;
+    assert!(m.payload == body, "the valid message with a reused uuid arrives");
+    assert_eq!(recv(&mut c).await.payload_str(), Some("good"));
+}
