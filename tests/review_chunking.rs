@@ -185,9 +185,7 @@ async fn a_tiny_announced_max_message_size() {
         .unwrap();
     let p = chunking_producer(&client, &topic).await;
     let body = noise(20_000, 3);
-    let id = within("send", p.send_and_wait(body.clone()))
-        .await
-        .unwrap();
+    let id = within("send", p.send_and_wait(body.clone())).await.unwrap();
     assert!(id.is_chunked());
     let m = recv(&mut c).await;
     assert!(m.payload == body);
@@ -333,7 +331,10 @@ async fn chunks_sent_again_after_lost_receipts_never_mix() {
     let body = noise(20_000, 11);
     broker.set_unresponsive(true);
     let f = p.send(body.clone()).await.unwrap();
-    wait_until("every chunk reached the broker", || sends(&broker).len() >= 5).await;
+    wait_until("every chunk reached the broker", || {
+        sends(&broker).len() >= 5
+    })
+    .await;
     let n = sends(&broker).len();
     broker.drop_all_connections();
     broker.set_unresponsive(false);
@@ -353,7 +354,10 @@ async fn chunks_sent_again_after_lost_receipts_never_mix() {
     }
     assert!(!got.is_empty() && got.len() <= 2, "{got:?}");
     assert!(got.contains(&id), "the receipt names a delivered copy");
-    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
 }
 
 /// Ack, cumulative ack and nack of chunked messages on every subscription type leave no
@@ -403,7 +407,10 @@ async fn acks_of_chunked_ids_on_every_subscription_type() {
             let parsed: MessageId = again.id.to_string().parse().unwrap();
             c.ack_id(parsed).unwrap();
         }
-        wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+        wait_until("no backlog", || {
+            broker.subscription_backlog(&topic, "s") == 0
+        })
+        .await;
         // And nothing comes again after a re-subscribe.
         c.close().await.unwrap();
         let mut c = consumer(&client, &topic, t).subscribe().await.unwrap();
@@ -487,7 +494,10 @@ async fn hostile_chunk_headers_do_not_stall_the_consumer() {
     raw_small(&broker, &topic, "tick2");
     let m = recv(&mut c).await;
     c.ack(&m).unwrap();
-    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
 }
 
 /// Zero-length chunks claiming a huge chunk count do not grow anything without bound: a
@@ -548,7 +558,10 @@ async fn the_byte_cap_evicts_and_both_messages_still_arrive() {
         got.push(m.payload.to_vec());
     }
     assert!(got.contains(&a) && got.contains(&b));
-    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
 }
 
 /// A receiver queue smaller than a message's chunk count still receives it (each chunk that
@@ -607,10 +620,16 @@ async fn an_ack_timeout_redelivers_a_chunked_message_whole() {
     let m = recv(&mut c).await;
     assert!(m.payload == body);
     let again = recv(&mut c).await;
-    assert!(again.payload == body, "redelivered whole after the ack timeout");
+    assert!(
+        again.payload == body,
+        "redelivered whole after the ack timeout"
+    );
     assert_eq!(again.id, id);
     c.ack(&again).unwrap();
-    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
 }
 
 /// Sends that fail before reaching the wire (metadata too big for any chunk) give their
@@ -633,7 +652,9 @@ async fn failed_chunked_sends_give_their_memory_back() {
             Ok(id) => panic!("sent? {id}"),
         }
     }
-    let id = within("send", p.send_and_wait(noise(4000, 99))).await.unwrap();
+    let id = within("send", p.send_and_wait(noise(4000, 99)))
+        .await
+        .unwrap();
     assert!(id.is_chunked());
 }
 
@@ -663,6 +684,9 @@ async fn a_refused_uuid_does_not_swallow_a_later_message_with_the_same_uuid() {
     raw_chunk(&broker, &topic, "p-5", 2, 1, 600, &body[300..]);
     raw_small(&broker, &topic, "good");
     let m = recv(&mut c).await;
-    assert!(m.payload == body, "the valid message with a reused uuid arrives");
+    assert!(
+        m.payload == body,
+        "the valid message with a reused uuid arrives"
+    );
     assert_eq!(recv(&mut c).await.payload_str(), Some("good"));
 }

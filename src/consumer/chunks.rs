@@ -224,10 +224,17 @@ impl ChunkAssembler {
     ) -> Outcome {
         let mut out = Outcome::default();
         let uuid = h.uuid.as_str();
-        if self.refused.iter().any(|u| u == uuid) {
-            // A later chunk of a message already refused: dropped like it.
-            out.ack.push(id);
-            return out;
+        if let Some(i) = self.refused.iter().position(|u| u == uuid) {
+            if h.chunk_id != 0 {
+                // A later chunk of a message already refused: dropped like it.
+                out.ack.push(id);
+                return out;
+            }
+            // A first chunk again starts a new message (like #21070 below): the uuid is
+            // `producerName-sequenceId`, which a producer of the same name started again (its
+            // sequence ids from 0, without deduplication) reuses. The refusal was for the old
+            // one (its first chunk is acked); forget it rather than drop the new message.
+            self.refused.remove(i);
         }
         let (Ok(num_chunks), Ok(chunk_id), Ok(total)) = (
             u32::try_from(h.num_chunks),
@@ -244,6 +251,19 @@ impl ChunkAssembler {
                 format!("chunk {chunk_id} of {num_chunks}"),
                 &mut out,
             );
+            return out;
+        }
+        // Every producer (upstream's `ProducerImpl` and the other official clients) chunks
+        // only a non-empty payload, into `ceil(size / chunk size)` chunks of at least one
+        // byte each. A chunk without bytes, or a count above the claimed size, is a broken
+        // header: refused, so a context's chunk ids stay bounded by the bytes it claims (and
+        // `max_chunked_message_bytes`) instead of growing with every empty chunk until expiry.
+        if data.is_empty() || (chunk_id == 0 && num_chunks as usize > total) {
+            let why = format!(
+                "chunk {chunk_id} of {num_chunks} carries {} of {total} bytes",
+                data.len()
+            );
+            self.refuse(uuid, id, why, &mut out);
             return out;
         }
         if chunk_id == 0 {
