@@ -690,3 +690,69 @@ async fn a_refused_uuid_does_not_swallow_a_later_message_with_the_same_uuid() {
     );
     assert_eq!(recv(&mut c).await.payload_str(), Some("good"));
 }
+
+/// A producer closed with a chunked message pending gives its memory back to the client: the
+/// client's other producers can use the whole limit again.
+#[tokio::test]
+async fn closing_a_producer_with_a_pending_chunked_message_frees_the_client_memory() {
+    let broker = broker_with_max(8192).await;
+    let size = 100_000;
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(size + 10)
+        .operation_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let topic = full("review-chunk-close-memory");
+    let p1 = chunking_producer(&client, &topic).await;
+    let p2 = chunking_producer(&client, &topic).await;
+    broker.set_unresponsive(true);
+    let f = p1.send(noise(size, 50)).await.unwrap();
+    let _ = within("close", p1.close()).await;
+    assert!(within("settled", f).await.is_err());
+    broker.set_unresponsive(false);
+    let id = within("p2", async { p2.send(noise(size, 51)).await?.await })
+        .await
+        .expect("the memory of p1's message is back");
+    assert!(id.is_chunked());
+}
+
+/// A reader whose connection drops while one chunked message is incomplete, after another
+/// one interleaved with it was delivered, still reads the incomplete one after the reconnect
+/// (its first chunk is before the last message the reader received).
+#[tokio::test]
+async fn a_reader_reconnecting_between_interleaved_chunked_messages_loses_neither() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-reader-interleaved");
+    let x = noise(600, 60);
+    let y = noise(600, 61);
+    raw_small(&broker, &topic, "a");
+    let mut r = client
+        .reader(&topic)
+        .start_earliest()
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(
+        within("a", r.recv()).await.unwrap().payload_str(),
+        Some("a")
+    );
+    raw_chunk(&broker, &topic, "x-1", 2, 0, 600, &x[..300]);
+    raw_chunk(&broker, &topic, "y-1", 2, 0, 600, &y[..300]);
+    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
+    let m = within("x", r.recv()).await.unwrap();
+    assert!(m.payload == x);
+    broker.drop_all_connections();
+    raw_chunk(&broker, &topic, "y-1", 2, 1, 600, &y[300..]);
+    raw_small(&broker, &topic, "b");
+    let m = within("y", r.recv()).await.unwrap();
+    assert!(
+        m.payload == y,
+        "got {:?} instead of y",
+        m.payload_str().unwrap_or("(binary)")
+    );
+    assert_eq!(
+        within("b", r.recv()).await.unwrap().payload_str(),
+        Some("b")
+    );
+}
