@@ -153,6 +153,16 @@ impl ChunkAssembler {
         self.claimed
     }
 
+    /// The entry of the earliest first chunk of the incomplete messages held (where a
+    /// non-durable subscription created again must resume for them to complete).
+    pub(crate) fn earliest_first_chunk(&self) -> Option<MessageId> {
+        self.contexts
+            .values()
+            .filter_map(|c| c.ids.first())
+            .min()
+            .copied()
+    }
+
     /// Forgets everything (a re-subscribe: the broker redelivers every unacked chunk).
     pub(crate) fn clear(&mut self) {
         self.contexts.clear();

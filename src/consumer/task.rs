@@ -425,6 +425,7 @@ impl ConsumerTask {
         self.shared.consumed.store(0, Ordering::Release);
         self.shared.room().withheld = 0;
         // The broker redelivers every unacked chunk to the new subscription.
+        let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
         let last = *self
             .shared
@@ -439,7 +440,18 @@ impl ConsumerTask {
             }
             // (A batch message id keeps its index: the broker then starts at that entry and
             // the filter drops what was already received.)
-            last.or(self.start)
+            match (last, held_from) {
+                // An incomplete chunked message whose first chunk came before the last message
+                // received (chunks of messages from several producers interleave): resuming
+                // after that message would never deliver the first chunk again, and the
+                // message would be lost. Resume at that first chunk instead; the filter drops
+                // what the application already received (it ends at or before `last`).
+                // Beyond upstream, whose reader resumes after the last message dequeued.
+                (Some(last), Some(first)) if first < last => {
+                    Some(super::partition::start_position(first, true))
+                }
+                _ => last.or(self.start),
+            }
         };
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.entity.topic,
