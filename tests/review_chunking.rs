@@ -49,9 +49,9 @@ async fn chunking_producer(client: &Client, topic: &str) -> Producer {
         .expect("producer")
 }
 
-/// Bytes that do not compress well (xorshift).
+/// Bytes that do not compress well (xorshift); different seeds give different bytes.
 fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
+    let mut x = seed.wrapping_mul(2).wrapping_add(1);
     (0..n)
         .map(|_| {
             x ^= x << 13;
@@ -755,4 +755,93 @@ async fn a_reader_reconnecting_between_interleaved_chunked_messages_loses_neithe
         within("b", r.recv()).await.unwrap().payload_str(),
         Some("b")
     );
+}
+
+/// Key_Shared: every chunk carries the message's key, so all chunks of a message go to the
+/// consumer owning the key and each message arrives whole at exactly one consumer.
+#[tokio::test]
+async fn key_shared_consumers_each_get_whole_chunked_messages() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-key-shared");
+    let mut c1 = consumer(&client, &topic, SubscriptionType::KeyShared)
+        .consumer_name("c1")
+        .subscribe()
+        .await
+        .unwrap();
+    let mut c2 = consumer(&client, &topic, SubscriptionType::KeyShared)
+        .consumer_name("c2")
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let mut sent = Vec::new();
+    for i in 0..8u64 {
+        let body = noise(10_000 + i as usize, 70 + i);
+        let mut msg = pulsar_sdk::ProducerMessage::from(body.clone());
+        msg.key = Some(format!("key-{i}"));
+        p.send_and_wait(msg).await.unwrap();
+        sent.push(body);
+    }
+    let mut got = Vec::new();
+    let mut from = [0, 0];
+    while got.len() < sent.len() {
+        let (m, who) = tokio::select! {
+            m = c1.recv() => (m.unwrap(), 0),
+            m = c2.recv() => (m.unwrap(), 1),
+            _ = tokio::time::sleep(Duration::from_secs(10)) => panic!("stalled at {}", got.len()),
+        };
+        from[who] += 1;
+        if who == 0 {
+            c1.ack(&m).unwrap()
+        } else {
+            c2.ack(&m).unwrap()
+        }
+        got.push(m.payload.to_vec());
+    }
+    for s in &sent {
+        assert_eq!(got.iter().filter(|g| *g == s).count(), 1);
+    }
+    assert!(
+        from[0] > 0 && from[1] > 0,
+        "both consumers got keys: {from:?}"
+    );
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
+}
+
+/// Exclusive with one pending chunked message at a time and two interleaved messages: the
+/// evicted one comes back (redelivery rewinds the subscription) and completes once the
+/// other is acked.
+#[tokio::test]
+async fn exclusive_eviction_of_interleaved_messages_still_delivers_both() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-exclusive-evict");
+    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
+        .max_pending_chunked_messages(1)
+        .negative_ack_delay(Duration::from_millis(100))
+        .subscribe()
+        .await
+        .unwrap();
+    let a = noise(600, 80);
+    let b = noise(600, 81);
+    raw_chunk(&broker, &topic, "a-1", 2, 0, 600, &a[..300]);
+    raw_chunk(&broker, &topic, "b-1", 2, 0, 600, &b[..300]);
+    raw_chunk(&broker, &topic, "a-1", 2, 1, 600, &a[300..]);
+    raw_chunk(&broker, &topic, "b-1", 2, 1, 600, &b[300..]);
+    assert_ne!(a, b);
+    let mut got: Vec<Vec<u8>> = Vec::new();
+    while !(got.contains(&a) && got.contains(&b)) {
+        let m = recv(&mut c).await;
+        c.ack(&m).unwrap();
+        got.push(m.payload.to_vec());
+        assert!(got.len() < 10, "livelock: {} deliveries", got.len());
+    }
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
 }
