@@ -845,3 +845,31 @@ async fn exclusive_eviction_of_interleaved_messages_still_delivers_both() {
     })
     .await;
 }
+
+/// A large but compressible payload that compression makes fit in one entry is sent unchunked
+/// (upstream too); the consumer must still accept it, although it is bigger than the broker's
+/// limit once decompressed (upstream's consumer decompresses it; a chunked message of that
+/// size is accepted anyway, up to `max_chunked_message_bytes`).
+#[tokio::test]
+async fn a_compressed_message_that_fits_but_is_large_uncompressed_arrives() {
+    let broker = broker_with_max(100_000).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-compressed-fits");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = client
+        .producer(&topic)
+        .chunking(true)
+        .compression(pulsar_sdk::CompressionType::Lz4)
+        .create()
+        .await
+        .unwrap();
+    // 1 MB that compresses far below 100 KB: ten times the broker's limit uncompressed.
+    let body: Vec<u8> = (0..1_000_000u32).map(|i| (i % 7) as u8 + b'a').collect();
+    let id = p.send_and_wait(body.clone()).await.unwrap();
+    assert!(!id.is_chunked(), "compression made it fit");
+    let m = within("recv", c.recv()).await.expect("the message, not an error");
+    assert!(m.payload == body);
+}
