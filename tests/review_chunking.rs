@@ -867,3 +867,41 @@ async fn a_compressed_message_that_fits_but_is_large_uncompressed_arrives() {
         .expect("the message, not an error");
     assert!(m.payload == body);
 }
+
+/// An orphan chunk (its first chunk is before the subscription's position, e.g. after a
+/// seek by time) on an Exclusive subscription must not make the consumer rewind the whole
+/// subscription every `negative_ack_delay` (each rewind redelivers every unacked message).
+#[tokio::test]
+async fn an_orphan_chunk_on_exclusive_does_not_rewind_the_subscription_repeatedly() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-orphan-exclusive");
+    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
+        .negative_ack_delay(Duration::from_millis(50))
+        .expire_time_of_incomplete_chunked_message(Duration::from_millis(400))
+        .subscribe()
+        .await
+        .unwrap();
+    let x = noise(600, 90);
+    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
+    raw_small(&broker, &topic, "m1");
+    let m1 = recv(&mut c).await;
+    assert_eq!(m1.payload_str(), Some("m1"));
+    // The application holds m1 (not acked yet) while it works on it.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let rewinds = broker
+        .received_of(Type::RedeliverUnacknowledgedMessages)
+        .len();
+    let mut again = 0;
+    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(50), c.recv()).await {
+        assert_eq!(m.payload_str(), Some("m1"));
+        again += 1;
+    }
+    assert!(
+        rewinds <= 2,
+        "{rewinds} rewinds in 1 s (m1 delivered {again} more times)"
+    );
+    // No ack hole: once expired, the orphan chunk is acked.
+    c.ack(&m1).unwrap();
+    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
+}
