@@ -82,8 +82,13 @@ pub(crate) struct Outcome {
     /// Chunks to ack now: duplicates, chunks of a corrupted or expired message, or of one
     /// evicted with `auto_ack_oldest_chunked_message_on_queue_full`.
     pub ack: Vec<MessageId>,
-    /// Chunks to give back for redelivery (an evicted message, an out-of-order chunk).
+    /// Chunks of an evicted message, to give back for redelivery.
     pub redeliver: Vec<MessageId>,
+    /// Chunks that cannot be assembled now (first chunk missing, out of order) and are not
+    /// yet old enough to be acked: the task gives them back on a Shared subscription (the
+    /// first chunk may be on its way to this consumer again) and leaves them on a
+    /// single-active one (see `ConsumerTask::apply_chunk_outcome`).
+    pub unassembled: Vec<MessageId>,
     /// An error item for the application (a refused or corrupted chunked message).
     pub error: Option<Error>,
 }
@@ -204,7 +209,7 @@ impl ChunkAssembler {
         if expire > 0 && now_millis() > publish_time.saturating_add(expire) {
             out.ack.extend(ids);
         } else {
-            out.redeliver.extend(ids);
+            out.unassembled.extend(ids);
         }
     }
 
