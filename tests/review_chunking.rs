@@ -903,5 +903,40 @@ async fn an_orphan_chunk_on_exclusive_does_not_rewind_the_subscription_repeatedl
     );
     // No ack hole: once expired, the orphan chunk is acked.
     c.ack(&m1).unwrap();
+    wait_until("no backlog", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
+}
+
+/// Exclusive: a cumulative ack of a chunked message whose chunks interleave with an
+/// incomplete one (two producers) must not lose the incomplete one when the consumer
+/// reconnects before its last chunk arrives.
+#[tokio::test]
+async fn a_cumulative_ack_does_not_lose_an_interleaved_incomplete_message() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-cumulative-interleaved");
+    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
+        .subscribe()
+        .await
+        .unwrap();
+    let x = noise(600, 100);
+    let y = noise(600, 101);
+    raw_chunk(&broker, &topic, "x-1", 2, 0, 600, &x[..300]);
+    raw_chunk(&broker, &topic, "y-1", 2, 0, 600, &y[..300]);
+    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
+    let m = recv(&mut c).await;
+    assert!(m.payload == x);
+    c.ack_cumulative(&m).unwrap();
+    wait_until("the cumulative ack reached the broker", || {
+        !broker.received_of(Type::Ack).is_empty()
+    })
+    .await;
+    broker.drop_all_connections();
+    raw_chunk(&broker, &topic, "y-1", 2, 1, 600, &y[300..]);
+    let m = recv(&mut c).await;
+    assert!(m.payload == y, "y arrives after the reconnect");
+    c.ack_cumulative(&m).unwrap();
     wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
 }
