@@ -508,12 +508,55 @@ impl ConsumerTask {
             ConsumerOp::AckCumulative(id) => {
                 self.dlq_candidates.retain(|k, _| *k > id);
                 // The cumulative ack of a chunked message's last chunk covers its chunks.
-                self.chunk_ids.retain(|k, _| *k > id);
+                let done: Vec<MessageId> = self
+                    .chunk_ids
+                    .keys()
+                    .filter(|k| **k <= id)
+                    .copied()
+                    .collect();
+                let covered: Vec<(MessageId, Vec<MessageId>)> = done
+                    .into_iter()
+                    .filter_map(|k| self.chunk_ids.remove_entry(&k))
+                    .collect();
                 self.unacked.remove_through(id);
                 if !self.persistent() {
                     return Ok(());
                 }
-                self.acks.ack_cumulative(id);
+                match self
+                    .chunks
+                    .earliest_first_chunk()
+                    .filter(|f| *f < id.entry())
+                {
+                    // An incomplete chunked message has its first chunk before `id` (chunks of
+                    // several producers interleave): a cumulative ack through `id` would ack
+                    // that first chunk, and after a reconnect the rest of the message would
+                    // come without it (lost). Like an unfinished batch, the cumulative ack
+                    // stops before it; the chunked messages delivered after it (and `id`) are
+                    // acked entry by entry. Other messages in between stay unacked until a
+                    // later cumulative ack (redelivered after a reconnect: at least once).
+                    // Beyond upstream, whose cumulative ack loses the incomplete message.
+                    Some(first) => {
+                        if first.entry_id > 0 {
+                            self.acks.ack_cumulative(MessageId::new(
+                                first.ledger_id,
+                                first.entry_id - 1,
+                                first.partition,
+                            ));
+                        }
+                        let mut entries: Vec<MessageId> = covered
+                            .into_iter()
+                            .filter(|(k, _)| *k > first)
+                            .flat_map(|(_, chunks)| chunks)
+                            .collect();
+                        if !id.is_chunked() && !id.is_batch() {
+                            entries.push(id.entry());
+                        }
+                        self.ack_chunks(entries);
+                    }
+                    None => {
+                        self.acks.ack_cumulative(id);
+                    }
+                }
                 if self.opts.ack_group_time.is_zero() {
                     self.flush_acks();
                 } else if self.ack_deadline.is_none() {
