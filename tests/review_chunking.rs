@@ -940,3 +940,37 @@ async fn a_cumulative_ack_does_not_lose_an_interleaved_incomplete_message() {
     c.ack_cumulative(&m).unwrap();
     wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
 }
+
+/// `reconsume_later` of a chunked message: the retry producer chunks it (over the broker's
+/// limit), it comes back whole from the retry topic, and the original's chunks are all acked.
+#[tokio::test]
+async fn a_chunked_message_reconsumed_later_comes_back_whole() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-reconsume");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(3))
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = chunking_producer(&client, &topic).await;
+    let body = noise(20_000, 110);
+    p.send_and_wait(body.clone()).await.unwrap();
+    let m = recv(&mut c).await;
+    assert!(m.payload == body);
+    within("reconsume", c.reconsume_later(&m, Duration::from_millis(100)))
+        .await
+        .unwrap();
+    let again = recv(&mut c).await;
+    assert!(again.payload == body, "back whole from the retry topic");
+    assert_eq!(
+        again.properties.get("RECONSUMETIMES").map(String::as_str),
+        Some("1")
+    );
+    c.ack(&again).unwrap();
+    wait_until("no backlog on the original", || {
+        broker.subscription_backlog(&topic, "s") == 0
+    })
+    .await;
+}
