@@ -1,130 +1,20 @@
-//! Review probes of chunking (PIP-37), producer and consumer side, against the mock broker
+//! Review probes of chunking (PIP-37), producer side and message ids, against the mock broker
 //! (which refuses a SEND whose metadata plus payload exceed its `max_message_size`, like the
-//! limit the broker checks, and stores every chunk as its own entry).
+//! limit the broker checks, and stores every chunk as its own entry). The consumer-side probes
+//! with hand-made chunk entries are in `review_chunking_consumer.rs`.
 
 mod common;
+#[path = "review_chunking_support/mod.rs"]
+mod support;
 
 use common::{full, wait_until, within};
+use support::*;
 
 use std::time::Duration;
 
 use futures::FutureExt as _;
-use pulsar_sdk::mock::wire::{self, base_command::Type};
-use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
-use pulsar_sdk::{
-    Client, Consumer, ConsumerBuilder, Error, Message, MessageId, Producer, SubscriptionType,
-};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
-
-async fn recv(c: &mut Consumer) -> Message {
-    within("recv", c.recv()).await.expect("a message")
-}
-
-fn consumer(client: &Client, topic: &str, t: SubscriptionType) -> ConsumerBuilder {
-    client
-        .consumer(topic)
-        .subscription("s")
-        .subscription_type(t)
-        .ack_group_time(Duration::ZERO)
-}
-
-async fn broker_with_max(max: u32) -> MockBroker {
-    MockBroker::start_with(MockBrokerConfig {
-        max_message_size: Some(max),
-        ..Default::default()
-    })
-    .await
-    .unwrap()
-}
-
-async fn chunking_producer(client: &Client, topic: &str) -> Producer {
-    client
-        .producer(topic)
-        .chunking(true)
-        .create()
-        .await
-        .expect("producer")
-}
-
-/// Bytes that do not compress well (xorshift); different seeds give different bytes.
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2).wrapping_add(1);
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
-/// Every SEND the broker got, in order: (sequence id, uuid, chunk id).
-fn sends(broker: &MockBroker) -> Vec<(u64, Option<String>, Option<i32>)> {
-    broker
-        .received_of(Type::Send)
-        .into_iter()
-        .filter_map(|r| {
-            let seq = r.command.send.as_ref()?.sequence_id;
-            let (m, _) = r.payload?;
-            Some((seq, m.uuid, m.chunk_id))
-        })
-        .collect()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
-
-/// Publishes a raw chunk entry with the given header fields; returns its entry id.
-#[allow(clippy::too_many_arguments)]
-fn raw_chunk(
-    broker: &MockBroker,
-    topic: &str,
-    uuid: &str,
-    num_chunks: i32,
-    chunk_id: i32,
-    total: i32,
-    data: &[u8],
-) -> u64 {
-    broker
-        .publish_raw(
-            topic,
-            wire::MessageMetadata {
-                producer_name: "raw".into(),
-                sequence_id: 1,
-                publish_time: now_ms(),
-                uuid: Some(uuid.into()),
-                num_chunks_from_msg: Some(num_chunks),
-                total_chunk_msg_size: Some(total),
-                chunk_id: Some(chunk_id),
-                ..Default::default()
-            },
-            bytes::Bytes::copy_from_slice(data),
-        )
-        .unwrap()
-}
-
-fn raw_small(broker: &MockBroker, topic: &str, body: &str) -> u64 {
-    broker
-        .publish_raw(
-            topic,
-            wire::MessageMetadata {
-                producer_name: "raw".into(),
-                sequence_id: 9,
-                publish_time: now_ms(),
-                ..Default::default()
-            },
-            bytes::Bytes::copy_from_slice(body.as_bytes()),
-        )
-        .unwrap()
-}
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::{Error, MessageId, SubscriptionType};
 
 /// Every payload size around the broker's limit (where the metadata size decides between one
 /// entry and chunks) and around two full chunks is sent, each SEND within the limit the mock
@@ -443,127 +333,8 @@ fn chunk_message_id_display_parse_and_order() {
 }
 
 /// Hostile chunk headers never panic or stall the consumer: each gets an error item (or is
-/// dropped), and the next good message arrives.
-#[tokio::test]
-async fn hostile_chunk_headers_do_not_stall_the_consumer() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-hostile");
-    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
-        .expire_time_of_incomplete_chunked_message(Duration::from_millis(300))
-        .max_chunked_message_bytes(1 << 20)
-        .subscribe()
-        .await
-        .unwrap();
-    // chunk_id >= num_chunks.
-    raw_chunk(&broker, &topic, "h-1", 2, 2, 10, b"xxxxx");
-    // Negative fields.
-    raw_chunk(&broker, &topic, "h-2", 2, -1, 10, b"xxxxx");
-    raw_chunk(&broker, &topic, "h-3", 2, 0, -5, b"xxxxx");
-    // A size claim above the cap.
-    raw_chunk(&broker, &topic, "h-4", 2, 0, i32::MAX, b"xxxxx");
-    // Chunks larger than claimed.
-    raw_chunk(&broker, &topic, "h-5", 2, 0, 4, b"xxxxx");
-    // Chunks smaller than claimed.
-    raw_chunk(&broker, &topic, "h-6", 2, 0, 100, b"xxxxx");
-    raw_chunk(&broker, &topic, "h-6", 2, 1, 100, b"xxxxx");
-    // A huge chunk count: incomplete forever, expires.
-    raw_chunk(&broker, &topic, "h-7", i32::MAX, 0, 10, b"xxxxx");
-    // An empty uuid.
-    raw_chunk(&broker, &topic, "", 2, 0, 10, b"xxxxx");
-    raw_small(&broker, &topic, "good");
-    let mut errors = 0;
-    loop {
-        match within("recv", c.recv()).await {
-            Ok(m) => {
-                assert_eq!(m.payload_str(), Some("good"), "only the good one arrives");
-                c.ack(&m).unwrap();
-                break;
-            }
-            Err(Error::InvalidMessage(_)) => errors += 1,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(errors >= 6, "{errors} error items");
-    // Every hostile entry is acked eventually (the incomplete one after its expiry): no
-    // backlog is left behind.
-    raw_small(&broker, &topic, "tick");
-    let m = recv(&mut c).await;
-    c.ack(&m).unwrap();
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    raw_small(&broker, &topic, "tick2");
-    let m = recv(&mut c).await;
-    c.ack(&m).unwrap();
-    wait_until("no backlog", || {
-        broker.subscription_backlog(&topic, "s") == 0
-    })
-    .await;
-}
-
 /// Zero-length chunks claiming a huge chunk count do not grow anything without bound: a
-/// message whose chunks carry no bytes is refused.
-#[tokio::test]
-async fn empty_chunks_of_a_huge_count_are_refused() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-empty-chunks");
-    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
-        .subscribe()
-        .await
-        .unwrap();
-    for i in 0..50 {
-        raw_chunk(&broker, &topic, "e-1", 1_000_000, i, 10, b"");
-    }
-    raw_small(&broker, &topic, "good");
-    let mut refused = false;
-    loop {
-        match within("recv", c.recv()).await {
-            Ok(m) => {
-                assert_eq!(m.payload_str(), Some("good"));
-                break;
-            }
-            Err(Error::InvalidMessage(_)) => refused = true,
-            Err(e) => panic!("{e}"),
-        }
-    }
-    assert!(
-        refused,
-        "chunks with no bytes (a producer never sends one) are refused"
-    );
-}
-
 /// Two incomplete messages that together claim more than `max_chunked_message_bytes`: the
-/// older one is evicted (redelivered), and both still arrive whole in the end.
-#[tokio::test]
-async fn the_byte_cap_evicts_and_both_messages_still_arrive() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-byte-cap");
-    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
-        .max_chunked_message_bytes(1000)
-        .negative_ack_delay(Duration::from_millis(100))
-        .subscribe()
-        .await
-        .unwrap();
-    let a = noise(600, 1);
-    let b = noise(600, 2);
-    raw_chunk(&broker, &topic, "a-1", 2, 0, 600, &a[..300]);
-    raw_chunk(&broker, &topic, "b-1", 2, 0, 600, &b[..300]);
-    raw_chunk(&broker, &topic, "a-1", 2, 1, 600, &a[300..]);
-    raw_chunk(&broker, &topic, "b-1", 2, 1, 600, &b[300..]);
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        let m = recv(&mut c).await;
-        c.ack(&m).unwrap();
-        got.push(m.payload.to_vec());
-    }
-    assert!(got.contains(&a) && got.contains(&b));
-    wait_until("no backlog", || {
-        broker.subscription_backlog(&topic, "s") == 0
-    })
-    .await;
-}
-
 /// A receiver queue smaller than a message's chunk count still receives it (each chunk that
 /// completes nothing gives its permit back).
 #[tokio::test]
@@ -652,37 +423,6 @@ async fn failed_chunked_sends_give_their_memory_back() {
 
 /// A refused chunked message (claiming more than `max_chunked_message_bytes`) must not make
 /// the consumer drop a later, valid message that reuses its uuid (a producer of the same name
-/// started again, its sequence ids from 0: the uuid is `producerName-sequenceId`).
-#[tokio::test]
-async fn a_refused_uuid_does_not_swallow_a_later_message_with_the_same_uuid() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-refused-uuid");
-    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
-        .max_chunked_message_bytes(1000)
-        .subscribe()
-        .await
-        .unwrap();
-    // Refused: it claims 5000 bytes.
-    raw_chunk(&broker, &topic, "p-5", 2, 0, 5000, &[1u8; 2500]);
-    raw_chunk(&broker, &topic, "p-5", 2, 1, 5000, &[1u8; 2500]);
-    match within("recv", c.recv()).await {
-        Err(Error::InvalidMessage(e)) => assert!(e.contains("p-5"), "{e}"),
-        other => panic!("expected the refusal, got {other:?}"),
-    }
-    // Later, the same uuid for a valid message.
-    let body = noise(600, 40);
-    raw_chunk(&broker, &topic, "p-5", 2, 0, 600, &body[..300]);
-    raw_chunk(&broker, &topic, "p-5", 2, 1, 600, &body[300..]);
-    raw_small(&broker, &topic, "good");
-    let m = recv(&mut c).await;
-    assert!(
-        m.payload == body,
-        "the valid message with a reused uuid arrives"
-    );
-    assert_eq!(recv(&mut c).await.payload_str(), Some("good"));
-}
-
 /// A producer closed with a chunked message pending gives its memory back to the client: the
 /// client's other producers can use the whole limit again.
 #[tokio::test]
@@ -710,45 +450,6 @@ async fn closing_a_producer_with_a_pending_chunked_message_frees_the_client_memo
 
 /// A reader whose connection drops while one chunked message is incomplete, after another
 /// one interleaved with it was delivered, still reads the incomplete one after the reconnect
-/// (its first chunk is before the last message the reader received).
-#[tokio::test]
-async fn a_reader_reconnecting_between_interleaved_chunked_messages_loses_neither() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-reader-interleaved");
-    let x = noise(600, 60);
-    let y = noise(600, 61);
-    raw_small(&broker, &topic, "a");
-    let mut r = client
-        .reader(&topic)
-        .start_earliest()
-        .create()
-        .await
-        .unwrap();
-    assert_eq!(
-        within("a", r.recv()).await.unwrap().payload_str(),
-        Some("a")
-    );
-    raw_chunk(&broker, &topic, "x-1", 2, 0, 600, &x[..300]);
-    raw_chunk(&broker, &topic, "y-1", 2, 0, 600, &y[..300]);
-    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
-    let m = within("x", r.recv()).await.unwrap();
-    assert!(m.payload == x);
-    broker.drop_all_connections();
-    raw_chunk(&broker, &topic, "y-1", 2, 1, 600, &y[300..]);
-    raw_small(&broker, &topic, "b");
-    let m = within("y", r.recv()).await.unwrap();
-    assert!(
-        m.payload == y,
-        "got {:?} instead of y",
-        m.payload_str().unwrap_or("(binary)")
-    );
-    assert_eq!(
-        within("b", r.recv()).await.unwrap().payload_str(),
-        Some("b")
-    );
-}
-
 /// Key_Shared: every chunk carries the message's key, so all chunks of a message go to the
 /// consumer owning the key and each message arrives whole at exactly one consumer.
 #[tokio::test]
@@ -806,38 +507,6 @@ async fn key_shared_consumers_each_get_whole_chunked_messages() {
 
 /// Exclusive with one pending chunked message at a time and two interleaved messages: the
 /// evicted one comes back (redelivery rewinds the subscription) and completes once the
-/// other is acked.
-#[tokio::test]
-async fn exclusive_eviction_of_interleaved_messages_still_delivers_both() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-exclusive-evict");
-    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
-        .max_pending_chunked_messages(1)
-        .negative_ack_delay(Duration::from_millis(100))
-        .subscribe()
-        .await
-        .unwrap();
-    let a = noise(600, 80);
-    let b = noise(600, 81);
-    raw_chunk(&broker, &topic, "a-1", 2, 0, 600, &a[..300]);
-    raw_chunk(&broker, &topic, "b-1", 2, 0, 600, &b[..300]);
-    raw_chunk(&broker, &topic, "a-1", 2, 1, 600, &a[300..]);
-    raw_chunk(&broker, &topic, "b-1", 2, 1, 600, &b[300..]);
-    assert_ne!(a, b);
-    let mut got: Vec<Vec<u8>> = Vec::new();
-    while !(got.contains(&a) && got.contains(&b)) {
-        let m = recv(&mut c).await;
-        c.ack(&m).unwrap();
-        got.push(m.payload.to_vec());
-        assert!(got.len() < 10, "livelock: {} deliveries", got.len());
-    }
-    wait_until("no backlog", || {
-        broker.subscription_backlog(&topic, "s") == 0
-    })
-    .await;
-}
-
 /// A large but compressible payload that compression makes fit in one entry is sent unchunked
 /// (upstream too); the consumer must still accept it, although it is bigger than the broker's
 /// limit once decompressed (upstream's consumer decompresses it; a chunked message of that
@@ -870,77 +539,8 @@ async fn a_compressed_message_that_fits_but_is_large_uncompressed_arrives() {
 
 /// An orphan chunk (its first chunk is before the subscription's position, e.g. after a
 /// seek by time) on an Exclusive subscription must not make the consumer rewind the whole
-/// subscription every `negative_ack_delay` (each rewind redelivers every unacked message).
-#[tokio::test]
-async fn an_orphan_chunk_on_exclusive_does_not_rewind_the_subscription_repeatedly() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-orphan-exclusive");
-    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
-        .negative_ack_delay(Duration::from_millis(50))
-        .expire_time_of_incomplete_chunked_message(Duration::from_millis(400))
-        .subscribe()
-        .await
-        .unwrap();
-    let x = noise(600, 90);
-    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
-    raw_small(&broker, &topic, "m1");
-    let m1 = recv(&mut c).await;
-    assert_eq!(m1.payload_str(), Some("m1"));
-    // The application holds m1 (not acked yet) while it works on it.
-    tokio::time::sleep(Duration::from_millis(1000)).await;
-    let rewinds = broker
-        .received_of(Type::RedeliverUnacknowledgedMessages)
-        .len();
-    let mut again = 0;
-    while let Ok(Ok(m)) = tokio::time::timeout(Duration::from_millis(50), c.recv()).await {
-        assert_eq!(m.payload_str(), Some("m1"));
-        again += 1;
-    }
-    assert!(
-        rewinds <= 2,
-        "{rewinds} rewinds in 1 s (m1 delivered {again} more times)"
-    );
-    // No ack hole: once expired, the orphan chunk is acked.
-    c.ack(&m1).unwrap();
-    wait_until("no backlog", || {
-        broker.subscription_backlog(&topic, "s") == 0
-    })
-    .await;
-}
-
 /// Exclusive: a cumulative ack of a chunked message whose chunks interleave with an
 /// incomplete one (two producers) must not lose the incomplete one when the consumer
-/// reconnects before its last chunk arrives.
-#[tokio::test]
-async fn a_cumulative_ack_does_not_lose_an_interleaved_incomplete_message() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
-    let topic = full("review-chunk-cumulative-interleaved");
-    let mut c = consumer(&client, &topic, SubscriptionType::Exclusive)
-        .subscribe()
-        .await
-        .unwrap();
-    let x = noise(600, 100);
-    let y = noise(600, 101);
-    raw_chunk(&broker, &topic, "x-1", 2, 0, 600, &x[..300]);
-    raw_chunk(&broker, &topic, "y-1", 2, 0, 600, &y[..300]);
-    raw_chunk(&broker, &topic, "x-1", 2, 1, 600, &x[300..]);
-    let m = recv(&mut c).await;
-    assert!(m.payload == x);
-    c.ack_cumulative(&m).unwrap();
-    wait_until("the cumulative ack reached the broker", || {
-        !broker.received_of(Type::Ack).is_empty()
-    })
-    .await;
-    broker.drop_all_connections();
-    raw_chunk(&broker, &topic, "y-1", 2, 1, 600, &y[300..]);
-    let m = recv(&mut c).await;
-    assert!(m.payload == y, "y arrives after the reconnect");
-    c.ack_cumulative(&m).unwrap();
-    wait_until("no backlog", || broker.subscription_backlog(&topic, "s") == 0).await;
-}
-
 /// `reconsume_later` of a chunked message: the retry producer chunks it (over the broker's
 /// limit), it comes back whole from the retry topic, and the original's chunks are all acked.
 #[tokio::test]
@@ -959,9 +559,12 @@ async fn a_chunked_message_reconsumed_later_comes_back_whole() {
     p.send_and_wait(body.clone()).await.unwrap();
     let m = recv(&mut c).await;
     assert!(m.payload == body);
-    within("reconsume", c.reconsume_later(&m, Duration::from_millis(100)))
-        .await
-        .unwrap();
+    within(
+        "reconsume",
+        c.reconsume_later(&m, Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
     let again = recv(&mut c).await;
     assert!(again.payload == body, "back whole from the retry topic");
     assert_eq!(
