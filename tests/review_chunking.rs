@@ -611,3 +611,35 @@ async fn a_reader_from_latest_inclusive_reads_a_chunked_last_message() {
     assert_eq!(m.id, id);
     assert!(!within("more", r.has_message_available()).await.unwrap());
 }
+
+/// With one pending message allowed and blocking sends, chunked messages go one after the
+/// other (a chunked message holds one slot, not one per chunk) without a deadlock.
+#[tokio::test]
+async fn blocking_sends_of_chunked_messages_with_one_pending_slot() {
+    let broker = broker_with_max(4096).await;
+    let client = client(&broker.service_url());
+    let topic = full("review-chunk-blocking");
+    let mut c = consumer(&client, &topic, SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let p = client
+        .producer(&topic)
+        .chunking(true)
+        .max_pending_messages(1)
+        .block_if_queue_full(true)
+        .create()
+        .await
+        .unwrap();
+    let bodies: Vec<Vec<u8>> = (0..4).map(|i| noise(12_000, 130 + i)).collect();
+    let mut futures = Vec::new();
+    for b in &bodies {
+        futures.push(within("send admitted", p.send(b.clone())).await.unwrap());
+    }
+    for f in futures {
+        assert!(within("receipt", f).await.unwrap().is_chunked());
+    }
+    for b in &bodies {
+        assert!(recv(&mut c).await.payload == *b);
+    }
+}
