@@ -73,12 +73,32 @@ impl ConsumerTask {
     pub(super) fn apply_chunk_outcome(&mut self, out: Outcome) {
         let Outcome {
             ack,
-            redeliver,
+            mut redeliver,
+            unassembled,
             error,
             ..
         } = out;
         if !ack.is_empty() {
             self.ack_chunks(ack);
+        }
+        // On Exclusive / Failover a redelivery rewinds the whole subscription (every unacked
+        // message comes again), and chunks come in order to this one consumer: an unassembled
+        // chunk's first chunk is behind the subscription's position (seek, cumulative ack) or
+        // among the chunks of an evicted message, whose own redelivery brings it back. Giving
+        // it back after `negative_ack_delay` would rewind the subscription that often until
+        // the chunk expires; it is given back once, when it has expired (it is then acked as
+        // such when it comes again, leaving no ack hole). Upstream `trackMessage`s it, which
+        // without an ack timeout leaves it unacked.
+        let expire = self.opts.expire_time_of_incomplete_chunked_message;
+        if self.single_active() {
+            if !unassembled.is_empty() && self.persistent() && !expire.is_zero() {
+                let now = Instant::now();
+                for id in unassembled {
+                    self.nacks.add(id, now, expire);
+                }
+            }
+        } else {
+            redeliver.extend(unassembled);
         }
         if !redeliver.is_empty() && self.persistent() {
             // Given back through the negative-ack delay: redelivered later, not at once (an

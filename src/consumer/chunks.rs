@@ -82,8 +82,13 @@ pub(crate) struct Outcome {
     /// Chunks to ack now: duplicates, chunks of a corrupted or expired message, or of one
     /// evicted with `auto_ack_oldest_chunked_message_on_queue_full`.
     pub ack: Vec<MessageId>,
-    /// Chunks to give back for redelivery (an evicted message, an out-of-order chunk).
+    /// Chunks of an evicted message, to give back for redelivery.
     pub redeliver: Vec<MessageId>,
+    /// Chunks that cannot be assembled now (first chunk missing, out of order) and are not
+    /// yet old enough to be acked: the task gives them back on a Shared subscription (the
+    /// first chunk may be on its way to this consumer again) and leaves them on a
+    /// single-active one (see `ConsumerTask::apply_chunk_outcome`).
+    pub unassembled: Vec<MessageId>,
     /// An error item for the application (a refused or corrupted chunked message).
     pub error: Option<Error>,
 }
@@ -153,6 +158,16 @@ impl ChunkAssembler {
         self.claimed
     }
 
+    /// The entry of the earliest first chunk of the incomplete messages held (where a
+    /// non-durable subscription created again must resume for them to complete).
+    pub(crate) fn earliest_first_chunk(&self) -> Option<MessageId> {
+        self.contexts
+            .values()
+            .filter_map(|c| c.ids.first())
+            .min()
+            .copied()
+    }
+
     /// Forgets everything (a re-subscribe: the broker redelivers every unacked chunk).
     pub(crate) fn clear(&mut self) {
         self.contexts.clear();
@@ -194,7 +209,7 @@ impl ChunkAssembler {
         if expire > 0 && now_millis() > publish_time.saturating_add(expire) {
             out.ack.extend(ids);
         } else {
-            out.redeliver.extend(ids);
+            out.unassembled.extend(ids);
         }
     }
 
@@ -224,10 +239,17 @@ impl ChunkAssembler {
     ) -> Outcome {
         let mut out = Outcome::default();
         let uuid = h.uuid.as_str();
-        if self.refused.iter().any(|u| u == uuid) {
-            // A later chunk of a message already refused: dropped like it.
-            out.ack.push(id);
-            return out;
+        if let Some(i) = self.refused.iter().position(|u| u == uuid) {
+            if h.chunk_id != 0 {
+                // A later chunk of a message already refused: dropped like it.
+                out.ack.push(id);
+                return out;
+            }
+            // A first chunk again starts a new message (like #21070 below): the uuid is
+            // `producerName-sequenceId`, which a producer of the same name started again (its
+            // sequence ids from 0, without deduplication) reuses. The refusal was for the old
+            // one (its first chunk is acked); forget it rather than drop the new message.
+            self.refused.remove(i);
         }
         let (Ok(num_chunks), Ok(chunk_id), Ok(total)) = (
             u32::try_from(h.num_chunks),
@@ -244,6 +266,19 @@ impl ChunkAssembler {
                 format!("chunk {chunk_id} of {num_chunks}"),
                 &mut out,
             );
+            return out;
+        }
+        // Every producer (upstream's `ProducerImpl` and the other official clients) chunks
+        // only a non-empty payload, into `ceil(size / chunk size)` chunks of at least one
+        // byte each. A chunk without bytes, or a count above the claimed size, is a broken
+        // header: refused, so a context's chunk ids stay bounded by the bytes it claims (and
+        // `max_chunked_message_bytes`) instead of growing with every empty chunk until expiry.
+        if data.is_empty() || (chunk_id == 0 && num_chunks as usize > total) {
+            let why = format!(
+                "chunk {chunk_id} of {num_chunks} carries {} of {total} bytes",
+                data.len()
+            );
+            self.refuse(uuid, id, why, &mut out);
             return out;
         }
         if chunk_id == 0 {

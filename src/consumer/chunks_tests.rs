@@ -57,7 +57,7 @@ fn eviction_and_expiry_leave_no_index_behind() {
     assert_eq!(a.claimed(), 8);
     // The evicted one's next chunk is an orphan: given back, no context created.
     let out = a.add(&header("a", 1, 2, 4), id(4), Bytes::from_static(b"cd"), now);
-    assert_eq!(out.redeliver, vec![id(4)]);
+    assert_eq!(out.unassembled, vec![id(4)]);
     assert_eq!(a.pending(), 2);
     let out = a.expire(now + Duration::from_secs(61));
     assert_eq!(out.ack, vec![id(2), id(3)]);

@@ -107,13 +107,19 @@ impl ConsumerTask {
         cmd: crate::proto::CommandMessage,
         payload: crate::codec::Payload,
     ) {
+        // Upstream's consumer checks only the compressed size against the broker's limit and
+        // decompresses whatever size the metadata declares; producers (upstream's and ours,
+        // with chunking on) send a large payload that compression makes fit as one entry,
+        // unchunked. So the cap on the declared size is also the largest message this consumer
+        // accepts in chunks (`max_chunked_message_bytes`), not only twice the broker's limit.
         let max = super::decode::max_decompressed(
             self.entity
                 .conn
                 .as_ref()
                 .map(|c| c.info().max_message_size)
                 .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE),
-        );
+        )
+        .max(self.opts.max_chunked_message_bytes);
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
         let spent = super::decode::permits_spent(&cmd, &payload.metadata);

@@ -161,7 +161,9 @@ pub struct ConsumerOptions {
     pub expire_time_of_incomplete_chunked_message: Duration,
     /// The bytes held in incomplete chunked messages, in all, for one (partition) consumer;
     /// also the largest chunked message accepted (a larger `total_chunk_msg_size` claim is
-    /// refused with an error item, never allocated). Default 128 MiB; at least 1.
+    /// refused with an error item, never allocated), and of the size a compressed message may
+    /// declare once decompressed (at least twice the broker's `max_message_size`). Default
+    /// 128 MiB; at least 1.
     pub max_chunked_message_bytes: usize,
     /// Start position of a non-durable subscription (readers).
     pub(crate) start_message_id: Option<MessageId>,

@@ -450,6 +450,7 @@ impl ConsumerTask {
         self.shared.consumed.store(0, Ordering::Release);
         self.shared.room().withheld = 0;
         // The broker redelivers every unacked chunk to the new subscription.
+        let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
         let last = *self
             .shared
@@ -464,7 +465,18 @@ impl ConsumerTask {
             }
             // (A batch message id keeps its index: the broker then starts at that entry and
             // the filter drops what was already received.)
-            last.or(self.start)
+            match (last, held_from) {
+                // An incomplete chunked message whose first chunk came before the last message
+                // received (chunks of messages from several producers interleave): resuming
+                // after that message would never deliver the first chunk again, and the
+                // message would be lost. Resume at that first chunk instead; the filter drops
+                // what the application already received (it ends at or before `last`).
+                // Beyond upstream, whose reader resumes after the last message dequeued.
+                (Some(last), Some(first)) if first < last => {
+                    Some(super::partition::start_position(first, true))
+                }
+                _ => last.or(self.start),
+            }
         };
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.entity.topic,
@@ -521,12 +533,55 @@ impl ConsumerTask {
             ConsumerOp::AckCumulative(id) => {
                 self.dlq_candidates.retain(|k, _| *k > id);
                 // The cumulative ack of a chunked message's last chunk covers its chunks.
-                self.chunk_ids.retain(|k, _| *k > id);
+                let done: Vec<MessageId> = self
+                    .chunk_ids
+                    .keys()
+                    .filter(|k| **k <= id)
+                    .copied()
+                    .collect();
+                let covered: Vec<(MessageId, Vec<MessageId>)> = done
+                    .into_iter()
+                    .filter_map(|k| self.chunk_ids.remove_entry(&k))
+                    .collect();
                 self.unacked.remove_through(id);
                 if !self.persistent() {
                     return Ok(());
                 }
-                self.acks.ack_cumulative(id);
+                match self
+                    .chunks
+                    .earliest_first_chunk()
+                    .filter(|f| *f < id.entry())
+                {
+                    // An incomplete chunked message has its first chunk before `id` (chunks of
+                    // several producers interleave): a cumulative ack through `id` would ack
+                    // that first chunk, and after a reconnect the rest of the message would
+                    // come without it (lost). Like an unfinished batch, the cumulative ack
+                    // stops before it; the chunked messages delivered after it (and `id`) are
+                    // acked entry by entry. Other messages in between stay unacked until a
+                    // later cumulative ack (redelivered after a reconnect: at least once).
+                    // Beyond upstream, whose cumulative ack loses the incomplete message.
+                    Some(first) => {
+                        if first.entry_id > 0 {
+                            self.acks.ack_cumulative(MessageId::new(
+                                first.ledger_id,
+                                first.entry_id - 1,
+                                first.partition,
+                            ));
+                        }
+                        let mut entries: Vec<MessageId> = covered
+                            .into_iter()
+                            .filter(|(k, _)| *k > first)
+                            .flat_map(|(_, chunks)| chunks)
+                            .collect();
+                        if !id.is_chunked() && !id.is_batch() {
+                            entries.push(id.entry());
+                        }
+                        self.ack_chunks(entries);
+                    }
+                    None => {
+                        self.acks.ack_cumulative(id);
+                    }
+                }
                 if self.opts.ack_group_time.is_zero() {
                     self.flush_acks();
                 } else if self.ack_deadline.is_none() {

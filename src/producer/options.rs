@@ -58,7 +58,15 @@ impl Default for BatchingOptions {
 }
 
 /// Everything a producer is configured with.
+///
+/// `#[non_exhaustive]` (house rule for option structs, like [`ConsumerOptions`]): start from
+/// [`ProducerOptions::default()`] and set fields, or use the [`ProducerBuilder`] methods, so
+/// new options (e.g. `chunking`) are not breaking changes.
+///
+/// [`ConsumerOptions`]: crate::consumer::ConsumerOptions
+/// [`ProducerBuilder`]: crate::producer::ProducerBuilder
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProducerOptions {
     /// The producer name; the broker assigns one when unset.
     pub name: Option<String>,
