@@ -194,7 +194,9 @@ impl ClientBuilder {
     }
 
     /// Memory all producers of this client may hold in pending messages (payload bytes).
-    /// Default 64 MiB, like upstream.
+    /// Default 64 MiB, like upstream. The bytes consumers hold in incomplete chunked messages
+    /// count too: they take what is free of it (never waiting, like upstream's
+    /// `forceReserveMemory` for received messages), so producers wait while they are held.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
         self

@@ -20,9 +20,11 @@
 //! completed payload, an error item).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
 use crate::error::Error;
@@ -63,6 +65,9 @@ struct Ctx {
     /// The entry ids of the chunks appended so far, in chunk order.
     ids: Vec<MessageId>,
     created: Instant,
+    /// The client memory limit's share this message holds; given back when the context goes
+    /// (completed, evicted, expired, refused or cleared), by dropping it.
+    _memory: Option<OwnedSemaphorePermit>,
 }
 
 impl Ctx {
@@ -127,6 +132,8 @@ pub(crate) struct ChunkAssembler {
     /// Bytes claimed by the contexts (their `total_size`s).
     claimed: usize,
     refused: VecDeque<String>,
+    /// The client's memory limit (`ClientBuilder::memory_limit`), shared with the producers.
+    memory: Option<Arc<Semaphore>>,
 }
 
 fn now_millis() -> u64 {
@@ -143,7 +150,34 @@ impl ChunkAssembler {
             order: VecDeque::new(),
             claimed: 0,
             refused: VecDeque::new(),
+            memory: None,
         }
+    }
+
+    /// Counts the bytes of incomplete messages in the client's memory limit.
+    pub(crate) fn with_memory_limit(mut self, memory: Arc<Semaphore>) -> Self {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Reserves up to `bytes` of the client memory limit for a new context. Like upstream's
+    /// `MemoryLimitController.forceReserveMemory` for received messages, this never waits and
+    /// never fails: the consumer must not stall on memory the producers hold (that could
+    /// deadlock a consume-then-produce pipeline); it takes what is free, up to `bytes`, so
+    /// producers wait (or fail with `block_if_queue_full(false)`) while the chunks are held.
+    /// The per-consumer cap (`max_chunked_message_bytes`) is what bounds the bytes held.
+    fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
+        let memory = self.memory.as_ref()?;
+        for _ in 0..2 {
+            let n = bytes.min(memory.available_permits()).min(u32::MAX as usize) as u32;
+            if n == 0 {
+                return None;
+            }
+            if let Ok(p) = memory.clone().try_acquire_many_owned(n) {
+                return Some(p);
+            }
+        }
+        None
     }
 
     /// Incomplete chunked messages held.
@@ -309,6 +343,7 @@ impl ChunkAssembler {
                 }
                 self.evict_oldest(&mut out);
             }
+            let memory = self.reserve(total);
             self.contexts.insert(
                 uuid.to_owned(),
                 Ctx {
@@ -317,6 +352,7 @@ impl ChunkAssembler {
                     buf: BytesMut::with_capacity(total),
                     ids: Vec::new(),
                     created: now,
+                    _memory: memory,
                 },
             );
             self.order.push_back(uuid.to_owned());

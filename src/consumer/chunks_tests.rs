@@ -152,3 +152,82 @@ fn a_resent_first_chunk_starts_over_and_acks_the_old_one() {
     assert_eq!(&data[..], b"abcd");
     assert_eq!(whole.first_chunk_id(), Some(id(2)));
 }
+
+/// #13: the bytes of incomplete chunked messages count in the client's memory limit (shared
+/// with the producers) while they are held, and come back when the message completes, is
+/// evicted, or the assembler is cleared (a re-subscribe).
+#[test]
+fn incomplete_messages_hold_client_memory_until_they_leave() {
+    let memory = Arc::new(Semaphore::new(1500));
+    let mut a = ChunkAssembler::new(limits()).with_memory_limit(memory.clone());
+    let now = Instant::now();
+    let out = a.add(
+        &header("a", 0, 2, 600),
+        id(1),
+        Bytes::from(vec![1; 300]),
+        now,
+    );
+    assert!(out.complete.is_none());
+    assert_eq!(memory.available_permits(), 900, "600 claimed bytes held");
+    let out = a.add(
+        &header("a", 1, 2, 600),
+        id(2),
+        Bytes::from(vec![2; 300]),
+        now,
+    );
+    assert!(out.complete.is_some());
+    assert_eq!(memory.available_permits(), 1500, "given back on completion");
+
+    // Two incomplete messages (the cap is 2 contexts): a third evicts the oldest.
+    a.add(
+        &header("b", 0, 2, 400),
+        id(3),
+        Bytes::from(vec![1; 200]),
+        now,
+    );
+    a.add(
+        &header("c", 0, 2, 400),
+        id(4),
+        Bytes::from(vec![1; 200]),
+        now,
+    );
+    assert_eq!(memory.available_permits(), 700);
+    let out = a.add(
+        &header("d", 0, 2, 100),
+        id(5),
+        Bytes::from(vec![1; 50]),
+        now,
+    );
+    assert_eq!(out.redeliver, vec![id(3)], "the oldest is evicted");
+    assert_eq!(
+        memory.available_permits(),
+        1000,
+        "b's 400 back, d's 100 held"
+    );
+
+    // Never blocks: with the limit exhausted by others, a message is still assembled.
+    let others = memory.clone().try_acquire_many_owned(1000).unwrap();
+    a.clear();
+    assert_eq!(
+        memory.available_permits(),
+        500,
+        "clear gives c's and d's back"
+    );
+    let out = a.add(
+        &header("e", 0, 2, 800),
+        id(6),
+        Bytes::from(vec![1; 400]),
+        now,
+    );
+    assert!(out.error.is_none());
+    assert_eq!(memory.available_permits(), 0, "it takes what is free");
+    let out = a.add(
+        &header("e", 1, 2, 800),
+        id(7),
+        Bytes::from(vec![1; 400]),
+        now,
+    );
+    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(800));
+    drop(others);
+    assert_eq!(memory.available_permits(), 1500);
+}

@@ -113,7 +113,8 @@ pub(super) async fn spawn_partition(
         deferred: Vec::new(),
         chunks: super::chunks::ChunkAssembler::new(super::chunks::ChunkLimits::from_options(
             options,
-        )),
+        ))
+        .with_memory_limit(client.memory.clone()),
         chunk_ids: Default::default(),
     };
     task.start_flow();
