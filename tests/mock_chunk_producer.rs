@@ -5,6 +5,7 @@
 
 mod common;
 
+use common::chunks::{noise, wait_acked};
 use common::{full, wait_until, within};
 
 use std::time::Duration;
@@ -42,19 +43,6 @@ async fn chunking_producer(client: &Client, topic: &str, chunk: usize) -> Produc
         .expect("producer")
 }
 
-/// Bytes that do not compress well (xorshift).
-fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
 /// The chunk SENDs the broker received, in order: (is_chunk, metadata).
 fn chunk_sends(broker: &MockBroker) -> Vec<(Option<bool>, wire::MessageMetadata)> {
     broker
@@ -66,27 +54,6 @@ fn chunk_sends(broker: &MockBroker) -> Vec<(Option<bool>, wire::MessageMetadata)
         })
         .filter(|(_, m)| m.num_chunks_from_msg.is_some())
         .collect()
-}
-
-fn acked_entries(broker: &MockBroker) -> Vec<u64> {
-    let mut v: Vec<u64> = broker
-        .received_of(Type::Ack)
-        .into_iter()
-        .filter_map(|r| r.command.ack)
-        .flat_map(|a| a.message_id)
-        .map(|id| id.entry_id)
-        .collect();
-    v.sort();
-    v.dedup();
-    v
-}
-
-async fn wait_acked(broker: &MockBroker, entries: &[u64]) {
-    wait_until("acks of every chunk", || {
-        let acked = acked_entries(broker);
-        entries.iter().all(|e| acked.contains(e))
-    })
-    .await;
 }
 
 /// The entries of a chunked message's id: first chunk through last (one producer, so they

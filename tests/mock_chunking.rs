@@ -4,11 +4,12 @@
 
 mod common;
 
+use common::chunks::{now_ms, raw_small as small, wait_acked};
 use common::{full, within};
 
 use std::time::Duration;
 
-use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::wire;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Client, Consumer, ConsumerBuilder, Error, Message, SubscriptionType};
 
@@ -18,13 +19,6 @@ fn client(url: &str) -> Client {
 
 async fn recv(c: &mut Consumer) -> Message {
     within("recv", c.recv()).await.expect("a message")
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// Publishes chunk `chunk_id` of message `uuid` (whole payload `whole`, split in `n` chunks
@@ -56,47 +50,6 @@ fn chunk(
             bytes::Bytes::copy_from_slice(part),
         )
         .unwrap()
-}
-
-fn small(broker: &MockBroker, topic: &str, body: &str) -> u64 {
-    broker
-        .publish_raw(
-            topic,
-            wire::MessageMetadata {
-                producer_name: "raw".into(),
-                sequence_id: 9,
-                publish_time: now_ms(),
-                ..Default::default()
-            },
-            bytes::Bytes::copy_from_slice(body.as_bytes()),
-        )
-        .unwrap()
-}
-
-fn acked_entries(broker: &MockBroker) -> Vec<u64> {
-    let mut v: Vec<u64> = broker
-        .received_of(Type::Ack)
-        .into_iter()
-        .filter_map(|r| r.command.ack)
-        .flat_map(|a| a.message_id)
-        .map(|id| id.entry_id)
-        .collect();
-    v.sort();
-    v.dedup();
-    v
-}
-
-async fn wait_acked(broker: &MockBroker, entries: &[u64]) {
-    within("acks", async {
-        loop {
-            let acked = acked_entries(broker);
-            if entries.iter().all(|e| acked.contains(e)) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
 }
 
 fn builder(client: &Client, topic: &str) -> ConsumerBuilder {

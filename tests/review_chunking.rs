@@ -4,11 +4,9 @@
 //! with hand-made chunk entries are in `review_chunking_consumer.rs`.
 
 mod common;
-#[path = "review_chunking_support/mod.rs"]
-mod support;
 
+use common::chunks::*;
 use common::{full, wait_until, within};
-use support::*;
 
 use std::time::Duration;
 

@@ -2,11 +2,9 @@
 //! producer, or a hostile one, writes them), against the mock broker.
 
 mod common;
-#[path = "review_chunking_support/mod.rs"]
-mod support;
 
+use common::chunks::*;
 use common::{full, wait_until, within};
-use support::*;
 
 use std::time::Duration;
 

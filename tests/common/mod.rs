@@ -6,6 +6,7 @@ use std::time::Duration;
 use pulsar_sdk::{BackoffPolicy, ClientBuilder};
 
 pub mod certs;
+pub mod chunks;
 
 /// A client builder for tests: `RUST_LOG` turns on logging, and reconnects retry quickly
 /// (20 ms → 500 ms) so faults are recovered from within a test's patience.

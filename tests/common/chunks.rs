@@ -1,4 +1,5 @@
-//! Helpers of the chunking review probes (`tests/review_chunking*.rs`).
+//! Helpers of the chunking tests (`tests/mock_chunk*.rs`, `tests/review_chunking*.rs`): raw
+//! chunk entries published into the mock broker, incompressible payloads, acks observed.
 #![allow(dead_code)]
 
 use std::time::Duration;
@@ -7,7 +8,7 @@ use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
 use pulsar_sdk::{Client, Consumer, ConsumerBuilder, Message, Producer, SubscriptionType};
 
-use crate::common::{self, within};
+use super::{self as common, wait_until, within};
 
 pub fn client(url: &str) -> Client {
     common::test_client(url).build().expect("valid config")
@@ -118,4 +119,27 @@ pub fn raw_small(broker: &MockBroker, topic: &str, body: &str) -> u64 {
             bytes::Bytes::copy_from_slice(body.as_bytes()),
         )
         .unwrap()
+}
+
+/// The entry ids the broker got ACKs for (sorted, once each).
+pub fn acked_entries(broker: &MockBroker) -> Vec<u64> {
+    let mut v: Vec<u64> = broker
+        .received_of(Type::Ack)
+        .into_iter()
+        .filter_map(|r| r.command.ack)
+        .flat_map(|a| a.message_id)
+        .map(|id| id.entry_id)
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Waits until the broker got ACKs for every one of `entries`.
+pub async fn wait_acked(broker: &MockBroker, entries: &[u64]) {
+    wait_until("acks of these entries", || {
+        let acked = acked_entries(broker);
+        entries.iter().all(|e| acked.contains(e))
+    })
+    .await;
 }
