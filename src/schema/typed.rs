@@ -259,9 +259,28 @@ impl<S: Schema> TypedConsumer<S> {
         &self.inner
     }
 
-    /// The byte consumer underneath, mutably (to receive raw messages).
+    /// The byte consumer underneath, mutably (to receive raw messages). To seek, use
+    /// [`TypedConsumer::seek`]: a seek through the byte consumer leaves a message held by a
+    /// cancelled [`recv`](Self::recv) to be returned first.
     pub fn inner_mut(&mut self) -> &mut Consumer {
         &mut self.inner
+    }
+
+    /// Seeks to a message id; see [`Consumer::seek`]. A message held by a cancelled `recv`
+    /// (waiting for its writer schema) is dropped, like upstream `ConsumerImpl.seek` clears the
+    /// messages already received.
+    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.inner.seek(id).await?;
+        self.decoder.held = None;
+        Ok(())
+    }
+
+    /// Seeks to a publish time; see [`Consumer::seek_by_time`]. Drops a held message like
+    /// [`TypedConsumer::seek`].
+    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.inner.seek_by_time(publish_time_ms).await?;
+        self.decoder.held = None;
+        Ok(())
     }
 
     /// The schema.
@@ -328,9 +347,28 @@ impl<S: Schema> TypedReader<S> {
         &self.decoder.schema
     }
 
-    /// The byte reader underneath (seek, has_message_available ...).
+    /// The byte reader underneath (has_message_available ...). To seek, use
+    /// [`TypedReader::seek`]: a seek through the byte reader leaves a message held by a
+    /// cancelled [`recv`](Self::recv) to be returned first.
     pub fn inner_mut(&mut self) -> &mut Reader {
         &mut self.inner
+    }
+
+    /// Seeks to a message id; see [`Reader::seek`]. A message held by a cancelled `recv`
+    /// (waiting for its writer schema) is dropped, like upstream's seek clears the messages
+    /// already received.
+    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.inner.seek(id).await?;
+        self.decoder.held = None;
+        Ok(())
+    }
+
+    /// Seeks to a publish time; see [`Reader::seek_by_time`]. Drops a held message like
+    /// [`TypedReader::seek`].
+    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.inner.seek_by_time(publish_time_ms).await?;
+        self.decoder.held = None;
+        Ok(())
     }
 
     /// Closes the reader.
