@@ -433,3 +433,57 @@ async fn an_incompatible_producer_gets_the_brokers_message() {
     assert!(!err.is_retriable());
     assert_eq!(broker.received_of(Type::Producer).len(), 2, "retried");
 }
+
+/// Upstream's dead-letter producer is created with `Schema.AUTO_PRODUCE_BYTES(schema)`: the
+/// DLQ topic gets the consumer's schema, so a typed consumer of the DLQ topic can subscribe
+/// (a broker refuses a schema on a topic with data and none) and decode the letters.
+#[tokio::test]
+async fn a_typed_consumer_can_read_the_dead_letter_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("review-schema-dlq");
+    let dlq = full("review-schema-dlq-dead");
+    let schema = || JsonSchema::<User>::new(USER).unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .negative_ack_delay(Duration::from_millis(20))
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(1).dead_letter_topic(&dlq))
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(schema())
+        .create()
+        .await
+        .unwrap();
+    producer
+        .send_and_wait(&User {
+            name: "unlucky".into(),
+        })
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let msg = within("delivery", consumer.recv()).await.unwrap();
+        assert_eq!(msg.value().unwrap().name, "unlucky");
+        consumer.nack(&msg).unwrap();
+    }
+    common::wait_until("dead letter stored", || {
+        !broker.received_of(Type::Send).is_empty() && broker.schemas(&dlq).len() == 1
+    })
+    .await;
+    let mut dead = client
+        .consumer(&dlq)
+        .subscription("audit")
+        .initial_position(pulsar_sdk::InitialPosition::Earliest)
+        .schema(schema())
+        .subscribe()
+        .await
+        .expect("a typed consumer of the DLQ topic");
+    let letter = within("dead letter", dead.recv()).await.unwrap();
+    assert_eq!(letter.value().unwrap().name, "unlucky");
+    assert!(letter.schema_version().is_some());
+}
