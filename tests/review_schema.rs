@@ -487,3 +487,33 @@ async fn a_typed_consumer_can_read_the_dead_letter_topic() {
     assert_eq!(letter.value().unwrap().name, "unlucky");
     assert!(letter.schema_version().is_some());
 }
+
+/// What the Python client (`AvroSchema(R)` over fastavro, record `R` with `name = String()`,
+/// `age = Integer()`) writes, decoded both without and with its writer schema while our reader
+/// names the record differently (Python renames the writer's record to the reader's to let
+/// fastavro resolve; Avro resolution must not trip on the name).
+#[test]
+fn python_avro_bytes_decode_with_a_differently_named_reader() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Person {
+        name: Option<String>,
+        age: Option<i32>,
+    }
+    // fastavro.schemaless_writer of R(name='ab', age=3), printed by pulsar-client 3.13.0.
+    let payload = [0x02, 0x04, 0x61, 0x62, 0x02, 0x06];
+    let python_def = r#"{"type":"record","name":"R","fields":[
+        {"name":"name","type":["null","string"]},{"name":"age","type":["null","int"]}]}"#;
+    let ours = r#"{"type":"record","name":"Person","namespace":"x.y","fields":[
+        {"name":"name","type":["null","string"],"default":null},
+        {"name":"age","type":["null","int"],"default":null}]}"#;
+    let schema = AvroSchema::<Person>::new(ours).unwrap();
+    let want = Person {
+        name: Some("ab".into()),
+        age: Some(3),
+    };
+    assert_eq!(schema.decode(&payload, None).unwrap(), want);
+    let writer = pulsar_sdk::schema::SchemaInfo::new(SchemaType::Avro, "R")
+        .with_definition(python_def.to_string());
+    assert_eq!(schema.decode(&payload, Some(&writer)).unwrap(), want);
+    assert_eq!(&schema.encode(&want).unwrap()[..], &payload[..]);
+}
