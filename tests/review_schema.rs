@@ -517,3 +517,40 @@ fn python_avro_bytes_decode_with_a_differently_named_reader() {
     assert_eq!(schema.decode(&payload, Some(&writer)).unwrap(), want);
     assert_eq!(&schema.encode(&want).unwrap()[..], &payload[..]);
 }
+
+/// A tombstone (Java `newMessage().key(k).value(null)`: metadata `null_value`, empty payload)
+/// is not an empty value: upstream's `getValue()` is null for it without decoding. A typed
+/// consumer must let the user tell it from a value (here, from an empty string).
+#[tokio::test]
+async fn a_tombstone_is_told_apart_from_an_empty_value() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("review-schema-tombstone");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .schema(StringSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let meta = |null: bool| pulsar_sdk::mock::wire::MessageMetadata {
+        producer_name: "java".into(),
+        sequence_id: u64::from(null),
+        publish_time: 1,
+        partition_key: Some("k".into()),
+        null_value: null.then_some(true),
+        ..Default::default()
+    };
+    broker
+        .publish_raw(&topic, meta(true), bytes::Bytes::new())
+        .unwrap();
+    broker
+        .publish_raw(&topic, meta(false), bytes::Bytes::new())
+        .unwrap();
+    let tombstone = within("tombstone", consumer.recv()).await.unwrap();
+    assert!(tombstone.message().null_value);
+    assert!(tombstone.value().is_err(), "{:?}", tombstone.value());
+    let empty = within("empty", consumer.recv()).await.unwrap();
+    assert!(!empty.message().null_value);
+    assert_eq!(empty.value().unwrap(), "");
+}

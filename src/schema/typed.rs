@@ -90,7 +90,7 @@ impl<S: Schema> Decoder<S> {
     async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
         let msg = self.held.as_ref()?;
         let mut writer: Option<Arc<SchemaInfo>> = None;
-        if self.schema.needs_writer_schema() {
+        if self.schema.needs_writer_schema() && !msg.null_value {
             if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
                 // Schemas belong to the topic, not a partition (upstream keys them by the
                 // partitioned topic's name): one fetch per version for all partitions.
@@ -99,7 +99,13 @@ impl<S: Schema> Decoder<S> {
             }
         }
         let msg = self.held.take()?;
-        let value = self.schema.decode_message(&msg, writer.as_deref());
+        // Upstream `MessageImpl.getValue` answers null for a `null_value` message without
+        // decoding its (empty) payload.
+        let value = if msg.null_value {
+            Err(SchemaError::NullValue)
+        } else {
+            self.schema.decode_message(&msg, writer.as_deref())
+        };
         Some(TypedMessage {
             message: msg,
             value,
