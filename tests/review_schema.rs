@@ -554,3 +554,60 @@ async fn a_tombstone_is_told_apart_from_an_empty_value() {
     assert!(!empty.message().null_value);
     assert_eq!(empty.value().unwrap(), "");
 }
+
+/// Separated key/value messages in one batch: each batched message keeps its own binary key
+/// (SingleMessageMetadata `partition_key_b64_encoded`), for the typed and AUTO_CONSUME readers.
+#[tokio::test]
+async fn separated_key_values_survive_batching() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("review-schema-kv-batch");
+    let schema = || KeyValueSchema::separated(Int64Schema, StringSchema);
+    let mut typed = client
+        .consumer(&topic)
+        .subscription("typed")
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    let mut auto = client
+        .consumer(&topic)
+        .subscription("auto")
+        .schema(AutoConsumeSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(schema())
+        .configure(|b| b.batching(true))
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for k in [-1i64, 2, 0x3f3f_3f3f] {
+        receipts.push(
+            producer
+                .send(&KeyValue::new(k, format!("v{k}")))
+                .await
+                .unwrap(),
+        );
+    }
+    producer.flush().await.unwrap();
+    for r in receipts {
+        r.await.unwrap();
+    }
+    for k in [-1i64, 2, 0x3f3f_3f3f] {
+        let m = within("typed", typed.recv()).await.unwrap();
+        assert!(m.id().batch_index >= 0, "not batched: {:?}", m.id());
+        assert_eq!(m.value().unwrap(), &KeyValue::new(k, format!("v{k}")));
+        let m = within("auto", auto.recv()).await.unwrap();
+        assert_eq!(
+            m.value().unwrap(),
+            &GenericValue::KeyValue(
+                Box::new(GenericValue::Int64(k)),
+                Box::new(GenericValue::String(format!("v{k}")))
+            )
+        );
+    }
+}
