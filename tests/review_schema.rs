@@ -611,3 +611,53 @@ async fn separated_key_values_survive_batching() {
         );
     }
 }
+
+/// The usual reader loop, `while has_message_available { recv }`, after a recv that was
+/// cancelled while fetching a writer schema: the held message is still to be read, so the
+/// typed reader must say a message is available.
+#[tokio::test]
+async fn a_held_message_counts_as_available() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_schema_requests_unanswered(true);
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let topic = full("review-schema-available");
+    let producer = client
+        .producer(&topic)
+        .schema(AvroSchema::<User>::new(USER).unwrap())
+        .create()
+        .await
+        .unwrap();
+    producer
+        .send_and_wait(&User {
+            name: "last".into(),
+        })
+        .await
+        .unwrap();
+    let mut reader = client
+        .reader(&topic)
+        .schema(AvroSchema::<User>::new(USER).unwrap())
+        .configure(|r| r.start_earliest())
+        .create()
+        .await
+        .unwrap();
+    let fetching = common::wait_until("GetSchema sent", || {
+        !broker.received_of(Type::GetSchema).is_empty()
+    });
+    tokio::select! {
+        got = reader.recv() => panic!("recv finished before its GetSchema: {got:?}"),
+        _ = fetching => {}
+    }
+    broker.set_schema_requests_unanswered(false);
+    let mut names = Vec::new();
+    while within("available", reader.has_message_available())
+        .await
+        .unwrap()
+    {
+        let m = within("recv", reader.recv()).await.unwrap();
+        names.push(m.value().unwrap().name.clone());
+    }
+    assert_eq!(names, ["last"]);
+}

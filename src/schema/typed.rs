@@ -353,9 +353,19 @@ impl<S: Schema> TypedReader<S> {
         &self.decoder.schema
     }
 
-    /// The byte reader underneath (has_message_available ...). To seek, use
-    /// [`TypedReader::seek`]: a seek through the byte reader leaves a message held by a
-    /// cancelled [`recv`](Self::recv) to be returned first.
+    /// Whether a message is available to [`recv`](Self::recv): a message held by a cancelled
+    /// `recv` (waiting for its writer schema) counts, which the byte reader cannot see; see
+    /// [`Reader::has_message_available`].
+    pub async fn has_message_available(&mut self) -> Result<bool> {
+        if self.decoder.held.is_some() {
+            return Ok(true);
+        }
+        self.inner.has_message_available().await
+    }
+
+    /// The byte reader underneath. Use [`TypedReader::seek`] and
+    /// [`TypedReader::has_message_available`] rather than the byte reader's: they know of a
+    /// message held by a cancelled [`recv`](Self::recv).
     pub fn inner_mut(&mut self) -> &mut Reader {
         &mut self.inner
     }
