@@ -661,3 +661,53 @@ async fn a_held_message_counts_as_available() {
     }
     assert_eq!(names, ["last"]);
 }
+
+/// Java's `JSONSchema.of(Pojo)` / `AvroSchema.of(Pojo)` (alwaysAllowNull) register a nullable
+/// field as `["null", T]` with `"default": null`; a derived definition must read the same,
+/// or FULL compatibility (the broker's default) refuses adding such a field later.
+#[test]
+fn derived_definitions_give_optional_fields_a_null_default() {
+    #[derive(Debug, Serialize, Deserialize, apache_avro::AvroSchema)]
+    #[allow(dead_code)]
+    struct Event {
+        id: i64,
+        note: Option<String>,
+    }
+    let info = JsonSchema::<Event>::derived().unwrap().info().unwrap();
+    let def: serde_json::Value = serde_json::from_slice(&info.definition).unwrap();
+    let note = &def["fields"][1];
+    assert_eq!(note["name"], "note");
+    assert_eq!(note["type"], serde_json::json!(["null", "string"]));
+    assert!(
+        note.get("default").is_some_and(|d| d.is_null()),
+        "no null default: {def}"
+    );
+    assert_eq!(def["fields"][0]["type"], "long");
+}
+
+/// The same for `AvroSchema::derived`, nested records included, and the definition still
+/// parses and round-trips.
+#[test]
+fn derived_avro_definitions_give_nested_optional_fields_a_null_default() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize, apache_avro::AvroSchema)]
+    struct Inner {
+        tag: Option<i32>,
+    }
+    #[derive(Debug, PartialEq, Serialize, Deserialize, apache_avro::AvroSchema)]
+    struct Outer {
+        inner: Inner,
+        note: Option<String>,
+    }
+    let schema = AvroSchema::<Outer>::derived().unwrap();
+    let def: serde_json::Value =
+        serde_json::from_slice(&schema.info().unwrap().definition).unwrap();
+    assert!(def["fields"][1]["default"].is_null() && def["fields"][1].get("default").is_some());
+    let inner = &def["fields"][0]["type"]["fields"][0];
+    assert_eq!(inner["name"], "tag");
+    assert!(inner.get("default").is_some_and(|d| d.is_null()), "{def}");
+    let v = Outer {
+        inner: Inner { tag: Some(3) },
+        note: None,
+    };
+    assert_eq!(schema.decode(&schema.encode(&v).unwrap(), None).unwrap(), v);
+}
