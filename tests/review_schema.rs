@@ -711,3 +711,45 @@ fn derived_avro_definitions_give_nested_optional_fields_a_null_default() {
     };
     assert_eq!(schema.decode(&schema.encode(&v).unwrap(), None).unwrap(), v);
 }
+
+/// End to end: a struct gains an optional field; under the default FULL strategy the new
+/// producer is accepted as version 1 and an old-struct consumer still reads its messages.
+#[tokio::test]
+async fn adding_an_optional_field_to_a_derived_struct_is_compatible() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize, apache_avro::AvroSchema)]
+    #[avro(name = "Event")]
+    struct EventV1 {
+        id: i64,
+    }
+    #[derive(Debug, PartialEq, Serialize, Deserialize, apache_avro::AvroSchema)]
+    #[avro(name = "Event")]
+    struct EventV2 {
+        id: i64,
+        note: Option<String>,
+    }
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("review-schema-evolve");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .schema(AvroSchema::<EventV1>::derived().unwrap())
+        .subscribe()
+        .await
+        .unwrap();
+    let v2 = client
+        .producer(&topic)
+        .schema(AvroSchema::<EventV2>::derived().unwrap())
+        .create()
+        .await
+        .expect("an added optional field is FULL-compatible");
+    v2.send_and_wait(&EventV2 {
+        id: 9,
+        note: Some("n".into()),
+    })
+    .await
+    .unwrap();
+    assert_eq!(broker.schemas(&topic).len(), 2);
+    let m = within("old reader", consumer.recv()).await.unwrap();
+    assert_eq!(m.value().unwrap(), &EventV1 { id: 9 });
+}
