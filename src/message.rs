@@ -157,6 +157,10 @@ pub struct Message {
     pub sequence_id: u64,
     /// How many times it was delivered before (0 on first delivery).
     pub redelivery_count: u32,
+    /// The producer sent no value (upstream `null_value`: a tombstone, Java's
+    /// `value(null)`); the payload is empty. Typed handles do not decode it
+    /// ([`SchemaError::NullValue`](crate::schema::SchemaError::NullValue)).
+    pub null_value: bool,
     /// Which of the consumer's partition tasks delivered it (routes its ack).
     pub(crate) source: usize,
 }
@@ -179,6 +183,7 @@ impl Message {
             producer_name: Arc::from("p"),
             sequence_id: 0,
             redelivery_count: 0,
+            null_value: false,
             source: 0,
         }
     }

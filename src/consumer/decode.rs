@@ -168,6 +168,7 @@ pub(crate) fn decode(
             producer_name,
             sequence_id: meta.sequence_id,
             redelivery_count,
+            null_value: meta.null_value.unwrap_or(false),
             source: 0,
         }]);
     };
@@ -210,6 +211,7 @@ pub(crate) fn decode(
                 .sequence_id
                 .unwrap_or(meta.sequence_id.wrapping_add(i as u64)),
             redelivery_count,
+            null_value: single.null_value.unwrap_or(false),
             source: 0,
         });
     }

@@ -122,6 +122,10 @@ pub(crate) struct DeadLetterSink {
     subscription: String,
     dlq: OnceCell<Producer>,
     retry: OnceCell<Producer>,
+    /// The schema the dead-letter and retry producers register: the consumer's, like
+    /// upstream's `Schema.AUTO_PRODUCE_BYTES(schema)` producers (the payloads are passed on
+    /// as they are). None for AUTO_CONSUME, whose info is no writer schema.
+    schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl DeadLetterSink {
@@ -130,6 +134,7 @@ impl DeadLetterSink {
         topic: &TopicName,
         subscription: &str,
         policy: DeadLetterPolicy,
+        schema: Option<crate::schema::SchemaInfo>,
     ) -> Self {
         let dlq_topic = policy
             .dead_letter_topic
@@ -147,6 +152,7 @@ impl DeadLetterSink {
             subscription: subscription.to_string(),
             dlq: OnceCell::new(),
             retry: OnceCell::new(),
+            schema: schema.filter(|s| s.schema_type != crate::schema::SchemaType::AutoConsume),
         }
     }
 
@@ -155,7 +161,8 @@ impl DeadLetterSink {
             .get_or_try_init(|| async {
                 let mut b = ProducerBuilder::new(self.client.clone(), self.dlq_topic.clone())
                     .batching(false)
-                    .chunking(persistent(&self.dlq_topic));
+                    .chunking(persistent(&self.dlq_topic))
+                    .schema_info(self.schema.clone());
                 if let Some(sub) = &self.policy.initial_subscription_name {
                     b = b.initial_subscription_name(sub);
                 }
@@ -170,6 +177,7 @@ impl DeadLetterSink {
                 ProducerBuilder::new(self.client.clone(), self.retry_topic.clone())
                     .batching(false)
                     .chunking(persistent(&self.retry_topic))
+                    .schema_info(self.schema.clone())
                     .create()
                     .await
             })

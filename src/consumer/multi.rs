@@ -170,6 +170,7 @@ pub(crate) async fn subscribe_topic(
                 &topic,
                 &options.subscription,
                 policy,
+                options.schema.clone(),
             ))
         });
     let dlq = sink.clone().filter(|_| shared_type);

@@ -68,9 +68,17 @@ pub(crate) fn subscribe(
         return Step::Reply(error(rid, code, &message));
     }
     // Upstream `addSchemaIfIdleOrCheckCompatible`: a consumer's schema must be compatible
-    // with the topic's (registered if the topic has none); AUTO_CONSUME reads anything.
+    // with the topic's (registered only if the topic is idle and has none); AUTO_CONSUME reads
+    // anything.
     if let Some(schema) = &cmd.schema {
-        if let Err(message) = state.schemas.check_consumer(&topic_name, schema) {
+        let idle = state.topics.get(&topic_name).is_none_or(|t| {
+            t.producers.is_empty()
+                && t.messages.is_empty()
+                && t.subscriptions
+                    .values()
+                    .all(|s| s.consumers.iter().all(|c| c.auto_consume))
+        });
+        if let Err(message) = state.schemas.check_consumer(&topic_name, schema, idle) {
             return Step::Reply(error(rid, ServerError::IncompatibleSchema, &message));
         }
     }
@@ -127,6 +135,10 @@ pub(crate) fn subscribe(
         permits: 0,
         epoch: cmd.consumer_epoch,
         reached_end: false,
+        auto_consume: cmd
+            .schema
+            .as_ref()
+            .is_some_and(|s| s.r#type == wire::schema::Type::AutoConsume as i32),
     });
     tracing::debug!(topic = %topic.name, subscription = %sub.name, ?sub_type, "mock broker: consumer attached");
     dispatch::update_active(sub, topic.partition, Some(key), conns);

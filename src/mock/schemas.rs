@@ -87,22 +87,51 @@ impl Registry {
         Ok(versions.len() - 1)
     }
 
-    /// Whether a consumer's `schema` may read `topic` (registering it on a topic without one).
-    /// AUTO_CONSUME reads anything.
+    /// Whether a consumer's `schema` may read `topic`; `idle` tells whether the topic (the
+    /// partition) has no producer, no consumer other than AUTO_CONSUME ones and no entry.
+    ///
+    /// Upstream `AbstractTopic.addSchemaIfIdleOrCheckCompatible`: only an idle topic without a
+    /// schema gets the consumer's registered; on a busy topic without one it is refused ("Failed
+    /// to add schema to an active topic with empty(BYTES) schema"); on a topic with one it is
+    /// checked (`SchemaRegistryServiceImpl.checkConsumerCompatibility`: BACKWARD against the
+    /// latest under BACKWARD/FORWARD/FULL) and never becomes a version. AUTO_CONSUME reads
+    /// anything.
     pub(crate) fn check_consumer(
         &mut self,
         topic: &str,
         schema: &wire::Schema,
+        idle: bool,
     ) -> Result<(), String> {
         if schema.r#type == wire::schema::Type::AutoConsume as i32 {
             return Ok(());
         }
-        self.get_or_create(topic, schema).map(|_| ())
+        let Some(latest) = self.versions(topic).last() else {
+            if idle {
+                return self.get_or_create(topic, schema).map(|_| ());
+            }
+            return Err(format!(
+                "Failed to add schema to an active topic with empty(BYTES) schema: new schema \
+                 type {}",
+                type_name(schema.r#type)
+            ));
+        };
+        use MockSchemaCompatibility as S;
+        match self.strategy {
+            S::AlwaysCompatible => Ok(()),
+            S::AlwaysIncompatible
+                if latest.r#type == schema.r#type && latest.schema_data == schema.schema_data =>
+            {
+                Ok(())
+            }
+            S::AlwaysIncompatible => check(S::AlwaysIncompatible, latest, schema),
+            _ => check(S::Backward, latest, schema),
+        }
     }
 }
 
+/// Java's name of a type (`SchemaType.toString()`), as upstream's refusals spell it.
 fn type_name(t: i32) -> String {
-    wire::schema::Type::try_from(t).map_or_else(|_| t.to_string(), |t| t.as_str_name().to_owned())
+    crate::schema::SchemaType::from_wire(t).map_or_else(|| t.to_string(), |t| t.java_name().into())
 }
 
 /// Checks `new` against `latest` under `strategy` (upstream `checkCompatibilityWithLatest`).

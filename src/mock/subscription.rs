@@ -38,6 +38,9 @@ pub(crate) struct Consumer {
     /// Tells apart consumers of the same name on the Key_Shared hash ring: the lowest index no
     /// other attached consumer of that name holds (upstream `ConsumerNameIndexTracker`).
     pub(crate) name_index: u32,
+    /// Subscribed with an AUTO_CONSUME schema (does not make the topic busy for a schema
+    /// check, upstream `addSchemaIfIdleOrCheckCompatible`).
+    pub(crate) auto_consume: bool,
 }
 
 /// One subscription of a topic.
@@ -398,6 +401,7 @@ mod tests {
                 epoch: None,
                 reached_end: false,
                 name_index: 0,
+                auto_consume: false,
             });
         }
         assert_eq!(s.pick_active(-1), Some(key(2)));

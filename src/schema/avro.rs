@@ -133,11 +133,10 @@ impl<T> AvroSchema<T> {
 }
 
 impl<T: apache_avro::AvroSchema> AvroSchema<T> {
-    /// An Avro schema derived from `T` (`#[derive(apache_avro::AvroSchema)]`).
+    /// An Avro schema derived from `T` (`#[derive(apache_avro::AvroSchema)]`); an optional
+    /// field (`["null", T]`) gets `"default": null`, as Java's `AvroSchema.of` registers it.
     pub fn derived() -> Result<Self, SchemaError> {
-        let def = serde_json::to_string(&T::get_schema())
-            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
-        Self::new(&def)
+        Self::new(&super::json::derived_definition(&T::get_schema())?)
     }
 }
 

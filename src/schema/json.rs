@@ -99,12 +99,45 @@ impl<T> JsonSchema<T> {
 #[cfg(feature = "avro")]
 impl<T: apache_avro::AvroSchema> JsonSchema<T> {
     /// A JSON schema whose definition is derived from `T`'s Avro schema
-    /// (`#[derive(apache_avro::AvroSchema)]`), like Java's reflection-based `JSONSchema.of`.
+    /// (`#[derive(apache_avro::AvroSchema)]`), like Java's reflection-based `JSONSchema.of`:
+    /// an optional field (`["null", T]`) gets `"default": null`, as Java registers it.
     pub fn derived() -> Result<Self, SchemaError> {
-        let def = serde_json::to_string(&T::get_schema())
-            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
-        Self::new(&def)
+        Self::new(&derived_definition(&T::get_schema())?)
     }
+}
+
+/// The definition of a derived Avro schema, with `"default": null` on every record field
+/// whose type is a union starting with `"null"` and has no default: what Java's
+/// `SchemaDefinition` with `alwaysAllowNull` (the default) registers (`ReflectData.AllowNull`
+/// makes such fields nullable with a null default). Without it, adding an optional field is
+/// refused under the broker's default FULL compatibility (old data has no value for it).
+#[cfg(feature = "avro")]
+pub(crate) fn derived_definition(schema: &apache_avro::Schema) -> Result<String, SchemaError> {
+    fn null_defaults(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(o) => {
+                if let Some(serde_json::Value::Array(fields)) = o.get_mut("fields") {
+                    for f in fields.iter_mut().filter_map(|f| f.as_object_mut()) {
+                        let nullable = f
+                            .get("type")
+                            .and_then(|t| t.as_array())
+                            .and_then(|t| t.first())
+                            .is_some_and(|t| t == "null");
+                        if nullable && !f.contains_key("default") {
+                            f.insert("default".into(), serde_json::Value::Null);
+                        }
+                    }
+                }
+                o.values_mut().for_each(null_defaults);
+            }
+            serde_json::Value::Array(a) => a.iter_mut().for_each(null_defaults),
+            _ => {}
+        }
+    }
+    let mut def =
+        serde_json::to_value(schema).map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
+    null_defaults(&mut def);
+    serde_json::to_string(&def).map_err(|e| SchemaError::InvalidDefinition(e.to_string()))
 }
 
 impl<T> Schema for JsonSchema<T>

@@ -97,6 +97,10 @@ pub enum SchemaError {
         #[source]
         source: Option<SourceError>,
     },
+    /// The message has no value (a tombstone: upstream `null_value`, Java's `value(null)`,
+    /// whose `getValue()` is null); its payload is not decoded.
+    #[error("the message has no value (null_value)")]
+    NullValue,
     /// A schema definition is not valid (for example not an Avro schema).
     #[error("invalid schema definition: {0}")]
     InvalidDefinition(String),

@@ -90,7 +90,7 @@ impl<S: Schema> Decoder<S> {
     async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
         let msg = self.held.as_ref()?;
         let mut writer: Option<Arc<SchemaInfo>> = None;
-        if self.schema.needs_writer_schema() {
+        if self.schema.needs_writer_schema() && !msg.null_value {
             if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
                 // Schemas belong to the topic, not a partition (upstream keys them by the
                 // partitioned topic's name): one fetch per version for all partitions.
@@ -99,7 +99,13 @@ impl<S: Schema> Decoder<S> {
             }
         }
         let msg = self.held.take()?;
-        let value = self.schema.decode_message(&msg, writer.as_deref());
+        // Upstream `MessageImpl.getValue` answers null for a `null_value` message without
+        // decoding its (empty) payload.
+        let value = if msg.null_value {
+            Err(SchemaError::NullValue)
+        } else {
+            self.schema.decode_message(&msg, writer.as_deref())
+        };
         Some(TypedMessage {
             message: msg,
             value,
@@ -259,9 +265,28 @@ impl<S: Schema> TypedConsumer<S> {
         &self.inner
     }
 
-    /// The byte consumer underneath, mutably (to receive raw messages).
+    /// The byte consumer underneath, mutably (to receive raw messages). To seek, use
+    /// [`TypedConsumer::seek`]: a seek through the byte consumer leaves a message held by a
+    /// cancelled [`recv`](Self::recv) to be returned first.
     pub fn inner_mut(&mut self) -> &mut Consumer {
         &mut self.inner
+    }
+
+    /// Seeks to a message id; see [`Consumer::seek`]. A message held by a cancelled `recv`
+    /// (waiting for its writer schema) is dropped, like upstream `ConsumerImpl.seek` clears the
+    /// messages already received.
+    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.inner.seek(id).await?;
+        self.decoder.held = None;
+        Ok(())
+    }
+
+    /// Seeks to a publish time; see [`Consumer::seek_by_time`]. Drops a held message like
+    /// [`TypedConsumer::seek`].
+    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.inner.seek_by_time(publish_time_ms).await?;
+        self.decoder.held = None;
+        Ok(())
     }
 
     /// The schema.
@@ -328,9 +353,38 @@ impl<S: Schema> TypedReader<S> {
         &self.decoder.schema
     }
 
-    /// The byte reader underneath (seek, has_message_available ...).
+    /// Whether a message is available to [`recv`](Self::recv): a message held by a cancelled
+    /// `recv` (waiting for its writer schema) counts, which the byte reader cannot see; see
+    /// [`Reader::has_message_available`].
+    pub async fn has_message_available(&mut self) -> Result<bool> {
+        if self.decoder.held.is_some() {
+            return Ok(true);
+        }
+        self.inner.has_message_available().await
+    }
+
+    /// The byte reader underneath. Use [`TypedReader::seek`] and
+    /// [`TypedReader::has_message_available`] rather than the byte reader's: they know of a
+    /// message held by a cancelled [`recv`](Self::recv).
     pub fn inner_mut(&mut self) -> &mut Reader {
         &mut self.inner
+    }
+
+    /// Seeks to a message id; see [`Reader::seek`]. A message held by a cancelled `recv`
+    /// (waiting for its writer schema) is dropped, like upstream's seek clears the messages
+    /// already received.
+    pub async fn seek(&mut self, id: MessageId) -> Result<()> {
+        self.inner.seek(id).await?;
+        self.decoder.held = None;
+        Ok(())
+    }
+
+    /// Seeks to a publish time; see [`Reader::seek_by_time`]. Drops a held message like
+    /// [`TypedReader::seek`].
+    pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
+        self.inner.seek_by_time(publish_time_ms).await?;
+        self.decoder.held = None;
+        Ok(())
     }
 
     /// Closes the reader.
