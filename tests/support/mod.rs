@@ -1,5 +1,7 @@
 //! Shared support code for integration tests that run against a real broker, `pulsar-lite`
-//! (PyPI `pulsar-lite==0.2.0`), and against the official client (PyPI `pulsar-client==3.13.0`).
+//! (PyPI `pulsar-lite==0.2.0`), and against the official client (PyPI
+//! `pulsar-client[avro]==3.13.0`: the `avro` extra brings fastavro, which `pulsar.schema.AvroSchema`
+//! needs).
 //!
 //! Use it from an integration test with `mod support;`.
 //!
@@ -40,7 +42,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// The pinned PyPI packages. `.ci/run` installs the same pins into the same venv.
 pub const PULSAR_LITE_PIN: &str = "pulsar-lite==0.2.0";
-pub const PULSAR_CLIENT_PIN: &str = "pulsar-client==3.13.0";
+/// With the `avro` extra (fastavro), without which `pulsar.schema.AvroSchema` is unavailable.
+pub const PULSAR_CLIENT_PIN: &str = "pulsar-client[avro]==3.13.0";
 
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -95,7 +98,7 @@ fn tools() -> &'static Tools {
              How to fix: install Python 3 with venv and pip support (Debian: \
              `apt-get install -y python3 python3-venv python3-pip`), make sure PyPI is reachable, \
              then run `bash .ci/run` or simply re-run the tests. To create the venv by hand:\n  \
-             python3 -m venv {venv} && {venv}/bin/pip install {PULSAR_LITE_PIN} {PULSAR_CLIENT_PIN}\n\
+             python3 -m venv {venv} && {venv}/bin/pip install {PULSAR_LITE_PIN} '{PULSAR_CLIENT_PIN}'\n\
              (or point PULSAR_TEST_VENV at such a venv; PULSAR_LITE_BIN overrides the broker \
              binary only).\n",
             venv = venv_dir().display()
@@ -147,6 +150,28 @@ fn ensure_venv() -> Result<Tools, String> {
         return Ok(tools);
     }
     let started = Instant::now();
+    let pip_install = |python: &Path| {
+        run_setup(
+            Command::new(python)
+                .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
+                .args([PULSAR_LITE_PIN, PULSAR_CLIENT_PIN]),
+            "pip install (is PyPI reachable?)",
+        )
+    };
+    // A venv from older pins (e.g. without the avro extra) is topped up in place first: pip
+    // adds or replaces only what differs. Rebuilt from scratch if that does not do it.
+    if venv.join("bin/python").is_file() {
+        eprintln!(
+            "[support] topping up test venv {} with {PULSAR_LITE_PIN} {PULSAR_CLIENT_PIN} ...",
+            venv.display()
+        );
+        if pip_install(&venv.join("bin/python")).is_ok() {
+            if let Some(tools) = check_venv(&venv) {
+                eprintln!("[support] test venv ready in {:.1?}", started.elapsed());
+                return Ok(tools);
+            }
+        }
+    }
     eprintln!(
         "[support] creating test venv {} with {PULSAR_LITE_PIN} {PULSAR_CLIENT_PIN} ...",
         venv.display()
@@ -160,12 +185,7 @@ fn ensure_venv() -> Result<Tools, String> {
         "python3 -m venv (is python3 installed, with the venv module and ensurepip? \
          Debian: apt-get install -y python3-venv)",
     )?;
-    run_setup(
-        Command::new(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "--disable-pip-version-check", "-q"])
-            .args([PULSAR_LITE_PIN, PULSAR_CLIENT_PIN]),
-        "pip install (is PyPI reachable?)",
-    )?;
+    pip_install(&venv.join("bin/python"))?;
     let tools = check_venv(&venv).ok_or_else(|| {
         format!(
             "after pip install, {} still lacks a working pulsar-lite binary or pulsar-client",
@@ -194,7 +214,8 @@ fn run_setup(cmd: &mut Command, what: &str) -> Result<(), String> {
     }
 }
 
-/// A venv is usable when both packages report the pinned versions and the binary is there.
+/// A venv is usable when both packages report the pinned versions, the client's avro extra
+/// (fastavro) imports and the binary is there.
 fn check_venv(venv: &Path) -> Option<Tools> {
     let python = venv.join("bin/python");
     if !python.is_file() {
@@ -203,9 +224,9 @@ fn check_venv(venv: &Path) -> Option<Tools> {
     let out = Command::new(&python)
         .args([
             "-c",
-            "import importlib.metadata as m, pulsar; \
+            "import importlib.metadata as m, pulsar, fastavro; \
              print('pulsar-lite==' + m.version('pulsar-lite'), \
-             'pulsar-client==' + m.version('pulsar-client'))",
+             'pulsar-client[avro]==' + m.version('pulsar-client'))",
         ])
         .stdin(Stdio::null())
         .stderr(Stdio::null())
