@@ -1,5 +1,5 @@
 //! Typed messages with the official Python client (`pulsar.schema`, pulsar-client 3.13) through
-//! pulsar-lite, both directions: JsonSchema records and StringSchema values; for the encodings
+//! pulsar-lite, both directions: JsonSchema and AvroSchema records and StringSchema values; for the encodings
 //! the Python client has no schema class for (primitives, inline key/value), Python's `struct`
 //! packs and unpacks upstream's big-endian layouts (tests/interop/schema_official.py).
 //!
@@ -8,15 +8,16 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;
 
 use pulsar_sdk::schema::{
     AutoConsumeSchema, AvroSchema, BoolSchema, DoubleSchema, FloatSchema, GenericValue,
     Int16Schema, Int32Schema, Int64Schema, Int8Schema, JsonSchema, KeyValue, KeyValueSchema,
-    Schema, StringSchema,
+    Schema, StringSchema, TypedConsumer,
 };
-use pulsar_sdk::{Client, Error, InitialPosition};
+use pulsar_sdk::{Client, Error, InitialPosition, SubscriptionType};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use support::{shared_broker, unique_name};
@@ -49,6 +50,64 @@ fn users() -> Vec<User> {
             tags: Some((0..i).map(|t| format!("t{t}")).collect()),
         })
         .collect()
+}
+
+/// The Python test's `Measurement(Record)` for AvroSchema: same record name and namespace, same
+/// fields in the same order; `id` is `Long(required=True)`, the others are optional
+/// (`["null", T]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, apache_avro::AvroSchema)]
+#[avro(namespace = "org.example.interop")]
+struct Measurement {
+    id: i64,
+    sensor: Option<String>,
+    level: Option<i32>,
+    ratio: Option<f32>,
+    value: Option<f64>,
+    ok: Option<bool>,
+    tags: Option<Vec<String>>,
+    counts: Option<HashMap<String, i32>>,
+}
+
+/// Every field set (non-ASCII text, negative numbers, several map entries), the optional
+/// fields null, and empty containers. Not a null `ok`: Python's `Boolean()` field turns `None`
+/// into `False` (its default), on encode and on decode alike. Floats are exact in binary so JSON carries them unchanged.
+fn measurements() -> Vec<Measurement> {
+    vec![
+        Measurement {
+            id: i64::MIN,
+            sensor: Some("thermo é ✓".into()),
+            level: Some(-7),
+            ratio: Some(0.5),
+            value: Some(-1234.125),
+            ok: Some(true),
+            tags: Some(vec!["a".into(), "b c".into()]),
+            counts: Some(HashMap::from([("x".into(), 1), ("ü".into(), i32::MIN)])),
+        },
+        Measurement {
+            id: 0,
+            sensor: None,
+            level: None,
+            ratio: None,
+            value: None,
+            ok: Some(false),
+            tags: None,
+            counts: None,
+        },
+        Measurement {
+            id: i64::MAX,
+            sensor: Some(String::new()),
+            level: Some(i32::MAX),
+            ratio: Some(-2.25),
+            value: Some(1e300),
+            ok: Some(false),
+            tags: Some(vec![]),
+            counts: Some(HashMap::new()),
+        },
+    ]
+}
+
+fn measurement_schema() -> AvroSchema<Measurement> {
+    AvroSchema::derived().unwrap()
 }
 
 fn client() -> Client {
@@ -112,17 +171,28 @@ async fn python_consume(topic: &str, schema: &str, count: usize) -> Vec<Value> {
     values
 }
 
-/// Subscribes from the start with `schema`, and decodes `count` messages.
+/// Subscribes from the start with `schema` (Shared: pulsar-lite may dispatch duplicates on
+/// Exclusive), and decodes `count` messages.
 async fn consume<S: Schema>(topic: &str, schema: S, count: usize) -> Vec<S::Type> {
     let client = client();
-    let mut consumer = client
+    let consumer = subscribe(&client, topic, schema).await;
+    receive(consumer, count).await
+}
+
+async fn subscribe<S: Schema>(client: &Client, topic: &str, schema: S) -> TypedConsumer<S> {
+    client
         .consumer(topic)
         .subscription(unique_name("rs"))
+        .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
         .schema(schema)
         .subscribe()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Decodes and acks `count` messages, then closes the consumer.
+async fn receive<S: Schema>(mut consumer: TypedConsumer<S>, count: usize) -> Vec<S::Type> {
     let mut out = Vec::new();
     for _ in 0..count {
         let msg = tokio::time::timeout(Duration::from_secs(20), consumer.recv())
@@ -253,6 +323,43 @@ async fn python_decodes_what_we_produce_with_schemas() {
         python_consume(&topic, "kv", 2).await,
         [json!(["key", 5]), json!(["ü", -1])]
     );
+}
+
+#[tokio::test]
+async fn avro_records_both_ways_with_python() {
+    // Same definition as Python's AvroSchema(Measurement) registers (canonical form: names,
+    // namespace, field order and types; Python sets no null defaults, ours does like Java's).
+    let answer = python("info", json!({})).await;
+    let theirs = answer["avro_definition"].as_str().unwrap();
+    let ours = measurement_schema().info().unwrap();
+    let parse = |s: &str| apache_avro::Schema::parse_str(s).unwrap().canonical_form();
+    assert_eq!(parse(ours.definition_str().unwrap()), parse(theirs));
+
+    // Python (fastavro schemaless_writer) -> our AvroSchema consumer, subscribed before the
+    // records are produced (live, Shared).
+    let topic = unique_name("schema-from-py-avro");
+    let client = client();
+    let consumer = subscribe(&client, &topic, measurement_schema()).await;
+    python_produce(
+        &topic,
+        "avro",
+        serde_json::to_value(measurements()).unwrap(),
+    )
+    .await;
+    assert_eq!(receive(consumer, 3).await, measurements());
+
+    // Our AvroSchema producer -> Python's AvroSchema consumer (Shared, from the earliest
+    // message). pulsar-lite sends no schema version and never answers GetSchema: Python's
+    // AvroSchema asks for the writer schema of each message and, after the operation timeout,
+    // decodes with its own; a short operation timeout keeps that wait small.
+    let topic = unique_name("schema-to-py-avro");
+    produce(&topic, measurement_schema(), &measurements()).await;
+    let req = json!({"url": shared_broker().url(), "topic": topic, "schema": "avro",
+        "subscription": unique_name("py"), "count": 3, "timeout_secs": 20,
+        "operation_timeout_secs": 2});
+    let got = python("consume", req).await;
+    let got: Vec<Measurement> = serde_json::from_value(got["values"].clone()).unwrap();
+    assert_eq!(got, measurements());
 }
 
 /// pulsar-lite names no schema version and never answers GetSchema: an Avro consumer decodes

@@ -9,17 +9,21 @@ tests/interop_schema.rs.
 One JSON object on stdin, one on stdout (fd 1 is pointed at stderr meanwhile, so nothing the C++
 client prints can corrupt the answer).
 
-Schemas ("schema" in the request): "json" (JsonSchema of the record User below), "string"
+Schemas ("schema" in the request): "json" (JsonSchema of the record User below), "avro"
+(AvroSchema of the record Measurement below: fastavro, from the `avro` extra), "string"
 (StringSchema), and, for the encodings the Python client has no schema class for, BytesSchema
 with the value packed by Python's `struct` as upstream's Java schemas encode it (big-endian):
 "int8", "int16", "int32", "int64", "float", "double", "bool", and "kv" (an inline key/value of a
 UTF-8 key and an INT32 value: [i32 key length][key][i32 value length][value]; values are
 [key, value] pairs).
 
-info answer:    {"json_definition": "<what JsonSchema(User) registers>"}
-produce request: {"url", "topic", "schema", "values": [...]}  (json: {"name", "age", "tags"})
-consume request: {"url", "topic", "subscription", "schema", "count", "timeout_secs"}
-consume answer:  {"values": [...]}   (json: the record's fields; packed kinds: the unpacked value)
+info answer:    {"json_definition": "<what JsonSchema(User) registers>",
+                 "avro_definition": "<what AvroSchema(Measurement) registers>"}
+produce request: {"url", "topic", "schema", "values": [...]}  (json: {"name", "age", "tags"};
+                 avro: Measurement's fields, null for an absent optional one)
+consume request: {"url", "topic", "subscription", "schema", "count", "timeout_secs",
+                 "operation_timeout_secs" (optional, default 10)}; a Shared subscription
+consume answer:  {"values": [...]}   (records: their fields; packed kinds: the unpacked value)
 """
 
 import json
@@ -39,13 +43,28 @@ ANSWER = _reserve_stdout()
 
 import pulsar  # noqa: E402
 from pulsar.schema import (  # noqa: E402
-    Array, BytesSchema, Integer, JsonSchema, Record, String, StringSchema)
+    Array, AvroSchema, Boolean, BytesSchema, Double, Float, Integer, JsonSchema, Long, Map,
+    Record, String, StringSchema)
 
 
 class User(Record):
     name = String()
     age = Integer()
     tags = Array(String())
+
+
+class Measurement(Record):
+    """Mirrored by `Measurement` in tests/interop_schema.rs (same name, namespace, field order
+    and types; optional fields are ["null", T] unions, Python's default)."""
+    _avro_namespace = "org.example.interop"
+    id = Long(required=True)
+    sensor = String()
+    level = Integer()
+    ratio = Float()
+    value = Double()
+    ok = Boolean()
+    tags = Array(String())
+    counts = Map(Integer())
 
 
 PACKED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "float": ">f",
@@ -55,19 +74,25 @@ PACKED = {"int8": ">b", "int16": ">h", "int32": ">i", "int64": ">q", "float": ">
 def _schema(name):
     if name == "json":
         return JsonSchema(User)
+    if name == "avro":
+        return AvroSchema(Measurement)
     if name == "string":
         return StringSchema()
     return BytesSchema()
 
 
 def _client(req):
-    return pulsar.Client(req["url"], operation_timeout_seconds=10, connection_timeout_ms=5000,
+    return pulsar.Client(req["url"],
+                         operation_timeout_seconds=int(req.get("operation_timeout_secs", 10)),
+                         connection_timeout_ms=5000,
                          logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Warn))
 
 
 def _encode_value(kind, v):
     if kind == "json":
         return User(name=v["name"], age=v["age"], tags=v["tags"])
+    if kind == "avro":
+        return Measurement(**v)
     if kind in PACKED:
         return struct.pack(PACKED[kind], v)
     if kind == "kv":
@@ -80,6 +105,9 @@ def _encode_value(kind, v):
 def _decode_value(kind, v):
     if kind == "json":
         return {"name": v.name, "age": v.age, "tags": v.tags}
+    if kind == "avro":
+        assert isinstance(v, Measurement), type(v)
+        return {name: getattr(v, name) for name in Measurement._fields}
     if kind in PACKED:
         return struct.unpack(PACKED[kind], v)[0]
     if kind == "kv":
@@ -93,7 +121,8 @@ def _decode_value(kind, v):
 
 
 def info(_req):
-    return {"json_definition": JsonSchema(User).schema_info().schema()}
+    return {"json_definition": JsonSchema(User).schema_info().schema(),
+            "avro_definition": AvroSchema(Measurement).schema_info().schema()}
 
 
 def produce(req):
@@ -114,6 +143,7 @@ def consume(req):
     try:
         consumer = client.subscribe(req["topic"], req["subscription"],
                                     schema=_schema(req["schema"]),
+                                    consumer_type=pulsar.ConsumerType.Shared,
                                     initial_position=pulsar.InitialPosition.Earliest)
         values = []
         for _ in range(int(req["count"])):
