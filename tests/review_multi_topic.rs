@@ -1,0 +1,294 @@
+//! Review probes of the multi-topic and pattern consumers (issue 14) against the mock broker:
+//! each test is a way a user could see them go wrong.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use common::{full, publish, unbatched_producer, wait_until, within};
+use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::{
+    Client, Consumer, InitialPosition, Message, State, SubscriptionType, TopicsChanged,
+};
+use tokio::sync::broadcast;
+
+fn client(url: &str) -> Client {
+    common::test_client(url).build().expect("valid config")
+}
+
+async fn recv(consumer: &mut Consumer) -> Message {
+    within("recv", consumer.recv()).await.expect("a message")
+}
+
+async fn pattern_consumer(client: &Client, pattern: &str, period: Duration) -> Consumer {
+    client
+        .new_consumer()
+        .topics_pattern(pattern)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .pattern_auto_discovery_period(period)
+        .subscribe()
+        .await
+        .expect("pattern consumer")
+}
+
+async fn next_change(changes: &mut broadcast::Receiver<TopicsChanged>) -> TopicsChanged {
+    within("a topics change", changes.recv())
+        .await
+        .expect("a change")
+}
+
+fn added(c: &TopicsChanged) -> BTreeSet<String> {
+    c.added.iter().map(|t| t.to_string()).collect()
+}
+
+fn topics_of(consumer: &Consumer) -> BTreeSet<String> {
+    consumer.topics().iter().map(|t| t.to_string()).collect()
+}
+
+/// Upstream's topic-list hash, computed here independently of the crate (CRC32C of the sorted
+/// names joined with ",", Guava's little-endian hex).
+fn upstream_hash(topics: &[&str]) -> String {
+    let mut sorted = topics.to_vec();
+    sorted.sort();
+    let crc = crc32c::crc32c(sorted.join(",").as_bytes());
+    crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Java's `MultiTopicsConsumerImpl` keeps its own state: one topic's consumer ending for good
+/// (here: the topic was terminated and its end reached) leaves the multi-topic consumer
+/// `Ready` and receiving from the other topics.
+#[tokio::test]
+async fn one_topic_ending_for_good_does_not_end_a_multi_topic_consumer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("rv-end-a"), full("rv-end-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let mut consumer = client
+        .new_consumer()
+        .topics([a.clone(), b.clone()])
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    assert_eq!(consumer.state(), State::Ready);
+    // Topic a ends: its consumer has read everything, so it is told REACHED_END_OF_TOPIC.
+    broker.terminate_topic(&a).unwrap();
+    broker
+        .wait_for_command(Type::ReachedEndOfTopic, Duration::from_secs(10))
+        .await;
+    // Whatever the a-task reports, the consumer still serves b.
+    let pb = unbatched_producer(&client, &b).await;
+    publish(&pb, "b", 1).await;
+    let m = loop {
+        match within("recv", consumer.recv()).await {
+            Ok(m) => break m,
+            // An end-of-topic notice for a is acceptable as an item; keep reading.
+            Err(pulsar_sdk::Error::TopicTerminated { .. }) => continue,
+            Err(e) => panic!("the consumer failed: {e:?}"),
+        }
+    };
+    assert_eq!(m.topic.to_string(), b);
+    consumer.ack(&m).unwrap();
+    assert!(
+        !consumer.state().is_terminal(),
+        "one topic's end ended the whole consumer: {:?}",
+        consumer.state()
+    );
+}
+
+/// A broker pushing (into a persistent-only pattern consumer's watcher) a non-persistent topic
+/// that matches the regex, a topic of another namespace and a malformed name: none of them is
+/// subscribed.
+#[tokio::test]
+async fn a_watcher_update_with_topics_outside_the_mode_or_namespace_is_ignored() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let one = full("rv-w-orders-1");
+    broker.create_topic(&one);
+    let np = "non-persistent://public/default/rv-w-orders-np".to_string();
+    broker.create_topic(&np);
+    let other_ns = "persistent://public/other/rv-w-orders-x".to_string();
+    let _ = broker.create_namespace("public/other");
+    broker.create_topic(&other_ns);
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-w-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    let mut changes = consumer.topic_changes();
+    assert_eq!(topics_of(&consumer), BTreeSet::from([one.clone()]));
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    let (conn, watcher_id, ..) = broker.topic_list_watchers()[0].clone();
+    assert!(broker.push(
+        conn,
+        wire::BaseCommand {
+            r#type: Type::WatchTopicUpdate as i32,
+            watch_topic_update: Some(wire::CommandWatchTopicUpdate {
+                watcher_id,
+                new_topics: vec![np.clone(), other_ns.clone(), "persistent://x".into()],
+                deleted_topics: vec![],
+                // The set did not change (what an honest broker would say).
+                topics_hash: upstream_hash(&[&one]),
+            }),
+            ..Default::default()
+        },
+    ));
+    // A real new topic: its change must be the first one seen.
+    let two = full("rv-w-orders-2");
+    broker.create_topic(&two);
+    let c = next_change(&mut changes).await;
+    assert_eq!(added(&c), BTreeSet::from([two.clone()]), "{c:?}");
+    assert!(c.removed.is_empty(), "{c:?}");
+    assert_eq!(topics_of(&consumer), BTreeSet::from([one, two]));
+    assert_eq!(broker.consumers(&np, "s"), 0);
+    assert_eq!(broker.consumers(&other_ns, "s"), 0);
+}
+
+/// A WatchTopicUpdate for a watcher id nobody registered is dropped: the connection and the
+/// real watcher keep working.
+#[tokio::test]
+async fn a_watcher_update_for_an_unknown_watcher_is_harmless() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("rv-u-orders-1"));
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-u-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    let mut changes = consumer.topic_changes();
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    let (conn, watcher_id, ..) = broker.topic_list_watchers()[0].clone();
+    let stranger = full("rv-u-orders-stranger");
+    broker.create_topic(&stranger);
+    // The real watcher hears of `stranger` too; drain that change first.
+    let c = next_change(&mut changes).await;
+    assert_eq!(added(&c), BTreeSet::from([stranger.clone()]));
+    assert!(broker.push(
+        conn,
+        wire::BaseCommand {
+            r#type: Type::WatchTopicUpdate as i32,
+            watch_topic_update: Some(wire::CommandWatchTopicUpdate {
+                watcher_id: watcher_id.wrapping_add(1000),
+                new_topics: vec![],
+                deleted_topics: vec![stranger.clone()],
+                topics_hash: "deadbeef".into(),
+            }),
+            ..Default::default()
+        },
+    ));
+    let three = full("rv-u-orders-3");
+    broker.create_topic(&three);
+    let c = next_change(&mut changes).await;
+    assert_eq!(added(&c), BTreeSet::from([three.clone()]), "{c:?}");
+    assert!(c.removed.is_empty(), "{c:?}");
+    assert!(topics_of(&consumer).contains(&stranger));
+    assert_eq!(broker.connections().len(), 1, "the connection survived");
+}
+
+/// Dropping a pattern consumer stops its discovery: the watcher is closed and polling stops.
+#[tokio::test]
+async fn dropping_a_pattern_consumer_stops_discovery() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("rv-d-orders-1"));
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-d-orders-.*",
+        Duration::from_millis(100),
+    )
+    .await;
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    // Polling runs (a few polls at a 100 ms period).
+    let polls = || broker.received_of(Type::GetTopicsOfNamespace).len();
+    let before = polls();
+    wait_until("a few polls", || polls() >= before + 2).await;
+    drop(consumer);
+    wait_until("the watcher is closed", || {
+        broker.topic_list_watchers().is_empty()
+    })
+    .await;
+    let after = polls();
+    // Ten periods: a leaked discovery task would poll about ten times.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        polls() <= after + 1,
+        "discovery kept polling after the consumer was dropped: {after} -> {}",
+        polls()
+    );
+    // No consumer is left on the topic either.
+    wait_until("the topic's consumer is closed", || {
+        broker.consumers(&full("rv-d-orders-1"), "s") == 0
+    })
+    .await;
+}
+
+/// A cumulative ack of one topic's message acks that topic only (upstream routes it to the
+/// message's topic consumer): the other topic's unacked message is redelivered.
+#[tokio::test]
+async fn a_cumulative_ack_covers_only_the_messages_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("rv-c-a"), full("rv-c-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let subscribe = || {
+        client
+            .new_consumer()
+            .topics([a.clone(), b.clone()])
+            .subscription("s")
+            .subscription_type(SubscriptionType::Failover)
+            .initial_position(InitialPosition::Earliest)
+            .ack_group_time(Duration::ZERO)
+            .subscribe()
+    };
+    let mut consumer = subscribe().await.unwrap();
+    let pa = unbatched_producer(&client, &a).await;
+    let pb = unbatched_producer(&client, &b).await;
+    publish(&pb, "b", 2).await;
+    publish(&pa, "a", 2).await;
+    let mut last_a = None;
+    for _ in 0..4 {
+        let m = recv(&mut consumer).await;
+        if m.topic.to_string() == a {
+            last_a = Some(m);
+        }
+    }
+    consumer.ack_cumulative(last_a.as_ref().unwrap()).unwrap();
+    wait_until("a's cursor moved", || {
+        broker
+            .received_of(Type::Ack)
+            .iter()
+            .any(|r| r.command.ack.is_some())
+    })
+    .await;
+    consumer.close().await.unwrap();
+    let mut consumer = subscribe().await.unwrap();
+    let mut seen = BTreeSet::new();
+    for _ in 0..2 {
+        let m = recv(&mut consumer).await;
+        seen.insert((m.topic.to_string(), m.payload_str().unwrap().to_string()));
+    }
+    assert_eq!(
+        seen,
+        BTreeSet::from([(b.clone(), "b-0".to_string()), (b.clone(), "b-1".to_string())])
+    );
+}
