@@ -153,6 +153,25 @@ mod tests {
     }
 
     #[test]
+    fn hash_matches_a_value_derived_independently_of_the_crc32c_crate() {
+        // Derived outside the crate (review): a table-driven CRC32C (polynomial 0x82F63B78,
+        // reflected, init and xorout 0xFFFFFFFF; checked on "123456789" = 0xE3069283) over
+        // upstream's `TopicList.calculateHash` input: the names sorted and joined with ",".
+        // Guava's `HashCode.toString()` of that int: bytes little-endian, lowercase hex.
+        let listed = [
+            "persistent://public/default/orders-b",
+            "persistent://public/default/orders-a",
+            "persistent://public/default/orders-a-partition-0",
+        ];
+        assert_eq!(topics_hash(&listed), "30d997a0");
+        let upstream_test_names = [
+            "persistent://my-property/my-ns/pattern-topic-2",
+            "persistent://my-property/my-ns/pattern-topic-1",
+        ];
+        assert_eq!(topics_hash(&upstream_test_names), "a70f7073");
+    }
+
+    #[test]
     fn patterns_match_the_whole_partitioned_name_without_scheme() {
         let p = TopicsPattern::new("persistent://public/default/orders-.*").unwrap();
         assert_eq!(p.namespace, "public/default");

@@ -50,7 +50,7 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_state, State, StateStream};
+use crate::lifecycle::{aggregate_until_all_end, State, StateStream};
 use crate::topic_list::RegexSubscriptionMode;
 use multi::{SubscribeContext, TopicGroup};
 pub(crate) use registry::Registry;
@@ -412,10 +412,13 @@ impl Consumer {
     /// [`crate::Producer::state`]).
     ///
     /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
-    /// topic leaves the consumer).
+    /// topic leaves the consumer). On a multi-topic or pattern consumer (or one with
+    /// `retry_enable`) a topic that ended for good (its end reached, closed by the broker,
+    /// failed) does not end the consumer while its other topics run, like upstream's
+    /// `MultiTopicsConsumerImpl`: the state is terminal once every topic ended.
     pub fn state(&self) -> State {
         let states: Vec<State> = self.live().iter().map(|p| *p.state.borrow()).collect();
-        aggregate_state(&states)
+        aggregate_until_all_end(&states)
     }
 
     /// The tasks whose topic was not deleted under them.
@@ -455,7 +458,7 @@ impl Consumer {
     /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
     /// made.
     pub fn states(&self) -> StateStream {
-        StateStream::new(self.live().iter().map(|p| p.state.clone()).collect())
+        StateStream::until_all_end(self.live().iter().map(|p| p.state.clone()).collect())
     }
 
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with

@@ -100,11 +100,21 @@ async fn list_once(
             .into_iter()
             // Upstream filters on the client when the broker did not (`filtered = false`),
             // and the mode is checked on both sides.
-            .filter(|t| filtered || cfg.pattern.matches(t))
-            .filter(|t| !is_system_topic(t))
-            .filter(|t| TopicName::new(t).is_ok_and(|n| cfg.mode.admits(&n)))
+            .filter(|t| admits(cfg, t, filtered))
             .collect(),
     ))
+}
+
+/// Whether a listed topic joins a pattern consumer: it matches the pattern (unless the broker
+/// already filtered, `filtered`: upstream trusts that and filters only otherwise), is no
+/// system topic and is of the mode's domain. One check for the poll's answer and both of the
+/// watcher's: a watcher update is checked as much as a listing (upstream's broker only
+/// watches persistent topics; a broker that pushes a non-persistent one into a
+/// persistent-only consumer must not get it subscribed).
+fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
+    (filtered || cfg.pattern.matches(topic))
+        && !is_system_topic(topic)
+        && TopicName::new(topic).is_ok_and(|n| cfg.mode.admits(&n))
 }
 
 /// The first listing of a pattern consumer: fails (with the broker's error, or a timeout
@@ -394,7 +404,7 @@ impl Task {
                     self.desired = ok
                         .topic
                         .into_iter()
-                        .filter(|t| self.cfg.pattern.matches(t) && !is_system_topic(t))
+                        .filter(|t| admits(&self.cfg, t, false))
                         .collect();
                 }
                 self.watch = Some(slot);
@@ -450,7 +460,7 @@ impl Task {
                     self.desired.remove(t);
                 }
                 for t in update.new_topics {
-                    if self.cfg.pattern.matches(&t) && !is_system_topic(&t) {
+                    if admits(&self.cfg, &t, false) {
                         self.desired.insert(t);
                     }
                 }
