@@ -8,9 +8,10 @@ use std::time::Duration;
 
 use common::{full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
-use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::{
-    Client, Consumer, InitialPosition, Message, State, SubscriptionType, TopicsChanged,
+    Client, Consumer, InitialPosition, Message, ServerError, State, SubscriptionType,
+    TopicsChanged,
 };
 use tokio::sync::broadcast;
 
@@ -291,4 +292,33 @@ async fn a_cumulative_ack_covers_only_the_messages_topic() {
         seen,
         BTreeSet::from([(b.clone(), "b-0".to_string()), (b.clone(), "b-1".to_string())])
     );
+}
+
+/// Closing a pattern consumer while a poll is unanswered does not wait for the poll (up to
+/// the operation timeout): discovery is stopped, not waited for, like upstream's close.
+#[tokio::test]
+async fn close_does_not_wait_for_a_poll_in_flight() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    broker.create_topic(&full("rv-f-orders-1"));
+    broker.set_topic_watchers(false);
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-f-orders-.*",
+        Duration::from_millis(100),
+    )
+    .await;
+    let polls = || broker.received_of(Type::GetTopicsOfNamespace).len();
+    let before = polls();
+    // Every later listing is answered (with an error) only after two minutes.
+    broker.push_error(
+        MockError::new(MockRequest::GetTopicsOfNamespace, ServerError::ServiceNotReady, "slow")
+            .times(100)
+            .after(Duration::from_secs(120)),
+    );
+    wait_until("a poll is in flight", || polls() > before).await;
+    within("close", consumer.close()).await.unwrap();
 }
