@@ -356,7 +356,11 @@ pub(crate) fn aggregate_until_all_end(states: &[State]) -> State {
     if states.iter().all(|s| s.is_terminal()) {
         return aggregate_state(states);
     }
-    let running: Vec<State> = states.iter().copied().filter(|s| !s.is_terminal()).collect();
+    let running: Vec<State> = states
+        .iter()
+        .copied()
+        .filter(|s| !s.is_terminal())
+        .collect();
     aggregate_state(&running)
 }
 

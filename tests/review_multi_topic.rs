@@ -10,8 +10,7 @@ use common::{full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::{
-    Client, Consumer, InitialPosition, Message, ServerError, State, SubscriptionType,
-    TopicsChanged,
+    Client, Consumer, InitialPosition, Message, ServerError, State, SubscriptionType, TopicsChanged,
 };
 use tokio::sync::broadcast;
 
@@ -56,7 +55,10 @@ fn upstream_hash(topics: &[&str]) -> String {
     let mut sorted = topics.to_vec();
     sorted.sort();
     let crc = crc32c::crc32c(sorted.join(",").as_bytes());
-    crc.to_le_bytes().iter().map(|b| format!("{b:02x}")).collect()
+    crc.to_le_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Java's `MultiTopicsConsumerImpl` keeps its own state: one topic's consumer ending for good
@@ -290,7 +292,10 @@ async fn a_cumulative_ack_covers_only_the_messages_topic() {
     }
     assert_eq!(
         seen,
-        BTreeSet::from([(b.clone(), "b-0".to_string()), (b.clone(), "b-1".to_string())])
+        BTreeSet::from([
+            (b.clone(), "b-0".to_string()),
+            (b.clone(), "b-1".to_string())
+        ])
     );
 }
 
@@ -315,9 +320,13 @@ async fn close_does_not_wait_for_a_poll_in_flight() {
     let before = polls();
     // Every later listing is answered (with an error) only after two minutes.
     broker.push_error(
-        MockError::new(MockRequest::GetTopicsOfNamespace, ServerError::ServiceNotReady, "slow")
-            .times(100)
-            .after(Duration::from_secs(120)),
+        MockError::new(
+            MockRequest::GetTopicsOfNamespace,
+            ServerError::ServiceNotReady,
+            "slow",
+        )
+        .times(100)
+        .after(Duration::from_secs(120)),
     );
     wait_until("a poll is in flight", || polls() > before).await;
     within("close", consumer.close()).await.unwrap();

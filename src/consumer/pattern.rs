@@ -293,6 +293,21 @@ impl Task {
     }
 
     async fn run(mut self, mut stop: oneshot::Receiver<oneshot::Sender<()>>) {
+        // A stop interrupts whatever discovery is doing (a poll or a subscribe waiting for the
+        // broker, up to the operation timeout): like upstream's close, which does not wait for
+        // a pending GetTopicsOfNamespace; the consumer's close then closes every task it has.
+        let done = tokio::select! {
+            r = &mut stop => r.ok(),
+            () = self.serve() => None,
+        };
+        self.close_watch().await;
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    /// Discovery until the consumer's queue or the client closes.
+    async fn serve(&mut self) {
         let period = self.cfg.period;
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -301,13 +316,12 @@ impl Task {
         let ended = super::registry::lock(&self.ctx.registry).ended.clone();
         // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
         self.reconcile().await;
-        let done = loop {
+        loop {
             tokio::select! {
-                r = &mut stop => break r.ok(),
-                _ = self._out.closed() => break None,
+                _ = self._out.closed() => break,
                 // The client closes: its consumers close themselves; no topic joins any more,
                 // and the consumer's queue ends once they are gone.
-                _ = crate::core::shut_down(&mut shutdown) => break None,
+                _ = crate::core::shut_down(&mut shutdown) => break,
                 _ = ticks.tick() => {
                     match self.poll().await {
                         Ok(()) => poll_failed_logged = false,
@@ -340,10 +354,6 @@ impl Task {
                 }
                 ev = next_watch_event(&mut self.watch) => self.on_watch_event(ev).await,
             }
-        };
-        self.close_watch().await;
-        if let Some(done) = done {
-            let _ = done.send(());
         }
     }
 
