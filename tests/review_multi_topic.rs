@@ -337,3 +337,35 @@ async fn close_does_not_wait_for_a_poll_in_flight() {
     wait_until("a poll is in flight", || polls() > before).await;
     within("close", consumer.close()).await.unwrap();
 }
+
+/// A pattern consumer asks the partitioned metadata of a listed topic without letting the
+/// broker create it (PIP-344 `metadata_auto_creation_enabled = false`, like upstream's
+/// `subscribeAsync(topic, createTopicIfDoesNotExist = false)`): a topic deleted between the
+/// listing and the subscribe must stay deleted, also on a broker that auto-creates
+/// partitioned topics.
+#[tokio::test]
+async fn a_listed_topics_metadata_is_asked_without_auto_creation() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let one = full("rv-m-orders-1");
+    broker.create_topic(&one);
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-m-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    assert_eq!(topics_of(&consumer), BTreeSet::from([one.clone()]));
+    let asked: Vec<Option<bool>> = broker
+        .received_of(Type::PartitionedMetadata)
+        .iter()
+        .filter_map(|r| r.command.partition_metadata.as_ref())
+        .filter(|m| m.topic == one)
+        .map(|m| m.metadata_auto_creation_enabled)
+        .collect();
+    assert!(!asked.is_empty());
+    assert!(
+        asked.iter().all(|a| *a == Some(false)),
+        "metadata asked with auto-creation: {asked:?}"
+    );
+}
