@@ -420,3 +420,103 @@ async fn seek_to_a_received_message_rewinds_only_its_topic() {
         BTreeSet::from(["a-1".to_string(), "a-2".to_string(), "b-1".to_string()])
     );
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Publishes chunk `chunk_id` of 2 of message `uuid` (whole payload `whole`) to `topic`.
+fn chunk(broker: &MockBroker, topic: &str, uuid: &str, whole: &[u8], chunk_id: usize) {
+    let size = whole.len().div_ceil(2);
+    let part = &whole[chunk_id * size..((chunk_id + 1) * size).min(whole.len())];
+    broker
+        .publish_raw(
+            topic,
+            wire::MessageMetadata {
+                producer_name: "raw".into(),
+                sequence_id: 7,
+                publish_time: now_ms(),
+                uuid: Some(uuid.into()),
+                num_chunks_from_msg: Some(2),
+                total_chunk_msg_size: Some(whole.len() as i32),
+                chunk_id: Some(chunk_id as i32),
+                ..Default::default()
+            },
+            bytes::Bytes::copy_from_slice(part),
+        )
+        .unwrap();
+}
+
+/// Chunked messages of two topics, interleaved and even with the same uuid (the producers of
+/// two topics may both be called `raw` with the same sequence id), are each reassembled from
+/// their own topic's chunks.
+#[tokio::test]
+async fn chunked_messages_of_two_topics_are_reassembled_per_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("rv-k-a"), full("rv-k-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let mut consumer = client
+        .new_consumer()
+        .topics([a.clone(), b.clone()])
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let (wa, wb) = (b"AAAAaaaa".as_slice(), b"BBBBbbbbXX".as_slice());
+    chunk(&broker, &a, "raw-7", wa, 0);
+    chunk(&broker, &b, "raw-7", wb, 0);
+    chunk(&broker, &a, "raw-7", wa, 1);
+    chunk(&broker, &b, "raw-7", wb, 1);
+    let mut got = BTreeSet::new();
+    for _ in 0..2 {
+        let m = recv(&mut consumer).await;
+        got.insert((m.topic.to_string(), m.payload.to_vec()));
+        consumer.ack(&m).unwrap();
+    }
+    assert_eq!(
+        got,
+        BTreeSet::from([(a.clone(), wa.to_vec()), (b.clone(), wb.to_vec())])
+    );
+}
+
+/// With the watcher, a topic deleted and created again under the same name ends up subscribed
+/// (its messages received), not dropped for good.
+#[tokio::test]
+async fn a_topic_deleted_and_created_again_is_followed_by_the_watcher() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let t = full("rv-r-orders-1");
+    broker.create_topic(&t);
+    let mut consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-r-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    let mut changes = consumer.topic_changes();
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    broker.delete_topic(&t, true).unwrap();
+    broker.create_topic(&t);
+    // Whatever the changes in between, the topic is subscribed again at the end.
+    loop {
+        let _ = next_change(&mut changes).await;
+        if topics_of(&consumer).contains(&t) && broker.consumers(&t, "s") == 1 {
+            break;
+        }
+    }
+    let p = unbatched_producer(&client, &t).await;
+    p.send_and_wait("again".to_string()).await.unwrap();
+    let m = recv(&mut consumer).await;
+    assert_eq!(m.payload_str(), Some("again"));
+    assert_eq!(m.topic.to_string(), t);
+}
