@@ -520,3 +520,71 @@ async fn a_topic_deleted_and_created_again_is_followed_by_the_watcher() {
     assert_eq!(m.payload_str(), Some("again"));
     assert_eq!(m.topic.to_string(), t);
 }
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct UserV1 {
+    name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+struct UserV2 {
+    name: String,
+    #[serde(default)]
+    age: i32,
+}
+
+const V1: &str = r#"{"type":"record","name":"User","fields":[{"name":"name","type":"string"}]}"#;
+const V2: &str = r#"{"type":"record","name":"User","fields":[{"name":"name","type":"string"},
+    {"name":"age","type":"int","default":0}]}"#;
+
+/// A typed consumer over two topics whose writer schemas differ but share a version number
+/// (each topic's first version is 0): each message is decoded with its own topic's writer
+/// schema.
+#[tokio::test]
+async fn a_typed_consumer_decodes_each_topic_with_its_own_writer_schema() {
+    use pulsar_sdk::schema::AvroSchema;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("rv-t-a"), full("rv-t-b"));
+    let pa = client
+        .producer(&a)
+        .schema(AvroSchema::<UserV1>::new(V1).unwrap())
+        .create()
+        .await
+        .unwrap();
+    let pb = client
+        .producer(&b)
+        .schema(AvroSchema::<UserV2>::new(V2).unwrap())
+        .create()
+        .await
+        .unwrap();
+    let mut consumer = client
+        .new_consumer()
+        .topics([a.clone(), b.clone()])
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .schema(AvroSchema::<UserV2>::new(V2).unwrap())
+        .subscribe()
+        .await
+        .unwrap();
+    pa.send_and_wait(&UserV1 { name: "x".into() })
+        .await
+        .unwrap();
+    pb.send_and_wait(&UserV2 {
+        name: "y".into(),
+        age: 42,
+    })
+    .await
+    .unwrap();
+    let mut got = BTreeSet::new();
+    for _ in 0..2 {
+        let m = within("typed recv", consumer.recv()).await.unwrap();
+        let v = m.value().expect("decoded").clone();
+        got.insert((m.message().topic.to_string(), v.name, v.age));
+        consumer.ack(&m).unwrap();
+    }
+    assert_eq!(
+        got,
+        BTreeSet::from([(a, "x".to_string(), 0), (b, "y".to_string(), 42)])
+    );
+}
