@@ -588,3 +588,26 @@ async fn a_typed_consumer_decodes_each_topic_with_its_own_writer_schema() {
         BTreeSet::from([(a, "x".to_string(), 0), (b, "y".to_string(), 42)])
     );
 }
+
+/// System topics as upstream's `SystemTopicNames.isSystemTopic` knows them (the namespace
+/// events topics, transaction internals, pending-ack stores `<topic>-<sub>__transaction_pending_ack`)
+/// are never subscribed by a pattern; a user's own topic whose name starts with `__` is.
+#[tokio::test]
+async fn system_topics_are_the_upstream_ones_not_a_name_prefix() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let user = full("__rv-y-orders-1");
+    let plain = full("rv-y-orders-2");
+    let pending_ack = full("rv-y-orders-2-s__transaction_pending_ack");
+    for t in [&user, &plain, &pending_ack] {
+        broker.create_topic(t);
+    }
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/(__)?rv-y-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    assert_eq!(topics_of(&consumer), BTreeSet::from([user, plain]));
+    assert_eq!(broker.consumers(&pending_ack, "s"), 0);
+}
