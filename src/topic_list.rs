@@ -25,6 +25,28 @@ pub(crate) fn topics_hash<S: AsRef<str>>(topics: &[S]) -> String {
         .collect()
 }
 
+/// Whether `topic` is one of the broker's own topics, which a pattern never subscribes and a
+/// broker never lists to one: upstream's `TopicList.filterSystemTopic` with
+/// `SystemTopicNames.isSystemTopic`, on the partitioned name: the namespace events topics
+/// (local name `__change_events` or `__transaction_buffer_snapshot`), the transaction
+/// coordinator's topics (`persistent://pulsar/system/transaction_coordinator_assign...`,
+/// `persistent://pulsar/system/__transaction_log_...`) and subscriptions' pending-ack stores
+/// (`...__transaction_pending_ack`). Not every name starting with `__`: an application's own
+/// topic may (upstream subscribes it, and lists it in the hash).
+pub(crate) fn is_system_topic(topic: &str) -> bool {
+    let Ok(name) = TopicName::new(topic) else {
+        return false;
+    };
+    let partitioned = name.partitioned_topic();
+    let full = partitioned.as_str();
+    matches!(
+        partitioned.local_name(),
+        "__change_events" | "__transaction_buffer_snapshot"
+    ) || full.starts_with("persistent://pulsar/system/transaction_coordinator_assign")
+        || full.starts_with("persistent://pulsar/system/__transaction_log_")
+        || full.ends_with("__transaction_pending_ack")
+}
+
 /// Which topics a pattern consumer subscribes, like Java's `RegexSubscriptionMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -169,6 +191,26 @@ mod tests {
             "persistent://my-property/my-ns/pattern-topic-1",
         ];
         assert_eq!(topics_hash(&upstream_test_names), "a70f7073");
+    }
+
+    #[test]
+    fn system_topics_are_upstreams() {
+        assert!(is_system_topic("persistent://public/default/__change_events"));
+        assert!(is_system_topic(
+            "persistent://public/default/__change_events-partition-1"
+        ));
+        assert!(is_system_topic(
+            "persistent://public/default/__transaction_buffer_snapshot"
+        ));
+        assert!(is_system_topic(
+            "persistent://public/default/orders-sub__transaction_pending_ack"
+        ));
+        assert!(is_system_topic(
+            "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
+        ));
+        assert!(is_system_topic("persistent://pulsar/system/__transaction_log_3"));
+        assert!(!is_system_topic("persistent://public/default/__mine"));
+        assert!(!is_system_topic("persistent://public/default/orders"));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::topic::TopicName;
-use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 
 /// The topics a pattern consumer gained and lost in one change (see
 /// [`Consumer::topic_changes`](crate::Consumer::topic_changes)).
@@ -190,12 +190,6 @@ pub(crate) async fn subscribe_initial(
     Ok((groups, kept))
 }
 
-/// Whether `topic` is one of the broker's own topics (local name starting with `__`, like
-/// `__change_events`), which a pattern never subscribes: upstream's `TopicList.filterSystemTopic`
-/// drops the system topics (this approximates its list by the reserved prefix).
-fn is_system_topic(topic: &str) -> bool {
-    TopicName::new(topic).is_ok_and(|t| t.partitioned_topic().local_name().starts_with("__"))
-}
 
 /// The running discovery of one pattern consumer; dropping it stops the task.
 #[derive(Debug)]
