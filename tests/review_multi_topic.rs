@@ -2,6 +2,7 @@
 //! each test is a way a user could see them go wrong.
 
 mod common;
+mod hostile;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -610,4 +611,75 @@ async fn system_topics_are_the_upstream_ones_not_a_name_prefix() {
     .await;
     assert_eq!(topics_of(&consumer), BTreeSet::from([user, plain]));
     assert_eq!(broker.consumers(&pending_ack, "s"), 0);
+}
+
+/// A broker answering GetTopicsOfNamespace with duplicates, topics of other namespaces (while
+/// claiming to have filtered), malformed names and non-persistent topics: the pattern consumer
+/// subscribes each topic of its own namespace and mode once, and nothing else.
+#[tokio::test]
+async fn a_hostile_topic_listing_subscribes_only_the_patterns_topics_once() {
+    use std::sync::{Arc, Mutex};
+    let subscribed: Arc<Mutex<Vec<String>>> = Arc::default();
+    let seen = subscribed.clone();
+    let broker = hostile::Hostile::start(move |mut peer| {
+        let seen = seen.clone();
+        async move {
+            peer.handshake(None).await;
+            while let Some(f) = peer.recv().await {
+                let answer = match f.ty() {
+                    Type::GetTopicsOfNamespace => {
+                        let req = f.cmd.get_topics_of_namespace.as_ref().unwrap();
+                        let mut topics = vec![
+                            full("rv-h-orders-1"),
+                            full("rv-h-orders-1"),
+                            "persistent://evil/ns/rv-h-orders-1".to_string(),
+                            "persistent://public/other/rv-h-orders-2".to_string(),
+                            "non-persistent://public/default/rv-h-orders-3".to_string(),
+                            "persistent://".to_string(),
+                            "not a topic at all".to_string(),
+                            String::new(),
+                        ];
+                        topics.extend((0..50).map(|_| full("rv-h-orders-1")));
+                        Some(wire::BaseCommand {
+                            r#type: Type::GetTopicsOfNamespaceResponse as i32,
+                            get_topics_of_namespace_response: Some(
+                                wire::CommandGetTopicsOfNamespaceResponse {
+                                    request_id: req.request_id,
+                                    topics,
+                                    filtered: Some(true),
+                                    topics_hash: Some("0".into()),
+                                    changed: Some(true),
+                                },
+                            ),
+                            ..Default::default()
+                        })
+                    }
+                    Type::Subscribe => {
+                        let s = f.cmd.subscribe.as_ref().unwrap();
+                        seen.lock().unwrap().push(s.topic.clone());
+                        peer.reply(&f.cmd)
+                    }
+                    _ => peer.reply(&f.cmd),
+                };
+                if let Some(a) = answer {
+                    if peer.send(a).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-h-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    assert_eq!(
+        topics_of(&consumer),
+        BTreeSet::from([full("rv-h-orders-1")])
+    );
+    assert_eq!(*subscribed.lock().unwrap(), vec![full("rv-h-orders-1")]);
 }
