@@ -130,7 +130,11 @@ impl ClientCore {
         let deadline = crate::util::deadline_after(self.operation_timeout);
         let mut backoff = self.backoff();
         loop {
-            match self.lookup.partitioned_metadata_with(&topic, auto_create).await {
+            match self
+                .lookup
+                .partitioned_metadata_with(&topic, auto_create)
+                .await
+            {
                 Err(e) if e.is_retriable() && !self.is_shut_down() => {
                     let now = tokio::time::Instant::now();
                     if now >= deadline {

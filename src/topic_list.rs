@@ -195,7 +195,9 @@ mod tests {
 
     #[test]
     fn system_topics_are_upstreams() {
-        assert!(is_system_topic("persistent://public/default/__change_events"));
+        assert!(is_system_topic(
+            "persistent://public/default/__change_events"
+        ));
         assert!(is_system_topic(
             "persistent://public/default/__change_events-partition-1"
         ));
@@ -208,7 +210,9 @@ mod tests {
         assert!(is_system_topic(
             "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
         ));
-        assert!(is_system_topic("persistent://pulsar/system/__transaction_log_3"));
+        assert!(is_system_topic(
+            "persistent://pulsar/system/__transaction_log_3"
+        ));
         assert!(!is_system_topic("persistent://public/default/__mine"));
         assert!(!is_system_topic("persistent://public/default/orders"));
     }

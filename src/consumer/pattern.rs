@@ -111,10 +111,20 @@ async fn list_once(
 /// watcher's: a watcher update is checked as much as a listing (upstream's broker only
 /// watches persistent topics; a broker that pushes a non-persistent one into a
 /// persistent-only consumer must not get it subscribed).
+///
+/// Whatever `filtered` says, the name must be a full topic name (as brokers list them; a short
+/// name would be expanded into `public/default`) of the pattern's namespace: an honest broker
+/// lists nothing else, and a topic of another namespace must never join (the regex may be
+/// trusted to the broker, the namespace costs nothing to check).
 fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
-    (filtered || cfg.pattern.matches(topic))
+    let Ok(name) = TopicName::new(topic) else {
+        return false;
+    };
+    name.as_str() == topic
+        && name.namespace() == cfg.pattern.namespace
+        && (filtered || cfg.pattern.matches(topic))
         && !is_system_topic(topic)
-        && TopicName::new(topic).is_ok_and(|n| cfg.mode.admits(&n))
+        && cfg.mode.admits(&name)
 }
 
 /// The first listing of a pattern consumer: fails (with the broker's error, or a timeout
@@ -189,7 +199,6 @@ pub(crate) async fn subscribe_initial(
     groups.sort_by(|a, b| a.topic.as_str().cmp(b.topic.as_str()));
     Ok((groups, kept))
 }
-
 
 /// The running discovery of one pattern consumer; dropping it stops the task.
 #[derive(Debug)]
