@@ -683,3 +683,28 @@ async fn a_hostile_topic_listing_subscribes_only_the_patterns_topics_once() {
     );
     assert_eq!(*subscribed.lock().unwrap(), vec![full("rv-h-orders-1")]);
 }
+
+/// A pattern consumer with no matching topic yet (or whose every topic was deleted) is open:
+/// `closed()` does not resolve until the application closes it, then with `Closed`.
+#[tokio::test]
+async fn closed_of_a_pattern_consumer_without_topics_waits_for_the_close() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-z-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    assert!(consumer.topics().is_empty());
+    assert_eq!(consumer.state(), State::Ready);
+    let ended = consumer.closed();
+    tokio::pin!(ended);
+    // An open consumer's `closed()` must not be ready (checked without waiting on a clock).
+    assert!(
+        futures::poll!(&mut ended).is_pending(),
+        "closed() resolved on an open pattern consumer"
+    );
+    consumer.close().await.unwrap();
+    assert_eq!(within("closed", ended).await, State::Closed);
+}
