@@ -417,8 +417,18 @@ impl Consumer {
     /// failed) does not end the consumer while its other topics run, like upstream's
     /// `MultiTopicsConsumerImpl`: the state is terminal once every topic ended.
     pub fn state(&self) -> State {
-        let states: Vec<State> = self.live().iter().map(|p| *p.state.borrow()).collect();
+        let states: Vec<State> = self.state_watchers().iter().map(|w| *w.borrow()).collect();
         aggregate_until_all_end(&states)
+    }
+
+    /// What the state follows: the live tasks, and a pattern consumer's discovery (open while
+    /// it has no topic).
+    fn state_watchers(&self) -> Vec<watch::Receiver<State>> {
+        let mut all: Vec<_> = self.live().iter().map(|p| p.state.clone()).collect();
+        if let Some(d) = &self.discovery {
+            all.push(d.state());
+        }
+        all
     }
 
     /// The tasks whose topic was not deleted under them.
@@ -456,9 +466,9 @@ impl Consumer {
     /// ```
     ///
     /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
-    /// made.
+    /// made (and a pattern consumer's discovery: it stays open without topics).
     pub fn states(&self) -> StateStream {
-        StateStream::until_all_end(self.live().iter().map(|p| p.state.clone()).collect())
+        StateStream::until_all_end(self.state_watchers())
     }
 
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with

@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::multi::{subscribe_all, SubscribeContext, TopicGroup};
@@ -40,6 +40,7 @@ use crate::commands;
 use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
+use crate::lifecycle::State;
 use crate::topic::TopicName;
 use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 
@@ -205,6 +206,10 @@ pub(crate) async fn subscribe_initial(
 pub(crate) struct Discovery {
     stop: std::sync::Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>,
     events: broadcast::Sender<TopicsChanged>,
+    /// `Ready` while discovery runs, `Closed` once it ended (the consumer closed or dropped,
+    /// or the client closed): a pattern consumer is open while it has no topic, like
+    /// upstream's, so its state does not follow its topics' alone.
+    state: watch::Receiver<State>,
 }
 
 impl Discovery {
@@ -219,7 +224,9 @@ impl Discovery {
     ) -> Discovery {
         let (stop, stop_rx) = oneshot::channel();
         let (events, _) = broadcast::channel(CHANGE_EVENTS);
+        let (state_tx, state) = watch::channel(State::Ready);
         let task = Task {
+            state: state_tx,
             backoff: ctx.client.backoff(),
             ctx,
             groups,
@@ -238,7 +245,13 @@ impl Discovery {
         Discovery {
             stop: std::sync::Mutex::new(Some(stop)),
             events,
+            state,
         }
+    }
+
+    /// The discovery's own state (see the field).
+    pub(crate) fn state(&self) -> watch::Receiver<State> {
+        self.state.clone()
     }
 
     /// Change events from now on.
@@ -262,6 +275,8 @@ impl Discovery {
 type Watch = WatchSlot;
 
 struct Task {
+    /// Set to `Closed` when the task ends.
+    state: watch::Sender<State>,
     ctx: SubscribeContext,
     groups: Groups,
     cfg: PatternConfig,
@@ -304,6 +319,7 @@ impl Task {
             () = self.serve() => None,
         };
         self.close_watch().await;
+        self.state.send_replace(State::Closed);
         if let Some(done) = done {
             let _ = done.send(());
         }
