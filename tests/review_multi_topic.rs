@@ -708,3 +708,33 @@ async fn closed_of_a_pattern_consumer_without_topics_waits_for_the_close() {
     consumer.close().await.unwrap();
     assert_eq!(within("closed", ended).await, State::Closed);
 }
+
+/// The same topic named twice (also once by its short name) is subscribed once, like upstream
+/// (its topic set): an Exclusive subscription does not refuse the consumer's own second
+/// consumer, and each message arrives once.
+#[tokio::test]
+async fn a_topic_named_twice_is_subscribed_once() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("rv-2-a"), full("rv-2-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let mut consumer = client
+        .new_consumer()
+        .topics([a.clone(), "rv-2-a".to_string(), b.clone(), a.clone()])
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .expect("subscribed");
+    assert_eq!(topics_of(&consumer), BTreeSet::from([a.clone(), b.clone()]));
+    assert_eq!(broker.consumers(&a, "s"), 1);
+    let pa = unbatched_producer(&client, &a).await;
+    publish(&pa, "a", 1).await;
+    pa.send_and_wait("marker".to_string()).await.unwrap();
+    let first = recv(&mut consumer).await;
+    let second = recv(&mut consumer).await;
+    assert_eq!(first.payload_str(), Some("a-0"));
+    assert_eq!(second.payload_str(), Some("marker"));
+}
