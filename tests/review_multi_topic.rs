@@ -738,3 +738,67 @@ async fn a_topic_named_twice_is_subscribed_once() {
     assert_eq!(first.payload_str(), Some("a-0"));
     assert_eq!(second.payload_str(), Some("marker"));
 }
+
+/// Acking a message of a topic the pattern consumer dropped (deleted) fails or is a no-op for
+/// that topic; it never reaches another topic's consumer.
+#[tokio::test]
+async fn acking_a_message_of_a_dropped_topic_does_not_reach_another_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (t1, t2) = (full("rv-g-orders-1"), full("rv-g-orders-2"));
+    broker.create_topic(&t1);
+    broker.create_topic(&t2);
+    let mut consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-g-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    let mut changes = consumer.topic_changes();
+    let p1 = unbatched_producer(&client, &t1).await;
+    // A first message, so that t1's next one has an entry id t2's first one cannot have.
+    p1.send_and_wait("zero".to_string()).await.unwrap();
+    let m0 = recv(&mut consumer).await;
+    consumer.ack(&m0).unwrap();
+    wait_until("m0's ack", || !broker.received_of(Type::Ack).is_empty()).await;
+    p1.send_and_wait("one".to_string()).await.unwrap();
+    let m1 = recv(&mut consumer).await;
+    assert_eq!(m1.topic.to_string(), t1);
+    p1.close().await.unwrap();
+    broker.delete_topic(&t1, true).unwrap();
+    let c = next_change(&mut changes).await;
+    assert_eq!(
+        c.removed.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+        vec![t1.clone()]
+    );
+    let acks_before = broker.received_of(Type::Ack).len();
+    let _ = consumer.ack(&m1);
+    let _ = consumer.nack(&m1);
+    // t2 still works, and no ack for t1's message went out on t2's consumer.
+    let p2 = unbatched_producer(&client, &t2).await;
+    p2.send_and_wait("two".to_string()).await.unwrap();
+    let m2 = recv(&mut consumer).await;
+    assert_eq!(m2.payload_str(), Some("two"));
+    assert_ne!(
+        (m1.id.ledger_id, m1.id.entry_id),
+        (m2.id.ledger_id, m2.id.entry_id)
+    );
+    consumer.ack(&m2).unwrap();
+    wait_until("t2's ack", || {
+        broker.received_of(Type::Ack).len() > acks_before
+    })
+    .await;
+    let acks: Vec<_> = broker.received_of(Type::Ack)[acks_before..]
+        .iter()
+        .filter_map(|r| r.command.ack.clone())
+        .collect();
+    for ack in &acks {
+        for id in &ack.message_id {
+            assert_eq!(
+                (id.ledger_id, id.entry_id),
+                (m2.id.ledger_id, m2.id.entry_id),
+                "an ack other than t2's message went out: {acks:?}"
+            );
+        }
+    }
+}
