@@ -802,3 +802,52 @@ async fn acking_a_message_of_a_dropped_topic_does_not_reach_another_topic() {
         }
     }
 }
+
+/// Unsubscribing a pattern consumer while discovery is subscribing a new topic leaves no
+/// subscription behind on that topic: discovery stops before the topics are unsubscribed.
+#[tokio::test]
+async fn unsubscribe_leaves_no_subscription_on_a_topic_joining_meanwhile() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let t1 = full("rv-q-orders-1");
+    broker.create_topic(&t1);
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/rv-q-orders-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    // Every answer now comes late: the new topic's subscribe is still in flight when the
+    // application unsubscribes.
+    broker.set_response_delay(Duration::from_millis(500));
+    let x = full("rv-q-orders-x");
+    broker.create_topic(&x);
+    let asked_x = || {
+        broker
+            .received_of(Type::PartitionedMetadata)
+            .iter()
+            .any(|r| r.command.partition_metadata.as_ref().unwrap().topic == x)
+    };
+    wait_until("x's subscribe began", asked_x).await;
+    within("unsubscribe", consumer.unsubscribe()).await.unwrap();
+    // Discovery is over once its watcher is closed.
+    wait_until("the watcher is closed", || {
+        broker.topic_list_watchers().is_empty()
+    })
+    .await;
+    broker.set_response_delay(Duration::ZERO);
+    assert!(
+        broker.subscriptions(&t1).is_empty(),
+        "{:?}",
+        broker.subscriptions(&t1)
+    );
+    assert!(
+        !broker.subscriptions(&x).contains(&"s".to_string()),
+        "x kept a subscription: {:?}",
+        broker.subscriptions(&x)
+    );
+}
