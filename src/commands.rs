@@ -42,12 +42,18 @@ pub(crate) fn lookup(topic: &str, request_id: u64, authoritative: bool) -> BaseC
     }
 }
 
-/// Partitioned-topic metadata.
-pub(crate) fn partitioned_metadata(topic: &str, request_id: u64) -> BaseCommand {
+/// Partitioned-topic metadata. `auto_creation`: PIP-344 `metadata_auto_creation_enabled`
+/// (`None` leaves it out: the broker may create the topic's metadata, its default).
+pub(crate) fn partitioned_metadata(
+    topic: &str,
+    request_id: u64,
+    auto_creation: Option<bool>,
+) -> BaseCommand {
     BaseCommand {
         partition_metadata: Some(proto::CommandPartitionedTopicMetadata {
             topic: topic.to_string(),
             request_id,
+            metadata_auto_creation_enabled: auto_creation,
             ..Default::default()
         }),
         ..base(Type::PartitionedMetadata)

@@ -115,11 +115,26 @@ impl ClientCore {
     /// `BinaryProtoLookupService.getPartitionedTopicMetadata` (which retries with a backoff
     /// bounded by the remaining operation time); then the last error is returned.
     pub(crate) async fn partitioned_topic_metadata(&self, topic: &str) -> Result<u32> {
+        self.partitioned_topic_metadata_with(topic, true).await
+    }
+
+    /// [`partitioned_topic_metadata`](Self::partitioned_topic_metadata), asking the broker not
+    /// to create the topic when `auto_create` is false (see
+    /// [`LookupService::partitioned_metadata_with`](crate::lookup::LookupService::partitioned_metadata_with)).
+    pub(crate) async fn partitioned_topic_metadata_with(
+        &self,
+        topic: &str,
+        auto_create: bool,
+    ) -> Result<u32> {
         let topic = TopicName::new(topic)?;
         let deadline = crate::util::deadline_after(self.operation_timeout);
         let mut backoff = self.backoff();
         loop {
-            match self.lookup.partitioned_metadata(&topic).await {
+            match self
+                .lookup
+                .partitioned_metadata_with(&topic, auto_create)
+                .await
+            {
                 Err(e) if e.is_retriable() && !self.is_shut_down() => {
                     let now = tokio::time::Instant::now();
                     if now >= deadline {

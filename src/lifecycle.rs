@@ -255,6 +255,16 @@ impl Stream for StateStream {
 impl StateStream {
     /// Follows the aggregate state of `watchers` (one per partition).
     pub(crate) fn new(watchers: Vec<watch::Receiver<State>>) -> Self {
+        Self::with(watchers, aggregate_state)
+    }
+
+    /// Follows the state of a consumer's tasks with [`aggregate_until_all_end`]: one
+    /// topic ending for good does not end the stream while others still run.
+    pub(crate) fn until_all_end(watchers: Vec<watch::Receiver<State>>) -> Self {
+        Self::with(watchers, aggregate_until_all_end)
+    }
+
+    fn with(watchers: Vec<watch::Receiver<State>>, aggregate: fn(&[State]) -> State) -> Self {
         struct Follow {
             /// Each watcher, and whether its sender is still there to report changes.
             watchers: Vec<(watch::Receiver<State>, bool)>,
@@ -269,10 +279,10 @@ impl StateStream {
             .collect();
         let follow = Follow {
             watchers: watchers.into_iter().map(|w| (w, true)).collect(),
-            first: Some(aggregate_state(&states)),
+            first: Some(aggregate(&states)),
             last: None,
         };
-        let stream = futures::stream::unfold(follow, |mut f| async move {
+        let stream = futures::stream::unfold(follow, move |mut f| async move {
             if let Some(first) = f.first.take() {
                 f.last = Some(first);
                 return Some((first, f));
@@ -286,7 +296,7 @@ impl StateStream {
                     .iter_mut()
                     .map(|(w, _)| *w.borrow_and_update())
                     .collect();
-                let now = aggregate_state(&states);
+                let now = aggregate(&states);
                 if f.last != Some(now) {
                     f.last = Some(now);
                     return Some((now, f));
@@ -335,6 +345,23 @@ pub(crate) fn terminal_event(error: &Error) -> Event {
         Error::Closed => Event::CloseDone,
         _ => Event::NonRetriableError,
     }
+}
+
+/// The state of a consumer over several topics (or a topic and its retry topic), like
+/// upstream's `MultiTopicsConsumerImpl`, whose state is its own: one topic's consumer ending
+/// for good (its end reached, closed by the broker, failed) leaves it running on the others.
+/// Terminal once every task is (the partitions of one topic still end together: PIP-139
+/// closes them as a group); until then the aggregate of the tasks still running.
+pub(crate) fn aggregate_until_all_end(states: &[State]) -> State {
+    if states.iter().all(|s| s.is_terminal()) {
+        return aggregate_state(states);
+    }
+    let running: Vec<State> = states
+        .iter()
+        .copied()
+        .filter(|s| !s.is_terminal())
+        .collect();
+    aggregate_state(&running)
 }
 
 /// The state of a group of partitions: a terminal state if any partition is in one, else

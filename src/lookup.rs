@@ -130,9 +130,29 @@ impl LookupService {
     /// [`MAX_PARTITIONS`](crate::partitions::MAX_PARTITIONS) is an error (never that many
     /// creates).
     pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
+        self.partitioned_metadata_with(topic, true).await
+    }
+
+    /// [`partitioned_metadata`](Self::partitioned_metadata); with `auto_create = false` the
+    /// broker is asked not to create the topic's metadata (PIP-344), like upstream's
+    /// `getPartitionedTopicMetadata(topic, metadataAutoCreationEnabled = false,
+    /// useFallbackForNonPIP344Brokers = true)`: sent only to a broker that advertises
+    /// `supports_get_partitioned_metadata_without_auto_creation` (an older one is asked the
+    /// old way). A topic that does not exist is then TopicNotFound.
+    pub(crate) async fn partitioned_metadata_with(
+        &self,
+        topic: &TopicName,
+        auto_create: bool,
+    ) -> Result<u32> {
         let conn = self.service_connection().await?;
         let request_id = conn.new_request_id();
-        let cmd = crate::commands::partitioned_metadata(topic.as_str(), request_id);
+        let auto_creation = (!auto_create
+            && conn
+                .info()
+                .features
+                .supports_get_partitioned_metadata_without_auto_creation)
+            .then_some(false);
+        let cmd = crate::commands::partitioned_metadata(topic.as_str(), request_id, auto_creation);
         let response = conn
             .request(request_id, cmd, "partitioned topic metadata")
             .await?;

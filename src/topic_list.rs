@@ -25,6 +25,28 @@ pub(crate) fn topics_hash<S: AsRef<str>>(topics: &[S]) -> String {
         .collect()
 }
 
+/// Whether `topic` is one of the broker's own topics, which a pattern never subscribes and a
+/// broker never lists to one: upstream's `TopicList.filterSystemTopic` with
+/// `SystemTopicNames.isSystemTopic`, on the partitioned name: the namespace events topics
+/// (local name `__change_events` or `__transaction_buffer_snapshot`), the transaction
+/// coordinator's topics (`persistent://pulsar/system/transaction_coordinator_assign...`,
+/// `persistent://pulsar/system/__transaction_log_...`) and subscriptions' pending-ack stores
+/// (`...__transaction_pending_ack`). Not every name starting with `__`: an application's own
+/// topic may (upstream subscribes it, and lists it in the hash).
+pub(crate) fn is_system_topic(topic: &str) -> bool {
+    let Ok(name) = TopicName::new(topic) else {
+        return false;
+    };
+    let partitioned = name.partitioned_topic();
+    let full = partitioned.as_str();
+    matches!(
+        partitioned.local_name(),
+        "__change_events" | "__transaction_buffer_snapshot"
+    ) || full.starts_with("persistent://pulsar/system/transaction_coordinator_assign")
+        || full.starts_with("persistent://pulsar/system/__transaction_log_")
+        || full.ends_with("__transaction_pending_ack")
+}
+
 /// Which topics a pattern consumer subscribes, like Java's `RegexSubscriptionMode`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
@@ -150,6 +172,49 @@ mod tests {
         let expected = crc32c::crc32c(joined.as_bytes()).to_le_bytes();
         let expected: String = expected.iter().map(|x| format!("{x:02x}")).collect();
         assert_eq!(topics_hash(&[b, a]), expected);
+    }
+
+    #[test]
+    fn hash_matches_a_value_derived_independently_of_the_crc32c_crate() {
+        // Derived outside the crate (review): a table-driven CRC32C (polynomial 0x82F63B78,
+        // reflected, init and xorout 0xFFFFFFFF; checked on "123456789" = 0xE3069283) over
+        // upstream's `TopicList.calculateHash` input: the names sorted and joined with ",".
+        // Guava's `HashCode.toString()` of that int: bytes little-endian, lowercase hex.
+        let listed = [
+            "persistent://public/default/orders-b",
+            "persistent://public/default/orders-a",
+            "persistent://public/default/orders-a-partition-0",
+        ];
+        assert_eq!(topics_hash(&listed), "30d997a0");
+        let upstream_test_names = [
+            "persistent://my-property/my-ns/pattern-topic-2",
+            "persistent://my-property/my-ns/pattern-topic-1",
+        ];
+        assert_eq!(topics_hash(&upstream_test_names), "a70f7073");
+    }
+
+    #[test]
+    fn system_topics_are_upstreams() {
+        assert!(is_system_topic(
+            "persistent://public/default/__change_events"
+        ));
+        assert!(is_system_topic(
+            "persistent://public/default/__change_events-partition-1"
+        ));
+        assert!(is_system_topic(
+            "persistent://public/default/__transaction_buffer_snapshot"
+        ));
+        assert!(is_system_topic(
+            "persistent://public/default/orders-sub__transaction_pending_ack"
+        ));
+        assert!(is_system_topic(
+            "persistent://pulsar/system/transaction_coordinator_assign-partition-0"
+        ));
+        assert!(is_system_topic(
+            "persistent://pulsar/system/__transaction_log_3"
+        ));
+        assert!(!is_system_topic("persistent://public/default/__mine"));
+        assert!(!is_system_topic("persistent://public/default/orders"));
     }
 
     #[test]

@@ -50,7 +50,7 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_state, State, StateStream};
+use crate::lifecycle::{aggregate_until_all_end, State, StateStream};
 use crate::topic_list::RegexSubscriptionMode;
 use multi::{SubscribeContext, TopicGroup};
 pub(crate) use registry::Registry;
@@ -412,10 +412,23 @@ impl Consumer {
     /// [`crate::Producer::state`]).
     ///
     /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
-    /// topic leaves the consumer).
+    /// topic leaves the consumer). On a multi-topic or pattern consumer (or one with
+    /// `retry_enable`) a topic that ended for good (its end reached, closed by the broker,
+    /// failed) does not end the consumer while its other topics run, like upstream's
+    /// `MultiTopicsConsumerImpl`: the state is terminal once every topic ended.
     pub fn state(&self) -> State {
-        let states: Vec<State> = self.live().iter().map(|p| *p.state.borrow()).collect();
-        aggregate_state(&states)
+        let states: Vec<State> = self.state_watchers().iter().map(|w| *w.borrow()).collect();
+        aggregate_until_all_end(&states)
+    }
+
+    /// What the state follows: the live tasks, and a pattern consumer's discovery (open while
+    /// it has no topic).
+    fn state_watchers(&self) -> Vec<watch::Receiver<State>> {
+        let mut all: Vec<_> = self.live().iter().map(|p| p.state.clone()).collect();
+        if let Some(d) = &self.discovery {
+            all.push(d.state());
+        }
+        all
     }
 
     /// The tasks whose topic was not deleted under them.
@@ -453,9 +466,9 @@ impl Consumer {
     /// ```
     ///
     /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
-    /// made.
+    /// made (and a pattern consumer's discovery: it stays open without topics).
     pub fn states(&self) -> StateStream {
-        StateStream::new(self.live().iter().map(|p| p.state.clone()).collect())
+        StateStream::until_all_end(self.state_watchers())
     }
 
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with

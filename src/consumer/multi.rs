@@ -127,7 +127,12 @@ pub(crate) async fn subscribe_topic(
     let partitions = if topic.is_partition() {
         0
     } else {
-        client.partitioned_topic_metadata(topic.as_str()).await?
+        // Without forcing topic creation (a pattern consumer), the metadata request must not
+        // create the topic either, like upstream's `subscribeAsync(topic,
+        // createTopicIfDoesNotExist)` (PIP-344): a listed topic deleted since stays deleted.
+        client
+            .partitioned_topic_metadata_with(topic.as_str(), options.force_topic_creation)
+            .await?
     };
     if partitions > 0 {
         if let Some(start) = options.start_message_id {

@@ -29,7 +29,7 @@ use std::collections::{BTreeSet, HashSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::multi::{subscribe_all, SubscribeContext, TopicGroup};
@@ -40,8 +40,9 @@ use crate::commands;
 use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
+use crate::lifecycle::State;
 use crate::topic::TopicName;
-use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 
 /// The topics a pattern consumer gained and lost in one change (see
 /// [`Consumer::topic_changes`](crate::Consumer::topic_changes)).
@@ -100,11 +101,31 @@ async fn list_once(
             .into_iter()
             // Upstream filters on the client when the broker did not (`filtered = false`),
             // and the mode is checked on both sides.
-            .filter(|t| filtered || cfg.pattern.matches(t))
-            .filter(|t| !is_system_topic(t))
-            .filter(|t| TopicName::new(t).is_ok_and(|n| cfg.mode.admits(&n)))
+            .filter(|t| admits(cfg, t, filtered))
             .collect(),
     ))
+}
+
+/// Whether a listed topic joins a pattern consumer: it matches the pattern (unless the broker
+/// already filtered, `filtered`: upstream trusts that and filters only otherwise), is no
+/// system topic and is of the mode's domain. One check for the poll's answer and both of the
+/// watcher's: a watcher update is checked as much as a listing (upstream's broker only
+/// watches persistent topics; a broker that pushes a non-persistent one into a
+/// persistent-only consumer must not get it subscribed).
+///
+/// Whatever `filtered` says, the name must be a full topic name (as brokers list them; a short
+/// name would be expanded into `public/default`) of the pattern's namespace: an honest broker
+/// lists nothing else, and a topic of another namespace must never join (the regex may be
+/// trusted to the broker, the namespace costs nothing to check).
+fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
+    let Ok(name) = TopicName::new(topic) else {
+        return false;
+    };
+    name.as_str() == topic
+        && name.namespace() == cfg.pattern.namespace
+        && (filtered || cfg.pattern.matches(topic))
+        && !is_system_topic(topic)
+        && cfg.mode.admits(&name)
 }
 
 /// The first listing of a pattern consumer: fails (with the broker's error, or a timeout
@@ -180,18 +201,15 @@ pub(crate) async fn subscribe_initial(
     Ok((groups, kept))
 }
 
-/// Whether `topic` is one of the broker's own topics (local name starting with `__`, like
-/// `__change_events`), which a pattern never subscribes: upstream's `TopicList.filterSystemTopic`
-/// drops the system topics (this approximates its list by the reserved prefix).
-fn is_system_topic(topic: &str) -> bool {
-    TopicName::new(topic).is_ok_and(|t| t.partitioned_topic().local_name().starts_with("__"))
-}
-
 /// The running discovery of one pattern consumer; dropping it stops the task.
 #[derive(Debug)]
 pub(crate) struct Discovery {
     stop: std::sync::Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>,
     events: broadcast::Sender<TopicsChanged>,
+    /// `Ready` while discovery runs, `Closed` once it ended (the consumer closed or dropped,
+    /// or the client closed): a pattern consumer is open while it has no topic, like
+    /// upstream's, so its state does not follow its topics' alone.
+    state: watch::Receiver<State>,
 }
 
 impl Discovery {
@@ -206,7 +224,9 @@ impl Discovery {
     ) -> Discovery {
         let (stop, stop_rx) = oneshot::channel();
         let (events, _) = broadcast::channel(CHANGE_EVENTS);
+        let (state_tx, state) = watch::channel(State::Ready);
         let task = Task {
+            state: state_tx,
             backoff: ctx.client.backoff(),
             ctx,
             groups,
@@ -225,7 +245,13 @@ impl Discovery {
         Discovery {
             stop: std::sync::Mutex::new(Some(stop)),
             events,
+            state,
         }
+    }
+
+    /// The discovery's own state (see the field).
+    pub(crate) fn state(&self) -> watch::Receiver<State> {
+        self.state.clone()
     }
 
     /// Change events from now on.
@@ -249,6 +275,8 @@ impl Discovery {
 type Watch = WatchSlot;
 
 struct Task {
+    /// Set to `Closed` when the task ends.
+    state: watch::Sender<State>,
     ctx: SubscribeContext,
     groups: Groups,
     cfg: PatternConfig,
@@ -283,6 +311,22 @@ impl Task {
     }
 
     async fn run(mut self, mut stop: oneshot::Receiver<oneshot::Sender<()>>) {
+        // A stop interrupts whatever discovery is doing (a poll or a subscribe waiting for the
+        // broker, up to the operation timeout): like upstream's close, which does not wait for
+        // a pending GetTopicsOfNamespace; the consumer's close then closes every task it has.
+        let done = tokio::select! {
+            r = &mut stop => r.ok(),
+            () = self.serve() => None,
+        };
+        self.close_watch().await;
+        self.state.send_replace(State::Closed);
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    /// Discovery until the consumer's queue or the client closes.
+    async fn serve(&mut self) {
         let period = self.cfg.period;
         let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -291,13 +335,12 @@ impl Task {
         let ended = super::registry::lock(&self.ctx.registry).ended.clone();
         // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
         self.reconcile().await;
-        let done = loop {
+        loop {
             tokio::select! {
-                r = &mut stop => break r.ok(),
-                _ = self._out.closed() => break None,
+                _ = self._out.closed() => break,
                 // The client closes: its consumers close themselves; no topic joins any more,
                 // and the consumer's queue ends once they are gone.
-                _ = crate::core::shut_down(&mut shutdown) => break None,
+                _ = crate::core::shut_down(&mut shutdown) => break,
                 _ = ticks.tick() => {
                     match self.poll().await {
                         Ok(()) => poll_failed_logged = false,
@@ -330,10 +373,6 @@ impl Task {
                 }
                 ev = next_watch_event(&mut self.watch) => self.on_watch_event(ev).await,
             }
-        };
-        self.close_watch().await;
-        if let Some(done) = done {
-            let _ = done.send(());
         }
     }
 
@@ -394,7 +433,7 @@ impl Task {
                     self.desired = ok
                         .topic
                         .into_iter()
-                        .filter(|t| self.cfg.pattern.matches(t) && !is_system_topic(t))
+                        .filter(|t| admits(&self.cfg, t, false))
                         .collect();
                 }
                 self.watch = Some(slot);
@@ -450,7 +489,7 @@ impl Task {
                     self.desired.remove(t);
                 }
                 for t in update.new_topics {
-                    if self.cfg.pattern.matches(&t) && !is_system_topic(&t) {
+                    if admits(&self.cfg, &t, false) {
                         self.desired.insert(t);
                     }
                 }

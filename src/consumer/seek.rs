@@ -17,6 +17,7 @@ use crate::entity::Requests;
 use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
+use crate::topic::TopicName;
 
 /// A partition's answer to get-last-message-id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +61,32 @@ impl Consumer {
         // the seek goes to its first chunk, so the whole message is read again.
         let to = id.first_chunk_id().unwrap_or(id);
         self.seek_each(&targets, SeekTarget::Id(to)).await
+    }
+
+    /// Moves one topic of this consumer to a message id: what a multi-topic or pattern
+    /// consumer needs (an id names no topic, so [`seek`](Self::seek) cannot tell which topic
+    /// an id of a plain topic belongs to). `topic` is the message's
+    /// [`Message::topic`](crate::Message::topic) (a partition's name, or the partitioned
+    /// topic's name with the id's partition). Like upstream's
+    /// `MultiTopicsConsumerImpl.seekAsync` with a `TopicMessageId`: only that topic's consumer
+    /// seeks; the others keep their position. A topic not in this consumer fails with
+    /// [`Error::InvalidOperation`].
+    pub async fn seek_topic_id(&mut self, topic: &TopicName, id: MessageId) -> Result<()> {
+        self.check_persistent("seek")?;
+        let owner = self
+            .all()
+            .into_iter()
+            // Routed like `Acker::ack_topic_id`.
+            .find(|p| {
+                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
+            })
+            .ok_or_else(|| {
+                Error::InvalidOperation(format!(
+                    "cannot seek to {id} of {topic}: no such topic in this consumer"
+                ))
+            })?;
+        let to = id.first_chunk_id().unwrap_or(id);
+        self.seek_each(&[owner], SeekTarget::Id(to)).await
     }
 
     /// Moves the subscription to the first message published at or after `publish_time_ms`

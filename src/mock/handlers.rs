@@ -245,6 +245,9 @@ fn connect(session: SessionView<'_>, cmd: &wire::BaseCommand) -> Step {
             .map(|n| i32::try_from(n).unwrap_or(i32::MAX)),
         feature_flags: Some(wire::FeatureFlags {
             supports_partition_update_watchers: Some(config.supports_partition_update_watchers),
+            // PIP-344 (brokers since 3.3): PARTITIONED_METADATA honours
+            // `metadata_auto_creation_enabled = false`.
+            supports_get_partitioned_metadata_without_auto_creation: Some(true),
             ..Default::default()
         }),
     };
@@ -336,10 +339,29 @@ fn partition_metadata_response(
     req: &wire::CommandPartitionedTopicMetadata,
 ) -> wire::BaseCommand {
     use wire::command_partitioned_topic_metadata_response::LookupType;
+    let partitions = state.topics.partitions(&req.topic);
+    // PIP-344: asked not to create it, a broker answers TopicNotFound for a topic that exists
+    // neither partitioned nor non-partitioned (the mock never creates metadata itself).
+    if req.metadata_auto_creation_enabled == Some(false)
+        && partitions == 0
+        && state.topics.get(&req.topic).is_none()
+    {
+        return wire::BaseCommand {
+            r#type: Type::PartitionedMetadataResponse as i32,
+            partition_metadata_response: Some(wire::CommandPartitionedTopicMetadataResponse {
+                request_id: req.request_id,
+                response: Some(LookupType::Failed as i32),
+                error: Some(ServerError::TopicNotFound.code()),
+                message: Some(format!("topic {} does not exist", req.topic)),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+    }
     wire::BaseCommand {
         r#type: Type::PartitionedMetadataResponse as i32,
         partition_metadata_response: Some(wire::CommandPartitionedTopicMetadataResponse {
-            partitions: Some(state.topics.partitions(&req.topic)),
+            partitions: Some(partitions),
             request_id: req.request_id,
             response: Some(LookupType::Success as i32),
             ..Default::default()

@@ -25,7 +25,7 @@ use super::{lock, ConnectionId, MockBroker};
 use crate::codec::Frame;
 use crate::error::ServerError;
 use crate::topic::TopicName;
-use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 
 /// One registered topic-list watcher.
 #[derive(Debug)]
@@ -56,6 +56,8 @@ fn listing(state: &BrokerState, namespace: &str, mode: RegexSubscriptionMode) ->
         .names_in(namespace)
         .into_iter()
         .filter(|t| TopicName::new(t).is_ok_and(|t| mode.admits(&t)))
+        // Upstream `getListOfUserTopics` (both GetTopicsOfNamespace and the watcher's list).
+        .filter(|t| !is_system_topic(t))
         .collect()
 }
 
