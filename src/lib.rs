@@ -86,12 +86,16 @@ pub mod lifecycle;
 pub mod lookup;
 pub mod message;
 pub mod message_id;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;
 pub(crate) mod routing_hash;
 pub mod service_url;
+pub mod stats;
 pub mod topic;
 pub(crate) mod util;
 
@@ -114,6 +118,7 @@ pub use message::{Message, ProducerMessage};
 pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use service_url::ServiceUrl;
+pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).

@@ -68,6 +68,13 @@ impl LookupService {
 
     /// Finds the broker serving `topic`, following redirects up to the configured bound.
     pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
+        let started = tokio::time::Instant::now();
+        let r = self.lookup_uncounted(topic).await;
+        crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
+        r
+    }
+
+    async fn lookup_uncounted(&self, topic: &TopicName) -> Result<BrokerLookup> {
         let (mut logical, mut physical) = self.service_host();
         let mut authoritative = false;
         let mut redirects = 0u32;
@@ -130,6 +137,13 @@ impl LookupService {
     /// [`MAX_PARTITIONS`](crate::partitions::MAX_PARTITIONS) is an error (never that many
     /// creates).
     pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
+        let started = tokio::time::Instant::now();
+        let r = self.partitioned_metadata_uncounted(topic).await;
+        crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
+        r
+    }
+
+    async fn partitioned_metadata_uncounted(&self, topic: &TopicName) -> Result<u32> {
         let conn = self.service_connection().await?;
         let request_id = conn.new_request_id();
         let cmd = crate::commands::partitioned_metadata(topic.as_str(), request_id);

@@ -445,6 +445,7 @@ where
         }
     };
     tracing::debug!(%reason, "connection closed");
+    crate::stats::sink::connection_closed();
     let _ = closed.send(Some(reason.clone()));
     router.shutdown(&reason);
     let _ = stats.send(router.stats());

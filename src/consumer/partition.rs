@@ -79,6 +79,13 @@ pub(super) async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        stats: crate::stats::ConsumerCounters::new(
+            entity.link.clone(),
+            client.metric_labels,
+            &topic,
+            &options.subscription,
+            options.receiver_queue_size,
+        ),
         room: Mutex::new(task::QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });

@@ -87,6 +87,8 @@ pub(crate) struct PartitionShared {
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
     /// Entries discarded because they could not be decoded.
     pub discarded: AtomicU64,
+    /// Statistics (read by `Consumer::stats`).
+    pub stats: crate::stats::ConsumerCounters,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
@@ -373,8 +375,12 @@ impl ConsumerTask {
             if let Err(e) = step {
                 break e;
             }
+            self.shared
+                .stats
+                .publish_queue_len(|| self.shared.room().queued);
         };
         let state = self.entity.end(&final_error);
+        self.shared.stats.closed();
         let result = match (&final_error, close_outcome) {
             (Error::Closed, None) => Ok(()),
             (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
@@ -509,6 +515,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::Nack(id, redelivery_count) => {
+                self.shared.stats.nacked();
                 self.unacked.remove(&id);
                 if let Some(msg) = self.dlq_candidates.remove(&id) {
                     self.dead_letter(msg);
@@ -574,6 +581,8 @@ impl ConsumerTask {
             partial,
         } = self.acks.take_flush();
         let id = self.entity.id;
+        let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
+        self.shared.stats.acks_sent(sent);
         if !individual.is_empty() || !partial.is_empty() {
             self.entity
                 .send_control(commands::ack_individual(id, &individual, partial));
@@ -593,7 +602,7 @@ impl ConsumerTask {
     /// published, or redelivered if publishing fails.
     pub(super) fn dead_letter(&self, msg: Message) {
         match &self.dlq {
-            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.ops.clone()),
+            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.clone()),
             None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
         }
     }
@@ -608,6 +617,7 @@ impl ConsumerTask {
         self.unacked
             .taken(self.shared.taken_messages.load(Ordering::Acquire), now);
         let expired = self.unacked.expired(now, self.opts.ack_timeout);
+        self.shared.stats.ack_timed_out(expired.len());
         let mut redeliver = Vec::new();
         for id in expired {
             match self.dlq_candidates.remove(&id) {
@@ -644,6 +654,7 @@ impl ConsumerTask {
         }
         ids.sort();
         ids.dedup();
+        self.shared.stats.redelivery_requested();
         self.entity
             .send_control(commands::redeliver(self.entity.id, &ids));
     }
@@ -662,6 +673,7 @@ impl ConsumerTask {
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
         self.unacked.clear();
         self.nacks = NackTracker::default();
+        self.shared.stats.redelivery_requested();
         let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
         self.entity.send_control(frame);
     }

@@ -56,17 +56,25 @@ pub(crate) enum ReceiptOutcome {
 pub(crate) struct PendingQueue {
     queue: VecDeque<InFlight>,
     messages: usize,
+    /// Encoded bytes of the queued entries.
+    bytes: usize,
 }
 
 impl PendingQueue {
     pub(crate) fn push(&mut self, entry: InFlight) {
         self.messages += entry.completions.len();
+        self.bytes += entry.encoded.len();
         self.queue.push_back(entry);
     }
 
     /// Messages pending (not entries).
     pub(crate) fn messages(&self) -> usize {
         self.messages
+    }
+
+    /// Encoded bytes pending.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -105,6 +113,7 @@ impl PendingQueue {
         let entry = self.queue.pop_front().expect("head exists");
         let n = entry.completions.len();
         self.messages -= n;
+        self.bytes -= entry.encoded.len();
         let batch_size = n as i32;
         for (i, c) in entry.completions.into_iter().enumerate() {
             let mut id = if entry.batched {
@@ -127,6 +136,7 @@ impl PendingQueue {
         };
         let n = entry.completions.len();
         self.messages -= n;
+        self.bytes -= entry.encoded.len();
         for c in entry.completions {
             c.complete(Err(error.clone()));
         }
@@ -224,6 +234,7 @@ mod tests {
         assert_eq!(rb[0].try_recv().unwrap().unwrap().batch_index, -1);
         assert!(q.is_empty());
         assert_eq!(q.messages(), 0);
+        assert_eq!(q.bytes(), 0);
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use crate::error::{Error, Result, ServerError};
 use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
@@ -121,6 +122,8 @@ pub(crate) struct ProducerTask {
     pub close_outcome: Option<Error>,
     /// Set once the producer is closed for good; handles report it on later sends.
     pub terminal: Arc<Mutex<Option<Error>>>,
+    /// Statistics (read by `Producer::stats`).
+    pub stats: Arc<crate::stats::ProducerCounters>,
 }
 
 impl ProducerTask {
@@ -189,6 +192,7 @@ impl ProducerTask {
                 _ = tick.tick() => {
                     if !self.opts.send_timeout.is_zero() {
                         let n = self.pending.expire(Instant::now(), self.opts.send_timeout);
+                        self.stats.failed(SendFailure::Timeout, n);
                         if n > 0 {
                             tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout");
                         }
@@ -205,6 +209,8 @@ impl ProducerTask {
             if let Err(e) = step {
                 break e;
             }
+            self.stats
+                .pending(self.pending.messages(), self.pending.bytes());
             // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
             // the open batch, flushed by `start_close`, and whatever waited for room in the
             // connection's queue), without waiting for receipts: the broker answers it once the
@@ -404,6 +410,7 @@ impl ProducerTask {
     }
 
     fn dispatch(&mut self, out: Vec<InFlight>, failed: Vec<(Error, Completion)>) {
+        self.stats.failed(SendFailure::Rejected, failed.len());
         for (e, c) in failed {
             c.complete(Err(e));
         }
@@ -439,6 +446,12 @@ impl ProducerTask {
     fn on_receipt(&mut self, r: crate::proto::CommandSendReceipt) -> Result<()> {
         let partition = self.partition;
         let id = r.message_id.unwrap_or_default();
+        // The head's size and age, for the stats if this receipt completes it.
+        let head = self
+            .pending
+            .iter()
+            .next()
+            .map(|e| (e.encoded.len(), e.enqueued_at));
         let outcome = self
             .pending
             .on_receipt(r.sequence_id, |batch_index| MessageId {
@@ -449,6 +462,9 @@ impl ProducerTask {
                 batch_size: 0,
                 first_chunk: None,
             });
+        if let (ReceiptOutcome::Completed(n), Some((bytes, at))) = (&outcome, head) {
+            self.stats.sent(*n as u64, bytes as u64, at.elapsed());
+        }
         if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
             tracing::warn!(topic = %self.entity.topic, expected, got,
                 "receipt ahead of the pending head; reconnecting");
@@ -486,10 +502,11 @@ impl ProducerTask {
                     }),
                     ServerError::NotAllowed => {
                         // That message is refused (e.g. too big); the others go on.
-                        self.pending.fail_head(Error::Broker {
+                        let n = self.pending.fail_head(Error::Broker {
                             code,
                             message: e.message,
                         });
+                        self.stats.failed(SendFailure::Broker, n);
                         self.finish_flush_waiters();
                         Ok(())
                     }
@@ -536,15 +553,19 @@ impl ProducerTask {
         if let Some(b) = self.batches.as_mut() {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
+        let mut closed = failed.len();
         for (_, c) in failed {
             c.complete(Err(error.clone()));
         }
         for entry in out {
+            closed += entry.completions.len();
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
         }
-        self.pending.fail_all(&error);
+        closed += self.pending.fail_all(&error);
+        self.stats.failed(SendFailure::Closed, closed);
+        self.stats.closed();
         for (_, tx) in self.flush_waiters.drain(..) {
             let _ = tx.send(Err(error.clone()));
         }
