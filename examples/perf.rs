@@ -11,6 +11,11 @@
 //! - latency: batching off, N sequential awaited sends; p50/p99 in microseconds.
 //!
 //! `cpu_s` is the process's user + system time (getrusage).
+//!
+//! `--stats` prints the producer's or consumer's [`stats`](pulsar_sdk::stats) snapshot (Debug)
+//! on stderr at the end. `--metrics` (cargo feature `metrics`) installs a Prometheus recorder
+//! (no HTTP listener) so the client's metrics are recorded during the run; with `--stats` the
+//! rendered text goes to stderr too. Running with and without them compares the cost.
 
 mod common;
 
@@ -22,7 +27,7 @@ use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{InitialPosition, SubscriptionType};
 
 const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
---size BYTES [--type exclusive|shared]";
+--size BYTES [--type exclusive|shared] [--stats] [--metrics]";
 
 fn rusage() -> (f64, i64) {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
@@ -42,7 +47,13 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &["url", "topic", "mode", "n", "size", "type"], &[]);
+    let args = Args::parse(
+        USAGE,
+        &["url", "topic", "mode", "n", "size", "type"],
+        &["stats", "metrics"],
+    );
+    let print_stats = args.flag("stats");
+    let prometheus = args.flag("metrics").then(install_metrics);
     // Consume mode's subscription type: Exclusive by default; Shared avoids pulsar-lite's
     // duplicate dispatch on Exclusive subscriptions.
     let sub_type = match args.get("type").unwrap_or("exclusive") {
@@ -87,6 +98,9 @@ async fn main() {
                 f.await.unwrap_or_else(|e| die(e));
             }
             producer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", producer.stats());
+            }
         }
         "consume" => {
             let mut consumer = client
@@ -107,6 +121,9 @@ async fn main() {
                 consumer.ack(&m).unwrap_or_else(|e| die(e));
             }
             consumer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", consumer.stats());
+            }
         }
         "latency" => {
             let producer = client
@@ -126,11 +143,17 @@ async fn main() {
                 latencies.push(t.elapsed());
             }
             producer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", producer.stats());
+            }
         }
         other => fail(USAGE, &format!("unknown --mode `{other}`")),
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu1, max_rss_kb) = rusage();
+    if let (true, Some(Some(handle))) = (print_stats, &prometheus) {
+        eprintln!("{}", render_metrics(handle));
+    }
     latencies.sort();
     println!(
         "{}",
@@ -147,4 +170,42 @@ async fn main() {
             "max_rss_kb": max_rss_kb,
         })
     );
+}
+
+#[cfg(feature = "metrics")]
+type Prometheus = metrics_exporter_prometheus::PrometheusHandle;
+#[cfg(not(feature = "metrics"))]
+type Prometheus = ();
+
+/// Installs a Prometheus recorder (rendered on demand, no listener).
+#[cfg(feature = "metrics")]
+fn install_metrics() -> Option<Prometheus> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .unwrap_or_else(|e| die(e));
+    pulsar_sdk::metrics::describe();
+    // Upkeep drains histogram samples, as an application's exporter does.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Some(handle)
+}
+
+#[cfg(not(feature = "metrics"))]
+fn install_metrics() -> Option<Prometheus> {
+    fail(USAGE, "--metrics needs the `metrics` cargo feature")
+}
+
+#[cfg(feature = "metrics")]
+fn render_metrics(handle: &Prometheus) -> String {
+    handle.render()
+}
+
+#[cfg(not(feature = "metrics"))]
+fn render_metrics(_: &Prometheus) -> String {
+    String::new()
 }

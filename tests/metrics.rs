@@ -181,7 +181,11 @@ async fn metrics_carry_topic_labels_only_when_the_client_asks() {
     let lookups = rec.find(&[names::LOOKUP_DURATION, "pulsar.lookup.type=topic"]);
     assert!(lookups.iter().any(|(_, n)| *n > 0), "{lookups:?}");
     let pending = rec.find(&[names::PRODUCER_PENDING_COUNT, ns]);
-    assert_eq!(f64::from_bits(pending[0].1), 0.0, "nothing pending after close");
+    assert_eq!(
+        f64::from_bits(pending[0].1),
+        0.0,
+        "nothing pending after close"
+    );
 
     produce_and_consume(&url, labelled, true).await;
     let with_topic = format!("pulsar.topic={labelled}");

@@ -146,7 +146,8 @@ impl Router {
     /// naming it (the entities reconnect; the broker redelivers what was not acked).
     fn deliver(&mut self, kind: EntityKind, id: u64, frame: Frame) -> Step {
         let Some(sender) = self.entities.get(&(kind, id)) else {
-            tracing::debug!(?kind, id, command = %routing::type_name(&frame.command),
+            // Per frame (e.g. messages still in flight to a consumer that closed): trace.
+            tracing::trace!(?kind, id, command = %routing::type_name(&frame.command),
                 "command for an unknown entity; dropped");
             return Step::Continue;
         };
@@ -444,7 +445,13 @@ where
             break reason;
         }
     };
-    tracing::debug!(%reason, "connection closed");
+    // Our own close is routine; any other end (lost, broken by the broker) is a lifecycle
+    // event an operator may want to see.
+    if matches!(reason, Error::Closed) {
+        tracing::debug!("connection closed");
+    } else {
+        tracing::info!(%reason, "connection closed");
+    }
     crate::stats::sink::connection_closed();
     let _ = closed.send(Some(reason.clone()));
     router.shutdown(&reason);

@@ -125,7 +125,8 @@ pub(super) async fn spawn_partition(
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
-    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
+    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id,
+        subscription = %options.subscription);
     tokio::spawn(tracing::Instrument::instrument(task.run(), span));
     Ok(shared)
 }

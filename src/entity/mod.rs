@@ -245,9 +245,13 @@ impl Entity {
             Some(EntityEvent::Receipt(r)) => Wake::Receipt(r),
             Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
                 None => Wake::Command(frame),
-                Some(close) if !close.allow_reconnect => Wake::Ended(Error::ClosedByBroker {
-                    topic: self.topic.to_string(),
-                }),
+                Some(close) if !close.allow_reconnect => {
+                    tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
+                        reason = close.reason, "closed for good by the broker (PIP-139)");
+                    Wake::Ended(Error::ClosedByBroker {
+                        topic: self.topic.to_string(),
+                    })
+                }
                 Some(close) => {
                     tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
                         to = ?close.assigned_broker, "{}", close.reason);

@@ -363,7 +363,7 @@ impl PartitionProducer {
             terminal: terminal.clone(),
             stats: stats.clone(),
         };
-        let span = tracing::debug_span!("producer", topic = %topic, id = producer_id);
+        let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         Ok(PartitionProducer {
             name: created.name,

@@ -248,7 +248,8 @@ impl ProducerTask {
                 r
             }
             Wake::Message(_) => {
-                tracing::debug!(topic = %self.entity.topic, "MESSAGE for a producer; ignored");
+                // Per frame: trace (never more than one line per message above trace).
+                tracing::trace!(topic = %self.entity.topic, "MESSAGE for a producer; ignored");
                 Ok(())
             }
             Wake::Detached => {
