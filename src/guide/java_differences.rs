@@ -11,7 +11,7 @@
 //! | Schemas (schema registry, typed producers and consumers, `AUTO_CONSUME`) | payloads are bytes ([`bytes::Bytes`]); encode and decode in the application. A broker enforcing a topic's schema may refuse producers without one ([`ServerError::IncompatibleSchema`]) |
 //! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
 //! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
-//! | Metrics and producer / consumer statistics | [`Client::connection_stats`] gives per-connection counters (pending requests, registered producers and consumers); everything else is in the `tracing` logs (see the [crate root](crate)) |
+//! | Metrics and producer / consumer statistics | `stats()` on producers, consumers and readers returns cumulative counters, gauges and send-latency percentiles ([`crate::stats`]), not Java's per-interval rates, and nothing is logged periodically. Operator metrics (cargo feature `metrics`) use upstream's PIP-342 names through the `metrics` facade rather than the OpenTelemetry API; topic labels are opt-in per client (`ClientBuilder::metrics_topic_labels`); `producer.rpc.send.duration` and `consumer.receive_queue.size` are not recorded. [`Client::connection_stats`] gives per-connection counters |
 //! | End-to-end encryption, interceptors, `batchReceive`, table views | not available |
 //! | A zero-size receiver queue | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
 //! | HTTP lookup (`http://` service URLs) | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
