@@ -68,7 +68,7 @@ pub mod names {
     pub const CONSUMER_RECEIVED_SIZE: &str = "pulsar.client.consumer.message.received.size";
     /// Gauge (messages): messages in the receiver queue.
     pub const CONSUMER_RECEIVE_QUEUE_COUNT: &str = "pulsar.client.consumer.receive_queue.count";
-    /// Counter (messages): message ids acknowledged to the broker.
+    /// Counter (messages): acknowledgements by the application (a cumulative ack counts one).
     pub const CONSUMER_ACK: &str = "pulsar.client.consumer.message.ack";
     /// Counter (messages): negative acknowledgements.
     pub const CONSUMER_NACK: &str = "pulsar.client.consumer.message.nack";

@@ -158,6 +158,7 @@ async fn consumer_counters_match_the_acks_and_redeliveries_the_broker_received()
     assert_eq!(s.totals.messages_received, 12);
     assert_eq!(s.totals.bytes_received as usize, bytes);
     assert_eq!(s.totals.acks_sent as usize, acked_ids(&broker));
+    assert_eq!(s.totals.acks, 10);
     assert_eq!(s.totals.nacks, 2);
     assert_eq!(
         s.totals.redelivery_requests as usize,
@@ -210,4 +211,27 @@ async fn dead_letters_are_counted_as_the_broker_stored_them() {
     assert_eq!(s.totals.dlq_sends, 3);
     assert_eq!(broker.topic_messages(&dlq), 3);
     assert_eq!(s.totals.nacks, 6, "each delivered twice (max 1 redelivery)");
+}
+
+#[tokio::test]
+async fn a_reader_counts_what_it_read() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = "persistent://public/default/stats-reader";
+    let producer = common::unbatched_producer(&client, topic).await;
+    common::publish(&producer, "r", 3).await;
+    let mut reader = client
+        .reader(topic)
+        .start_earliest()
+        .receiver_queue_size(10)
+        .create()
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        within("read", reader.recv()).await.unwrap();
+    }
+    let s = reader.stats();
+    assert_eq!(s.totals.messages_received, 3);
+    assert_eq!(s.totals.receiver_queue_size, 10);
+    assert_eq!(s.state, State::Ready);
 }

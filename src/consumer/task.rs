@@ -483,6 +483,7 @@ impl ConsumerTask {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
             ConsumerOp::Ack(id) => {
+                self.shared.stats.acked();
                 self.forget(&id);
                 if !self.persistent() {
                     return Ok(());
@@ -500,6 +501,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::AckCumulative(id) => {
+                self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);
                 // The cumulative ack of a chunked message's last chunk covers its chunks.
                 self.chunk_ids.retain(|k, _| *k > id);

@@ -170,6 +170,7 @@ pub(crate) struct ConsumerCounters {
     queue_size: u32,
     received: AtomicU64,
     received_bytes: AtomicU64,
+    acks: AtomicU64,
     acks_sent: AtomicU64,
     nacks: AtomicU64,
     redelivery_requests: AtomicU64,
@@ -202,6 +203,7 @@ impl ConsumerCounters {
             queue_size,
             received: AtomicU64::new(0),
             received_bytes: AtomicU64::new(0),
+            acks: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             nacks: AtomicU64::new(0),
             redelivery_requests: AtomicU64::new(0),
@@ -220,13 +222,17 @@ impl ConsumerCounters {
         self.sink.received(bytes as u64);
     }
 
+    /// The application acknowledged a message (or cumulatively up to one).
+    #[inline]
+    pub(crate) fn acked(&self) {
+        self.acks.fetch_add(1, Relaxed);
+        self.sink.acks(1);
+    }
+
     /// `n` message ids acknowledged to the broker.
     #[inline]
     pub(crate) fn acks_sent(&self, n: usize) {
-        if n > 0 {
-            self.acks_sent.fetch_add(n as u64, Relaxed);
-            self.sink.acks(n as u64);
-        }
+        self.acks_sent.fetch_add(n as u64, Relaxed);
     }
 
     pub(crate) fn nacked(&self) {
@@ -284,6 +290,7 @@ impl ConsumerCounters {
             receiver_queue_size: self.queue_size.into(),
             messages_received: self.received.load(Relaxed),
             bytes_received: self.received_bytes.load(Relaxed),
+            acks: self.acks.load(Relaxed),
             acks_sent: self.acks_sent.load(Relaxed),
             nacks: self.nacks.load(Relaxed),
             redelivery_requests: self.redelivery_requests.load(Relaxed),

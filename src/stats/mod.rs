@@ -150,6 +150,9 @@ pub struct ConsumerCounts {
     pub messages_received: u64,
     /// Payload bytes of those messages.
     pub bytes_received: u64,
+    /// Acknowledgements by the application (individual and cumulative ack calls, the
+    /// acknowledgements of dead-lettered messages included).
+    pub acks: u64,
     /// Message ids acknowledged to the broker (individual ids, batch-index acks and
     /// cumulative acks each count one; a batch acked message by message counts once, when it
     /// is complete, unless batch-index acks are on).
@@ -235,6 +238,7 @@ impl ConsumerStats {
             let c = &p.counts;
             t.messages_received += c.messages_received;
             t.bytes_received += c.bytes_received;
+            t.acks += c.acks;
             t.acks_sent += c.acks_sent;
             t.nacks += c.nacks;
             t.redelivery_requests += c.redelivery_requests;
