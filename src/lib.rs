@@ -61,7 +61,7 @@
 //! - `debug`: every state change, create and close, and connection detail.
 //!
 //! Nothing is logged per message above `trace` (anomalies aside: a malformed message from the
-//! broker is a `warn`). Connections, producers and consumers run in `connection` (broker),
+//! broker is a `warn`). Connections, producers and consumers run in `connection` (id, broker),
 //! `producer` (topic, id, name) and `consumer` (topic, id, subscription) spans. Credentials
 //! (tokens, passwords, keys) are never logged, at any level.
 //!

@@ -130,7 +130,12 @@ async fn spans_lifecycle_events_no_per_message_noise_and_no_secret() {
         info.join("\n")
     );
     assert!(info.iter().any(|l| l.contains("re-created")));
-    assert!(info.iter().any(|l| l.contains("connection closed")));
+    assert!(
+        info.iter()
+            .any(|l| l.contains("connection{id=") && l.contains("connection closed")),
+        "the lost connection, in its span:\n{}",
+        info.join("\n")
+    );
 
     drop(producer);
     consumer.close().await.unwrap();

@@ -2,7 +2,7 @@
 //! connection alive and times requests out.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -183,7 +183,10 @@ pub(super) fn spawn<S>(params: TaskParams<S>)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let span = tracing::debug_span!("connection", broker = %params.broker_url);
+    // A process-wide number tells apart two connections to the same broker in the logs.
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::debug_span!("connection", id, broker = %params.broker_url);
     tokio::spawn(run(params).instrument(span));
 }
 

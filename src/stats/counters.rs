@@ -301,3 +301,56 @@ impl ConsumerCounters {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn reconnect_time_counts_the_time_without_a_connection() {
+        let link = LinkCounters::default();
+        link.detached();
+        tokio::time::advance(Duration::from_secs(2)).await;
+        // A reconnect under way counts up to now.
+        assert_eq!(link.snapshot().time_reconnecting, Duration::from_secs(2));
+        assert_eq!(link.snapshot().reconnects, 0);
+        link.reattached();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let s = link.snapshot();
+        assert_eq!(s.reconnects, 1);
+        assert_eq!(
+            s.time_reconnecting,
+            Duration::from_secs(2),
+            "attached time not counted"
+        );
+        // A second loss that ends the entity for good stops the clock.
+        link.detached();
+        link.detached(); // the same outage, seen twice
+        tokio::time::advance(Duration::from_secs(1)).await;
+        link.ended();
+        tokio::time::advance(Duration::from_secs(10)).await;
+        let s = link.snapshot();
+        assert_eq!(s.reconnects, 1);
+        assert_eq!(s.time_reconnecting, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn pending_gauges_follow_the_queue_and_reset_on_close() {
+        let topic = TopicName::new("t").unwrap();
+        let c = ProducerCounters::new(Default::default(), LabelPolicy::default(), &topic);
+        c.pending(3, 300);
+        c.sent(2, 200, Duration::from_millis(4));
+        c.pending(1, 100);
+        c.failed(SendFailure::Timeout, 1);
+        c.failed(SendFailure::Closed, 0);
+        let (counts, _) = c.snapshot();
+        assert_eq!((counts.pending_messages, counts.pending_bytes), (1, 100));
+        assert_eq!(counts.messages_sent, 2);
+        assert_eq!(counts.send_errors.timeout, 1);
+        assert_eq!(counts.send_errors.total(), 1);
+        assert_eq!(counts.send_latency.count, 2);
+        c.closed();
+        let (counts, _) = c.snapshot();
+        assert_eq!((counts.pending_messages, counts.pending_bytes), (0, 0));
+    }
+}
