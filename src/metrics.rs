@@ -49,8 +49,9 @@ pub mod names {
     pub const PRODUCER_OPENED: &str = "pulsar.client.producer.opened";
     /// Counter (sessions): producers closed.
     pub const PRODUCER_CLOSED: &str = "pulsar.client.producer.closed";
-    /// Histogram (seconds): publish latency of confirmed sends (from the entry, single message
-    /// or batch, being queued for the wire to its receipt).
+    /// Histogram (seconds): publish latency of confirmed sends, per message, batching delay
+    /// included (from the start of the message's entry, a batch's first message, to the
+    /// receipt).
     pub const PRODUCER_SEND_DURATION: &str = "pulsar.client.producer.message.send.duration";
     /// Counter (bytes): bytes published (confirmed SEND frames).
     pub const PRODUCER_SEND_SIZE: &str = "pulsar.client.producer.message.send.size";

@@ -32,9 +32,10 @@ use crate::lifecycle::State;
 
 pub(crate) use counters::{ConsumerCounters, LinkCounters, ProducerCounters};
 
-/// Send latency: from a message's entry (a single message, or the batch it is in) being
-/// queued for the wire to its receipt. Percentiles are within 12.5% (the histogram's
-/// bucket width), rounded up and never above `max`.
+/// Send latency, per message: from the start of its entry (a single message: when the
+/// producer's task took it; a batch: when its first message was added, so batching delay is
+/// included, as in upstream's `message.send.duration`) to the broker's receipt. Percentiles
+/// are within 12.5% (the histogram's bucket width), rounded up and never above `max`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LatencySummary {
