@@ -49,10 +49,15 @@ pub mod names {
     pub const PRODUCER_OPENED: &str = "pulsar.client.producer.opened";
     /// Counter (sessions): producers closed.
     pub const PRODUCER_CLOSED: &str = "pulsar.client.producer.closed";
-    /// Histogram (seconds): publish latency of confirmed sends, per message, batching delay
-    /// included (from the start of the message's entry, a batch's first message, to the
-    /// receipt).
+    /// Histogram (seconds): publish latency of confirmed sends, batching delay included (from
+    /// the start of the entry, a batch's first message, to the receipt). Unlike upstream, one
+    /// sample per entry (a batch counts once), not per message: exporters pay per sample, and
+    /// a batch's messages share one receipt. The per-message distribution is in
+    /// [`Producer::stats`](crate::Producer::stats).
     pub const PRODUCER_SEND_DURATION: &str = "pulsar.client.producer.message.send.duration";
+    /// Counter (messages): messages confirmed by the broker (not in PIP-342; the name of
+    /// OpenTelemetry's Java Pulsar instrumentation).
+    pub const PRODUCER_SEND_COUNT: &str = "pulsar.client.producer.message.send.count";
     /// Counter (bytes): bytes published (confirmed SEND frames).
     pub const PRODUCER_SEND_SIZE: &str = "pulsar.client.producer.message.send.size";
     /// Gauge (messages): messages sent and not yet confirmed.
@@ -116,7 +121,12 @@ pub fn describe() {
     );
     h(
         PRODUCER_SEND_DURATION,
-        "Publish latency experienced by the application",
+        "Publish latency of an entry (a message or a batch)",
+    );
+    c(
+        PRODUCER_SEND_COUNT,
+        Unit::Count,
+        "The number of messages published",
     );
     c(
         PRODUCER_SEND_SIZE,

@@ -163,7 +163,8 @@ async fn metrics_carry_topic_labels_only_when_the_client_asks() {
     let ns = "pulsar.namespace=public/default";
     let sent = rec.find(&[names::PRODUCER_SEND_DURATION, ns]);
     assert_eq!(sent.len(), 1, "one namespace series: {sent:?}");
-    assert_eq!(sent[0].1, 5, "5 confirmed sends");
+    assert_eq!(sent[0].1, 5, "5 confirmed sends, one entry each");
+    assert_eq!(rec.find(&[names::PRODUCER_SEND_COUNT, ns])[0].1, 5);
     assert!(sent[0].0.contains("pulsar.response.status=success"));
     assert!(sent[0].0.contains("pulsar.tenant=public"));
     let received = rec.find(&[names::CONSUMER_RECEIVED_COUNT, ns, "pulsar.subscription=s"]);

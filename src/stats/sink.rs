@@ -71,6 +71,7 @@ mod on {
     /// a timeout); failed sends are counted by kind in [`crate::stats::SendErrors`].
     pub(crate) struct ProducerSink {
         send_ok: Histogram,
+        send_count: Counter,
         send_size: Counter,
         pending_count: Gauge,
         pending_size: Gauge,
@@ -83,6 +84,7 @@ mod on {
             counter!(n::PRODUCER_OPENED, l.clone()).increment(1);
             ProducerSink {
                 send_ok: histogram!(n::PRODUCER_SEND_DURATION, with_status(l.clone(), true)),
+                send_count: counter!(n::PRODUCER_SEND_COUNT, l.clone()),
                 send_size: counter!(n::PRODUCER_SEND_SIZE, l.clone()),
                 pending_count: gauge!(n::PRODUCER_PENDING_COUNT, l.clone()),
                 pending_size: gauge!(n::PRODUCER_PENDING_SIZE, l.clone()),
@@ -90,10 +92,14 @@ mod on {
             }
         }
 
+        /// One confirmed entry (a message or a batch). The duration gets one sample per
+        /// entry, not per message: exporters pay per sample (the Prometheus exporter's cost
+        /// per sample made per-message samples cost ~10% of a batched producer's CPU), and a
+        /// batch's messages share its receipt. Messages are counted by `send_count`.
         #[inline]
         pub(crate) fn sent(&self, messages: u64, bytes: u64, latency: Duration) {
-            self.send_ok
-                .record_many(latency.as_secs_f64(), messages as usize);
+            self.send_ok.record(latency.as_secs_f64());
+            self.send_count.increment(messages);
             self.send_size.increment(bytes);
         }
 
