@@ -375,9 +375,7 @@ impl ConsumerTask {
             if let Err(e) = step {
                 break e;
             }
-            self.shared
-                .stats
-                .publish_queue_len(|| self.shared.room().queued);
+            self.shared.stats.publish(|| self.shared.room().queued);
         };
         let state = self.entity.end(&final_error);
         self.shared.stats.closed();

@@ -162,22 +162,39 @@ impl ProducerCounters {
     }
 }
 
+/// What the application's side (the consumer handle) counts, on its own cache line: the
+/// task writes the other counters from another thread.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Received {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+}
+
+/// The values last handed to the metrics facade (written by the task only).
+#[derive(Debug, Default)]
+struct Published {
+    messages: AtomicU64,
+    bytes: AtomicU64,
+    acks: AtomicU64,
+    queue: AtomicU64,
+}
+
 /// A partition consumer's counters. The handle counts what the application takes; the task
-/// counts what it sends to the broker.
+/// counts what it sends to the broker, and hands the metrics facade what changed once per
+/// wake-up (not per message: a facade call costs the exporter an atomic update or more).
 pub(crate) struct ConsumerCounters {
     pub link: std::sync::Arc<LinkCounters>,
     topic: String,
     queue_size: u32,
-    received: AtomicU64,
-    received_bytes: AtomicU64,
+    received: Received,
     acks: AtomicU64,
     acks_sent: AtomicU64,
     nacks: AtomicU64,
     redelivery_requests: AtomicU64,
     ack_timeouts: AtomicU64,
     dlq_sends: AtomicU64,
-    /// The queue length last published to the metrics gauge.
-    queue_published: AtomicU64,
+    published: Published,
     sink: ConsumerSink,
 }
 
@@ -186,6 +203,14 @@ impl std::fmt::Debug for ConsumerCounters {
         f.debug_struct("ConsumerCounters")
             .field("received", &self.received)
             .finish_non_exhaustive()
+    }
+}
+
+/// Hands `now - last` to `f` (a counter that only grows) and remembers `now`.
+fn delta(last: &AtomicU64, now: u64, f: impl FnOnce(u64)) {
+    let before = last.swap(now, Relaxed);
+    if now > before {
+        f(now - before);
     }
 }
 
@@ -201,15 +226,14 @@ impl ConsumerCounters {
             link,
             topic: topic.to_string(),
             queue_size,
-            received: AtomicU64::new(0),
-            received_bytes: AtomicU64::new(0),
+            received: Received::default(),
             acks: AtomicU64::new(0),
             acks_sent: AtomicU64::new(0),
             nacks: AtomicU64::new(0),
             redelivery_requests: AtomicU64::new(0),
             ack_timeouts: AtomicU64::new(0),
             dlq_sends: AtomicU64::new(0),
-            queue_published: AtomicU64::new(0),
+            published: Published::default(),
             sink: ConsumerSink::new(labels, topic, subscription),
         }
     }
@@ -217,16 +241,14 @@ impl ConsumerCounters {
     /// The application received a message of `bytes` payload bytes.
     #[inline]
     pub(crate) fn received(&self, bytes: usize) {
-        self.received.fetch_add(1, Relaxed);
-        self.received_bytes.fetch_add(bytes as u64, Relaxed);
-        self.sink.received(bytes as u64);
+        self.received.messages.fetch_add(1, Relaxed);
+        self.received.bytes.fetch_add(bytes as u64, Relaxed);
     }
 
     /// The application acknowledged a message (or cumulatively up to one).
     #[inline]
     pub(crate) fn acked(&self) {
         self.acks.fetch_add(1, Relaxed);
-        self.sink.acks(1);
     }
 
     /// `n` message ids acknowledged to the broker.
@@ -256,25 +278,32 @@ impl ConsumerCounters {
         self.sink.dead_lettered();
     }
 
-    /// Publishes the receiver queue's length to the metrics gauge (`len` is only called with
-    /// the `metrics` feature: it takes the queue's lock; the snapshot reads the queue itself).
+    /// Hands the metrics facade what changed since the last call: messages received, acks and
+    /// the receiver queue's length (`queue_len`, which takes the queue's lock, is only called
+    /// with the `metrics` feature). Called by the task once per wake-up and when it ends.
     #[inline]
-    pub(crate) fn publish_queue_len(&self, len: impl FnOnce() -> u64) {
-        if super::sink::ENABLED {
-            self.queue_len(len());
+    pub(crate) fn publish(&self, queue_len: impl FnOnce() -> u64) {
+        if !super::sink::ENABLED {
+            return;
         }
-    }
-
-    fn queue_len(&self, len: u64) {
-        let old = self.queue_published.swap(len, Relaxed);
+        let p = &self.published;
+        delta(&p.messages, self.received.messages.load(Relaxed), |n| {
+            self.sink.received(n, 0)
+        });
+        delta(&p.bytes, self.received.bytes.load(Relaxed), |n| {
+            self.sink.received(0, n)
+        });
+        delta(&p.acks, self.acks.load(Relaxed), |n| self.sink.acks(n));
+        let len = queue_len();
+        let old = p.queue.swap(len, Relaxed);
         if old != len {
             self.sink.queue_delta(len as i64 - old as i64);
         }
     }
 
-    /// The consumer ended.
+    /// The consumer ended: what is left is published, its queue gauge goes back to zero.
     pub(crate) fn closed(&self) {
-        self.queue_len(0);
+        self.publish(|| 0);
         self.link.ended();
         self.sink.closed();
     }
@@ -288,8 +317,8 @@ impl ConsumerCounters {
     pub(crate) fn snapshot(&self) -> ConsumerCounts {
         ConsumerCounts {
             receiver_queue_size: self.queue_size.into(),
-            messages_received: self.received.load(Relaxed),
-            bytes_received: self.received_bytes.load(Relaxed),
+            messages_received: self.received.messages.load(Relaxed),
+            bytes_received: self.received.bytes.load(Relaxed),
             acks: self.acks.load(Relaxed),
             acks_sent: self.acks_sent.load(Relaxed),
             nacks: self.nacks.load(Relaxed),

@@ -147,9 +147,13 @@ mod on {
         }
 
         #[inline]
-        pub(crate) fn received(&self, bytes: u64) {
-            self.received_count.increment(1);
-            self.received_size.increment(bytes);
+        pub(crate) fn received(&self, messages: u64, bytes: u64) {
+            if messages > 0 {
+                self.received_count.increment(messages);
+            }
+            if bytes > 0 {
+                self.received_size.increment(bytes);
+            }
         }
 
         #[inline]
@@ -239,7 +243,7 @@ mod off {
             ConsumerSink
         }
         #[inline(always)]
-        pub(crate) fn received(&self, _: u64) {}
+        pub(crate) fn received(&self, _: u64, _: u64) {}
         #[inline(always)]
         pub(crate) fn queue_delta(&self, _: i64) {}
         #[inline(always)]
