@@ -464,6 +464,8 @@ impl ProducerTask {
                 first_chunk: None,
             });
         if let (ReceiptOutcome::Completed(n), Some((bytes, at))) = (&outcome, head) {
+            self.stats
+                .pending(self.pending.messages(), self.pending.bytes());
             self.stats.sent(*n as u64, bytes as u64, at.elapsed());
         }
         if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {

@@ -77,6 +77,8 @@ pub(crate) struct ProducerCounters {
     errors: [AtomicU64; 4],
     pending_messages: AtomicU64,
     pending_bytes: AtomicU64,
+    /// The pending values last handed to the metrics gauges.
+    published_pending: [AtomicU64; 2],
     latency: LatencyHistogram,
     sink: ProducerSink,
 }
@@ -102,6 +104,7 @@ impl ProducerCounters {
             errors: Default::default(),
             pending_messages: AtomicU64::new(0),
             pending_bytes: AtomicU64::new(0),
+            published_pending: Default::default(),
             latency: LatencyHistogram::default(),
             sink: ProducerSink::new(labels, topic),
         }
@@ -114,6 +117,7 @@ impl ProducerCounters {
         self.bytes.fetch_add(bytes, Relaxed);
         self.latency.record_n(latency, messages);
         self.sink.sent(messages, bytes, latency);
+        self.publish_pending();
     }
 
     pub(crate) fn failed(&self, why: SendFailure, messages: usize) {
@@ -122,21 +126,31 @@ impl ProducerCounters {
         }
     }
 
-    /// The pending queue now (called once per wake-up of the task).
+    /// The pending queue now (called once per wake-up of the task: two plain stores).
     #[inline]
     pub(crate) fn pending(&self, messages: usize, bytes: usize) {
-        let (m, b) = (messages as u64, bytes as u64);
-        let old_m = self.pending_messages.swap(m, Relaxed);
-        let old_b = self.pending_bytes.swap(b, Relaxed);
-        if old_m != m || old_b != b {
-            self.sink
-                .pending_delta(m as i64 - old_m as i64, b as i64 - old_b as i64);
+        self.pending_messages.store(messages as u64, Relaxed);
+        self.pending_bytes.store(bytes as u64, Relaxed);
+    }
+
+    /// Hands the metrics gauges the pending values last stored, once per receipt (a gauge
+    /// update per wake-up would cost the exporter an atomic update every few messages).
+    fn publish_pending(&self) {
+        if !super::sink::ENABLED {
+            return;
         }
+        let m = self.pending_messages.load(Relaxed);
+        let b = self.pending_bytes.load(Relaxed);
+        let old_m = self.published_pending[0].swap(m, Relaxed);
+        let old_b = self.published_pending[1].swap(b, Relaxed);
+        self.sink
+            .pending_delta(m as i64 - old_m as i64, b as i64 - old_b as i64);
     }
 
     /// The producer ended (its pending gauges go back to zero).
     pub(crate) fn closed(&self) {
         self.pending(0, 0);
+        self.publish_pending();
         self.link.ended();
         self.sink.closed();
     }
