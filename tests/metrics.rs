@@ -212,4 +212,23 @@ async fn metrics_carry_topic_labels_only_when_the_client_asks() {
         .collect();
     assert_eq!(ns_only.len(), 1);
     assert_eq!(ns_only[0].1, 5);
+
+    // A batch: one send-duration sample for the entry, its messages counted one by one.
+    let batched = "persistent://public/default/metrics-batched";
+    let client = test_client(&url)
+        .metrics_topic_labels(true)
+        .build()
+        .unwrap();
+    common::publish_batch(&client, batched, 10).await;
+    let topic_label = format!("pulsar.topic={batched}");
+    assert_eq!(
+        rec.find(&[names::PRODUCER_SEND_DURATION, &topic_label])[0].1,
+        1,
+        "one sample per entry"
+    );
+    assert_eq!(
+        rec.find(&[names::PRODUCER_SEND_COUNT, &topic_label])[0].1,
+        10
+    );
+    client.close().await.unwrap();
 }
