@@ -1,11 +1,16 @@
-//! Receives `count` messages, acks each, and prints one JSON line per message.
+//! Receives `count` messages, acks each, and prints one JSON line per message, with the
+//! payload's length (`len`) and CRC32C (`crc32c`); the payload itself (`payload`, or
+//! `payload_b64` when it is not UTF-8) only up to 64 KiB.
 //!
-//! cargo run --example consume -- --url pulsar://127.0.0.1:6650 --topic T --subscription S
+//! cargo run --example consume -- --url pulsar://127.0.0.1:6650
+//!   (--topic T | --topics A,B,C | --pattern REGEX) --subscription S
 //!   [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest]
-//!   --count N [--timeout-secs S] [--no-auto-update]
+//!   --count N [--timeout-secs S] [--no-auto-update] [--discovery-secs S]
 //!
 //! When the topic gains partitions it prints `{"event":"partitions_changed","topic":...,
-//! "partitions":n}`.
+//! "partitions":n}`. With `--pattern` (e.g. `persistent://public/default/orders-.*`), each
+//! time topics join or leave it prints `{"event":"topics_changed","added":[...],
+//! "removed":[...]}`.
 
 mod common;
 
@@ -15,9 +20,13 @@ use base64::Engine as _;
 use common::{die, fail, Args};
 use pulsar_sdk::{InitialPosition, SubscriptionType};
 
-const USAGE: &str = "usage: consume --url U --topic T --subscription S \
-[--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest] --count N \
-[--timeout-secs S] [--no-auto-update]";
+const USAGE: &str = "usage: consume --url U (--topic T | --topics A,B,C | --pattern REGEX) \
+--subscription S [--type exclusive|shared|failover|key_shared] \
+[--initial-position earliest|latest] --count N [--timeout-secs S] [--no-auto-update] \
+[--discovery-secs S]";
+
+/// Larger payloads are described by their length and checksum only.
+const MAX_PRINTED: usize = 64 * 1024;
 
 #[tokio::main]
 async fn main() {
@@ -26,6 +35,9 @@ async fn main() {
         &[
             "url",
             "topic",
+            "topics",
+            "pattern",
+            "discovery-secs",
             "subscription",
             "type",
             "initial-position",
@@ -34,7 +46,22 @@ async fn main() {
         ],
         &["no-auto-update"],
     );
-    let topic = args.required(USAGE, "topic");
+    let topic = args.get("topic").map(str::to_string);
+    let topics = args.get("topics").map(|t| {
+        t.split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    });
+    let pattern = args.get("pattern").map(str::to_string);
+    if [topic.is_some(), topics.is_some(), pattern.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count()
+        != 1
+    {
+        fail(USAGE, "give exactly one of --topic, --topics, --pattern");
+    }
     let subscription = args.required(USAGE, "subscription");
     let count: usize = args.number(USAGE, "count", 0);
     if args.get("count").is_none() {
@@ -54,8 +81,20 @@ async fn main() {
         other => fail(USAGE, &format!("unknown --initial-position `{other}`")),
     };
     let client = args.client_builder().build().unwrap_or_else(|e| die(e));
-    let mut consumer = client
-        .consumer(&topic)
+    let builder = match (topic, topics, pattern) {
+        (Some(t), _, _) => client.consumer(t),
+        (_, Some(list), _) => client.new_consumer().topics(list),
+        (_, _, Some(p)) => client
+            .new_consumer()
+            .topics_pattern(p)
+            .pattern_auto_discovery_period(Duration::from_secs(args.number(
+                USAGE,
+                "discovery-secs",
+                60,
+            ))),
+        _ => unreachable!("checked above"),
+    };
+    let mut consumer = builder
         .subscription(subscription)
         .subscription_type(sub_type)
         .initial_position(position)
@@ -64,6 +103,30 @@ async fn main() {
         .await
         .unwrap_or_else(|e| die(e));
     common::print_partition_changes(consumer.topic().to_string(), consumer.partition_changes());
+    let mut changes = consumer.topic_changes();
+    tokio::spawn(async move {
+        loop {
+            match changes.recv().await {
+                Ok(c) => {
+                    let names = |v: &[pulsar_sdk::TopicName]| -> Vec<String> {
+                        v.iter().map(|t| t.to_string()).collect()
+                    };
+                    println!(
+                        "{}",
+                        serde_json::json!({
+                            "event": "topics_changed",
+                            "added": names(&c.added),
+                            "removed": names(&c.removed),
+                        })
+                    );
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    eprintln!("warning: {n} topic changes not shown");
+                }
+                Err(_) => return,
+            }
+        }
+    });
     let deadline = tokio::time::Instant::now() + timeout;
     let mut received = 0;
     while received < count {
@@ -84,7 +147,10 @@ async fn main() {
             "publish_time": msg.publish_time,
             "redelivery_count": msg.redelivery_count,
         });
+        line["len"] = msg.payload.len().into();
+        line["crc32c"] = crc32c::crc32c(&msg.payload).into();
         match msg.payload_str() {
+            _ if msg.payload.len() > MAX_PRINTED => {}
             Some(s) => line["payload"] = s.into(),
             None => {
                 line["payload_b64"] = base64::engine::general_purpose::STANDARD

@@ -16,6 +16,13 @@
 //! on stderr at the end. `--metrics` (cargo feature `metrics`) installs a Prometheus recorder
 //! (no HTTP listener) so the client's metrics are recorded during the run; with `--stats` the
 //! rendered text goes to stderr too. Running with and without them compares the cost.
+//! `--schema json|avro` (produce and consume): messages are `Record { id, name, value }`
+//! structs (`name` padded to about `--size` bytes) sent by a typed producer with a JSON or
+//! Avro schema and received by a typed consumer, which decodes each one. The consumer then
+//! times, for every message received, decoding its payload again with the schema and
+//! "decoding" it as bytes (`BytesSchema`, a copy) back to back, and adds to the line
+//! `"schema"`, `"decode_ns_per_msg"` (schema) and `"bytes_ns_per_msg"` (bytes): the decode
+//! cost against bytes, measured in the same run on the same payloads.
 
 mod common;
 
@@ -24,10 +31,104 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{die, fail, Args};
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{InitialPosition, SubscriptionType};
+use pulsar_sdk::schema::{AvroSchema, BytesSchema, JsonSchema, Schema};
+use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+use serde::{Deserialize, Serialize};
 
 const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
---size BYTES [--type exclusive|shared] [--stats] [--metrics]";
+--size BYTES [--type exclusive|shared] [--schema json|avro] [--stats] [--metrics]";
+
+/// The typed message of `--schema`.
+#[derive(Debug, Serialize, Deserialize, apache_avro::AvroSchema)]
+struct Record {
+    id: i64,
+    name: String,
+    value: f64,
+}
+
+fn batching() -> BatchingOptions {
+    BatchingOptions {
+        max_messages: 1000,
+        max_bytes: 128 * 1024,
+        max_publish_delay: Duration::from_millis(5),
+        key_based: false,
+    }
+}
+
+/// Produces `n` records with a typed producer.
+async fn produce_typed<S: Schema<Type = Record>>(
+    client: &Client,
+    topic: &str,
+    schema: S,
+    n: usize,
+    size: usize,
+) {
+    let producer = client
+        .producer(topic)
+        .batching_options(batching())
+        .block_if_queue_full(true)
+        .schema(schema)
+        .create()
+        .await
+        .unwrap_or_else(|e| die(e));
+    let name = "x".repeat(size.saturating_sub(16));
+    let mut pending = std::collections::VecDeque::with_capacity(n);
+    for i in 0..n {
+        let r = Record {
+            id: i as i64,
+            name: name.clone(),
+            value: i as f64 * 0.5,
+        };
+        pending.push_back(producer.send(&r).await.unwrap_or_else(|e| die(e)));
+    }
+    for f in pending {
+        f.await.unwrap_or_else(|e| die(e));
+    }
+    producer.close().await.unwrap_or_else(|e| die(e));
+}
+
+/// Consumes `n` records with a typed consumer; the decode cost per message of the schema and
+/// of bytes, in nanoseconds, timed on the received payloads.
+async fn consume_typed<S: Schema<Type = Record>>(
+    client: &Client,
+    topic: &str,
+    sub_type: SubscriptionType,
+    schema: S,
+    n: usize,
+) -> (f64, f64) {
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("bench-sub")
+        .subscription_type(sub_type)
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(1000)
+        .schema(schema)
+        .subscribe()
+        .await
+        .unwrap_or_else(|e| die(e));
+    let (mut schema_ns, mut bytes_ns) = (0u128, 0u128);
+    for _ in 0..n {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .unwrap_or_else(|_| die("timed out waiting for messages"))
+            .unwrap_or_else(|e| die(e));
+        if let Err(e) = m.value() {
+            die(e);
+        }
+        let t = Instant::now();
+        let v = consumer.schema().decode(m.payload(), None);
+        schema_ns += t.elapsed().as_nanos();
+        std::hint::black_box(v.map(|r| r.id).unwrap_or_else(|e| die(e)));
+        let t = Instant::now();
+        let b = BytesSchema.decode(m.payload(), None);
+        bytes_ns += t.elapsed().as_nanos();
+        std::hint::black_box(b.map(|b| b.len()).unwrap_or_default());
+        consumer.ack(&m).unwrap_or_else(|e| die(e));
+    }
+    consumer.close().await.unwrap_or_else(|e| die(e));
+    let per = |ns: u128| ns as f64 / n.max(1) as f64;
+    (per(schema_ns), per(bytes_ns))
+}
 
 fn rusage() -> (f64, i64) {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
@@ -49,9 +150,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 async fn main() {
     let args = Args::parse(
         USAGE,
-        &["url", "topic", "mode", "n", "size", "type"],
+        &["url", "topic", "mode", "n", "size", "type", "schema"],
         &["stats", "metrics"],
     );
+    let schema = args.get("schema").map(str::to_owned);
+    if let Some(s) = schema.as_deref() {
+        if s != "json" && s != "avro" {
+            fail(USAGE, &format!("unknown --schema `{s}`"));
+        }
+    }
+    let mut decode = None;
     let print_stats = args.flag("stats");
     let prometheus = args.flag("metrics").then(install_metrics);
     // Consume mode's subscription type: Exclusive by default; Shared avoids pulsar-lite's
@@ -70,16 +178,32 @@ async fn main() {
     let mut latencies = Vec::new();
     let (cpu0, _) = rusage();
     let started;
-    match mode.as_str() {
-        "produce" => {
+    match (mode.as_str(), schema.as_deref()) {
+        ("produce", Some(s)) => {
+            started = Instant::now();
+            if s == "json" {
+                let schema = JsonSchema::<Record>::derived().unwrap_or_else(|e| die(e));
+                produce_typed(&client, &topic, schema, n, size).await;
+            } else {
+                let schema = AvroSchema::<Record>::derived().unwrap_or_else(|e| die(e));
+                produce_typed(&client, &topic, schema, n, size).await;
+            }
+        }
+        ("consume", Some(s)) => {
+            started = Instant::now();
+            decode = Some(if s == "json" {
+                let schema = JsonSchema::<Record>::derived().unwrap_or_else(|e| die(e));
+                consume_typed(&client, &topic, sub_type, schema, n).await
+            } else {
+                let schema = AvroSchema::<Record>::derived().unwrap_or_else(|e| die(e));
+                consume_typed(&client, &topic, sub_type, schema, n).await
+            });
+        }
+        (_, Some(_)) => fail(USAGE, "--schema goes with --mode produce or consume"),
+        ("produce", None) => {
             let producer = client
                 .producer(&topic)
-                .batching_options(BatchingOptions {
-                    max_messages: 1000,
-                    max_bytes: 128 * 1024,
-                    max_publish_delay: Duration::from_millis(5),
-                    key_based: false,
-                })
+                .batching_options(batching())
                 .block_if_queue_full(true)
                 .create()
                 .await
@@ -102,7 +226,7 @@ async fn main() {
                 eprintln!("{:#?}", producer.stats());
             }
         }
-        "consume" => {
+        ("consume", None) => {
             let mut consumer = client
                 .consumer(&topic)
                 .subscription("bench-sub")
@@ -125,7 +249,7 @@ async fn main() {
                 eprintln!("{:#?}", consumer.stats());
             }
         }
-        "latency" => {
+        ("latency", None) => {
             let producer = client
                 .producer(&topic)
                 .batching(false)
@@ -147,7 +271,7 @@ async fn main() {
                 eprintln!("{:#?}", producer.stats());
             }
         }
-        other => fail(USAGE, &format!("unknown --mode `{other}`")),
+        (other, None) => fail(USAGE, &format!("unknown --mode `{other}`")),
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu1, max_rss_kb) = rusage();
@@ -155,9 +279,7 @@ async fn main() {
         eprintln!("{}", render_metrics(handle));
     }
     latencies.sort();
-    println!(
-        "{}",
-        serde_json::json!({
+    let mut line = serde_json::json!({
             "peer": "pulsar-sdk",
             "mode": mode,
             "n": n,
@@ -168,8 +290,15 @@ async fn main() {
             "p99_us": percentile(&latencies, 0.99),
             "cpu_s": cpu1 - cpu0,
             "max_rss_kb": max_rss_kb,
-        })
-    );
+    });
+    if let Some(s) = &schema {
+        line["schema"] = serde_json::json!(s);
+    }
+    if let Some((schema_ns, bytes_ns)) = decode {
+        line["decode_ns_per_msg"] = serde_json::json!(schema_ns);
+        line["bytes_ns_per_msg"] = serde_json::json!(bytes_ns);
+    }
+    println!("{line}");
 }
 
 #[cfg(feature = "metrics")]

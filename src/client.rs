@@ -316,6 +316,32 @@ impl Client {
         }
     }
 
+    /// The schema registered on `topic` at `version` (its latest when `None`), with the
+    /// version the broker names (GetSchema). Upstream brokers answer
+    /// [`ServerError::TopicNotFound`](crate::ServerError::TopicNotFound) when there is none;
+    /// a broker that never answers fails it with [`Error::Timeout`]
+    /// after the operation timeout.
+    pub async fn get_schema(
+        &self,
+        topic: &str,
+        version: Option<&crate::schema::SchemaVersion>,
+    ) -> Result<(crate::schema::SchemaInfo, crate::schema::SchemaVersion)> {
+        let topic = TopicName::new(topic)?;
+        crate::schema::registry_get_schema(&self.core, &topic, version).await
+    }
+
+    /// Registers `info` on `topic`, or finds it registered, and answers its version
+    /// (GetOrCreateSchema, checked for compatibility like a producer's schema: an incompatible
+    /// one fails with [`ServerError::IncompatibleSchema`](crate::ServerError)).
+    pub async fn get_or_create_schema(
+        &self,
+        topic: &str,
+        info: &crate::schema::SchemaInfo,
+    ) -> Result<crate::schema::SchemaVersion> {
+        let topic = TopicName::new(topic)?;
+        crate::schema::registry_get_or_create_schema(&self.core, &topic, info).await
+    }
+
     /// Starts building a producer for `topic`.
     pub fn producer(&self, topic: impl Into<String>) -> ProducerBuilder {
         ProducerBuilder::new(self.core.clone(), topic.into())
@@ -323,7 +349,13 @@ impl Client {
 
     /// Starts building a consumer for `topic`.
     pub fn consumer(&self, topic: impl Into<String>) -> ConsumerBuilder {
-        ConsumerBuilder::new(self.core.clone(), topic.into())
+        ConsumerBuilder::new(self.core.clone(), vec![topic.into()])
+    }
+
+    /// Starts building a consumer of several topics (name them with
+    /// [`ConsumerBuilder::topics`]) or of a pattern ([`ConsumerBuilder::topics_pattern`]).
+    pub fn new_consumer(&self) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.core.clone(), Vec::new())
     }
 
     /// Starts building a reader for `topic`.

@@ -287,6 +287,21 @@ pub(crate) fn send(producer_id: u64, first: u64, last: u64, num_messages: usize)
     }
 }
 
+/// SEND of one chunk of a chunked message (PIP-37): every chunk carries the message's sequence
+/// id and `is_chunk`, like upstream `Commands.newSend` for a chunk.
+pub(crate) fn send_chunk(producer_id: u64, sequence_id: u64) -> BaseCommand {
+    BaseCommand {
+        send: Some(proto::CommandSend {
+            producer_id,
+            sequence_id,
+            num_messages: Some(1),
+            is_chunk: Some(true),
+            ..Default::default()
+        }),
+        ..base(Type::Send)
+    }
+}
+
 /// PIP-247: watch the partition counts of `topics` (the full list, every time).
 pub(crate) fn watch_partition_update(
     request_id: u64,
@@ -328,6 +343,89 @@ pub(crate) fn watch_partition_update_close(request_id: u64, watcher_id: u64) -> 
             watcher_id,
         }),
         ..base(Type::WatchPartitionUpdateClose)
+    }
+}
+
+/// CommandGetSchema: the topic's schema at `version` (its latest without one).
+pub(crate) fn get_schema(topic: &str, version: Option<&[u8]>, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        get_schema: Some(proto::CommandGetSchema {
+            request_id,
+            topic: topic.to_string(),
+            schema_version: version.map(bytes::Bytes::copy_from_slice),
+        }),
+        ..base(Type::GetSchema)
+    }
+}
+
+/// CommandGetOrCreateSchema: registers `schema` on the topic (or finds it) and names its version.
+pub(crate) fn get_or_create_schema(
+    topic: &str,
+    schema: proto::Schema,
+    request_id: u64,
+) -> BaseCommand {
+    BaseCommand {
+        get_or_create_schema: Some(proto::CommandGetOrCreateSchema {
+            request_id,
+            topic: topic.to_string(),
+            schema,
+            producer_name: None,
+        }),
+        ..base(Type::GetOrCreateSchema)
+    }
+}
+
+/// GetTopicsOfNamespace: the topics of `namespace` in `mode`, filtered by the broker with
+/// `pattern` and answered `changed = false` when the list still hashes to `hash`.
+pub(crate) fn get_topics_of_namespace(
+    request_id: u64,
+    namespace: &str,
+    mode: i32,
+    pattern: &str,
+    hash: Option<String>,
+) -> BaseCommand {
+    BaseCommand {
+        get_topics_of_namespace: Some(proto::CommandGetTopicsOfNamespace {
+            request_id,
+            namespace: namespace.to_string(),
+            mode: Some(mode),
+            topics_pattern: Some(pattern.to_string()),
+            topics_hash: hash,
+            properties: Vec::new(),
+        }),
+        ..base(Type::GetTopicsOfNamespace)
+    }
+}
+
+/// PIP-145: watch the topics of `namespace` matching `pattern`; `hash` (after a reconnect) is
+/// the list the client holds, so the broker sends the topics only if they differ.
+pub(crate) fn watch_topic_list(
+    request_id: u64,
+    watcher_id: u64,
+    namespace: &str,
+    pattern: &str,
+    hash: Option<String>,
+) -> BaseCommand {
+    BaseCommand {
+        watch_topic_list: Some(proto::CommandWatchTopicList {
+            request_id,
+            watcher_id,
+            namespace: namespace.to_string(),
+            topics_pattern: pattern.to_string(),
+            topics_hash: hash,
+        }),
+        ..base(Type::WatchTopicList)
+    }
+}
+
+/// PIP-145: stop a topic-list watcher.
+pub(crate) fn watch_topic_list_close(request_id: u64, watcher_id: u64) -> BaseCommand {
+    BaseCommand {
+        watch_topic_list_close: Some(proto::CommandWatchTopicListClose {
+            request_id,
+            watcher_id,
+        }),
+        ..base(Type::WatchTopicListClose)
     }
 }
 

@@ -164,9 +164,25 @@ pub enum Error {
     /// A received message could not be decoded (corrupt payload, unknown compression ...).
     #[error("invalid message: {0}")]
     InvalidMessage(String),
+
+    /// A value could not be encoded with the producer's schema (nothing was sent).
+    #[error(transparent)]
+    Schema(#[from] crate::schema::SchemaError),
 }
 
 impl Error {
+    /// Whether the broker refused a schema as incompatible with the topic's
+    /// ([`ServerError::IncompatibleSchema`]; never retried).
+    pub fn is_incompatible_schema(&self) -> bool {
+        matches!(
+            self,
+            Error::Broker {
+                code: ServerError::IncompatibleSchema,
+                ..
+            }
+        )
+    }
+
     /// Whether retrying the same operation later may succeed (connection trouble, timeouts and
     /// the broker's transient codes). Follows Java's `isRetriableError` for broker codes.
     pub fn is_retriable(&self) -> bool {

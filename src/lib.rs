@@ -104,9 +104,11 @@ pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;
 pub(crate) mod routing_hash;
+pub mod schema;
 pub mod service_url;
 pub mod stats;
 pub mod topic;
+pub(crate) mod topic_list;
 pub(crate) mod util;
 
 #[cfg(feature = "mock-broker")]
@@ -117,6 +119,7 @@ pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
 pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
+pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
@@ -127,9 +130,11 @@ pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
+pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_url::ServiceUrl;
 pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
+pub use topic_list::RegexSubscriptionMode;
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

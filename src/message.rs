@@ -25,6 +25,9 @@ pub struct ProducerMessage {
     pub payload: Bytes,
     /// The partition key: routes the message (same key, same partition) and drives Key_Shared.
     pub key: Option<String>,
+    /// Whether `key` is base64 of binary key bytes (`partition_key_b64_encoded`; set by a
+    /// separated [`KeyValueSchema`](crate::schema::KeyValueSchema)).
+    pub key_b64_encoded: bool,
     /// The ordering key for Key_Shared dispatch (overrides `key` there).
     pub ordering_key: Option<Bytes>,
     /// Application properties.
@@ -135,6 +138,11 @@ pub struct Message {
     pub payload: Bytes,
     /// The partition key, if any.
     pub key: Option<String>,
+    /// Whether `key` is base64 of binary key bytes (`partition_key_b64_encoded`).
+    pub key_b64_encoded: bool,
+    /// The version of the schema the producer wrote it with (`None` without a schema; empty
+    /// from a broker without a schema registry).
+    pub schema_version: Option<Bytes>,
     /// The ordering key, if any.
     pub ordering_key: Option<Bytes>,
     /// Application properties.
@@ -154,6 +162,27 @@ pub struct Message {
 }
 
 impl Message {
+    /// A received message with the fields of `m` (unit tests).
+    #[cfg(test)]
+    pub(crate) fn for_tests(m: ProducerMessage) -> Message {
+        Message {
+            topic: TopicName::new("t").expect("valid topic"),
+            id: MessageId::EARLIEST,
+            payload: m.payload,
+            key: m.key,
+            key_b64_encoded: m.key_b64_encoded,
+            schema_version: None,
+            ordering_key: m.ordering_key,
+            properties: m.properties,
+            event_time: m.event_time,
+            publish_time: 0,
+            producer_name: Arc::from("p"),
+            sequence_id: 0,
+            redelivery_count: 0,
+            source: 0,
+        }
+    }
+
     /// The payload as UTF-8, if it is.
     pub fn payload_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.payload).ok()

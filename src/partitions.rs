@@ -387,10 +387,14 @@ async fn watch(
         let watcher_id = client.new_watcher_id();
         // One update per version the broker pushes; a backlog this deep is a broker that
         // ignores the results we send.
-        let (tx, mut events) = crate::connection::entity_channel(1024);
-        conn.register(EntityKind::PartitionWatcher, watcher_id, tx)?;
-        let result = watch_on(s, client, conn, watcher_id, &mut events, backoff).await;
-        conn.unregister(EntityKind::PartitionWatcher, watcher_id);
+        let mut slot = crate::connection::WatchSlot::register(
+            conn,
+            EntityKind::PartitionWatcher,
+            watcher_id,
+            1024,
+        )?;
+        let result = watch_on(s, client, conn, watcher_id, &mut slot.events, backoff).await;
+        drop(slot);
         match result? {
             WatchEnd::Stopped => return Ok(()),
             WatchEnd::Closed => {
@@ -495,21 +499,13 @@ async fn watch_on(
                     }
                 }
             },
-            _ = sleep_until_some(refusal_due) => {
+            _ = crate::util::sleep_until_opt(refusal_due) => {
                 if let Some((_, frame)) = refusal.take() {
                     conn.send_control(frame)?;
                 }
             }
             _ = s.changed.notified() => {}
         }
-    }
-}
-
-/// Sleeps until `at`, or forever if `None`.
-async fn sleep_until_some(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }
 

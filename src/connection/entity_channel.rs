@@ -110,3 +110,49 @@ impl EntityReceiver {
         }
     }
 }
+
+/// A watcher's channel registered on a connection (PIP-247 partition watcher, PIP-145
+/// topic-list watcher), unregistered when dropped: the one way both watchers hold their slot,
+/// so no path (error, close, reconnect) leaves a stale registration behind.
+pub(crate) struct WatchSlot {
+    conn: super::Connection,
+    kind: super::EntityKind,
+    id: u64,
+    /// What the connection routes to this watcher.
+    pub(crate) events: EntityReceiver,
+}
+
+impl WatchSlot {
+    /// Registers watcher `id` of `kind` on `conn`, with a channel of `bound` events.
+    pub(crate) fn register(
+        conn: &super::Connection,
+        kind: super::EntityKind,
+        id: u64,
+        bound: usize,
+    ) -> crate::error::Result<WatchSlot> {
+        let (tx, events) = entity_channel(bound);
+        conn.register(kind, id, tx)?;
+        Ok(WatchSlot {
+            conn: conn.clone(),
+            kind,
+            id,
+            events,
+        })
+    }
+
+    /// The connection it is registered on.
+    pub(crate) fn conn(&self) -> &super::Connection {
+        &self.conn
+    }
+
+    /// The watcher id.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        self.conn.unregister(self.kind, self.id);
+    }
+}

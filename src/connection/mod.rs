@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
-pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender};
+pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender, WatchSlot};
 pub(crate) use routing::EntityKind;
 
 /// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method

@@ -166,16 +166,14 @@ impl Acker {
 
     /// Routes an op about a received message to the partition task it came from.
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
-        let p = self
-            .inner
-            .registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        let p = super::registry::lock(&self.inner.registry)
             .get(msg.source)
-            .cloned()
-            .flatten()
+            .filter(|p| p.topic == msg.topic)
             .ok_or_else(|| {
-                Error::InvalidConfig(format!("message {} is not from this consumer", msg.id))
+                Error::InvalidConfig(format!(
+                    "message {} of {} is not from this consumer (of {})",
+                    msg.id, msg.topic, self.inner.topic
+                ))
             })?;
         self.send(&p, op)
     }
@@ -184,29 +182,70 @@ impl Acker {
     /// carries no topic: with `retry_enable` it could name a message of the retry topic as
     /// well (same partition number), and acking it on the main topic would return `Ok` and
     /// ack nothing; such ids are refused (ack the [`Message`] instead, which knows its source).
+    ///
+    /// Likewise on a multi-topic consumer, an id that several topics could own is refused;
+    /// use [`Acker::ack_topic_id`] / [`Acker::nack_topic_id`], which name the topic.
     fn to_partition(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let registry = self
-            .inner
-            .registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let owners = || {
-            registry
-                .iter()
-                .flatten()
-                .filter(|p| p.partition == id.partition)
-        };
-        if owners().any(|p| !p.main) {
+        let owners: Vec<Arc<PartitionShared>> = super::registry::lock(&self.inner.registry)
+            .iter()
+            .filter(|p| p.partition == id.partition)
+            .cloned()
+            .collect();
+        if owners.iter().any(|p| !p.main) {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to the topic or to its retry topic \
                  (retry_enable): acknowledge the Message, not its id"
             )));
         }
-        let p = owners().find(|p| p.main).cloned().ok_or_else(|| {
+        let mut main = owners.iter().filter(|p| p.main);
+        let p = main.next().cloned().ok_or_else(|| {
             Error::InvalidOperation(format!("message id {id} is not from this consumer"))
         })?;
-        drop(registry);
+        if main.next().is_some() {
+            return Err(Error::InvalidOperation(format!(
+                "message id {id} may belong to any of this consumer's topics: acknowledge \
+                 the Message, or use ack_topic_id / nack_topic_id with its topic"
+            )));
+        }
         self.send(&p, op)
+    }
+
+    /// Routes an op about an id of `topic` (the message's [`Message::topic`]: the partition's
+    /// name for a partitioned topic) to the task that subscribes it.
+    fn to_topic(&self, topic: &TopicName, id: &MessageId, op: ConsumerOp) -> Result<()> {
+        let p = super::registry::lock(&self.inner.registry)
+            .iter()
+            .find(|p| {
+                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
+            })
+            .cloned()
+            .ok_or_else(|| {
+                Error::InvalidOperation(format!(
+                    "message id {id} of {topic}: no such topic in this consumer"
+                ))
+            })?;
+        self.send(&p, op)
+    }
+
+    /// Acknowledges a message by its topic and id: what a multi-topic consumer needs when only
+    /// the id was kept (an id names no topic). `topic` is the message's
+    /// [`Message::topic`] (a partition's name, or the partitioned topic's name with the id's
+    /// partition).
+    ///
+    /// ```no_run
+    /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// let (topic, id) = (msg.topic.clone(), msg.id);
+    /// acker.ack_topic_id(&topic, id)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn ack_topic_id(&self, topic: &TopicName, id: MessageId) -> Result<()> {
+        self.to_topic(topic, &id, ConsumerOp::Ack(id))
+    }
+
+    /// Negatively acknowledges a message by its topic and id (see [`Acker::ack_topic_id`]
+    /// and [`Acker::nack_id`]).
+    pub fn nack_topic_id(&self, topic: &TopicName, id: MessageId) -> Result<()> {
+        self.to_topic(topic, &id, ConsumerOp::Nack(id, 0))
     }
 
     fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
@@ -214,7 +253,7 @@ impl Acker {
         // ack made after it would be lost silently.
         let state = *p.state.borrow();
         if state == State::Closing || state.is_terminal() {
-            return Err(ended_error(state, &self.inner.topic));
+            return Err(ended_error(state, &p.base));
         }
         p.ops.send(op).map_err(|_| Error::Closed)
     }

@@ -107,7 +107,7 @@ pub(crate) fn decode(
     payload: Payload,
     max_size: usize,
 ) -> std::result::Result<Vec<Message>, Undecodable> {
-    let meta = payload.metadata;
+    let mut meta = payload.metadata;
     let mut id = MessageId::from_proto(&cmd.message_id);
     id.partition = partition;
     id.batch_index = -1;
@@ -151,12 +151,16 @@ pub(crate) fn decode(
     };
     let redelivery_count = cmd.redelivery_count.unwrap_or(0);
     let producer_name: Arc<str> = Arc::from(meta.producer_name.as_str());
+    // One schema version per entry (upstream batches never mix versions).
+    let schema_version = meta.schema_version.take();
     let Some(n) = meta.num_messages_in_batch else {
         return Ok(vec![Message {
             topic: topic.clone(),
             id,
             payload: data,
             key: meta.partition_key,
+            key_b64_encoded: meta.partition_key_b64_encoded.unwrap_or(false),
+            schema_version,
             ordering_key: meta.ordering_key,
             properties: props(&meta.properties),
             event_time: meta.event_time.filter(|t| *t > 0),
@@ -195,6 +199,8 @@ pub(crate) fn decode(
             id: mid,
             payload: body,
             key: single.partition_key,
+            key_b64_encoded: single.partition_key_b64_encoded.unwrap_or(false),
+            schema_version: schema_version.clone(),
             ordering_key: single.ordering_key,
             properties: props(&single.properties),
             event_time: single.event_time.filter(|t| *t > 0),

@@ -6,8 +6,9 @@
 //! original topic. A message that arrives with a count above the maximum goes straight to the
 //! dead-letter topic. A failed publish leaves the message for redelivery: nothing is lost.
 //!
-//! The dead-letter producer is created lazily, without batching, and with
-//! `initial_subscription_name` from the policy, so the broker can create that subscription with
+//! The dead-letter producer is created lazily, without batching, with chunking on a persistent
+//! topic (like upstream, so a large message, e.g. a reassembled chunked one, can be
+//! dead-lettered or retried), and with `initial_subscription_name` from the policy, so the broker can create that subscription with
 //! the topic and keep the dead-lettered messages until someone reads them.
 
 use std::time::Duration;
@@ -153,7 +154,8 @@ impl DeadLetterSink {
         self.dlq
             .get_or_try_init(|| async {
                 let mut b = ProducerBuilder::new(self.client.clone(), self.dlq_topic.clone())
-                    .batching(false);
+                    .batching(false)
+                    .chunking(persistent(&self.dlq_topic));
                 if let Some(sub) = &self.policy.initial_subscription_name {
                     b = b.initial_subscription_name(sub);
                 }
@@ -167,6 +169,7 @@ impl DeadLetterSink {
             .get_or_try_init(|| async {
                 ProducerBuilder::new(self.client.clone(), self.retry_topic.clone())
                     .batching(false)
+                    .chunking(persistent(&self.retry_topic))
                     .create()
                     .await
             })
@@ -178,6 +181,9 @@ impl DeadLetterSink {
     fn letter(&self, msg: &Message) -> ProducerMessage {
         let mut out = ProducerMessage::new(msg.payload.clone());
         out.key = msg.key.clone();
+        // A binary key (separated key/value schema) stays binary (upstream copies `keyBytes`
+        // when the key is base64-encoded).
+        out.key_b64_encoded = msg.key_b64_encoded;
         out.ordering_key = msg.ordering_key.clone();
         out.event_time = msg.event_time;
         out.properties = msg.properties.clone();
@@ -266,6 +272,12 @@ pub(crate) fn spawn_dead_letter(
             }
         }
     });
+}
+
+/// Whether `topic` names a persistent topic (upstream's DLQ and retry producers chunk; chunking
+/// needs a persistent topic). An invalid name is left for `create` to report.
+fn persistent(topic: &str) -> bool {
+    crate::topic::TopicName::new(topic).is_ok_and(|t| t.is_persistent())
 }
 
 #[cfg(test)]

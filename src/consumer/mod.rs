@@ -8,15 +8,19 @@
 
 mod acker;
 mod acks;
+mod builder;
 mod chunk_intake;
 mod chunks;
 pub(crate) mod decode;
 pub mod dlq;
 mod intake;
+pub(crate) mod multi;
 mod options;
 mod partition;
+mod pattern;
 mod queue;
 mod reader;
+pub(crate) mod registry;
 mod seek;
 mod subscribe;
 mod task;
@@ -32,10 +36,12 @@ use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
+pub use builder::ConsumerBuilder;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
+pub use pattern::TopicsChanged;
 pub use reader::{Reader, ReaderBuilder};
 
 use crate::core::CoreRef;
@@ -44,152 +50,18 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
-use partition::{grow, spawn_partition, GrowContext};
+use crate::lifecycle::{aggregate_state, State, StateStream};
+use crate::topic_list::RegexSubscriptionMode;
+use multi::{SubscribeContext, TopicGroup};
+pub(crate) use registry::Registry;
 
-/// Every partition task of a consumer by index, filled in before each task starts (so the
-/// handle can always resolve the index of a queued item). Grows with the topic.
-pub(crate) type Registry = Arc<Mutex<Vec<Option<Arc<PartitionShared>>>>>;
+/// The topics of a consumer (shared with a pattern consumer's discovery, which adds and
+/// removes topics).
+pub(crate) type Groups = Arc<Mutex<Vec<TopicGroup>>>;
 
 #[cfg(feature = "fuzzing")]
 pub(crate) use task::overshoot_bound;
 use task::{ConsumerOp, Item, PartitionShared};
-
-/// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).
-#[derive(Debug, Clone)]
-pub struct ConsumerBuilder {
-    client: CoreRef,
-    topic: String,
-    options: ConsumerOptions,
-}
-
-impl ConsumerBuilder {
-    pub(crate) fn new(client: CoreRef, topic: String) -> Self {
-        ConsumerBuilder {
-            client,
-            topic,
-            options: ConsumerOptions::default(),
-        }
-    }
-
-    /// The subscription name (required).
-    pub fn subscription(mut self, name: impl Into<String>) -> Self {
-        self.options.subscription = name.into();
-        self
-    }
-
-    /// The subscription type. Default Exclusive.
-    pub fn subscription_type(mut self, t: SubscriptionType) -> Self {
-        self.options.subscription_type = t;
-        self
-    }
-
-    /// Where a new subscription starts. Default Latest.
-    pub fn initial_position(mut self, p: InitialPosition) -> Self {
-        self.options.initial_position = p;
-        self
-    }
-
-    /// Durable or non-durable (by default durable, except on non-persistent topics).
-    pub fn subscription_mode(mut self, mode: SubscriptionMode) -> Self {
-        self.options.subscription_mode = Some(mode);
-        self
-    }
-
-    /// The consumer name.
-    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
-        self.options.consumer_name = Some(name.into());
-        self
-    }
-
-    /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
-    /// permits travel as a `uint32` (see [`ConsumerOptions::receiver_queue_size`]).
-    pub fn receiver_queue_size(mut self, n: u32) -> Self {
-        self.options.receiver_queue_size = n;
-        self
-    }
-
-    /// Bounds the receiver queues of a partitioned consumer in all (default 50,000): each
-    /// partition gets `min(receiver_queue_size, this / partitions)`, at least 1, like
-    /// upstream's `maxTotalReceiverQueueSizeAcrossPartitions`. Must be at least 1. Partitions
-    /// the topic gains later get the share computed at subscribe time.
-    pub fn max_total_receiver_queue_size_across_partitions(mut self, n: u32) -> Self {
-        self.options.max_total_receiver_queue_size_across_partitions = n;
-        self
-    }
-
-    /// How long acks are grouped before being sent (default 100 ms; zero = at once).
-    pub fn ack_group_time(mut self, d: Duration) -> Self {
-        self.options.ack_group_time = d;
-        self
-    }
-
-    /// Delay before a negatively acked message is redelivered. Default 60 s.
-    pub fn negative_ack_delay(mut self, d: Duration) -> Self {
-        self.options.negative_ack_delay = d;
-        self
-    }
-
-    /// Adds a subscription property.
-    pub fn subscription_property(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
-        self.options
-            .subscription_properties
-            .insert(k.into(), v.into());
-        self
-    }
-
-    /// Dead-letter policy (PIP-124): Shared and Key_Shared subscriptions only.
-    pub fn dead_letter_policy(mut self, policy: DeadLetterPolicy) -> Self {
-        self.options.dead_letter_policy = Some(policy);
-        self
-    }
-
-    /// Enables the retry-letter topic and [`Consumer::reconsume_later`].
-    pub fn retry_enable(mut self, enable: bool) -> Self {
-        self.options.retry_enable = enable;
-        self
-    }
-
-    /// Redeliver messages not acked within `timeout` (off by default; at least 1 s).
-    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
-        self.options.ack_timeout = timeout;
-        self
-    }
-
-    /// Grow negative-ack redelivery delays with the redelivery count.
-    pub fn negative_ack_backoff(mut self, backoff: RedeliveryBackoff) -> Self {
-        self.options.negative_ack_backoff = Some(backoff);
-        self
-    }
-
-    /// Grow with the topic when it gains partitions (default on).
-    pub fn auto_update_partitions(mut self, enabled: bool) -> Self {
-        self.options.auto_update_partitions = enabled;
-        self
-    }
-
-    /// Opt-in batch-index acks: acking part of a batch tells the broker exactly which messages
-    /// (an `ack_set`). Off by default; brokers that ignore the set (pulsar-lite) would ack the
-    /// whole batch and lose the rest.
-    pub fn batch_index_ack(mut self, enabled: bool) -> Self {
-        self.options.batch_index_ack = enabled;
-        self
-    }
-
-    /// Replaces all options at once.
-    pub fn options(mut self, options: ConsumerOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// Subscribes (on every partition of a partitioned topic).
-    pub async fn subscribe(self) -> Result<Consumer> {
-        self.options.validate()?;
-        let topic = TopicName::new(&self.topic)?;
-        // Boxed: keeps the caller's future (and stack, in debug builds) small.
-        Box::pin(Consumer::subscribe(self.client, topic, self.options)).await
-    }
-}
 
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the
 /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
@@ -200,185 +72,141 @@ impl ConsumerBuilder {
 /// the broker is told); [`Consumer::close`] does the same and reports how it went.
 #[derive(Debug)]
 pub struct Consumer {
+    /// The topic (the first one of a multi-topic consumer).
     topic: TopicName,
     subscription: String,
-    partitions: Vec<Arc<PartitionShared>>,
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
-    /// Dead-letter / retry publishing, when a policy applies or retries are enabled.
-    dlq: Option<Arc<dlq::DeadLetterSink>>,
     /// Whether `reconsume_later` may publish to the retry topic.
     retry_enable: bool,
-    /// Every partition task by index (the source of `partitions`).
+    /// The (first) topic's dead-letter / retry publisher, when a policy applies.
+    dlq: Option<Arc<dlq::DeadLetterSink>>,
+    /// Every partition task of every topic by index.
     registry: Registry,
-    /// The number of partitions of the topic, for observers (0 if not partitioned).
+    /// The topics, each with its partitions, dead-letter sink and partition registration.
+    groups: Groups,
+    /// The number of partitions of the (first) topic, for observers (0 if not partitioned).
     count: watch::Receiver<usize>,
-    /// Keeps the topic registered for partition updates.
-    _registration: Option<crate::partitions::Registration>,
     /// Acks and nacks (shared with [`Consumer::acker`]).
     acker: Acker,
+    /// A pattern consumer's topic discovery.
+    discovery: Option<pattern::Discovery>,
 }
 
 impl Consumer {
+    /// A single-topic consumer (readers use this).
     pub(crate) async fn subscribe(
         client: CoreRef,
         topic: TopicName,
         options: ConsumerOptions,
     ) -> Result<Consumer> {
-        let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
-        if partitions > 0 {
-            if let Some(start) = options.start_message_id {
-                // Upstream PulsarClientImpl.createReaderAsync: a reader of a partitioned topic
-                // starts at earliest or latest only (an id names one partition's position).
-                if start != MessageId::EARLIEST && start != MessageId::LATEST {
-                    return Err(Error::InvalidConfig(format!(
-                        "the partitioned topic startMessageId is illegal: {topic} has \
-                         {partitions} partitions; a reader of a partitioned topic starts at \
-                         earliest or latest (then seek a partition by id)"
-                    )));
-                }
-            }
-        }
-        let mut options = options;
-        if options.retry_enable && options.dead_letter_policy.is_none() {
-            // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
-            options.dead_letter_policy = Some(DeadLetterPolicy::new(16));
-        }
-        let main_options = Arc::new(options.for_partitions(partitions));
-        let options = Arc::new(options);
-        let (tx, rx) = mpsc::unbounded_channel();
-        let mut names: Vec<(TopicName, i32)> = if partitions == 0 {
-            vec![(topic.clone(), -1)]
-        } else {
-            (0..partitions)
-                .map(|i| (topic.partition(i), i as i32))
-                .collect()
-        };
-        let main_count = names.len();
-        let shared_type = matches!(
-            options.subscription_type,
-            SubscriptionType::Shared | SubscriptionType::KeyShared
-        );
-        // The dead-letter and retry topics' publisher. `reconsume_later` works on every
-        // subscription type, like Java and Go (the retry topic is subscribed on all of them);
-        // dead-lettering after too many redeliveries applies to Shared and Key_Shared only,
-        // like upstream (Exclusive / Failover redeliver by rewinding, without counts).
-        let sink = options
-            .dead_letter_policy
-            .clone()
-            .filter(|_| shared_type || options.retry_enable)
-            .map(|policy| {
-                Arc::new(dlq::DeadLetterSink::new(
-                    client.clone(),
-                    &topic,
-                    &options.subscription,
-                    policy,
-                ))
-            });
-        let dlq = sink.clone().filter(|_| shared_type);
-        let mut retry_options = None;
-        if options.retry_enable {
-            let retry_topic = match &sink {
-                Some(sink) => TopicName::new(&sink.retry_topic)?,
-                None => {
-                    TopicName::new(&dlq::default_topic(&topic, &options.subscription, "-RETRY"))?
-                }
-            };
-            let n = client
-                .partitioned_topic_metadata(retry_topic.as_str())
-                .await?;
-            retry_options = Some(Arc::new(options.for_partitions(n)));
-            if n == 0 {
-                names.push((retry_topic, -1));
-            } else {
-                names.extend((0..n).map(|i| (retry_topic.partition(i), i as i32)));
-            }
-        }
-        let durable = task::effective_durable(&topic, &options);
-        let consumer_name = options
-            .consumer_name
-            .clone()
-            .unwrap_or_else(|| format!("consumer-{:08x}", rand_u32()));
-        let group = GroupClose::new();
-        let registry: Registry = Arc::new(Mutex::new(Vec::new()));
-        // Indexed, not `names.iter()`: a closure over borrowed items makes this future
-        // non-`Send` (rustc cannot prove the higher-ranked bound), and applications spawn
-        // subscribes.
-        let creates = (0..names.len()).map(|index| {
-            let (t, partition) = &names[index];
-            Box::pin(spawn_partition(
-                &client,
-                t.clone(),
-                *partition,
-                index,
-                match &retry_options {
-                    Some(retry) if index >= main_count => retry,
-                    _ => &main_options,
-                },
-                &consumer_name,
-                durable,
-                tx.clone(),
-                &group,
-                dlq.clone(),
-                &registry,
-                index < main_count,
-            ))
-        });
-        let (shared, failure) = crate::entity::create_all(creates).await;
-        if let Some(e) = failure {
-            for s in &shared {
-                let (t, _r) = oneshot::channel();
-                let _ = s.ops.send(ConsumerOp::Close(t));
-            }
-            return Err(e);
-        }
-        let main_partitions = partitions;
-        let (count_tx, count) = watch::channel(main_partitions as usize);
-        let registration = if partitions > 0 && options.auto_update_partitions {
-            let (r, grow_rx) = client
-                .partition_updates()
-                .register(&client, &topic, partitions);
-            let ctx = GrowContext {
-                client: client.clone(),
-                topic: topic.clone(),
-                options: main_options.clone(),
-                consumer_name: consumer_name.clone(),
-                durable,
-                out: tx.downgrade(),
-                group: group.clone(),
-                dlq: dlq.clone(),
-                registry: registry.clone(),
-                count: count_tx,
-                current: partitions,
-            };
-            tokio::spawn(grow(ctx, grow_rx));
-            Some(r)
-        } else {
-            None
-        };
+        Self::subscribe_many(client, vec![topic], options).await
+    }
+
+    /// A consumer of every topic in `topics` (at least one).
+    pub(crate) async fn subscribe_many(
+        client: CoreRef,
+        topics: Vec<TopicName>,
+        options: ConsumerOptions,
+    ) -> Result<Consumer> {
+        let first = topics
+            .first()
+            .cloned()
+            .ok_or_else(|| Error::InvalidConfig("a consumer needs at least one topic".into()))?;
+        let (ctx, tx, rx) = SubscribeContext::new(client, options);
+        let groups = multi::subscribe_all(&ctx, topics).await?;
+        let count = groups[0].count.clone();
+        // The tasks hold the senders from now on: the queue ends once they all ended.
         drop(tx);
-        Ok(Consumer {
+        Ok(Self::assemble(ctx, first, rx, groups, count))
+    }
+
+    /// The handle over subscribed topics.
+    pub(crate) fn assemble(
+        ctx: SubscribeContext,
+        topic: TopicName,
+        rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+        groups: Vec<TopicGroup>,
+        count: watch::Receiver<usize>,
+    ) -> Consumer {
+        let options = &ctx.options;
+        Consumer {
             subscription: options.subscription.clone(),
-            partitions: shared,
             rx,
             peeked: None,
-            dlq: sink,
             retry_enable: options.retry_enable,
+            dlq: groups.first().and_then(|g| g.sink.clone()),
             acker: Acker::new(
                 topic.clone(),
                 options.subscription.clone(),
                 options.subscription_type,
-                registry.clone(),
+                ctx.registry.clone(),
             ),
             topic,
-            registry,
+            registry: ctx.registry.clone(),
+            groups: Arc::new(Mutex::new(groups)),
             count,
-            _registration: registration,
-        })
+            discovery: None,
+        }
     }
 
-    /// The topic (the partitioned topic's name for a partitioned consumer).
+    /// A consumer of the topics matching `cfg` (see [`pattern`]).
+    pub(crate) async fn subscribe_pattern(
+        client: CoreRef,
+        cfg: pattern::PatternConfig,
+        mut options: ConsumerOptions,
+    ) -> Result<Consumer> {
+        let initial = pattern::initial_topics(&client, &cfg).await?;
+        // A topic deleted while the consumer subscribes must not be re-created by it.
+        options.force_topic_creation = false;
+        let (ctx, tx, rx) = SubscribeContext::new(client, options);
+        let (groups, initial) = pattern::subscribe_initial(&ctx, initial).await?;
+        let shown = TopicName::new(&format!(
+            "{}://{}/{}",
+            if cfg.mode == RegexSubscriptionMode::NonPersistentOnly {
+                "non-persistent"
+            } else {
+                "persistent"
+            },
+            cfg.pattern.namespace,
+            "pattern"
+        ))?;
+        let count = watch::channel(0).1;
+        let mut consumer = Self::assemble(ctx.clone(), shown, rx, groups, count);
+        consumer.discovery = Some(pattern::Discovery::start(
+            ctx,
+            consumer.groups.clone(),
+            cfg,
+            initial,
+            tx,
+        ));
+        Ok(consumer)
+    }
+
+    /// A pattern consumer's topic changes: one [`TopicsChanged`] each time topics were
+    /// subscribed or closed, from now on. A receiver that falls more than 256 changes behind
+    /// misses the oldest (`Lagged`). Other consumers' receiver is closed at once.
+    pub fn topic_changes(&self) -> tokio::sync::broadcast::Receiver<TopicsChanged> {
+        match &self.discovery {
+            Some(d) => d.subscribe(),
+            None => tokio::sync::broadcast::channel(1).1,
+        }
+    }
+
+    /// The topics this consumer receives from, in the order given (a pattern consumer's
+    /// current set, in the order they were found).
+    pub fn topics(&self) -> Vec<TopicName> {
+        self.lock_groups().iter().map(|g| g.topic.clone()).collect()
+    }
+
+    fn lock_groups(&self) -> std::sync::MutexGuard<'_, Vec<TopicGroup>> {
+        self.groups.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The topic (the partitioned topic's name for a partitioned consumer; the first topic of
+    /// a multi-topic consumer: see [`Consumer::topics`]; for a pattern consumer a name standing
+    /// for it, `persistent://tenant/namespace/pattern`).
     pub fn topic(&self) -> &TopicName {
         &self.topic
     }
@@ -388,7 +216,8 @@ impl Consumer {
         &self.subscription
     }
 
-    /// Number of partitions (0 for a non-partitioned topic).
+    /// Number of partitions (0 for a non-partitioned topic; of the first topic of a multi-topic
+    /// consumer; 0 for a pattern consumer, which lists partitions as topics).
     pub fn partitions(&self) -> usize {
         *self.count.borrow()
     }
@@ -399,28 +228,16 @@ impl Consumer {
         self.count.clone()
     }
 
-    /// Re-reads the partition list (it grows with the topic).
-    fn refresh(&mut self) {
-        self.partitions = self.all();
-    }
-
-    /// Every partition task, in index order.
+    /// Every partition task of every topic, in index order.
     fn all(&self) -> Vec<Arc<PartitionShared>> {
-        self.registry
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .map_while(|p| p.clone())
-            .collect()
+        registry::lock(&self.registry).iter().cloned().collect()
     }
 
     /// Accepts a queued item: discards messages from before a reconnect or seek, counts
     /// consumption for flow permits, remembers the position. `None` = discarded.
     fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
-        if index >= self.partitions.len() {
-            self.refresh();
-        }
-        let p = self.partitions.get(index)?;
+        // None: the task's topic was removed (a pattern consumer); its items are dropped.
+        let p = registry::lock(&self.registry).get(index)?;
         if item.counted() {
             // Out of the queue: room for another message (see `QueueRoom`).
             if let Some(n) = p.taken(epoch, p.refill_at) {
@@ -493,10 +310,22 @@ impl Consumer {
         }
     }
 
-    fn partition_of(&self, id: &MessageId) -> Option<Arc<PartitionShared>> {
-        self.all()
+    /// The task of the main topic that owns `id`; `Err` when several topics could
+    /// (a multi-topic consumer: an id names no topic).
+    fn partition_of(&self, id: &MessageId) -> Result<Option<Arc<PartitionShared>>> {
+        let owners: Vec<_> = self
+            .all()
             .into_iter()
-            .find(|p| p.main && p.partition == id.partition)
+            .filter(|p| p.main && p.partition == id.partition)
+            .collect();
+        if owners.len() > 1 {
+            return Err(Error::InvalidOperation(format!(
+                "message id {id} may belong to any of this consumer's {} topics: an id \
+                 names no topic (seek by time, or to earliest / latest)",
+                self.topics().len()
+            )));
+        }
+        Ok(owners.into_iter().next())
     }
 
     /// A cheap, cloneable, `Send + Sync` handle that acknowledges this consumer's messages
@@ -582,8 +411,11 @@ impl Consumer {
 
     /// The consumer's lifecycle state (aggregated over partitions like
     /// [`crate::Producer::state`]).
+    ///
+    /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
+    /// topic leaves the consumer).
     pub fn state(&self) -> State {
-        let states: Vec<State> = self.all().iter().map(|p| *p.state.borrow()).collect();
+        let states: Vec<State> = self.live().iter().map(|p| *p.state.borrow()).collect();
         aggregate_state(&states)
     }
 
@@ -617,6 +449,13 @@ impl Consumer {
         crate::stats::ConsumerStats::aggregate(aggregate_state(&states), members)
     }
 
+    /// The tasks whose topic was not deleted under them.
+    fn live(&self) -> Vec<Arc<PartitionShared>> {
+        let mut all = self.all();
+        all.retain(|p| !p.topic_deleted.load(Ordering::Acquire));
+        all
+    }
+
     /// How many entries were discarded because they could not be decoded (each was reported
     /// as an error item and acked with its validation error, like upstream).
     pub fn discarded_entries(&self) -> u64 {
@@ -643,8 +482,11 @@ impl Consumer {
     /// });
     /// # }
     /// ```
+    ///
+    /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
+    /// made.
     pub fn states(&self) -> StateStream {
-        StateStream::new(self.all().iter().map(|p| p.state.clone()).collect())
+        StateStream::new(self.live().iter().map(|p| p.state.clone()).collect())
     }
 
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
@@ -671,27 +513,38 @@ impl Consumer {
 
     /// Watches the lifecycle state (of the first partition; partitions close together).
     /// Prefer [`Consumer::states`] and [`Consumer::closed`], which hide the channel type.
+    /// (A pattern consumer with no topic yet: a receiver of the current state that never
+    /// changes.)
     pub fn state_changes(&self) -> watch::Receiver<State> {
-        self.all()[0].state.clone()
+        match self.all().first() {
+            Some(p) => p.state.clone(),
+            None => watch::channel(self.state()).1,
+        }
     }
 
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
-    /// broker says). Wait for changes with `changed().await` on the receiver.
+    /// broker says). Wait for changes with `changed().await` on the receiver. (Of the first
+    /// partition of the first topic.)
     pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
-        self.all()[0].active.subscribe()
+        match self.all().first() {
+            Some(p) => p.active.subscribe(),
+            None => watch::channel(None).1,
+        }
     }
 
-    /// Deletes the subscription (the consumer must be its only one) and closes the consumer.
+    /// Deletes the subscription (the consumer must be its only one) on every topic and
+    /// partition, and closes the consumer.
     pub async fn unsubscribe(self) -> Result<()> {
-        for p in &self.all() {
-            Self::ask(p, ConsumerOp::Unsubscribe).await?;
-        }
-        Ok(())
+        // Concurrently, like upstream's MultiTopicsConsumerImpl.unsubscribeAsync.
+        let all = self.all();
+        let asks = all.iter().map(|p| Self::ask(p, ConsumerOp::Unsubscribe));
+        futures::future::join_all(asks).await.into_iter().collect()
     }
 
     /// The dead-letter topic, when this consumer publishes to one: a dead-letter policy on a
     /// Shared or Key_Shared subscription, or `retry_enable` on any subscription (retries past
-    /// the maximum go there).
+    /// the maximum go there). A multi-topic consumer has one per topic (unless the policy
+    /// names one); this is the first topic's.
     pub fn dead_letter_topic(&self) -> Option<&str> {
         self.dlq.as_ref().map(|d| d.dlq_topic.as_str())
     }
@@ -705,9 +558,14 @@ impl Consumer {
     /// and Failover the retry topic is subscribed with the same type, and the message is acked
     /// individually. Fails with [`Error::InvalidConfig`] without `retry_enable`.
     pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
-        let sink = self
-            .dlq
-            .as_ref()
+        let source = registry::lock(&self.registry).get(msg.source);
+        let sink = source
+            .and_then(|p| {
+                self.lock_groups()
+                    .iter()
+                    .find(|g| g.topic == p.base)
+                    .and_then(|g| g.sink.clone())
+            })
             .filter(|_| self.retry_enable)
             .ok_or_else(|| Error::InvalidConfig("reconsume_later needs retry_enable".into()))?;
         Box::pin(sink.retry_later(msg, delay)).await?;
@@ -721,21 +579,34 @@ impl Consumer {
     ///
     /// Dropping the consumer closes it too, in the background.
     pub async fn close(&self) -> Result<()> {
+        if let Some(d) = &self.discovery {
+            // No topic joins or leaves from now on.
+            d.stop().await;
+        }
         let mut result = Ok(());
-        for p in &self.all() {
-            let r = match Self::ask(p, ConsumerOp::Close).await {
+        let all = self.all();
+        // Every task at once (a multi-topic consumer has many), like upstream's closeAsync.
+        let closes = all.iter().map(|p| async move {
+            match Self::ask(p, ConsumerOp::Close).await {
                 // The task is gone: it ended before; its state says how.
                 Err(Error::Closed) => match *p.state.borrow() {
                     State::Closed => Ok(()),
-                    other => Err(ended_error(other, &self.topic)),
+                    other => Err(ended_error(other, &p.base)),
                 },
                 r => r,
-            };
+            }
+        });
+        for r in futures::future::join_all(closes).await {
             if result.is_ok() {
                 result = r;
             }
         }
-        if let Some(sink) = &self.dlq {
+        let sinks: Vec<_> = self
+            .lock_groups()
+            .iter()
+            .filter_map(|g| g.sink.clone())
+            .collect();
+        for sink in sinks {
             sink.close().await;
         }
         result

@@ -167,6 +167,12 @@ pub struct ConsumerOptions {
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
     pub(crate) start_inclusive: bool,
+    /// The consumer's schema (`CommandSubscribe.schema`), checked by the broker against the
+    /// topic's; set by [`ConsumerBuilder::schema`](crate::ConsumerBuilder::schema).
+    pub schema: Option<crate::schema::SchemaInfo>,
+    /// Whether SUBSCRIBE may create the topic (a pattern consumer's may not: a topic deleted
+    /// while it subscribes must stay deleted, like upstream's `createTopicIfDoesNotExist`).
+    pub(crate) force_topic_creation: bool,
 }
 
 impl Default for ConsumerOptions {
@@ -198,6 +204,8 @@ impl Default for ConsumerOptions {
             max_chunked_message_bytes: 128 * 1024 * 1024,
             start_message_id: None,
             start_inclusive: false,
+            schema: None,
+            force_topic_creation: true,
         }
     }
 }

@@ -19,11 +19,7 @@ use crate::topic::TopicName;
 
 /// Puts a partition task in the registry at its index.
 fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShared>) {
-    let mut r = registry.lock().unwrap_or_else(|e| e.into_inner());
-    if r.len() <= index {
-        r.resize(index + 1, None);
-    }
-    r[index] = Some(shared);
+    super::registry::lock(registry).insert(index, shared);
 }
 
 /// Subscribes one (partition) consumer and starts its task. `options` are this partition's
@@ -32,6 +28,7 @@ fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShare
 pub(super) async fn spawn_partition(
     client: &CoreRef,
     topic: TopicName,
+    base: &TopicName,
     partition: i32,
     index: usize,
     options: &Arc<ConsumerOptions>,
@@ -70,6 +67,8 @@ pub(super) async fn spawn_partition(
     let shared = Arc::new(PartitionShared {
         partition,
         main,
+        topic: topic.clone(),
+        base: base.clone(),
         epoch: AtomicU64::new(0),
         permit_epoch: AtomicU64::new(0),
         consumed: AtomicU32::new(0),
@@ -86,6 +85,8 @@ pub(super) async fn spawn_partition(
             &options.subscription,
             options.receiver_queue_size,
         ),
+        topic_deleted: std::sync::atomic::AtomicBool::new(false),
+        ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
@@ -156,10 +157,11 @@ pub(super) async fn grow(
         let Some(out) = ctx.out.upgrade() else { return };
         let mut result = Ok(());
         for i in ctx.current..req.partitions {
-            let index = ctx.registry.lock().unwrap_or_else(|e| e.into_inner()).len();
+            let index = super::registry::lock(&ctx.registry).reserve(1).start;
             let created = Box::pin(spawn_partition(
                 &ctx.client,
                 ctx.topic.partition(i),
+                &ctx.topic,
                 i as i32,
                 index,
                 &ctx.options,
@@ -187,11 +189,22 @@ pub(super) async fn grow(
     }
 }
 
+/// Delivering *from* a chunked message's id (which names its last chunk) starts at its first
+/// chunk, so the whole message is read (upstream `ConsumerImpl` seeks and starts inclusive
+/// readers at a `ChunkMessageIdImpl`'s first chunk); delivering *after* it needs nothing.
+fn from_first_chunk(s: MessageId, inclusive: bool) -> MessageId {
+    match s.first_chunk_id() {
+        Some(first) if inclusive => first,
+        _ => s,
+    }
+}
+
 /// The start position a SUBSCRIBE of a non-durable subscription carries to deliver from `s`
 /// (`inclusive`) or after it. The broker starts after a whole-entry id (upstream makes it the
 /// mark-delete position of the new cursor), and at the entry of an id with a batch index; the
 /// task's `skip_through` filter drops what precedes `s` in that entry.
 pub(super) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
+    let s = from_first_chunk(s, inclusive);
     if s.is_batch() || !inclusive || s == MessageId::EARLIEST || s == MessageId::LATEST {
         s
     } else {
@@ -203,6 +216,7 @@ pub(super) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
 /// What the task skips (messages at or before it) to deliver from `s` (`inclusive`) or
 /// after it.
 pub(super) fn skip_through(s: MessageId, inclusive: bool) -> Option<MessageId> {
+    let s = from_first_chunk(s, inclusive);
     if s == MessageId::EARLIEST || s == MessageId::LATEST {
         None
     } else if inclusive {

@@ -23,6 +23,7 @@ pub struct ReaderBuilder {
     inclusive: bool,
     receiver_queue_size: u32,
     name: Option<String>,
+    schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl ReaderBuilder {
@@ -34,7 +35,25 @@ impl ReaderBuilder {
             inclusive: false,
             receiver_queue_size: 1000,
             name: None,
+            schema: None,
         }
+    }
+
+    /// Makes this a typed reader of `S::Type` values (see [`crate::schema`]).
+    pub fn schema<S: crate::schema::Schema>(
+        self,
+        schema: S,
+    ) -> crate::schema::TypedReaderBuilder<S> {
+        crate::schema::TypedReaderBuilder::new(self, schema)
+    }
+
+    pub(crate) fn schema_info(mut self, info: Option<crate::schema::SchemaInfo>) -> Self {
+        self.schema = info;
+        self
+    }
+
+    pub(crate) fn core(&self) -> &CoreRef {
+        &self.client
     }
 
     /// Start at the first stored message.
@@ -94,6 +113,7 @@ impl ReaderBuilder {
             max_total_receiver_queue_size_across_partitions: self.receiver_queue_size.max(50_000),
             start_message_id: Some(self.start),
             start_inclusive: self.inclusive,
+            schema: self.schema,
             ..Default::default()
         };
         options.validate()?;

@@ -30,7 +30,8 @@ pub(crate) struct LastIds {
 }
 
 impl Consumer {
-    /// Moves the subscription to a message id: the next message received is that one.
+    /// Moves the subscription to a message id: the next message received is that one (for
+    /// a chunked message's id, the seek goes to its first chunk).
     ///
     /// On a partitioned consumer (or one with `retry_enable`), only the partition consumer
     /// that owns the id seeks, like upstream's `MultiTopicsConsumerImpl.seekAsync`: the other
@@ -46,7 +47,7 @@ impl Consumer {
         let targets = if id == MessageId::EARLIEST || id == MessageId::LATEST {
             self.all()
         } else {
-            let owner = self.partition_of(&id).ok_or_else(|| {
+            let owner = self.partition_of(&id)?.ok_or_else(|| {
                 Error::InvalidOperation(format!(
                     "cannot seek to {id}: it names no partition of {} (only earliest and \
                      latest apply to every partition)",
@@ -55,7 +56,10 @@ impl Consumer {
             })?;
             vec![owner]
         };
-        self.seek_each(&targets, SeekTarget::Id(id)).await
+        // A chunked message's id names its last chunk; like upstream `ConsumerImpl.seekAsync`
+        // the seek goes to its first chunk, so the whole message is read again.
+        let to = id.first_chunk_id().unwrap_or(id);
+        self.seek_each(&targets, SeekTarget::Id(to)).await
     }
 
     /// Moves the subscription to the first message published at or after `publish_time_ms`
@@ -107,13 +111,11 @@ impl Consumer {
     }
 
     pub(super) fn check_persistent(&self, what: &str) -> Result<()> {
-        if self.topic.is_persistent() {
-            Ok(())
-        } else {
-            Err(Error::InvalidConfig(format!(
-                "cannot {what} on a non-persistent topic ({}): it stores no messages",
-                self.topic
-            )))
+        match self.topics().into_iter().find(|t| !t.is_persistent()) {
+            None => Ok(()),
+            Some(t) => Err(Error::InvalidConfig(format!(
+                "cannot {what} on a non-persistent topic ({t}): it stores no messages"
+            ))),
         }
     }
 }

@@ -62,7 +62,7 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
             InitialPosition::Latest => Ip::Latest,
             InitialPosition::Earliest => Ip::Earliest,
         } as i32),
-        force_topic_creation: Some(true),
+        force_topic_creation: Some(o.force_topic_creation),
         key_shared_meta: key_shared,
         subscription_properties: o
             .subscription_properties
@@ -73,6 +73,12 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
             })
             .collect(),
         consumer_epoch: Some(p.consumer_epoch),
+        // BYTES sends no schema (upstream ConsumerImpl drops BYTES/NONE schema infos).
+        schema: o
+            .schema
+            .as_ref()
+            .filter(|s| s.schema_type != crate::schema::SchemaType::Bytes)
+            .map(|s| s.to_proto()),
         ..Default::default()
     };
     Arc::new(move |request_id| commands::subscribe(body.clone(), request_id))

@@ -68,6 +68,11 @@ pub(crate) struct PartitionShared {
     pub partition: i32,
     /// Whether it is a partition of the consumer's topic (not of its retry topic).
     pub main: bool,
+    /// The topic this task subscribes (a partition's own name for a partitioned topic).
+    pub topic: crate::topic::TopicName,
+    /// The topic the application asked for that this task serves (its main topic, also for
+    /// the tasks of its retry topic): routes a multi-topic consumer's acks and retries.
+    pub base: crate::topic::TopicName,
     /// Items of another epoch are discarded by the handle.
     pub epoch: AtomicU64,
     /// The epoch at which the current subscription's permit accounting began. A discarded
@@ -89,6 +94,11 @@ pub(crate) struct PartitionShared {
     pub discarded: AtomicU64,
     /// Statistics (read by `Consumer::stats`).
     pub stats: crate::stats::ConsumerCounters,
+    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
+    /// it no longer counts in the consumer's state, and discovery drops it.
+    pub topic_deleted: std::sync::atomic::AtomicBool,
+    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
+    pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
@@ -294,6 +304,21 @@ impl ConsumerTask {
                         self.start_flow();
                         self.replay_deferred(&mut requests);
                         Ok(())
+                    }
+                    // A pattern consumer's topic deleted on the broker (it subscribes without
+                    // creating topics): the topic leaves the consumer, which is no error for
+                    // the application (upstream's pattern consumer drops it the same way).
+                    Wake::Ended(
+                        e @ Error::Broker {
+                            code: crate::error::ServerError::TopicNotFound,
+                            ..
+                        },
+                    ) if !self.opts.force_topic_creation => {
+                        tracing::info!(topic = %self.entity.topic, "topic deleted; its consumer ends");
+                        self.shared.topic_deleted.store(true, Ordering::Release);
+                        self.shared.ended.notify_one();
+                        silent = true;
+                        Err(e)
                     }
                     Wake::Ended(e) => Err(e),
                     Wake::GroupEnded(e) => {

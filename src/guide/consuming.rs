@@ -197,6 +197,42 @@
 //!
 //! [`Consumer::unsubscribe`] deletes the subscription (the consumer must be its only one).
 //!
+//! ## Many topics, and patterns
+//!
+//! [`Client::new_consumer`] with [`ConsumerBuilder::topics`] receives from several topics
+//! (partitioned or not) as one stream; [`Message::topic`](crate::Message::topic) says where a
+//! message came from, and acks, nacks, the ack timeout, dead-lettering (one dead-letter topic per
+//! topic), [`Consumer::seek_by_time`], [`Consumer::unsubscribe`] and close cover every topic. A
+//! bare [`MessageId`](crate::MessageId) names no topic: ack the [`Message`], or use
+//! [`Acker::ack_topic_id`] with its topic.
+//!
+//! [`ConsumerBuilder::topics_pattern`] follows every topic of a namespace whose name matches a
+//! regex: topics created later join, deleted ones leave, and
+//! [`Consumer::topic_changes`] tells each change. The client asks the broker for a PIP-145
+//! topic-list watcher when it has one, and polls the namespace's topic list every
+//! [`pattern_auto_discovery_period`](crate::ConsumerBuilder::pattern_auto_discovery_period)
+//! (1 minute) in any case.
+//!
+//! ```no_run
+//! # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+//! let mut consumer = client
+//!     .new_consumer()
+//!     .topics_pattern("persistent://public/default/orders-.*")
+//!     .subscription("audit")
+//!     .subscribe()
+//!     .await?;
+//! let mut changes = consumer.topic_changes();
+//! tokio::spawn(async move {
+//!     while let Ok(change) = changes.recv().await {
+//!         println!("joined {:?}, left {:?}", change.added, change.removed);
+//!     }
+//! });
+//! let msg = consumer.recv().await?;
+//! println!("{} from {}", msg.id, msg.topic);
+//! consumer.ack(&msg)?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Readers
 //!
 //! A [`Reader`] ([`Client::reader`]) reads a topic in order from a position you choose, on a
@@ -237,6 +273,28 @@
 //! `Reader::recv` is cancel safe like `Consumer::recv`, and a reader is a
 //! [`futures::Stream`] too.
 //!
+//! ## Chunked messages
+//!
+//! A message that a producer split into chunks (PIP-37; this crate's
+//! [`chunking`](crate::ProducerBuilder::chunking) or an official client's) arrives as one
+//! [`Message`](crate::Message) once all its chunks are in, whatever the subscription type.
+//! Its id is the last chunk's, carrying the first chunk's
+//! ([`MessageId::first_chunk_id`](crate::MessageId::first_chunk_id)); ack, nack, ack timeout,
+//! cumulative ack and the dead-letter topic act on every chunk, and a seek to it starts at its
+//! first chunk. Upstream's knobs, with its defaults:
+//! [`max_pending_chunked_messages`](crate::ConsumerBuilder::max_pending_chunked_messages) (10
+//! messages being assembled; the oldest is evicted, and acked when
+//! [`auto_ack_oldest_chunked_message_on_queue_full`](crate::ConsumerBuilder::auto_ack_oldest_chunked_message_on_queue_full)),
+//! [`expire_time_of_incomplete_chunked_message`](crate::ConsumerBuilder::expire_time_of_incomplete_chunked_message)
+//! (60 s), plus [`max_chunked_message_bytes`](crate::ConsumerBuilder::max_chunked_message_bytes)
+//! (128 MiB held in incomplete messages; a larger claim is refused as an undecodable message).
+//!
+//! The receiver queue counts whole messages (a chunk that does not complete a message gives
+//! its flow permit back at once, like upstream), so it can hold `receiver_queue_size`
+//! reassembled messages on top of the bytes being assembled: with large messages, a smaller
+//! [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) bounds the memory the
+//! consumer holds.
+//!
 //! ## Undecodable messages
 //!
 //! An entry that cannot be decoded (corrupt payload, a codec not compiled in, a chunked
@@ -270,6 +328,11 @@
 //! [`Consumer::discarded_entries`]: crate::Consumer::discarded_entries
 //! [`Consumer::close`]: crate::Consumer::close
 //! [`Acker`]: crate::Acker
+//! [`Acker::ack_topic_id`]: crate::Acker::ack_topic_id
+//! [`Client::new_consumer`]: crate::Client::new_consumer
+//! [`ConsumerBuilder::topics`]: crate::ConsumerBuilder::topics
+//! [`ConsumerBuilder::topics_pattern`]: crate::ConsumerBuilder::topics_pattern
+//! [`Consumer::topic_changes`]: crate::Consumer::topic_changes
 //! [`Acker::nack`]: crate::Acker::nack
 //! [`Message`]: crate::Message
 //! [`MessageId::EARLIEST`]: crate::MessageId::EARLIEST

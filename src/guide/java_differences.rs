@@ -7,8 +7,7 @@
 //!
 //! | Feature | What happens instead |
 //! |---|---|
-//! | Message chunking, producer side | a producer's message over the broker's maximum size fails with [`Error::MessageTooBig`]. Chunked messages *received* from other clients are reassembled (upstream's knobs: `max_pending_chunked_messages`, `auto_ack_oldest_chunked_message_on_queue_full`, `expire_time_of_incomplete_chunked_message`, plus `max_chunked_message_bytes`) |
-//! | Schemas (schema registry, typed producers and consumers, `AUTO_CONSUME`) | payloads are bytes ([`bytes::Bytes`]); encode and decode in the application. A broker enforcing a topic's schema may refuse producers without one ([`ServerError::IncompatibleSchema`]) |
+//! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | typed messages ([`crate::schema`]) cover bytes, string, the primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE` and `AUTO_CONSUME`. An incompatible schema fails with [`ServerError::IncompatibleSchema`] |
 //! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
 //! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
 //! | Metrics and producer / consumer statistics | `stats()` on producers, consumers and readers returns cumulative counters, gauges and send-latency percentiles ([`crate::stats`]), not Java's per-interval rates, and nothing is logged periodically. Operator metrics (cargo feature `metrics`) use upstream's PIP-342 names through the `metrics` facade rather than the OpenTelemetry API; topic labels are opt-in per client (`ClientBuilder::metrics_topic_labels`); `producer.rpc.send.duration` and `consumer.receive_queue.size` are not recorded. [`Client::connection_stats`] gives per-connection counters |
@@ -59,6 +58,12 @@
 //! - **Reconnects are quick while a broker restarts**: while the broker refuses connections,
 //!   attempts repeat every 50 ms for up to 5 s before the exponential backoff grows, so a
 //!   restarted broker is used as soon as it is back.
+//! - **Chunking (PIP-37) on a non-persistent topic is refused** when the producer is created
+//!   ([`Error::InvalidConfig`]); Java accepts the setting and silently does not chunk there.
+//!   `chunking(true)` on the builder also turns batching off (Java makes the application do
+//!   it). A chunk's size is computed with the chunk fields of its metadata counted, so no
+//!   chunk exceeds the broker's `max_message_size` (Java counts the metadata before adding
+//!   them and relies on the broker's 10 KB frame padding).
 //! - **Message id order.** [`MessageId`]'s equality and hash follow Java (ledger, entry,
 //!   partition, batch index); its order puts the messages of a batch before the id of the
 //!   whole entry, the order Java itself calls correct but does not use for compatibility
@@ -77,6 +82,7 @@
 //! [`Error::InvalidMessage`]: crate::Error::InvalidMessage
 //! [`Error::Protocol`]: crate::Error::Protocol
 //! [`Error::Closed`]: crate::Error::Closed
+//! [`Error::InvalidConfig`]: crate::Error::InvalidConfig
 //! [`Error::ClosedByBroker`]: crate::Error::ClosedByBroker
 //! [`ServerError`]: crate::ServerError
 //! [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema

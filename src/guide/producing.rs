@@ -50,7 +50,7 @@
 //! | Receipt error | Meaning |
 //! |---|---|
 //! | [`Error::Timeout`] (`operation: "send"`) | no receipt within the send timeout; the outcome is **unknown** (the broker may have stored it) |
-//! | [`Error::MessageTooBig`] | larger (after compression) than the broker's maximum message size; not sent |
+//! | [`Error::MessageTooBig`] | larger (after compression) than the broker's maximum message size, with chunking off (see [Large messages](#large-messages-chunking)); not sent |
 //! | [`Error::Broker`] with [`ServerError::NotAllowed`] | the broker refused this message (SEND_ERROR); the others go on |
 //! | [`Error::InvalidConfig`] | its compression codec is not compiled in (cargo feature off) |
 //! | [`Error::Closed`] | still pending when the producer was closed |
@@ -133,6 +133,46 @@
 //!     .create()
 //!     .await?;
 //! # let _ = producer; Ok(()) }
+//! ```
+//!
+//! ## Large messages (chunking)
+//!
+//! A message larger (after compression) than the broker's `max_message_size` (announced when
+//! the client connects; 5 MiB when the broker does not say) fails with
+//! [`Error::MessageTooBig`] unless the producer chunks (PIP-37):
+//! [`chunking(true)`](crate::ProducerBuilder::chunking) splits such a message into chunks that
+//! the broker stores as separate entries and every consumer (this crate's and the official
+//! clients') reassembles into one message. Chunking turns batching off (the two cannot be
+//! combined: asking for both fails `create` with [`Error::InvalidConfig`]), and needs a
+//! persistent topic. Messages that fit are sent as usual.
+//!
+//! - The payload is compressed first, then split; each chunk (metadata included) stays within
+//!   `max_message_size`, or within
+//!   [`chunk_max_message_size`](crate::ProducerBuilder::chunk_max_message_size) when smaller.
+//! - The receipt is one [`MessageId`](crate::MessageId) for the whole message: the last
+//!   chunk's id, carrying where the first chunk is
+//!   ([`first_chunk_id`](crate::MessageId::first_chunk_id), displayed `first-last` like
+//!   upstream). It is the id consumers see, and works for ack and seek (a seek goes to the
+//!   first chunk).
+//! - A chunked message counts once against the client
+//!   [`memory_limit`](crate::ClientBuilder::memory_limit) (its payload size) and once against
+//!   [`max_pending_messages`](crate::ProducerBuilder::max_pending_messages). The client memory
+//!   limit (64 MiB by default) must hold the largest message; with
+//!   [`block_if_queue_full`](crate::ProducerBuilder::block_if_queue_full) off, a send that does
+//!   not fit fails with [`Error::ProducerQueueFull`](crate::Error::ProducerQueueFull).
+//! - The chunks of one message are consecutive on the wire (no other message of the producer
+//!   comes between them); after a reconnect the chunks not yet receipted are re-sent in order
+//!   with the rest of the pending queue. Only the last chunk's receipt completes the send.
+//! - Consumers reassemble chunks up to their
+//!   [`max_chunked_message_bytes`](crate::ConsumerBuilder::max_chunked_message_bytes) (128 MiB
+//!   by default); see the [consuming chapter](super::consuming).
+//!
+//! ```no_run
+//! # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+//! let producer = client.producer("videos").chunking(true).create().await?;
+//! let id = producer.send_and_wait(vec![0u8; 20_000_000]).await?; // 4 chunks at 5 MiB
+//! assert!(id.is_chunked());
+//! # Ok(()) }
 //! ```
 //!
 //! ## Send timeout and queue limits

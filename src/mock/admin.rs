@@ -126,6 +126,7 @@ impl MockBroker {
             }
         }
         state.topics.get_or_create(topic);
+        super::topic_lists::sync(&mut state);
         true
     }
 

@@ -67,6 +67,13 @@ pub(crate) fn subscribe(
     if let Some((code, message)) = state.attach_refusal(&topic_name, view.service_url) {
         return Step::Reply(error(rid, code, &message));
     }
+    // Upstream `addSchemaIfIdleOrCheckCompatible`: a consumer's schema must be compatible
+    // with the topic's (registered if the topic has none); AUTO_CONSUME reads anything.
+    if let Some(schema) = &cmd.schema {
+        if let Err(message) = state.schemas.check_consumer(&topic_name, schema) {
+            return Step::Reply(error(rid, ServerError::IncompatibleSchema, &message));
+        }
+    }
     if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
         return Step::Reply(error(
             rid,

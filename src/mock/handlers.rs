@@ -10,7 +10,9 @@
 
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{consume, permissions, produce, watchers, ConnectionId, MockBrokerConfig};
+use super::{
+    consume, permissions, produce, schemas, topic_lists, watchers, ConnectionId, MockBrokerConfig,
+};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -62,7 +64,15 @@ pub(crate) fn handle(
         return Step::Ignore;
     };
     if ty == Type::Connect {
-        let step = connect(session, cmd);
+        let mut step = connect(session, cmd);
+        if let Step::Handshake(c) = &mut step {
+            let on = state
+                .settings(session.service_url, session.config)
+                .topic_watchers;
+            if let Some(f) = c.connected.as_mut().and_then(|c| c.feature_flags.as_mut()) {
+                f.supports_topic_watchers = Some(on);
+            }
+        }
         if let (Step::Handshake(_), Some(c)) = (&step, &cmd.connect) {
             if let Some(conn) = state.conns.get_mut(session.conn) {
                 conn.role = permissions::role_of(c);
@@ -136,6 +146,14 @@ pub(crate) fn handle(
             Some(c) => consume::get_last_message_id(state, session, c),
             None => malformed(ty),
         },
+        Type::GetSchema => match &cmd.get_schema {
+            Some(c) => schemas::get_schema(&state.schemas, c),
+            None => malformed(ty),
+        },
+        Type::GetOrCreateSchema => match &cmd.get_or_create_schema {
+            Some(c) => schemas::get_or_create_schema(&mut state.schemas, c),
+            None => malformed(ty),
+        },
         Type::WatchPartitionUpdate => match &cmd.watch_partition_update {
             Some(c) => watchers::watch(state, session, c),
             None => malformed(ty),
@@ -149,6 +167,18 @@ pub(crate) fn handle(
         },
         Type::WatchPartitionUpdateClose => match &cmd.watch_partition_update_close {
             Some(c) => watchers::close(state, session, c),
+            None => malformed(ty),
+        },
+        Type::GetTopicsOfNamespace => match &cmd.get_topics_of_namespace {
+            Some(c) => topic_lists::get_topics(state, c),
+            None => malformed(ty),
+        },
+        Type::WatchTopicList => match &cmd.watch_topic_list {
+            Some(c) => topic_lists::watch(state, session, c),
+            None => malformed(ty),
+        },
+        Type::WatchTopicListClose => match &cmd.watch_topic_list_close {
+            Some(c) => topic_lists::close(state, session, c),
             None => malformed(ty),
         },
         _ => match request_id(cmd) {
@@ -169,6 +199,7 @@ pub(crate) fn handle(
 /// messages go back to its subscription for the other consumers), its watchers removed.
 pub(crate) fn connection_closed(state: &mut BrokerState, conn: ConnectionId) {
     watchers::connection_closed(state, conn);
+    topic_lists::connection_closed(state, conn);
     let Some(entry) = state.conns.get(conn) else {
         return;
     };

@@ -61,6 +61,11 @@ pub enum MockRequest {
     CloseProducer,
     /// CLOSE_CONSUMER: answered ERROR; the consumer stays attached.
     CloseConsumer,
+    /// GET_TOPICS_OF_NAMESPACE: answered ERROR (a failed poll of a pattern consumer). Names
+    /// no topic: a topic scope never matches it.
+    GetTopicsOfNamespace,
+    /// WATCH_TOPIC_LIST (PIP-145): answered ERROR; no watcher is registered. Names no topic.
+    WatchTopicList,
 }
 
 impl MockRequest {
@@ -79,6 +84,8 @@ impl MockRequest {
             Type::GetLastMessageId => MockRequest::GetLastMessageId,
             Type::CloseProducer => MockRequest::CloseProducer,
             Type::CloseConsumer => MockRequest::CloseConsumer,
+            Type::GetTopicsOfNamespace => MockRequest::GetTopicsOfNamespace,
+            Type::WatchTopicList => MockRequest::WatchTopicList,
             _ => return None,
         })
     }
@@ -110,6 +117,9 @@ pub struct MockError {
     pub message: String,
     /// How many requests it answers (default 1; 0 answers none).
     pub times: usize,
+    /// How many matching requests it lets through (served normally) before it answers the
+    /// next ones (default 0). E.g. the second chunk of a chunked message: `skip(1)`.
+    pub skip: usize,
     /// How long the error answer waits (on top of the broker's round-trip time and response
     /// delay); for [`MockRequest::Flow`], how long the permits wait. Default zero.
     pub delay: Duration,
@@ -128,6 +138,7 @@ impl MockError {
             code,
             message: message.into(),
             times: 1,
+            skip: 0,
             delay: Duration::ZERO,
             topic: None,
             connection: None,
@@ -137,6 +148,12 @@ impl MockError {
     /// Answers the next `n` requests instead of one.
     pub fn times(mut self, n: usize) -> Self {
         self.times = n;
+        self
+    }
+
+    /// Lets the first `n` matching requests through before answering.
+    pub fn skip(mut self, n: usize) -> Self {
+        self.skip = n;
         self
     }
 
@@ -277,6 +294,11 @@ pub(crate) fn intercept(
             })
     })?;
     let pending = &mut injected.pending[index];
+    if pending.error.skip > 0 {
+        // Served normally; the error waits for a later request.
+        pending.error.skip -= 1;
+        return None;
+    }
     let error = pending.error.clone();
     pending.error.times -= 1;
     if pending.error.times == 0 {
@@ -374,6 +396,7 @@ fn request_topic(
             .close_producer
             .as_ref()
             .map_or(Subject::NotMatchable, |c| producer(c.producer_id)),
+        MockRequest::GetTopicsOfNamespace | MockRequest::WatchTopicList => Subject::None,
     }
 }
 

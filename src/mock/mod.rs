@@ -86,6 +86,7 @@ mod ops;
 mod permissions;
 mod produce;
 mod record;
+mod schemas;
 mod secure;
 mod session;
 mod state;
@@ -108,6 +109,7 @@ mod tests_support;
 mod tests_watchers;
 mod timers;
 mod topic;
+mod topic_lists;
 mod watchers;
 
 use std::collections::BTreeMap;
@@ -126,6 +128,7 @@ pub use inject::{ConsumedError, MockError, MockRequest};
 pub use kit_cluster::{MockCluster, TopicMove};
 pub use permissions::MockAction;
 pub use record::Received;
+pub use schemas::MockSchemaCompatibility;
 #[cfg(feature = "tls")]
 pub use secure::MockTls;
 pub use secure::{MockAuth, REFRESH_AUTH_DATA};
@@ -157,6 +160,11 @@ pub struct MockBrokerConfig {
     /// Advertised as FeatureFlags `supports_partition_update_watchers` (PIP-247, field 1000)
     /// in CONNECTED. Default `true`.
     pub supports_partition_update_watchers: bool,
+    /// Advertised as FeatureFlags `supports_topic_watchers` (PIP-145) in CONNECTED, and whether
+    /// WATCH_TOPIC_LIST is served (off: answered ERROR NotAllowed, so clients poll
+    /// GET_TOPICS_OF_NAMESPACE). Default `true`; changed at runtime with
+    /// [`MockBroker::set_topic_watchers`] (for connections made from then on).
+    pub supports_topic_watchers: bool,
     /// When set, the broker sends a PING after the connection has been silent (nothing
     /// received) this long, and closes it if nothing (e.g. the PONG) arrives within another
     /// interval. A connection still without CONNECT after one interval is closed. Default
@@ -190,6 +198,7 @@ impl Default for MockBrokerConfig {
             server_version: "pulsar-sdk-mock".to_owned(),
             max_message_size: Some(5 * 1024 * 1024),
             supports_partition_update_watchers: true,
+            supports_topic_watchers: true,
             keepalive_interval: None,
             require_connect_first: true,
             allow_auto_subscription_creation: true,
@@ -484,6 +493,30 @@ impl MockBroker {
     /// time ([`set_round_trip_time`](Self::set_round_trip_time)), which delays every frame.
     pub fn set_response_delay(&self, delay: Duration) {
         lock(&self.shared().faults).response_delay = delay;
+    }
+
+    /// Sets how new schemas are checked against a topic's latest (default
+    /// [`MockSchemaCompatibility::Full`], upstream's broker default), for every topic.
+    pub fn set_schema_compatibility(&self, strategy: MockSchemaCompatibility) {
+        lock(&self.shared().state).schemas.strategy = strategy;
+    }
+
+    /// Leaves GetSchema and GetOrCreateSchema unanswered (`true`), like a broker without a
+    /// schema registry (pulsar-lite), or answers them again (`false`, the default).
+    pub fn set_schema_requests_unanswered(&self, on: bool) {
+        lock(&self.shared().state).schemas.unanswered = on;
+    }
+
+    /// The schemas registered on `topic` (a partition reads its topic's), oldest version
+    /// first: version `n` is index `n`.
+    pub fn schemas(&self, topic: &str) -> Vec<crate::schema::SchemaInfo> {
+        let topic = state::canonical_topic(topic);
+        lock(&self.shared().state)
+            .schemas
+            .versions(&topic)
+            .iter()
+            .filter_map(crate::schema::SchemaInfo::from_proto)
+            .collect()
     }
 
     /// Sets the partition count of `topic` in the broker's metadata (0: not partitioned).

@@ -228,7 +228,10 @@ impl MockBroker {
     /// (use [`delete_namespace`](Self::delete_namespace) to close them for good). Fails with
     /// [`MockAdminError::TopicNotFound`].
     pub fn delete_topic(&self, topic: &str, force: bool) -> Result<(), MockAdminError> {
-        lifecycle::delete_topic(&mut lock(&self.shared().state), topic, force)
+        let mut state = lock(&self.shared().state);
+        let r = lifecycle::delete_topic(&mut state, topic, force);
+        super::topic_lists::sync(&mut state);
+        r
     }
 }
 

@@ -42,6 +42,24 @@ use super::wire::{self, base_command::Type, ProducerAccessMode};
 use crate::codec::{Frame, Payload, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::error::ServerError;
 
+/// The version of an attached producer's schema (empty without one).
+fn schema_version_of(
+    registry: &super::schemas::Registry,
+    topic: &str,
+    cmd: &wire::CommandProducer,
+) -> bytes::Bytes {
+    cmd.schema
+        .as_ref()
+        .and_then(|s| {
+            registry
+                .versions(topic)
+                .iter()
+                .position(|v| v.r#type == s.r#type && v.schema_data == s.schema_data)
+        })
+        .map(super::schemas::version_bytes)
+        .unwrap_or_default()
+}
+
 /// PRODUCER.
 pub(crate) fn producer(
     state: &mut BrokerState,
@@ -68,7 +86,9 @@ pub(crate) fn producer(
         }
         let topic = state.topics.get(&topic_name).expect("registered producer");
         let name = topic.producers[&(view.conn, cmd.producer_id)].name.clone();
-        return Step::Reply(producer_success(rid, topic, &name, true, None));
+        let version = schema_version_of(&state.schemas, &topic_name, cmd);
+        let topic = state.topics.get(&topic_name).expect("registered producer");
+        return Step::Reply(producer_success(rid, topic, &name, true, None, version));
     }
     // Producers whose connection died but is not cleaned up yet, or that the new one succeeds
     // (same name, higher epoch), are replaced (upstream `tryOverwriteOldProducer`).
@@ -118,6 +138,17 @@ pub(crate) fn producer(
             }
             allowed
         });
+    // Upstream checks (and registers) the producer's schema before adding it to the topic;
+    // a producer without one is accepted (`isSchemaValidationEnforced` is off by default).
+    let schema_version = match &cmd.schema {
+        Some(s) => match state.schemas.get_or_create(&topic_name, s) {
+            Ok(v) => super::schemas::version_bytes(v),
+            Err(message) => {
+                return Step::Reply(error(rid, ServerError::IncompatibleSchema, &message))
+            }
+        },
+        None => bytes::Bytes::new(),
+    };
     let (topic, created) = state.topics.get_or_create(&topic_name);
     if created {
         if let Some(sub) = initial_subscription {
@@ -186,9 +217,10 @@ pub(crate) fn producer(
                     name: name.clone(),
                     epoch: cmd.epoch(),
                     topic_epoch: cmd.topic_epoch,
+                    schema_version: schema_version.clone(),
                 });
                 // Upstream answers the queued producer with no topic epoch, not ready.
-                let reply = producer_success(rid, topic, &name, false, None);
+                let reply = producer_success(rid, topic, &name, false, None, schema_version);
                 register(state, key, &topic_name, false);
                 return Step::Reply(reply);
             }
@@ -240,7 +272,7 @@ pub(crate) fn producer(
             epoch: cmd.epoch(),
         },
     );
-    let reply = producer_success(rid, topic, &name, true, epoch);
+    let reply = producer_success(rid, topic, &name, true, epoch, schema_version);
     register(state, key, &topic_name, true);
     Step::Reply(reply)
 }
@@ -271,6 +303,7 @@ fn producer_success(
     name: &str,
     ready: bool,
     topic_epoch: Option<u64>,
+    schema_version: bytes::Bytes,
 ) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::ProducerSuccess as i32,
@@ -278,7 +311,7 @@ fn producer_success(
             request_id,
             producer_name: name.to_owned(),
             last_sequence_id: Some(topic.last_sequence.get(name).copied().unwrap_or(-1)),
-            schema_version: Some(Default::default()),
+            schema_version: Some(schema_version),
             topic_epoch,
             producer_ready: Some(ready),
         }),
@@ -436,7 +469,14 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
             epoch: next.epoch,
         },
     );
-    let granted = producer_success(next.request_id, topic, &next.name, true, Some(epoch));
+    let granted = producer_success(
+        next.request_id,
+        topic,
+        &next.name,
+        true,
+        Some(epoch),
+        next.schema_version.clone(),
+    );
     if let Some(conn) = conns.get_mut(next.key.0) {
         if let Some(p) = conn.producers.get_mut(&next.key.1) {
             p.ready = true;

@@ -220,10 +220,12 @@ where
                 .flatten()
             {
                 Some(injection) => (Step::Ignore, Some(injection)),
-                None => (
-                    handlers::handle(&mut state, view, &command, payload.as_ref()),
-                    None,
-                ),
+                None => {
+                    let step = handlers::handle(&mut state, view, &command, payload.as_ref());
+                    // A command may have created or removed topics: tell topic-list watchers.
+                    super::topic_lists::sync(&mut state);
+                    (step, None)
+                }
             }
         };
         let deferred_flow = matches!(injected, Some(Injection::DeferFlow(_)))

@@ -46,12 +46,16 @@ pub(crate) struct BrokerState {
     pub(crate) permissions: Permissions,
     /// PIP-247 partition update watchers, of every broker's connections.
     pub(crate) watchers: Watchers,
+    /// PIP-145 topic-list watchers, of every broker's connections.
+    pub(crate) topic_lists: super::topic_lists::TopicListWatchers,
     /// Deadlines (delayed deliveries), served by each broker's timer task.
     pub(crate) timers: Timers,
     /// Runtime broker settings, per broker (by service URL).
     pub(crate) settings: HashMap<String, BrokerSettings>,
     /// Errors pushed by the test, and the report of those consumed ([`super::inject`]).
     pub(crate) injected: Injected,
+    /// Schemas by topic, and the compatibility strategy ([`super::schemas`]).
+    pub(crate) schemas: super::schemas::Registry,
 }
 
 /// The broker settings a test may change at runtime (initially from the broker's
@@ -60,6 +64,8 @@ pub(crate) struct BrokerState {
 pub(crate) struct BrokerSettings {
     /// `allowAutoSubscriptionCreation` (PIP-124 initial subscriptions).
     pub(crate) allow_auto_subscription_creation: bool,
+    /// Whether CONNECTED advertises `supports_topic_watchers` and WATCH_TOPIC_LIST is served.
+    pub(crate) topic_watchers: bool,
     /// How long a PIP-247 partition update waits for its result before being sent again.
     pub(crate) partition_update_resend_timeout: Duration,
     /// Cut from the storage: every write fails with a retriable error ([`super::inject`]).
@@ -71,6 +77,7 @@ impl BrokerSettings {
     pub(crate) fn from_config(config: &MockBrokerConfig) -> Self {
         BrokerSettings {
             allow_auto_subscription_creation: config.allow_auto_subscription_creation,
+            topic_watchers: config.supports_topic_watchers,
             partition_update_resend_timeout: config.partition_update_resend_timeout,
             storage_cut: false,
         }
@@ -181,6 +188,8 @@ pub(crate) struct TopicTable {
     last_ledger: u64,
     /// Tenants and namespaces.
     pub(crate) namespaces: Namespaces,
+    /// Bumped whenever a topic is created or removed (topic-list watchers compare it).
+    pub(crate) version: u64,
 }
 
 impl TopicTable {
@@ -205,13 +214,18 @@ impl TopicTable {
             self.last_ledger += 1;
             let ledger = self.last_ledger;
             self.topics.insert(name.clone(), Topic::new(&name, ledger));
+            self.version += 1;
         }
         (self.topics.get_mut(&name).expect("just ensured"), created)
     }
 
     /// Removes topic `name` (any form) with its messages and subscriptions.
     pub(crate) fn remove(&mut self, name: &str) -> Option<Topic> {
-        self.topics.remove(&canonical_topic(name))
+        let removed = self.topics.remove(&canonical_topic(name));
+        if removed.is_some() {
+            self.version += 1;
+        }
+        removed
     }
 
     /// The existing topics of namespace `ns`, sorted.

@@ -144,13 +144,12 @@ pub(super) fn ping() -> wire::BaseCommand {
     handlers::ping_or_pong(Type::Ping)
 }
 
-fn get_schema(request_id: u64) -> wire::BaseCommand {
+fn consumer_stats(request_id: u64) -> wire::BaseCommand {
     wire::BaseCommand {
-        r#type: Type::GetSchema as i32,
-        get_schema: Some(wire::CommandGetSchema {
-            topic: "persistent://public/default/t".into(),
+        r#type: Type::ConsumerStats as i32,
+        consumer_stats: Some(wire::CommandConsumerStats {
             request_id,
-            ..Default::default()
+            consumer_id: 1,
         }),
         ..Default::default()
     }
@@ -317,12 +316,12 @@ async fn ping_pong_and_unimplemented_requests() {
     client.send(ping()).await;
     client.expect(Type::Pong).await;
 
-    client.send(get_schema(42)).await;
+    client.send(consumer_stats(42)).await;
     let err = client.expect(Type::Error).await.error.unwrap();
     assert_eq!(err.request_id, 42);
     assert_eq!(err.error, ServerError::UnknownError.code());
     assert!(
-        err.message.contains("GET_SCHEMA not implemented"),
+        err.message.contains("CONSUMER_STATS not implemented"),
         "{}",
         err.message
     );
@@ -365,7 +364,7 @@ async fn ping_pong_and_unimplemented_requests() {
         [
             Type::Connect,
             Type::Ping,
-            Type::GetSchema,
+            Type::ConsumerStats,
             Type::CloseProducer,
             Type::Flow
         ]

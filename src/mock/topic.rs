@@ -87,6 +87,8 @@ pub(crate) struct WaitingProducer {
     /// The `topic_epoch` it sent, if any (a reconnecting exclusive producer sends the one it
     /// was given).
     pub(crate) topic_epoch: Option<u64>,
+    /// The version of its schema (empty without one), for its ProducerSuccess when granted.
+    pub(crate) schema_version: bytes::Bytes,
 }
 
 /// One topic (a partition of a partitioned topic is an ordinary topic).

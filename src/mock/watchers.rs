@@ -261,6 +261,8 @@ pub(crate) fn set_partitions(state: &mut BrokerState, topic: &str, partitions: u
     if before != partitions {
         partitions_changed(state, topic);
     }
+    // Partitions created with the count are topics of their namespace's topic list.
+    super::topic_lists::sync(state);
 }
 
 /// Connection `conn` ended: its watchers go.

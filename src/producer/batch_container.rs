@@ -11,7 +11,7 @@ use crate::message::{now_millis, ProducerMessage};
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{Completion, InFlight};
+use super::pending::{ChunkPos, Completion, InFlight};
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -20,6 +20,8 @@ pub(crate) struct FrameContext {
     pub producer_name: String,
     pub compression: CompressionType,
     pub max_message_size: usize,
+    /// The schema version of ProducerSuccess, carried by every message.
+    pub schema_version: Option<Bytes>,
 }
 
 fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
@@ -33,7 +35,7 @@ fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
 }
 
 /// Compresses `payload` (when the producer compresses).
-fn compress(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
+pub(super) fn compress(ctx: &FrameContext, payload: Bytes) -> Result<Bytes> {
     if ctx.compression == CompressionType::None {
         Ok(payload)
     } else {
@@ -56,7 +58,7 @@ fn check_size(ctx: &FrameContext, metadata: &proto::MessageMetadata, data: &Byte
 
 /// Encodes a SEND frame once: it is written from these bytes, and re-sent from them after a
 /// reconnect (the checksum is computed here, in place).
-fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
+pub(super) fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
     let mut buf = bytes::BytesMut::new();
     crate::codec::encode_frame(
         frame,
@@ -65,6 +67,53 @@ fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
             .saturating_add(crate::codec::FRAME_HEADROOM),
     )?;
     Ok(buf.freeze())
+}
+
+/// The metadata of a message sent on its own (not in a batch); `raw_len` is its
+/// uncompressed payload size.
+pub(super) fn message_metadata(
+    ctx: &FrameContext,
+    msg: &ProducerMessage,
+    sequence_id: u64,
+) -> proto::MessageMetadata {
+    let compressed = ctx.compression != CompressionType::None;
+    proto::MessageMetadata {
+        producer_name: ctx.producer_name.clone(),
+        sequence_id,
+        publish_time: now_millis(),
+        properties: properties(msg),
+        partition_key: msg.key.clone(),
+        partition_key_b64_encoded: msg.key_b64_encoded.then_some(true),
+        ordering_key: msg.ordering_key.clone(),
+        event_time: msg.event_time,
+        schema_version: ctx.schema_version.clone(),
+        compression: compressed.then(|| ctx.compression.to_proto()),
+        uncompressed_size: compressed.then_some(msg.payload.len() as u32),
+        deliver_at_time: msg.deliver_at.map(|t| t as i64),
+        ..Default::default()
+    }
+}
+
+/// The pending entry of one SEND frame, without completions (the caller adds the message's
+/// to its last entry).
+pub(super) fn entry(
+    ctx: &FrameContext,
+    send: proto::BaseCommand,
+    metadata: proto::MessageMetadata,
+    data: Bytes,
+    sequence_id: u64,
+    chunk: Option<ChunkPos>,
+) -> Result<InFlight> {
+    let frame = Frame::with_payload(send, metadata, data);
+    Ok(InFlight {
+        first_seq: sequence_id,
+        last_seq: sequence_id,
+        encoded: encode(ctx, &frame)?,
+        completions: Vec::new(),
+        batched: false,
+        chunk,
+        enqueued_at: Instant::now(),
+    })
 }
 
 /// Builds the frame of a single, non-batched message.
@@ -78,40 +127,18 @@ pub(crate) fn single_message_entry(
         Ok(d) => d,
         Err(e) => return Err((e, completion)),
     };
-    let metadata = proto::MessageMetadata {
-        producer_name: ctx.producer_name.clone(),
-        sequence_id,
-        publish_time: now_millis(),
-        properties: properties(&msg),
-        partition_key: msg.key.clone(),
-        ordering_key: msg.ordering_key.clone(),
-        event_time: msg.event_time,
-        compression: (ctx.compression != CompressionType::None).then(|| ctx.compression.to_proto()),
-        uncompressed_size: (ctx.compression != CompressionType::None)
-            .then_some(msg.payload.len() as u32),
-        deliver_at_time: msg.deliver_at.map(|t| t as i64),
-        ..Default::default()
-    };
+    let metadata = message_metadata(ctx, &msg, sequence_id);
     if let Err(e) = check_size(ctx, &metadata, &data) {
         return Err((e, completion));
     }
-    let frame = Frame::with_payload(
-        crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1),
-        metadata,
-        data,
-    );
-    let encoded = match encode(ctx, &frame) {
-        Ok(b) => b,
-        Err(e) => return Err((e, completion)),
-    };
-    Ok(InFlight {
-        first_seq: sequence_id,
-        last_seq: sequence_id,
-        encoded,
-        completions: vec![completion],
-        batched: false,
-        enqueued_at: Instant::now(),
-    })
+    let send = crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1);
+    match entry(ctx, send, metadata, data, sequence_id, None) {
+        Ok(mut e) => {
+            e.completions.push(completion);
+            Ok(e)
+        }
+        Err(e) => Err((e, completion)),
+    }
 }
 
 /// The `SingleMessageMetadata` of `msg` in a batch.
@@ -123,6 +150,7 @@ fn single_fields<'a>(
     SingleMessageFields {
         properties,
         partition_key: msg.key.as_deref(),
+        partition_key_b64_encoded: msg.key_b64_encoded,
         event_time: msg.event_time,
         ordering_key: msg.ordering_key.as_deref(),
         sequence_id: Some(sequence_id),
@@ -170,6 +198,7 @@ struct OpenBatch {
     /// The first message's partition key and ordering key, which the batch's own metadata
     /// carries: the broker routes a Key_Shared entry by them.
     partition_key: Option<String>,
+    key_b64_encoded: bool,
     ordering_key: Option<Bytes>,
     /// An upper bound of the encoded size of the batch's `MessageMetadata`.
     metadata_bound: usize,
@@ -222,7 +251,9 @@ fn batch_metadata(
         publish_time: f.publish_time,
         num_messages_in_batch: Some(f.messages as i32),
         partition_key: b.partition_key.clone(),
+        partition_key_b64_encoded: b.key_b64_encoded.then_some(true),
         ordering_key: b.ordering_key.clone(),
+        schema_version: ctx.schema_version.clone(),
         compression: compressed.then(|| f.compression.to_proto()),
         uncompressed_size: compressed.then_some(f.raw_len as u32),
         ..Default::default()
@@ -234,6 +265,7 @@ impl OpenBatch {
         let mut b = OpenBatch {
             key,
             partition_key: msg.key.clone(),
+            key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
             builder: BatchBuilder::new(),
@@ -432,6 +464,7 @@ impl BatchContainer {
             encoded,
             completions: b.completions,
             batched: true,
+            chunk: None,
             enqueued_at: b.opened_at,
         });
     }
@@ -451,6 +484,7 @@ mod tests {
             producer_name: "test-producer".into(),
             compression,
             max_message_size,
+            schema_version: None,
         }
     }
 

@@ -7,6 +7,7 @@
 //! sequence ids.
 
 mod batch_container;
+mod chunker;
 mod options;
 mod pending;
 mod task;
@@ -91,6 +92,26 @@ impl ProducerBuilder {
         self
     }
 
+    /// PIP-37: split a message bigger than the broker's `max_message_size` (after compression)
+    /// into chunks that consumers reassemble, instead of failing it with
+    /// [`Error::MessageTooBig`]. `chunking(true)` turns batching off (the two cannot be
+    /// combined: a later [`batching(true)`](Self::batching) makes [`create`](Self::create) fail
+    /// with [`Error::InvalidConfig`]); the topic must be persistent. Default off.
+    pub fn chunking(mut self, enabled: bool) -> Self {
+        self.options.chunking = enabled;
+        if enabled {
+            self.options.batching = None;
+        }
+        self
+    }
+
+    /// With [`chunking`](Self::chunking): the largest chunk in bytes (metadata included); 0
+    /// (the default) means the broker's `max_message_size`, and a larger value is capped by it.
+    pub fn chunk_max_message_size(mut self, bytes: usize) -> Self {
+        self.options.chunk_max_message_size = bytes;
+        self
+    }
+
     /// Batching with explicit settings.
     pub fn batching_options(mut self, options: BatchingOptions) -> Self {
         self.options.batching = Some(options);
@@ -153,6 +174,28 @@ impl ProducerBuilder {
         self
     }
 
+    /// Makes this a typed producer of `S::Type` values: the broker registers the schema (type,
+    /// definition, properties) and every message carries its version.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// use pulsar_sdk::schema::Int64Schema;
+    /// let producer = client.producer("counts").schema(Int64Schema).create().await?;
+    /// producer.send_and_wait(&42).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn schema<S: crate::schema::Schema>(
+        self,
+        schema: S,
+    ) -> crate::schema::TypedProducerBuilder<S> {
+        crate::schema::TypedProducerBuilder::new(self, schema)
+    }
+
+    pub(crate) fn schema_info(mut self, info: Option<crate::schema::SchemaInfo>) -> Self {
+        self.options.schema = info;
+        self
+    }
+
     /// Creates the producer (on every partition of a partitioned topic).
     pub async fn create(self) -> Result<Producer> {
         // Boxed: keeps the caller's future (and stack, in debug builds) small.
@@ -162,6 +205,13 @@ impl ProducerBuilder {
     async fn create_inner(self) -> Result<Producer> {
         self.options.validate()?;
         let topic = TopicName::new(&self.topic)?;
+        if self.options.chunking && !topic.is_persistent() {
+            // Upstream chunks only on persistent topics (a non-persistent broker does not
+            // store the chunks, so no consumer could reassemble them reliably).
+            return Err(Error::InvalidConfig(format!(
+                "chunking needs a persistent topic; {topic} is non-persistent"
+            )));
+        }
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
         let options = Arc::new(self.options);
@@ -313,7 +363,9 @@ impl PartitionProducer {
             // slack) is a broker sending what was never asked for. Without one only the memory
             // limit caps the entries in flight, so the bound is generous; receipts travel
             // without their BaseCommand envelope (~100 bytes each), so it holds ~100 MB at most.
-            inbound_bound: if options.max_pending_messages > 0 {
+            // A chunked message has one receipt per chunk, so with chunking only the memory
+            // limit bounds them.
+            inbound_bound: if options.max_pending_messages > 0 && !options.chunking {
                 options.max_pending_messages.saturating_add(1024)
             } else {
                 UNLIMITED_PENDING_RECEIPT_BOUND
@@ -334,6 +386,7 @@ impl PartitionProducer {
             producer_name: created.name.clone(),
             compression: options.compression,
             max_message_size,
+            schema_version: created.schema_version.clone(),
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");
@@ -731,5 +784,19 @@ mod tests {
             ..Default::default()
         };
         assert!(matches!(o.validate(), Err(Error::InvalidConfig(_))));
+        let o = ProducerOptions {
+            chunking: true,
+            ..Default::default()
+        };
+        match o.validate() {
+            Err(Error::InvalidConfig(e)) => assert!(e.contains("batching and chunking"), "{e}"),
+            other => panic!("batching with chunking accepted: {other:?}"),
+        }
+        let o = ProducerOptions {
+            chunking: true,
+            batching: None,
+            ..Default::default()
+        };
+        assert!(o.validate().is_ok());
     }
 }

@@ -87,6 +87,17 @@ pub struct ProducerOptions {
     pub properties: Vec<(String, String)>,
     /// Grow with the topic when it gains partitions (PIP-247 push, or polling). Default on.
     pub auto_update_partitions: bool,
+    /// PIP-37: split a message bigger than the broker's `max_message_size` into chunks (after
+    /// compression) instead of failing it with [`Error::MessageTooBig`]. Needs batching off
+    /// and a persistent topic. Default off.
+    pub chunking: bool,
+    /// With [`chunking`](Self::chunking): the largest chunk (metadata included), below the
+    /// broker's `max_message_size`; 0 (the default) uses the broker's. Upstream's
+    /// `chunkMaxMessageSize`.
+    pub chunk_max_message_size: usize,
+    /// The schema registered with the broker (`CommandProducer.schema`); set by
+    /// [`ProducerBuilder::schema`](crate::ProducerBuilder::schema). `None`: plain bytes.
+    pub schema: Option<crate::schema::SchemaInfo>,
 }
 
 impl Default for ProducerOptions {
@@ -102,6 +113,9 @@ impl Default for ProducerOptions {
             initial_subscription_name: None,
             properties: Vec::new(),
             auto_update_partitions: true,
+            chunking: false,
+            chunk_max_message_size: 0,
+            schema: None,
         }
     }
 }
@@ -132,6 +146,15 @@ impl ProducerOptions {
                     "batching max_bytes must be at least 1".into(),
                 ));
             }
+        }
+        // Upstream `ProducerBuilderImpl.createAsync`: "Batching and chunking of messages can't
+        // be enabled together".
+        if self.chunking && self.batching.is_some() {
+            return Err(Error::InvalidConfig(
+                "batching and chunking can't be enabled together: turn batching off to chunk \
+                 large messages"
+                    .into(),
+            ));
         }
         if let Some(sub) = &self.initial_subscription_name {
             if sub.trim().is_empty() {

@@ -7,7 +7,7 @@ use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
-use crate::message_id::MessageId;
+use crate::message_id::{ChunkStart, MessageId};
 use bytes::Bytes;
 
 /// Completes one application `send`: its responder and the memory it holds.
@@ -28,7 +28,24 @@ impl Completion {
     }
 }
 
-/// One entry on the wire: a single message or a batch.
+/// Which chunk of a chunked message (PIP-37) an entry is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ChunkPos {
+    /// The chunk's index, from 0.
+    pub id: u32,
+    /// How many chunks the message has (at least 2).
+    pub of: u32,
+}
+
+impl ChunkPos {
+    fn is_last(self) -> bool {
+        self.id + 1 >= self.of
+    }
+}
+
+/// One entry on the wire: a single message, a batch, or one chunk of a chunked message (the
+/// chunks of a message are consecutive entries with the same sequence id; only the last one
+/// holds the message's completion).
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub first_seq: u64,
@@ -38,6 +55,8 @@ pub(crate) struct InFlight {
     /// One completion per message (in batch order).
     pub completions: Vec<Completion>,
     pub batched: bool,
+    /// Set on a chunk of a chunked message.
+    pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
 }
 
@@ -58,6 +77,9 @@ pub(crate) struct PendingQueue {
     messages: usize,
     /// Encoded bytes of the queued entries.
     bytes: usize,
+    /// Where the first chunk of the chunked message being receipted was stored (upstream
+    /// `ChunkedMessageCtx.firstChunkMessageId`), keyed by its sequence id.
+    first_chunk: Option<(u64, ChunkStart)>,
 }
 
 impl PendingQueue {
@@ -110,10 +132,41 @@ impl PendingQueue {
                 got: sequence_id,
             };
         }
-        let entry = self.queue.pop_front().expect("head exists");
+        let Some(entry) = self.queue.pop_front() else {
+            return ReceiptOutcome::Stale;
+        };
         let n = entry.completions.len();
         self.messages -= n;
         self.bytes -= entry.encoded.len();
+        if let Some(chunk) = entry.chunk {
+            // Upstream `ProducerImpl.ackReceived`: every chunk has its own receipt, in order;
+            // the first chunk's id is kept and only the last chunk completes the send, with a
+            // chunk message id spanning both (`ChunkMessageIdImpl`).
+            let here = entry_id(None);
+            if chunk.id == 0 {
+                self.first_chunk = Some((
+                    sequence_id,
+                    ChunkStart {
+                        ledger_id: here.ledger_id,
+                        entry_id: here.entry_id,
+                    },
+                ));
+            }
+            if chunk.is_last() {
+                let first = self
+                    .first_chunk
+                    .take()
+                    .filter(|(seq, _)| *seq == sequence_id)
+                    .map(|(_, start)| start);
+                for c in entry.completions {
+                    c.complete(Ok(MessageId {
+                        first_chunk: first,
+                        ..here
+                    }));
+                }
+            }
+            return ReceiptOutcome::Completed(n);
+        }
         let batch_size = n as i32;
         for (i, c) in entry.completions.into_iter().enumerate() {
             let mut id = if entry.batched {
@@ -129,17 +182,39 @@ impl PendingQueue {
         ReceiptOutcome::Completed(n)
     }
 
-    /// Fails the head entry with `error` (e.g. a SendError for exactly that message).
+    /// Fails the head message with `error` (e.g. a SendError for exactly that message). A
+    /// chunk takes the rest of its chunked message along: a message missing a chunk cannot be
+    /// completed.
     pub(crate) fn fail_head(&mut self, error: Error) -> usize {
         let Some(entry) = self.queue.pop_front() else {
             return 0;
         };
-        let n = entry.completions.len();
-        self.messages -= n;
-        self.bytes -= entry.encoded.len();
-        for c in entry.completions {
-            c.complete(Err(error.clone()));
+        let mut entries = vec![entry];
+        if let Some(chunk) = entries[0].chunk {
+            self.first_chunk = None;
+            let seq = entries[0].first_seq;
+            let mut last = chunk;
+            while !last.is_last() {
+                match self.queue.front() {
+                    Some(next)
+                        if next.first_seq == seq && next.chunk.is_some_and(|c| c.id > last.id) =>
+                    {
+                        last = next.chunk.unwrap_or(last);
+                        entries.extend(self.queue.pop_front());
+                    }
+                    _ => break,
+                }
+            }
         }
+        let mut n = 0;
+        for entry in entries {
+            n += entry.completions.len();
+            self.bytes -= entry.encoded.len();
+            for c in entry.completions {
+                c.complete(Err(error.clone()));
+            }
+        }
+        self.messages -= n;
         n
     }
 
@@ -195,6 +270,7 @@ mod tests {
                 encoded: Bytes::from_static(b"frame"),
                 completions,
                 batched: last > first,
+                chunk: None,
                 enqueued_at: at,
             },
             rxs,
@@ -290,5 +366,69 @@ mod tests {
             assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
         }
         assert_eq!(q.fail_all(&Error::Closed), 0);
+    }
+
+    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, oneshot::Receiver<Result<MessageId>>) {
+        let (tx, rx) = oneshot::channel();
+        let mut out: Vec<InFlight> = (0..of)
+            .map(|id| InFlight {
+                first_seq: seq,
+                last_seq: seq,
+                encoded: Bytes::from_static(b"chunk"),
+                completions: Vec::new(),
+                batched: false,
+                chunk: Some(ChunkPos { id, of }),
+                enqueued_at: Instant::now(),
+            })
+            .collect();
+        out.last_mut().unwrap().completions.push(Completion {
+            responder: Some(tx),
+            _memory: None,
+            _slot: None,
+        });
+        (out, rx)
+    }
+
+    #[tokio::test]
+    async fn only_the_last_chunk_receipt_completes_with_a_chunk_message_id() {
+        let mut q = PendingQueue::default();
+        let (entries, mut rx) = chunks(4, 3);
+        for e in entries {
+            q.push(e);
+        }
+        assert_eq!(q.messages(), 1, "a chunked message counts once");
+        let at = |entry| move |_: Option<i32>| MessageId::new(7, entry, -1);
+        assert_eq!(q.on_receipt(4, at(10)), ReceiptOutcome::Completed(0));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(q.on_receipt(4, at(11)), ReceiptOutcome::Completed(0));
+        assert!(rx.try_recv().is_err());
+        assert_eq!(q.on_receipt(4, at(12)), ReceiptOutcome::Completed(1));
+        let id = rx.try_recv().unwrap().unwrap();
+        assert_eq!((id.ledger_id, id.entry_id), (7, 12));
+        assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 10, -1)));
+        assert!(q.is_empty());
+    }
+
+    #[tokio::test]
+    async fn failing_a_chunk_fails_its_whole_message_and_nothing_else() {
+        let mut q = PendingQueue::default();
+        let (entries, mut rx) = chunks(1, 3);
+        for e in entries {
+            q.push(e);
+        }
+        let (next, mut rnext) = entry(2, 2, Instant::now());
+        q.push(next);
+        assert_eq!(
+            q.on_receipt(1, |_| MessageId::new(1, 1, -1)),
+            ReceiptOutcome::Completed(0)
+        );
+        assert_eq!(q.fail_head(Error::Closed), 1);
+        assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+        assert!(
+            rnext[0].try_recv().is_err(),
+            "the next message is untouched"
+        );
+        assert_eq!(q.messages(), 1);
+        assert_eq!(q.iter().next().unwrap().first_seq, 2);
     }
 }

@@ -28,6 +28,9 @@ use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
 
 /// Requests from producer handles to the task.
+// Nearly every op is a Send: boxing its message to shrink the rare Flush/Close variants would
+// cost an allocation per message for nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum ProducerOp {
     Send {
@@ -45,6 +48,8 @@ pub(crate) struct Created {
     /// The next sequence id to use.
     pub next_sequence_id: u64,
     pub topic_epoch: Option<u64>,
+    /// The version of the producer's schema (`None` when the broker names none).
+    pub schema_version: Option<Bytes>,
 }
 
 impl Created {
@@ -59,6 +64,7 @@ impl Created {
             name: ok.producer_name,
             next_sequence_id,
             topic_epoch: ok.topic_epoch,
+            schema_version: ok.schema_version.filter(|v| !v.is_empty()),
         })
     }
 }
@@ -89,6 +95,12 @@ pub(crate) fn create_command(
             .collect(),
         producer_access_mode: Some(opts.access_mode.to_proto()),
         initial_subscription_name: opts.initial_subscription_name.clone(),
+        // BYTES registers nothing (upstream sends no schema for `Schema.BYTES`).
+        schema: opts
+            .schema
+            .as_ref()
+            .filter(|s| s.schema_type != crate::schema::SchemaType::Bytes)
+            .map(|s| s.to_proto()),
         ..Default::default()
     };
     Arc::new(move |request_id| crate::commands::producer(body.clone(), request_id))
@@ -281,6 +293,9 @@ impl ProducerTask {
                 if let Some(conn) = &self.entity.conn {
                     self.ctx.max_message_size = conn.info().max_message_size;
                 }
+                // Messages from now on carry the version the broker names now; pending ones
+                // are re-sent as encoded (like upstream's re-sent buffers).
+                self.ctx.schema_version = created.schema_version;
                 tracing::info!(topic = %self.entity.topic, pending = self.pending.messages(),
                     "producer re-created; re-sending pending messages");
                 // Re-send everything not yet receipted, in sequence order, same sequence ids.
@@ -401,9 +416,22 @@ impl ProducerTask {
                 if let Some(b) = batches {
                     b.flush(&self.ctx, &mut out, &mut failed);
                 }
-                match single_message_entry(&self.ctx, msg, seq, completion) {
-                    Ok(entry) => out.push(entry),
-                    Err(f) => failed.push(f),
+                if self.opts.chunking {
+                    match super::chunker::message_entries(
+                        &self.ctx,
+                        self.opts.chunk_max_message_size,
+                        msg,
+                        seq,
+                        completion,
+                    ) {
+                        Ok(entries) => out.extend(entries),
+                        Err(f) => failed.push(f),
+                    }
+                } else {
+                    match single_message_entry(&self.ctx, msg, seq, completion) {
+                        Ok(entry) => out.push(entry),
+                        Err(f) => failed.push(f),
+                    }
                 }
             }
         }
@@ -504,12 +532,17 @@ impl ProducerTask {
                         topic: self.entity.topic.to_string(),
                     }),
                     ServerError::NotAllowed => {
-                        // That message is refused (e.g. too big); the others go on.
-                        let n = self.pending.fail_head(Error::Broker {
-                            code,
-                            message: e.message,
-                        });
-                        self.stats.failed(SendFailure::Broker, n);
+                        // That message is refused (e.g. too big); the others go on. Only when
+                        // it is the head's: a refused chunk fails its whole message, and the
+                        // refusals of its later chunks (same sequence id) are then stale.
+                        let head = self.pending.iter().next().map(|h| h.first_seq);
+                        if head == Some(e.sequence_id) {
+                            let n = self.pending.fail_head(Error::Broker {
+                                code,
+                                message: e.message,
+                            });
+                            self.stats.failed(SendFailure::Broker, n);
+                        }
                         self.finish_flush_waiters();
                         Ok(())
                     }

@@ -1,0 +1,272 @@
+//! [`ConsumerBuilder`]: what a consumer receives from and how.
+
+use std::time::Duration;
+
+use super::{
+    Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, RedeliveryBackoff,
+    SubscriptionMode, SubscriptionType,
+};
+use crate::core::CoreRef;
+use crate::error::{Error, Result};
+use crate::topic::TopicName;
+use crate::topic_list::{RegexSubscriptionMode, TopicsPattern};
+
+/// Builds a [`Consumer`]; see [`Client::consumer`](crate::Client::consumer).
+#[derive(Debug, Clone)]
+pub struct ConsumerBuilder {
+    client: CoreRef,
+    topics: Vec<String>,
+    pattern: Option<String>,
+    pub(super) options: ConsumerOptions,
+    mode: RegexSubscriptionMode,
+    discovery_period: Duration,
+}
+
+impl ConsumerBuilder {
+    pub(crate) fn new(client: CoreRef, topics: Vec<String>) -> Self {
+        ConsumerBuilder {
+            client,
+            topics,
+            pattern: None,
+            options: ConsumerOptions::default(),
+            mode: RegexSubscriptionMode::default(),
+            discovery_period: Duration::from_secs(60),
+        }
+    }
+
+    /// Receives from all of these topics (replacing the topic given before): any mix of
+    /// partitioned and non-partitioned topics, merged into one stream, each message telling
+    /// its topic ([`Message::topic`](crate::Message::topic)). Like upstream's
+    /// `ConsumerBuilder.topics`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// let mut consumer = client
+    ///     .new_consumer()
+    ///     .topics(["orders", "payments", "refunds"])
+    ///     .subscription("billing")
+    ///     .subscribe()
+    ///     .await?;
+    /// let msg = consumer.recv().await?;
+    /// println!("{} from {}", msg.id, msg.topic);
+    /// consumer.ack(&msg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn topics<I, T>(mut self, topics: I) -> Self
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        self.topics = topics.into_iter().map(Into::into).collect();
+        self.pattern = None;
+        self
+    }
+
+    /// The subscription name (required).
+    pub fn subscription(mut self, name: impl Into<String>) -> Self {
+        self.options.subscription = name.into();
+        self
+    }
+
+    /// The subscription type. Default Exclusive.
+    pub fn subscription_type(mut self, t: SubscriptionType) -> Self {
+        self.options.subscription_type = t;
+        self
+    }
+
+    /// Where a new subscription starts. Default Latest.
+    pub fn initial_position(mut self, p: InitialPosition) -> Self {
+        self.options.initial_position = p;
+        self
+    }
+
+    /// Durable or non-durable (by default durable, except on non-persistent topics).
+    pub fn subscription_mode(mut self, mode: SubscriptionMode) -> Self {
+        self.options.subscription_mode = Some(mode);
+        self
+    }
+
+    /// The consumer name.
+    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
+        self.options.consumer_name = Some(name.into());
+        self
+    }
+
+    /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
+    /// permits travel as a `uint32` (see [`ConsumerOptions::receiver_queue_size`]).
+    pub fn receiver_queue_size(mut self, n: u32) -> Self {
+        self.options.receiver_queue_size = n;
+        self
+    }
+
+    /// Bounds the receiver queues of a partitioned consumer in all (default 50,000): each
+    /// partition gets `min(receiver_queue_size, this / partitions)`, at least 1, like
+    /// upstream's `maxTotalReceiverQueueSizeAcrossPartitions`. Must be at least 1. Partitions
+    /// the topic gains later get the share computed at subscribe time.
+    pub fn max_total_receiver_queue_size_across_partitions(mut self, n: u32) -> Self {
+        self.options.max_total_receiver_queue_size_across_partitions = n;
+        self
+    }
+
+    /// How long acks are grouped before being sent (default 100 ms; zero = at once).
+    pub fn ack_group_time(mut self, d: Duration) -> Self {
+        self.options.ack_group_time = d;
+        self
+    }
+
+    /// Delay before a negatively acked message is redelivered. Default 60 s.
+    pub fn negative_ack_delay(mut self, d: Duration) -> Self {
+        self.options.negative_ack_delay = d;
+        self
+    }
+
+    /// Adds a subscription property.
+    pub fn subscription_property(mut self, k: impl Into<String>, v: impl Into<String>) -> Self {
+        self.options
+            .subscription_properties
+            .insert(k.into(), v.into());
+        self
+    }
+
+    /// Dead-letter policy (PIP-124): Shared and Key_Shared subscriptions only.
+    pub fn dead_letter_policy(mut self, policy: DeadLetterPolicy) -> Self {
+        self.options.dead_letter_policy = Some(policy);
+        self
+    }
+
+    /// Enables the retry-letter topic and [`Consumer::reconsume_later`].
+    pub fn retry_enable(mut self, enable: bool) -> Self {
+        self.options.retry_enable = enable;
+        self
+    }
+
+    /// Redeliver messages not acked within `timeout` (off by default; at least 1 s).
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        self.options.ack_timeout = timeout;
+        self
+    }
+
+    /// Grow negative-ack redelivery delays with the redelivery count.
+    pub fn negative_ack_backoff(mut self, backoff: RedeliveryBackoff) -> Self {
+        self.options.negative_ack_backoff = Some(backoff);
+        self
+    }
+
+    /// Grow with the topic when it gains partitions (default on).
+    pub fn auto_update_partitions(mut self, enabled: bool) -> Self {
+        self.options.auto_update_partitions = enabled;
+        self
+    }
+
+    /// Opt-in batch-index acks: acking part of a batch tells the broker exactly which messages
+    /// (an `ack_set`). Off by default; brokers that ignore the set (pulsar-lite) would ack the
+    /// whole batch and lose the rest.
+    pub fn batch_index_ack(mut self, enabled: bool) -> Self {
+        self.options.batch_index_ack = enabled;
+        self
+    }
+
+    /// Replaces all options at once.
+    pub fn options(mut self, options: ConsumerOptions) -> Self {
+        self.options = options;
+        self
+    }
+
+    /// Makes this a typed consumer of `S::Type` values: the broker checks the schema against
+    /// the topic's, and each message is decoded (see [`crate::schema`]).
+    pub fn schema<S: crate::schema::Schema>(
+        self,
+        schema: S,
+    ) -> crate::schema::TypedConsumerBuilder<S> {
+        crate::schema::TypedConsumerBuilder::new(self, schema)
+    }
+
+    pub(crate) fn schema_info(mut self, info: Option<crate::schema::SchemaInfo>) -> Self {
+        self.options.schema = info;
+        self
+    }
+
+    pub(crate) fn core(&self) -> &CoreRef {
+        &self.client
+    }
+
+    /// Receives from every topic of one namespace whose name matches `pattern`:
+    /// `[persistent://]tenant/namespace/REGEX` (the whole `tenant/namespace/local` name must
+    /// match, like upstream), including topics created later, which join on their own; deleted
+    /// topics leave. Discovery uses the broker's PIP-145 topic-list watcher when it has one and
+    /// polls GetTopicsOfNamespace every [`pattern_auto_discovery_period`] in any case; see
+    /// [`Consumer::topic_changes`]. Replaces a topic list given before.
+    ///
+    /// A broker that answers neither (pulsar-lite) makes `subscribe` fail after the operation
+    /// timeout with [`Error::Timeout`] naming GetTopicsOfNamespace.
+    ///
+    /// [`pattern_auto_discovery_period`]: Self::pattern_auto_discovery_period
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// let mut consumer = client
+    ///     .new_consumer()
+    ///     .topics_pattern("persistent://public/default/orders-.*")
+    ///     .subscription("audit")
+    ///     .subscribe()
+    ///     .await?;
+    /// let mut changes = consumer.topic_changes();
+    /// # let _ = &mut changes;
+    /// let msg = consumer.recv().await?;
+    /// consumer.ack(&msg)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn topics_pattern(mut self, pattern: impl Into<String>) -> Self {
+        self.pattern = Some(pattern.into());
+        self
+    }
+
+    /// Which topics a pattern consumer takes (like Java's `subscriptionTopicsMode`): persistent
+    /// ones (the default), non-persistent ones, or all. The topic-list watcher is used for
+    /// persistent-only consumers (as upstream); the others poll.
+    pub fn subscription_topics_mode(mut self, mode: RegexSubscriptionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// How often a pattern consumer lists its namespace's topics (default 1 minute, like
+    /// Java's `patternAutoDiscoveryPeriod`; must not be zero).
+    pub fn pattern_auto_discovery_period(mut self, period: Duration) -> Self {
+        self.discovery_period = period;
+        self
+    }
+
+    /// Subscribes (on every partition of a partitioned topic, on every topic of a
+    /// [`topics`](Self::topics) list). Fails if any topic cannot be subscribed (nothing is
+    /// left subscribed then).
+    pub async fn subscribe(self) -> Result<Consumer> {
+        self.options.validate()?;
+        if let Some(p) = &self.pattern {
+            if self.discovery_period.is_zero() {
+                return Err(Error::InvalidConfig(
+                    "pattern_auto_discovery_period must not be zero".into(),
+                ));
+            }
+            let cfg = super::pattern::PatternConfig {
+                pattern: TopicsPattern::new(p)?,
+                mode: self.mode,
+                period: self.discovery_period,
+            };
+            return Box::pin(Consumer::subscribe_pattern(self.client, cfg, self.options)).await;
+        }
+        let mut topics = Vec::with_capacity(self.topics.len());
+        for t in &self.topics {
+            let t = TopicName::new(t)?;
+            if !topics.contains(&t) {
+                topics.push(t);
+            }
+        }
+        if topics.is_empty() {
+            return Err(Error::InvalidConfig(
+                "a consumer needs at least one topic".into(),
+            ));
+        }
+        // Boxed: keeps the caller's future (and stack, in debug builds) small.
+        Box::pin(Consumer::subscribe_many(self.client, topics, self.options)).await
+    }
+}

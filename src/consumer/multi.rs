@@ -1,0 +1,286 @@
+//! Subscribing one topic of a consumer: the unit a single-topic, multi-topic
+//! ([`ConsumerBuilder::topics`](super::ConsumerBuilder::topics)) and pattern consumer are made
+//! of. Each topic is a [`TopicGroup`]: its partition tasks (and its retry topic's), its
+//! dead-letter sink and its partition-growth registration. Every task of every topic feeds the
+//! consumer's one queue and sits in its one [`Registry`], so receiving, acking, seeking and
+//! closing work across topics the way they work across partitions.
+//!
+//! Like upstream's `MultiTopicsConsumerImpl`, each topic is an independent consumer on the
+//! broker with its own flow permits (its receiver queue), and the handle reads one queue that
+//! the tasks fill in arrival order. A busy topic cannot starve a quiet one: it can hold at most
+//! its own receiver queue's worth of messages ahead of the quiet topic's next message, and it
+//! gets no more permits until the application took them.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::partition::{grow, spawn_partition, GrowContext};
+use super::registry::{self, Registry};
+use super::task::{self, ConsumerOp, Item, PartitionShared};
+use super::{dlq, ConsumerOptions, DeadLetterPolicy, SubscriptionType};
+use crate::core::CoreRef;
+use crate::error::{Error, Result};
+use crate::lifecycle::GroupClose;
+use crate::message_id::MessageId;
+use crate::topic::TopicName;
+
+/// One queued item with its task index and epoch (what every task of a consumer sends).
+pub(crate) type Queued = (usize, u64, Item);
+
+/// What every topic of one consumer shares.
+#[derive(Debug, Clone)]
+pub(crate) struct SubscribeContext {
+    pub client: CoreRef,
+    pub options: Arc<ConsumerOptions>,
+    pub consumer_name: String,
+    pub out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
+    pub registry: Registry,
+}
+
+impl SubscribeContext {
+    /// The context and the sender its tasks feed (hold it until the first topics are live).
+    pub(crate) fn new(
+        client: CoreRef,
+        mut options: ConsumerOptions,
+    ) -> (
+        Self,
+        mpsc::UnboundedSender<Queued>,
+        mpsc::UnboundedReceiver<Queued>,
+    ) {
+        if options.retry_enable && options.dead_letter_policy.is_none() {
+            // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
+            options.dead_letter_policy = Some(DeadLetterPolicy::new(16));
+        }
+        let consumer_name = options
+            .consumer_name
+            .clone()
+            .unwrap_or_else(|| format!("consumer-{:08x}", super::rand_u32()));
+        let (tx, rx) = mpsc::unbounded_channel();
+        let ctx = SubscribeContext {
+            client,
+            options: Arc::new(options),
+            consumer_name,
+            out: tx.downgrade(),
+            registry: Arc::new(Mutex::new(registry::Tasks::default())),
+        };
+        (ctx, tx, rx)
+    }
+}
+
+/// One topic of a consumer (see the module docs).
+#[derive(Debug)]
+pub(crate) struct TopicGroup {
+    pub topic: TopicName,
+    /// Dead-letter / retry publishing for this topic's messages.
+    pub sink: Option<Arc<dlq::DeadLetterSink>>,
+    /// The topic's partition count (0 if not partitioned), growing with it.
+    pub count: watch::Receiver<usize>,
+    /// Keeps the topic registered for partition updates.
+    pub _registration: Option<crate::partitions::Registration>,
+}
+
+impl TopicGroup {
+    /// This topic's tasks (its partitions and its retry topic's), with their indexes.
+    pub(crate) fn tasks(&self, registry: &Registry) -> Vec<(usize, Arc<PartitionShared>)> {
+        registry::lock(registry)
+            .entries()
+            .filter(|(_, p)| p.base == self.topic)
+            .map(|(i, p)| (i, p.clone()))
+            .collect()
+    }
+
+    /// Closes this topic's tasks and forgets them (a pattern consumer dropping a topic that was
+    /// deleted or no longer matches). Messages of it still queued are discarded by the handle
+    /// (their index no longer resolves); the broker redelivers what was not acked.
+    pub(crate) async fn close(self, registry: &Registry) {
+        let tasks = self.tasks(registry);
+        let closes = tasks.iter().map(|(_, p)| async move {
+            let (tx, rx) = oneshot::channel();
+            if p.ops.send(ConsumerOp::Close(tx)).is_ok() {
+                let _ = rx.await;
+            }
+        });
+        futures::future::join_all(closes).await;
+        {
+            let mut r = registry::lock(registry);
+            for (i, _) in &tasks {
+                r.remove(*i);
+            }
+        }
+        if let Some(sink) = &self.sink {
+            sink.close().await;
+        }
+    }
+}
+
+/// Subscribes `topic` (all its partitions, and its retry topic with `retry_enable`) for the
+/// consumer described by `ctx`. On failure nothing of it is left running.
+pub(crate) async fn subscribe_topic(
+    ctx: &SubscribeContext,
+    topic: TopicName,
+) -> Result<TopicGroup> {
+    let client = &ctx.client;
+    let options = &ctx.options;
+    // A partition's own name (a pattern consumer lists partitions one by one, like upstream
+    // brokers) is subscribed as one topic without asking for its metadata.
+    let partitions = if topic.is_partition() {
+        0
+    } else {
+        client.partitioned_topic_metadata(topic.as_str()).await?
+    };
+    if partitions > 0 {
+        if let Some(start) = options.start_message_id {
+            // Upstream PulsarClientImpl.createReaderAsync: a reader of a partitioned topic
+            // starts at earliest or latest only (an id names one partition's position).
+            if start != MessageId::EARLIEST && start != MessageId::LATEST {
+                return Err(Error::InvalidConfig(format!(
+                    "the partitioned topic startMessageId is illegal: {topic} has \
+                     {partitions} partitions; a reader of a partitioned topic starts at \
+                     earliest or latest (then seek a partition by id)"
+                )));
+            }
+        }
+    }
+    let main_options = Arc::new(options.for_partitions(partitions));
+    let mut names: Vec<(TopicName, i32)> = if partitions == 0 {
+        vec![(topic.clone(), -1)]
+    } else {
+        (0..partitions)
+            .map(|i| (topic.partition(i), i as i32))
+            .collect()
+    };
+    let main_count = names.len();
+    let shared_type = matches!(
+        options.subscription_type,
+        SubscriptionType::Shared | SubscriptionType::KeyShared
+    );
+    // The dead-letter and retry topics' publisher. `reconsume_later` works on every
+    // subscription type, like Java and Go (the retry topic is subscribed on all of them);
+    // dead-lettering after too many redeliveries applies to Shared and Key_Shared only,
+    // like upstream (Exclusive / Failover redeliver by rewinding, without counts). A
+    // multi-topic consumer has one per topic, like upstream's per-topic ConsumerImpl.
+    let sink = options
+        .dead_letter_policy
+        .clone()
+        .filter(|_| shared_type || options.retry_enable)
+        .map(|policy| {
+            Arc::new(dlq::DeadLetterSink::new(
+                client.clone(),
+                &topic,
+                &options.subscription,
+                policy,
+            ))
+        });
+    let dlq = sink.clone().filter(|_| shared_type);
+    let mut retry_options = None;
+    if options.retry_enable {
+        let retry_topic = match &sink {
+            Some(sink) => TopicName::new(&sink.retry_topic)?,
+            None => TopicName::new(&dlq::default_topic(&topic, &options.subscription, "-RETRY"))?,
+        };
+        let n = client
+            .partitioned_topic_metadata(retry_topic.as_str())
+            .await?;
+        retry_options = Some(Arc::new(options.for_partitions(n)));
+        if n == 0 {
+            names.push((retry_topic, -1));
+        } else {
+            names.extend((0..n).map(|i| (retry_topic.partition(i), i as i32)));
+        }
+    }
+    let durable = task::effective_durable(&topic, options);
+    let Some(out) = ctx.out.upgrade() else {
+        return Err(Error::Closed);
+    };
+    // One group per topic: a topic closed for good by the broker (PIP-139) closes its
+    // partitions together, not the consumer's other topics.
+    let group = GroupClose::new();
+    let first = registry::lock(&ctx.registry).reserve(names.len()).start;
+    // Indexed, not `names.iter()`: a closure over borrowed items makes this future
+    // non-`Send` (rustc cannot prove the higher-ranked bound), and applications spawn
+    // subscribes.
+    let creates = (0..names.len()).map(|k| {
+        let (t, partition) = &names[k];
+        Box::pin(spawn_partition(
+            client,
+            t.clone(),
+            &topic,
+            *partition,
+            first + k,
+            match &retry_options {
+                Some(retry) if k >= main_count => retry,
+                _ => &main_options,
+            },
+            &ctx.consumer_name,
+            durable,
+            out.clone(),
+            &group,
+            dlq.clone(),
+            &ctx.registry,
+            k < main_count,
+        ))
+    });
+    let (shared, failure) = crate::entity::create_all(creates).await;
+    if let Some(e) = failure {
+        for s in &shared {
+            let (t, _r) = oneshot::channel();
+            let _ = s.ops.send(ConsumerOp::Close(t));
+        }
+        {
+            let mut r = registry::lock(&ctx.registry);
+            for k in 0..names.len() {
+                r.remove(first + k);
+            }
+        }
+        return Err(e);
+    }
+    let (count_tx, count) = watch::channel(partitions as usize);
+    let registration = if partitions > 0 && options.auto_update_partitions {
+        let (r, grow_rx) = client
+            .partition_updates()
+            .register(client, &topic, partitions);
+        let grow_ctx = GrowContext {
+            client: client.clone(),
+            topic: topic.clone(),
+            options: main_options.clone(),
+            consumer_name: ctx.consumer_name.clone(),
+            durable,
+            out: ctx.out.clone(),
+            group: group.clone(),
+            dlq: dlq.clone(),
+            registry: ctx.registry.clone(),
+            count: count_tx,
+            current: partitions,
+        };
+        tokio::spawn(grow(grow_ctx, grow_rx));
+        Some(r)
+    } else {
+        None
+    };
+    Ok(TopicGroup {
+        topic,
+        sink,
+        count,
+        _registration: registration,
+    })
+}
+
+/// Subscribes every topic of `topics` (at most a few at a time); on any failure closes what
+/// was subscribed and returns the first error.
+pub(crate) async fn subscribe_all(
+    ctx: &SubscribeContext,
+    topics: Vec<TopicName>,
+) -> Result<Vec<TopicGroup>> {
+    let creates = topics
+        .into_iter()
+        .map(|t| Box::pin(subscribe_topic(ctx, t)));
+    let (groups, failure) = crate::entity::create_all(creates).await;
+    if let Some(e) = failure {
+        for g in groups {
+            g.close(&ctx.registry).await;
+        }
+        return Err(e);
+    }
+    Ok(groups)
+}

@@ -1,0 +1,591 @@
+//! Topic discovery of a pattern consumer (`ConsumerBuilder::topics_pattern`), like upstream's
+//! `PatternMultiTopicsConsumerImpl` with its `TopicListWatcher` (PIP-145).
+//!
+//! One task per pattern consumer keeps the set of matching topics the broker reports (the
+//! *desired* set) and makes the consumer's topics follow it:
+//!
+//! - **Polling** of GetTopicsOfNamespace every `pattern_auto_discovery_period` (upstream's
+//!   default: 1 minute), sending the pattern and the hash of the desired set: the broker filters
+//!   (`filtered`; otherwise the client filters) and answers `changed = false` when nothing
+//!   changed. Polling keeps running while the watcher works, as a safety net (upstream lost
+//!   messages after a watcher reconnect with nothing behind it, apache/pulsar#21853).
+//! - **The PIP-145 watcher**, when the broker's CONNECTED advertises `supports_topic_watchers`
+//!   and the mode is persistent-only (upstream creates one only then): WatchTopicList answered
+//!   with the full list and its hash, then WatchTopicUpdate with new and deleted topics. After a
+//!   connection loss it watches again (with backoff) sending the hash of the set it holds, so
+//!   the broker sends the list only if it changed. An update whose hash does not match the set
+//!   after applying it triggers a poll at once.
+//! - **Reconciling**: topics of the desired set not yet subscribed are subscribed (without
+//!   creating the topic: a deleted topic must stay deleted), subscribed topics no longer in it
+//!   are closed. A subscribe that fails is retried with the client's backoff and logged once
+//!   (a warning on the first failure of that topic, debug after), so one error never drops a
+//!   topic for good; a topic the broker says does not exist leaves the desired set until a poll
+//!   or update lists it again. Changes are applied one at a time, in order (upstream's
+//!   `PatternConsumerUpdateQueue`).
+//!
+//! Every applied change is published as a [`TopicsChanged`] event.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio::time::Instant;
+
+use super::multi::{subscribe_all, SubscribeContext, TopicGroup};
+use super::task::Item;
+use super::Groups;
+use crate::backoff_policy::Backoff;
+use crate::commands;
+use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
+use crate::core::CoreRef;
+use crate::error::{Error, Result, ServerError};
+use crate::topic::TopicName;
+use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+
+/// The topics a pattern consumer gained and lost in one change (see
+/// [`Consumer::topic_changes`](crate::Consumer::topic_changes)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicsChanged {
+    /// Topics now subscribed (partitions by their own names, as the broker lists them).
+    pub added: Vec<TopicName>,
+    /// Topics no longer subscribed (deleted, or no longer matching).
+    pub removed: Vec<TopicName>,
+}
+
+/// How many change events a slow observer may lag behind before it misses some.
+pub(crate) const CHANGE_EVENTS: usize = 256;
+
+/// What a pattern consumer discovers, and how often it polls.
+#[derive(Debug, Clone)]
+pub(crate) struct PatternConfig {
+    pub pattern: TopicsPattern,
+    pub mode: RegexSubscriptionMode,
+    pub period: Duration,
+}
+
+/// The matching topics of one GetTopicsOfNamespace answer: `None` if unchanged since `hash`.
+async fn list_once(
+    conn: &Connection,
+    cfg: &PatternConfig,
+    hash: Option<String>,
+    timeout: Duration,
+) -> Result<Option<BTreeSet<String>>> {
+    let request_id = conn.new_request_id();
+    let cmd = commands::get_topics_of_namespace(
+        request_id,
+        &cfg.pattern.namespace,
+        cfg.mode.to_proto(),
+        &cfg.pattern.text,
+        hash,
+    );
+    let resp = conn
+        .request_with_timeout(
+            request_id,
+            crate::codec::Frame::simple(cmd),
+            "list the namespace's topics for a pattern consumer (GetTopicsOfNamespace)",
+            timeout,
+        )
+        .await?;
+    let r = resp.get_topics_of_namespace_response.ok_or_else(|| {
+        Error::Protocol("GetTopicsOfNamespace answered without its response".into())
+    })?;
+    if !r.changed.unwrap_or(true) {
+        return Ok(None);
+    }
+    let filtered = r.filtered.unwrap_or(false);
+    Ok(Some(
+        r.topics
+            .into_iter()
+            // Upstream filters on the client when the broker did not (`filtered = false`),
+            // and the mode is checked on both sides.
+            .filter(|t| filtered || cfg.pattern.matches(t))
+            .filter(|t| !is_system_topic(t))
+            .filter(|t| TopicName::new(t).is_ok_and(|n| cfg.mode.admits(&n)))
+            .collect(),
+    ))
+}
+
+/// The first listing of a pattern consumer: fails (with the broker's error, or a timeout
+/// naming GetTopicsOfNamespace) once the operation timeout has passed.
+pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Result<Vec<String>> {
+    let deadline = crate::util::deadline_after(client.operation_timeout());
+    let mut backoff = client.backoff();
+    loop {
+        let attempt = async {
+            let conn = client.lookup_service_connection().await?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            list_once(&conn, cfg, None, left).await
+        };
+        match attempt.await {
+            Ok(topics) => return Ok(topics.unwrap_or_default().into_iter().collect()),
+            // A timeout used the whole operation time; other retriable errors are retried.
+            Err(e) if e.is_retriable() && !matches!(e, Error::Timeout { .. }) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    return Err(e);
+                }
+                tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Subscribes a pattern consumer's first topics, several at a time. A topic deleted since it
+/// was listed (TopicNotFound: it is never re-created) is left out; any other failure fails the
+/// subscribe, closing what was subscribed. Returns the groups and the topics they cover.
+pub(crate) async fn subscribe_initial(
+    ctx: &SubscribeContext,
+    topics: Vec<String>,
+) -> Result<(Vec<TopicGroup>, Vec<String>)> {
+    let attempts = futures::stream::iter(topics.into_iter().map(|t| async move {
+        let result = match TopicName::new(&t) {
+            Ok(name) => subscribe_all(ctx, vec![name]).await,
+            Err(e) => Err(e),
+        };
+        (t, result)
+    }))
+    .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
+    let results: Vec<(String, Result<Vec<TopicGroup>>)> = attempts.collect().await;
+    let mut groups = Vec::new();
+    let mut kept = Vec::new();
+    let mut failure = None;
+    for (t, result) in results {
+        match result {
+            Ok(g) => {
+                groups.extend(g);
+                kept.push(t);
+            }
+            Err(Error::Broker {
+                code: ServerError::TopicNotFound,
+                ..
+            }) => {
+                tracing::debug!(topic = %t, "pattern consumer: listed topic gone before subscribing")
+            }
+            Err(e) => {
+                failure.get_or_insert(e);
+            }
+        }
+    }
+    if let Some(e) = failure {
+        for g in groups {
+            g.close(&ctx.registry).await;
+        }
+        return Err(e);
+    }
+    // In name order (what `Consumer::topics` shows first).
+    groups.sort_by(|a, b| a.topic.as_str().cmp(b.topic.as_str()));
+    Ok((groups, kept))
+}
+
+/// Whether `topic` is one of the broker's own topics (local name starting with `__`, like
+/// `__change_events`), which a pattern never subscribes: upstream's `TopicList.filterSystemTopic`
+/// drops the system topics (this approximates its list by the reserved prefix).
+fn is_system_topic(topic: &str) -> bool {
+    TopicName::new(topic).is_ok_and(|t| t.partitioned_topic().local_name().starts_with("__"))
+}
+
+/// The running discovery of one pattern consumer; dropping it stops the task.
+#[derive(Debug)]
+pub(crate) struct Discovery {
+    stop: std::sync::Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>,
+    events: broadcast::Sender<TopicsChanged>,
+}
+
+impl Discovery {
+    /// Starts discovery for a consumer whose topics are `groups` (subscribed from `initial`).
+    /// `out` keeps the consumer's queue open while it has no topic.
+    pub(crate) fn start(
+        ctx: SubscribeContext,
+        groups: Groups,
+        cfg: PatternConfig,
+        initial: Vec<String>,
+        out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    ) -> Discovery {
+        let (stop, stop_rx) = oneshot::channel();
+        let (events, _) = broadcast::channel(CHANGE_EVENTS);
+        let task = Task {
+            backoff: ctx.client.backoff(),
+            ctx,
+            groups,
+            desired: initial.into_iter().collect(),
+            cfg,
+            events: events.clone(),
+            failed: HashSet::new(),
+            retry_at: None,
+            watch: None,
+            watch_retry_at: Some(Instant::now()),
+            watch_backoff: None,
+            rewatch: false,
+            _out: out,
+        };
+        tokio::spawn(task.run(stop_rx));
+        Discovery {
+            stop: std::sync::Mutex::new(Some(stop)),
+            events,
+        }
+    }
+
+    /// Change events from now on.
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<TopicsChanged> {
+        self.events.subscribe()
+    }
+
+    /// Stops the task (closing its watcher) and waits until it ended.
+    pub(crate) async fn stop(&self) {
+        let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(stop) = stop {
+            let (done, wait) = oneshot::channel();
+            if stop.send(done).is_ok() {
+                let _ = wait.await;
+            }
+        }
+    }
+}
+
+/// A registered PIP-145 watcher (unregistered when dropped).
+type Watch = WatchSlot;
+
+struct Task {
+    ctx: SubscribeContext,
+    groups: Groups,
+    cfg: PatternConfig,
+    /// The matching topics the broker reported last.
+    desired: BTreeSet<String>,
+    events: broadcast::Sender<TopicsChanged>,
+    /// Topics whose subscribe failed (logged once).
+    failed: HashSet<String>,
+    /// When to retry failed subscribes.
+    retry_at: Option<Instant>,
+    backoff: Backoff,
+    watch: Option<Watch>,
+    /// When to (re-)create the watcher; `None` while one works or none can be had.
+    watch_retry_at: Option<Instant>,
+    watch_backoff: Option<Backoff>,
+    /// Whether a watcher was lost: the next one is followed by a poll.
+    rewatch: bool,
+    /// Keeps the consumer's queue open.
+    _out: mpsc::UnboundedSender<(usize, u64, Item)>,
+}
+
+async fn next_watch_event(watch: &mut Option<Watch>) -> Option<EntityEvent> {
+    match watch {
+        Some(w) => w.events.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Task {
+    fn hash(&self) -> String {
+        topics_hash(&self.desired.iter().collect::<Vec<_>>())
+    }
+
+    async fn run(mut self, mut stop: oneshot::Receiver<oneshot::Sender<()>>) {
+        let period = self.cfg.period;
+        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut poll_failed_logged = false;
+        let mut shutdown = self.ctx.client.shutdown_signal();
+        let ended = super::registry::lock(&self.ctx.registry).ended.clone();
+        // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
+        self.reconcile().await;
+        let done = loop {
+            tokio::select! {
+                r = &mut stop => break r.ok(),
+                _ = self._out.closed() => break None,
+                // The client closes: its consumers close themselves; no topic joins any more,
+                // and the consumer's queue ends once they are gone.
+                _ = crate::core::shut_down(&mut shutdown) => break None,
+                _ = ticks.tick() => {
+                    match self.poll().await {
+                        Ok(()) => poll_failed_logged = false,
+                        Err(e) => {
+                            // Logged once per run of failures; the next tick retries.
+                            if !poll_failed_logged {
+                                tracing::warn!(pattern = %self.cfg.pattern.text, error = %e,
+                                    "pattern consumer: listing topics failed; retrying at the next poll");
+                                poll_failed_logged = true;
+                            } else {
+                                tracing::debug!(error = %e, "pattern consumer: listing topics failed again");
+                            }
+                        }
+                    }
+                    if self.watch.is_none() && self.watch_retry_at.is_none() {
+                        // A broker that refused the watcher may serve one on a new connection.
+                        self.watch_retry_at = Some(Instant::now());
+                    }
+                }
+                // A topic was deleted under its consumer: drop it now (and subscribe it again if
+                // the broker still lists it).
+                _ = ended.notified() => self.reconcile().await,
+                _ = crate::util::sleep_until_opt(self.retry_at) => {
+                    self.retry_at = None;
+                    self.reconcile().await;
+                }
+                _ = crate::util::sleep_until_opt(self.watch_retry_at) => {
+                    self.watch_retry_at = None;
+                    self.start_watch().await;
+                }
+                ev = next_watch_event(&mut self.watch) => self.on_watch_event(ev).await,
+            }
+        };
+        self.close_watch().await;
+        if let Some(done) = done {
+            let _ = done.send(());
+        }
+    }
+
+    /// One poll: replaces the desired set if the broker's list changed.
+    async fn poll(&mut self) -> Result<()> {
+        let conn = self.ctx.client.lookup_service_connection().await?;
+        let timeout = self.ctx.client.operation_timeout();
+        if let Some(topics) = list_once(&conn, &self.cfg, Some(self.hash()), timeout).await? {
+            self.desired = topics;
+        }
+        self.reconcile().await;
+        Ok(())
+    }
+
+    async fn start_watch(&mut self) {
+        if self.cfg.mode != RegexSubscriptionMode::PersistentOnly {
+            return;
+        }
+        let conn = match self.ctx.client.lookup_service_connection().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "topic list watcher: no connection");
+                self.schedule_rewatch();
+                return;
+            }
+        };
+        if !conn.info().features.supports_topic_watchers {
+            // Polling only (checked again after the next poll, on whatever connection).
+            return;
+        }
+        let id = self.ctx.client.new_watcher_id();
+        // One update per topic change; a backlog this deep is a broker flooding us.
+        let Ok(slot) = WatchSlot::register(&conn, EntityKind::TopicListWatcher, id, 1024) else {
+            self.schedule_rewatch();
+            return;
+        };
+        let request_id = conn.new_request_id();
+        let cmd = commands::watch_topic_list(
+            request_id,
+            id,
+            &self.cfg.pattern.namespace,
+            &self.cfg.pattern.text,
+            Some(self.hash()),
+        );
+        match conn.request(request_id, cmd, "watch topic list").await {
+            Ok(resp) => {
+                let Some(ok) = resp.watch_topic_list_success else {
+                    self.schedule_rewatch();
+                    return;
+                };
+                tracing::debug!(
+                    watcher_id = id,
+                    topics = ok.topic.len(),
+                    "topic list watcher registered"
+                );
+                // The broker sends the list only if it differs from the hash we sent.
+                if !(ok.topic.is_empty() && ok.topics_hash == self.hash()) {
+                    self.desired = ok
+                        .topic
+                        .into_iter()
+                        .filter(|t| self.cfg.pattern.matches(t) && !is_system_topic(t))
+                        .collect();
+                }
+                self.watch = Some(slot);
+                self.watch_backoff = None;
+                self.reconcile().await;
+                if std::mem::take(&mut self.rewatch) {
+                    // Like upstream's `recheckTopicsChangeAfterReconnect`: after a watcher was
+                    // lost, list the topics once more (apache/pulsar#21853 lost messages when
+                    // only the watcher's answer was trusted after a reconnect).
+                    if let Err(e) = self.poll().await {
+                        tracing::debug!(error = %e, "poll after re-watching failed");
+                    }
+                }
+            }
+            Err(e) => {
+                drop(slot);
+                match e {
+                    Error::Broker { code, .. } if !code.is_retriable() => {
+                        // Refused (e.g. NotAllowed): polling carries on; tried again after the
+                        // next poll.
+                        tracing::debug!(error = %e, "topic list watcher refused; polling");
+                    }
+                    e => {
+                        tracing::debug!(error = %e, "topic list watcher failed; retrying");
+                        self.schedule_rewatch();
+                    }
+                }
+            }
+        }
+    }
+
+    fn schedule_rewatch(&mut self) {
+        let delay = self
+            .watch_backoff
+            .get_or_insert_with(|| self.ctx.client.backoff())
+            .next_delay();
+        self.watch_retry_at = Some(Instant::now() + delay);
+    }
+
+    async fn on_watch_event(&mut self, ev: Option<EntityEvent>) {
+        match ev {
+            None | Some(EntityEvent::ConnectionClosed(_)) => {
+                // Watch again (with the hash of what we hold) once a connection is back.
+                self.watch = None;
+                self.rewatch = true;
+                self.schedule_rewatch();
+            }
+            Some(EntityEvent::Command(frame)) => {
+                let Some(update) = frame.command.watch_topic_update else {
+                    return;
+                };
+                for t in &update.deleted_topics {
+                    self.desired.remove(t);
+                }
+                for t in update.new_topics {
+                    if self.cfg.pattern.matches(&t) && !is_system_topic(&t) {
+                        self.desired.insert(t);
+                    }
+                }
+                let drift = update.topics_hash != self.hash();
+                self.reconcile().await;
+                if drift {
+                    // The set we hold differs from the broker's: list again now.
+                    tracing::debug!("topic list watcher: hash mismatch; polling");
+                    if let Err(e) = self.poll().await {
+                        tracing::debug!(error = %e, "poll after a hash mismatch failed");
+                    }
+                }
+            }
+            Some(_) => {}
+        }
+    }
+
+    async fn close_watch(&mut self) {
+        if let Some(w) = self.watch.take() {
+            let request_id = w.conn().new_request_id();
+            let close = commands::watch_topic_list_close(request_id, w.id());
+            let _ = w
+                .conn()
+                .request(request_id, close, "close topic list watcher")
+                .await;
+        }
+    }
+
+    /// Subscribes the desired topics not subscribed, closes the subscribed ones not desired.
+    async fn reconcile(&mut self) {
+        // A topic whose consumers all ended (deleted on the broker, which ends them without an
+        // error) is no longer subscribed: if the broker lists it again it is subscribed anew,
+        // never left out for good.
+        let dead: Vec<TopicGroup> = {
+            let mut groups = lock(&self.groups);
+            let registry = &self.ctx.registry;
+            let (dead, live): (Vec<_>, Vec<_>) =
+                std::mem::take(&mut *groups).into_iter().partition(|g| {
+                    g.tasks(registry)
+                        .iter()
+                        .all(|(_, p)| p.state.borrow().is_terminal())
+                });
+            *groups = live;
+            dead
+        };
+        let mut removed_names = Vec::new();
+        for g in dead {
+            tracing::debug!(topic = %g.topic, "pattern consumer: topic's consumer ended");
+            removed_names.push(g.topic.clone());
+            g.close(&self.ctx.registry).await;
+        }
+        let current: BTreeSet<String> = lock(&self.groups)
+            .iter()
+            .map(|g| g.topic.to_string())
+            .collect();
+        let removed: Vec<String> = current.difference(&self.desired).cloned().collect();
+        let wanted: Vec<String> = self.desired.difference(&current).cloned().collect();
+        if !removed.is_empty() {
+            let gone: Vec<TopicGroup> = {
+                let mut groups = lock(&self.groups);
+                let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *groups)
+                    .into_iter()
+                    .partition(|g| removed.contains(&g.topic.to_string()));
+                *groups = keep;
+                gone
+            };
+            for g in gone {
+                removed_names.push(g.topic.clone());
+                g.close(&self.ctx.registry).await;
+            }
+        }
+        let mut added_names = Vec::new();
+        let mut retry = false;
+        // Several at a time (like the first subscribe), applied in the order they finish.
+        let ctx = &self.ctx;
+        let attempts = futures::stream::iter(wanted.into_iter().map(|t| async move {
+            let result = match TopicName::new(&t) {
+                Ok(name) => subscribe_all(ctx, vec![name]).await,
+                Err(e) => Err(e),
+            };
+            (t, result)
+        }))
+        .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
+        let results: Vec<(String, Result<Vec<TopicGroup>>)> = attempts.collect().await;
+        for (t, result) in results {
+            match result {
+                Ok(mut g) => {
+                    self.failed.remove(&t);
+                    added_names.extend(g.iter().map(|g| g.topic.clone()));
+                    lock(&self.groups).append(&mut g);
+                }
+                Err(Error::Broker {
+                    code: ServerError::TopicNotFound,
+                    ..
+                }) => {
+                    // Deleted meanwhile: never re-created; a later listing adds it back if
+                    // it exists again.
+                    tracing::debug!(topic = %t, "pattern consumer: topic gone before subscribing");
+                    self.desired.remove(&t);
+                    self.failed.remove(&t);
+                }
+                Err(e @ Error::InvalidConfig(_)) => {
+                    tracing::debug!(topic = %t, error = %e, "pattern consumer: not a topic name");
+                    self.desired.remove(&t);
+                }
+                Err(e) => {
+                    if self.failed.insert(t.clone()) {
+                        tracing::warn!(topic = %t, error = %e,
+                            "pattern consumer: subscribing a new topic failed; retrying");
+                    } else {
+                        tracing::debug!(topic = %t, error = %e, "pattern consumer: subscribe failed again");
+                    }
+                    retry = true;
+                }
+            }
+        }
+        // Forget failures of topics no longer wanted (bounded by the desired set).
+        let desired = &self.desired;
+        self.failed.retain(|t| desired.contains(t));
+        if retry {
+            self.retry_at = Some(Instant::now() + self.backoff.next_delay());
+        } else {
+            self.backoff = self.ctx.client.backoff();
+        }
+        if !added_names.is_empty() || !removed_names.is_empty() {
+            tracing::info!(pattern = %self.cfg.pattern.text, added = added_names.len(),
+                removed = removed_names.len(), "pattern consumer: topics changed");
+            let _ = self.events.send(TopicsChanged {
+                added: added_names,
+                removed: removed_names,
+            });
+        }
+    }
+}
+
+fn lock(groups: &Groups) -> std::sync::MutexGuard<'_, Vec<TopicGroup>> {
+    groups.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,133 @@
+//! The client side of the broker's schema registry: GetSchema and GetOrCreateSchema requests
+//! (each within the operation timeout: a broker that never answers them, like pulsar-lite,
+//! costs one timeout, never a hang), and [`WriterSchemas`], a consumer's bounded cache of the
+//! writer schemas it fetched by version.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use bytes::Bytes;
+
+use super::{SchemaInfo, SchemaVersion};
+use crate::core::CoreRef;
+use crate::error::{Error, Result, ServerError};
+use crate::topic::TopicName;
+
+/// Turns a response's `error_code` / `error_message` into an error.
+fn refused(code: Option<i32>, message: Option<String>) -> Result<()> {
+    match code {
+        Some(c) => Err(Error::Broker {
+            code: ServerError::from_code(c),
+            message: message.unwrap_or_default(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// GetSchema: the schema of `topic` at `version` (its latest when `None`), with the version
+/// the broker names. Upstream brokers answer TopicNotFound when there is none.
+pub(crate) async fn get_schema(
+    core: &CoreRef,
+    topic: &TopicName,
+    version: Option<&SchemaVersion>,
+) -> Result<(SchemaInfo, SchemaVersion)> {
+    let conn = core.connection_for(topic).await?;
+    let rid = conn.new_request_id();
+    let cmd = crate::commands::get_schema(topic.as_str(), version.map(|v| &v.0[..]), rid);
+    let resp = conn.request(rid, cmd, "get schema").await?;
+    let r = resp
+        .get_schema_response
+        .ok_or_else(|| Error::Protocol("GetSchema answered without GetSchemaResponse".into()))?;
+    refused(r.error_code, r.error_message)?;
+    let schema = r
+        .schema
+        .ok_or_else(|| Error::Protocol("GetSchemaResponse without a schema".into()))?;
+    let info = SchemaInfo::from_proto(&schema).ok_or_else(|| {
+        Error::Protocol(format!(
+            "GetSchemaResponse with unknown schema type {}",
+            schema.r#type
+        ))
+    })?;
+    let version = r
+        .schema_version
+        .or_else(|| version.map(|v| v.0.clone()))
+        .unwrap_or_default();
+    Ok((info, SchemaVersion(version)))
+}
+
+/// GetOrCreateSchema: registers `info` on `topic` (or finds it registered), checked for
+/// compatibility like a producer's schema; answers its version.
+pub(crate) async fn get_or_create_schema(
+    core: &CoreRef,
+    topic: &TopicName,
+    info: &SchemaInfo,
+) -> Result<SchemaVersion> {
+    let conn = core.connection_for(topic).await?;
+    let rid = conn.new_request_id();
+    let cmd = crate::commands::get_or_create_schema(topic.as_str(), info.to_proto(), rid);
+    let resp = conn.request(rid, cmd, "get or create schema").await?;
+    let r = resp
+        .get_or_create_schema_response
+        .ok_or_else(|| Error::Protocol("GetOrCreateSchema answered without its response".into()))?;
+    refused(r.error_code, r.error_message)?;
+    Ok(SchemaVersion(r.schema_version.unwrap_or_default()))
+}
+
+/// How many (topic, version) entries a consumer keeps; past it the cache starts over.
+pub(crate) const WRITER_SCHEMA_CACHE: usize = 256;
+
+/// How long a version the broker could not give stays unknown before it is asked for again.
+pub(crate) const UNKNOWN_VERSION_RETRY: Duration = Duration::from_secs(60);
+
+/// A writer schema, or when fetching it failed.
+#[derive(Debug, Clone)]
+enum Entry {
+    Known(Arc<SchemaInfo>),
+    Unknown(Instant),
+}
+
+/// A consumer's writer schemas by topic and version. A version the broker could not give
+/// (an error or a timeout) is remembered as unknown for [`UNKNOWN_VERSION_RETRY`], so a broker
+/// without a registry costs one operation timeout per version and minute, not one per message,
+/// and a transient failure is retried later.
+#[derive(Debug, Default)]
+pub(crate) struct WriterSchemas {
+    known: HashMap<(TopicName, Bytes), Entry>,
+}
+
+impl WriterSchemas {
+    /// The writer schema of `version` on `topic`: cached, else fetched with GetSchema.
+    pub(crate) async fn get(
+        &mut self,
+        core: &CoreRef,
+        topic: &TopicName,
+        version: &Bytes,
+    ) -> Option<Arc<SchemaInfo>> {
+        let key = (topic.clone(), version.clone());
+        match self.known.get(&key) {
+            Some(Entry::Known(info)) => return Some(info.clone()),
+            Some(Entry::Unknown(at)) if at.elapsed() < UNKNOWN_VERSION_RETRY => return None,
+            _ => {}
+        }
+        let fetched = get_schema(core, topic, Some(&SchemaVersion(version.clone()))).await;
+        let (entry, found) = match fetched {
+            Ok((info, _)) => {
+                let info = Arc::new(info);
+                (Entry::Known(info.clone()), Some(info))
+            }
+            Err(e) => {
+                tracing::warn!(%topic, error = %e,
+                    "could not fetch a message's writer schema; decoding with the local one");
+                (Entry::Unknown(Instant::now()), None)
+            }
+        };
+        if self.known.len() >= WRITER_SCHEMA_CACHE {
+            self.known.clear();
+        }
+        self.known.insert(key, entry);
+        found
+    }
+}

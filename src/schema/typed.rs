@@ -1,0 +1,340 @@
+//! Typed handles: thin wrappers over the byte [`Producer`], [`Consumer`] and [`Reader`] that
+//! encode and decode with a [`Schema`]. Everything else (batching, acks, reconnection, DLQ) is
+//! the byte handles' own; the raw handle stays reachable (`inner`).
+
+use std::sync::Arc;
+
+use super::{Schema, SchemaError, SchemaInfo, SchemaVersion, WriterSchemas};
+use crate::consumer::{Consumer, ConsumerBuilder, Reader, ReaderBuilder};
+use crate::core::CoreRef;
+use crate::error::{Error, Result};
+use crate::message::{Message, ProducerMessage};
+use crate::message_id::MessageId;
+use crate::producer::{Producer, ProducerBuilder, SendFuture};
+
+/// A received message with its decoded value. A payload the schema could not decode keeps the
+/// [`SchemaError`] in [`TypedMessage::value`]: the message can still be acked, nacked or
+/// dead-lettered like any other.
+#[derive(Debug)]
+pub struct TypedMessage<T> {
+    message: Message,
+    value: std::result::Result<T, SchemaError>,
+}
+
+impl<T> TypedMessage<T> {
+    /// The decoded value, or why it could not be decoded.
+    pub fn value(&self) -> std::result::Result<&T, &SchemaError> {
+        self.value.as_ref()
+    }
+
+    /// Takes the decoded value (or the decode error) and the message.
+    pub fn into_parts(self) -> (std::result::Result<T, SchemaError>, Message) {
+        (self.value, self.message)
+    }
+
+    /// The message as received: payload bytes, key, properties, id.
+    pub fn message(&self) -> &Message {
+        &self.message
+    }
+
+    /// The message id.
+    pub fn id(&self) -> MessageId {
+        self.message.id
+    }
+
+    /// The raw payload.
+    pub fn payload(&self) -> &[u8] {
+        &self.message.payload
+    }
+
+    /// The version of the schema the producer wrote it with (empty from a broker without a
+    /// registry; `None` from a producer without a schema).
+    pub fn schema_version(&self) -> Option<SchemaVersion> {
+        self.message
+            .schema_version
+            .as_ref()
+            .map(|v| SchemaVersion(v.clone()))
+    }
+}
+
+impl<T> AsRef<Message> for TypedMessage<T> {
+    fn as_ref(&self) -> &Message {
+        &self.message
+    }
+}
+
+/// What a typed consumer or reader needs to decode: the schema, the client (for GetSchema),
+/// the writer schemas fetched so far, and the message being decoded. The message waits in
+/// `held` while its writer schema is fetched, so a `recv` cancelled meanwhile loses nothing:
+/// the next `recv` decodes it.
+#[derive(Debug)]
+struct Decoder<S> {
+    schema: S,
+    core: CoreRef,
+    writers: WriterSchemas,
+    held: Option<Message>,
+}
+
+impl<S: Schema> Decoder<S> {
+    fn new(schema: S, core: CoreRef) -> Self {
+        Decoder {
+            schema,
+            core,
+            writers: WriterSchemas::default(),
+            held: None,
+        }
+    }
+
+    /// Decodes the held message with the schema, fetching the writer's schema by version when
+    /// the schema needs it (an unknown or unreachable version decodes with the local schema).
+    async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
+        let msg = self.held.as_ref()?;
+        let mut writer: Option<Arc<SchemaInfo>> = None;
+        if self.schema.needs_writer_schema() {
+            if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
+                // Schemas belong to the topic, not a partition (upstream keys them by the
+                // partitioned topic's name): one fetch per version for all partitions.
+                let topic = msg.topic.partitioned_topic();
+                writer = self.writers.get(&self.core, &topic, &v).await;
+            }
+        }
+        let msg = self.held.take()?;
+        let value = self.schema.decode_message(&msg, writer.as_deref());
+        Some(TypedMessage {
+            message: msg,
+            value,
+        })
+    }
+}
+
+/// Builds a [`TypedProducer`]; see [`ProducerBuilder::schema`].
+#[derive(Debug)]
+pub struct TypedProducerBuilder<S> {
+    inner: ProducerBuilder,
+    schema: Arc<S>,
+}
+
+impl<S: Schema> TypedProducerBuilder<S> {
+    pub(crate) fn new(inner: ProducerBuilder, schema: S) -> Self {
+        let info = schema.info();
+        TypedProducerBuilder {
+            inner: inner.schema_info(info),
+            schema: Arc::new(schema),
+        }
+    }
+
+    /// Configures the underlying byte producer builder (name, batching, compression ...).
+    pub fn configure(mut self, f: impl FnOnce(ProducerBuilder) -> ProducerBuilder) -> Self {
+        self.inner = f(self.inner);
+        self
+    }
+
+    /// Creates the producer. The broker registers the schema (or finds it registered) and
+    /// refuses an incompatible one with [`ServerError::IncompatibleSchema`]
+    /// (a non-retriable [`Error::Broker`]).
+    ///
+    /// [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema
+    pub async fn create(self) -> Result<TypedProducer<S>> {
+        Ok(TypedProducer {
+            inner: self.inner.create().await?,
+            schema: self.schema,
+        })
+    }
+}
+
+/// A producer of `S::Type` values.
+#[derive(Debug)]
+pub struct TypedProducer<S> {
+    inner: Producer,
+    schema: Arc<S>,
+}
+
+impl<S: Schema> TypedProducer<S> {
+    /// The byte producer underneath (to send raw payloads, close, watch the state ...).
+    pub fn inner(&self) -> &Producer {
+        &self.inner
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &S {
+        &self.schema
+    }
+
+    /// Encodes `value` and queues it; see [`Producer::send`]. An encode failure is
+    /// [`Error::Schema`] and nothing is sent.
+    pub async fn send(&self, value: &S::Type) -> Result<SendFuture> {
+        self.send_with(value, ProducerMessage::default()).await
+    }
+
+    /// Encodes `value` into `msg` (which carries the key, properties, event time ...) and
+    /// queues it.
+    pub async fn send_with(&self, value: &S::Type, mut msg: ProducerMessage) -> Result<SendFuture> {
+        self.schema
+            .encode_message(value, &mut msg)
+            .map_err(Error::Schema)?;
+        self.inner.send(msg).await
+    }
+
+    /// Sends `value` and waits for its receipt.
+    pub async fn send_and_wait(&self, value: &S::Type) -> Result<MessageId> {
+        self.send(value).await?.await
+    }
+
+    /// Waits until everything queued is acknowledged; see [`Producer::flush`].
+    pub async fn flush(&self) -> Result<()> {
+        self.inner.flush().await
+    }
+
+    /// Closes the producer; see [`Producer::close`].
+    pub async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// Builds a [`TypedConsumer`]; see [`ConsumerBuilder::schema`].
+#[derive(Debug)]
+pub struct TypedConsumerBuilder<S> {
+    inner: ConsumerBuilder,
+    schema: S,
+}
+
+impl<S: Schema> TypedConsumerBuilder<S> {
+    pub(crate) fn new(inner: ConsumerBuilder, schema: S) -> Self {
+        let info = schema.info();
+        TypedConsumerBuilder {
+            inner: inner.schema_info(info),
+            schema,
+        }
+    }
+
+    /// Configures the underlying byte consumer builder.
+    pub fn configure(mut self, f: impl FnOnce(ConsumerBuilder) -> ConsumerBuilder) -> Self {
+        self.inner = f(self.inner);
+        self
+    }
+
+    /// Subscribes. The broker checks the schema against the topic's and refuses an
+    /// incompatible one with [`ServerError::IncompatibleSchema`](crate::ServerError).
+    pub async fn subscribe(self) -> Result<TypedConsumer<S>> {
+        let core = self.inner.core().clone();
+        Ok(TypedConsumer {
+            inner: self.inner.subscribe().await?,
+            decoder: Decoder::new(self.schema, core),
+        })
+    }
+}
+
+/// A consumer of `S::Type` values.
+#[derive(Debug)]
+pub struct TypedConsumer<S> {
+    inner: Consumer,
+    decoder: Decoder<S>,
+}
+
+impl<S: Schema> TypedConsumer<S> {
+    /// Waits for the next message and decodes it. The outer error is the consumer's (closed,
+    /// ...); a decode failure is in the message ([`TypedMessage::value`]) and never stops the
+    /// consumer. Cancel safe like [`Consumer::recv`], including while a writer schema is being
+    /// fetched (the message is kept for the next call).
+    pub async fn recv(&mut self) -> Result<TypedMessage<S::Type>> {
+        if self.decoder.held.is_none() {
+            self.decoder.held = Some(self.inner.recv().await?);
+        }
+        self.decoder.decode_held().await.ok_or(Error::Closed)
+    }
+
+    /// Acknowledges a message.
+    pub fn ack(&self, msg: &TypedMessage<S::Type>) -> Result<()> {
+        self.inner.ack(&msg.message)
+    }
+
+    /// Negatively acknowledges a message (redelivered later; dead-lettered past the DLQ
+    /// policy's count).
+    pub fn nack(&self, msg: &TypedMessage<S::Type>) -> Result<()> {
+        self.inner.nack(&msg.message)
+    }
+
+    /// The byte consumer underneath (acks by id, seek, state, unsubscribe ...).
+    pub fn inner(&self) -> &Consumer {
+        &self.inner
+    }
+
+    /// The byte consumer underneath, mutably (to receive raw messages).
+    pub fn inner_mut(&mut self) -> &mut Consumer {
+        &mut self.inner
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &S {
+        &self.decoder.schema
+    }
+
+    /// Closes the consumer; see [`Consumer::close`].
+    pub async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
+
+/// Builds a [`TypedReader`]; see [`ReaderBuilder::schema`].
+#[derive(Debug)]
+pub struct TypedReaderBuilder<S> {
+    inner: ReaderBuilder,
+    schema: S,
+}
+
+impl<S: Schema> TypedReaderBuilder<S> {
+    pub(crate) fn new(inner: ReaderBuilder, schema: S) -> Self {
+        let info = schema.info();
+        TypedReaderBuilder {
+            inner: inner.schema_info(info),
+            schema,
+        }
+    }
+
+    /// Configures the underlying byte reader builder (start position ...).
+    pub fn configure(mut self, f: impl FnOnce(ReaderBuilder) -> ReaderBuilder) -> Self {
+        self.inner = f(self.inner);
+        self
+    }
+
+    /// Creates the reader.
+    pub async fn create(self) -> Result<TypedReader<S>> {
+        let core = self.inner.core().clone();
+        Ok(TypedReader {
+            inner: self.inner.create().await?,
+            decoder: Decoder::new(self.schema, core),
+        })
+    }
+}
+
+/// A reader of `S::Type` values.
+#[derive(Debug)]
+pub struct TypedReader<S> {
+    inner: Reader,
+    decoder: Decoder<S>,
+}
+
+impl<S: Schema> TypedReader<S> {
+    /// Waits for the next message and decodes it (see [`TypedConsumer::recv`]).
+    pub async fn recv(&mut self) -> Result<TypedMessage<S::Type>> {
+        if self.decoder.held.is_none() {
+            self.decoder.held = Some(self.inner.recv().await?);
+        }
+        self.decoder.decode_held().await.ok_or(Error::Closed)
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &S {
+        &self.decoder.schema
+    }
+
+    /// The byte reader underneath (seek, has_message_available ...).
+    pub fn inner_mut(&mut self) -> &mut Reader {
+        &mut self.inner
+    }
+
+    /// Closes the reader.
+    pub async fn close(&self) -> Result<()> {
+        self.inner.close().await
+    }
+}
