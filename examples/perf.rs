@@ -12,6 +12,10 @@
 //!
 //! `cpu_s` is the process's user + system time (getrusage).
 //!
+//! `--stats` prints the producer's or consumer's [`stats`](pulsar_sdk::stats) snapshot (Debug)
+//! on stderr at the end. `--metrics` (cargo feature `metrics`) installs a Prometheus recorder
+//! (no HTTP listener) so the client's metrics are recorded during the run; with `--stats` the
+//! rendered text goes to stderr too. Running with and without them compares the cost.
 //! `--schema json|avro` (produce and consume): messages are `Record { id, name, value }`
 //! structs (`name` padded to about `--size` bytes) sent by a typed producer with a JSON or
 //! Avro schema and received by a typed consumer, which decodes each one. The consumer then
@@ -32,7 +36,7 @@ use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
 use serde::{Deserialize, Serialize};
 
 const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
---size BYTES [--type exclusive|shared] [--schema json|avro]";
+--size BYTES [--type exclusive|shared] [--schema json|avro] [--stats] [--metrics]";
 
 /// The typed message of `--schema`.
 #[derive(Debug, Serialize, Deserialize, apache_avro::AvroSchema)]
@@ -147,7 +151,7 @@ async fn main() {
     let args = Args::parse(
         USAGE,
         &["url", "topic", "mode", "n", "size", "type", "schema"],
-        &[],
+        &["stats", "metrics"],
     );
     let schema = args.get("schema").map(str::to_owned);
     if let Some(s) = schema.as_deref() {
@@ -156,6 +160,8 @@ async fn main() {
         }
     }
     let mut decode = None;
+    let print_stats = args.flag("stats");
+    let prometheus = args.flag("metrics").then(install_metrics);
     // Consume mode's subscription type: Exclusive by default; Shared avoids pulsar-lite's
     // duplicate dispatch on Exclusive subscriptions.
     let sub_type = match args.get("type").unwrap_or("exclusive") {
@@ -216,6 +222,9 @@ async fn main() {
                 f.await.unwrap_or_else(|e| die(e));
             }
             producer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", producer.stats());
+            }
         }
         ("consume", None) => {
             let mut consumer = client
@@ -236,6 +245,9 @@ async fn main() {
                 consumer.ack(&m).unwrap_or_else(|e| die(e));
             }
             consumer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", consumer.stats());
+            }
         }
         ("latency", None) => {
             let producer = client
@@ -255,11 +267,17 @@ async fn main() {
                 latencies.push(t.elapsed());
             }
             producer.close().await.unwrap_or_else(|e| die(e));
+            if print_stats {
+                eprintln!("{:#?}", producer.stats());
+            }
         }
         (other, None) => fail(USAGE, &format!("unknown --mode `{other}`")),
     }
     let seconds = started.elapsed().as_secs_f64();
     let (cpu1, max_rss_kb) = rusage();
+    if let (true, Some(Some(handle))) = (print_stats, &prometheus) {
+        eprintln!("{}", render_metrics(handle));
+    }
     latencies.sort();
     let mut line = serde_json::json!({
             "peer": "pulsar-sdk",
@@ -281,4 +299,42 @@ async fn main() {
         line["bytes_ns_per_msg"] = serde_json::json!(bytes_ns);
     }
     println!("{line}");
+}
+
+#[cfg(feature = "metrics")]
+type Prometheus = metrics_exporter_prometheus::PrometheusHandle;
+#[cfg(not(feature = "metrics"))]
+type Prometheus = ();
+
+/// Installs a Prometheus recorder (rendered on demand, no listener).
+#[cfg(feature = "metrics")]
+fn install_metrics() -> Option<Prometheus> {
+    let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .unwrap_or_else(|e| die(e));
+    pulsar_sdk::metrics::describe();
+    // Upkeep drains histogram samples, as an application's exporter does.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            upkeep.run_upkeep();
+        }
+    });
+    Some(handle)
+}
+
+#[cfg(not(feature = "metrics"))]
+fn install_metrics() -> Option<Prometheus> {
+    fail(USAGE, "--metrics needs the `metrics` cargo feature")
+}
+
+#[cfg(feature = "metrics")]
+fn render_metrics(handle: &Prometheus) -> String {
+    handle.render()
+}
+
+#[cfg(not(feature = "metrics"))]
+fn render_metrics(_: &Prometheus) -> String {
+    String::new()
 }

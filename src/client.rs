@@ -38,6 +38,7 @@ pub struct ClientBuilder {
     backoff: BackoffPolicy,
     memory_limit: usize,
     auto_update_partitions_interval: Duration,
+    metrics_topic_labels: bool,
     #[cfg(feature = "tls")]
     tls: TlsOptions,
 }
@@ -51,6 +52,7 @@ impl Default for ClientBuilder {
             backoff: BackoffPolicy::default(),
             memory_limit: DEFAULT_MEMORY_LIMIT,
             auto_update_partitions_interval: Duration::from_secs(60),
+            metrics_topic_labels: false,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
         }
@@ -209,6 +211,15 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether operator metrics (cargo feature `metrics`, see `pulsar_sdk::metrics`) carry
+    /// `pulsar.topic` and `pulsar.partition` labels. Off by default: series are per namespace,
+    /// since per-topic series multiply with the topics and partitions a client uses. Without
+    /// the `metrics` feature this has no effect.
+    pub fn metrics_topic_labels(mut self, on: bool) -> Self {
+        self.metrics_topic_labels = on;
+        self
+    }
+
     /// Validates the configuration and builds the client. No connection is opened yet.
     pub fn build(self) -> Result<Client> {
         let url = self
@@ -256,16 +267,18 @@ impl ClientBuilder {
         let pool = Arc::new(ConnectionPool::new(self.connection, tls));
         let lookup =
             LookupService::new(pool.clone(), service_url.clone(), self.max_lookup_redirects);
+        let mut core = ClientCore::new(
+            service_url,
+            pool,
+            lookup,
+            operation_timeout,
+            self.backoff,
+            self.memory_limit,
+            self.auto_update_partitions_interval,
+        );
+        core.metric_labels.topic = self.metrics_topic_labels;
         Ok(Client {
-            core: Arc::new(ClientCore::new(
-                service_url,
-                pool,
-                lookup,
-                operation_timeout,
-                self.backoff,
-                self.memory_limit,
-                self.auto_update_partitions_interval,
-            )),
+            core: Arc::new(core),
         })
     }
 }

@@ -30,6 +30,8 @@ pub(crate) struct ClientCore {
     pub(crate) backoff: BackoffPolicy,
     pub(crate) memory: Arc<Semaphore>,
     pub(crate) memory_limit: usize,
+    /// The labels of this client's operator metrics.
+    pub(crate) metric_labels: crate::stats::sink::LabelPolicy,
     next_producer_id: AtomicU64,
     next_consumer_id: AtomicU64,
     next_watcher_id: AtomicU64,
@@ -70,6 +72,7 @@ impl ClientCore {
             backoff,
             memory: Arc::new(Semaphore::new(memory_limit)),
             memory_limit,
+            metric_labels: Default::default(),
             next_producer_id: AtomicU64::new(0),
             next_consumer_id: AtomicU64::new(0),
             next_watcher_id: AtomicU64::new(0),

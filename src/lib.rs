@@ -54,13 +54,23 @@
 //! - `warn`: trouble being handled or reported elsewhere: a connection closed for a protocol
 //!   violation, a send timeout, a close that timed out, a failed dead-letter publish, a
 //!   partition that failed to be added, an insecure TLS setting;
-//! - `info`: rare, notable events: a producer or consumer detached and re-created, a consumer
-//!   re-subscribed, a topic gained partitions, a message dead-lettered, a Failover active
-//!   consumer change;
+//! - `info`: rare, notable events: a connection opened, or lost (with its cause), a producer
+//!   or consumer detached (with why) and re-created, one closed for good by the broker
+//!   (PIP-139), a consumer re-subscribed, a topic gained partitions, a message dead-lettered,
+//!   a Failover active consumer change;
 //! - `debug`: every state change, create and close, and connection detail.
 //!
-//! Nothing is logged per message above `debug`. Connections, producers and consumers run in
-//! `connection` (broker), `producer` and `consumer` (topic, id) spans.
+//! Nothing is logged per message above `trace` (anomalies aside: a malformed message from the
+//! broker is a `warn`). Connections, producers and consumers run in `connection` (id, broker),
+//! `producer` (topic, id, name) and `consumer` (topic, id, subscription) spans. Credentials
+//! (tokens, passwords, keys) are never logged, at any level.
+//!
+//! ## Statistics and metrics
+//!
+//! [`Producer::stats`], [`Consumer::stats`] and [`Reader::stats`] return snapshots of cheap
+//! counters (see [`stats`]). With the cargo feature `metrics`, the client also records
+//! upstream's PIP-342 metrics through the [`metrics`](https://docs.rs/metrics) facade for the
+//! application's exporter (see `pulsar_sdk::metrics` and `examples/prometheus.rs`).
 #![warn(missing_docs)]
 // On docs.rs (nightly, `--cfg docsrs`), items behind a cargo feature say which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -86,6 +96,9 @@ pub mod lifecycle;
 pub mod lookup;
 pub mod message;
 pub mod message_id;
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod metrics;
 pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
@@ -93,6 +106,7 @@ pub(crate) mod proto;
 pub(crate) mod routing_hash;
 pub mod schema;
 pub mod service_url;
+pub mod stats;
 pub mod topic;
 pub(crate) mod topic_list;
 pub(crate) mod util;
@@ -118,6 +132,7 @@ pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_url::ServiceUrl;
+pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
 

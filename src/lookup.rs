@@ -68,6 +68,13 @@ impl LookupService {
 
     /// Finds the broker serving `topic`, following redirects up to the configured bound.
     pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
+        let started = tokio::time::Instant::now();
+        let r = self.lookup_uncounted(topic).await;
+        crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
+        r
+    }
+
+    async fn lookup_uncounted(&self, topic: &TopicName) -> Result<BrokerLookup> {
         let (mut logical, mut physical) = self.service_host();
         let mut authoritative = false;
         let mut redirects = 0u32;
@@ -140,6 +147,19 @@ impl LookupService {
     /// `supports_get_partitioned_metadata_without_auto_creation` (an older one is asked the
     /// old way). A topic that does not exist is then TopicNotFound.
     pub(crate) async fn partitioned_metadata_with(
+        &self,
+        topic: &TopicName,
+        auto_create: bool,
+    ) -> Result<u32> {
+        let started = tokio::time::Instant::now();
+        let r = self
+            .partitioned_metadata_uncounted(topic, auto_create)
+            .await;
+        crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
+        r
+    }
+
+    async fn partitioned_metadata_uncounted(
         &self,
         topic: &TopicName,
         auto_create: bool,

@@ -113,7 +113,9 @@ impl ConnectionPool {
                         &self.config,
                         tls,
                     )
-                    .await?;
+                    .await;
+                    crate::stats::sink::connection_attempt(conn.is_ok());
+                    let conn = conn?;
                     self.opened.fetch_add(1, Ordering::Relaxed);
                     Ok::<_, Error>(conn)
                 })

@@ -169,7 +169,7 @@ where
                     max_message_size,
                     features: features_from(connected.feature_flags.as_ref()),
                 };
-                tracing::debug!(
+                tracing::info!(
                     broker = %info.broker_url,
                     server_version = %info.server_version,
                     protocol_version = info.protocol_version,

@@ -2,7 +2,7 @@
 //! connection alive and times requests out.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -146,7 +146,8 @@ impl Router {
     /// naming it (the entities reconnect; the broker redelivers what was not acked).
     fn deliver(&mut self, kind: EntityKind, id: u64, frame: Frame) -> Step {
         let Some(sender) = self.entities.get(&(kind, id)) else {
-            tracing::debug!(?kind, id, command = %routing::type_name(&frame.command),
+            // Per frame (e.g. messages still in flight to a consumer that closed): trace.
+            tracing::trace!(?kind, id, command = %routing::type_name(&frame.command),
                 "command for an unknown entity; dropped");
             return Step::Continue;
         };
@@ -182,7 +183,10 @@ pub(super) fn spawn<S>(params: TaskParams<S>)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
-    let span = tracing::debug_span!("connection", broker = %params.broker_url);
+    // A process-wide number tells apart two connections to the same broker in the logs.
+    static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+    let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+    let span = tracing::debug_span!("connection", id, broker = %params.broker_url);
     tokio::spawn(run(params).instrument(span));
 }
 
@@ -444,7 +448,14 @@ where
             break reason;
         }
     };
-    tracing::debug!(%reason, "connection closed");
+    // Our own close is routine; any other end (lost, broken by the broker) is a lifecycle
+    // event an operator may want to see.
+    if matches!(reason, Error::Closed) {
+        tracing::debug!("connection closed");
+    } else {
+        tracing::info!(%reason, "connection closed");
+    }
+    crate::stats::sink::connection_closed();
     let _ = closed.send(Some(reason.clone()));
     router.shutdown(&reason);
     let _ = stats.send(router.stats());

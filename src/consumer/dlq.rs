@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use tokio::sync::{mpsc, OnceCell};
+use tokio::sync::OnceCell;
 
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
@@ -262,11 +262,13 @@ impl DeadLetterSink {
 pub(crate) fn spawn_dead_letter(
     sink: std::sync::Arc<DeadLetterSink>,
     msg: Message,
-    ops: mpsc::UnboundedSender<ConsumerOp>,
+    partition: std::sync::Arc<super::task::PartitionShared>,
 ) {
+    let ops = partition.ops.clone();
     tokio::spawn(async move {
         match sink.dead_letter(&msg).await {
             Ok(()) => {
+                partition.stats.dead_lettered();
                 tracing::info!(topic = %msg.topic, id = %msg.id, dlq = %sink.dlq_topic,
                     redelivery_count = msg.redelivery_count, "message dead-lettered");
                 let _ = ops.send(ConsumerOp::Ack(msg.id));

@@ -253,6 +253,7 @@ impl Consumer {
             // `messageProcessed` on a stale message, so the broker can send its replacement.
             Item::Message(_) if epoch != p.epoch.load(Ordering::Acquire) => None,
             Item::Message(m) => {
+                p.stats.received(m.payload.len());
                 *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
                 Some(Ok(m))
             }
@@ -429,6 +430,34 @@ impl Consumer {
             all.push(d.state());
         }
         all
+    }
+
+    /// A snapshot of the consumer's statistics: per partition (and retry-topic member) and
+    /// summed (see [`crate::stats`]).
+    ///
+    /// ```no_run
+    /// # fn demo(consumer: &pulsar_sdk::Consumer) {
+    /// let s = consumer.stats();
+    /// println!("{} received, {} in the queue", s.totals.messages_received,
+    ///     s.totals.receiver_queue_len);
+    /// # }
+    /// ```
+    pub fn stats(&self) -> crate::stats::ConsumerStats {
+        let parts = self.all();
+        let mut members = Vec::with_capacity(parts.len());
+        for p in &parts {
+            let state = *p.state.borrow();
+            let mut counts = p.stats.snapshot();
+            counts.discarded_undecodable = p.discarded.load(Ordering::Relaxed);
+            counts.receiver_queue_len = p.room().queued;
+            members.push(crate::stats::PartitionConsumerStats {
+                topic: p.stats.topic().to_string(),
+                partition: p.partition,
+                state,
+                counts,
+            });
+        }
+        crate::stats::ConsumerStats::aggregate(self.state(), members)
     }
 
     /// The tasks whose topic was not deleted under them.

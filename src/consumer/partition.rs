@@ -78,6 +78,13 @@ pub(super) async fn spawn_partition(
         active: watch::Sender::new(None),
         state: entity.life.watch(),
         discarded: AtomicU64::new(0),
+        stats: crate::stats::ConsumerCounters::new(
+            entity.link.clone(),
+            client.metric_labels,
+            &topic,
+            &options.subscription,
+            options.receiver_queue_size,
+        ),
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
@@ -120,7 +127,8 @@ pub(super) async fn spawn_partition(
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
-    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id);
+    let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id,
+        subscription = %options.subscription);
     tokio::spawn(tracing::Instrument::instrument(task.run(), span));
     Ok(shared)
 }

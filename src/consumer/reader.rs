@@ -176,6 +176,12 @@ impl Reader {
         self.consumer.topic()
     }
 
+    /// A snapshot of the reader's statistics (those of its non-durable consumer, see
+    /// [`crate::Consumer::stats`]).
+    pub fn stats(&self) -> crate::stats::ConsumerStats {
+        self.consumer.stats()
+    }
+
     /// Waits for the next message.
     ///
     /// # Cancel safety

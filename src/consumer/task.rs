@@ -92,6 +92,8 @@ pub(crate) struct PartitionShared {
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
     /// Entries discarded because they could not be decoded.
     pub discarded: AtomicU64,
+    /// Statistics (read by `Consumer::stats`).
+    pub stats: crate::stats::ConsumerCounters,
     /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
     /// it no longer counts in the consumer's state, and discovery drops it.
     pub topic_deleted: std::sync::atomic::AtomicBool,
@@ -398,8 +400,10 @@ impl ConsumerTask {
             if let Err(e) = step {
                 break e;
             }
+            self.shared.stats.publish(|| self.shared.room().queued);
         };
         let state = self.entity.end(&final_error);
+        self.shared.stats.closed();
         let result = match (&final_error, close_outcome) {
             (Error::Closed, None) => Ok(()),
             (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
@@ -514,6 +518,7 @@ impl ConsumerTask {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
             ConsumerOp::Ack(id) => {
+                self.shared.stats.acked();
                 self.forget(&id);
                 if !self.persistent() {
                     return Ok(());
@@ -531,6 +536,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::AckCumulative(id) => {
+                self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);
                 // The cumulative ack of a chunked message's last chunk covers its chunks.
                 let done: Vec<MessageId> = self
@@ -589,6 +595,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::Nack(id, redelivery_count) => {
+                self.shared.stats.nacked();
                 self.unacked.remove(&id);
                 if let Some(msg) = self.dlq_candidates.remove(&id) {
                     self.dead_letter(msg);
@@ -654,6 +661,8 @@ impl ConsumerTask {
             partial,
         } = self.acks.take_flush();
         let id = self.entity.id;
+        let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
+        self.shared.stats.acks_sent(sent);
         if !individual.is_empty() || !partial.is_empty() {
             self.entity
                 .send_control(commands::ack_individual(id, &individual, partial));
@@ -673,7 +682,7 @@ impl ConsumerTask {
     /// published, or redelivered if publishing fails.
     pub(super) fn dead_letter(&self, msg: Message) {
         match &self.dlq {
-            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.ops.clone()),
+            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.clone()),
             None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
         }
     }
@@ -688,6 +697,7 @@ impl ConsumerTask {
         self.unacked
             .taken(self.shared.taken_messages.load(Ordering::Acquire), now);
         let expired = self.unacked.expired(now, self.opts.ack_timeout);
+        self.shared.stats.ack_timed_out(expired.len());
         let mut redeliver = Vec::new();
         for id in expired {
             match self.dlq_candidates.remove(&id) {
@@ -724,6 +734,7 @@ impl ConsumerTask {
         }
         ids.sort();
         ids.dedup();
+        self.shared.stats.redelivery_requested();
         self.entity
             .send_control(commands::redeliver(self.entity.id, &ids));
     }
@@ -742,6 +753,7 @@ impl ConsumerTask {
         self.shared.epoch.fetch_add(1, Ordering::AcqRel);
         self.unacked.clear();
         self.nacks = NackTracker::default();
+        self.shared.stats.redelivery_requested();
         let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
         self.entity.send_control(frame);
     }

@@ -101,6 +101,8 @@ pub(crate) struct Entity {
     pub id: u64,
     inbound_bound: usize,
     pub life: Lifecycle,
+    /// Reconnect counts, for the entity's stats.
+    pub link: Arc<crate::stats::LinkCounters>,
     pub conn: Option<Connection>,
     events: Option<EntityReceiver>,
     /// An event [`Entity::try_next`] took but left for [`Entity::next`].
@@ -155,6 +157,7 @@ impl Entity {
             id,
             inbound_bound: slot.inbound_bound,
             life,
+            link: Default::default(),
             conn: Some(attached.conn),
             events: Some(attached.events),
             stashed: None,
@@ -200,6 +203,7 @@ impl Entity {
                         self.conn = Some(a.conn);
                         self.events = Some(a.events);
                         self.attached_at = Instant::now();
+                        self.link.reattached();
                         tracing::info!(topic = %self.topic, kind = kind_name(self.kind), "re-created");
                         Wake::Attached(Box::new(a.response))
                     }
@@ -241,9 +245,13 @@ impl Entity {
             Some(EntityEvent::Receipt(r)) => Wake::Receipt(r),
             Some(EntityEvent::Command(frame)) => match commands::broker_close(&frame.command) {
                 None => Wake::Command(frame),
-                Some(close) if !close.allow_reconnect => Wake::Ended(Error::ClosedByBroker {
-                    topic: self.topic.to_string(),
-                }),
+                Some(close) if !close.allow_reconnect => {
+                    tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
+                        reason = close.reason, "closed for good by the broker (PIP-139)");
+                    Wake::Ended(Error::ClosedByBroker {
+                        topic: self.topic.to_string(),
+                    })
+                }
                 Some(close) => {
                     tracing::info!(topic = %self.topic, kind = kind_name(self.kind),
                         to = ?close.assigned_broker, "{}", close.reason);
@@ -276,6 +284,7 @@ impl Entity {
         if let Some(conn) = self.conn.take() {
             tracing::info!(topic = %self.topic, kind = kind_name(self.kind), why, "detached");
             conn.unregister(self.kind, self.id);
+            self.link.detached();
         }
         self.events = None;
         self.stashed = None;
@@ -375,6 +384,7 @@ impl Entity {
     /// registration dropped. Returns the final state.
     pub(crate) fn end(&mut self, error: &Error) -> State {
         self.reconnect = None;
+        self.link.ended();
         if matches!(error, Error::Closed) && self.life.state() != State::Closing {
             self.life.apply(Event::CloseRequested);
         }

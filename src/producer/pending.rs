@@ -75,6 +75,8 @@ pub(crate) enum ReceiptOutcome {
 pub(crate) struct PendingQueue {
     queue: VecDeque<InFlight>,
     messages: usize,
+    /// Encoded bytes of the queued entries.
+    bytes: usize,
     /// Where the first chunk of the chunked message being receipted was stored (upstream
     /// `ChunkedMessageCtx.firstChunkMessageId`), keyed by its sequence id.
     first_chunk: Option<(u64, ChunkStart)>,
@@ -83,12 +85,18 @@ pub(crate) struct PendingQueue {
 impl PendingQueue {
     pub(crate) fn push(&mut self, entry: InFlight) {
         self.messages += entry.completions.len();
+        self.bytes += entry.encoded.len();
         self.queue.push_back(entry);
     }
 
     /// Messages pending (not entries).
     pub(crate) fn messages(&self) -> usize {
         self.messages
+    }
+
+    /// Encoded bytes pending.
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -129,6 +137,7 @@ impl PendingQueue {
         };
         let n = entry.completions.len();
         self.messages -= n;
+        self.bytes -= entry.encoded.len();
         if let Some(chunk) = entry.chunk {
             // Upstream `ProducerImpl.ackReceived`: every chunk has its own receipt, in order;
             // the first chunk's id is kept and only the last chunk completes the send, with a
@@ -200,6 +209,7 @@ impl PendingQueue {
         let mut n = 0;
         for entry in entries {
             n += entry.completions.len();
+            self.bytes -= entry.encoded.len();
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
@@ -300,6 +310,7 @@ mod tests {
         assert_eq!(rb[0].try_recv().unwrap().unwrap().batch_index, -1);
         assert!(q.is_empty());
         assert_eq!(q.messages(), 0);
+        assert_eq!(q.bytes(), 0);
     }
 
     #[tokio::test]

@@ -20,6 +20,7 @@ use crate::error::{Error, Result, ServerError};
 use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
+use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
@@ -133,6 +134,8 @@ pub(crate) struct ProducerTask {
     pub close_outcome: Option<Error>,
     /// Set once the producer is closed for good; handles report it on later sends.
     pub terminal: Arc<Mutex<Option<Error>>>,
+    /// Statistics (read by `Producer::stats`).
+    pub stats: Arc<crate::stats::ProducerCounters>,
 }
 
 impl ProducerTask {
@@ -201,6 +204,7 @@ impl ProducerTask {
                 _ = tick.tick() => {
                     if !self.opts.send_timeout.is_zero() {
                         let n = self.pending.expire(Instant::now(), self.opts.send_timeout);
+                        self.stats.failed(SendFailure::Timeout, n);
                         if n > 0 {
                             tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout");
                         }
@@ -217,6 +221,8 @@ impl ProducerTask {
             if let Err(e) = step {
                 break e;
             }
+            self.stats
+                .pending(self.pending.messages(), self.pending.bytes());
             // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
             // the open batch, flushed by `start_close`, and whatever waited for room in the
             // connection's queue), without waiting for receipts: the broker answers it once the
@@ -254,7 +260,8 @@ impl ProducerTask {
                 r
             }
             Wake::Message(_) => {
-                tracing::debug!(topic = %self.entity.topic, "MESSAGE for a producer; ignored");
+                // Per frame: trace (never more than one line per message above trace).
+                tracing::trace!(topic = %self.entity.topic, "MESSAGE for a producer; ignored");
                 Ok(())
             }
             Wake::Detached => {
@@ -432,6 +439,7 @@ impl ProducerTask {
     }
 
     fn dispatch(&mut self, out: Vec<InFlight>, failed: Vec<(Error, Completion)>) {
+        self.stats.failed(SendFailure::Rejected, failed.len());
         for (e, c) in failed {
             c.complete(Err(e));
         }
@@ -467,6 +475,12 @@ impl ProducerTask {
     fn on_receipt(&mut self, r: crate::proto::CommandSendReceipt) -> Result<()> {
         let partition = self.partition;
         let id = r.message_id.unwrap_or_default();
+        // The head's size and age, for the stats if this receipt completes it.
+        let head = self
+            .pending
+            .iter()
+            .next()
+            .map(|e| (e.encoded.len(), e.enqueued_at));
         let outcome = self
             .pending
             .on_receipt(r.sequence_id, |batch_index| MessageId {
@@ -477,6 +491,11 @@ impl ProducerTask {
                 batch_size: 0,
                 first_chunk: None,
             });
+        if let (ReceiptOutcome::Completed(n), Some((bytes, at))) = (&outcome, head) {
+            self.stats
+                .pending(self.pending.messages(), self.pending.bytes());
+            self.stats.sent(*n as u64, bytes as u64, at.elapsed());
+        }
         if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
             tracing::warn!(topic = %self.entity.topic, expected, got,
                 "receipt ahead of the pending head; reconnecting");
@@ -518,10 +537,11 @@ impl ProducerTask {
                         // refusals of its later chunks (same sequence id) are then stale.
                         let head = self.pending.iter().next().map(|h| h.first_seq);
                         if head == Some(e.sequence_id) {
-                            self.pending.fail_head(Error::Broker {
+                            let n = self.pending.fail_head(Error::Broker {
                                 code,
                                 message: e.message,
                             });
+                            self.stats.failed(SendFailure::Broker, n);
                         }
                         self.finish_flush_waiters();
                         Ok(())
@@ -569,15 +589,19 @@ impl ProducerTask {
         if let Some(b) = self.batches.as_mut() {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
+        let mut closed = failed.len();
         for (_, c) in failed {
             c.complete(Err(error.clone()));
         }
         for entry in out {
+            closed += entry.completions.len();
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
         }
-        self.pending.fail_all(&error);
+        closed += self.pending.fail_all(&error);
+        self.stats.failed(SendFailure::Closed, closed);
+        self.stats.closed();
         for (_, tx) in self.flush_waiters.drain(..) {
             let _ = tx.send(Err(error.clone()));
         }
