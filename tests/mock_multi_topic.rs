@@ -223,6 +223,13 @@ async fn seek_by_time_unsubscribe_and_failures_cover_every_topic() {
         .await
         .unwrap_err();
     assert!(matches!(e, Error::InvalidOperation(_)), "{e:?}");
+    // The broker disconnects consumers on a seek; a partition with nothing to redeliver may
+    // still be re-subscribing, and unsubscribe needs every consumer connected (upstream
+    // `unsubscribeAsync` fails with "Not connected to broker" too).
+    wait_until("every topic re-subscribed after the seek", || {
+        consumer.state() == State::Ready
+    })
+    .await;
     within("unsubscribe", consumer.unsubscribe()).await.unwrap();
     for t in &topics[..2] {
         assert!(broker.subscriptions(t).is_empty(), "{t}");
