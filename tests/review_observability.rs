@@ -1,0 +1,296 @@
+//! Review probes of the stats and metrics (#16): what an operator would check after a chunked
+//! send, failed sends and a consumer that went idle. Metrics tests need the `metrics` feature;
+//! the facade has one recorder per process, so every test here uses its own namespace.
+#![cfg(feature = "metrics")]
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use common::{test_client, wait_until, within};
+use metrics::{
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    SharedString, Unit,
+};
+use pulsar_sdk::metrics::names;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
+use pulsar_sdk::{InitialPosition, ServerError, SubscriptionType};
+
+/// A counter's total, a gauge's value (f64 bits) or a histogram's sample count.
+#[derive(Default)]
+struct Series(AtomicU64);
+
+impl CounterFn for Series {
+    fn increment(&self, v: u64) {
+        self.0.fetch_add(v, Ordering::Relaxed);
+    }
+    fn absolute(&self, v: u64) {
+        self.0.fetch_max(v, Ordering::Relaxed);
+    }
+}
+
+impl GaugeFn for Series {
+    fn increment(&self, v: f64) {
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some((f64::from_bits(b) + v).to_bits())
+            });
+    }
+    fn decrement(&self, v: f64) {
+        GaugeFn::increment(self, -v);
+    }
+    fn set(&self, v: f64) {
+        self.0.store(v.to_bits(), Ordering::Relaxed);
+    }
+}
+
+impl HistogramFn for Series {
+    fn record(&self, _: f64) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[derive(Default)]
+struct TestRecorder {
+    series: Mutex<BTreeMap<String, Arc<Series>>>,
+}
+
+impl TestRecorder {
+    fn get(&self, key: &Key) -> Arc<Series> {
+        let mut labels: Vec<String> = key
+            .labels()
+            .map(|l| format!("{}={}", l.key(), l.value()))
+            .collect();
+        labels.sort();
+        let k = format!("{}{{{}}}", key.name(), labels.join(","));
+        self.series.lock().unwrap().entry(k).or_default().clone()
+    }
+
+    /// The raw value of the one series of `name` in namespace `ns` (0 if never registered).
+    fn value(&self, name: &str, ns: &str) -> u64 {
+        let prefix = format!("{name}{{");
+        let label = format!("pulsar.namespace=public/{ns}");
+        let found: Vec<u64> = self
+            .series
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| k.starts_with(&prefix) && k.contains(&label))
+            .map(|(_, v)| v.0.load(Ordering::Relaxed))
+            .collect();
+        assert!(found.len() <= 1, "{name} in {ns}: {found:?}");
+        found.first().copied().unwrap_or(0)
+    }
+
+    fn gauge(&self, name: &str, ns: &str) -> f64 {
+        f64::from_bits(self.value(name, ns))
+    }
+}
+
+impl Recorder for &'static TestRecorder {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        Counter::from_arc(self.get(key))
+    }
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.get(key))
+    }
+    fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::from_arc(self.get(key))
+    }
+}
+
+fn recorder() -> &'static TestRecorder {
+    static R: OnceLock<&'static TestRecorder> = OnceLock::new();
+    R.get_or_init(|| {
+        let r: &'static TestRecorder = Box::leak(Box::default());
+        metrics::set_global_recorder(r).expect("the only recorder");
+        r
+    })
+}
+
+/// Bytes that do not compress well (xorshift).
+fn noise(n: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// One chunked message is one message: upstream completes a chunked send once, on the last
+/// chunk's receipt, and records one `message.send.duration` sample for it.
+#[tokio::test]
+async fn a_chunked_send_is_one_message_and_one_duration_sample() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-chunked";
+    let topic = format!("persistent://public/{ns}/t");
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(&topic)
+        .chunking(true)
+        .batching(false)
+        .chunk_max_message_size(10_000)
+        .create()
+        .await
+        .unwrap();
+    within("send", producer.send_and_wait(noise(55_000)))
+        .await
+        .unwrap();
+    let s = producer.stats();
+    assert_eq!(s.totals.messages_sent, 1);
+    assert_eq!(s.totals.send_latency.count, 1, "one latency sample");
+    assert_eq!(s.totals.pending_messages, 0);
+    assert_eq!(s.totals.pending_bytes, 0);
+    assert!(s.totals.bytes_sent > 55_000, "every chunk's bytes count");
+    assert_eq!(rec.value(names::PRODUCER_SEND_COUNT, ns), 1);
+    assert_eq!(
+        rec.value(names::PRODUCER_SEND_DURATION, ns),
+        1,
+        "one duration sample for one chunked message, not one per chunk"
+    );
+    client.close().await.unwrap();
+}
+
+/// The pending gauges an operator scrapes follow the queue when sends fail, not only when
+/// they succeed: after the last sends are refused nothing is pending, while the producer
+/// lives (upstream decrements `message.pending.*` in every send's callback, failed or not).
+#[tokio::test]
+async fn the_pending_gauges_return_to_zero_when_the_last_sends_fail() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-pending-fail";
+    let topic = format!("persistent://public/{ns}/t");
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    // The first SEND is stored, the next two refused; the round trip keeps all three in the
+    // pending queue when the first receipt comes back.
+    broker.push_error(
+        MockError::new(MockRequest::Send, ServerError::NotAllowed, "refused")
+            .skip(1)
+            .times(2),
+    );
+    broker.set_response_delay(Duration::from_millis(200));
+    let mut receipts = Vec::new();
+    for i in 0..3 {
+        receipts.push(producer.send(format!("m{i}")).await.unwrap());
+    }
+    let results: Vec<bool> = within("receipts", async {
+        let mut v = Vec::new();
+        for r in receipts {
+            v.push(r.await.is_ok());
+        }
+        v
+    })
+    .await;
+    assert_eq!(results, [true, false, false]);
+    wait_until("stats: nothing pending", || {
+        producer.stats().totals.pending_messages == 0
+    })
+    .await;
+    assert_eq!(producer.stats().totals.send_errors.broker, 2);
+    assert_eq!(
+        rec.gauge(names::PRODUCER_PENDING_COUNT, ns),
+        0.0,
+        "metrics gauge: nothing pending"
+    );
+    assert_eq!(rec.gauge(names::PRODUCER_PENDING_SIZE, ns), 0.0);
+    producer.close().await.unwrap();
+    client.close().await.unwrap();
+}
+
+/// Send timeouts empty the queue: stats and the metric gauges say so while the producer lives.
+#[tokio::test]
+async fn the_pending_gauges_return_to_zero_after_send_timeouts() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-pending-timeout";
+    let topic = format!("persistent://public/{ns}/t");
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .send_timeout(Duration::from_millis(500))
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("ok").await.unwrap();
+    broker.set_response_delay(Duration::from_millis(300));
+    let first = producer.send("a").await.unwrap();
+    let second = producer.send("b").await.unwrap();
+    assert!(within("a", first).await.is_ok());
+    assert!(within("b", second).await.is_ok());
+    // Now the broker stalls: these never get a receipt.
+    broker.set_unresponsive(true);
+    let lost: Vec<_> = send_n(&producer, 4).await;
+    for r in lost {
+        assert!(within("timeout", r).await.is_err());
+    }
+    let s = producer.stats();
+    assert_eq!(s.totals.send_errors.timeout, 4);
+    assert_eq!(
+        (s.totals.pending_messages, s.totals.pending_bytes),
+        (0, 0)
+    );
+    assert_eq!(rec.gauge(names::PRODUCER_PENDING_COUNT, ns), 0.0);
+    assert_eq!(rec.gauge(names::PRODUCER_PENDING_SIZE, ns), 0.0);
+}
+
+async fn send_n(
+    producer: &pulsar_sdk::Producer,
+    n: usize,
+) -> Vec<pulsar_sdk::SendFuture> {
+    let mut v = Vec::new();
+    for i in 0..n {
+        v.push(producer.send(format!("lost-{i}")).await.unwrap());
+    }
+    v
+}
+
+/// A consumer that received its messages and then went quiet: the scraped received count
+/// and receive queue reach what the application saw without further traffic.
+#[tokio::test]
+async fn consumer_metrics_catch_up_when_the_consumer_goes_idle() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-idle-consumer";
+    let topic = format!("persistent://public/{ns}/t");
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = common::unbatched_producer(&client, &topic).await;
+    common::publish(&producer, "m", 5).await;
+    for _ in 0..5 {
+        within("recv", consumer.recv()).await.unwrap();
+    }
+    assert_eq!(consumer.stats().totals.messages_received, 5);
+    assert_eq!(consumer.stats().totals.receiver_queue_len, 0);
+    wait_until("the received count is scraped", || {
+        rec.value(names::CONSUMER_RECEIVED_COUNT, ns) == 5
+            && rec.gauge(names::CONSUMER_RECEIVE_QUEUE_COUNT, ns) == 0.0
+    })
+    .await;
+    client.close().await.unwrap();
+}
