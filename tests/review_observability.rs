@@ -244,18 +244,12 @@ async fn the_pending_gauges_return_to_zero_after_send_timeouts() {
     }
     let s = producer.stats();
     assert_eq!(s.totals.send_errors.timeout, 4);
-    assert_eq!(
-        (s.totals.pending_messages, s.totals.pending_bytes),
-        (0, 0)
-    );
+    assert_eq!((s.totals.pending_messages, s.totals.pending_bytes), (0, 0));
     assert_eq!(rec.gauge(names::PRODUCER_PENDING_COUNT, ns), 0.0);
     assert_eq!(rec.gauge(names::PRODUCER_PENDING_SIZE, ns), 0.0);
 }
 
-async fn send_n(
-    producer: &pulsar_sdk::Producer,
-    n: usize,
-) -> Vec<pulsar_sdk::SendFuture> {
+async fn send_n(producer: &pulsar_sdk::Producer, n: usize) -> Vec<pulsar_sdk::SendFuture> {
     let mut v = Vec::new();
     for i in 0..n {
         v.push(producer.send(format!("lost-{i}")).await.unwrap());
