@@ -288,3 +288,137 @@ async fn consumer_metrics_catch_up_when_the_consumer_goes_idle() {
     .await;
     client.close().await.unwrap();
 }
+
+/// A pattern consumer whose topics come and go: the stats list the current members, a removed
+/// topic's consumer is closed (its queue gauge back to zero, counted as closed), and a scrape's
+/// counters never go down.
+#[tokio::test]
+async fn pattern_consumer_stats_follow_topics_coming_and_going() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-pattern";
+    let t = |n: &str| format!("persistent://public/{ns}/{n}");
+    broker.create_topic(&t("p-1"));
+    broker.create_topic(&t("p-2"));
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern(format!("persistent://public/{ns}/p-.*"))
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .pattern_auto_discovery_period(Duration::from_millis(200))
+        .subscribe()
+        .await
+        .unwrap();
+    let mut changes = consumer.topic_changes();
+    for topic in ["p-1", "p-2"] {
+        let p = common::unbatched_producer(&client, &t(topic)).await;
+        common::publish(&p, topic, 3).await;
+        p.close().await.unwrap();
+    }
+    for _ in 0..6 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        consumer.ack(&m).unwrap();
+    }
+    let s = consumer.stats();
+    let members: Vec<&str> = s.partitions.iter().map(|p| p.topic.as_str()).collect();
+    assert_eq!(members.len(), 2, "{members:?}");
+    assert_eq!(s.totals.messages_received, 6);
+    // Acks are counted by the member's task when it takes the ack (not in `ack` itself).
+    wait_until("acks counted", || consumer.stats().totals.acks == 6).await;
+    wait_until("received and acks scraped", || {
+        rec.value(names::CONSUMER_RECEIVED_COUNT, ns) == 6
+            && rec.value(names::CONSUMER_ACK, ns) == 6
+    })
+    .await;
+
+    broker.delete_topic(&t("p-2"), true).unwrap();
+    within("topic removed", changes.recv()).await.unwrap();
+    wait_until("the removed member is gone from the stats", || {
+        consumer.stats().partitions.len() == 1
+    })
+    .await;
+    let s = consumer.stats();
+    assert_eq!(s.partitions[0].topic, t("p-1"));
+    wait_until("the removed member's consumer counted closed", || {
+        rec.value(names::CONSUMER_CLOSED, ns) == 1
+    })
+    .await;
+    assert_eq!(rec.gauge(names::CONSUMER_RECEIVE_QUEUE_COUNT, ns), 0.0);
+    assert_eq!(
+        rec.value(names::CONSUMER_RECEIVED_COUNT, ns),
+        6,
+        "a scraped counter keeps what the removed member received"
+    );
+
+    broker.create_topic(&t("p-3"));
+    within("topic added", changes.recv()).await.unwrap();
+    let p = common::unbatched_producer(&client, &t("p-3")).await;
+    common::publish(&p, "p-3", 2).await;
+    for _ in 0..2 {
+        within("recv", consumer.recv()).await.unwrap();
+    }
+    let s = consumer.stats();
+    assert_eq!(s.partitions.len(), 2);
+    let p3 = s.partitions.iter().find(|m| m.topic == t("p-3")).unwrap();
+    assert_eq!(p3.counts.messages_received, 2);
+    assert_eq!(rec.value(names::CONSUMER_OPENED, ns), 3);
+    consumer.close().await.unwrap();
+    wait_until("every consumer closed, queue gauge at zero", || {
+        rec.value(names::CONSUMER_CLOSED, ns) == 3
+            && rec.gauge(names::CONSUMER_RECEIVE_QUEUE_COUNT, ns) == 0.0
+    })
+    .await;
+    client.close().await.unwrap();
+}
+
+/// A partitioned producer whose topic grows: the new partitions appear in the stats, each
+/// counting what the broker stored on it; pending returns to zero.
+#[tokio::test]
+async fn partitioned_producer_stats_grow_with_the_partitions() {
+    let rec = recorder();
+    let broker = MockBroker::start().await.unwrap();
+    let ns = "review-growing";
+    let topic = format!("persistent://public/{ns}/g");
+    broker.create_partitioned_topic(&topic, 2);
+    let client = test_client(&broker.service_url())
+        .auto_update_partitions_interval(Duration::from_millis(100))
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    assert_eq!(producer.stats().partitions.len(), 2);
+    broker.set_partitions(&topic, 4);
+    wait_until("four partitions in the stats", || {
+        producer.stats().partitions.len() == 4
+    })
+    .await;
+    for i in 0..20 {
+        producer.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    let s = producer.stats();
+    let idx: Vec<i32> = s.partitions.iter().map(|p| p.partition).collect();
+    assert_eq!(idx, [0, 1, 2, 3]);
+    for p in &s.partitions {
+        assert_eq!(
+            p.counts.messages_sent as usize,
+            broker.topic_messages(&format!("{topic}-partition-{}", p.partition)),
+            "partition {}",
+            p.partition
+        );
+    }
+    assert_eq!(s.totals.messages_sent, 20);
+    assert_eq!(s.totals.send_latency.count, 20);
+    assert_eq!((s.totals.pending_messages, s.totals.pending_bytes), (0, 0));
+    assert_eq!(rec.value(names::PRODUCER_OPENED, ns), 4);
+    assert_eq!(rec.value(names::PRODUCER_SEND_COUNT, ns), 20);
+    producer.close().await.unwrap();
+    assert_eq!(rec.value(names::PRODUCER_CLOSED, ns), 4);
+    assert_eq!(rec.gauge(names::PRODUCER_PENDING_COUNT, ns), 0.0);
+    client.close().await.unwrap();
+}
