@@ -136,12 +136,15 @@ impl ProducerCounters {
         }
     }
 
-    /// The pending queue now (called once per wake-up of the task: two plain stores).
+    /// The pending queue now (called once per wake-up of the task: two plain stores, and with
+    /// the `metrics` feature a load, handing the gauges the queue after failed sends).
     #[inline]
     pub(crate) fn pending(&self, messages: usize, bytes: usize) {
         self.pending_messages.store(messages as u64, Relaxed);
         self.pending_bytes.store(bytes as u64, Relaxed);
-        if super::sink::ENABLED && self.republish.swap(false, Relaxed) {
+        // A plain load per wake-up (one writer: no read-modify-write needed).
+        if super::sink::ENABLED && self.republish.load(Relaxed) {
+            self.republish.store(false, Relaxed);
             self.publish_pending();
         }
     }
