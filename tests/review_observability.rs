@@ -422,3 +422,43 @@ async fn partitioned_producer_stats_grow_with_the_partitions() {
     assert_eq!(rec.gauge(names::PRODUCER_PENDING_COUNT, ns), 0.0);
     client.close().await.unwrap();
 }
+
+/// What a user checks on a multi-threaded runtime: once `send_and_wait` returned, the stats
+/// count that message (upstream's `ProducerImpl` records a send's stats in its callback before
+/// completing the application's future).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_confirmed_send_is_in_the_stats_when_send_and_wait_returns() {
+    let broker = MockBroker::start().await.unwrap();
+    let topic = "persistent://public/review-stats-order/t";
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let sender = producer.clone();
+    // A snapshot taken concurrently never shows more latency samples than messages, and its
+    // percentiles stay ordered.
+    let watcher = tokio::spawn(async move {
+        for _ in 0..2000 {
+            let s = sender.stats().totals;
+            assert!(s.send_latency.count <= s.messages_sent, "{s:?}");
+            let l = s.send_latency;
+            assert!(l.p50 <= l.p95 && l.p95 <= l.p99 && l.p99 <= l.max, "{l:?}");
+            tokio::task::yield_now().await;
+        }
+    });
+    for i in 1..=500u64 {
+        producer.send_and_wait(format!("m{i}")).await.unwrap();
+        let s = producer.stats().totals;
+        assert!(
+            s.messages_sent >= i && s.send_latency.count >= i,
+            "after {i} confirmed sends the stats say {} sent, {} timed",
+            s.messages_sent,
+            s.send_latency.count
+        );
+    }
+    watcher.await.unwrap();
+    client.close().await.unwrap();
+}
