@@ -475,12 +475,21 @@ impl ProducerTask {
     fn on_receipt(&mut self, r: crate::proto::CommandSendReceipt) -> Result<()> {
         let partition = self.partition;
         let id = r.message_id.unwrap_or_default();
-        // The head's size and age, for the stats if this receipt completes it.
-        let head = self
+        // A receipt for the head completes it: counted before its sends complete, so that a
+        // caller whose `send_and_wait` returned (on another thread) finds it in the stats,
+        // like upstream's send callback, which records the stats before completing the
+        // application's future.
+        if let Some(e) = self
             .pending
             .iter()
             .next()
-            .map(|e| (e.encoded.len(), e.enqueued_at));
+            .filter(|e| e.first_seq == r.sequence_id)
+        {
+            let (n, bytes, at) = (e.completions.len(), e.encoded.len(), e.enqueued_at);
+            self.stats
+                .pending(self.pending.messages() - n, self.pending.bytes() - bytes);
+            self.stats.sent(n as u64, bytes as u64, at.elapsed());
+        }
         let outcome = self
             .pending
             .on_receipt(r.sequence_id, |batch_index| MessageId {
@@ -491,11 +500,6 @@ impl ProducerTask {
                 batch_size: 0,
                 first_chunk: None,
             });
-        if let (ReceiptOutcome::Completed(n), Some((bytes, at))) = (&outcome, head) {
-            self.stats
-                .pending(self.pending.messages(), self.pending.bytes());
-            self.stats.sent(*n as u64, bytes as u64, at.elapsed());
-        }
         if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
             tracing::warn!(topic = %self.entity.topic, expected, got,
                 "receipt ahead of the pending head; reconnecting");
