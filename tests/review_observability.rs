@@ -462,3 +462,32 @@ async fn a_confirmed_send_is_in_the_stats_when_send_and_wait_returns() {
     watcher.await.unwrap();
     client.close().await.unwrap();
 }
+
+/// The same for a refused send: once `send_and_wait` failed, the stats count the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_send_is_in_the_stats_when_send_and_wait_returns() {
+    let broker = MockBroker::start().await.unwrap();
+    let topic = "persistent://public/review-stats-order/refused";
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 1..=100u64 {
+        broker.push_error(MockError::new(
+            MockRequest::Send,
+            ServerError::NotAllowed,
+            "refused",
+        ));
+        assert!(producer.send_and_wait("x").await.is_err());
+        let s = producer.stats().totals;
+        assert!(
+            s.send_errors.broker >= i,
+            "after {i} refused sends the stats say {}",
+            s.send_errors.broker
+        );
+    }
+    client.close().await.unwrap();
+}

@@ -203,8 +203,10 @@ impl ProducerTask {
                 }
                 _ = tick.tick() => {
                     if !self.opts.send_timeout.is_zero() {
-                        let n = self.pending.expire(Instant::now(), self.opts.send_timeout);
-                        self.stats.failed(SendFailure::Timeout, n);
+                        let stats = &self.stats;
+                        let n = self.pending.expire(Instant::now(), self.opts.send_timeout, |n| {
+                            stats.failed(SendFailure::Timeout, n)
+                        });
                         if n > 0 {
                             tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout");
                         }
@@ -541,11 +543,13 @@ impl ProducerTask {
                         // refusals of its later chunks (same sequence id) are then stale.
                         let head = self.pending.iter().next().map(|h| h.first_seq);
                         if head == Some(e.sequence_id) {
-                            let n = self.pending.fail_head(Error::Broker {
+                            let error = Error::Broker {
                                 code,
                                 message: e.message,
-                            });
-                            self.stats.failed(SendFailure::Broker, n);
+                            };
+                            let stats = &self.stats;
+                            self.pending
+                                .fail_head_counted(error, |n| stats.failed(SendFailure::Broker, n));
                         }
                         self.finish_flush_waiters();
                         Ok(())
@@ -593,18 +597,20 @@ impl ProducerTask {
         if let Some(b) = self.batches.as_mut() {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
-        let mut closed = failed.len();
+        // Counted before the sends complete (see `Pending::fail_head_counted`).
+        let unsent = failed.len() + out.iter().map(|e| e.completions.len()).sum::<usize>();
+        self.stats.failed(SendFailure::Closed, unsent);
         for (_, c) in failed {
             c.complete(Err(error.clone()));
         }
         for entry in out {
-            closed += entry.completions.len();
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
         }
-        closed += self.pending.fail_all(&error);
-        self.stats.failed(SendFailure::Closed, closed);
+        let stats = &self.stats;
+        self.pending
+            .fail_all(&error, |n| stats.failed(SendFailure::Closed, n));
         self.stats.closed();
         for (_, tx) in self.flush_waiters.drain(..) {
             let _ = tx.send(Err(error.clone()));
