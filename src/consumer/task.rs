@@ -200,6 +200,10 @@ pub(crate) struct ConsumerTask {
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
 const BURST: usize = 256;
 
+/// How often the task hands the metrics facade what the application received while nothing
+/// else woke it (feature `metrics` only): well under any scrape interval.
+const METRICS_PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl ConsumerTask {
     pub(super) fn epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Acquire)
@@ -268,6 +272,14 @@ impl ConsumerTask {
         let ack_timeout_on = !self.opts.ack_timeout.is_zero() && self.persistent();
         let mut ack_timeout_tick = tokio::time::interval(self.opts.ack_timeout_tick);
         ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // With the `metrics` feature, a wake-up every second hands the facade what the
+        // application took since the last one: the handle counts `recv`s without waking the
+        // task, so an idle consumer's received count and queue gauge would otherwise stay
+        // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
+        // counters as each message is taken, so a scrape always sees them).
+        let metrics_on = crate::stats::sink::ENABLED;
+        let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
+        metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let out = self.out.clone();
         // Created once: a fresh `closed()` per wake-up would register a waiter per message.
         let out_closed = out.closed();
@@ -396,6 +408,7 @@ impl ConsumerTask {
                     self.on_ack_timeout_tick();
                     Ok(())
                 }
+                _ = metrics_tick.tick(), if metrics_on => Ok(()), // published below
             };
             if let Err(e) = step {
                 break e;

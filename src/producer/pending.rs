@@ -185,7 +185,15 @@ impl PendingQueue {
     /// Fails the head message with `error` (e.g. a SendError for exactly that message). A
     /// chunk takes the rest of its chunked message along: a message missing a chunk cannot be
     /// completed.
+    #[cfg(test)]
     pub(crate) fn fail_head(&mut self, error: Error) -> usize {
+        self.fail_head_counted(error, |_| {})
+    }
+
+    /// [`fail_head`](Self::fail_head), calling `count` with the number of failed messages
+    /// before completing them (the stats see a failure before its sender does, like upstream's
+    /// send callback, which records the stats before completing the application's future).
+    pub(crate) fn fail_head_counted(&mut self, error: Error, count: impl FnOnce(usize)) -> usize {
         let Some(entry) = self.queue.pop_front() else {
             return 0;
         };
@@ -206,38 +214,47 @@ impl PendingQueue {
                 }
             }
         }
-        let mut n = 0;
-        for entry in entries {
-            n += entry.completions.len();
+        let n: usize = entries.iter().map(|e| e.completions.len()).sum();
+        self.messages -= n;
+        for entry in &entries {
             self.bytes -= entry.encoded.len();
+        }
+        count(n);
+        for entry in entries {
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
         }
-        self.messages -= n;
         n
     }
 
     /// Fails, in order, exactly the entries older than `timeout`; returns how many messages.
-    pub(crate) fn expire(&mut self, now: Instant, timeout: Duration) -> usize {
+    /// `count` sees each failed message count before those sends complete.
+    pub(crate) fn expire(
+        &mut self,
+        now: Instant,
+        timeout: Duration,
+        mut count: impl FnMut(usize),
+    ) -> usize {
         let mut failed = 0;
         while let Some(head) = self.queue.front() {
             if now.saturating_duration_since(head.enqueued_at) < timeout {
                 break;
             }
-            failed += self.fail_head(Error::Timeout {
+            let error = Error::Timeout {
                 operation: "send",
                 after: timeout,
-            });
+            };
+            failed += self.fail_head_counted(error, &mut count);
         }
         failed
     }
 
-    /// Fails everything with `error`.
-    pub(crate) fn fail_all(&mut self, error: &Error) -> usize {
+    /// Fails everything with `error`; `count` as for [`expire`](Self::expire).
+    pub(crate) fn fail_all(&mut self, error: &Error, mut count: impl FnMut(usize)) -> usize {
         let mut failed = 0;
         while !self.queue.is_empty() {
-            failed += self.fail_head(error.clone());
+            failed += self.fail_head_counted(error.clone(), &mut count);
         }
         failed
     }
@@ -338,7 +355,11 @@ mod tests {
         q.push(a);
         q.push(b);
         assert_eq!(
-            q.expire(start + Duration::from_secs(31), Duration::from_secs(30)),
+            q.expire(
+                start + Duration::from_secs(31),
+                Duration::from_secs(30),
+                |_| {}
+            ),
             1
         );
         assert!(matches!(
@@ -361,11 +382,11 @@ mod tests {
         let mut q = PendingQueue::default();
         let (a, mut ra) = entry(0, 1, now);
         q.push(a);
-        assert_eq!(q.fail_all(&Error::Closed), 2);
+        assert_eq!(q.fail_all(&Error::Closed, |_| {}), 2);
         for rx in ra.iter_mut() {
             assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
         }
-        assert_eq!(q.fail_all(&Error::Closed), 0);
+        assert_eq!(q.fail_all(&Error::Closed, |_| {}), 0);
     }
 
     fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, oneshot::Receiver<Result<MessageId>>) {

@@ -203,8 +203,10 @@ impl ProducerTask {
                 }
                 _ = tick.tick() => {
                     if !self.opts.send_timeout.is_zero() {
-                        let n = self.pending.expire(Instant::now(), self.opts.send_timeout);
-                        self.stats.failed(SendFailure::Timeout, n);
+                        let stats = &self.stats;
+                        let n = self.pending.expire(Instant::now(), self.opts.send_timeout, |n| {
+                            stats.failed(SendFailure::Timeout, n)
+                        });
                         if n > 0 {
                             tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout");
                         }
@@ -475,12 +477,21 @@ impl ProducerTask {
     fn on_receipt(&mut self, r: crate::proto::CommandSendReceipt) -> Result<()> {
         let partition = self.partition;
         let id = r.message_id.unwrap_or_default();
-        // The head's size and age, for the stats if this receipt completes it.
-        let head = self
+        // A receipt for the head completes it: counted before its sends complete, so that a
+        // caller whose `send_and_wait` returned (on another thread) finds it in the stats,
+        // like upstream's send callback, which records the stats before completing the
+        // application's future.
+        if let Some(e) = self
             .pending
             .iter()
             .next()
-            .map(|e| (e.encoded.len(), e.enqueued_at));
+            .filter(|e| e.first_seq == r.sequence_id)
+        {
+            let (n, bytes, at) = (e.completions.len(), e.encoded.len(), e.enqueued_at);
+            self.stats
+                .pending(self.pending.messages() - n, self.pending.bytes() - bytes);
+            self.stats.sent(n as u64, bytes as u64, at.elapsed());
+        }
         let outcome = self
             .pending
             .on_receipt(r.sequence_id, |batch_index| MessageId {
@@ -491,11 +502,6 @@ impl ProducerTask {
                 batch_size: 0,
                 first_chunk: None,
             });
-        if let (ReceiptOutcome::Completed(n), Some((bytes, at))) = (&outcome, head) {
-            self.stats
-                .pending(self.pending.messages(), self.pending.bytes());
-            self.stats.sent(*n as u64, bytes as u64, at.elapsed());
-        }
         if let ReceiptOutcome::AheadOfHead { expected, got } = outcome {
             tracing::warn!(topic = %self.entity.topic, expected, got,
                 "receipt ahead of the pending head; reconnecting");
@@ -537,11 +543,13 @@ impl ProducerTask {
                         // refusals of its later chunks (same sequence id) are then stale.
                         let head = self.pending.iter().next().map(|h| h.first_seq);
                         if head == Some(e.sequence_id) {
-                            let n = self.pending.fail_head(Error::Broker {
+                            let error = Error::Broker {
                                 code,
                                 message: e.message,
-                            });
-                            self.stats.failed(SendFailure::Broker, n);
+                            };
+                            let stats = &self.stats;
+                            self.pending
+                                .fail_head_counted(error, |n| stats.failed(SendFailure::Broker, n));
                         }
                         self.finish_flush_waiters();
                         Ok(())
@@ -589,18 +597,20 @@ impl ProducerTask {
         if let Some(b) = self.batches.as_mut() {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
-        let mut closed = failed.len();
+        // Counted before the sends complete (see `Pending::fail_head_counted`).
+        let unsent = failed.len() + out.iter().map(|e| e.completions.len()).sum::<usize>();
+        self.stats.failed(SendFailure::Closed, unsent);
         for (_, c) in failed {
             c.complete(Err(error.clone()));
         }
         for entry in out {
-            closed += entry.completions.len();
             for c in entry.completions {
                 c.complete(Err(error.clone()));
             }
         }
-        closed += self.pending.fail_all(&error);
-        self.stats.failed(SendFailure::Closed, closed);
+        let stats = &self.stats;
+        self.pending
+            .fail_all(&error, |n| stats.failed(SendFailure::Closed, n));
         self.stats.closed();
         for (_, tx) in self.flush_waiters.drain(..) {
             let _ = tx.send(Err(error.clone()));

@@ -79,6 +79,8 @@ pub(crate) struct ProducerCounters {
     pending_bytes: AtomicU64,
     /// The pending values last handed to the metrics gauges.
     published_pending: [AtomicU64; 2],
+    /// Sends failed since the gauges were last handed the pending values (metrics only).
+    republish: std::sync::atomic::AtomicBool,
     latency: LatencyHistogram,
     sink: ProducerSink,
 }
@@ -105,6 +107,7 @@ impl ProducerCounters {
             pending_messages: AtomicU64::new(0),
             pending_bytes: AtomicU64::new(0),
             published_pending: Default::default(),
+            republish: Default::default(),
             latency: LatencyHistogram::default(),
             sink: ProducerSink::new(labels, topic),
         }
@@ -123,14 +126,27 @@ impl ProducerCounters {
     pub(crate) fn failed(&self, why: SendFailure, messages: usize) {
         if messages > 0 {
             self.errors[why as usize].fetch_add(messages as u64, Relaxed);
+            // Upstream decrements `message.pending.*` in every send's callback, failed or
+            // not: the gauges are handed the queue at the task's next `pending` call, else
+            // they would keep the failed messages until the next receipt (forever, if the
+            // last sends failed).
+            if super::sink::ENABLED {
+                self.republish.store(true, Relaxed);
+            }
         }
     }
 
-    /// The pending queue now (called once per wake-up of the task: two plain stores).
+    /// The pending queue now (called once per wake-up of the task: two plain stores, and with
+    /// the `metrics` feature a load, handing the gauges the queue after failed sends).
     #[inline]
     pub(crate) fn pending(&self, messages: usize, bytes: usize) {
         self.pending_messages.store(messages as u64, Relaxed);
         self.pending_bytes.store(bytes as u64, Relaxed);
+        // A plain load per wake-up (one writer: no read-modify-write needed).
+        if super::sink::ENABLED && self.republish.load(Relaxed) {
+            self.republish.store(false, Relaxed);
+            self.publish_pending();
+        }
     }
 
     /// Hands the metrics gauges the pending values last stored, once per receipt (a gauge

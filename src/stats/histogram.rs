@@ -192,4 +192,33 @@ mod tests {
         assert!(s.p50 <= Duration::from_micros(1125));
         assert_eq!(HistogramCounts::default().summary().count, 0);
     }
+
+    #[test]
+    fn extremes_saturate_and_percentiles_stay_ordered() {
+        let h = LatencyHistogram::default();
+        assert_eq!(
+            h.snapshot().summary(),
+            super::super::LatencySummary::default()
+        );
+        h.record_n(Duration::ZERO, 1);
+        let s = h.snapshot().summary();
+        assert_eq!(
+            (s.count, s.p50, s.p99, s.max),
+            (1, Duration::ZERO, Duration::ZERO, Duration::ZERO)
+        );
+        // Beyond u64 microseconds: saturates, never panics; the maximum is kept.
+        h.record_n(Duration::MAX, 1);
+        h.record_n(Duration::from_micros(u64::MAX), u64::MAX / 4);
+        let s = h.snapshot().summary();
+        assert_eq!(s.max, Duration::from_micros(u64::MAX));
+        assert!(s.p50 <= s.p95 && s.p95 <= s.p99 && s.p99 <= s.max, "{s:?}");
+        // Mixed small and huge values: still ordered.
+        let h = LatencyHistogram::default();
+        for us in [0, 1, 7, 8, 9, 1000, 1 << 39, 1 << 41, u64::MAX] {
+            h.record_n(Duration::from_micros(us), 3);
+        }
+        let s = h.snapshot().summary();
+        assert_eq!(s.count, 27);
+        assert!(s.p50 <= s.p95 && s.p95 <= s.p99 && s.p99 <= s.max, "{s:?}");
+    }
 }

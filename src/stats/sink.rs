@@ -98,8 +98,13 @@ mod on {
         /// batch's messages share its receipt. Messages are counted by `send_count`.
         #[inline]
         pub(crate) fn sent(&self, messages: u64, bytes: u64, latency: Duration) {
-            self.send_ok.record(latency.as_secs_f64());
-            self.send_count.increment(messages);
+            // A chunk before the last completes no message (`messages == 0`): like upstream,
+            // whose send callback runs once per chunked message, on the last chunk's
+            // receipt, a chunked message is one duration sample; every chunk's bytes count.
+            if messages > 0 {
+                self.send_ok.record(latency.as_secs_f64());
+                self.send_count.increment(messages);
+            }
             self.send_size.increment(bytes);
         }
 
