@@ -261,14 +261,20 @@ fn batch_metadata(
 }
 
 impl OpenBatch {
-    fn new(ctx: &FrameContext, msg: &ProducerMessage, key: BatchKey, first_seq: u64) -> Self {
+    fn new(
+        ctx: &FrameContext,
+        msg: &ProducerMessage,
+        key: BatchKey,
+        first_seq: u64,
+        builder: BatchBuilder,
+    ) -> Self {
         let mut b = OpenBatch {
             key,
             partition_key: msg.key.clone(),
             key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
-            builder: BatchBuilder::new(),
+            builder,
             completions: Vec::new(),
             first_seq,
             last_seq: first_seq,
@@ -293,6 +299,10 @@ impl OpenBatch {
 pub(crate) struct BatchContainer {
     options: BatchingOptions,
     open: Vec<OpenBatch>,
+    /// The builder of the last batch sent, for the next batch: its buffer's allocation is
+    /// reused once the sent batch's bytes are dropped (at the latest when the frame is
+    /// encoded), instead of a new buffer growing from empty for every batch.
+    spare: BatchBuilder,
 }
 
 impl BatchContainer {
@@ -300,6 +310,7 @@ impl BatchContainer {
         BatchContainer {
             options,
             open: Vec::new(),
+            spare: BatchBuilder::new(),
         }
     }
 
@@ -355,8 +366,10 @@ impl BatchContainer {
             Some(i) => i,
             None => {
                 let key = BatchKey::of(&msg, self.options.key_based);
-                let b = OpenBatch::new(ctx, &msg, key, sequence_id);
+                let builder = std::mem::take(&mut self.spare);
+                let b = OpenBatch::new(ctx, &msg, key, sequence_id, builder);
                 if !b.fits(record, max) {
+                    self.spare = b.builder;
                     // Too big for any batch: it goes on its own, after everything before it,
                     // and fails alone (MessageTooBig) if it is over the limit by itself.
                     self.flush(ctx, out, failed);
@@ -419,6 +432,8 @@ impl BatchContainer {
     ) {
         let n = b.completions.len();
         let raw = b.builder.take();
+        // Empty now; its allocation comes back once `raw` (and what shares it) is dropped.
+        self.spare = std::mem::take(&mut b.builder);
         let raw_len = raw.len();
         let fields = |compression| BatchFields {
             last_seq: b.last_seq,
