@@ -25,6 +25,10 @@ pub(crate) struct FrameContext {
 }
 
 fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
+    if msg.properties.is_empty() {
+        // The common case, without setting up an iterator over an empty map.
+        return Vec::new();
+    }
     msg.properties
         .iter()
         .map(|(k, v)| proto::KeyValue {
@@ -267,6 +271,7 @@ impl OpenBatch {
         key: BatchKey,
         first_seq: u64,
         builder: BatchBuilder,
+        expected_messages: usize,
     ) -> Self {
         let mut b = OpenBatch {
             key,
@@ -275,7 +280,7 @@ impl OpenBatch {
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
             builder,
-            completions: Vec::new(),
+            completions: Vec::with_capacity(expected_messages),
             first_seq,
             last_seq: first_seq,
             opened_at: Instant::now(),
@@ -316,6 +321,15 @@ impl BatchContainer {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+
+    /// How many messages a batch opened by `msg` is likely to hold, if the next ones are of
+    /// its size: its completions are allocated for that many at once, rather than grown one
+    /// reallocation at a time (at most 1024, and 1 for a message that fills a batch alone, so
+    /// a pending batch of large messages holds no room for completions it will never have).
+    fn expected_messages(&self, msg: &ProducerMessage) -> usize {
+        let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
+        by_bytes.min(self.options.max_messages).clamp(1, 1024)
     }
 
     /// When the oldest open batch must be sent.
@@ -367,7 +381,14 @@ impl BatchContainer {
             None => {
                 let key = BatchKey::of(&msg, self.options.key_based);
                 let builder = std::mem::take(&mut self.spare);
-                let b = OpenBatch::new(ctx, &msg, key, sequence_id, builder);
+                let b = OpenBatch::new(
+                    ctx,
+                    &msg,
+                    key,
+                    sequence_id,
+                    builder,
+                    self.expected_messages(&msg),
+                );
                 if !b.fits(record, max) {
                     self.spare = b.builder;
                     // Too big for any batch: it goes on its own, after everything before it,
