@@ -37,6 +37,11 @@ pub(crate) fn max_decompressed(advertised: usize) -> usize {
 const PREALLOCATED_MESSAGES: usize = 1024;
 
 fn props(kvs: &[proto::KeyValue]) -> BTreeMap<String, String> {
+    if kvs.is_empty() {
+        // The common case, without collecting an empty iterator (which costs as much as the
+        // rest of building the message).
+        return BTreeMap::new();
+    }
     kvs.iter()
         .map(|kv| (kv.key.clone(), kv.value.clone()))
         .collect()
