@@ -360,8 +360,12 @@ impl BatchContainer {
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let props = properties(&msg);
-        let record =
-            BatchBuilder::record_len(&single_fields(&msg, &props, sequence_id), msg.payload.len());
+        let meta_len = BatchBuilder::metadata_len(
+            &single_fields(&msg, &props, sequence_id),
+            msg.payload.len(),
+        );
+        // What `push` adds: the 4-byte metadata size, the metadata and the payload.
+        let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
         let mut idx = self.open.iter().position(|b| b.key.matches(&msg));
         // Would this message overflow its open batch (its byte budget, or the broker's limit:
@@ -405,8 +409,11 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder
-            .push(&single_fields(&msg, &props, sequence_id), &msg.payload);
+        b.builder.push_with_metadata_len(
+            &single_fields(&msg, &props, sequence_id),
+            &msg.payload,
+            meta_len,
+        );
         b.last_seq = sequence_id;
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
