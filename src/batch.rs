@@ -199,12 +199,13 @@ impl BatchBuilder {
         self.push_with_metadata_len(fields, payload, meta_len);
     }
 
-    /// [`push`](Self::push) for a caller that has computed the record's
-    /// [`metadata_len`](Self::metadata_len) already (to check that it fits), so it is not
-    /// computed twice per message.
+    /// Appends one message, its metadata `fields` and `payload`, whose encoded metadata size
+    /// `meta_len` the caller has computed already with [`metadata_len`](Self::metadata_len)
+    /// (to check that the record fits), so it is not computed twice per message.
     ///
     /// # Panics
-    /// As [`push`](Self::push).
+    /// If `payload` is 2 GiB or more (the protocol's `payload_size` is an `int32`); callers
+    /// enforce the broker's far smaller message size limit first.
     pub(crate) fn push_with_metadata_len(
         &mut self,
         fields: &SingleMessageFields<'_>,
