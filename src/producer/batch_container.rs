@@ -584,6 +584,34 @@ mod tests {
         (out, failed)
     }
 
+    /// Consecutive batches share one builder buffer (reused once a sent batch's bytes are
+    /// dropped): every batch still carries exactly its own messages.
+    #[test]
+    fn consecutive_batches_carry_their_own_messages() {
+        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
+        let mut c = BatchContainer::new(BatchingOptions {
+            max_messages: 3,
+            ..batching(false)
+        });
+        let sizes = [10, 300, 20, 5000, 1, 70, 900, 2, 4000, 33];
+        let msgs: Vec<TestMsg<'_>> = sizes.iter().map(|n| (None, None, *n)).collect();
+        let (out, failed) = run(&ctx, &mut c, &msgs);
+        assert!(failed.is_empty());
+        let mut seq = 0usize;
+        for entry in &out {
+            let (m, data) = decode(entry);
+            let n = m.num_messages_in_batch.unwrap() as usize;
+            assert_eq!(entry.completions.len(), n);
+            for (single, payload) in crate::batch::parse_batch(data, n as u32).unwrap() {
+                assert_eq!(single.sequence_id, Some(seq as u64));
+                assert_eq!(payload, Bytes::from(vec![seq as u8; sizes[seq]]));
+                seq += 1;
+            }
+        }
+        assert_eq!(seq, sizes.len());
+        assert_eq!(out.len(), 4);
+    }
+
     /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
     /// batch must carry its key (and ordering key) there, like Java's
     /// `Commands.initBatchMessageMetadata`.
