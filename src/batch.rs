@@ -193,10 +193,28 @@ impl BatchBuilder {
     /// # Panics
     /// If `payload` is 2 GiB or more (the protocol's `payload_size` is an `int32`); callers
     /// enforce the broker's far smaller message size limit first.
+    #[cfg(test)]
     pub(crate) fn push(&mut self, fields: &SingleMessageFields<'_>, payload: &[u8]) {
+        let meta_len = Self::metadata_len(fields, payload.len());
+        self.push_with_metadata_len(fields, payload, meta_len);
+    }
+
+    /// Appends one message, its metadata `fields` and `payload`, whose encoded metadata size
+    /// `meta_len` the caller has computed already with [`metadata_len`](Self::metadata_len)
+    /// (to check that the record fits), so it is not computed twice per message.
+    ///
+    /// # Panics
+    /// If `payload` is 2 GiB or more (the protocol's `payload_size` is an `int32`); callers
+    /// enforce the broker's far smaller message size limit first.
+    pub(crate) fn push_with_metadata_len(
+        &mut self,
+        fields: &SingleMessageFields<'_>,
+        payload: &[u8],
+        meta_len: usize,
+    ) {
         let payload_size =
             i32::try_from(payload.len()).expect("a batched payload must be below 2 GiB");
-        let meta_len = single_metadata_len(fields, payload_size);
+        debug_assert_eq!(meta_len, single_metadata_len(fields, payload_size));
         self.buf.reserve(4 + meta_len + payload.len());
         self.buf.put_u32(meta_len as u32);
         let start = self.buf.len();
@@ -208,11 +226,18 @@ impl BatchBuilder {
 
     /// How many bytes [`push`](Self::push) would add for a message with `fields` and a payload
     /// of `payload_len` bytes: the size prefix, the `SingleMessageMetadata` and the payload.
+    #[cfg(test)]
     pub(crate) fn record_len(fields: &SingleMessageFields<'_>, payload_len: usize) -> usize {
+        4 + Self::metadata_len(fields, payload_len) + payload_len
+    }
+
+    /// The encoded size of the `SingleMessageMetadata` [`push`](Self::push) writes for a
+    /// message with `fields` and a payload of `payload_len` bytes.
+    pub(crate) fn metadata_len(fields: &SingleMessageFields<'_>, payload_len: usize) -> usize {
         // Only the varint length of `payload_size` depends on it; clamping keeps this total
         // (a payload that large is refused before it could be pushed).
         let payload_size = i32::try_from(payload_len).unwrap_or(i32::MAX);
-        4 + single_metadata_len(fields, payload_size) + payload_len
+        single_metadata_len(fields, payload_size)
     }
 
     /// The number of messages in the batch (its `num_messages_in_batch`).

@@ -2,7 +2,7 @@
 //! messages are acked, grouping of acks into few ACK commands, and negative acks waiting for
 //! their redelivery delay. Pure, unit-tested without a socket.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use tokio::time::{Duration, Instant};
 
@@ -64,11 +64,14 @@ impl BatchState {
 /// The acks waiting to be sent, grouped.
 #[derive(Debug)]
 pub(crate) struct AckTracker {
-    batches: HashMap<EntryKey, BatchState>,
+    // Ordered maps, not hash maps: every delivered and every acked message looks its entry up
+    // here, and few entries are tracked at a time (about a receiver queue's worth), where a
+    // B-tree search over `(u64, u64)` keys costs a fraction of SipHashing the key (issue #18).
+    batches: BTreeMap<EntryKey, BatchState>,
     /// Individual acks not yet sent.
     pending_individual: Vec<MessageId>,
     /// The same entries, for constant-time lookups on every delivery.
-    pending_set: HashSet<EntryKey>,
+    pending_set: BTreeSet<EntryKey>,
     /// The newest cumulative ack not yet sent.
     pending_cumulative: Option<MessageId>,
     max_group: usize,
@@ -97,9 +100,9 @@ impl AckFlush {
 impl AckTracker {
     pub(crate) fn new(max_group: usize) -> Self {
         AckTracker {
-            batches: HashMap::new(),
+            batches: BTreeMap::new(),
             pending_individual: Vec::new(),
-            pending_set: HashSet::new(),
+            pending_set: BTreeSet::new(),
             pending_cumulative: None,
             max_group: max_group.max(1),
             batch_index_ack: false,

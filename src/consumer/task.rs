@@ -197,6 +197,17 @@ pub(crate) struct ConsumerTask {
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
 }
 
+/// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
+/// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
+/// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
+fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
+    if map.is_empty() {
+        None
+    } else {
+        map.remove(key)
+    }
+}
+
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
 const BURST: usize = 256;
 
@@ -536,7 +547,7 @@ impl ConsumerTask {
                 if !self.persistent() {
                     return Ok(());
                 }
-                if let Some(chunks) = self.chunk_ids.remove(&id) {
+                if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
                     // A chunked message: every chunk is acked (upstream acks each chunk of a
                     // `ChunkMessageIdImpl`).
                     self.ack_chunks(chunks);
@@ -687,7 +698,7 @@ impl ConsumerTask {
 
     /// Forgets a message the application acked.
     pub(super) fn forget(&mut self, id: &MessageId) {
-        self.dlq_candidates.remove(id);
+        remove_if_any(&mut self.dlq_candidates, id);
         self.unacked.remove(id);
     }
 

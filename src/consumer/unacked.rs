@@ -48,7 +48,10 @@ impl Unacked {
 
     /// Stops tracking `id` (acked, nacked, dead-lettered).
     pub(crate) fn remove(&mut self, id: &MessageId) {
-        self.since.remove(id);
+        // Nearly always empty (no ack timeout): skips hashing the id on every ack.
+        if !self.since.is_empty() {
+            self.since.remove(id);
+        }
     }
 
     /// Stops tracking everything up to and including `id` (a cumulative ack).

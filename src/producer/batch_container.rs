@@ -25,6 +25,10 @@ pub(crate) struct FrameContext {
 }
 
 fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
+    if msg.properties.is_empty() {
+        // The common case, without setting up an iterator over an empty map.
+        return Vec::new();
+    }
     msg.properties
         .iter()
         .map(|(k, v)| proto::KeyValue {
@@ -261,15 +265,22 @@ fn batch_metadata(
 }
 
 impl OpenBatch {
-    fn new(ctx: &FrameContext, msg: &ProducerMessage, key: BatchKey, first_seq: u64) -> Self {
+    fn new(
+        ctx: &FrameContext,
+        msg: &ProducerMessage,
+        key: BatchKey,
+        first_seq: u64,
+        builder: BatchBuilder,
+        expected_messages: usize,
+    ) -> Self {
         let mut b = OpenBatch {
             key,
             partition_key: msg.key.clone(),
             key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
-            builder: BatchBuilder::new(),
-            completions: Vec::new(),
+            builder,
+            completions: Vec::with_capacity(expected_messages),
             first_seq,
             last_seq: first_seq,
             opened_at: Instant::now(),
@@ -293,6 +304,10 @@ impl OpenBatch {
 pub(crate) struct BatchContainer {
     options: BatchingOptions,
     open: Vec<OpenBatch>,
+    /// The builder of the last batch sent, for the next batch: its buffer's allocation is
+    /// reused once the sent batch's bytes are dropped (at the latest when the frame is
+    /// encoded), instead of a new buffer growing from empty for every batch.
+    spare: BatchBuilder,
 }
 
 impl BatchContainer {
@@ -300,11 +315,21 @@ impl BatchContainer {
         BatchContainer {
             options,
             open: Vec::new(),
+            spare: BatchBuilder::new(),
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.open.is_empty()
+    }
+
+    /// How many messages a batch opened by `msg` is likely to hold, if the next ones are of
+    /// its size: its completions are allocated for that many at once, rather than grown one
+    /// reallocation at a time (at most 1024, and 1 for a message that fills a batch alone, so
+    /// a pending batch of large messages holds no room for completions it will never have).
+    fn expected_messages(&self, msg: &ProducerMessage) -> usize {
+        let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
+        by_bytes.min(self.options.max_messages).clamp(1, 1024)
     }
 
     /// When the oldest open batch must be sent.
@@ -335,8 +360,12 @@ impl BatchContainer {
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let props = properties(&msg);
-        let record =
-            BatchBuilder::record_len(&single_fields(&msg, &props, sequence_id), msg.payload.len());
+        let meta_len = BatchBuilder::metadata_len(
+            &single_fields(&msg, &props, sequence_id),
+            msg.payload.len(),
+        );
+        // What `push` adds: the 4-byte metadata size, the metadata and the payload.
+        let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
         let mut idx = self.open.iter().position(|b| b.key.matches(&msg));
         // Would this message overflow its open batch (its byte budget, or the broker's limit:
@@ -355,8 +384,17 @@ impl BatchContainer {
             Some(i) => i,
             None => {
                 let key = BatchKey::of(&msg, self.options.key_based);
-                let b = OpenBatch::new(ctx, &msg, key, sequence_id);
+                let builder = std::mem::take(&mut self.spare);
+                let b = OpenBatch::new(
+                    ctx,
+                    &msg,
+                    key,
+                    sequence_id,
+                    builder,
+                    self.expected_messages(&msg),
+                );
                 if !b.fits(record, max) {
+                    self.spare = b.builder;
                     // Too big for any batch: it goes on its own, after everything before it,
                     // and fails alone (MessageTooBig) if it is over the limit by itself.
                     self.flush(ctx, out, failed);
@@ -371,8 +409,11 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder
-            .push(&single_fields(&msg, &props, sequence_id), &msg.payload);
+        b.builder.push_with_metadata_len(
+            &single_fields(&msg, &props, sequence_id),
+            &msg.payload,
+            meta_len,
+        );
         b.last_seq = sequence_id;
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
@@ -419,6 +460,8 @@ impl BatchContainer {
     ) {
         let n = b.completions.len();
         let raw = b.builder.take();
+        // Empty now; its allocation comes back once `raw` (and what shares it) is dropped.
+        self.spare = std::mem::take(&mut b.builder);
         let raw_len = raw.len();
         let fields = |compression| BatchFields {
             last_seq: b.last_seq,
@@ -539,6 +582,34 @@ mod tests {
         }
         container.flush(ctx, &mut out, &mut failed);
         (out, failed)
+    }
+
+    /// Consecutive batches share one builder buffer (reused once a sent batch's bytes are
+    /// dropped): every batch still carries exactly its own messages.
+    #[test]
+    fn consecutive_batches_carry_their_own_messages() {
+        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
+        let mut c = BatchContainer::new(BatchingOptions {
+            max_messages: 3,
+            ..batching(false)
+        });
+        let sizes = [10, 300, 20, 5000, 1, 70, 900, 2, 4000, 33];
+        let msgs: Vec<TestMsg<'_>> = sizes.iter().map(|n| (None, None, *n)).collect();
+        let (out, failed) = run(&ctx, &mut c, &msgs);
+        assert!(failed.is_empty());
+        let mut seq = 0usize;
+        for entry in &out {
+            let (m, data) = decode(entry);
+            let n = m.num_messages_in_batch.unwrap() as usize;
+            assert_eq!(entry.completions.len(), n);
+            for (single, payload) in crate::batch::parse_batch(data, n as u32).unwrap() {
+                assert_eq!(single.sequence_id, Some(seq as u64));
+                assert_eq!(payload, Bytes::from(vec![seq as u8; sizes[seq]]));
+                seq += 1;
+            }
+        }
+        assert_eq!(seq, sizes.len());
+        assert_eq!(out.len(), 4);
     }
 
     /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based

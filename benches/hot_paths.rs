@@ -1,0 +1,234 @@
+//! Instructions per message of the client's hot paths (issue #18), counted by valgrind's
+//! callgrind, which counts instructions repeatably on a noisy machine.
+//!
+//! `cargo bench --bench hot_paths` (release build) prints one JSON line per loop:
+//! `{"loop","n1","n2","instructions_n1","instructions_n2","instructions_per_msg","size"}`.
+//!
+//! * `produce`: 100-byte messages, batching on (1000 messages / 128 KiB; the publish delay is
+//!   1 s so that batches are cut by count, not by how slow valgrind makes the loop),
+//!   pipelined sends (receipts kept and awaited at the end), as `examples/perf` does.
+//! * `consume`: a Shared subscription from earliest over a backlog of batched 100-byte
+//!   messages, receiver queue 1000, an ack per message (default ack grouping), as
+//!   `examples/perf --mode consume --type shared` does.
+//!
+//! Each loop runs twice, with `N1` and `N2` messages, each time in a fresh process under
+//! `valgrind --tool=callgrind` (this binary re-executed with `HOT_PATHS_RUN=produce|consume`);
+//! instructions per message are `(I(N2) - I(N1)) / (N2 - N1)`, so the setup (runtime, connect,
+//! lookup, producer or subscription creation, close) cancels. The broker is the crate's mock
+//! broker in another process (this binary with `HOT_PATHS_RUN=broker`, not under valgrind), so
+//! only the client's instructions are counted. The client runs on a current-thread runtime, so
+//! the counts do not depend on how threads interleave.
+//!
+//! Environment: `HOT_PATHS_N1` (default 10,000), `HOT_PATHS_N2` (default 50,000),
+//! `HOT_PATHS_LOOPS` (default `produce,consume`), `HOT_PATHS_VALGRIND` (default `valgrind`),
+//! `HOT_PATHS_OUT` (a directory: keep the callgrind output files there, named
+//! `callgrind.<loop>.<n>`, for `callgrind_annotate`; default: a temporary directory removed at
+//! the end).
+#![allow(clippy::print_stdout, clippy::print_stderr)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::producer::BatchingOptions;
+use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+use serde_json::json;
+
+const SIZE: usize = 100;
+const TOPIC: &str = "persistent://public/default/hot-paths";
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn batching() -> BatchingOptions {
+    BatchingOptions {
+        max_messages: 1000,
+        max_bytes: 128 * 1024,
+        max_publish_delay: Duration::from_secs(1),
+        key_based: false,
+    }
+}
+
+fn client(url: &str) -> Client {
+    Client::builder()
+        .service_url(url)
+        .build()
+        .expect("client config")
+}
+
+/// Sends `n` messages with pipelined sends and waits for every receipt.
+async fn produce(url: &str, n: u64) {
+    let client = client(url);
+    let producer = client
+        .producer(TOPIC)
+        .batching_options(batching())
+        .block_if_queue_full(true)
+        .create()
+        .await
+        .expect("producer");
+    let payload = Bytes::from(vec![b'x'; SIZE]);
+    let mut pending = std::collections::VecDeque::with_capacity(n as usize);
+    for _ in 0..n {
+        pending.push_back(producer.send(payload.clone()).await.expect("send"));
+    }
+    producer.flush().await.expect("flush");
+    for f in pending {
+        f.await.expect("receipt");
+    }
+    producer.close().await.expect("close producer");
+    client.close().await.expect("close client");
+}
+
+/// Receives and acks `n` messages on a Shared subscription from earliest.
+async fn consume(url: &str, n: u64) {
+    let client = client(url);
+    let mut consumer = client
+        .consumer(TOPIC)
+        .subscription("hot-paths")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(1000)
+        .subscribe()
+        .await
+        .expect("consumer");
+    // No timeout around each `recv` (its timer would be counted as the client's): the child's
+    // watchdog (see `main`) ends a run that hangs.
+    for _ in 0..n {
+        let m = consumer.recv().await.expect("a message");
+        consumer.ack(&m).expect("ack");
+    }
+    consumer.close().await.expect("close consumer");
+    client.close().await.expect("close client");
+}
+
+/// The mock broker process: preloads `HOT_PATHS_PRELOAD` messages, prints its URL, and
+/// serves until its stdin closes.
+fn broker() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let broker = rt.block_on(MockBroker::start()).expect("mock broker");
+    let url = broker.service_url();
+    let preload = env_number("HOT_PATHS_PRELOAD", 0);
+    if preload > 0 {
+        rt.block_on(produce(&url, preload));
+    }
+    println!("{url}");
+    let mut sink = Vec::new();
+    let _ = std::io::stdin().read_to_end(&mut sink);
+    rt.block_on(broker.shutdown());
+}
+
+/// The total instruction count (`Ir`) of a callgrind output file.
+fn total_instructions(file: &Path) -> u64 {
+    let text = std::fs::read_to_string(file).expect("callgrind output");
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix("totals:")
+                .or_else(|| l.strip_prefix("summary:"))
+        })
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("a totals line in the callgrind output")
+}
+
+/// Runs one loop of `n` messages under callgrind against a fresh mock broker process.
+fn measure(which: &str, n: u64, out_dir: &Path) -> u64 {
+    let exe = std::env::current_exe().expect("own path");
+    let mut broker = Command::new(&exe)
+        .env("HOT_PATHS_RUN", "broker")
+        .env(
+            "HOT_PATHS_PRELOAD",
+            if which == "consume" { n } else { 0 }.to_string(),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("broker process");
+    let mut url = String::new();
+    BufReader::new(broker.stdout.take().expect("stdout"))
+        .read_line(&mut url)
+        .expect("broker url");
+    let out_file = out_dir.join(format!("callgrind.{which}.{n}"));
+    let valgrind = std::env::var("HOT_PATHS_VALGRIND").unwrap_or_else(|_| "valgrind".into());
+    let status = Command::new(valgrind)
+        .arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out_file.display()))
+        .arg(&exe)
+        .env("HOT_PATHS_RUN", which)
+        .env("HOT_PATHS_URL", url.trim())
+        .env("HOT_PATHS_COUNT", n.to_string())
+        .stderr(Stdio::null())
+        .status()
+        .expect("valgrind (install it: apt-get install valgrind)");
+    assert!(status.success(), "{which} with {n} messages: {status}");
+    drop(broker.stdin.take());
+    let _ = broker.wait();
+    total_instructions(&out_file)
+}
+
+fn main() {
+    if let Ok(run) = std::env::var("HOT_PATHS_RUN") {
+        if run == "broker" {
+            return broker();
+        }
+        let url = std::env::var("HOT_PATHS_URL").expect("HOT_PATHS_URL");
+        let n = env_number("HOT_PATHS_COUNT", 1000);
+        // A run that hangs (a lost message, a broker that stopped answering) fails after ten
+        // minutes instead of blocking the bench forever.
+        std::thread::spawn(|| {
+            std::thread::sleep(Duration::from_secs(600));
+            eprintln!("hot_paths: the run did not finish within 10 minutes");
+            std::process::exit(2);
+        });
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        match run.as_str() {
+            "produce" => rt.block_on(produce(&url, n)),
+            "consume" => rt.block_on(consume(&url, n)),
+            other => panic!("unknown HOT_PATHS_RUN {other}"),
+        }
+        return;
+    }
+    if std::env::args().any(|a| a == "--list") {
+        // `cargo test --benches` and `cargo bench -- --list` probe the harness; nothing to list.
+        return;
+    }
+    let n1 = env_number("HOT_PATHS_N1", 10_000);
+    let n2 = env_number("HOT_PATHS_N2", 50_000);
+    assert!(n2 > n1, "HOT_PATHS_N2 must be larger than HOT_PATHS_N1");
+    let loops = std::env::var("HOT_PATHS_LOOPS").unwrap_or_else(|_| "produce,consume".into());
+    let keep = std::env::var("HOT_PATHS_OUT").ok().map(PathBuf::from);
+    let out_dir = keep
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("hot-paths-{}", std::process::id())));
+    std::fs::create_dir_all(&out_dir).expect("output directory");
+    for which in loops.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        assert!(
+            which == "produce" || which == "consume",
+            "unknown loop {which}"
+        );
+        let i1 = measure(which, n1, &out_dir);
+        let i2 = measure(which, n2, &out_dir);
+        let per_msg = (i2 as f64 - i1 as f64) / (n2 - n1) as f64;
+        let line = json!({
+            "loop": which,
+            "size": SIZE,
+            "n1": n1,
+            "n2": n2,
+            "instructions_n1": i1,
+            "instructions_n2": i2,
+            "instructions_per_msg": (per_msg * 10.0).round() / 10.0,
+        });
+        println!("{line}");
+    }
+    if keep.is_none() {
+        let _ = std::fs::remove_dir_all(&out_dir);
+    }
+}
