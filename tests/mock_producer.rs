@@ -1046,3 +1046,61 @@ async fn wait_for_exclusive_waits_until_the_topic_is_free() {
         .unwrap();
     second.send_and_wait("mine now").await.unwrap();
 }
+
+/// A batch the broker refuses (SEND_ERROR NotAllowed, answered with the batch's highest
+/// sequence id like upstream `Producer.checkAndStartPublish`) fails exactly its messages, at
+/// once, without a reconnect (upstream `recoverNotAllowedError` matches the op's highest
+/// sequence id); the next batch is stored.
+#[tokio::test]
+async fn a_refused_batch_fails_its_messages_and_the_producer_goes_on() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let producer = client
+        .producer("refused-batch")
+        .batching_options(BatchingOptions {
+            max_messages: 3,
+            max_bytes: 128 * 1024,
+            max_publish_delay: Duration::from_secs(60),
+            key_based: false,
+        })
+        .create()
+        .await
+        .unwrap();
+    broker.push_error(MockError::new(
+        MockRequest::Send,
+        ServerError::NotAllowed,
+        "refused",
+    ));
+    let first: Vec<SendFuture> = join_all((0..3).map(|i| producer.send(format!("a{i}"))))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let second: Vec<SendFuture> = join_all((0..3).map(|i| producer.send(format!("b{i}"))))
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    for f in first {
+        match within("refused batch", f).await {
+            Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::NotAllowed),
+            other => panic!("expected the refusal, got {other:?}"),
+        }
+    }
+    for f in second {
+        within("next batch", f)
+            .await
+            .expect("the next batch is stored");
+    }
+    assert_eq!(
+        broker.topic_messages("refused-batch"),
+        1,
+        "one stored batch entry"
+    );
+    assert_eq!(
+        broker.received_of(Type::Producer).len(),
+        1,
+        "no reconnect for a refused batch"
+    );
+}

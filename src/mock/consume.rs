@@ -67,7 +67,15 @@ pub(crate) fn subscribe(
     if let Some((code, message)) = state.attach_refusal(&topic_name, view.service_url) {
         return Step::Reply(error(rid, code, &message));
     }
-    // Upstream `addSchemaIfIdleOrCheckCompatible`: a consumer's schema must be compatible
+    if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
+        return Step::Reply(error(
+            rid,
+            ServerError::TopicNotFound,
+            "Topic does not exist",
+        ));
+    }
+    // Upstream `addSchemaIfIdleOrCheckCompatible` (after the topic exists, as upstream, so a
+    // refused subscribe registers nothing): a consumer's schema must be compatible
     // with the topic's (registered only if the topic is idle and has none); AUTO_CONSUME reads
     // anything.
     if let Some(schema) = &cmd.schema {
@@ -81,13 +89,6 @@ pub(crate) fn subscribe(
         if let Err(message) = state.schemas.check_consumer(&topic_name, schema, idle) {
             return Step::Reply(error(rid, ServerError::IncompatibleSchema, &message));
         }
-    }
-    if state.topics.get(&topic_name).is_none() && !cmd.force_topic_creation() {
-        return Step::Reply(error(
-            rid,
-            ServerError::TopicNotFound,
-            "Topic does not exist",
-        ));
     }
     let BrokerState { topics, conns, .. } = state;
     let (topic, _) = topics.get_or_create(&topic_name);

@@ -487,17 +487,7 @@ fn answer(
             }
         }
         MockRequest::Send => {
-            let send = cmd.send.clone().unwrap_or_default();
-            wire::BaseCommand {
-                r#type: Type::SendError as i32,
-                send_error: Some(wire::CommandSendError {
-                    producer_id: send.producer_id,
-                    sequence_id: send.sequence_id,
-                    error: code.code(),
-                    message: message.to_owned(),
-                }),
-                ..Default::default()
-            }
+            super::produce::send_error(&cmd.send.clone().unwrap_or_default(), code, message)
         }
         MockRequest::Ack => {
             let ack = cmd.ack.clone().unwrap_or_default();

@@ -410,12 +410,22 @@ pub(crate) fn send(
     })
 }
 
-fn send_error(cmd: &wire::CommandSend, code: ServerError, message: &str) -> wire::BaseCommand {
+/// SEND_ERROR for `cmd` (also the kit's pushed errors).
+pub(crate) fn send_error(
+    cmd: &wire::CommandSend,
+    code: ServerError,
+    message: &str,
+) -> wire::BaseCommand {
     wire::BaseCommand {
         r#type: Type::SendError as i32,
         send_error: Some(wire::CommandSendError {
             producer_id: cmd.producer_id,
-            sequence_id: cmd.sequence_id,
+            // Upstream `Producer.publishMessage` → `checkAndStartPublish(highestSequenceId)`: a
+            // batch (lowest ≤ highest) is refused with its highest sequence id.
+            sequence_id: cmd
+                .highest_sequence_id
+                .filter(|h| *h >= cmd.sequence_id)
+                .unwrap_or(cmd.sequence_id),
             error: code.code(),
             message: message.to_owned(),
         }),

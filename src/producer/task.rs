@@ -540,9 +540,16 @@ impl ProducerTask {
                     ServerError::NotAllowed => {
                         // That message is refused (e.g. too big); the others go on. Only when
                         // it is the head's: a refused chunk fails its whole message, and the
-                        // refusals of its later chunks (same sequence id) are then stale.
-                        let head = self.pending.iter().next().map(|h| h.first_seq);
-                        if head == Some(e.sequence_id) {
+                        // refusals of its later chunks (same sequence id) are then stale. A
+                        // batch is the head's when the id falls in its range: upstream's
+                        // `recoverNotAllowedError` matches the highest sequence id of the op;
+                        // the broker (`Producer.checkAndStartPublish`) answers a batch with its
+                        // `highest_sequence_id`.
+                        let is_head =
+                            self.pending.iter().next().is_some_and(|h| {
+                                (h.first_seq..=h.last_seq).contains(&e.sequence_id)
+                            });
+                        if is_head {
                             let error = Error::Broker {
                                 code,
                                 message: e.message,
