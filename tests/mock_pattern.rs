@@ -498,3 +498,69 @@ async fn a_deleted_topic_leaves_at_once_even_between_polls() {
     assert!(!broker.topic_exists(&full("q-1")));
     round_trip(&client, &mut consumer, &full("q-2"), "other").await;
 }
+
+/// A broker that does not evaluate patterns (`enableBrokerSideSubscriptionPatternEvaluation =
+/// false`) lists the whole namespace, and its hash covers all of it. Like upstream
+/// `PatternMultiTopicsConsumerImpl`, the consumer filters on its side and sends the broker's
+/// hash back, so an unchanged namespace is answered `changed = false` instead of the whole
+/// list on every poll.
+#[tokio::test]
+async fn polls_send_back_the_brokers_hash_when_the_broker_does_not_filter() {
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        supports_topic_watchers: false,
+        broker_side_pattern_evaluation: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("h-a"));
+    broker.create_topic(&full("other"));
+    let mut consumer =
+        pattern_consumer(&client, "public/default/h-.*", Duration::from_millis(100)).await;
+    assert_eq!(topics_of(&consumer), BTreeSet::from([full("h-a")]));
+    wait_until("three polls", || {
+        broker.received_of(Type::GetTopicsOfNamespace).len() >= 4
+    })
+    .await;
+    let hashes: Vec<Option<String>> = broker
+        .received_of(Type::GetTopicsOfNamespace)
+        .into_iter()
+        .map(|r| r.command.get_topics_of_namespace.unwrap().topics_hash)
+        .collect();
+    // The first listing carries no hash; the first poll our own; from then on the broker's,
+    // the same each time while nothing changes.
+    let brokers = &hashes[2..];
+    assert!(brokers[0].is_some(), "{hashes:?}");
+    assert!(brokers.iter().all(|h| h == &brokers[0]), "{hashes:?}");
+    assert_ne!(
+        hashes[1], brokers[0],
+        "our hash covers only the matching topics"
+    );
+    // Still filtered on our side, and a new matching topic still joins.
+    let mut changes = consumer.topic_changes();
+    broker.create_topic(&full("h-b"));
+    let c = next_change(&mut changes).await;
+    assert_eq!(names(&c), (vec![full("h-b")], vec![]));
+    round_trip(&client, &mut consumer, &full("h-b"), "unfiltered").await;
+    assert_eq!(
+        topics_of(&consumer),
+        BTreeSet::from([full("h-a"), full("h-b")])
+    );
+}
+
+/// An extreme discovery period does not overflow a deadline (the discovery task would die
+/// silently): the consumer works.
+#[tokio::test]
+async fn a_huge_discovery_period_does_not_break_discovery() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_topic(&full("big-a"));
+    let mut consumer = pattern_consumer(&client, "public/default/big-.*", Duration::MAX).await;
+    let mut changes = consumer.topic_changes();
+    broker.create_topic(&full("big-b"));
+    // The watcher still reports new topics.
+    let c = next_change(&mut changes).await;
+    assert_eq!(names(&c), (vec![full("big-b")], vec![]));
+    round_trip(&client, &mut consumer, &full("big-b"), "still discovering").await;
+}

@@ -72,7 +72,7 @@ async fn list_once(
     cfg: &PatternConfig,
     hash: Option<String>,
     timeout: Duration,
-) -> Result<Option<BTreeSet<String>>> {
+) -> Result<Listing> {
     let request_id = conn.new_request_id();
     let cmd = commands::get_topics_of_namespace(
         request_id,
@@ -92,18 +92,31 @@ async fn list_once(
     let r = resp.get_topics_of_namespace_response.ok_or_else(|| {
         Error::Protocol("GetTopicsOfNamespace answered without its response".into())
     })?;
+    let hash = r.topics_hash.clone();
     if !r.changed.unwrap_or(true) {
-        return Ok(None);
+        return Ok(Listing { topics: None, hash });
     }
     let filtered = r.filtered.unwrap_or(false);
-    Ok(Some(
-        r.topics
-            .into_iter()
-            // Upstream filters on the client when the broker did not (`filtered = false`),
-            // and the mode is checked on both sides.
-            .filter(|t| admits(cfg, t, filtered))
-            .collect(),
-    ))
+    let topics = r
+        .topics
+        .into_iter()
+        // Upstream filters on the client when the broker did not (`filtered = false`),
+        // and the mode is checked on both sides.
+        .filter(|t| admits(cfg, t, filtered))
+        .collect();
+    Ok(Listing {
+        topics: Some(topics),
+        hash,
+    })
+}
+
+/// One GetTopicsOfNamespace answer.
+struct Listing {
+    /// The matching topics; `None` when the broker says nothing changed.
+    topics: Option<BTreeSet<String>>,
+    /// The broker's hash of its list (over what it listed: the whole namespace when it did not
+    /// filter), sent back on the next poll like upstream's `topicsHash`.
+    hash: Option<String>,
 }
 
 /// Whether a listed topic joins a pattern consumer: it matches the pattern (unless the broker
@@ -140,7 +153,7 @@ pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Res
             list_once(&conn, cfg, None, left).await
         };
         match attempt.await {
-            Ok(topics) => return Ok(topics.unwrap_or_default().into_iter().collect()),
+            Ok(l) => return Ok(l.topics.unwrap_or_default().into_iter().collect()),
             // A timeout used the whole operation time; other retriable errors are retried.
             Err(e) if e.is_retriable() && !matches!(e, Error::Timeout { .. }) => {
                 let now = Instant::now();
@@ -239,6 +252,7 @@ impl Discovery {
             watch_retry_at: Some(Instant::now()),
             watch_backoff: None,
             rewatch: false,
+            poll_hash: None,
             _out: out,
         };
         tokio::spawn(task.run(stop_rx));
@@ -294,6 +308,8 @@ struct Task {
     watch_backoff: Option<Backoff>,
     /// Whether a watcher was lost: the next one is followed by a poll.
     rewatch: bool,
+    /// The broker's hash from the last poll answer (sent back on the next poll).
+    poll_hash: Option<String>,
     /// Keeps the consumer's queue open.
     _out: mpsc::UnboundedSender<(usize, u64, Item)>,
 }
@@ -328,7 +344,8 @@ impl Task {
     /// Discovery until the consumer's queue or the client closes.
     async fn serve(&mut self) {
         let period = self.cfg.period;
-        let mut ticks = tokio::time::interval_at(Instant::now() + period, period);
+        let mut ticks =
+            tokio::time::interval_at(crate::util::later(Instant::now(), period), period);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll_failed_logged = false;
         let mut shutdown = self.ctx.client.shutdown_signal();
@@ -380,7 +397,15 @@ impl Task {
     async fn poll(&mut self) -> Result<()> {
         let conn = self.ctx.client.lookup_service_connection().await?;
         let timeout = self.ctx.client.operation_timeout();
-        if let Some(topics) = list_once(&conn, &self.cfg, Some(self.hash()), timeout).await? {
+        // Upstream `PatternMultiTopicsConsumerImpl` sends back the hash the broker gave last
+        // (of its own list: the whole namespace when it does not filter), so an unchanged
+        // namespace is answered `changed = false`; our own hash until the broker has given one.
+        let hash = self.poll_hash.clone().unwrap_or_else(|| self.hash());
+        let listing = list_once(&conn, &self.cfg, Some(hash), timeout).await?;
+        if listing.hash.is_some() {
+            self.poll_hash = listing.hash;
+        }
+        if let Some(topics) = listing.topics {
             self.desired = topics;
         }
         self.reconcile().await;
@@ -470,7 +495,7 @@ impl Task {
             .watch_backoff
             .get_or_insert_with(|| self.ctx.client.backoff())
             .next_delay();
-        self.watch_retry_at = Some(Instant::now() + delay);
+        self.watch_retry_at = Some(crate::util::later(Instant::now(), delay));
     }
 
     async fn on_watch_event(&mut self, ev: Option<EntityEvent>) {
@@ -610,7 +635,10 @@ impl Task {
         let desired = &self.desired;
         self.failed.retain(|t| desired.contains(t));
         if retry {
-            self.retry_at = Some(Instant::now() + self.backoff.next_delay());
+            self.retry_at = Some(crate::util::later(
+                Instant::now(),
+                self.backoff.next_delay(),
+            ));
         } else {
             self.backoff = self.ctx.client.backoff();
         }

@@ -170,7 +170,12 @@ pub(crate) fn handle(
             None => malformed(ty),
         },
         Type::GetTopicsOfNamespace => match &cmd.get_topics_of_namespace {
-            Some(c) => topic_lists::get_topics(state, c),
+            Some(c) => {
+                let evaluate = state
+                    .settings(session.service_url, session.config)
+                    .pattern_evaluation;
+                topic_lists::get_topics(state, c, evaluate)
+            }
             None => malformed(ty),
         },
         Type::WatchTopicList => match &cmd.watch_topic_list {

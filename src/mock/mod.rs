@@ -165,6 +165,10 @@ pub struct MockBrokerConfig {
     /// GET_TOPICS_OF_NAMESPACE). Default `true`; changed at runtime with
     /// [`MockBroker::set_topic_watchers`] (for connections made from then on).
     pub supports_topic_watchers: bool,
+    /// The broker setting `enableBrokerSideSubscriptionPatternEvaluation`: whether
+    /// GET_TOPICS_OF_NAMESPACE filters by the pattern (`filtered = true`) or lists the whole
+    /// namespace (`filtered = false`, its hash over everything listed). Default `true`.
+    pub broker_side_pattern_evaluation: bool,
     /// When set, the broker sends a PING after the connection has been silent (nothing
     /// received) this long, and closes it if nothing (e.g. the PONG) arrives within another
     /// interval. A connection still without CONNECT after one interval is closed. Default
@@ -199,6 +203,7 @@ impl Default for MockBrokerConfig {
             max_message_size: Some(5 * 1024 * 1024),
             supports_partition_update_watchers: true,
             supports_topic_watchers: true,
+            broker_side_pattern_evaluation: true,
             keepalive_interval: None,
             require_connect_first: true,
             allow_auto_subscription_creation: true,

@@ -66,6 +66,8 @@ pub(crate) struct BrokerSettings {
     pub(crate) allow_auto_subscription_creation: bool,
     /// Whether CONNECTED advertises `supports_topic_watchers` and WATCH_TOPIC_LIST is served.
     pub(crate) topic_watchers: bool,
+    /// `enableBrokerSideSubscriptionPatternEvaluation` (GET_TOPICS_OF_NAMESPACE filtering).
+    pub(crate) pattern_evaluation: bool,
     /// How long a PIP-247 partition update waits for its result before being sent again.
     pub(crate) partition_update_resend_timeout: Duration,
     /// Cut from the storage: every write fails with a retriable error ([`super::inject`]).
@@ -78,6 +80,7 @@ impl BrokerSettings {
         BrokerSettings {
             allow_auto_subscription_creation: config.allow_auto_subscription_creation,
             topic_watchers: config.supports_topic_watchers,
+            pattern_evaluation: config.broker_side_pattern_evaluation,
             partition_update_resend_timeout: config.partition_update_resend_timeout,
             storage_cut: false,
         }

@@ -71,11 +71,17 @@ fn mode_of(cmd: &wire::CommandGetTopicsOfNamespace) -> RegexSubscriptionMode {
 }
 
 /// GET_TOPICS_OF_NAMESPACE.
-pub(crate) fn get_topics(state: &BrokerState, cmd: &wire::CommandGetTopicsOfNamespace) -> Step {
+/// `evaluate`: the broker's `enableBrokerSideSubscriptionPatternEvaluation`.
+pub(crate) fn get_topics(
+    state: &BrokerState,
+    cmd: &wire::CommandGetTopicsOfNamespace,
+    evaluate: bool,
+) -> Step {
     let mut topics = listing(state, &cmd.namespace, mode_of(cmd));
     let pattern = cmd
         .topics_pattern
         .as_deref()
+        .filter(|_| evaluate)
         .and_then(|p| TopicsPattern::new(p).ok());
     let filtered = pattern.is_some();
     if let Some(p) = &pattern {
@@ -280,13 +286,14 @@ mod tests {
             state.topics.get_or_create(t);
         }
         // No pattern: every persistent topic of the namespace, not filtered.
-        let all = answer(get_topics(&state, &request(None, None)));
+        let all = answer(get_topics(&state, &request(None, None), true));
         assert_eq!(all.topics.len(), 3, "{:?}", all.topics);
         assert_eq!(all.filtered, Some(false));
         // A pattern: filtered, with upstream's hash of the filtered list.
         let a = answer(get_topics(
             &state,
             &request(Some("public/default/a-.*"), None),
+            true,
         ));
         let expected = vec![
             "persistent://public/default/a-1".to_string(),
@@ -303,6 +310,7 @@ mod tests {
         let again = answer(get_topics(
             &state,
             &request(Some("public/default/a-.*"), a.topics_hash.clone()),
+            true,
         ));
         assert_eq!(again.changed, Some(false));
         assert!(again.topics.is_empty());
@@ -313,6 +321,7 @@ mod tests {
         let later = answer(get_topics(
             &state,
             &request(Some("public/default/a-.*"), a.topics_hash),
+            true,
         ));
         assert_eq!(later.changed, Some(true));
         assert_eq!(later.topics.len(), 3);
