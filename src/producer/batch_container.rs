@@ -308,6 +308,10 @@ pub(crate) struct BatchContainer {
     /// reused once the sent batch's bytes are dropped (at the latest when the frame is
     /// encoded), instead of a new buffer growing from empty for every batch.
     spare: BatchBuilder,
+    /// How many messages the last batch sent had: the next batch's completions are sized from
+    /// it, so a producer whose batches are cut by the delay with a message or two does not
+    /// hold room for hundreds of completions in every pending batch.
+    last_len: usize,
 }
 
 impl BatchContainer {
@@ -316,6 +320,7 @@ impl BatchContainer {
             options,
             open: Vec::new(),
             spare: BatchBuilder::new(),
+            last_len: 0,
         }
     }
 
@@ -324,12 +329,16 @@ impl BatchContainer {
     }
 
     /// How many messages a batch opened by `msg` is likely to hold, if the next ones are of
-    /// its size: its completions are allocated for that many at once, rather than grown one
-    /// reallocation at a time (at most 1024, and 1 for a message that fills a batch alone, so
-    /// a pending batch of large messages holds no room for completions it will never have).
+    /// its size and the last batch's: its completions are allocated for that many at once,
+    /// rather than grown one reallocation at a time (at most 1024, twice the last batch's count
+    /// and at least 16, and 1 for a message that fills a batch alone, so a pending batch holds
+    /// little room for completions it will never have).
     fn expected_messages(&self, msg: &ProducerMessage) -> usize {
         let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
-        by_bytes.min(self.options.max_messages).clamp(1, 1024)
+        by_bytes
+            .min(self.options.max_messages)
+            .min(self.last_len.saturating_mul(2).max(16))
+            .clamp(1, 1024)
     }
 
     /// When the oldest open batch must be sent.
@@ -459,6 +468,7 @@ impl BatchContainer {
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let n = b.completions.len();
+        self.last_len = n;
         let raw = b.builder.take();
         // Empty now; its allocation comes back once `raw` (and what shares it) is dropped.
         self.spare = std::mem::take(&mut b.builder);
@@ -610,6 +620,29 @@ mod tests {
         }
         assert_eq!(seq, sizes.len());
         assert_eq!(out.len(), 4);
+    }
+
+    /// A batch cut with one message (by the delay, or `flush`) holds room for a handful of
+    /// completions, not for the hundreds a full batch of small messages would have: pending
+    /// batches of a slow producer stay small while the broker is slow to answer.
+    #[test]
+    fn batches_of_one_message_do_not_hold_room_for_hundreds() {
+        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
+        let mut c = BatchContainer::new(batching(false));
+        for _ in 0..3 {
+            let (out, failed) = run(&ctx, &mut c, &[(None, None, 10)]);
+            assert!(failed.is_empty());
+            assert_eq!(out.len(), 1);
+            assert!(
+                out[0].completions.capacity() <= 16,
+                "capacity {}",
+                out[0].completions.capacity()
+            );
+        }
+        // Full batches still get their room at once.
+        let msgs: Vec<TestMsg<'_>> = (0..100).map(|_| (None, None, 10)).collect();
+        let (out, _) = run(&ctx, &mut c, &msgs);
+        assert_eq!(out[0].completions.len(), 100);
     }
 
     /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
