@@ -186,27 +186,22 @@ impl Acker {
     /// Likewise on a multi-topic consumer, an id that several topics could own is refused;
     /// use [`Acker::ack_topic_id`] / [`Acker::nack_topic_id`], which name the topic.
     fn to_partition(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let owners: Vec<Arc<PartitionShared>> = super::registry::lock(&self.inner.registry)
-            .iter()
-            .filter(|p| p.partition == id.partition)
-            .cloned()
-            .collect();
-        if owners.iter().any(|p| !p.main) {
+        let owners = super::registry::lock(&self.inner.registry).owners_of_id(id);
+        if owners.retry {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to the topic or to its retry topic \
                  (retry_enable): acknowledge the Message, not its id"
             )));
         }
-        let mut main = owners.iter().filter(|p| p.main);
-        let p = main.next().cloned().ok_or_else(|| {
-            Error::InvalidOperation(format!("message id {id} is not from this consumer"))
-        })?;
-        if main.next().is_some() {
+        if owners.mains > 1 {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to any of this consumer's topics: acknowledge \
                  the Message, or use ack_topic_id / nack_topic_id with its topic"
             )));
         }
+        let p = owners.main.ok_or_else(|| {
+            Error::InvalidOperation(format!("message id {id} is not from this consumer"))
+        })?;
         self.send(&p, op)
     }
 
@@ -214,11 +209,7 @@ impl Acker {
     /// name for a partitioned topic) to the task that subscribes it.
     fn to_topic(&self, topic: &TopicName, id: &MessageId, op: ConsumerOp) -> Result<()> {
         let p = super::registry::lock(&self.inner.registry)
-            .iter()
-            .find(|p| {
-                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
-            })
-            .cloned()
+            .owner_of_topic(topic, id)
             .ok_or_else(|| {
                 Error::InvalidOperation(format!(
                     "message id {id} of {topic}: no such topic in this consumer"

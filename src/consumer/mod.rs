@@ -313,19 +313,15 @@ impl Consumer {
     /// The task of the main topic that owns `id`; `Err` when several topics could
     /// (a multi-topic consumer: an id names no topic).
     fn partition_of(&self, id: &MessageId) -> Result<Option<Arc<PartitionShared>>> {
-        let owners: Vec<_> = self
-            .all()
-            .into_iter()
-            .filter(|p| p.main && p.partition == id.partition)
-            .collect();
-        if owners.len() > 1 {
+        let owners = registry::lock(&self.registry).owners_of_id(id);
+        if owners.mains > 1 {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to any of this consumer's {} topics: an id \
                  names no topic (seek by time, or to earliest / latest)",
                 self.topics().len()
             )));
         }
-        Ok(owners.into_iter().next())
+        Ok(owners.main)
     }
 
     /// A cheap, cloneable, `Send + Sync` handle that acknowledges this consumer's messages

@@ -11,6 +11,8 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use super::task::PartitionShared;
+use crate::message_id::MessageId;
+use crate::topic::TopicName;
 
 /// See the module docs.
 #[derive(Debug, Default)]
@@ -77,5 +79,52 @@ mod tests {
         assert!(t.remove(1).is_none());
         assert_eq!(t.reserve(1), 5..6);
         assert_eq!(t.iter().count(), 0);
+    }
+}
+
+/// The tasks that could own an id, which names no topic (only its partition number).
+#[derive(Debug)]
+pub(crate) struct IdOwners {
+    /// A task of a main topic with the id's partition number (the first one found).
+    pub main: Option<Arc<PartitionShared>>,
+    /// How many main-topic tasks have that partition number (more than one: ambiguous).
+    pub mains: usize,
+    /// Whether a retry-topic task has it too (the id may be the retry topic's).
+    pub retry: bool,
+}
+
+impl Tasks {
+    /// Who could own `id`, without allocating (acks by id take this on every call).
+    pub(crate) fn owners_of_id(&self, id: &MessageId) -> IdOwners {
+        let mut owners = IdOwners {
+            main: None,
+            mains: 0,
+            retry: false,
+        };
+        for p in self.iter().filter(|p| p.partition == id.partition) {
+            if p.main {
+                owners.mains += 1;
+                if owners.main.is_none() {
+                    owners.main = Some(p.clone());
+                }
+            } else {
+                owners.retry = true;
+            }
+        }
+        owners
+    }
+
+    /// The task of `topic` (a partition's name, or a partitioned topic's name with the id's
+    /// partition) that owns `id`: how ids that name their topic are routed (acks, seeks).
+    pub(crate) fn owner_of_topic(
+        &self,
+        topic: &TopicName,
+        id: &MessageId,
+    ) -> Option<Arc<PartitionShared>> {
+        self.iter()
+            .find(|p| {
+                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
+            })
+            .cloned()
     }
 }

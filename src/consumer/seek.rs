@@ -72,14 +72,15 @@ impl Consumer {
     /// seeks; the others keep their position. A topic not in this consumer fails with
     /// [`Error::InvalidOperation`].
     pub async fn seek_topic_id(&mut self, topic: &TopicName, id: MessageId) -> Result<()> {
-        self.check_persistent("seek")?;
-        let owner = self
-            .all()
-            .into_iter()
-            // Routed like `Acker::ack_topic_id`.
-            .find(|p| {
-                &p.topic == topic || (p.main && &p.base == topic && p.partition == id.partition)
-            })
+        // Only that topic must be persistent (a pattern consumer over all topic kinds may
+        // hold non-persistent ones too).
+        if !topic.is_persistent() {
+            return Err(Error::InvalidConfig(format!(
+                "cannot seek on a non-persistent topic ({topic}): it stores no messages"
+            )));
+        }
+        let owner = super::registry::lock(&self.registry)
+            .owner_of_topic(topic, &id)
             .ok_or_else(|| {
                 Error::InvalidOperation(format!(
                     "cannot seek to {id} of {topic}: no such topic in this consumer"
