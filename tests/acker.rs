@@ -1,6 +1,7 @@
 //! `Consumer::acker`: acks and nacks from other tasks, across reconnects, refused once closed.
 
 mod common;
+use common::client;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -9,10 +10,6 @@ use common::{full, wait_until, within};
 use pulsar_sdk::consumer::Acker;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Client, Consumer, Error, InitialPosition, SubscriptionType};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn consumer(client: &Client, topic: &str, t: SubscriptionType) -> Consumer {
     client

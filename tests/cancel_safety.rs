@@ -2,19 +2,16 @@
 //! they complete (as a losing `select!` branch does) lose nothing.
 
 mod common;
+use common::client;
 
 use std::time::Duration;
 
 use common::{full, within};
 use futures::FutureExt;
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Client, InitialPosition, Message, Producer};
+use pulsar_sdk::{InitialPosition, Message, Producer};
 
 const N: usize = 200;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 fn index(m: &Message) -> usize {
     m.payload_str().unwrap().parse().unwrap()

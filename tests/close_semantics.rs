@@ -2,17 +2,14 @@
 //! consumers.
 
 mod common;
+use common::client;
 
 use std::time::Duration;
 
 use common::{full, within};
 use futures::{FutureExt, StreamExt};
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Client, Error, InitialPosition, State, StateStream};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
+use pulsar_sdk::{Error, InitialPosition, State, StateStream};
 
 /// Collects a state stream from a spawned task (it is `Send + 'static`) until it ends.
 fn collect(states: StateStream) -> tokio::task::JoinHandle<Vec<State>> {

@@ -2,6 +2,7 @@
 //! broker, pulsar-lite, and read back by the official client.
 
 mod common;
+use common::client;
 
 mod support;
 
@@ -16,10 +17,6 @@ use pulsar_sdk::{
 use support::{official, shared_broker, unique_name};
 
 const WAIT: Duration = Duration::from_secs(20);
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().unwrap()
-}
 
 async fn poison_consumer(
     client: &Client,

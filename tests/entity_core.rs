@@ -2,6 +2,7 @@
 //! the mock broker, which behaves like Apache Pulsar's broker for each of them.
 
 mod common;
+use common::client;
 
 use common::{full, within};
 
@@ -12,10 +13,6 @@ use pulsar_sdk::mock::{MockBroker, Received};
 use pulsar_sdk::{Client, Consumer, Error, Message, Producer, State, SubscriptionType};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

@@ -4,6 +4,7 @@
 //! that nothing is lost without the application learning of it.
 
 mod common;
+use common::client;
 mod hostile;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,10 +16,6 @@ use pulsar_sdk::mock::wire;
 use pulsar_sdk::{Client, Consumer, Error, State};
 
 const MB: usize = 1024 * 1024;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().unwrap()
-}
 
 async fn consumer(client: &Client, topic: &str, queue: u32) -> Consumer {
     common::within(

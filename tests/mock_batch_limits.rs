@@ -3,6 +3,7 @@
 //! their key in the entry's metadata (what a Key_Shared broker routes by).
 
 mod common;
+use common::client;
 
 use common::within;
 
@@ -13,13 +14,9 @@ use prost::Message as _;
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{Client, Error, ProducerMessage};
+use pulsar_sdk::{Error, ProducerMessage};
 
 const KIB: usize = 1024;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn broker_with_limit(max: usize) -> MockBroker {
     MockBroker::start_with(MockBrokerConfig {

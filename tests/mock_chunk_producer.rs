@@ -4,6 +4,7 @@
 //! duplicate nothing.
 
 mod common;
+use common::{client, recv};
 
 use common::chunks::{noise, wait_acked};
 use common::{full, wait_until, within};
@@ -13,17 +14,9 @@ use std::time::Duration;
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, MockError, MockRequest};
 use pulsar_sdk::{
-    Client, CompressionType, Consumer, ConsumerBuilder, Error, Message, MessageId, Producer,
-    ServerError, SubscriptionType,
+    Client, CompressionType, ConsumerBuilder, Error, MessageId, Producer, ServerError,
+    SubscriptionType,
 };
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
-
-async fn recv(c: &mut Consumer) -> Message {
-    within("recv", c.recv()).await.expect("a message")
-}
 
 fn consumer(client: &Client, topic: &str) -> ConsumerBuilder {
     client

@@ -3,6 +3,7 @@
 //! writes them.
 
 mod common;
+use common::{client, recv};
 
 use common::chunks::{now_ms, raw_small as small, wait_acked};
 use common::{full, within};
@@ -11,15 +12,7 @@ use std::time::Duration;
 
 use pulsar_sdk::mock::wire;
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Client, Consumer, ConsumerBuilder, Error, Message, SubscriptionType};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
-
-async fn recv(c: &mut Consumer) -> Message {
-    within("recv", c.recv()).await.expect("a message")
-}
+use pulsar_sdk::{Client, ConsumerBuilder, Error, SubscriptionType};
 
 /// Publishes chunk `chunk_id` of message `uuid` (whole payload `whole`, split in `n` chunks
 /// of `size` bytes); returns its entry id.

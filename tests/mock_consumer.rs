@@ -2,6 +2,7 @@
 //! TCP, real time with generous timeouts).
 
 mod common;
+use common::client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -10,16 +11,12 @@ use common::{publish, publish_batch, unbatched_producer};
 use futures::StreamExt;
 use pulsar_sdk::mock::wire::{self, base_command::Type, command_ack::AckType};
 use pulsar_sdk::mock::{MockBroker, Received};
-use pulsar_sdk::{Client, Consumer, InitialPosition, Message, ProducerMessage, SubscriptionType};
+use pulsar_sdk::{Consumer, InitialPosition, Message, ProducerMessage, SubscriptionType};
 
 /// Bound on anything that should happen "soon"; far above what any step needs.
 const WAIT: Duration = Duration::from_secs(10);
 /// Longer than the default ack group time (100 ms) with a wide margin.
 const ACK_SETTLE: Duration = Duration::from_millis(500);
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 fn full(topic: &str) -> String {
     format!("persistent://public/default/{topic}")

@@ -2,17 +2,14 @@
 //! and the client handles it as it handles a real broker's.
 
 mod common;
+use common::client;
 
 use std::time::{Duration, Instant};
 
-use common::{test_client, wait_until, within};
+use common::{wait_until, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockCluster, MockError, MockRequest, TopicMove};
-use pulsar_sdk::{Client, Error, MessageId, ServerError};
-
-fn client(url: &str) -> Client {
-    test_client(url).build().unwrap()
-}
+use pulsar_sdk::{Error, MessageId, ServerError};
 
 #[tokio::test]
 async fn a_pushed_send_error_makes_the_producer_reconnect_and_send_again() {

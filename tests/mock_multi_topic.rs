@@ -4,6 +4,7 @@
 //! ack timeout, seek by time, unsubscribe, state and close across all topics.
 
 mod common;
+use common::client;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -11,10 +12,6 @@ use std::time::Duration;
 use common::{full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::{Client, Consumer, Error, InitialPosition, Message, State, SubscriptionType};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

@@ -4,6 +4,7 @@
 //! (retried, never dropped for good), 100 matching topics, and deleted topics never re-created.
 
 mod common;
+use common::client;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -16,10 +17,6 @@ use pulsar_sdk::{
     SubscriptionType, TopicsChanged,
 };
 use tokio::sync::broadcast;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

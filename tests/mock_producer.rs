@@ -2,6 +2,7 @@
 //! time with generous timeouts).
 
 mod common;
+use common::client;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
@@ -17,10 +18,6 @@ use pulsar_sdk::{InitialPosition, SendFuture};
 
 /// Bound on anything that should happen "soon"; far above what any step needs.
 const WAIT: Duration = Duration::from_secs(10);
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 fn full(topic: &str) -> String {
     format!("persistent://public/default/{topic}")

@@ -3,6 +3,7 @@
 //! counted), a malformed one goes to the dead-letter topic, and shutdown is graceful.
 
 mod common;
+use common::client;
 #[path = "../examples/common/pipeline.rs"]
 mod pipeline;
 
@@ -14,10 +15,6 @@ use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Client, DeadLetterPolicy, InitialPosition, Reader, SubscriptionType};
 
 const ORDERS: usize = 60;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 /// Reads everything stored on `topic`.
 async fn read_all(client: &Client, topic: &str) -> Vec<(Option<String>, String)> {

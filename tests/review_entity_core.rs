@@ -4,6 +4,7 @@
 //! tests.
 
 mod common;
+use common::client;
 
 use common::{full, within};
 
@@ -14,15 +15,11 @@ use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig};
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{
-    BackoffPolicy, Client, Consumer, ConsumerOptions, Error, InitialPosition, Message, MessageId,
+    BackoffPolicy, Consumer, ConsumerOptions, Error, InitialPosition, Message, MessageId,
     ProducerMessage, State, SubscriptionType,
 };
 
 const WAIT: Duration = Duration::from_secs(10);
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

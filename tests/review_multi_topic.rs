@@ -2,6 +2,7 @@
 //! each test is a way a user could see them go wrong.
 
 mod common;
+use common::client;
 mod hostile;
 
 use std::collections::BTreeSet;
@@ -14,10 +15,6 @@ use pulsar_sdk::{
     Client, Consumer, InitialPosition, Message, ServerError, State, SubscriptionType, TopicsChanged,
 };
 use tokio::sync::broadcast;
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

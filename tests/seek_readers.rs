@@ -4,21 +4,18 @@
 //! asserts what the Java client guarantees.
 
 mod common;
+use common::client;
 
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{
-    Client, Consumer, DeadLetterPolicy, Error, InitialPosition, Message, MessageId, Reader,
+    Consumer, DeadLetterPolicy, Error, InitialPosition, Message, MessageId, Reader,
     SubscriptionType,
 };
 
 use common::{full, publish, publish_batch, unbatched_producer, within};
-
-fn client(url: &str) -> Client {
-    common::test_client(url).build().expect("valid config")
-}
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")

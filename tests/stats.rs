@@ -2,17 +2,14 @@
 //! ack ids and redelivery requests received, creates after a broker restart, dead letters.
 
 mod common;
+use common::client;
 
 use std::time::Duration;
 
-use common::{test_client, wait_until, within};
+use common::{wait_until, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Client, DeadLetterPolicy, InitialPosition, State, SubscriptionType};
-
-fn client(url: &str) -> Client {
-    test_client(url).build().unwrap()
-}
+use pulsar_sdk::{DeadLetterPolicy, InitialPosition, State, SubscriptionType};
 
 #[tokio::test]
 async fn producer_counters_match_the_broker_before_and_after_a_restart() {

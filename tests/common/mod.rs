@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use pulsar_sdk::{BackoffPolicy, ClientBuilder};
+use pulsar_sdk::{BackoffPolicy, Client, ClientBuilder, Consumer, Message};
 
 pub mod certs;
 pub mod chunks;
@@ -103,4 +103,14 @@ pub async fn publish_batch(
     }
     producer.close().await.unwrap();
     ids
+}
+
+/// A client for tests (see [`test_client`]).
+pub fn client(url: &str) -> Client {
+    test_client(url).build().expect("valid config")
+}
+
+/// The consumer's next message, within the test's patience.
+pub async fn recv(c: &mut Consumer) -> Message {
+    within("recv", c.recv()).await.expect("a message")
 }
