@@ -132,6 +132,18 @@ pub(crate) fn single_message_entry(
         Err(e) => return Err((e, completion)),
     };
     let metadata = message_metadata(ctx, &msg, sequence_id);
+    single_entry_from(ctx, metadata, data, sequence_id, completion)
+}
+
+/// [`single_message_entry`] from the message's metadata and (compressed) payload, already
+/// built (the chunker builds them to measure the message).
+pub(crate) fn single_entry_from(
+    ctx: &FrameContext,
+    metadata: proto::MessageMetadata,
+    data: Bytes,
+    sequence_id: u64,
+    completion: Completion,
+) -> std::result::Result<InFlight, (Error, Completion)> {
     if let Err(e) = check_size(ctx, &metadata, &data) {
         return Err((e, completion));
     }

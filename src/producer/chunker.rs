@@ -22,9 +22,7 @@ use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::proto;
 
-use super::batch_container::{
-    compress, entry, message_metadata, single_message_entry, FrameContext,
-};
+use super::batch_container::{compress, entry, message_metadata, single_entry_from, FrameContext};
 use super::pending::{ChunkPos, Completion, InFlight};
 
 /// The pending entries of one message: one entry when it fits (or chunking is off), else one
@@ -47,9 +45,8 @@ pub(crate) fn message_entries(
     };
     let mut metadata = message_metadata(ctx, &msg, sequence_id);
     if metadata.encoded_len() + data.len() <= limit {
-        // Fits in one entry: a normal message. (Compressed again there: cheap next to a
-        // round trip, and keeps one single-message path.)
-        return single_message_entry(ctx, msg, sequence_id, completion).map(|e| vec![e]);
+        // Fits in one entry: a normal message, from what was built to measure it.
+        return single_entry_from(ctx, metadata, data, sequence_id, completion).map(|e| vec![e]);
     }
     let total = match i32::try_from(data.len()) {
         Ok(n) => n,
