@@ -186,20 +186,7 @@ async fn we_reassemble_what_the_official_client_chunks() {
         .await
         .unwrap_or_else(|e| panic!("official chunked produce: {e}"));
     assert_eq!(ids.len(), 3);
-    let nudger = client
-        .producer(&topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap();
-    let nudges = tokio::spawn(async move {
-        for i in 0.. {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if nudger.send(format!("nudge-{i}")).await.is_err() {
-                return;
-            }
-        }
-    });
+    let nudges = support::nudge(&client, &topic).await;
     let mut i = 0;
     while i < payloads.len() {
         let want = &payloads[i];
@@ -271,17 +258,10 @@ async fn the_official_client_reassembles_what_we_chunk() {
             "earliest",
             "shared",
         );
-        let nudge = async {
-            for i in 0.. {
-                tokio::time::sleep(Duration::from_millis(500)).await;
-                let _ = producer.send_and_wait(format!("nudge-{i}")).await;
-            }
-        };
-        let got = tokio::select! {
-            got = consume => got,
-            _ = nudge => unreachable!("nudging never ends"),
-        }
-        .unwrap_or_else(|e| panic!("{codec}: {e}"));
+        let nudges = support::nudge(&client, &topic).await;
+        let got = consume.await;
+        nudges.abort();
+        let got = got.unwrap_or_else(|e| panic!("{codec}: {e}"));
         for (i, (m, want)) in got.iter().zip(&payloads).enumerate() {
             assert_eq!(m.payload.len(), want.len(), "{codec} message {i}: length");
             assert!(m.payload == *want, "{codec} message {i}: bytes differ");

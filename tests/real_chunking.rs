@@ -81,20 +81,7 @@ async fn round_trip(sizes: &[usize], compression: CompressionType) {
     for (i, id) in ids.iter().enumerate() {
         assert_eq!(id.is_chunked(), i % 2 == 1, "receipt {i}: {id}");
     }
-    let nudger = client
-        .producer(&topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap();
-    let nudges = tokio::spawn(async move {
-        for i in 0.. {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-            if nudger.send(format!("nudge-{i}")).await.is_err() {
-                return;
-            }
-        }
-    });
+    let nudges = support::nudge(&client, &topic).await;
     for (i, want) in sent.iter().enumerate() {
         let what = format!("message {i} ({} bytes)", want.len());
         let mut m = recv(&mut consumer, &what).await;

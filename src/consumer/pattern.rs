@@ -154,8 +154,13 @@ pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Res
         };
         match attempt.await {
             Ok(l) => return Ok(l.topics.unwrap_or_default().into_iter().collect()),
-            // A timeout used the whole operation time; other retriable errors are retried.
-            Err(e) if e.is_retriable() && !matches!(e, Error::Timeout { .. }) => {
+            // A timeout used the whole operation time; other retriable errors are retried
+            // (not once the client is closing, like `partitioned_topic_metadata_with`).
+            Err(e)
+                if e.is_retriable()
+                    && !matches!(e, Error::Timeout { .. })
+                    && !client.is_shut_down() =>
+            {
                 let now = Instant::now();
                 if now >= deadline {
                     return Err(e);

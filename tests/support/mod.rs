@@ -1055,3 +1055,24 @@ pub mod official {
         })
     }
 }
+
+/// Works around pulsar-lite's stalled live dispatch after a chunked message (it sometimes
+/// never dispatches the next entry to a live consumer until another message is published):
+/// publishes a small `nudge-N` message on `topic` every 500 ms until the returned task is
+/// aborted. Tests skip the nudges.
+pub async fn nudge(client: &pulsar_sdk::Client, topic: &str) -> tokio::task::JoinHandle<()> {
+    let nudger = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .expect("nudge producer");
+    tokio::spawn(async move {
+        for i in 0.. {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if nudger.send(format!("nudge-{i}")).await.is_err() {
+                return;
+            }
+        }
+    })
+}
