@@ -26,6 +26,9 @@
 //!   divided by the growth of the number of sent-but-not-completed messages. The bench's own
 //!   bookkeeping is preallocated and pre-touched, so it is not in the delta; the payload is
 //!   (100 bytes of it per message).
+//! * RSS growth over the stall (`rss_growth_over_stall_bytes`), and the jump after the resume
+//!   (`rss_jump_after_resume_bytes`): the highest VmRSS sampled every 10 ms from the resume
+//!   until the traffic ends, minus VmRSS at the end of the stall (the burst of receipts).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
 #[path = "../tests/support/mod.rs"]
@@ -119,7 +122,7 @@ fn run_child(scenario: &str) -> Value {
 }
 
 /// Which figures to summarize, and whether larger is worse.
-const FIGURES: [(&str, bool); 12] = [
+const FIGURES: [(&str, bool); 14] = [
     ("acked_but_lost", true),
     ("send_errors", true),
     ("fault_to_next_receipt_ms", true),
@@ -129,6 +132,8 @@ const FIGURES: [(&str, bool); 12] = [
     ("errors", true),
     ("rss_per_pending_bytes", true),
     ("rss_per_pending_minus_payload_bytes", true),
+    ("rss_growth_over_stall_bytes", true),
+    ("rss_jump_after_resume_bytes", true),
     ("stall_end_to_next_receipt_ms", true),
     ("failed", true),
     ("timed_out_but_stored", true),
@@ -665,10 +670,14 @@ async fn stall_10s() -> Value {
     let pending_after = traffic.pending();
     let resumed = Instant::now();
     signal(pid, libc::SIGCONT);
+    // The burst of receipts after the resume: the highest RSS seen until the traffic ends.
+    let mut rss_peak_after = rss_after;
     while traffic.sent.load(Ordering::Acquire) < max {
         tokio::time::sleep(Duration::from_millis(10)).await;
+        rss_peak_after = rss_peak_after.max(rss_bytes());
     }
     let result = traffic.finish().await;
+    rss_peak_after = rss_peak_after.max(rss_bytes());
     let _ = producer.close().await;
     let stored = read_back(&broker.url(), &topic).await;
     let (lost, duplicates) = compare(&result, &stored);
@@ -688,6 +697,9 @@ async fn stall_10s() -> Value {
         "rss_after_bytes": rss_after,
         "rss_per_pending_bytes": per_pending.round(),
         "rss_per_pending_minus_payload_bytes": (per_pending - PAYLOAD_LEN as f64).round(),
+        "rss_growth_over_stall_bytes": rss_after.saturating_sub(rss_before),
+        "rss_peak_after_resume_bytes": rss_peak_after,
+        "rss_jump_after_resume_bytes": rss_peak_after.saturating_sub(rss_after),
         "stall_end_to_next_receipt_ms": result.first_receipt_after(resumed).map(|n| ms(n - resumed)),
         "longest_send_block_ms": result.longest_block_ms(None, None),
         "longest_send_block_during_stall_ms": result.longest_block_ms(Some(stopped), Some(resumed)),

@@ -190,6 +190,11 @@ impl PulsarCodec {
         }
     }
 
+    /// The largest frame this codec accepts or writes, length prefix included.
+    pub fn max_frame_size(&self) -> usize {
+        self.max_frame_size
+    }
+
     /// Changes the maximum message size (e.g. to the broker's, from CONNECTED).
     pub fn set_max_message_size(&mut self, max_message_size: usize) {
         self.max_frame_size = max_message_size.saturating_add(FRAME_HEADROOM);

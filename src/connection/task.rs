@@ -375,6 +375,7 @@ where
     };
     let keepalive_timer = tokio::time::sleep_until(alive.next_wake());
     tokio::pin!(keepalive_timer);
+    let mut published = *stats.borrow();
 
     let reason = loop {
         let deadline = router.next_deadline();
@@ -438,12 +439,13 @@ where
                 Step::Continue
             }
         };
-        let _ = stats.send_if_modified(|s| {
-            let new = router.stats();
-            let changed = *s != new;
-            *s = new;
-            changed
-        });
+        // Compared here, so the watch (a lock) is only written when the figures change, not
+        // once per frame.
+        let now = router.stats();
+        if now != published {
+            published = now;
+            stats.send_replace(now);
+        }
         if let Step::Stop(reason) = step {
             break reason;
         }

@@ -12,17 +12,19 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::SinkExt;
-use tokio::io::AsyncWrite;
+use std::collections::VecDeque;
+use std::io::IoSlice;
+
+use bytes::{Buf, Bytes, BytesMut};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::codec::FramedWrite;
 
-use crate::codec::{Frame, PulsarCodec};
+use crate::codec::{CodecError, Frame, PulsarCodec};
 use crate::error::Error;
 
-/// How many queued frames are written before the socket is flushed.
+/// How many queued frames are taken before they are written and the socket is flushed.
 const WRITE_BATCH: usize = 128;
 
 /// What the writer task writes.
@@ -107,8 +109,92 @@ async fn unstalled<F: std::future::Future>(
     }
 }
 
-/// Owns the write half: writes frames in batches, one flush per batch; ends with an error
-/// when the socket fails or stays blocked for `stall_limit`.
+/// Frames below this size are copied into one buffer (written with one slice); larger ones
+/// (producer batches, chunks) are written from their own bytes, without a copy.
+const COALESCE_BELOW: usize = 4096;
+
+/// At most this many slices per vectored write (Linux accepts 1024; a few dozen already fill
+/// the socket buffer).
+const MAX_SLICES: usize = 64;
+
+/// Encoded frames waiting to be written, in order: large ones as their own `Bytes`, runs of
+/// small ones copied into one buffer. Written with vectored writes, so a producer's encoded
+/// batch goes from its buffer to the socket without another copy (a `FramedWrite` would copy
+/// it into its own buffer first).
+#[derive(Default)]
+struct WriteQueue {
+    chunks: VecDeque<Bytes>,
+    /// Small frames after the last chunk, not yet sealed into one.
+    staged: BytesMut,
+}
+
+impl WriteQueue {
+    fn push(&mut self, bytes: Bytes) {
+        if bytes.len() < COALESCE_BELOW {
+            self.staged.extend_from_slice(&bytes);
+        } else {
+            self.seal();
+            self.chunks.push_back(bytes);
+        }
+    }
+
+    /// Encodes `frame` at the end of the queue. On error nothing is queued.
+    fn encode(&mut self, frame: &Frame, max_frame_size: usize) -> Result<(), CodecError> {
+        crate::codec::encode_frame(frame, &mut self.staged, max_frame_size)
+    }
+
+    fn seal(&mut self) {
+        if !self.staged.is_empty() {
+            self.chunks.push_back(self.staged.split().freeze());
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.chunks.is_empty() && self.staged.is_empty()
+    }
+
+    /// Writes everything queued.
+    async fn write_all<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.seal();
+        while !self.chunks.is_empty() {
+            let written = if w.is_write_vectored() {
+                let slices: Vec<IoSlice<'_>> = self
+                    .chunks
+                    .iter()
+                    .take(MAX_SLICES)
+                    .map(|c| IoSlice::new(c))
+                    .collect();
+                w.write_vectored(&slices).await?
+            } else {
+                w.write(&self.chunks[0]).await?
+            };
+            if written == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            self.advance(written);
+        }
+        Ok(())
+    }
+
+    /// Drops `n` written bytes from the front.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let Some(front) = self.chunks.front_mut() else {
+                return;
+            };
+            if n < front.len() {
+                front.advance(n);
+                return;
+            }
+            n -= front.len();
+            self.chunks.pop_front();
+        }
+    }
+}
+
+/// Owns the write half: writes frames in batches (up to [`WRITE_BATCH`] queued frames per
+/// vectored write loop, then a flush); ends with an error when the socket fails or stays
+/// blocked for `stall_limit`.
 pub(super) async fn write_loop<W>(
     writer: FramedWrite<W, PulsarCodec>,
     mut rx: mpsc::Receiver<Outgoing>,
@@ -117,66 +203,58 @@ pub(super) async fn write_loop<W>(
 where
     W: AsyncWrite + Unpin,
 {
-    // The handshake flushed everything it wrote, so the buffer is empty: rewrap the socket.
-    let codec = writer.encoder().clone();
+    // The handshake flushed everything it wrote, so the buffer is empty: take the socket.
+    let max_frame_size = writer.encoder().max_frame_size();
     let progress = Arc::new(Progress {
         base: Instant::now(),
         last_ms: AtomicU64::new(0),
     });
-    let mut writer = FramedWrite::new(
-        Watched {
-            inner: writer.into_inner(),
-            progress: progress.clone(),
-        },
-        codec,
-    );
+    let mut socket = Watched {
+        inner: writer.into_inner(),
+        progress: progress.clone(),
+    };
+    let mut queue = WriteQueue::default();
     loop {
-        let Some(frame) = rx.recv().await else {
-            let _ = SinkExt::<Frame>::close(&mut writer).await;
+        let Some(first) = rx.recv().await else {
+            let _ = socket.shutdown().await;
             return Error::Closed;
         };
-        let mut next = Some(frame);
+        let mut next = Some(first);
         let mut n = 0;
         while let Some(item) = next.take() {
-            let frame = match item {
-                Outgoing::Frame(frame) => *frame,
-                Outgoing::Raw(bytes) => {
-                    // Already encoded (and size-checked) by its producer.
-                    writer.write_buffer_mut().extend_from_slice(&bytes);
-                    n += 1;
-                    if n < WRITE_BATCH {
-                        next = rx.try_recv().ok();
+            match item {
+                Outgoing::Frame(frame) => match queue.encode(&frame, max_frame_size) {
+                    Ok(()) => {}
+                    Err(CodecError::FrameTooLarge { size, max }) => {
+                        // Nothing was queued; the connection is fine.
+                        tracing::warn!(size, max, "outbound frame over the size limit; not sent");
                     }
-                    continue;
-                }
+                    Err(e) => return Error::from(e),
+                },
+                // Already encoded (and size-checked) by its producer.
+                Outgoing::Raw(bytes) => queue.push(bytes),
                 Outgoing::Reply(pending, bytes) => {
                     // Taken: a PING arriving from now on needs an answer of its own.
                     pending.store(false, Ordering::Release);
-                    writer.write_buffer_mut().extend_from_slice(&bytes);
-                    n += 1;
-                    if n < WRITE_BATCH {
-                        next = rx.try_recv().ok();
-                    }
-                    continue;
+                    queue.push(bytes);
                 }
-            };
-            match unstalled(writer.feed(frame), &progress, stall_limit).await {
-                Ok(Ok(())) => {}
-                Ok(Err(crate::codec::CodecError::FrameTooLarge { size, max })) => {
-                    // Nothing was written; the connection is fine.
-                    tracing::warn!(size, max, "outbound frame over the size limit; not sent");
-                }
-                Ok(Err(e)) => return Error::from(e),
-                Err(stalled) => return stalled,
             }
             n += 1;
             if n < WRITE_BATCH {
                 next = rx.try_recv().ok();
             }
         }
-        match unstalled(SinkExt::<Frame>::flush(&mut writer), &progress, stall_limit).await {
+        if queue.is_empty() {
+            continue;
+        }
+        match unstalled(queue.write_all(&mut socket), &progress, stall_limit).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Error::from(e),
+            Ok(Err(e)) => return Error::from(crate::codec::CodecError::from(e)),
+            Err(stalled) => return stalled,
+        }
+        match unstalled(socket.flush(), &progress, stall_limit).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Error::from(crate::codec::CodecError::from(e)),
             Err(stalled) => return stalled,
         }
     }
