@@ -10,6 +10,8 @@
 //! * `consume`: a Shared subscription from earliest over a backlog of batched 100-byte
 //!   messages, receiver queue 1000, an ack per message (default ack grouping), as
 //!   `examples/perf --mode consume --type shared` does.
+//! * `produce_unbatched` and `consume_unbatched`: the same with batching off (one entry, one
+//!   frame and one receipt per message), where per-frame costs are paid per message.
 //!
 //! Each loop runs twice, with `N1` and `N2` messages, each time in a fresh process under
 //! `valgrind --tool=callgrind` (this binary re-executed with `HOT_PATHS_RUN=produce|consume`);
@@ -20,7 +22,7 @@
 //! the counts do not depend on how threads interleave.
 //!
 //! Environment: `HOT_PATHS_N1` (default 10,000), `HOT_PATHS_N2` (default 50,000),
-//! `HOT_PATHS_LOOPS` (default `produce,consume`), `HOT_PATHS_VALGRIND` (default `valgrind`),
+//! `HOT_PATHS_LOOPS` (default `produce,consume`; the unbatched loops run when named), `HOT_PATHS_VALGRIND` (default `valgrind`),
 //! `HOT_PATHS_OUT` (a directory: keep the callgrind output files there, named
 //! `callgrind.<loop>.<n>`, for `callgrind_annotate`; default: a temporary directory removed at
 //! the end).
@@ -63,12 +65,17 @@ fn client(url: &str) -> Client {
         .expect("client config")
 }
 
-/// Sends `n` messages with pipelined sends and waits for every receipt.
-async fn produce(url: &str, n: u64) {
+/// Sends `n` messages with pipelined sends and waits for every receipt; `batched` picks
+/// batching on (the options above) or off (one entry, one receipt per message).
+async fn produce(url: &str, n: u64, batched: bool) {
     let client = client(url);
-    let producer = client
-        .producer(TOPIC)
-        .batching_options(batching())
+    let producer = client.producer(TOPIC);
+    let producer = if batched {
+        producer.batching_options(batching())
+    } else {
+        producer.batching(false)
+    };
+    let producer = producer
         .block_if_queue_full(true)
         .create()
         .await
@@ -116,7 +123,8 @@ fn broker() {
     let url = broker.service_url();
     let preload = env_number("HOT_PATHS_PRELOAD", 0);
     if preload > 0 {
-        rt.block_on(produce(&url, preload));
+        let batched = std::env::var("HOT_PATHS_PRELOAD_BATCHED").map_or(true, |v| v != "0");
+        rt.block_on(produce(&url, preload, batched));
     }
     println!("{url}");
     let mut sink = Vec::new();
@@ -143,7 +151,15 @@ fn measure(which: &str, n: u64, out_dir: &Path) -> u64 {
         .env("HOT_PATHS_RUN", "broker")
         .env(
             "HOT_PATHS_PRELOAD",
-            if which == "consume" { n } else { 0 }.to_string(),
+            if which.starts_with("consume") { n } else { 0 }.to_string(),
+        )
+        .env(
+            "HOT_PATHS_PRELOAD_BATCHED",
+            if which.ends_with("_unbatched") {
+                "0"
+            } else {
+                "1"
+            },
         )
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -190,8 +206,10 @@ fn main() {
             .build()
             .expect("runtime");
         match run.as_str() {
-            "produce" => rt.block_on(produce(&url, n)),
-            "consume" => rt.block_on(consume(&url, n)),
+            "produce" => rt.block_on(produce(&url, n, true)),
+            "produce_unbatched" => rt.block_on(produce(&url, n, false)),
+            // The same loop; only the backlog differs (one entry per message).
+            "consume" | "consume_unbatched" => rt.block_on(consume(&url, n)),
             other => panic!("unknown HOT_PATHS_RUN {other}"),
         }
         return;
@@ -211,7 +229,13 @@ fn main() {
     std::fs::create_dir_all(&out_dir).expect("output directory");
     for which in loops.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         assert!(
-            which == "produce" || which == "consume",
+            [
+                "produce",
+                "consume",
+                "produce_unbatched",
+                "consume_unbatched"
+            ]
+            .contains(&which),
             "unknown loop {which}"
         );
         let i1 = measure(which, n1, &out_dir);

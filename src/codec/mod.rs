@@ -206,6 +206,17 @@ impl Decoder for PulsarCodec {
     type Error = CodecError;
 
     fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, CodecError> {
+        match self.next_body(src)? {
+            Some(body) => decode_body(body).map(Some),
+            None => Ok(None),
+        }
+    }
+}
+
+impl PulsarCodec {
+    /// Takes the next whole frame's body (everything after its `total_size` field) from `src`,
+    /// checking its size first; `None` until all of it has arrived.
+    fn next_body(&self, src: &mut BytesMut) -> Result<Option<Bytes>, CodecError> {
         let Some(len_bytes) = src.get(..LENGTH_FIELD_SIZE) else {
             return Ok(None);
         };
@@ -238,7 +249,7 @@ impl Decoder for PulsarCodec {
             return Ok(None);
         }
         let frame = src.split_to(frame_len).freeze();
-        decode_body(frame.slice(LENGTH_FIELD_SIZE..)).map(Some)
+        Ok(Some(frame.slice(LENGTH_FIELD_SIZE..)))
     }
 }
 
@@ -283,21 +294,26 @@ fn sized_section(body: &[u8], pos: usize, what: &str) -> Result<(usize, usize), 
 fn decode_body(body: Bytes) -> Result<Frame, CodecError> {
     let (cmd_start, cmd_end) = sized_section(&body, 0, "command")?;
     let command = proto::BaseCommand::decode(body.slice(cmd_start..cmd_end))?;
-    if cmd_end == body.len() {
-        return Ok(Frame::simple(command));
-    }
+    let payload = decode_payload(&body, cmd_end)?;
+    Ok(Frame { command, payload })
+}
 
-    let mut pos = cmd_end;
+/// Decodes the payload part of a frame's body that starts at `pos` (after the command), if
+/// there is one.
+fn decode_payload(body: &Bytes, mut pos: usize) -> Result<Option<Payload>, CodecError> {
+    if pos == body.len() {
+        return Ok(None);
+    }
     let mut broker_entry_metadata = None;
-    if peek_u16(&body, pos) == Some(MAGIC_BROKER_ENTRY_METADATA) {
+    if peek_u16(body, pos) == Some(MAGIC_BROKER_ENTRY_METADATA) {
         // peek_u16 succeeded, so pos + 2 <= body.len(): no overflow.
-        let (start, end) = sized_section(&body, pos + 2, "broker entry metadata")?;
+        let (start, end) = sized_section(body, pos + 2, "broker entry metadata")?;
         broker_entry_metadata = Some(body.slice(start..end));
         pos = end;
     }
 
-    if peek_u16(&body, pos) == Some(MAGIC_CRC32C) {
-        let expected = peek_u32(&body, pos + 2).ok_or_else(|| {
+    if peek_u16(body, pos) == Some(MAGIC_CRC32C) {
+        let expected = peek_u32(body, pos + 2).ok_or_else(|| {
             CodecError::Malformed(format!(
                 "frame truncated: no room for the checksum at offset {} of {}",
                 pos + 2,
@@ -311,16 +327,13 @@ fn decode_body(body: Bytes) -> Result<Frame, CodecError> {
         }
     }
 
-    let (meta_start, meta_end) = sized_section(&body, pos, "metadata")?;
+    let (meta_start, meta_end) = sized_section(body, pos, "metadata")?;
     let metadata = proto::MessageMetadata::decode(body.slice(meta_start..meta_end))?;
-    Ok(Frame {
-        command,
-        payload: Some(Payload {
-            broker_entry_metadata,
-            metadata,
-            data: body.slice(meta_end..),
-        }),
-    })
+    Ok(Some(Payload {
+        broker_entry_metadata,
+        metadata,
+        data: body.slice(meta_end..),
+    }))
 }
 
 /// Converts a section length to its `u32` wire representation.
@@ -442,6 +455,9 @@ impl Encoder<Frame> for PulsarCodec {
         encode_frame(&frame, dst, self.max_frame_size)
     }
 }
+
+mod inbound;
+pub(crate) use inbound::{Inbound, InboundCodec, MessageFrame};
 
 #[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use super::{EntityEvent, MessageFrame};
-use crate::codec::Frame;
+use crate::codec::Inbound;
 use crate::error::Error;
 
 /// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver.
@@ -52,20 +52,28 @@ pub(crate) enum Delivery {
 }
 
 impl EntitySender {
-    pub(super) fn deliver(&self, mut frame: Frame) -> Delivery {
+    pub(super) fn deliver(&self, frame: Inbound) -> Delivery {
         if self.queued.load(Ordering::Acquire) >= self.bound {
             return Delivery::Overflow { bound: self.bound };
         }
         self.queued.fetch_add(1, Ordering::AcqRel);
-        let event = if let Some(command) = frame.command.message.take() {
-            EntityEvent::Message(Box::new(MessageFrame {
-                command,
-                payload: frame.payload.take(),
-            }))
-        } else if let Some(receipt) = frame.command.send_receipt.take() {
-            EntityEvent::Receipt(receipt)
-        } else {
-            EntityEvent::Command(Box::new(frame))
+        let event = match frame {
+            Inbound::Message(m) => EntityEvent::Message(m),
+            Inbound::Receipt(r) => EntityEvent::Receipt(r),
+            // A MESSAGE or SEND_RECEIPT the fast decode passed over (an unusual envelope):
+            // delivered the same way.
+            Inbound::Other(mut frame) => {
+                if let Some(command) = frame.command.message.take() {
+                    EntityEvent::Message(Box::new(MessageFrame {
+                        command,
+                        payload: frame.payload.take(),
+                    }))
+                } else if let Some(receipt) = frame.command.send_receipt.take() {
+                    EntityEvent::Receipt(receipt)
+                } else {
+                    EntityEvent::Command(frame)
+                }
+            }
         };
         if self.tx.send(event).is_err() {
             self.queued.fetch_sub(1, Ordering::AcqRel);

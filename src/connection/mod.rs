@@ -151,12 +151,7 @@ pub struct ConnectionInfo {
     pub features: BrokerFeatures,
 }
 
-/// A MESSAGE command and its payload, as delivered to a consumer.
-#[derive(Debug)]
-pub(crate) struct MessageFrame {
-    pub command: crate::proto::CommandMessage,
-    pub payload: Option<crate::codec::Payload>,
-}
+pub(crate) use crate::codec::MessageFrame;
 
 /// Something the connection delivers to a registered entity.
 // Producers and consumers (built on this) consume these; until then only tests do.
@@ -306,7 +301,7 @@ impl Connection {
             operation_timeout: config.operation_timeout,
         });
         task::spawn(task::TaskParams {
-            reader,
+            reader: reader.map_decoder(crate::codec::InboundCodec),
             writer,
             ops: ops_rx,
             control: control_rx,

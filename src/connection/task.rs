@@ -20,7 +20,7 @@ use super::routing::{self, EntityKind, Route};
 use super::writer::{write_loop, Outgoing};
 use super::{ConnectionStats, EntitySender, Op};
 use crate::auth::{Credentials, SharedAuthProvider};
-use crate::codec::{Frame, PulsarCodec};
+use crate::codec::{Frame, Inbound, InboundCodec, PulsarCodec};
 use crate::error::{Error, Result, ServerError};
 use crate::proto::{base_command::Type, BaseCommand};
 use crate::util::{later, sleep_until_opt};
@@ -38,7 +38,7 @@ const WRITE_QUEUE: usize = 1024;
 const MAX_BACKLOG: usize = 1024;
 
 pub(super) struct TaskParams<S> {
-    pub reader: FramedRead<ReadHalf<S>, PulsarCodec>,
+    pub reader: FramedRead<ReadHalf<S>, InboundCodec>,
     pub writer: FramedWrite<WriteHalf<S>, PulsarCodec>,
     pub ops: mpsc::Receiver<Op>,
     pub control: mpsc::UnboundedReceiver<Op>,
@@ -144,11 +144,10 @@ impl Router {
     /// Hands `frame` to its entity. An entity holding more than its bound of commands not
     /// yet taken means the broker ignores flow control: the connection ends with an error
     /// naming it (the entities reconnect; the broker redelivers what was not acked).
-    fn deliver(&mut self, kind: EntityKind, id: u64, frame: Frame) -> Step {
+    fn deliver(&mut self, kind: EntityKind, id: u64, frame: Inbound) -> Step {
         let Some(sender) = self.entities.get(&(kind, id)) else {
             // Per frame (e.g. messages still in flight to a consumer that closed): trace.
-            tracing::trace!(?kind, id, command = %routing::type_name(&frame.command),
-                "command for an unknown entity; dropped");
+            tracing::trace!(?kind, id, "command for an unknown entity; dropped");
             return Step::Continue;
         };
         match sender.deliver(frame) {
@@ -567,14 +566,26 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
 }
 
 fn handle_inbound(
-    frame: Frame,
+    inbound: Inbound,
     router: &mut Router,
     out: &mut Outbox,
     auth: &mut AuthState,
 ) -> Step {
+    let frame = match inbound {
+        // The per-message commands, decoded without their envelope.
+        Inbound::Message(m) => {
+            let id = m.command.consumer_id;
+            return router.deliver(EntityKind::Consumer, id, Inbound::Message(m));
+        }
+        Inbound::Receipt(r) => {
+            let id = r.producer_id;
+            return router.deliver(EntityKind::Producer, id, Inbound::Receipt(r));
+        }
+        Inbound::Other(frame) => frame,
+    };
     match routing::route(&frame.command) {
         Route::Request(id) => router.complete(id, frame.command),
-        Route::Entity(kind, id) => return router.deliver(kind, id, frame),
+        Route::Entity(kind, id) => return router.deliver(kind, id, Inbound::Other(frame)),
         Route::Ping => {
             let pending = out.pong_pending.clone();
             return out.push_reply(pending, crate::commands::pong());
