@@ -594,3 +594,51 @@ proptest! {
         drain(&raw);
     }
 }
+
+proptest! {
+    /// The hand-written SEND envelope gives the very bytes of the whole `BaseCommand`'s
+    /// encoding, whatever the SEND's fields.
+    #[test]
+    fn encode_send_equals_encoding_the_whole_base_command(
+        producer_id in any::<u64>(),
+        sequence_id in any::<u64>(),
+        highest in proptest::option::of(any::<u64>()),
+        num_messages in proptest::option::of(any::<i32>()),
+        is_chunk in proptest::option::of(any::<bool>()),
+        data in proptest::collection::vec(any::<u8>(), 0..300),
+    ) {
+        let send = proto::CommandSend {
+            producer_id,
+            sequence_id,
+            num_messages,
+            highest_sequence_id: highest,
+            is_chunk,
+            ..Default::default()
+        };
+        let whole = Frame::with_payload(
+            proto::BaseCommand {
+                r#type: Type::Send as i32,
+                send: Some(send.clone()),
+                ..Default::default()
+            },
+            metadata("p", sequence_id),
+            Bytes::from(data),
+        );
+        let fast = encode_send(&send, whole.payload.as_ref().unwrap(), 1 << 20).unwrap();
+        prop_assert_eq!(&fast[..], &encode(&whole)[..]);
+    }
+}
+
+#[test]
+fn encode_send_refuses_a_frame_over_the_limit() {
+    let payload = Payload {
+        broker_entry_metadata: None,
+        metadata: metadata("p", 1),
+        data: Bytes::from(vec![0u8; 2048]),
+    };
+    let send = proto::CommandSend::default();
+    assert!(matches!(
+        encode_send(&send, &payload, 1024),
+        Err(CodecError::FrameTooLarge { .. })
+    ));
+}
