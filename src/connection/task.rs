@@ -28,6 +28,9 @@ use crate::util::{later, sleep_until_opt};
 /// How many ops from handles are taken in one go.
 const WRITE_BATCH: usize = 128;
 
+/// How many queued ops are taken after each inbound frame (see the inbound branch).
+const OPS_PER_FRAME: usize = 16;
+
 /// Frames queued for the writer task.
 const WRITE_QUEUE: usize = 1024;
 
@@ -402,7 +405,14 @@ where
                     // Any frame shows the broker alive (upstream's messageReceived()).
                     alive.last_inbound = Instant::now();
                     alive.ping_sent = false;
-                    handle_inbound(frame, &mut router, &mut out, &mut auth)
+                    match handle_inbound(frame, &mut router, &mut out, &mut auth) {
+                        // The ops branch comes after this one: while the broker keeps the
+                        // socket readable it would never run, and sends and requests from
+                        // handles would wait behind the whole inbound stream. Take a few of
+                        // those already queued after each frame.
+                        Step::Continue => take_ready_ops(&mut ops, &mut router, &mut out, OPS_PER_FRAME),
+                        stop => stop,
+                    }
                 }
                 Some(Err(e)) => Step::Stop(Error::from(e)),
                 None => Step::Stop(Error::ConnectionLost("broker closed the connection".into())),
@@ -415,18 +425,10 @@ where
                 Err(_) => Step::Stop(Error::ConnectionLost("connection writer stopped".into())),
             },
             op = ops.recv(), if !backlogged => match op {
-                Some(op) => {
-                    let mut step = handle_op(op, &mut router, &mut out);
-                    let mut n = 1;
-                    while matches!(step, Step::Continue) && n < WRITE_BATCH && out.backlog.is_empty() {
-                        match ops.try_recv() {
-                            Ok(op) => step = handle_op(op, &mut router, &mut out),
-                            Err(_) => break,
-                        }
-                        n += 1;
-                    }
-                    step
-                }
+                Some(op) => match handle_op(op, &mut router, &mut out) {
+                    Step::Continue => take_ready_ops(&mut ops, &mut router, &mut out, WRITE_BATCH - 1),
+                    stop => stop,
+                },
                 // Every handle is gone: nobody can use this connection any more.
                 None => Step::Stop(Error::Closed),
             },
@@ -472,6 +474,28 @@ where
     // Dropping the outbox ends the writer, which closes the socket's write side.
     drop(out);
     writer_task.abort();
+}
+
+/// Handles up to `limit` ops already queued by handles, without waiting, while the writer
+/// takes frames (none while frames wait in the backlog: that is the backpressure).
+fn take_ready_ops(
+    ops: &mut mpsc::Receiver<Op>,
+    router: &mut Router,
+    out: &mut Outbox,
+    limit: usize,
+) -> Step {
+    for _ in 0..limit {
+        if !out.backlog.is_empty() {
+            break;
+        }
+        let Ok(op) = ops.try_recv() else {
+            break;
+        };
+        if let Step::Stop(reason) = handle_op(op, router, out) {
+            return Step::Stop(reason);
+        }
+    }
+    Step::Continue
 }
 
 fn fail_op(op: Op, reason: &Error) {

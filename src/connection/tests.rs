@@ -747,3 +747,43 @@ async fn an_entity_that_takes_its_commands_never_hits_its_bound() {
     }
     assert!(!conn.is_closed());
 }
+
+/// A broker that keeps the socket readable does not starve the handles' queued ops: they are
+/// taken between inbound frames, not only once the reader has nothing left.
+#[tokio::test]
+async fn a_stream_of_inbound_frames_does_not_hold_back_queued_sends() {
+    let (client_io, broker_io) = tokio::io::duplex(16 << 20);
+    let mut peer = Framed::new(broker_io, PulsarCodec::new());
+    let config = config();
+    let client = tokio::spawn(async move {
+        Connection::connect_with_stream(client_io, "pulsar://scripted:6650", None, &config).await
+    });
+    peer.next().await.expect("CONNECT").expect("decodes");
+    // CONNECTED, then a long stream of frames the connection handles itself (more than it
+    // reads in one scheduling budget), then a PING.
+    SinkExt::<Frame>::feed(&mut peer, Frame::simple(connected(Some(1 << 20), false)))
+        .await
+        .unwrap();
+    for _ in 0..400_000 {
+        SinkExt::<Frame>::feed(&mut peer, Frame::simple(cmd(Type::Pong)))
+            .await
+            .unwrap();
+    }
+    SinkExt::<Frame>::feed(&mut peer, Frame::simple(crate::commands::ping()))
+        .await
+        .unwrap();
+    SinkExt::<Frame>::flush(&mut peer).await.unwrap();
+    let conn = client.await.unwrap().expect("handshake succeeds");
+    let mut b = bytes::BytesMut::new();
+    crate::codec::encode_frame(&crate::commands::flow(42, 1), &mut b, 1 << 20).unwrap();
+    conn.try_send_raw(b.freeze()).expect("queued");
+    // The queued FLOW reaches the broker before the PONG that answers the last frame.
+    let first = next_command(&mut peer).await;
+    assert_eq!(
+        first.flow.map(|f| f.consumer_id),
+        Some(42),
+        "first command from the client: {first:?}"
+    );
+    let second = next_command(&mut peer).await;
+    assert_eq!(second.r#type, Type::Pong as i32);
+}
