@@ -75,6 +75,22 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<W> {
         r
     }
 
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.progress.mark();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -256,6 +272,111 @@ where
             Ok(Ok(())) => {}
             Ok(Err(e)) => return Error::from(crate::codec::CodecError::from(e)),
             Err(stalled) => return stalled,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket that takes at most `per_call` bytes per write and records the calls.
+    struct Recorder {
+        vectored: bool,
+        per_call: usize,
+        written: Vec<u8>,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Recorder {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<std::io::Result<usize>> {
+            let n = buf.len().min(self.per_call);
+            self.written.extend_from_slice(&buf[..n]);
+            self.calls += 1;
+            Poll::Ready(Ok(n))
+        }
+
+        fn poll_write_vectored(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            bufs: &[IoSlice<'_>],
+        ) -> Poll<std::io::Result<usize>> {
+            assert!(
+                self.vectored,
+                "vectored write on a socket that is not vectored"
+            );
+            let mut left = self.per_call;
+            for b in bufs {
+                let n = b.len().min(left);
+                self.written.extend_from_slice(&b[..n]);
+                left -= n;
+            }
+            self.calls += 1;
+            Poll::Ready(Ok(self.per_call - left))
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            self.vectored
+        }
+
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Small and large frames, in order, whatever the socket takes per call.
+    #[tokio::test]
+    async fn queued_frames_are_written_in_order_through_partial_writes() {
+        let frames: Vec<Bytes> = (0..40u8)
+            .map(|i| {
+                let len = if i % 3 == 0 {
+                    10_000 + usize::from(i)
+                } else {
+                    7 + usize::from(i)
+                };
+                Bytes::from(vec![i; len])
+            })
+            .collect();
+        let expected: Vec<u8> = frames.iter().flat_map(|f| f.iter().copied()).collect();
+        for vectored in [true, false] {
+            for per_call in [1, 5, 4096, 10_003, 1 << 20] {
+                let mut queue = WriteQueue::default();
+                for f in &frames {
+                    queue.push(f.clone());
+                }
+                let progress = Arc::new(Progress {
+                    base: Instant::now(),
+                    last_ms: AtomicU64::new(0),
+                });
+                let mut socket = Watched {
+                    inner: Recorder {
+                        vectored,
+                        per_call,
+                        written: Vec::new(),
+                        calls: 0,
+                    },
+                    progress,
+                };
+                assert_eq!(socket.is_write_vectored(), vectored);
+                queue.write_all(&mut socket).await.unwrap();
+                assert!(queue.is_empty());
+                assert!(
+                    socket.inner.written == expected,
+                    "vectored {vectored}, {per_call} bytes per call: bytes differ"
+                );
+                if vectored && per_call == 1 << 20 {
+                    // Everything queued fits in one call: one vectored write.
+                    assert_eq!(socket.inner.calls, 1);
+                }
+            }
         }
     }
 }
