@@ -11,7 +11,7 @@ use crate::message::{now_millis, ProducerMessage};
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{ChunkPos, Completion, InFlight};
+use super::pending::{ChunkPos, Completion, InFlight, Reservation};
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -117,6 +117,7 @@ pub(super) fn entry(
         batched: false,
         chunk,
         enqueued_at: Instant::now(),
+        _reserved: Reservation::default(),
     })
 }
 
@@ -220,6 +221,8 @@ struct OpenBatch {
     metadata_bound: usize,
     builder: BatchBuilder,
     completions: Vec<Completion>,
+    /// What the batch's messages hold, released once for the whole entry.
+    reserved: Reservation,
     first_seq: u64,
     last_seq: u64,
     opened_at: Instant,
@@ -293,6 +296,7 @@ impl OpenBatch {
             metadata_bound: 0,
             builder,
             completions: Vec::with_capacity(expected_messages),
+            reserved: Reservation::default(),
             first_seq,
             last_seq: first_seq,
             opened_at: Instant::now(),
@@ -436,6 +440,8 @@ impl BatchContainer {
             meta_len,
         );
         b.last_seq = sequence_id;
+        let mut completion = completion;
+        b.reserved.merge(std::mem::take(&mut completion.reserved));
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
@@ -531,6 +537,7 @@ impl BatchContainer {
             batched: true,
             chunk: None,
             enqueued_at: b.opened_at,
+            _reserved: b.reserved,
         });
     }
 }
@@ -556,8 +563,7 @@ mod tests {
     fn completion() -> Completion {
         Completion {
             responder: None,
-            _memory: None,
-            _slot: None,
+            reserved: Reservation::default(),
         }
     }
 

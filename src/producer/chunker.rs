@@ -146,8 +146,7 @@ mod tests {
     fn completion() -> Completion {
         Completion {
             responder: None,
-            _memory: None,
-            _slot: None,
+            reserved: crate::producer::pending::Reservation::default(),
         }
     }
 

@@ -3,27 +3,56 @@
 
 use std::collections::VecDeque;
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::message_id::{ChunkStart, MessageId};
 use bytes::Bytes;
 
-/// Completes one application `send`: its responder and the memory it holds.
+use super::receipt::Responder;
+
+/// What a message holds while it is pending: client memory for its payload and a slot of the
+/// producer's `max_pending_messages`, both given back when this is dropped.
+///
+/// The messages of a batch hand theirs to the batch ([`merge`](Self::merge)), so the
+/// semaphores are released once per entry rather than once per message (each release takes
+/// the semaphore's waiter lock). Every message of an entry completes at the same time (receipt,
+/// failure, timeout), so they are released exactly when they were before.
+#[derive(Debug, Default)]
+pub(crate) struct Reservation {
+    pub memory: Option<OwnedSemaphorePermit>,
+    pub slot: Option<OwnedSemaphorePermit>,
+}
+
+fn merge_permit(into: &mut Option<OwnedSemaphorePermit>, from: Option<OwnedSemaphorePermit>) {
+    match (into.as_mut(), from) {
+        (Some(held), Some(more)) => held.merge(more),
+        (None, more) => *into = more,
+        (Some(_), None) => {}
+    }
+}
+
+impl Reservation {
+    /// Takes over what `other` holds (all permits of a client come from the same semaphores).
+    pub(crate) fn merge(&mut self, other: Reservation) {
+        merge_permit(&mut self.memory, other.memory);
+        merge_permit(&mut self.slot, other.slot);
+    }
+}
+
+/// Completes one application `send`: its responder and what it holds while pending.
 #[derive(Debug)]
 pub(crate) struct Completion {
-    pub responder: Option<oneshot::Sender<Result<MessageId>>>,
-    /// Client memory reserved for the payload, released when this is dropped.
-    pub _memory: Option<OwnedSemaphorePermit>,
-    /// A slot of the producer's `max_pending_messages`, released when this is dropped.
-    pub _slot: Option<OwnedSemaphorePermit>,
+    pub responder: Option<Responder>,
+    /// Released when this is dropped (unless handed to its batch).
+    pub reserved: Reservation,
 }
 
 impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
         if let Some(tx) = self.responder.take() {
-            let _ = tx.send(result);
+            tx.send(result);
         }
     }
 }
@@ -58,6 +87,9 @@ pub(crate) struct InFlight {
     /// Set on a chunk of a chunked message.
     pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
+    /// What a batch's messages hold (a single message's stays in its completion), released
+    /// when the entry leaves the queue.
+    pub _reserved: Reservation,
 }
 
 /// What a receipt did to the queue.
@@ -263,20 +295,16 @@ impl PendingQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::producer::receipt::{Receipts, SendFuture};
 
-    fn entry(
-        first: u64,
-        last: u64,
-        at: Instant,
-    ) -> (InFlight, Vec<oneshot::Receiver<Result<MessageId>>>) {
+    fn entry(first: u64, last: u64, at: Instant) -> (InFlight, Vec<SendFuture>) {
         let mut completions = Vec::new();
         let mut rxs = Vec::new();
         for _ in first..=last {
-            let (tx, rx) = oneshot::channel();
+            let (tx, rx) = Receipts::default().next();
             completions.push(Completion {
                 responder: Some(tx),
-                _memory: None,
-                _slot: None,
+                reserved: Reservation::default(),
             });
             rxs.push(rx);
         }
@@ -289,6 +317,7 @@ mod tests {
                 batched: last > first,
                 chunk: None,
                 enqueued_at: at,
+                _reserved: Reservation::default(),
             },
             rxs,
         )
@@ -316,15 +345,15 @@ mod tests {
         assert_eq!(q.messages(), 4);
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Completed(3));
         for (i, rx) in ra.iter_mut().enumerate() {
-            let got = rx.try_recv().unwrap().unwrap();
+            let got = rx.try_result().unwrap().unwrap();
             assert_eq!(got.batch_index, i as i32);
             assert_eq!(got.batch_size, 3);
         }
         // A duplicate receipt for the completed batch is stale, not an error.
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
-        assert!(rb[0].try_recv().is_err(), "still pending");
+        assert!(rb[0].try_result().is_none(), "still pending");
         assert_eq!(q.on_receipt(3, id), ReceiptOutcome::Completed(1));
-        assert_eq!(rb[0].try_recv().unwrap().unwrap().batch_index, -1);
+        assert_eq!(rb[0].try_result().unwrap().unwrap().batch_index, -1);
         assert!(q.is_empty());
         assert_eq!(q.messages(), 0);
         assert_eq!(q.bytes(), 0);
@@ -363,17 +392,17 @@ mod tests {
             1
         );
         assert!(matches!(
-            ra[0].try_recv().unwrap(),
+            ra[0].try_result().unwrap(),
             Err(Error::Timeout { .. })
         ));
         assert!(
-            rb[0].try_recv().is_err(),
+            rb[0].try_result().is_none(),
             "the younger entry is still pending"
         );
         // Its late receipt would now be for seq 0: stale.
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
         assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Completed(1));
-        assert!(rb[0].try_recv().unwrap().is_ok());
+        assert!(rb[0].try_result().unwrap().is_ok());
     }
 
     #[tokio::test]
@@ -384,13 +413,13 @@ mod tests {
         q.push(a);
         assert_eq!(q.fail_all(&Error::Closed, |_| {}), 2);
         for rx in ra.iter_mut() {
-            assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+            assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
         }
         assert_eq!(q.fail_all(&Error::Closed, |_| {}), 0);
     }
 
-    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, oneshot::Receiver<Result<MessageId>>) {
-        let (tx, rx) = oneshot::channel();
+    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, SendFuture) {
+        let (tx, rx) = Receipts::default().next();
         let mut out: Vec<InFlight> = (0..of)
             .map(|id| InFlight {
                 first_seq: seq,
@@ -400,12 +429,12 @@ mod tests {
                 batched: false,
                 chunk: Some(ChunkPos { id, of }),
                 enqueued_at: Instant::now(),
+                _reserved: Reservation::default(),
             })
             .collect();
         out.last_mut().unwrap().completions.push(Completion {
             responder: Some(tx),
-            _memory: None,
-            _slot: None,
+            reserved: Reservation::default(),
         });
         (out, rx)
     }
@@ -420,11 +449,11 @@ mod tests {
         assert_eq!(q.messages(), 1, "a chunked message counts once");
         let at = |entry| move |_: Option<i32>| MessageId::new(7, entry, -1);
         assert_eq!(q.on_receipt(4, at(10)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_result().is_none());
         assert_eq!(q.on_receipt(4, at(11)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_result().is_none());
         assert_eq!(q.on_receipt(4, at(12)), ReceiptOutcome::Completed(1));
-        let id = rx.try_recv().unwrap().unwrap();
+        let id = rx.try_result().unwrap().unwrap();
         assert_eq!((id.ledger_id, id.entry_id), (7, 12));
         assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 10, -1)));
         assert!(q.is_empty());
@@ -444,9 +473,9 @@ mod tests {
             ReceiptOutcome::Completed(0)
         );
         assert_eq!(q.fail_head(Error::Closed), 1);
-        assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+        assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
         assert!(
-            rnext[0].try_recv().is_err(),
+            rnext[0].try_result().is_none(),
             "the next message is untouched"
         );
         assert_eq!(q.messages(), 1);

@@ -8,7 +8,7 @@
 //! only when it is present).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -133,7 +133,7 @@ pub(crate) struct ProducerTask {
     /// producer still ends Closed).
     pub close_outcome: Option<Error>,
     /// Set once the producer is closed for good; handles report it on later sends.
-    pub terminal: Arc<Mutex<Option<Error>>>,
+    pub terminal: Arc<OnceLock<Error>>,
     /// Statistics (read by `Producer::stats`).
     pub stats: Arc<crate::stats::ProducerCounters>,
 }
@@ -598,7 +598,8 @@ impl ProducerTask {
         if !matches!(error, Error::Closed) {
             tracing::warn!(topic = %self.entity.topic, %error, %state, "producer closed");
         }
-        *self.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.clone());
+        // Set once: this is the task's end.
+        let _ = self.terminal.set(error.clone());
         let mut failed = Vec::new();
         let mut out = Vec::new();
         if let Some(b) = self.batches.as_mut() {
