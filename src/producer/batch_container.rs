@@ -7,11 +7,11 @@ use crate::batch::{BatchBuilder, SingleMessageFields};
 use crate::codec::Frame;
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
-use crate::message::{now_millis, ProducerMessage};
+use crate::message::now_millis;
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{ChunkPos, Completion, InFlight, Reservation};
+use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Reservation};
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -24,7 +24,8 @@ pub(crate) struct FrameContext {
     pub schema_version: Option<Bytes>,
 }
 
-fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
+fn properties(msg: &Outgoing) -> Vec<proto::KeyValue> {
+    let msg = msg.extras();
     if msg.properties.is_empty() {
         // The common case, without setting up an iterator over an empty map.
         return Vec::new();
@@ -77,22 +78,23 @@ pub(super) fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
 /// uncompressed payload size.
 pub(super) fn message_metadata(
     ctx: &FrameContext,
-    msg: &ProducerMessage,
+    msg: &Outgoing,
     sequence_id: u64,
 ) -> proto::MessageMetadata {
+    let (payload_len, props, msg) = (msg.payload.len(), properties(msg), msg.extras());
     let compressed = ctx.compression != CompressionType::None;
     proto::MessageMetadata {
         producer_name: ctx.producer_name.clone(),
         sequence_id,
         publish_time: now_millis(),
-        properties: properties(msg),
+        properties: props,
         partition_key: msg.key.clone(),
         partition_key_b64_encoded: msg.key_b64_encoded.then_some(true),
         ordering_key: msg.ordering_key.clone(),
         event_time: msg.event_time,
         schema_version: ctx.schema_version.clone(),
         compression: compressed.then(|| ctx.compression.to_proto()),
-        uncompressed_size: compressed.then_some(msg.payload.len() as u32),
+        uncompressed_size: compressed.then_some(payload_len as u32),
         deliver_at_time: msg.deliver_at.map(|t| t as i64),
         ..Default::default()
     }
@@ -124,7 +126,7 @@ pub(super) fn entry(
 /// Builds the frame of a single, non-batched message.
 pub(crate) fn single_message_entry(
     ctx: &FrameContext,
-    msg: ProducerMessage,
+    msg: Outgoing,
     sequence_id: u64,
     completion: Completion,
 ) -> std::result::Result<InFlight, (Error, Completion)> {
@@ -160,10 +162,11 @@ pub(crate) fn single_entry_from(
 
 /// The `SingleMessageMetadata` of `msg` in a batch.
 fn single_fields<'a>(
-    msg: &'a ProducerMessage,
+    msg: &'a Outgoing,
     properties: &'a [proto::KeyValue],
     sequence_id: u64,
 ) -> SingleMessageFields<'a> {
+    let msg = msg.extras();
     SingleMessageFields {
         properties,
         partition_key: msg.key.as_deref(),
@@ -187,7 +190,8 @@ enum BatchKey {
 }
 
 impl BatchKey {
-    fn of(msg: &ProducerMessage, key_based: bool) -> Self {
+    fn of(msg: &Outgoing, key_based: bool) -> Self {
+        let msg = msg.extras();
         match (key_based, &msg.ordering_key, &msg.key) {
             (false, _, _) => BatchKey::Any,
             (true, Some(k), _) => BatchKey::Ordering(k.clone()),
@@ -197,7 +201,8 @@ impl BatchKey {
     }
 
     /// Whether `msg` belongs to a batch of this key (without allocating).
-    fn matches(&self, msg: &ProducerMessage) -> bool {
+    fn matches(&self, msg: &Outgoing) -> bool {
+        let msg = msg.extras();
         match (self, &msg.ordering_key, &msg.key) {
             (BatchKey::Any, _, _) => true,
             (BatchKey::Ordering(k), Some(o), _) => k == o,
@@ -282,12 +287,13 @@ fn batch_metadata(
 impl OpenBatch {
     fn new(
         ctx: &FrameContext,
-        msg: &ProducerMessage,
+        msg: &Outgoing,
         key: BatchKey,
         first_seq: u64,
         builder: BatchBuilder,
         expected_messages: usize,
     ) -> Self {
+        let msg = msg.extras();
         let mut b = OpenBatch {
             key,
             partition_key: msg.key.clone(),
@@ -349,7 +355,7 @@ impl BatchContainer {
     /// rather than grown one reallocation at a time (at most 1024, twice the last batch's count
     /// and at least 16, and 1 for a message that fills a batch alone, so a pending batch holds
     /// little room for completions it will never have).
-    fn expected_messages(&self, msg: &ProducerMessage) -> usize {
+    fn expected_messages(&self, msg: &Outgoing) -> usize {
         let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
         by_bytes
             .min(self.options.max_messages)
@@ -369,7 +375,7 @@ impl BatchContainer {
     /// alone is over the broker's limit (it is then sent on its own, where the limit is checked
     /// after compression, so a failure is only its own). [`add`](Self::add) also sends a message
     /// alone when the metadata of a batch would push it over the limit.
-    pub(crate) fn too_big_for_batch(&self, msg: &ProducerMessage, max_message_size: usize) -> bool {
+    pub(crate) fn too_big_for_batch(&self, msg: &Outgoing, max_message_size: usize) -> bool {
         msg.payload.len() >= self.options.max_bytes || msg.payload.len() >= max_message_size
     }
 
@@ -378,7 +384,7 @@ impl BatchContainer {
     pub(crate) fn add(
         &mut self,
         ctx: &FrameContext,
-        msg: ProducerMessage,
+        msg: Outgoing,
         sequence_id: u64,
         completion: Completion,
         out: &mut Vec<InFlight>,
@@ -546,6 +552,7 @@ impl BatchContainer {
 mod tests {
     use super::*;
     use crate::codec::PulsarCodec;
+    use crate::message::ProducerMessage;
     use prost::Message as _;
     use std::time::Duration;
     use tokio_util::codec::Decoder as _;
@@ -606,7 +613,14 @@ mod tests {
                 ordering_key: ok.map(Bytes::copy_from_slice),
                 ..Default::default()
             };
-            container.add(ctx, msg, seq as u64, completion(), &mut out, &mut failed);
+            container.add(
+                ctx,
+                msg.into(),
+                seq as u64,
+                completion(),
+                &mut out,
+                &mut failed,
+            );
         }
         container.flush(ctx, &mut out, &mut failed);
         (out, failed)
@@ -819,7 +833,14 @@ mod tests {
                     let mut msg = ProducerMessage::new(payload).key(key.as_str());
                     msg.properties.insert("p".into(), "v".repeat(seq % 20));
                     let bound = c.open.first().map(|b| b.metadata_bound);
-                    c.add(&ctx, msg, seq as u64, completion(), &mut out, &mut failed);
+                    c.add(
+                        &ctx,
+                        msg.into(),
+                        seq as u64,
+                        completion(),
+                        &mut out,
+                        &mut failed,
+                    );
                     if let Some(bound) = bound {
                         for e in out.iter().filter(|e| e.batched) {
                             assert!(decode(e).0.encoded_len() <= bound);

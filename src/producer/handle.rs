@@ -20,11 +20,10 @@ use crate::core::CoreRef;
 use crate::entity::Entity;
 use crate::error::{Error, Result};
 use crate::lifecycle::{GroupClose, State};
-use crate::message::ProducerMessage;
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
-use super::pending::{Completion, PendingQueue, Reservation};
+use super::pending::{Completion, Outgoing, PendingQueue, Reservation};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
 use super::ProducerOptions;
@@ -36,9 +35,9 @@ const OP_QUEUE: usize = 4096;
 #[derive(Debug)]
 pub(super) enum Blocked {
     /// For client memory (then for a `max_pending_messages` slot, then for the queue).
-    Memory(ProducerMessage),
+    Memory(Outgoing),
     /// For a `max_pending_messages` slot, holding its memory.
-    Slot(ProducerMessage, OwnedSemaphorePermit),
+    Slot(Outgoing, OwnedSemaphorePermit),
     /// For room in the task's queue, with everything else in hand.
     Queue(ProducerOp, SendFuture),
 }
@@ -47,7 +46,8 @@ pub(super) enum Blocked {
 #[derive(Debug)]
 pub(super) enum Queued {
     Done(SendFuture),
-    Wait(Blocked),
+    /// Boxed: rare, and it keeps what the fast path returns small to move.
+    Wait(Box<Blocked>),
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -174,7 +174,7 @@ impl PartitionProducer {
 
     /// Queues `msg` if there is room for it everywhere, without waiting; otherwise says where
     /// it must wait (with `block_if_queue_full`; without it a full limit fails the send).
-    pub(super) fn try_send(&self, msg: ProducerMessage) -> Result<Queued> {
+    pub(super) fn try_send(&self, msg: Outgoing) -> Result<Queued> {
         if let Some(e) = self.terminal.get() {
             return Err(e.clone());
         }
@@ -191,7 +191,7 @@ impl PartitionProducer {
         {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) if self.block => {
-                return Ok(Queued::Wait(Blocked::Memory(msg)))
+                return Ok(Queued::Wait(Box::new(Blocked::Memory(msg))))
             }
             Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
             Err(_) => return Err(self.memory_full()),
@@ -201,7 +201,7 @@ impl PartitionProducer {
             Some(limit) => match limit.clone().try_acquire_owned() {
                 Ok(p) => Some(p),
                 Err(TryAcquireError::NoPermits) if self.block => {
-                    return Ok(Queued::Wait(Blocked::Slot(msg, memory)))
+                    return Ok(Queued::Wait(Box::new(Blocked::Slot(msg, memory))))
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
                 Err(_) => return Err(Self::slots_full()),
@@ -210,15 +210,15 @@ impl PartitionProducer {
         let (op, receipt) = self.op(msg, memory, slot);
         match self.ops.try_send(op) {
             Ok(()) => Ok(Queued::Done(receipt)),
-            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Blocked::Queue(op, receipt))),
+            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op, receipt)))),
             Err(TrySendError::Closed(_)) => Err(self.closed_error()),
         }
     }
 
     /// Waits where [`try_send`](Self::try_send) stopped, then queues the message. Dropped
     /// before it completes, the message was not queued (what it held is given back).
-    pub(super) async fn send_waiting(self: Arc<Self>, blocked: Blocked) -> Result<SendFuture> {
-        let (msg, memory) = match blocked {
+    pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
+        let (msg, memory) = match *blocked {
             Blocked::Queue(op, receipt) => return self.queue(op, receipt).await,
             Blocked::Memory(msg) => {
                 let bytes = self.memory_bytes(&msg);
@@ -255,7 +255,7 @@ impl PartitionProducer {
 
     /// The client memory a message holds while pending: its payload size (at least 1 byte,
     /// at most the whole limit, so it can always be had eventually).
-    fn memory_bytes(&self, msg: &ProducerMessage) -> u32 {
+    fn memory_bytes(&self, msg: &Outgoing) -> u32 {
         msg.payload.len().clamp(1, self.memory_limit) as u32
     }
 
@@ -272,7 +272,7 @@ impl PartitionProducer {
 
     fn op(
         &self,
-        msg: ProducerMessage,
+        msg: Outgoing,
         memory: OwnedSemaphorePermit,
         slot: Option<OwnedSemaphorePermit>,
     ) -> (ProducerOp, SendFuture) {

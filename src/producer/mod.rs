@@ -33,6 +33,7 @@ use crate::routing_hash::java_partition_for_key;
 use crate::topic::TopicName;
 
 use handle::{Blocked, PartitionProducer, Queued};
+use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use tokio::sync::watch;
@@ -445,11 +446,11 @@ impl Producer {
     }
 
     /// Which partition `msg` goes to, of `n`.
-    fn pick(&self, msg: &ProducerMessage, n: usize) -> usize {
+    fn pick(&self, msg: &Outgoing, n: usize) -> usize {
         if n == 1 {
             return 0;
         }
-        if let Some(key) = &msg.key {
+        if let Some(key) = &msg.extras().key {
             java_partition_for_key(key, n as u32) as usize
         } else {
             match self.inner.switch_every {
@@ -466,8 +467,8 @@ impl Producer {
     /// partition's handle and where the send must wait.
     fn try_send(
         &self,
-        msg: ProducerMessage,
-    ) -> Result<std::result::Result<SendFuture, (Arc<PartitionProducer>, Blocked)>> {
+        msg: Outgoing,
+    ) -> Result<std::result::Result<SendFuture, (Arc<PartitionProducer>, Box<Blocked>)>> {
         let queued = |p: &Arc<PartitionProducer>, msg| {
             Ok(match p.try_send(msg)? {
                 Queued::Done(receipt) => Ok(receipt),
@@ -514,7 +515,7 @@ impl Producer {
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
-        match self.try_send(msg.into())? {
+        match self.try_send(Outgoing::from(msg.into()))? {
             Ok(receipt) => Ok(receipt),
             Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
         }

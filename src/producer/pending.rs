@@ -7,10 +7,78 @@ use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::message::ProducerMessage;
 use crate::message_id::{ChunkStart, MessageId};
 use bytes::Bytes;
 
 use super::receipt::Responder;
+
+/// A message on its way to the task: the payload, and everything else boxed only when there
+/// is something else. Most messages are a bare payload, so what moves through the queue (and
+/// the calls in between) is a few words instead of a whole [`ProducerMessage`], and nothing
+/// is allocated for them.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub payload: Bytes,
+    /// The other fields (its `payload` is empty: the message's is the field above).
+    extras: Option<Box<ProducerMessage>>,
+}
+
+/// The fields of a message that has nothing but a payload.
+static PLAIN: ProducerMessage = ProducerMessage {
+    payload: Bytes::new(),
+    key: None,
+    key_b64_encoded: false,
+    ordering_key: None,
+    properties: std::collections::BTreeMap::new(),
+    event_time: None,
+    sequence_id: None,
+    deliver_at: None,
+};
+
+impl Outgoing {
+    /// The message's fields other than the payload (whose `payload` is empty: read
+    /// [`Outgoing::payload`]).
+    pub(crate) fn extras(&self) -> &ProducerMessage {
+        self.extras.as_deref().unwrap_or(&PLAIN)
+    }
+}
+
+impl From<ProducerMessage> for Outgoing {
+    fn from(msg: ProducerMessage) -> Self {
+        // Every field by name, so a field added to `ProducerMessage` must be handled here.
+        let ProducerMessage {
+            payload,
+            key,
+            key_b64_encoded,
+            ordering_key,
+            properties,
+            event_time,
+            sequence_id,
+            deliver_at,
+        } = msg;
+        let plain = key.is_none()
+            && !key_b64_encoded
+            && ordering_key.is_none()
+            && properties.is_empty()
+            && event_time.is_none()
+            && sequence_id.is_none()
+            && deliver_at.is_none();
+        let extras = (!plain).then(|| {
+            Box::new(ProducerMessage {
+                payload: Bytes::new(),
+                key,
+                key_b64_encoded,
+                ordering_key,
+                properties,
+                event_time,
+                sequence_id,
+                deliver_at,
+            })
+        });
+        Outgoing { payload, extras }
+    }
+}
 
 /// What a message holds while it is pending: client memory for its payload and a slot of the
 /// producer's `max_pending_messages`, both given back when this is dropped.

@@ -72,6 +72,8 @@ impl Receipts {
             }
         };
         drop(current);
+        // GROUP is far below u32::MAX.
+        let index = index as u32;
         (
             Responder {
                 group: group.clone(),
@@ -87,7 +89,8 @@ impl Receipts {
 #[derive(Debug)]
 pub(crate) struct Responder {
     group: Arc<Group>,
-    index: usize,
+    // u32 (not usize): keeps a completion two words smaller.
+    index: u32,
     sent: bool,
 }
 
@@ -100,7 +103,7 @@ impl Responder {
     fn fill(&mut self, result: Result<MessageId>) {
         self.sent = true;
         let mut slots = self.group.lock();
-        let slot = &mut slots[self.index];
+        let slot = &mut slots[self.index as usize];
         let waiting = std::mem::replace(slot, Slot::Done(result));
         drop(slots);
         if let Slot::Polled(waker) = waiting {
@@ -125,7 +128,7 @@ impl Drop for Responder {
 #[must_use = "a send is only known to succeed once its SendFuture resolves"]
 pub struct SendFuture {
     group: Arc<Group>,
-    index: usize,
+    index: u32,
 }
 
 impl SendFuture {
@@ -146,7 +149,7 @@ impl Future for SendFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut slots = this.group.lock();
-        let slot = &mut slots[this.index];
+        let slot = &mut slots[this.index as usize];
         match slot {
             Slot::Done(_) => match std::mem::replace(slot, Slot::Taken) {
                 Slot::Done(r) => Poll::Ready(r),

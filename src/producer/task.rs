@@ -17,7 +17,6 @@ use tokio::time::Instant;
 
 use crate::entity::{CreateCommand, Entity, Requests, Wake};
 use crate::error::{Error, Result, ServerError};
-use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::stats::counters::SendFailure;
@@ -25,7 +24,7 @@ use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
 use super::options::ProducerOptions;
-use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
+use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
 
 /// Requests from producer handles to the task.
 // Nearly every op is a Send: boxing its message to shrink the rare Flush/Close variants would
@@ -34,7 +33,7 @@ use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
 #[derive(Debug)]
 pub(crate) enum ProducerOp {
     Send {
-        msg: ProducerMessage,
+        msg: Outgoing,
         completion: Completion,
     },
     Flush(oneshot::Sender<Result<()>>),
@@ -388,12 +387,12 @@ impl ProducerTask {
         self.flush_all_batches();
     }
 
-    fn on_send(&mut self, msg: ProducerMessage, completion: Completion) {
+    fn on_send(&mut self, msg: Outgoing, completion: Completion) {
         if self.closing {
             completion.complete(Err(Error::Closed));
             return;
         }
-        let seq = match msg.sequence_id {
+        let seq = match msg.extras().sequence_id {
             Some(s) => {
                 self.next_seq = self.next_seq.max(s.saturating_add(1));
                 s
@@ -408,7 +407,7 @@ impl ProducerTask {
         let mut failed = Vec::new();
         match self.batches.as_mut() {
             Some(b)
-                if msg.deliver_at.is_none()
+                if msg.extras().deliver_at.is_none()
                     && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
             {
                 b.add(&self.ctx, msg, seq, completion, &mut out, &mut failed);
