@@ -70,7 +70,7 @@ fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn put_varint(buf: &mut BytesMut, mut v: u64) {
+fn put_varint(buf: &mut impl BufMut, mut v: u64) {
     while v >= 0x80 {
         buf.put_u8((v as u8) | 0x80);
         v >>= 7;
@@ -78,11 +78,11 @@ fn put_varint(buf: &mut BytesMut, mut v: u64) {
     buf.put_u8(v as u8);
 }
 
-fn put_key(buf: &mut BytesMut, tag: u32, wire_type: u32) {
+fn put_key(buf: &mut impl BufMut, tag: u32, wire_type: u32) {
     put_varint(buf, u64::from((tag << 3) | wire_type));
 }
 
-fn put_len_delimited(buf: &mut BytesMut, tag: u32, bytes: &[u8]) {
+fn put_len_delimited(buf: &mut impl BufMut, tag: u32, bytes: &[u8]) {
     put_key(buf, tag, LEN);
     put_varint(buf, bytes.len() as u64);
     buf.put_slice(bytes);
@@ -133,7 +133,7 @@ fn single_metadata_len(f: &SingleMessageFields<'_>, payload_size: i32) -> usize 
 }
 
 /// Writes the `SingleMessageMetadata` in field-number order (as protobuf encoders do).
-fn put_single_metadata(buf: &mut BytesMut, f: &SingleMessageFields<'_>, payload_size: i32) {
+fn put_single_metadata<B: BufMut>(buf: &mut B, f: &SingleMessageFields<'_>, payload_size: i32) {
     for kv in f.properties {
         put_key(buf, 1, LEN);
         put_varint(buf, key_value_len(kv) as u64);
@@ -145,7 +145,7 @@ fn put_single_metadata(buf: &mut BytesMut, f: &SingleMessageFields<'_>, payload_
     }
     put_key(buf, 3, VARINT);
     put_varint(buf, payload_size as i64 as u64);
-    let put_true = |buf: &mut BytesMut, tag| {
+    let put_true = |buf: &mut B, tag| {
         put_key(buf, tag, VARINT);
         buf.put_u8(1);
     };
@@ -173,6 +173,9 @@ fn put_single_metadata(buf: &mut BytesMut, f: &SingleMessageFields<'_>, payload_
         put_true(buf, 10);
     }
 }
+
+/// Metadata up to this size is encoded on the stack first (see `push_with_metadata_len`).
+const SMALL_METADATA: usize = 60;
 
 /// Accumulates messages into one batch payload, encoding each record straight into a single
 /// reusable buffer.
@@ -216,10 +219,22 @@ impl BatchBuilder {
             i32::try_from(payload.len()).expect("a batched payload must be below 2 GiB");
         debug_assert_eq!(meta_len, single_metadata_len(fields, payload_size));
         self.buf.reserve(4 + meta_len + payload.len());
-        self.buf.put_u32(meta_len as u32);
-        let start = self.buf.len();
-        put_single_metadata(&mut self.buf, fields, payload_size);
-        debug_assert_eq!(self.buf.len() - start, meta_len);
+        if meta_len <= SMALL_METADATA {
+            // The common small record head (size and metadata) is encoded on the stack and
+            // appended at once: writing byte by byte into a slice is a store, into the
+            // `BytesMut` a capacity check and a length update each.
+            let mut head = [0u8; 4 + SMALL_METADATA];
+            let mut w = &mut head[..];
+            w.put_u32(meta_len as u32);
+            put_single_metadata(&mut w, fields, payload_size);
+            debug_assert_eq!(w.len(), SMALL_METADATA - meta_len);
+            self.buf.put_slice(&head[..4 + meta_len]);
+        } else {
+            self.buf.put_u32(meta_len as u32);
+            let start = self.buf.len();
+            put_single_metadata(&mut self.buf, fields, payload_size);
+            debug_assert_eq!(self.buf.len() - start, meta_len);
+        }
         self.buf.put_slice(payload);
         self.count += 1;
     }

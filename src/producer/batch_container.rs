@@ -391,10 +391,8 @@ impl BatchContainer {
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let props = properties(&msg);
-        let meta_len = BatchBuilder::metadata_len(
-            &single_fields(&msg, &props, sequence_id),
-            msg.payload.len(),
-        );
+        let fields = single_fields(&msg, &props, sequence_id);
+        let meta_len = BatchBuilder::metadata_len(&fields, msg.payload.len());
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
@@ -440,11 +438,8 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder.push_with_metadata_len(
-            &single_fields(&msg, &props, sequence_id),
-            &msg.payload,
-            meta_len,
-        );
+        b.builder
+            .push_with_metadata_len(&fields, &msg.payload, meta_len);
         b.last_seq = sequence_id;
         let mut completion = completion;
         b.reserved.merge(std::mem::take(&mut completion.reserved));

@@ -48,7 +48,7 @@ impl From<ProducerMessage> for Outgoing {
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
         let ProducerMessage {
-            payload,
+            payload: _,
             key,
             key_b64_encoded,
             ordering_key,
@@ -56,7 +56,7 @@ impl From<ProducerMessage> for Outgoing {
             event_time,
             sequence_id,
             deliver_at,
-        } = msg;
+        } = &msg;
         let plain = key.is_none()
             && !key_b64_encoded
             && ordering_key.is_none()
@@ -64,19 +64,17 @@ impl From<ProducerMessage> for Outgoing {
             && event_time.is_none()
             && sequence_id.is_none()
             && deliver_at.is_none();
-        let extras = (!plain).then(|| {
-            Box::new(ProducerMessage {
-                payload: Bytes::new(),
-                key,
-                key_b64_encoded,
-                ordering_key,
-                properties,
-                event_time,
-                sequence_id,
-                deliver_at,
-            })
-        });
-        Outgoing { payload, extras }
+        if plain {
+            return Outgoing {
+                payload: msg.payload,
+                extras: None,
+            };
+        }
+        let mut extras = Box::new(msg);
+        Outgoing {
+            payload: std::mem::take(&mut extras.payload),
+            extras: Some(extras),
+        }
     }
 }
 

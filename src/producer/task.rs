@@ -440,6 +440,9 @@ impl ProducerTask {
     }
 
     fn dispatch(&mut self, out: Vec<InFlight>, failed: Vec<(Error, Completion)>) {
+        if out.is_empty() && failed.is_empty() {
+            return; // most messages only join the open batch
+        }
         self.stats.failed(SendFailure::Rejected, failed.len());
         for (e, c) in failed {
             c.complete(Err(e));
