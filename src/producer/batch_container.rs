@@ -392,7 +392,8 @@ impl BatchContainer {
     ) {
         let props = properties(&msg);
         let fields = single_fields(&msg, &props, sequence_id);
-        let meta_len = BatchBuilder::metadata_len(&fields, msg.payload.len());
+        let head = BatchBuilder::head(&fields, msg.payload.len());
+        let meta_len = head.metadata_len();
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
@@ -438,8 +439,7 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder
-            .push_with_metadata_len(&fields, &msg.payload, meta_len);
+        b.builder.push_head(&head, &fields, &msg.payload);
         b.last_seq = sequence_id;
         let mut completion = completion;
         b.reserved.merge(std::mem::take(&mut completion.reserved));
