@@ -12,8 +12,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
 
 use crate::connection::EntityKind;
 use crate::core::CoreRef;
@@ -23,13 +22,11 @@ use crate::lifecycle::{GroupClose, State};
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
+use super::inbox::{inbox, InboxSender, TrySendError};
 use super::pending::{Completion, Outgoing, PendingQueue, Reservation};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
 use super::ProducerOptions;
-
-/// Capacity of the channel from producer handles into a partition's task.
-const OP_QUEUE: usize = 4096;
 
 /// Where a send that found no room must wait (with `block_if_queue_full`).
 #[derive(Debug)]
@@ -57,7 +54,7 @@ const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 #[derive(Debug)]
 pub(super) struct PartitionProducer {
     pub(super) name: String,
-    ops: mpsc::Sender<ProducerOp>,
+    ops: InboxSender,
     receipts: Receipts,
     count_limit: Option<Arc<Semaphore>>,
     memory: Arc<Semaphore>,
@@ -112,7 +109,7 @@ impl PartitionProducer {
             .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
                 c.info().max_message_size
             });
-        let (ops_tx, ops_rx) = mpsc::channel(OP_QUEUE);
+        let (ops_tx, ops_rx) = inbox();
         let terminal = Arc::new(OnceLock::new());
         let ctx = FrameContext {
             producer_id,
@@ -211,7 +208,7 @@ impl PartitionProducer {
         match self.ops.try_send(op) {
             Ok(()) => Ok(Queued::Done(receipt)),
             Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op, receipt)))),
-            Err(TrySendError::Closed(_)) => Err(self.closed_error()),
+            Err(TrySendError::Closed) => Err(self.closed_error()),
         }
     }
 

@@ -9,6 +9,7 @@
 mod batch_container;
 mod chunker;
 mod handle;
+mod inbox;
 mod options;
 mod pending;
 mod receipt;

@@ -12,7 +12,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::entity::{CreateCommand, Entity, Requests, Wake};
@@ -23,6 +23,7 @@ use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
+use super::inbox::InboxReceiver;
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
 
@@ -114,7 +115,7 @@ pub(crate) struct ProducerTask {
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
     pub unsent: VecDeque<Bytes>,
-    pub ops: mpsc::Receiver<ProducerOp>,
+    pub ops: InboxReceiver,
     pub next_seq: u64,
     /// Bumped on every re-create (CommandProducer.epoch).
     pub epoch: u64,
@@ -182,8 +183,8 @@ impl ProducerTask {
                         let mut n = 0;
                         while r.is_ok() && n < 256 {
                             match self.ops.try_recv() {
-                                Ok(op) => r = self.on_op(op),
-                                Err(_) => break,
+                                Some(op) => r = self.on_op(op),
+                                None => break,
                             }
                             n += 1;
                         }
@@ -637,7 +638,7 @@ impl ProducerTask {
         }
         // Later sends fail with the same error.
         self.ops.close();
-        while let Ok(op) = self.ops.try_recv() {
+        while let Some(op) = self.ops.try_recv() {
             match op {
                 ProducerOp::Send { completion, .. } => completion.complete(Err(error.clone())),
                 ProducerOp::Flush(tx) => {
