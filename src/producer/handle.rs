@@ -65,6 +65,8 @@ pub(super) struct PartitionProducer {
     pub(super) state: watch::Receiver<State>,
     /// Whether the client is closing (sends are refused at once from then on).
     shutdown: watch::Receiver<bool>,
+    /// `refusing()` when `state` and `shutdown` were subscribed (the values they had then).
+    refusing_at_start: bool,
     pub(super) partition: i32,
     pub(super) stats: Arc<crate::stats::ProducerCounters>,
 }
@@ -148,6 +150,11 @@ impl PartitionProducer {
         };
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
+        let shutdown = client.shutdown_signal();
+        let refusing_at_start = {
+            let state = *state.borrow();
+            *shutdown.borrow() || state == State::Closing || state.is_terminal()
+        };
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
@@ -159,10 +166,24 @@ impl PartitionProducer {
             block: options.block_if_queue_full,
             terminal,
             state,
-            shutdown: client.shutdown_signal(),
+            shutdown,
+            refusing_at_start,
             partition,
             stats,
         })
+    }
+
+    /// Whether sends are refused: this producer or the whole client is closing or closed.
+    fn refusing(&self) -> bool {
+        // `has_changed` is one atomic load; reading a watch's value takes its lock. While
+        // neither watch changed since this handle subscribed (nearly always), the values are
+        // those seen then (`refusing_at_start`); after any change they are read.
+        let unchanged = |changed: std::result::Result<bool, _>| matches!(changed, Ok(false));
+        if unchanged(self.state.has_changed()) && unchanged(self.shutdown.has_changed()) {
+            return self.refusing_at_start;
+        }
+        let state = *self.state.borrow();
+        *self.shutdown.borrow() || state == State::Closing || state.is_terminal()
     }
 
     fn closed_error(&self) -> Error {
@@ -177,8 +198,7 @@ impl PartitionProducer {
         }
         // Refused at once while closing (this producer or the whole client), like upstream's
         // `isValidProducerState`: such a message could only fail later.
-        let state = *self.state.borrow();
-        if *self.shutdown.borrow() || state == State::Closing || state.is_terminal() {
+        if self.refusing() {
             return Err(self.closed_error());
         }
         let memory = match self

@@ -266,17 +266,20 @@ impl PendingQueue {
             return ReceiptOutcome::Completed(n);
         }
         let batch_size = n as i32;
-        for (i, c) in entry.completions.into_iter().enumerate() {
-            let mut id = if entry.batched {
-                entry_id(Some(i as i32))
-            } else {
-                entry_id(None)
-            };
-            if entry.batched {
-                id.batch_size = batch_size;
-            }
-            c.complete(Ok(id));
-        }
+        let batched = entry.batched;
+        super::receipt::send_all(entry.completions.into_iter().enumerate().filter_map(
+            |(i, mut c)| {
+                let mut id = if batched {
+                    entry_id(Some(i as i32))
+                } else {
+                    entry_id(None)
+                };
+                if batched {
+                    id.batch_size = batch_size;
+                }
+                Some((c.responder.take()?, Ok(id)))
+            },
+        ));
         ReceiptOutcome::Completed(n)
     }
 

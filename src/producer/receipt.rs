@@ -112,6 +112,35 @@ impl Responder {
     }
 }
 
+/// Completes many sends (the messages of a batch): a group's lock is taken once per run of
+/// consecutive responders of that group instead of once each; the waiting futures are woken
+/// after the locks are released.
+pub(crate) fn send_all(results: impl Iterator<Item = (Responder, Result<MessageId>)>) {
+    let mut wakers = Vec::new();
+    let mut results = results.peekable();
+    while let Some((first, result)) = results.next() {
+        let group = first.group.clone();
+        let mut slots = group.lock();
+        let mut fill = |mut r: Responder, result| {
+            // Set before `r` drops (its `Drop` would otherwise fill the slot again, and take
+            // this held lock).
+            r.sent = true;
+            let slot = &mut slots[r.index as usize];
+            if let Slot::Polled(w) = std::mem::replace(slot, Slot::Done(result)) {
+                wakers.push(w);
+            }
+        };
+        fill(first, result);
+        while let Some((r, result)) = results.next_if(|(r, _)| Arc::ptr_eq(&r.group, &group)) {
+            fill(r, result);
+        }
+        drop(slots);
+    }
+    for w in wakers {
+        w.wake();
+    }
+}
+
 impl Drop for Responder {
     fn drop(&mut self) {
         if !self.sent {
@@ -190,6 +219,26 @@ mod tests {
                 Err(Error::Closed) => assert_eq!(i % 3, 0),
                 Err(e) => panic!("{e:?}"),
             }
+        }
+    }
+
+    #[tokio::test]
+    async fn send_all_fills_runs_of_groups_and_wakes_waiters() {
+        let r = Receipts::default();
+        let pairs: Vec<_> = (0..GROUP + 5).map(|_| r.next()).collect();
+        let (responders, futures): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let mut futures = futures.into_iter();
+        let first = tokio::spawn(futures.next().unwrap());
+        tokio::task::yield_now().await;
+        send_all(
+            responders
+                .into_iter()
+                .enumerate()
+                .map(|(i, tx)| (tx, Ok(MessageId::new(1, i as u64, -1)))),
+        );
+        assert_eq!(first.await.unwrap().unwrap().entry_id, 0);
+        for (i, mut f) in futures.enumerate() {
+            assert_eq!(f.try_result().unwrap().unwrap().entry_id, i as u64 + 1);
         }
     }
 
