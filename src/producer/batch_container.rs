@@ -81,14 +81,15 @@ pub(super) fn message_metadata(
     msg: &Outgoing,
     sequence_id: u64,
 ) -> proto::MessageMetadata {
-    let (payload_len, props, msg) = (msg.payload.len(), properties(msg), msg.extras());
+    let (payload_len, props, key) = (msg.payload.len(), properties(msg), &msg.key);
+    let msg = msg.extras();
     let compressed = ctx.compression != CompressionType::None;
     proto::MessageMetadata {
         producer_name: ctx.producer_name.clone(),
         sequence_id,
         publish_time: now_millis(),
         properties: props,
-        partition_key: msg.key.clone(),
+        partition_key: key.clone(),
         partition_key_b64_encoded: msg.key_b64_encoded.then_some(true),
         ordering_key: msg.ordering_key.clone(),
         event_time: msg.event_time,
@@ -166,10 +167,11 @@ fn single_fields<'a>(
     properties: &'a [proto::KeyValue],
     sequence_id: u64,
 ) -> SingleMessageFields<'a> {
+    let key = msg.key.as_deref();
     let msg = msg.extras();
     SingleMessageFields {
         properties,
-        partition_key: msg.key.as_deref(),
+        partition_key: key,
         partition_key_b64_encoded: msg.key_b64_encoded,
         event_time: msg.event_time,
         ordering_key: msg.ordering_key.as_deref(),
@@ -191,8 +193,7 @@ enum BatchKey {
 
 impl BatchKey {
     fn of(msg: &Outgoing, key_based: bool) -> Self {
-        let msg = msg.extras();
-        match (key_based, &msg.ordering_key, &msg.key) {
+        match (key_based, &msg.extras().ordering_key, &msg.key) {
             (false, _, _) => BatchKey::Any,
             (true, Some(k), _) => BatchKey::Ordering(k.clone()),
             (true, None, Some(k)) => BatchKey::Partition(k.clone()),
@@ -202,8 +203,7 @@ impl BatchKey {
 
     /// Whether `msg` belongs to a batch of this key (without allocating).
     fn matches(&self, msg: &Outgoing) -> bool {
-        let msg = msg.extras();
-        match (self, &msg.ordering_key, &msg.key) {
+        match (self, &msg.extras().ordering_key, &msg.key) {
             (BatchKey::Any, _, _) => true,
             (BatchKey::Ordering(k), Some(o), _) => k == o,
             (BatchKey::Partition(k), None, Some(p)) => k == p,
@@ -293,10 +293,11 @@ impl OpenBatch {
         builder: BatchBuilder,
         expected_messages: usize,
     ) -> Self {
+        let partition_key = msg.key.clone();
         let msg = msg.extras();
         let mut b = OpenBatch {
             key,
-            partition_key: msg.key.clone(),
+            partition_key,
             key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,

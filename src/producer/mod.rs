@@ -451,7 +451,7 @@ impl Producer {
         if n == 1 {
             return 0;
         }
-        if let Some(key) = &msg.extras().key {
+        if let Some(key) = &msg.key {
             java_partition_for_key(key, n as u32) as usize
         } else {
             match self.inner.switch_every {

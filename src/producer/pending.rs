@@ -13,21 +13,31 @@ use bytes::Bytes;
 
 use super::receipt::Responder;
 
-/// A message on its way to the task: the payload, and everything else boxed only when there
-/// is something else. Most messages are a bare payload, so what moves through the queue (and
-/// the calls in between) is a few words instead of a whole [`ProducerMessage`], and nothing
-/// is allocated for them.
+/// A message on its way to the task: its payload and key, and its other fields boxed only
+/// when it has any. Most messages are a payload (and perhaps a key), so what moves through the
+/// queue (and the calls in between) is a few words instead of a whole [`ProducerMessage`], and
+/// nothing is allocated for them.
 #[derive(Debug)]
 pub(crate) struct Outgoing {
     pub payload: Bytes,
-    /// The other fields (its `payload` is empty: the message's is the field above).
-    extras: Option<Box<ProducerMessage>>,
+    /// The partition key.
+    pub key: Option<String>,
+    extras: Option<Box<Extras>>,
 }
 
-/// The fields of a message that has nothing but a payload.
-static PLAIN: ProducerMessage = ProducerMessage {
-    payload: Bytes::new(),
-    key: None,
+/// The fields of a [`ProducerMessage`] other than its payload and key.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
+    pub key_b64_encoded: bool,
+    pub ordering_key: Option<Bytes>,
+    pub properties: std::collections::BTreeMap<String, String>,
+    pub event_time: Option<u64>,
+    pub sequence_id: Option<u64>,
+    pub deliver_at: Option<u64>,
+}
+
+/// The extras of a message that has none.
+static NONE: Extras = Extras {
     key_b64_encoded: false,
     ordering_key: None,
     properties: std::collections::BTreeMap::new(),
@@ -37,10 +47,9 @@ static PLAIN: ProducerMessage = ProducerMessage {
 };
 
 impl Outgoing {
-    /// The message's fields other than the payload (whose `payload` is empty: read
-    /// [`Outgoing::payload`]).
-    pub(crate) fn extras(&self) -> &ProducerMessage {
-        self.extras.as_deref().unwrap_or(&PLAIN)
+    /// The message's fields other than its payload and key.
+    pub(crate) fn extras(&self) -> &Extras {
+        self.extras.as_deref().unwrap_or(&NONE)
     }
 }
 
@@ -48,7 +57,7 @@ impl From<ProducerMessage> for Outgoing {
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
         let ProducerMessage {
-            payload: _,
+            payload,
             key,
             key_b64_encoded,
             ordering_key,
@@ -56,24 +65,27 @@ impl From<ProducerMessage> for Outgoing {
             event_time,
             sequence_id,
             deliver_at,
-        } = &msg;
-        let plain = key.is_none()
-            && !key_b64_encoded
+        } = msg;
+        let none = !key_b64_encoded
             && ordering_key.is_none()
             && properties.is_empty()
             && event_time.is_none()
             && sequence_id.is_none()
             && deliver_at.is_none();
-        if plain {
-            return Outgoing {
-                payload: msg.payload,
-                extras: None,
-            };
-        }
-        let mut extras = Box::new(msg);
+        let extras = (!none).then(|| {
+            Box::new(Extras {
+                key_b64_encoded,
+                ordering_key,
+                properties,
+                event_time,
+                sequence_id,
+                deliver_at,
+            })
+        });
         Outgoing {
-            payload: std::mem::take(&mut extras.payload),
-            extras: Some(extras),
+            payload,
+            key,
+            extras,
         }
     }
 }
