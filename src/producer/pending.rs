@@ -56,36 +56,41 @@ impl Outgoing {
 impl From<ProducerMessage> for Outgoing {
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
+        // Checked by reference first: the common message moves only its payload and key.
         let ProducerMessage {
-            payload,
-            key,
+            payload: _,
+            key: _,
             key_b64_encoded,
             ordering_key,
             properties,
             event_time,
             sequence_id,
             deliver_at,
-        } = msg;
+        } = &msg;
         let none = !key_b64_encoded
             && ordering_key.is_none()
             && properties.is_empty()
             && event_time.is_none()
             && sequence_id.is_none()
             && deliver_at.is_none();
-        let extras = (!none).then(|| {
-            Box::new(Extras {
-                key_b64_encoded,
-                ordering_key,
-                properties,
-                event_time,
-                sequence_id,
-                deliver_at,
-            })
-        });
+        if none {
+            return Outgoing {
+                payload: msg.payload,
+                key: msg.key,
+                extras: None,
+            };
+        }
         Outgoing {
-            payload,
-            key,
-            extras,
+            payload: msg.payload,
+            key: msg.key,
+            extras: Some(Box::new(Extras {
+                key_b64_encoded: msg.key_b64_encoded,
+                ordering_key: msg.ordering_key,
+                properties: msg.properties,
+                event_time: msg.event_time,
+                sequence_id: msg.sequence_id,
+                deliver_at: msg.deliver_at,
+            })),
         }
     }
 }
