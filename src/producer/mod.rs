@@ -34,6 +34,9 @@ use crate::routing_hash::java_partition_for_key;
 use crate::topic::TopicName;
 
 use handle::{Blocked, PartitionProducer, Queued};
+
+/// A send that found no room: the partition it goes to and where it must wait.
+type MustWait = (Arc<PartitionProducer>, Box<Blocked>);
 use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
@@ -466,10 +469,7 @@ impl Producer {
 
     /// Queues `msg` on its partition without waiting if there is room; otherwise returns the
     /// partition's handle and where the send must wait.
-    fn try_send(
-        &self,
-        msg: Outgoing,
-    ) -> Result<std::result::Result<SendFuture, (Arc<PartitionProducer>, Box<Blocked>)>> {
+    fn try_send(&self, msg: Outgoing) -> Result<std::result::Result<SendFuture, MustWait>> {
         let queued = |p: &Arc<PartitionProducer>, msg| {
             Ok(match p.try_send(msg)? {
                 Queued::Done(receipt) => Ok(receipt),
