@@ -70,7 +70,66 @@ fn varint_len(v: u64) -> usize {
     (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
-fn put_varint(buf: &mut BytesMut, mut v: u64) {
+/// Where [`put_single_metadata`] writes: the batch buffer, or a [`RecordHead`] on the stack.
+trait Sink {
+    fn put_u8(&mut self, b: u8);
+    fn put_slice(&mut self, bytes: &[u8]);
+}
+
+impl Sink for BytesMut {
+    fn put_u8(&mut self, b: u8) {
+        BufMut::put_u8(self, b);
+    }
+    fn put_slice(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Room for a record head on the stack: the 4-byte size and a metadata of up to 60 bytes
+/// (a sequence id, payload size, event time and a key of a few dozen bytes).
+const HEAD_ROOM: usize = 64;
+
+/// A record's head, its metadata size and `SingleMessageMetadata`, encoded on the stack:
+/// encoding it measures it (no separate size computation per message), and it is appended to
+/// the batch with one copy (writing byte by byte into the `BytesMut` costs a capacity check
+/// and a length update per byte). A metadata too big for the room is still measured exactly;
+/// it is then written into the batch directly.
+#[derive(Debug)]
+pub(crate) struct RecordHead {
+    bytes: [u8; HEAD_ROOM],
+    /// Metadata bytes written (also those past the room).
+    meta_len: usize,
+}
+
+impl Sink for RecordHead {
+    fn put_u8(&mut self, b: u8) {
+        if let Some(slot) = self.bytes.get_mut(4 + self.meta_len) {
+            *slot = b;
+        }
+        self.meta_len += 1;
+    }
+    fn put_slice(&mut self, bytes: &[u8]) {
+        let start = 4 + self.meta_len;
+        if let Some(dst) = self.bytes.get_mut(start..start + bytes.len()) {
+            dst.copy_from_slice(bytes);
+        }
+        self.meta_len += bytes.len();
+    }
+}
+
+impl RecordHead {
+    /// The encoded size of the `SingleMessageMetadata`.
+    pub(crate) fn metadata_len(&self) -> usize {
+        self.meta_len
+    }
+
+    /// The whole head, if it fit in the room.
+    fn encoded(&self) -> Option<&[u8]> {
+        self.bytes.get(..4 + self.meta_len)
+    }
+}
+
+fn put_varint(buf: &mut impl Sink, mut v: u64) {
     while v >= 0x80 {
         buf.put_u8((v as u8) | 0x80);
         v >>= 7;
@@ -78,11 +137,11 @@ fn put_varint(buf: &mut BytesMut, mut v: u64) {
     buf.put_u8(v as u8);
 }
 
-fn put_key(buf: &mut BytesMut, tag: u32, wire_type: u32) {
+fn put_key(buf: &mut impl Sink, tag: u32, wire_type: u32) {
     put_varint(buf, u64::from((tag << 3) | wire_type));
 }
 
-fn put_len_delimited(buf: &mut BytesMut, tag: u32, bytes: &[u8]) {
+fn put_len_delimited(buf: &mut impl Sink, tag: u32, bytes: &[u8]) {
     put_key(buf, tag, LEN);
     put_varint(buf, bytes.len() as u64);
     buf.put_slice(bytes);
@@ -133,7 +192,7 @@ fn single_metadata_len(f: &SingleMessageFields<'_>, payload_size: i32) -> usize 
 }
 
 /// Writes the `SingleMessageMetadata` in field-number order (as protobuf encoders do).
-fn put_single_metadata(buf: &mut BytesMut, f: &SingleMessageFields<'_>, payload_size: i32) {
+fn put_single_metadata<B: Sink>(buf: &mut B, f: &SingleMessageFields<'_>, payload_size: i32) {
     for kv in f.properties {
         put_key(buf, 1, LEN);
         put_varint(buf, key_value_len(kv) as u64);
@@ -145,7 +204,7 @@ fn put_single_metadata(buf: &mut BytesMut, f: &SingleMessageFields<'_>, payload_
     }
     put_key(buf, 3, VARINT);
     put_varint(buf, payload_size as i64 as u64);
-    let put_true = |buf: &mut BytesMut, tag| {
+    let put_true = |buf: &mut B, tag| {
         put_key(buf, tag, VARINT);
         buf.put_u8(1);
     };
@@ -195,32 +254,53 @@ impl BatchBuilder {
     /// enforce the broker's far smaller message size limit first.
     #[cfg(test)]
     pub(crate) fn push(&mut self, fields: &SingleMessageFields<'_>, payload: &[u8]) {
-        let meta_len = Self::metadata_len(fields, payload.len());
-        self.push_with_metadata_len(fields, payload, meta_len);
+        let head = Self::head(fields, payload.len());
+        self.push_head(&head, fields, payload);
     }
 
-    /// Appends one message, its metadata `fields` and `payload`, whose encoded metadata size
-    /// `meta_len` the caller has computed already with [`metadata_len`](Self::metadata_len)
-    /// (to check that the record fits), so it is not computed twice per message.
+    /// Encodes the head of the record of a message with `fields` and a payload of
+    /// `payload_len` bytes (its size is what the caller checks before pushing it).
+    #[inline]
+    pub(crate) fn head(fields: &SingleMessageFields<'_>, payload_len: usize) -> RecordHead {
+        // Only the varint length of `payload_size` depends on it; clamping keeps this total
+        // (a payload that large is refused before it could be pushed).
+        let payload_size = i32::try_from(payload_len).unwrap_or(i32::MAX);
+        let mut head = RecordHead {
+            bytes: [0; HEAD_ROOM],
+            meta_len: 0,
+        };
+        put_single_metadata(&mut head, fields, payload_size);
+        head.bytes[..4].copy_from_slice(&(head.meta_len as u32).to_be_bytes());
+        head
+    }
+
+    /// Appends one message: its `head` (from [`head`](Self::head) with these `fields` and
+    /// this payload's length), then `payload`.
     ///
     /// # Panics
     /// If `payload` is 2 GiB or more (the protocol's `payload_size` is an `int32`); callers
     /// enforce the broker's far smaller message size limit first.
-    pub(crate) fn push_with_metadata_len(
+    pub(crate) fn push_head(
         &mut self,
+        head: &RecordHead,
         fields: &SingleMessageFields<'_>,
         payload: &[u8],
-        meta_len: usize,
     ) {
         let payload_size =
             i32::try_from(payload.len()).expect("a batched payload must be below 2 GiB");
+        let meta_len = head.meta_len;
         debug_assert_eq!(meta_len, single_metadata_len(fields, payload_size));
         self.buf.reserve(4 + meta_len + payload.len());
-        self.buf.put_u32(meta_len as u32);
-        let start = self.buf.len();
-        put_single_metadata(&mut self.buf, fields, payload_size);
-        debug_assert_eq!(self.buf.len() - start, meta_len);
-        self.buf.put_slice(payload);
+        match head.encoded() {
+            Some(bytes) => self.buf.extend_from_slice(bytes),
+            None => {
+                self.buf.put_u32(meta_len as u32);
+                let start = self.buf.len();
+                put_single_metadata(&mut self.buf, fields, payload_size);
+                debug_assert_eq!(self.buf.len() - start, meta_len);
+            }
+        }
+        self.buf.extend_from_slice(payload);
         self.count += 1;
     }
 
@@ -233,6 +313,7 @@ impl BatchBuilder {
 
     /// The encoded size of the `SingleMessageMetadata` [`push`](Self::push) writes for a
     /// message with `fields` and a payload of `payload_len` bytes.
+    #[cfg(test)]
     pub(crate) fn metadata_len(fields: &SingleMessageFields<'_>, payload_len: usize) -> usize {
         // Only the varint length of `payload_size` depends on it; clamping keeps this total
         // (a payload that large is refused before it could be pushed).

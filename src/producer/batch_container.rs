@@ -7,11 +7,11 @@ use crate::batch::{BatchBuilder, SingleMessageFields};
 use crate::codec::Frame;
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
-use crate::message::{now_millis, ProducerMessage};
+use crate::message::now_millis;
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{ChunkPos, Completion, InFlight};
+use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Reservation};
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -24,7 +24,8 @@ pub(crate) struct FrameContext {
     pub schema_version: Option<Bytes>,
 }
 
-fn properties(msg: &ProducerMessage) -> Vec<proto::KeyValue> {
+fn properties(msg: &Outgoing) -> Vec<proto::KeyValue> {
+    let msg = msg.extras();
     if msg.properties.is_empty() {
         // The common case, without setting up an iterator over an empty map.
         return Vec::new();
@@ -77,22 +78,24 @@ pub(super) fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
 /// uncompressed payload size.
 pub(super) fn message_metadata(
     ctx: &FrameContext,
-    msg: &ProducerMessage,
+    msg: &Outgoing,
     sequence_id: u64,
 ) -> proto::MessageMetadata {
+    let (payload_len, props, key) = (msg.payload.len(), properties(msg), &msg.key);
+    let msg = msg.extras();
     let compressed = ctx.compression != CompressionType::None;
     proto::MessageMetadata {
         producer_name: ctx.producer_name.clone(),
         sequence_id,
         publish_time: now_millis(),
-        properties: properties(msg),
-        partition_key: msg.key.clone(),
+        properties: props,
+        partition_key: key.clone(),
         partition_key_b64_encoded: msg.key_b64_encoded.then_some(true),
         ordering_key: msg.ordering_key.clone(),
         event_time: msg.event_time,
         schema_version: ctx.schema_version.clone(),
         compression: compressed.then(|| ctx.compression.to_proto()),
-        uncompressed_size: compressed.then_some(msg.payload.len() as u32),
+        uncompressed_size: compressed.then_some(payload_len as u32),
         deliver_at_time: msg.deliver_at.map(|t| t as i64),
         ..Default::default()
     }
@@ -117,13 +120,14 @@ pub(super) fn entry(
         batched: false,
         chunk,
         enqueued_at: Instant::now(),
+        _reserved: Reservation::default(),
     })
 }
 
 /// Builds the frame of a single, non-batched message.
 pub(crate) fn single_message_entry(
     ctx: &FrameContext,
-    msg: ProducerMessage,
+    msg: Outgoing,
     sequence_id: u64,
     completion: Completion,
 ) -> std::result::Result<InFlight, (Error, Completion)> {
@@ -159,13 +163,15 @@ pub(crate) fn single_entry_from(
 
 /// The `SingleMessageMetadata` of `msg` in a batch.
 fn single_fields<'a>(
-    msg: &'a ProducerMessage,
+    msg: &'a Outgoing,
     properties: &'a [proto::KeyValue],
     sequence_id: u64,
 ) -> SingleMessageFields<'a> {
+    let key = msg.key.as_deref();
+    let msg = msg.extras();
     SingleMessageFields {
         properties,
-        partition_key: msg.key.as_deref(),
+        partition_key: key,
         partition_key_b64_encoded: msg.key_b64_encoded,
         event_time: msg.event_time,
         ordering_key: msg.ordering_key.as_deref(),
@@ -186,8 +192,8 @@ enum BatchKey {
 }
 
 impl BatchKey {
-    fn of(msg: &ProducerMessage, key_based: bool) -> Self {
-        match (key_based, &msg.ordering_key, &msg.key) {
+    fn of(msg: &Outgoing, key_based: bool) -> Self {
+        match (key_based, &msg.extras().ordering_key, &msg.key) {
             (false, _, _) => BatchKey::Any,
             (true, Some(k), _) => BatchKey::Ordering(k.clone()),
             (true, None, Some(k)) => BatchKey::Partition(k.clone()),
@@ -196,8 +202,8 @@ impl BatchKey {
     }
 
     /// Whether `msg` belongs to a batch of this key (without allocating).
-    fn matches(&self, msg: &ProducerMessage) -> bool {
-        match (self, &msg.ordering_key, &msg.key) {
+    fn matches(&self, msg: &Outgoing) -> bool {
+        match (self, &msg.extras().ordering_key, &msg.key) {
             (BatchKey::Any, _, _) => true,
             (BatchKey::Ordering(k), Some(o), _) => k == o,
             (BatchKey::Partition(k), None, Some(p)) => k == p,
@@ -220,6 +226,8 @@ struct OpenBatch {
     metadata_bound: usize,
     builder: BatchBuilder,
     completions: Vec<Completion>,
+    /// What the batch's messages hold, released once for the whole entry.
+    reserved: Reservation,
     first_seq: u64,
     last_seq: u64,
     opened_at: Instant,
@@ -279,20 +287,23 @@ fn batch_metadata(
 impl OpenBatch {
     fn new(
         ctx: &FrameContext,
-        msg: &ProducerMessage,
+        msg: &Outgoing,
         key: BatchKey,
         first_seq: u64,
         builder: BatchBuilder,
         expected_messages: usize,
     ) -> Self {
+        let partition_key = msg.key.clone();
+        let msg = msg.extras();
         let mut b = OpenBatch {
             key,
-            partition_key: msg.key.clone(),
+            partition_key,
             key_b64_encoded: msg.key_b64_encoded,
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
             builder,
             completions: Vec::with_capacity(expected_messages),
+            reserved: Reservation::default(),
             first_seq,
             last_seq: first_seq,
             opened_at: Instant::now(),
@@ -345,7 +356,7 @@ impl BatchContainer {
     /// rather than grown one reallocation at a time (at most 1024, twice the last batch's count
     /// and at least 16, and 1 for a message that fills a batch alone, so a pending batch holds
     /// little room for completions it will never have).
-    fn expected_messages(&self, msg: &ProducerMessage) -> usize {
+    fn expected_messages(&self, msg: &Outgoing) -> usize {
         let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
         by_bytes
             .min(self.options.max_messages)
@@ -365,7 +376,7 @@ impl BatchContainer {
     /// alone is over the broker's limit (it is then sent on its own, where the limit is checked
     /// after compression, so a failure is only its own). [`add`](Self::add) also sends a message
     /// alone when the metadata of a batch would push it over the limit.
-    pub(crate) fn too_big_for_batch(&self, msg: &ProducerMessage, max_message_size: usize) -> bool {
+    pub(crate) fn too_big_for_batch(&self, msg: &Outgoing, max_message_size: usize) -> bool {
         msg.payload.len() >= self.options.max_bytes || msg.payload.len() >= max_message_size
     }
 
@@ -374,17 +385,16 @@ impl BatchContainer {
     pub(crate) fn add(
         &mut self,
         ctx: &FrameContext,
-        msg: ProducerMessage,
+        msg: Outgoing,
         sequence_id: u64,
         completion: Completion,
         out: &mut Vec<InFlight>,
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let props = properties(&msg);
-        let meta_len = BatchBuilder::metadata_len(
-            &single_fields(&msg, &props, sequence_id),
-            msg.payload.len(),
-        );
+        let fields = single_fields(&msg, &props, sequence_id);
+        let head = BatchBuilder::head(&fields, msg.payload.len());
+        let meta_len = head.metadata_len();
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
@@ -430,12 +440,10 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder.push_with_metadata_len(
-            &single_fields(&msg, &props, sequence_id),
-            &msg.payload,
-            meta_len,
-        );
+        b.builder.push_head(&head, &fields, &msg.payload);
         b.last_seq = sequence_id;
+        let mut completion = completion;
+        b.reserved.merge(std::mem::take(&mut completion.reserved));
         b.completions.push(completion);
         if b.completions.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
@@ -531,312 +539,11 @@ impl BatchContainer {
             batched: true,
             chunk: None,
             enqueued_at: b.opened_at,
+            _reserved: b.reserved,
         });
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::codec::PulsarCodec;
-    use prost::Message as _;
-    use std::time::Duration;
-    use tokio_util::codec::Decoder as _;
-
-    fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
-        FrameContext {
-            producer_id: 1,
-            producer_name: "test-producer".into(),
-            compression,
-            max_message_size,
-            schema_version: None,
-        }
-    }
-
-    fn completion() -> Completion {
-        Completion {
-            responder: None,
-            _memory: None,
-            _slot: None,
-        }
-    }
-
-    fn batching(key_based: bool) -> BatchingOptions {
-        BatchingOptions {
-            max_messages: 1000,
-            max_bytes: 64 * 1024 * 1024,
-            max_publish_delay: Duration::from_secs(3600),
-            key_based,
-        }
-    }
-
-    /// Decodes an entry's SEND frame: its metadata and (uncompressed) payload.
-    fn decode(entry: &InFlight) -> (proto::MessageMetadata, Bytes) {
-        let mut buf = bytes::BytesMut::from(&entry.encoded[..]);
-        let frame = PulsarCodec::with_max_message_size(usize::MAX / 2)
-            .decode(&mut buf)
-            .unwrap()
-            .expect("a whole frame");
-        assert!(buf.is_empty());
-        let payload = frame.payload.expect("SEND carries a payload");
-        (payload.metadata, payload.data)
-    }
-
-    /// A message to add: key, ordering key, payload size.
-    type TestMsg<'a> = (Option<&'a str>, Option<&'a [u8]>, usize);
-
-    /// Adds messages in order and flushes.
-    fn run(
-        ctx: &FrameContext,
-        container: &mut BatchContainer,
-        msgs: &[TestMsg<'_>],
-    ) -> (Vec<InFlight>, Vec<(Error, Completion)>) {
-        let mut out = Vec::new();
-        let mut failed = Vec::new();
-        for (seq, (key, ok, size)) in msgs.iter().enumerate() {
-            let msg = ProducerMessage {
-                payload: Bytes::from(vec![seq as u8; *size]),
-                key: key.map(str::to_owned),
-                ordering_key: ok.map(Bytes::copy_from_slice),
-                ..Default::default()
-            };
-            container.add(ctx, msg, seq as u64, completion(), &mut out, &mut failed);
-        }
-        container.flush(ctx, &mut out, &mut failed);
-        (out, failed)
-    }
-
-    /// Consecutive batches share one builder buffer (reused once a sent batch's bytes are
-    /// dropped): every batch still carries exactly its own messages.
-    #[test]
-    fn consecutive_batches_carry_their_own_messages() {
-        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
-        let mut c = BatchContainer::new(BatchingOptions {
-            max_messages: 3,
-            ..batching(false)
-        });
-        let sizes = [10, 300, 20, 5000, 1, 70, 900, 2, 4000, 33];
-        let msgs: Vec<TestMsg<'_>> = sizes.iter().map(|n| (None, None, *n)).collect();
-        let (out, failed) = run(&ctx, &mut c, &msgs);
-        assert!(failed.is_empty());
-        let mut seq = 0usize;
-        for entry in &out {
-            let (m, data) = decode(entry);
-            let n = m.num_messages_in_batch.unwrap() as usize;
-            assert_eq!(entry.completions.len(), n);
-            for (single, payload) in crate::batch::parse_batch(data, n as u32).unwrap() {
-                assert_eq!(single.sequence_id, Some(seq as u64));
-                assert_eq!(payload, Bytes::from(vec![seq as u8; sizes[seq]]));
-                seq += 1;
-            }
-        }
-        assert_eq!(seq, sizes.len());
-        assert_eq!(out.len(), 4);
-    }
-
-    /// A batch cut with one message (by the delay, or `flush`) holds room for a handful of
-    /// completions, not for the hundreds a full batch of small messages would have: pending
-    /// batches of a slow producer stay small while the broker is slow to answer.
-    #[test]
-    fn batches_of_one_message_do_not_hold_room_for_hundreds() {
-        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
-        let mut c = BatchContainer::new(batching(false));
-        for _ in 0..3 {
-            let (out, failed) = run(&ctx, &mut c, &[(None, None, 10)]);
-            assert!(failed.is_empty());
-            assert_eq!(out.len(), 1);
-            assert!(
-                out[0].completions.capacity() <= 16,
-                "capacity {}",
-                out[0].completions.capacity()
-            );
-        }
-        // Full batches still get their room at once.
-        let msgs: Vec<TestMsg<'_>> = (0..100).map(|_| (None, None, 10)).collect();
-        let (out, _) = run(&ctx, &mut c, &msgs);
-        assert_eq!(out[0].completions.len(), 100);
-    }
-
-    /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
-    /// batch must carry its key (and ordering key) there, like Java's
-    /// `Commands.initBatchMessageMetadata`.
-    #[test]
-    fn key_based_batches_carry_their_key_in_the_batch_metadata() {
-        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
-        let mut c = BatchContainer::new(batching(true));
-        let (out, failed) = run(
-            &ctx,
-            &mut c,
-            &[
-                (Some("a"), None, 10),
-                (Some("b"), None, 10),
-                (Some("a"), None, 10),
-                (Some("b"), None, 10),
-                (Some("c"), Some(b"ord"), 10),
-                (Some("d"), Some(b"ord"), 10),
-                (None, None, 10),
-            ],
-        );
-        assert!(failed.is_empty());
-        let got: Vec<_> = out
-            .iter()
-            .map(|e| {
-                let (m, data) = decode(e);
-                let singles =
-                    crate::batch::parse_batch(data, m.num_messages_in_batch.unwrap() as u32)
-                        .unwrap();
-                let seqs: Vec<_> = singles
-                    .iter()
-                    .map(|(s, _)| s.sequence_id.unwrap())
-                    .collect();
-                (m.partition_key, m.ordering_key, seqs)
-            })
-            .collect();
-        let ord = Some(Bytes::from_static(b"ord"));
-        assert_eq!(
-            got,
-            vec![
-                (Some("a".to_owned()), None, vec![0, 2]),
-                (Some("b".to_owned()), None, vec![1, 3]),
-                // Grouped by ordering key; the batch carries its first message's keys.
-                (Some("c".to_owned()), ord.clone(), vec![4, 5]),
-                (None, None, vec![6]),
-            ]
-        );
-    }
-
-    /// Default batching: like Java, the batch carries its first message's keys.
-    #[test]
-    fn a_batch_carries_its_first_messages_keys() {
-        let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
-        let mut c = BatchContainer::new(batching(false));
-        let (out, _) = run(
-            &ctx,
-            &mut c,
-            &[(Some("x"), Some(b"o"), 1), (Some("y"), None, 1)],
-        );
-        assert_eq!(out.len(), 1);
-        let (m, _) = decode(&out[0]);
-        assert_eq!(m.partition_key.as_deref(), Some("x"));
-        assert_eq!(m.ordering_key.as_deref(), Some(&b"o"[..]));
-        assert_eq!(m.num_messages_in_batch, Some(2));
-    }
-
-    /// The size the broker checks: metadata plus (compressed) payload.
-    fn broker_size(e: &InFlight) -> usize {
-        let (m, data) = decode(e);
-        m.encoded_len() + data.len()
-    }
-
-    #[test]
-    fn batches_are_bounded_by_the_brokers_max_message_size() {
-        let max = 64 * 1024;
-        let ctx = ctx(max, CompressionType::None);
-        let mut c = BatchContainer::new(batching(false));
-        let (out, failed) = run(&ctx, &mut c, &[(None, None, 30 * 1024); 4]);
-        assert!(
-            failed.is_empty(),
-            "{:?}",
-            failed.iter().map(|f| &f.0).collect::<Vec<_>>()
-        );
-        // Two messages per batch: a third would be over the limit.
-        let ranges: Vec<_> = out.iter().map(|e| (e.first_seq, e.last_seq)).collect();
-        assert_eq!(ranges, vec![(0, 1), (2, 3)]);
-        for e in &out {
-            assert!(broker_size(e) <= max, "{}", broker_size(e));
-        }
-    }
-
-    #[test]
-    fn a_message_too_big_for_any_batch_fails_alone() {
-        let max = 64 * 1024;
-        let ctx = ctx(max, CompressionType::None);
-        let mut c = BatchContainer::new(batching(true));
-        let (out, failed) = run(
-            &ctx,
-            &mut c,
-            &[
-                (Some("a"), None, 100),
-                (Some("b"), None, 100),
-                (Some("a"), None, 70 * 1024),
-                (Some("a"), None, 100),
-                // Under the limit by its payload, over it with its metadata in a batch: sent
-                // alone, where it fits without the batch's per-message record.
-                (Some("b"), None, max - 40),
-            ],
-        );
-        assert_eq!(failed.len(), 1);
-        match &failed[0].0 {
-            Error::MessageTooBig { size, max: m } => {
-                assert!((70 * 1024..70 * 1024 + 100).contains(size), "{size}");
-                assert_eq!(*m, max);
-                let text = failed[0].0.to_string();
-                assert!(text.contains(&size.to_string()) && text.contains(&max.to_string()));
-                assert!(!failed[0].0.is_retriable());
-            }
-            other => panic!("expected MessageTooBig, got {other:?}"),
-        }
-        // The batches opened before it went first, in sequence order; then what followed it.
-        let ranges: Vec<_> = out
-            .iter()
-            .map(|e| (e.first_seq, e.last_seq, e.batched))
-            .collect();
-        assert_eq!(
-            ranges,
-            vec![(0, 0, true), (1, 1, true), (3, 3, true), (4, 4, false)]
-        );
-        for e in &out {
-            assert!(broker_size(e) <= max);
-        }
-    }
-
-    /// Sizes across the limit, with keys and properties: no entry is ever over it, no message
-    /// that fits on its own fails, and the metadata bound holds.
-    #[test]
-    fn no_entry_exceeds_the_limit() {
-        for compression in [CompressionType::None, CompressionType::Lz4] {
-            for max in [1024, 4096, 64 * 1024] {
-                let ctx = ctx(max, compression);
-                let mut c = BatchContainer::new(batching(false));
-                let key = "k".repeat(100);
-                let sizes: Vec<usize> = (0..200).map(|i| (i * 7919) % (max + 50)).collect();
-                let mut out = Vec::new();
-                let mut failed = Vec::new();
-                for (seq, size) in sizes.iter().enumerate() {
-                    // Incompressible payloads, so compression cannot hide an overflow.
-                    let payload: Vec<u8> = (0..*size)
-                        .map(|i| {
-                            (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_be_bytes()[0]
-                                ^ seq as u8
-                        })
-                        .collect();
-                    let mut msg = ProducerMessage::new(payload).key(key.as_str());
-                    msg.properties.insert("p".into(), "v".repeat(seq % 20));
-                    let bound = c.open.first().map(|b| b.metadata_bound);
-                    c.add(&ctx, msg, seq as u64, completion(), &mut out, &mut failed);
-                    if let Some(bound) = bound {
-                        for e in out.iter().filter(|e| e.batched) {
-                            assert!(decode(e).0.encoded_len() <= bound);
-                        }
-                    }
-                }
-                c.flush(&ctx, &mut out, &mut failed);
-                for e in &out {
-                    assert!(
-                        broker_size(e) <= max,
-                        "{compression:?} {max}: {}",
-                        broker_size(e)
-                    );
-                }
-                for (e, _) in &failed {
-                    let Error::MessageTooBig { size, .. } = e else {
-                        panic!("{e:?}");
-                    };
-                    assert!(*size > max);
-                }
-                let sent: usize = out.iter().map(|e| e.completions.len()).sum();
-                assert_eq!(sent + failed.len(), sizes.len());
-            }
-        }
-    }
-}
+#[path = "batch_container_tests.rs"]
+mod tests;

@@ -19,18 +19,17 @@
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
-use crate::message::ProducerMessage;
 use crate::proto;
 
 use super::batch_container::{compress, entry, message_metadata, single_entry_from, FrameContext};
-use super::pending::{ChunkPos, Completion, InFlight};
+use super::pending::{ChunkPos, Completion, InFlight, Outgoing};
 
 /// The pending entries of one message: one entry when it fits (or chunking is off), else one
 /// per chunk with the completion on the last.
 pub(crate) fn message_entries(
     ctx: &FrameContext,
     chunk_max_message_size: usize,
-    msg: ProducerMessage,
+    msg: Outgoing,
     sequence_id: u64,
     completion: Completion,
 ) -> std::result::Result<Vec<InFlight>, (Error, Completion)> {
@@ -146,8 +145,7 @@ mod tests {
     fn completion() -> Completion {
         Completion {
             responder: None,
-            _memory: None,
-            _slot: None,
+            reserved: crate::producer::pending::Reservation::default(),
         }
     }
 
@@ -157,6 +155,10 @@ mod tests {
         codec.decode(&mut buf).unwrap().unwrap()
     }
 
+    fn outgoing(payload: Vec<u8>) -> Outgoing {
+        crate::message::ProducerMessage::from(payload).into()
+    }
+
     fn payload(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i * 7 % 251) as u8).collect()
     }
@@ -164,7 +166,7 @@ mod tests {
     #[test]
     fn a_message_that_fits_is_one_plain_entry() {
         let c = ctx(10_000, CompressionType::None);
-        let out = message_entries(&c, 0, payload(100).into(), 5, completion()).unwrap();
+        let out = message_entries(&c, 0, outgoing(payload(100)), 5, completion()).unwrap();
         assert_eq!(out.len(), 1);
         assert!(out[0].chunk.is_none());
         let f = decode(&out[0].encoded);
@@ -177,7 +179,7 @@ mod tests {
         let max = 1000;
         let c = ctx(max, CompressionType::None);
         let whole = payload(4500);
-        let out = message_entries(&c, 0, whole.clone().into(), 9, completion()).unwrap();
+        let out = message_entries(&c, 0, outgoing(whole.clone()), 9, completion()).unwrap();
         assert!(out.len() >= 5, "{} chunks", out.len());
         let n = out.len() as i32;
         let mut joined = Vec::new();
@@ -220,7 +222,7 @@ mod tests {
                 x as u8
             })
             .collect();
-        let out = message_entries(&c, 0, whole.clone().into(), 1, completion()).unwrap();
+        let out = message_entries(&c, 0, outgoing(whole.clone()), 1, completion()).unwrap();
         assert!(out.len() > 1);
         let mut joined = Vec::new();
         let mut total = 0;
@@ -235,7 +237,7 @@ mod tests {
             .unwrap();
         assert_eq!(&back[..], &whole[..]);
         // A compressible payload that fits once compressed is not chunked.
-        let out = message_entries(&c, 0, vec![0u8; 20_000].into(), 2, completion()).unwrap();
+        let out = message_entries(&c, 0, outgoing(vec![0u8; 20_000]), 2, completion()).unwrap();
         assert_eq!(out.len(), 1);
         assert!(out[0].chunk.is_none());
     }
@@ -243,7 +245,7 @@ mod tests {
     #[test]
     fn chunk_max_message_size_caps_the_chunks() {
         let c = ctx(100_000, CompressionType::None);
-        let out = message_entries(&c, 500, payload(2000).into(), 1, completion()).unwrap();
+        let out = message_entries(&c, 500, outgoing(payload(2000)), 1, completion()).unwrap();
         assert!(out.len() >= 4);
         for e in &out {
             let p = decode(&e.encoded).payload.unwrap();
@@ -255,9 +257,9 @@ mod tests {
     #[test]
     fn metadata_larger_than_the_limit_is_an_error_not_a_panic() {
         let c = ctx(50, CompressionType::None);
-        let mut msg: ProducerMessage = payload(500).into();
+        let mut msg: crate::message::ProducerMessage = payload(500).into();
         msg.properties.insert("k".repeat(100), "v".into());
-        let r = message_entries(&c, 0, msg, 1, completion());
+        let r = message_entries(&c, 0, msg.into(), 1, completion());
         assert!(matches!(r, Err((Error::InvalidConfig(_), _))));
     }
 }

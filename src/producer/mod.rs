@@ -8,60 +8,39 @@
 
 mod batch_container;
 mod chunker;
+mod handle;
+mod inbox;
 mod options;
 mod pending;
+mod receipt;
 mod task;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
-use std::task::{Context, Poll};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub use options::{BatchingOptions, ProducerAccessMode, ProducerOptions};
+pub use receipt::SendFuture;
 
 use crate::compression::CompressionType;
-use crate::connection::EntityKind;
 use crate::core::CoreRef;
-use crate::entity::Entity;
 use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::routing_hash::java_partition_for_key;
 use crate::topic::TopicName;
 
-use batch_container::{BatchContainer, FrameContext};
-use pending::{Completion, PendingQueue};
-use task::{ProducerOp, ProducerTask};
+use handle::{Blocked, PartitionProducer, Queued};
+
+/// A send that found no room: the partition it goes to and where it must wait.
+type MustWait = (Arc<PartitionProducer>, Box<Blocked>);
+use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
 use tokio::sync::watch;
-
-/// Capacity of the channel from producer handles into a partition's task.
-const OP_QUEUE: usize = 4096;
-
-/// Resolves to the message's id once the broker has stored it. Dropping it does not cancel
-/// the send (the message is still sent; only its receipt is ignored), so it can be raced in
-/// a `tokio::select!` or awaited later.
-#[derive(Debug)]
-#[must_use = "a send is only known to succeed once its SendFuture resolves"]
-pub struct SendFuture {
-    rx: oneshot::Receiver<Result<MessageId>>,
-}
-
-impl Future for SendFuture {
-    type Output = Result<MessageId>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.rx)
-            .poll(cx)
-            .map(|r| r.unwrap_or(Err(Error::Closed)))
-    }
-}
 
 /// Builds a [`Producer`]; see [`Client::producer`](crate::Client::producer).
 #[derive(Debug, Clone)]
@@ -255,11 +234,15 @@ impl ProducerBuilder {
         } else {
             (None, None)
         };
+        let partitions_list: Vec<Arc<PartitionProducer>> =
+            handles.into_iter().map(Arc::new).collect();
         let inner = Arc::new(ProducerInner {
-            name: handles[0].name.clone(),
+            name: partitions_list[0].name.clone(),
+            // A non-partitioned topic never gains partitions (only partitioned ones grow).
+            single: (partitions == 0).then(|| partitions_list[0].clone()),
             topic,
             partitioned: partitions > 0,
-            partitions: RwLock::new(handles.into_iter().map(Arc::new).collect()),
+            partitions: RwLock::new(partitions_list),
             round_robin: AtomicUsize::new(0),
             switch_every: options
                 .batching
@@ -319,221 +302,15 @@ async fn grow(
     }
 }
 
-/// The receipt backlog bound of a producer without a `max_pending_messages` limit.
-const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
-
-/// A handle to one partition's (or a non-partitioned topic's) producer task.
-#[derive(Debug)]
-struct PartitionProducer {
-    name: String,
-    ops: mpsc::Sender<ProducerOp>,
-    count_limit: Option<Arc<Semaphore>>,
-    memory: Arc<Semaphore>,
-    memory_limit: usize,
-    block: bool,
-    terminal: Arc<Mutex<Option<Error>>>,
-    state: watch::Receiver<State>,
-    /// Whether the client is closing (sends are refused at once from then on).
-    shutdown: watch::Receiver<bool>,
-    partition: i32,
-    stats: Arc<crate::stats::ProducerCounters>,
-}
-
-impl PartitionProducer {
-    async fn create(
-        client: &CoreRef,
-        topic: TopicName,
-        partition: i32,
-        options: &Arc<ProducerOptions>,
-        group: &GroupClose,
-    ) -> Result<PartitionProducer> {
-        let producer_id = client.new_producer_id();
-        let cmd = task::create_command(
-            topic.as_str(),
-            producer_id,
-            options.name.as_deref(),
-            0,
-            None,
-            options,
-        );
-        let slot = crate::entity::Slot {
-            kind: EntityKind::Producer,
-            id: producer_id,
-            // One receipt per entry in flight: with a count limit, a backlog beyond it (plus
-            // slack) is a broker sending what was never asked for. Without one only the memory
-            // limit caps the entries in flight, so the bound is generous; receipts travel
-            // without their BaseCommand envelope (~100 bytes each), so it holds ~100 MB at most.
-            // A chunked message has one receipt per chunk, so with chunking only the memory
-            // limit bounds them.
-            inbound_bound: if options.max_pending_messages > 0 && !options.chunking {
-                options.max_pending_messages.saturating_add(1024)
-            } else {
-                UNLIMITED_PENDING_RECEIPT_BOUND
-            },
-        };
-        let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-        let created = task::Created::parse(response)?;
-        let max_message_size = entity
-            .conn
-            .as_ref()
-            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
-                c.info().max_message_size
-            });
-        let (ops_tx, ops_rx) = mpsc::channel(OP_QUEUE);
-        let terminal = Arc::new(Mutex::new(None));
-        let ctx = FrameContext {
-            producer_id,
-            producer_name: created.name.clone(),
-            compression: options.compression,
-            max_message_size,
-            schema_version: created.schema_version.clone(),
-        };
-        tracing::debug!(%topic, producer_id, name = %created.name,
-            next_sequence_id = created.next_sequence_id, "producer created");
-        let state = entity.life.watch();
-        let stats = Arc::new(crate::stats::ProducerCounters::new(
-            entity.link.clone(),
-            client.metric_labels,
-            &topic,
-        ));
-        let task = ProducerTask {
-            entity,
-            partition,
-            opts: (**options).clone(),
-            ctx,
-            unsent: Default::default(),
-            ops: ops_rx,
-            next_seq: created.next_sequence_id,
-            epoch: 0,
-            topic_epoch: created.topic_epoch,
-            pending: PendingQueue::default(),
-            batches: options.batching.clone().map(BatchContainer::new),
-            flush_waiters: Vec::new(),
-            close_waiters: Vec::new(),
-            closing: false,
-            close_deadline: None,
-            close_outcome: None,
-            terminal: terminal.clone(),
-            stats: stats.clone(),
-        };
-        let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
-        tokio::spawn(tracing::Instrument::instrument(task.run(), span));
-        Ok(PartitionProducer {
-            name: created.name,
-            ops: ops_tx,
-            count_limit: (options.max_pending_messages > 0)
-                .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
-            memory: client.memory.clone(),
-            memory_limit: client.memory_limit,
-            block: options.block_if_queue_full,
-            terminal,
-            state,
-            shutdown: client.shutdown_signal(),
-            partition,
-            stats,
-        })
-    }
-
-    fn closed_error(&self) -> Error {
-        self.terminal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .unwrap_or(Error::Closed)
-    }
-
-    async fn send(&self, msg: ProducerMessage) -> Result<SendFuture> {
-        if let Some(e) = self
-            .terminal
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-        {
-            return Err(e);
-        }
-        // Refused at once while closing (this producer or the whole client), like upstream's
-        // `isValidProducerState`: such a message could only fail later.
-        let state = *self.state.borrow();
-        if *self.shutdown.borrow() || state == State::Closing || state.is_terminal() {
-            return Err(self.closed_error());
-        }
-        let bytes = msg.payload.len().clamp(1, self.memory_limit) as u32;
-        let memory = if self.block {
-            self.memory
-                .clone()
-                .acquire_many_owned(bytes)
-                .await
-                .map_err(|_| Error::Closed)?
-        } else {
-            self.memory
-                .clone()
-                .try_acquire_many_owned(bytes)
-                .map_err(|_| {
-                    Error::ProducerQueueFull(format!(
-                        "client memory limit of {} bytes reached",
-                        self.memory_limit
-                    ))
-                })?
-        };
-        let count_permit =
-            match &self.count_limit {
-                None => None,
-                Some(limit) if self.block => Some(
-                    limit
-                        .clone()
-                        .acquire_owned()
-                        .await
-                        .map_err(|_| Error::Closed)?,
-                ),
-                Some(limit) => Some(limit.clone().try_acquire_owned().map_err(|_| {
-                    Error::ProducerQueueFull("max_pending_messages reached".into())
-                })?),
-            };
-        let (tx, rx) = oneshot::channel();
-        let op = ProducerOp::Send {
-            msg,
-            completion: Completion {
-                responder: Some(tx),
-                _memory: Some(memory),
-                _slot: count_permit,
-            },
-        };
-        if self.ops.send(op).await.is_err() {
-            return Err(self.closed_error());
-        }
-        Ok(SendFuture { rx })
-    }
-
-    async fn flush(&self) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        self.ops
-            .send(ProducerOp::Flush(tx))
-            .await
-            .map_err(|_| self.closed_error())?;
-        rx.await.unwrap_or_else(|_| Err(self.closed_error()))
-    }
-
-    /// Closes this partition's producer: Ok once closed by us (now or before), else the error
-    /// that ended it (e.g. closed for good by the broker).
-    async fn close(&self) -> Result<()> {
-        let (tx, rx) = oneshot::channel();
-        let ended = |e: Error| match e {
-            Error::Closed => Ok(()),
-            e => Err(e),
-        };
-        if self.ops.send(ProducerOp::Close(tx)).await.is_err() {
-            return ended(self.closed_error());
-        }
-        rx.await.unwrap_or_else(|_| ended(self.closed_error()))
-    }
-}
-
 #[derive(Debug)]
 struct ProducerInner {
     topic: TopicName,
     name: String,
     partitioned: bool,
     partitions: RwLock<Vec<Arc<PartitionProducer>>>,
+    /// The producer of a non-partitioned topic (also in `partitions`), reached without the
+    /// lock on every send.
+    single: Option<Arc<PartitionProducer>>,
     /// The number of partitions, for observers.
     count: watch::Sender<usize>,
     /// Keeps the topic registered for partition updates.
@@ -672,17 +449,12 @@ impl Producer {
         self.inner.snapshot()[0].state.clone()
     }
 
-    fn pick(&self, msg: &ProducerMessage) -> Arc<PartitionProducer> {
-        let parts = self
-            .inner
-            .partitions
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let n = parts.len();
+    /// Which partition `msg` goes to, of `n`.
+    fn pick(&self, msg: &Outgoing, n: usize) -> usize {
         if n == 1 {
-            return parts[0].clone();
+            return 0;
         }
-        let i = if let Some(key) = &msg.key {
+        if let Some(key) = &msg.key {
             java_partition_for_key(key, n as u32) as usize
         } else {
             match self.inner.switch_every {
@@ -692,8 +464,28 @@ impl Producer {
                 }
                 None => self.inner.round_robin.fetch_add(1, Ordering::Relaxed) % n,
             }
+        }
+    }
+
+    /// Queues `msg` on its partition without waiting if there is room; otherwise returns the
+    /// partition's handle and where the send must wait.
+    fn try_send(&self, msg: Outgoing) -> Result<std::result::Result<SendFuture, MustWait>> {
+        let queued = |p: &Arc<PartitionProducer>, msg| {
+            Ok(match p.try_send(msg)? {
+                Queued::Done(receipt) => Ok(receipt),
+                Queued::Wait(blocked) => Err((p.clone(), blocked)),
+            })
         };
-        parts[i].clone()
+        if let Some(p) = &self.inner.single {
+            return queued(p, msg);
+        }
+        let parts = self
+            .inner
+            .partitions
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let i = self.pick(&msg, parts.len());
+        queued(&parts[i], msg)
     }
 
     /// Queues a message and returns a future of its id, without waiting for earlier sends:
@@ -722,9 +514,12 @@ impl Producer {
     /// # Ok(()) }
     /// ```
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
-        let msg = msg.into();
-        let p = self.pick(&msg);
-        p.send(msg).await
+        // The common case queues synchronously; only a send that must wait for room builds
+        // (and boxes, so this future stays small to move) the waiting future.
+        match self.try_send(Outgoing::from(msg.into()))? {
+            Ok(receipt) => Ok(receipt),
+            Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
+        }
     }
 
     /// Sends a message and waits for its receipt.

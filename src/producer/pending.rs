@@ -3,27 +3,139 @@
 
 use std::collections::VecDeque;
 
-use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::message::ProducerMessage;
 use crate::message_id::{ChunkStart, MessageId};
 use bytes::Bytes;
 
-/// Completes one application `send`: its responder and the memory it holds.
+use super::receipt::Responder;
+
+/// A message on its way to the task: its payload and key, and its other fields boxed only
+/// when it has any. Most messages are a payload (and perhaps a key), so what moves through the
+/// queue (and the calls in between) is a few words instead of a whole [`ProducerMessage`], and
+/// nothing is allocated for them.
+#[derive(Debug)]
+pub(crate) struct Outgoing {
+    pub payload: Bytes,
+    /// The partition key.
+    pub key: Option<String>,
+    extras: Option<Box<Extras>>,
+}
+
+/// The fields of a [`ProducerMessage`] other than its payload and key.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
+    pub key_b64_encoded: bool,
+    pub ordering_key: Option<Bytes>,
+    pub properties: std::collections::BTreeMap<String, String>,
+    pub event_time: Option<u64>,
+    pub sequence_id: Option<u64>,
+    pub deliver_at: Option<u64>,
+}
+
+/// The extras of a message that has none.
+static NONE: Extras = Extras {
+    key_b64_encoded: false,
+    ordering_key: None,
+    properties: std::collections::BTreeMap::new(),
+    event_time: None,
+    sequence_id: None,
+    deliver_at: None,
+};
+
+impl Outgoing {
+    /// The message's fields other than its payload and key.
+    pub(crate) fn extras(&self) -> &Extras {
+        self.extras.as_deref().unwrap_or(&NONE)
+    }
+}
+
+impl From<ProducerMessage> for Outgoing {
+    fn from(msg: ProducerMessage) -> Self {
+        // Every field by name, so a field added to `ProducerMessage` must be handled here.
+        // Checked by reference first: the common message moves only its payload and key.
+        let ProducerMessage {
+            payload: _,
+            key: _,
+            key_b64_encoded,
+            ordering_key,
+            properties,
+            event_time,
+            sequence_id,
+            deliver_at,
+        } = &msg;
+        let none = !key_b64_encoded
+            && ordering_key.is_none()
+            && properties.is_empty()
+            && event_time.is_none()
+            && sequence_id.is_none()
+            && deliver_at.is_none();
+        if none {
+            return Outgoing {
+                payload: msg.payload,
+                key: msg.key,
+                extras: None,
+            };
+        }
+        Outgoing {
+            payload: msg.payload,
+            key: msg.key,
+            extras: Some(Box::new(Extras {
+                key_b64_encoded: msg.key_b64_encoded,
+                ordering_key: msg.ordering_key,
+                properties: msg.properties,
+                event_time: msg.event_time,
+                sequence_id: msg.sequence_id,
+                deliver_at: msg.deliver_at,
+            })),
+        }
+    }
+}
+
+/// What a message holds while it is pending: client memory for its payload and a slot of the
+/// producer's `max_pending_messages`, both given back when this is dropped.
+///
+/// The messages of a batch hand theirs to the batch ([`merge`](Self::merge)), so the
+/// semaphores are released once per entry rather than once per message (each release takes
+/// the semaphore's waiter lock). Every message of an entry completes at the same time (receipt,
+/// failure, timeout), so they are released exactly when they were before.
+#[derive(Debug, Default)]
+pub(crate) struct Reservation {
+    pub memory: Option<OwnedSemaphorePermit>,
+    pub slot: Option<OwnedSemaphorePermit>,
+}
+
+fn merge_permit(into: &mut Option<OwnedSemaphorePermit>, from: Option<OwnedSemaphorePermit>) {
+    match (into.as_mut(), from) {
+        (Some(held), Some(more)) => held.merge(more),
+        (None, more) => *into = more,
+        (Some(_), None) => {}
+    }
+}
+
+impl Reservation {
+    /// Takes over what `other` holds (all permits of a client come from the same semaphores).
+    pub(crate) fn merge(&mut self, other: Reservation) {
+        merge_permit(&mut self.memory, other.memory);
+        merge_permit(&mut self.slot, other.slot);
+    }
+}
+
+/// Completes one application `send`: its responder and what it holds while pending.
 #[derive(Debug)]
 pub(crate) struct Completion {
-    pub responder: Option<oneshot::Sender<Result<MessageId>>>,
-    /// Client memory reserved for the payload, released when this is dropped.
-    pub _memory: Option<OwnedSemaphorePermit>,
-    /// A slot of the producer's `max_pending_messages`, released when this is dropped.
-    pub _slot: Option<OwnedSemaphorePermit>,
+    pub responder: Option<Responder>,
+    /// Released when this is dropped (unless handed to its batch).
+    pub reserved: Reservation,
 }
 
 impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
         if let Some(tx) = self.responder.take() {
-            let _ = tx.send(result);
+            tx.send(result);
         }
     }
 }
@@ -58,6 +170,9 @@ pub(crate) struct InFlight {
     /// Set on a chunk of a chunked message.
     pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
+    /// What a batch's messages hold (a single message's stays in its completion), released
+    /// when the entry leaves the queue.
+    pub _reserved: Reservation,
 }
 
 /// What a receipt did to the queue.
@@ -168,17 +283,20 @@ impl PendingQueue {
             return ReceiptOutcome::Completed(n);
         }
         let batch_size = n as i32;
-        for (i, c) in entry.completions.into_iter().enumerate() {
-            let mut id = if entry.batched {
-                entry_id(Some(i as i32))
-            } else {
-                entry_id(None)
-            };
-            if entry.batched {
-                id.batch_size = batch_size;
-            }
-            c.complete(Ok(id));
-        }
+        let batched = entry.batched;
+        super::receipt::send_all(entry.completions.into_iter().enumerate().filter_map(
+            |(i, mut c)| {
+                let mut id = if batched {
+                    entry_id(Some(i as i32))
+                } else {
+                    entry_id(None)
+                };
+                if batched {
+                    id.batch_size = batch_size;
+                }
+                Some((c.responder.take()?, Ok(id)))
+            },
+        ));
         ReceiptOutcome::Completed(n)
     }
 
@@ -263,20 +381,16 @@ impl PendingQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::producer::receipt::{Receipts, SendFuture};
 
-    fn entry(
-        first: u64,
-        last: u64,
-        at: Instant,
-    ) -> (InFlight, Vec<oneshot::Receiver<Result<MessageId>>>) {
+    fn entry(first: u64, last: u64, at: Instant) -> (InFlight, Vec<SendFuture>) {
         let mut completions = Vec::new();
         let mut rxs = Vec::new();
         for _ in first..=last {
-            let (tx, rx) = oneshot::channel();
+            let (tx, rx) = Receipts::default().next();
             completions.push(Completion {
                 responder: Some(tx),
-                _memory: None,
-                _slot: None,
+                reserved: Reservation::default(),
             });
             rxs.push(rx);
         }
@@ -289,6 +403,7 @@ mod tests {
                 batched: last > first,
                 chunk: None,
                 enqueued_at: at,
+                _reserved: Reservation::default(),
             },
             rxs,
         )
@@ -316,15 +431,15 @@ mod tests {
         assert_eq!(q.messages(), 4);
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Completed(3));
         for (i, rx) in ra.iter_mut().enumerate() {
-            let got = rx.try_recv().unwrap().unwrap();
+            let got = rx.try_result().unwrap().unwrap();
             assert_eq!(got.batch_index, i as i32);
             assert_eq!(got.batch_size, 3);
         }
         // A duplicate receipt for the completed batch is stale, not an error.
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
-        assert!(rb[0].try_recv().is_err(), "still pending");
+        assert!(rb[0].try_result().is_none(), "still pending");
         assert_eq!(q.on_receipt(3, id), ReceiptOutcome::Completed(1));
-        assert_eq!(rb[0].try_recv().unwrap().unwrap().batch_index, -1);
+        assert_eq!(rb[0].try_result().unwrap().unwrap().batch_index, -1);
         assert!(q.is_empty());
         assert_eq!(q.messages(), 0);
         assert_eq!(q.bytes(), 0);
@@ -363,17 +478,17 @@ mod tests {
             1
         );
         assert!(matches!(
-            ra[0].try_recv().unwrap(),
+            ra[0].try_result().unwrap(),
             Err(Error::Timeout { .. })
         ));
         assert!(
-            rb[0].try_recv().is_err(),
+            rb[0].try_result().is_none(),
             "the younger entry is still pending"
         );
         // Its late receipt would now be for seq 0: stale.
         assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
         assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Completed(1));
-        assert!(rb[0].try_recv().unwrap().is_ok());
+        assert!(rb[0].try_result().unwrap().is_ok());
     }
 
     #[tokio::test]
@@ -384,13 +499,13 @@ mod tests {
         q.push(a);
         assert_eq!(q.fail_all(&Error::Closed, |_| {}), 2);
         for rx in ra.iter_mut() {
-            assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+            assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
         }
         assert_eq!(q.fail_all(&Error::Closed, |_| {}), 0);
     }
 
-    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, oneshot::Receiver<Result<MessageId>>) {
-        let (tx, rx) = oneshot::channel();
+    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, SendFuture) {
+        let (tx, rx) = Receipts::default().next();
         let mut out: Vec<InFlight> = (0..of)
             .map(|id| InFlight {
                 first_seq: seq,
@@ -400,12 +515,12 @@ mod tests {
                 batched: false,
                 chunk: Some(ChunkPos { id, of }),
                 enqueued_at: Instant::now(),
+                _reserved: Reservation::default(),
             })
             .collect();
         out.last_mut().unwrap().completions.push(Completion {
             responder: Some(tx),
-            _memory: None,
-            _slot: None,
+            reserved: Reservation::default(),
         });
         (out, rx)
     }
@@ -420,11 +535,11 @@ mod tests {
         assert_eq!(q.messages(), 1, "a chunked message counts once");
         let at = |entry| move |_: Option<i32>| MessageId::new(7, entry, -1);
         assert_eq!(q.on_receipt(4, at(10)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_result().is_none());
         assert_eq!(q.on_receipt(4, at(11)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_recv().is_err());
+        assert!(rx.try_result().is_none());
         assert_eq!(q.on_receipt(4, at(12)), ReceiptOutcome::Completed(1));
-        let id = rx.try_recv().unwrap().unwrap();
+        let id = rx.try_result().unwrap().unwrap();
         assert_eq!((id.ledger_id, id.entry_id), (7, 12));
         assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 10, -1)));
         assert!(q.is_empty());
@@ -444,9 +559,9 @@ mod tests {
             ReceiptOutcome::Completed(0)
         );
         assert_eq!(q.fail_head(Error::Closed), 1);
-        assert!(matches!(rx.try_recv().unwrap(), Err(Error::Closed)));
+        assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
         assert!(
-            rnext[0].try_recv().is_err(),
+            rnext[0].try_result().is_none(),
             "the next message is untouched"
         );
         assert_eq!(q.messages(), 1);

@@ -8,33 +8,35 @@
 //! only when it is present).
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::entity::{CreateCommand, Entity, Requests, Wake};
 use crate::error::{Error, Result, ServerError};
-use crate::message::ProducerMessage;
 use crate::message_id::MessageId;
 use crate::proto::{self, base_command::Type, BaseCommand};
 use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
+use super::inbox::InboxReceiver;
 use super::options::ProducerOptions;
-use super::pending::{Completion, InFlight, PendingQueue, ReceiptOutcome};
+use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
 
-/// Requests from producer handles to the task.
-// Nearly every op is a Send: boxing its message to shrink the rare Flush/Close variants would
-// cost an allocation per message for nothing.
+/// Requests from producer handles to the task. A Send is about 110 bytes (an [`Outgoing`]
+/// boxes all but the payload and key, and only when there is more), so moving it through the
+/// queue is cheap.
+// Nearly every op is a Send: boxing it to shrink the rare Flush/Close variants would cost an
+// allocation per message for nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum ProducerOp {
     Send {
-        msg: ProducerMessage,
+        msg: Outgoing,
         completion: Completion,
     },
     Flush(oneshot::Sender<Result<()>>),
@@ -115,7 +117,7 @@ pub(crate) struct ProducerTask {
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
     pub unsent: VecDeque<Bytes>,
-    pub ops: mpsc::Receiver<ProducerOp>,
+    pub ops: InboxReceiver,
     pub next_seq: u64,
     /// Bumped on every re-create (CommandProducer.epoch).
     pub epoch: u64,
@@ -133,7 +135,7 @@ pub(crate) struct ProducerTask {
     /// producer still ends Closed).
     pub close_outcome: Option<Error>,
     /// Set once the producer is closed for good; handles report it on later sends.
-    pub terminal: Arc<Mutex<Option<Error>>>,
+    pub terminal: Arc<OnceLock<Error>>,
     /// Statistics (read by `Producer::stats`).
     pub stats: Arc<crate::stats::ProducerCounters>,
 }
@@ -183,8 +185,8 @@ impl ProducerTask {
                         let mut n = 0;
                         while r.is_ok() && n < 256 {
                             match self.ops.try_recv() {
-                                Ok(op) => r = self.on_op(op),
-                                Err(_) => break,
+                                Some(op) => r = self.on_op(op),
+                                None => break,
                             }
                             n += 1;
                         }
@@ -388,12 +390,12 @@ impl ProducerTask {
         self.flush_all_batches();
     }
 
-    fn on_send(&mut self, msg: ProducerMessage, completion: Completion) {
+    fn on_send(&mut self, msg: Outgoing, completion: Completion) {
         if self.closing {
             completion.complete(Err(Error::Closed));
             return;
         }
-        let seq = match msg.sequence_id {
+        let seq = match msg.extras().sequence_id {
             Some(s) => {
                 self.next_seq = self.next_seq.max(s.saturating_add(1));
                 s
@@ -408,7 +410,7 @@ impl ProducerTask {
         let mut failed = Vec::new();
         match self.batches.as_mut() {
             Some(b)
-                if msg.deliver_at.is_none()
+                if msg.extras().deliver_at.is_none()
                     && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
             {
                 b.add(&self.ctx, msg, seq, completion, &mut out, &mut failed);
@@ -441,6 +443,9 @@ impl ProducerTask {
     }
 
     fn dispatch(&mut self, out: Vec<InFlight>, failed: Vec<(Error, Completion)>) {
+        if out.is_empty() && failed.is_empty() {
+            return; // most messages only join the open batch
+        }
         self.stats.failed(SendFailure::Rejected, failed.len());
         for (e, c) in failed {
             c.complete(Err(e));
@@ -598,7 +603,8 @@ impl ProducerTask {
         if !matches!(error, Error::Closed) {
             tracing::warn!(topic = %self.entity.topic, %error, %state, "producer closed");
         }
-        *self.terminal.lock().unwrap_or_else(|e| e.into_inner()) = Some(error.clone());
+        // Set once: this is the task's end.
+        let _ = self.terminal.set(error.clone());
         let mut failed = Vec::new();
         let mut out = Vec::new();
         if let Some(b) = self.batches.as_mut() {
@@ -634,7 +640,7 @@ impl ProducerTask {
         }
         // Later sends fail with the same error.
         self.ops.close();
-        while let Ok(op) = self.ops.try_recv() {
+        while let Some(op) = self.ops.try_recv() {
             match op {
                 ProducerOp::Send { completion, .. } => completion.complete(Err(error.clone())),
                 ProducerOp::Flush(tx) => {

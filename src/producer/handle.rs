@@ -1,0 +1,332 @@
+//! The handle of one partition's (or a non-partitioned topic's) producer task: what
+//! [`Producer`](super::Producer) calls to queue a message, flush or close.
+//!
+//! A send takes, in this order, the message's share of the client memory limit, a slot of
+//! `max_pending_messages` (when set), a receipt, and room in the task's queue. The common case
+//! has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a CAS per
+//! semaphore, a `try_send`), with no future to build, move and drop; only when something is
+//! full does [`PartitionProducer::send_waiting`] wait for it (with `block_if_queue_full`), from
+//! the step where the fast path stopped. tokio's semaphores and bounded channel hand released
+//! room to queued waiters first, so trying first never overtakes a waiting send: the order in
+//! which sends get room is the same as when every send awaited.
+
+use std::sync::{Arc, OnceLock};
+
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+use crate::connection::EntityKind;
+use crate::core::CoreRef;
+use crate::entity::Entity;
+use crate::error::{Error, Result};
+use crate::lifecycle::{GroupClose, State};
+use crate::topic::TopicName;
+
+use super::batch_container::{BatchContainer, FrameContext};
+use super::inbox::{inbox, InboxSender, TrySendError};
+use super::pending::{Completion, Outgoing, PendingQueue, Reservation};
+use super::receipt::{Receipts, SendFuture};
+use super::task::{self, ProducerOp, ProducerTask};
+use super::ProducerOptions;
+
+/// Where a send that found no room must wait (with `block_if_queue_full`).
+#[derive(Debug)]
+pub(super) enum Blocked {
+    /// For client memory (then for a `max_pending_messages` slot, then for the queue).
+    Memory(Outgoing),
+    /// For a `max_pending_messages` slot, holding its memory.
+    Slot(Outgoing, OwnedSemaphorePermit),
+    /// For room in the task's queue, with everything else in hand.
+    Queue(ProducerOp, SendFuture),
+}
+
+/// What [`PartitionProducer::try_send`] did.
+#[derive(Debug)]
+pub(super) enum Queued {
+    Done(SendFuture),
+    /// Boxed: rare, and it keeps what the fast path returns small to move.
+    Wait(Box<Blocked>),
+}
+
+/// The receipt backlog bound of a producer without a `max_pending_messages` limit.
+const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
+
+/// A handle to one partition's (or a non-partitioned topic's) producer task.
+#[derive(Debug)]
+pub(super) struct PartitionProducer {
+    pub(super) name: String,
+    ops: InboxSender,
+    receipts: Receipts,
+    count_limit: Option<Arc<Semaphore>>,
+    memory: Arc<Semaphore>,
+    memory_limit: usize,
+    block: bool,
+    /// Set once by the task when the producer ended for good.
+    terminal: Arc<OnceLock<Error>>,
+    pub(super) state: watch::Receiver<State>,
+    /// Whether the client is closing (sends are refused at once from then on).
+    shutdown: watch::Receiver<bool>,
+    /// `refusing()` when `state` and `shutdown` were subscribed (the values they had then).
+    refusing_at_start: bool,
+    pub(super) partition: i32,
+    pub(super) stats: Arc<crate::stats::ProducerCounters>,
+}
+
+impl PartitionProducer {
+    pub(super) async fn create(
+        client: &CoreRef,
+        topic: TopicName,
+        partition: i32,
+        options: &Arc<ProducerOptions>,
+        group: &GroupClose,
+    ) -> Result<PartitionProducer> {
+        let producer_id = client.new_producer_id();
+        let cmd = task::create_command(
+            topic.as_str(),
+            producer_id,
+            options.name.as_deref(),
+            0,
+            None,
+            options,
+        );
+        let slot = crate::entity::Slot {
+            kind: EntityKind::Producer,
+            id: producer_id,
+            // One receipt per entry in flight: with a count limit, a backlog beyond it (plus
+            // slack) is a broker sending what was never asked for. Without one only the memory
+            // limit caps the entries in flight, so the bound is generous; receipts travel
+            // without their BaseCommand envelope (~100 bytes each), so it holds ~100 MB at most.
+            // A chunked message has one receipt per chunk, so with chunking only the memory
+            // limit bounds them.
+            inbound_bound: if options.max_pending_messages > 0 && !options.chunking {
+                options.max_pending_messages.saturating_add(1024)
+            } else {
+                UNLIMITED_PENDING_RECEIPT_BOUND
+            },
+        };
+        let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
+        let created = task::Created::parse(response)?;
+        let max_message_size = entity
+            .conn
+            .as_ref()
+            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
+                c.info().max_message_size
+            });
+        let (ops_tx, ops_rx) = inbox();
+        let terminal = Arc::new(OnceLock::new());
+        let ctx = FrameContext {
+            producer_id,
+            producer_name: created.name.clone(),
+            compression: options.compression,
+            max_message_size,
+            schema_version: created.schema_version.clone(),
+        };
+        tracing::debug!(%topic, producer_id, name = %created.name,
+            next_sequence_id = created.next_sequence_id, "producer created");
+        let state = entity.life.watch();
+        let stats = Arc::new(crate::stats::ProducerCounters::new(
+            entity.link.clone(),
+            client.metric_labels,
+            &topic,
+        ));
+        let task = ProducerTask {
+            entity,
+            partition,
+            opts: (**options).clone(),
+            ctx,
+            unsent: Default::default(),
+            ops: ops_rx,
+            next_seq: created.next_sequence_id,
+            epoch: 0,
+            topic_epoch: created.topic_epoch,
+            pending: PendingQueue::default(),
+            batches: options.batching.clone().map(BatchContainer::new),
+            flush_waiters: Vec::new(),
+            close_waiters: Vec::new(),
+            closing: false,
+            close_deadline: None,
+            close_outcome: None,
+            terminal: terminal.clone(),
+            stats: stats.clone(),
+        };
+        let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
+        tokio::spawn(tracing::Instrument::instrument(task.run(), span));
+        let shutdown = client.shutdown_signal();
+        let refusing_at_start = {
+            let state = *state.borrow();
+            *shutdown.borrow() || state == State::Closing || state.is_terminal()
+        };
+        Ok(PartitionProducer {
+            name: created.name,
+            ops: ops_tx,
+            receipts: Receipts::default(),
+            count_limit: (options.max_pending_messages > 0)
+                .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
+            memory: client.memory.clone(),
+            memory_limit: client.memory_limit,
+            block: options.block_if_queue_full,
+            terminal,
+            state,
+            shutdown,
+            refusing_at_start,
+            partition,
+            stats,
+        })
+    }
+
+    /// Whether sends are refused: this producer or the whole client is closing or closed.
+    fn refusing(&self) -> bool {
+        // `has_changed` is one atomic load; reading a watch's value takes its lock. While
+        // neither watch changed since this handle subscribed (nearly always), the values are
+        // those seen then (`refusing_at_start`); after any change they are read.
+        let unchanged = |changed: std::result::Result<bool, _>| matches!(changed, Ok(false));
+        if unchanged(self.state.has_changed()) && unchanged(self.shutdown.has_changed()) {
+            return self.refusing_at_start;
+        }
+        let state = *self.state.borrow();
+        *self.shutdown.borrow() || state == State::Closing || state.is_terminal()
+    }
+
+    fn closed_error(&self) -> Error {
+        self.terminal.get().cloned().unwrap_or(Error::Closed)
+    }
+
+    /// Queues `msg` if there is room for it everywhere, without waiting; otherwise says where
+    /// it must wait (with `block_if_queue_full`; without it a full limit fails the send).
+    pub(super) fn try_send(&self, msg: Outgoing) -> Result<Queued> {
+        if let Some(e) = self.terminal.get() {
+            return Err(e.clone());
+        }
+        // Refused at once while closing (this producer or the whole client), like upstream's
+        // `isValidProducerState`: such a message could only fail later.
+        if self.refusing() {
+            return Err(self.closed_error());
+        }
+        let memory = match self
+            .memory
+            .clone()
+            .try_acquire_many_owned(self.memory_bytes(&msg))
+        {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) if self.block => {
+                return Ok(Queued::Wait(Box::new(Blocked::Memory(msg))))
+            }
+            Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
+            Err(_) => return Err(self.memory_full()),
+        };
+        let slot = match &self.count_limit {
+            None => None,
+            Some(limit) => match limit.clone().try_acquire_owned() {
+                Ok(p) => Some(p),
+                Err(TryAcquireError::NoPermits) if self.block => {
+                    return Ok(Queued::Wait(Box::new(Blocked::Slot(msg, memory))))
+                }
+                Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
+                Err(_) => return Err(Self::slots_full()),
+            },
+        };
+        let (op, receipt) = self.op(msg, memory, slot);
+        match self.ops.try_send(op) {
+            Ok(()) => Ok(Queued::Done(receipt)),
+            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op, receipt)))),
+            Err(TrySendError::Closed) => Err(self.closed_error()),
+        }
+    }
+
+    /// Waits where [`try_send`](Self::try_send) stopped, then queues the message. Dropped
+    /// before it completes, the message was not queued (what it held is given back).
+    pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
+        let (msg, memory) = match *blocked {
+            Blocked::Queue(op, receipt) => return self.queue(op, receipt).await,
+            Blocked::Memory(msg) => {
+                let bytes = self.memory_bytes(&msg);
+                let memory = self
+                    .memory
+                    .clone()
+                    .acquire_many_owned(bytes)
+                    .await
+                    .map_err(|_| Error::Closed)?;
+                (msg, memory)
+            }
+            Blocked::Slot(msg, memory) => (msg, memory),
+        };
+        let slot = match &self.count_limit {
+            None => None,
+            Some(limit) => Some(
+                limit
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|_| Error::Closed)?,
+            ),
+        };
+        let (op, receipt) = self.op(msg, memory, slot);
+        self.queue(op, receipt).await
+    }
+
+    async fn queue(&self, op: ProducerOp, receipt: SendFuture) -> Result<SendFuture> {
+        if self.ops.send(op).await.is_err() {
+            return Err(self.closed_error());
+        }
+        Ok(receipt)
+    }
+
+    /// The client memory a message holds while pending: its payload size (at least 1 byte,
+    /// at most the whole limit, so it can always be had eventually).
+    fn memory_bytes(&self, msg: &Outgoing) -> u32 {
+        msg.payload.len().clamp(1, self.memory_limit) as u32
+    }
+
+    fn memory_full(&self) -> Error {
+        Error::ProducerQueueFull(format!(
+            "client memory limit of {} bytes reached",
+            self.memory_limit
+        ))
+    }
+
+    fn slots_full() -> Error {
+        Error::ProducerQueueFull("max_pending_messages reached".into())
+    }
+
+    fn op(
+        &self,
+        msg: Outgoing,
+        memory: OwnedSemaphorePermit,
+        slot: Option<OwnedSemaphorePermit>,
+    ) -> (ProducerOp, SendFuture) {
+        let (responder, receipt) = self.receipts.next();
+        let op = ProducerOp::Send {
+            msg,
+            completion: Completion {
+                responder: Some(responder),
+                reserved: Reservation {
+                    memory: Some(memory),
+                    slot,
+                },
+            },
+        };
+        (op, receipt)
+    }
+
+    pub(super) async fn flush(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        self.ops
+            .send(ProducerOp::Flush(tx))
+            .await
+            .map_err(|_| self.closed_error())?;
+        rx.await.unwrap_or_else(|_| Err(self.closed_error()))
+    }
+
+    /// Closes this partition's producer: Ok once closed by us (now or before), else the error
+    /// that ended it (e.g. closed for good by the broker).
+    pub(super) async fn close(&self) -> Result<()> {
+        let (tx, rx) = oneshot::channel();
+        let ended = |e: Error| match e {
+            Error::Closed => Ok(()),
+            e => Err(e),
+        };
+        if self.ops.send(ProducerOp::Close(tx)).await.is_err() {
+            return ended(self.closed_error());
+        }
+        rx.await.unwrap_or_else(|_| ended(self.closed_error()))
+    }
+}

@@ -1,0 +1,262 @@
+//! Receipts: how a send's result reaches its [`SendFuture`].
+//!
+//! A oneshot channel per message costs an allocation and a free per message, and with tens of
+//! thousands of receipts pending (pipelined sends) the allocator's slow paths dominate (about
+//! 500 instructions per message, measured with `benches/hot_paths.rs`). Here the receipts of
+//! [`GROUP`] consecutive sends of a partition producer share one allocation: a small array of
+//! slots behind a mutex. A send takes the next slot of the current group (a new group once it
+//! is used up); the task fills the slot and wakes its future. The mutex is held only to read or
+//! write one slot (or a few, for a batch), so it is uncontended in practice.
+//!
+//! Semantics are those of the oneshot it replaces: the [`Responder`] fills its slot once; one
+//! dropped unfilled (the message was dropped with the task) resolves the future to
+//! [`Error::Closed`]; a dropped [`SendFuture`] only leaves its result unread. A group is
+//! freed once every future and responder of it is gone.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+use crate::error::{Error, Result};
+use crate::message_id::MessageId;
+
+/// Receipts per shared allocation: one allocation per 32 sends, and a group kept alive by one
+/// forgotten future holds a few KB at most.
+const GROUP: usize = 32;
+
+#[derive(Debug, Default)]
+enum Slot {
+    /// Not completed yet; the waker of the future that polled it, if it did.
+    #[default]
+    Waiting,
+    Polled(Waker),
+    Done(Result<MessageId>),
+    /// The future took the result.
+    Taken,
+}
+
+#[derive(Debug, Default)]
+struct Group {
+    slots: Mutex<[Slot; GROUP]>,
+}
+
+impl Group {
+    fn lock(&self) -> MutexGuard<'_, [Slot; GROUP]> {
+        // A poisoned lock only means a panic elsewhere while it was held; the slots stay valid.
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Hands out receipt slots for one partition producer's sends.
+#[derive(Debug, Default)]
+pub(crate) struct Receipts {
+    /// The group being handed out and its next free slot.
+    current: Mutex<Option<(Arc<Group>, usize)>>,
+}
+
+impl Receipts {
+    /// A new receipt: the task's half and the application's.
+    pub(crate) fn next(&self) -> (Responder, SendFuture) {
+        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let (group, index) = match current.as_mut() {
+            Some((group, next)) if *next < GROUP => {
+                let i = *next;
+                *next += 1;
+                (group.clone(), i)
+            }
+            _ => {
+                let group = Arc::new(Group::default());
+                *current = Some((group.clone(), 1));
+                (group, 0)
+            }
+        };
+        drop(current);
+        // GROUP is far below u32::MAX.
+        let index = index as u32;
+        (
+            Responder {
+                group: group.clone(),
+                index,
+                sent: false,
+            },
+            SendFuture { group, index },
+        )
+    }
+}
+
+/// Completes one send's [`SendFuture`] (once).
+#[derive(Debug)]
+pub(crate) struct Responder {
+    group: Arc<Group>,
+    // u32 (not usize): keeps a completion two words smaller.
+    index: u32,
+    sent: bool,
+}
+
+impl Responder {
+    /// Fills the slot and wakes the future (if it waits).
+    pub(crate) fn send(mut self, result: Result<MessageId>) {
+        self.fill(result);
+    }
+
+    fn fill(&mut self, result: Result<MessageId>) {
+        self.sent = true;
+        let mut slots = self.group.lock();
+        let slot = &mut slots[self.index as usize];
+        let waiting = std::mem::replace(slot, Slot::Done(result));
+        drop(slots);
+        if let Slot::Polled(waker) = waiting {
+            waker.wake();
+        }
+    }
+}
+
+/// Completes many sends (the messages of a batch): a group's lock is taken once per run of
+/// consecutive responders of that group instead of once each; the waiting futures are woken
+/// after the locks are released.
+pub(crate) fn send_all(results: impl Iterator<Item = (Responder, Result<MessageId>)>) {
+    let mut wakers = Vec::new();
+    let mut results = results.peekable();
+    while let Some((first, result)) = results.next() {
+        let group = first.group.clone();
+        let mut slots = group.lock();
+        let mut fill = |mut r: Responder, result| {
+            // Set before `r` drops (its `Drop` would otherwise fill the slot again, and take
+            // this held lock).
+            r.sent = true;
+            let slot = &mut slots[r.index as usize];
+            if let Slot::Polled(w) = std::mem::replace(slot, Slot::Done(result)) {
+                wakers.push(w);
+            }
+        };
+        fill(first, result);
+        while let Some((r, result)) = results.next_if(|(r, _)| Arc::ptr_eq(&r.group, &group)) {
+            fill(r, result);
+        }
+        drop(slots);
+    }
+    for w in wakers {
+        w.wake();
+    }
+}
+
+impl Drop for Responder {
+    fn drop(&mut self) {
+        if !self.sent {
+            // Like a dropped oneshot sender: the future resolves to `Closed`.
+            self.fill(Err(Error::Closed));
+        }
+    }
+}
+
+/// Resolves to the message's id once the broker has stored it. Dropping it does not cancel
+/// the send (the message is still sent; only its receipt is ignored), so it can be raced in
+/// a `tokio::select!` or awaited later.
+#[derive(Debug)]
+#[must_use = "a send is only known to succeed once its SendFuture resolves"]
+pub struct SendFuture {
+    group: Arc<Group>,
+    index: u32,
+}
+
+impl SendFuture {
+    /// The result, if the send is complete (unit tests).
+    #[cfg(test)]
+    pub(crate) fn try_result(&mut self) -> Option<Result<MessageId>> {
+        let waker = futures::task::noop_waker();
+        match Pin::new(self).poll(&mut Context::from_waker(&waker)) {
+            Poll::Ready(r) => Some(r),
+            Poll::Pending => None,
+        }
+    }
+}
+
+impl Future for SendFuture {
+    type Output = Result<MessageId>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut slots = this.group.lock();
+        let slot = &mut slots[this.index as usize];
+        match slot {
+            Slot::Done(_) => match std::mem::replace(slot, Slot::Taken) {
+                Slot::Done(r) => Poll::Ready(r),
+                _ => Poll::Ready(Err(Error::Closed)),
+            },
+            Slot::Polled(w) if w.will_wake(cx.waker()) => Poll::Pending,
+            Slot::Waiting | Slot::Polled(_) => {
+                *slot = Slot::Polled(cx.waker().clone());
+                Poll::Pending
+            }
+            // Polled again after it completed (a misuse): it stays "closed".
+            Slot::Taken => Poll::Ready(Err(Error::Closed)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_receipt_gets_its_own_result_across_groups() {
+        let r = Receipts::default();
+        let mut pairs: Vec<_> = (0..GROUP * 2 + 3).map(|_| r.next()).collect();
+        let mut futures = Vec::new();
+        for (i, (tx, rx)) in pairs.drain(..).enumerate() {
+            assert!(futures.len() == i);
+            if i % 3 == 0 {
+                drop(tx); // dropped unfilled: Closed
+            } else {
+                tx.send(Ok(MessageId::new(1, i as u64, -1)));
+            }
+            futures.push(rx);
+        }
+        for (i, f) in futures.iter_mut().enumerate() {
+            match f.try_result().expect("complete") {
+                Ok(id) => assert_eq!(id.entry_id, i as u64),
+                Err(Error::Closed) => assert_eq!(i % 3, 0),
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn send_all_fills_runs_of_groups_and_wakes_waiters() {
+        let r = Receipts::default();
+        let pairs: Vec<_> = (0..GROUP + 5).map(|_| r.next()).collect();
+        let (responders, futures): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+        let mut futures = futures.into_iter();
+        let first = tokio::spawn(futures.next().unwrap());
+        tokio::task::yield_now().await;
+        send_all(
+            responders
+                .into_iter()
+                .enumerate()
+                .map(|(i, tx)| (tx, Ok(MessageId::new(1, i as u64, -1)))),
+        );
+        assert_eq!(first.await.unwrap().unwrap().entry_id, 0);
+        for (i, mut f) in futures.enumerate() {
+            assert_eq!(f.try_result().unwrap().unwrap().entry_id, i as u64 + 1);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_future_is_woken() {
+        let r = Receipts::default();
+        let (tx, rx) = r.next();
+        let waiter = tokio::spawn(rx);
+        tokio::task::yield_now().await;
+        tx.send(Ok(MessageId::new(2, 3, -1)));
+        assert_eq!(waiter.await.unwrap().unwrap().entry_id, 3);
+    }
+
+    #[test]
+    fn a_pending_future_stays_pending() {
+        let r = Receipts::default();
+        let (_tx, mut rx) = r.next();
+        assert!(rx.try_result().is_none());
+        assert!(rx.try_result().is_none());
+    }
+}
