@@ -280,31 +280,31 @@ pub(crate) fn broker_close(cmd: &BaseCommand) -> Option<BrokerClose> {
 }
 
 /// SEND of the messages with sequence ids `first..=last` (one entry: a message or a batch).
-pub(crate) fn send(producer_id: u64, first: u64, last: u64, num_messages: usize) -> BaseCommand {
-    BaseCommand {
-        send: Some(proto::CommandSend {
-            producer_id,
-            sequence_id: first,
-            num_messages: Some(i32::try_from(num_messages).unwrap_or(i32::MAX)),
-            highest_sequence_id: (last != first).then_some(last),
-            ..Default::default()
-        }),
-        ..base(Type::Send)
+/// Without its `BaseCommand` envelope: [`crate::codec::encode_send`] writes that.
+pub(crate) fn send(
+    producer_id: u64,
+    first: u64,
+    last: u64,
+    num_messages: usize,
+) -> proto::CommandSend {
+    proto::CommandSend {
+        producer_id,
+        sequence_id: first,
+        num_messages: Some(i32::try_from(num_messages).unwrap_or(i32::MAX)),
+        highest_sequence_id: (last != first).then_some(last),
+        ..Default::default()
     }
 }
 
 /// SEND of one chunk of a chunked message (PIP-37): every chunk carries the message's sequence
 /// id and `is_chunk`, like upstream `Commands.newSend` for a chunk.
-pub(crate) fn send_chunk(producer_id: u64, sequence_id: u64) -> BaseCommand {
-    BaseCommand {
-        send: Some(proto::CommandSend {
-            producer_id,
-            sequence_id,
-            num_messages: Some(1),
-            is_chunk: Some(true),
-            ..Default::default()
-        }),
-        ..base(Type::Send)
+pub(crate) fn send_chunk(producer_id: u64, sequence_id: u64) -> proto::CommandSend {
+    proto::CommandSend {
+        producer_id,
+        sequence_id,
+        num_messages: Some(1),
+        is_chunk: Some(true),
+        ..Default::default()
     }
 }
 

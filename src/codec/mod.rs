@@ -362,7 +362,6 @@ pub(crate) fn encode_frame(
 /// Encodes a SEND frame into new bytes: the producer's per-entry frame. The `BaseCommand`
 /// envelope (its `type` and `send` fields) is written by hand, so no 6 KB `BaseCommand` is
 /// built, measured and dropped per entry; the bytes are the same as [`encode_frame`]'s.
-#[allow(dead_code, reason = "the producer switches to it next")]
 pub(crate) fn encode_send(
     send: &proto::CommandSend,
     payload: &Payload,

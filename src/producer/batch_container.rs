@@ -4,7 +4,6 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::batch::{BatchBuilder, SingleMessageFields};
-use crate::codec::Frame;
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
 use crate::message::now_millis;
@@ -63,15 +62,23 @@ fn check_size(ctx: &FrameContext, metadata: &proto::MessageMetadata, data: &Byte
 
 /// Encodes a SEND frame once: it is written from these bytes, and re-sent from them after a
 /// reconnect (the checksum is computed here, in place).
-pub(super) fn encode(ctx: &FrameContext, frame: &Frame) -> Result<Bytes> {
-    let mut buf = bytes::BytesMut::new();
-    crate::codec::encode_frame(
-        frame,
-        &mut buf,
+pub(super) fn encode(
+    ctx: &FrameContext,
+    send: &proto::CommandSend,
+    metadata: proto::MessageMetadata,
+    data: Bytes,
+) -> Result<Bytes> {
+    let payload = crate::codec::Payload {
+        broker_entry_metadata: None,
+        metadata,
+        data,
+    };
+    Ok(crate::codec::encode_send(
+        send,
+        &payload,
         ctx.max_message_size
             .saturating_add(crate::codec::FRAME_HEADROOM),
-    )?;
-    Ok(buf.freeze())
+    )?)
 }
 
 /// The metadata of a message sent on its own (not in a batch); `raw_len` is its
@@ -105,17 +112,16 @@ pub(super) fn message_metadata(
 /// to its last entry).
 pub(super) fn entry(
     ctx: &FrameContext,
-    send: proto::BaseCommand,
+    send: proto::CommandSend,
     metadata: proto::MessageMetadata,
     data: Bytes,
     sequence_id: u64,
     chunk: Option<ChunkPos>,
 ) -> Result<InFlight> {
-    let frame = Frame::with_payload(send, metadata, data);
     Ok(InFlight {
         first_seq: sequence_id,
         last_seq: sequence_id,
-        encoded: encode(ctx, &frame)?,
+        encoded: encode(ctx, &send, metadata, data)?,
         completions: Vec::new(),
         batched: false,
         chunk,
@@ -519,12 +525,8 @@ impl BatchContainer {
             failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
             return;
         }
-        let frame = Frame::with_payload(
-            crate::commands::send(ctx.producer_id, b.first_seq, b.last_seq, n),
-            metadata,
-            data,
-        );
-        let encoded = match encode(ctx, &frame) {
+        let send = crate::commands::send(ctx.producer_id, b.first_seq, b.last_seq, n);
+        let encoded = match encode(ctx, &send, metadata, data) {
             Ok(bytes) => bytes,
             Err(e) => {
                 failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
