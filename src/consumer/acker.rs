@@ -166,8 +166,10 @@ impl Acker {
 
     /// Routes an op about a received message to the partition task it came from.
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
-        let p = super::registry::lock(&self.inner.registry)
-            .get(msg.source)
+        // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.
+        let tasks = super::registry::lock(&self.inner.registry);
+        let p = tasks
+            .get_ref(msg.source)
             .filter(|p| p.topic == msg.topic)
             .ok_or_else(|| {
                 Error::InvalidConfig(format!(
@@ -175,7 +177,7 @@ impl Acker {
                     msg.id, msg.topic, self.inner.topic
                 ))
             })?;
-        self.send(&p, op)
+        self.send(p, op)
     }
 
     /// Routes an op about an id to the partition of the consumer's topic that owns it. An id

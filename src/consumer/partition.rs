@@ -74,6 +74,8 @@ pub(super) async fn spawn_partition(
         consumed: AtomicU32::new(0),
         taken_messages: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
+        durable,
+        removed: std::sync::atomic::AtomicBool::new(false),
         ops: ops_tx,
         active: watch::Sender::new(None),
         state: entity.life.watch(),

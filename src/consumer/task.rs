@@ -84,7 +84,14 @@ pub(crate) struct PartitionShared {
     /// Messages the application has taken from the queue (of any epoch): the ack timeout's
     /// clock of a message starts then (see `unacked`).
     pub taken_messages: AtomicU64,
+    /// The last message the application took (kept for a non-durable subscription only, which
+    /// resumes after it when subscribed again; a durable one resumes where the broker says).
     pub last_dequeued: Mutex<Option<MessageId>>,
+    /// Whether the subscription is durable (then `last_dequeued` is not kept).
+    pub durable: bool,
+    /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
+    /// its messages still queued are discarded.
+    pub removed: std::sync::atomic::AtomicBool,
     pub ops: mpsc::UnboundedSender<ConsumerOp>,
     /// Failover: whether this consumer is the active one (None until the broker says).
     pub active: tokio::sync::watch::Sender<Option<bool>>,
@@ -220,20 +227,17 @@ impl ConsumerTask {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    pub(super) fn emit(&mut self, mut item: Item) {
-        if let Item::Message(m) = &mut item {
-            m.source = self.index;
-            // Numbered like the handle counts them in `taken_messages`.
-            self.queued_messages += 1;
-        }
+    /// Puts an item in the queue. The messages of an [`Item::Messages`] come with their
+    /// `source` set and numbered in `queued_messages` (see `deliver`).
+    pub(super) fn emit(&mut self, item: Item) {
         let counted = item.counted();
-        if counted {
-            self.shared.room().queued += 1;
+        if counted > 0 {
+            self.shared.room().queued += counted;
         }
-        if self.out.send((self.index, self.epoch(), item)).is_err() && counted {
+        if self.out.send((self.index, self.epoch(), item)).is_err() && counted > 0 {
             // The handle is gone: nothing will take it out.
             let mut room = self.shared.room();
-            room.queued = room.queued.saturating_sub(1);
+            room.queued = room.queued.saturating_sub(counted);
         }
     }
 
