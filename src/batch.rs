@@ -701,6 +701,42 @@ mod tests {
         }
 
         #[test]
+        fn single_metadata_decodes_like_prost(
+            fields in proptest::collection::vec(
+                (1u32..12, any::<bool>(), any::<u64>(), 0u32..8,
+                 proptest::collection::vec(any::<u8>(), 0..12)),
+                0..8,
+            ),
+            garbage in proptest::collection::vec(any::<u8>(), 0..24),
+            cut in any::<proptest::sample::Index>(),
+        ) {
+            // Well-formed fields of every tag (varint or length-delimited, short and long
+            // varints, strings that may not be UTF-8), then the same cut short, then garbage.
+            let mut buf = Vec::new();
+            for (tag, delimited, v, shift, bytes) in &fields {
+                if *delimited {
+                    prost::encoding::encode_key(*tag, prost::encoding::WireType::LengthDelimited, &mut buf);
+                    prost::encoding::encode_varint(bytes.len() as u64, &mut buf);
+                    buf.extend_from_slice(bytes);
+                } else {
+                    prost::encoding::encode_key(*tag, prost::encoding::WireType::Varint, &mut buf);
+                    prost::encoding::encode_varint(v >> (shift * 8), &mut buf);
+                }
+            }
+            let cut = cut.index(buf.len() + 1);
+            for data in [buf.clone(), buf[..cut].to_vec(), garbage] {
+                let bytes = Bytes::from(data);
+                let ours = decode_single_meta(&bytes, bytes.len());
+                let theirs = proto::SingleMessageMetadata::decode(bytes.clone());
+                match (ours, theirs) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                    (Err(_), Err(_)) => {}
+                    (a, b) => prop_assert!(false, "ours {:?}, prost {:?}", a, b),
+                }
+            }
+        }
+
+        #[test]
         fn garbage_never_panics(
             data in proptest::collection::vec(any::<u8>(), 0..512),
             count in any::<u32>(),

@@ -248,6 +248,10 @@ impl Acker {
         if state == State::Closing || state.is_terminal() {
             return Err(ended_error(state, &p.base));
         }
-        p.ops.send(op).map_err(|_| Error::Closed)
+        match op {
+            // Individual acks, the hot path, gather in the ack buffer (see `ops`).
+            ConsumerOp::Ack(id) => p.send_ack(id).map_err(|_| Error::Closed),
+            op => p.send_op(op).map_err(|_| Error::Closed),
+        }
     }
 }

@@ -15,6 +15,7 @@ pub(crate) mod decode;
 pub mod dlq;
 mod intake;
 pub(crate) mod multi;
+mod ops;
 mod options;
 mod partition;
 mod pattern;
@@ -444,7 +445,7 @@ impl Consumer {
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> ConsumerOp,
     ) -> Result<T> {
         let (tx, rx) = oneshot::channel();
-        shared.ops.send(make(tx)).map_err(|_| Error::Closed)?;
+        shared.send_op(make(tx)).map_err(|_| Error::Closed)?;
         rx.await.unwrap_or(Err(Error::Closed))
     }
 

@@ -90,6 +90,7 @@ pub(super) async fn spawn_partition(
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
+        acks: Mutex::new(Default::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -125,6 +126,7 @@ pub(super) async fn spawn_partition(
         ))
         .with_memory_limit(client.memory.clone()),
         chunk_ids: Default::default(),
+        ack_ids: Vec::new(),
     };
     task.start_flow();
     registry_insert(registry, index, shared.clone());

@@ -49,6 +49,10 @@ pub(crate) enum SeekTarget {
 #[derive(Debug)]
 pub(crate) enum ConsumerOp {
     Ack(MessageId),
+    /// Acks are waiting in the partition's ack buffer (of this generation: see `ops`).
+    Acks(u64),
+    /// Acks taken out of the ack buffer ahead of another op (see `ops`).
+    AckIds(Vec<MessageId>),
     AckCumulative(MessageId),
     /// A negative ack, with the message's redelivery count (for the backoff).
     Nack(MessageId, u32),
@@ -108,6 +112,8 @@ pub(crate) struct PartitionShared {
     pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
+    /// Acks on their way to the task (see `ops`).
+    pub acks: Mutex<super::ops::AckBuffer>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
     pub refill_at: u32,
 }
@@ -202,12 +208,14 @@ pub(crate) struct ConsumerTask {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
+    /// The acks taken from the ack buffer (kept to be reused).
+    pub ack_ids: Vec<MessageId>,
 }
 
 /// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
 /// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
 /// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
-fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
+pub(super) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
     if map.is_empty() {
         None
     } else {
@@ -545,24 +553,9 @@ impl ConsumerTask {
     fn on_op(&mut self, op: ConsumerOp, requests: &mut Requests<Pending>) -> Result<()> {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
-            ConsumerOp::Ack(id) => {
-                self.shared.stats.acked();
-                self.forget(&id);
-                if !self.persistent() {
-                    return Ok(());
-                }
-                if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
-                    // A chunked message: every chunk is acked (upstream acks each chunk of a
-                    // `ChunkMessageIdImpl`).
-                    self.ack_chunks(chunks);
-                    return Ok(());
-                }
-                if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
-                    self.flush_acks();
-                } else if self.ack_deadline.is_none() {
-                    self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
-                }
-            }
+            ConsumerOp::Ack(id) => self.on_ack(id),
+            ConsumerOp::Acks(generation) => self.on_buffered_acks(generation),
+            ConsumerOp::AckIds(ids) => ids.into_iter().for_each(|id| self.on_ack(id)),
             ConsumerOp::AckCumulative(id) => {
                 self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);
