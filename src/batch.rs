@@ -304,7 +304,24 @@ impl BatchRecords {
         })
     }
 
-    fn read(&mut self) -> Result<(proto::SingleMessageMetadata, Bytes)> {
+    /// Reads the next record: its metadata into `meta` (overwritten), its payload returned;
+    /// `None` after the last one. The consumer's decode loop reuses one `meta`, so a record's
+    /// metadata (~150 bytes) is not built and moved out through `Option` and `Result` layers
+    /// for each message.
+    pub(crate) fn next_into(
+        &mut self,
+        meta: &mut proto::SingleMessageMetadata,
+    ) -> Option<Result<Bytes>> {
+        if self.next >= self.count {
+            return None;
+        }
+        let r = self.read_into(meta);
+        // After an error, the rest cannot be located: stop.
+        self.next = if r.is_ok() { self.next + 1 } else { self.count };
+        Some(r)
+    }
+
+    fn read_into(&mut self, meta: &mut proto::SingleMessageMetadata) -> Result<Bytes> {
         let (i, count) = (self.next, self.count);
         let corrupt = |what: String| {
             Error::Protocol(format!(
@@ -325,7 +342,7 @@ impl BatchRecords {
                 rest.len()
             )));
         }
-        let meta = decode_single_meta(rest, meta_len)
+        decode_single_meta(rest, meta_len, meta)
             .map_err(|e| corrupt(format!("undecodable metadata: {e}")))?;
         rest.advance(meta_len);
         let size = usize::try_from(meta.payload_size)
@@ -336,8 +353,7 @@ impl BatchRecords {
                 rest.len()
             )));
         }
-        let body = rest.split_to(size);
-        Ok((meta, body))
+        Ok(rest.split_to(size))
     }
 }
 
@@ -345,13 +361,9 @@ impl Iterator for BatchRecords {
     type Item = Result<(proto::SingleMessageMetadata, Bytes)>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.next >= self.count {
-            return None;
-        }
-        let r = self.read();
-        // After an error, the rest cannot be located: stop.
-        self.next = if r.is_ok() { self.next + 1 } else { self.count };
-        Some(r)
+        let mut meta = proto::SingleMessageMetadata::default();
+        let body = self.next_into(&mut meta)?;
+        Some(body.map(|body| (meta, body)))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -369,17 +381,22 @@ impl Iterator for BatchRecords {
 fn decode_single_meta(
     src: &Bytes,
     len: usize,
-) -> std::result::Result<proto::SingleMessageMetadata, prost::DecodeError> {
-    match fast_single_meta(src, len) {
-        Some(meta) => Ok(meta),
-        None => proto::SingleMessageMetadata::decode(src.slice(..len)),
+    meta: &mut proto::SingleMessageMetadata,
+) -> std::result::Result<(), prost::DecodeError> {
+    if !fast_single_meta(src, len, meta) {
+        *meta = proto::SingleMessageMetadata::decode(src.slice(..len))?;
     }
+    Ok(())
 }
 
-/// The fast path of [`decode_single_meta`]; `None` = let prost decide.
-fn fast_single_meta(src: &Bytes, len: usize) -> Option<proto::SingleMessageMetadata> {
+/// The fast path of [`decode_single_meta`], into `meta`; `false` = let prost decide.
+fn fast_single_meta(src: &Bytes, len: usize, meta: &mut proto::SingleMessageMetadata) -> bool {
+    *meta = proto::SingleMessageMetadata::default();
+    fast_fields(src, len, meta).is_some()
+}
+
+fn fast_fields(src: &Bytes, len: usize, meta: &mut proto::SingleMessageMetadata) -> Option<()> {
     let b = src.get(..len)?;
-    let mut meta = proto::SingleMessageMetadata::default();
     let mut i = 0;
     while i < b.len() {
         let key = short_varint(b, &mut i)?;
@@ -408,7 +425,7 @@ fn fast_single_meta(src: &Bytes, len: usize) -> Option<proto::SingleMessageMetad
             _ => return None,
         }
     }
-    Some(meta)
+    Some(())
 }
 
 /// A varint of at most 9 bytes (63 bits; longer ones, rare and with prost's overflow rules,
@@ -726,7 +743,8 @@ mod tests {
             let cut = cut.index(buf.len() + 1);
             for data in [buf.clone(), buf[..cut].to_vec(), garbage] {
                 let bytes = Bytes::from(data);
-                let ours = decode_single_meta(&bytes, bytes.len());
+                let mut meta = proto::SingleMessageMetadata::default();
+                let ours = decode_single_meta(&bytes, bytes.len(), &mut meta).map(|()| meta);
                 let theirs = proto::SingleMessageMetadata::decode(bytes.clone());
                 match (ours, theirs) {
                     (Ok(a), Ok(b)) => prop_assert_eq!(a, b),

@@ -80,7 +80,11 @@ impl Acker {
     /// # Ok(()) }
     /// ```
     pub fn ack(&self, msg: &Message) -> Result<()> {
-        self.to_source(msg, ConsumerOp::Ack(msg.id))
+        // The hot path: straight into the source task's ack buffer (no op built and matched).
+        let tasks = super::registry::lock(&self.inner.registry);
+        let p = self.source_of(&tasks, msg)?;
+        Self::check_open(p)?;
+        p.send_ack(msg.id).map_err(|_| Error::Closed)
     }
 
     /// Acknowledges a message by id (of this consumer's topic).
@@ -168,7 +172,16 @@ impl Acker {
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
         // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.
         let tasks = super::registry::lock(&self.inner.registry);
-        let p = tasks
+        self.send(self.source_of(&tasks, msg)?, op)
+    }
+
+    /// The task that delivered `msg`.
+    fn source_of<'a>(
+        &self,
+        tasks: &'a super::registry::Tasks,
+        msg: &Message,
+    ) -> Result<&'a Arc<PartitionShared>> {
+        tasks
             .get_ref(msg.source)
             .filter(|p| p.topic == msg.topic)
             .ok_or_else(|| {
@@ -176,8 +189,7 @@ impl Acker {
                     "message {} of {} is not from this consumer (of {})",
                     msg.id, msg.topic, self.inner.topic
                 ))
-            })?;
-        self.send(p, op)
+            })
     }
 
     /// Routes an op about an id to the partition of the consumer's topic that owns it. An id
@@ -241,13 +253,18 @@ impl Acker {
         self.to_topic(topic, &id, ConsumerOp::Nack(id, 0))
     }
 
-    fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
-        // Refused at once while closing: the close flushes the acks made before it, and an
-        // ack made after it would be lost silently.
+    /// Refused at once while closing: the close flushes the acks made before it, and an ack
+    /// made after it would be lost silently.
+    fn check_open(p: &PartitionShared) -> Result<()> {
         let state = *p.state.borrow();
         if state == State::Closing || state.is_terminal() {
             return Err(ended_error(state, &p.base));
         }
+        Ok(())
+    }
+
+    fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
+        Self::check_open(p)?;
         match op {
             // Individual acks, the hot path, gather in the ack buffer (see `ops`).
             ConsumerOp::Ack(id) => p.send_ack(id).map_err(|_| Error::Closed),

@@ -246,7 +246,7 @@ impl Consumer {
         let p = registry::lock(&self.registry).get(index)?;
         match item {
             Item::Messages(messages) => {
-                debug_assert!(self.buffered.messages.len() == 0);
+                debug_assert!(self.buffered.messages.as_slice().is_empty());
                 self.buffered = queue::Buffered {
                     part: Some(p),
                     epoch,
