@@ -391,7 +391,31 @@ fn decode_single_meta(
 
 /// The fast path of [`decode_single_meta`], into `meta`; `false` = let prost decide.
 fn fast_single_meta(src: &Bytes, len: usize, meta: &mut proto::SingleMessageMetadata) -> bool {
-    *meta = proto::SingleMessageMetadata::default();
+    // Reset field by field to the defaults (destructured: a field added to the message fails
+    // to compile here): the same as `*meta = Default::default()` without dropping the whole
+    // struct through a call for every record.
+    let proto::SingleMessageMetadata {
+        properties,
+        partition_key,
+        payload_size,
+        compacted_out,
+        event_time,
+        partition_key_b64_encoded,
+        ordering_key,
+        sequence_id,
+        null_value,
+        null_partition_key,
+    } = meta;
+    properties.clear();
+    *partition_key = None;
+    *payload_size = 0;
+    *compacted_out = None;
+    *event_time = None;
+    *partition_key_b64_encoded = None;
+    *ordering_key = None;
+    *sequence_id = None;
+    *null_value = None;
+    *null_partition_key = None;
     fast_fields(src, len, meta).is_some()
 }
 

@@ -81,7 +81,8 @@ impl EntryAcks {
             EntryAcks::All => true,
             EntryAcks::Some(unacked) => {
                 let i = batch_index.max(0) as usize;
-                !unacked.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+                // Not unacked (also past the bitmap, as `BatchState::is_unacked` reads it).
+                unacked.get(i / 64).is_none_or(|w| w & (1 << (i % 64)) == 0)
             }
         }
     }

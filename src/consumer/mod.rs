@@ -64,7 +64,6 @@ pub(crate) type Groups = Arc<Mutex<Vec<TopicGroup>>>;
 pub(crate) use task::overshoot_bound;
 use task::{ConsumerOp, Item, PartitionShared};
 
-
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the
 /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
 /// each message with [`Consumer::ack`] (acks are grouped and sent in the background), or from
