@@ -189,13 +189,13 @@ impl ConsumerTask {
         let persistent = self.persistent();
         let dlq_max = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count);
         let track_unacked = persistent && !self.opts.ack_timeout.is_zero();
-        // Filtered in place (`retain_mut` moves only what follows a removed message): the
-        // messages that stay are not moved, nearly always all of them.
         // The messages share one entry, so its ack state is looked up once.
         let acked = match messages.first() {
             Some(first) if persistent => self.acks.delivered_entry(&first.id, ack_set),
             _ => EntryAcks::None,
         };
+        // Filtered in place (`retain_mut` moves only what follows a removed message): the
+        // messages that stay are not moved, nearly always all of them.
         messages.retain_mut(|m| {
             m.source = self.index;
             if acked.acked(m.id.batch_index) {
