@@ -80,7 +80,11 @@ impl Acker {
     /// # Ok(()) }
     /// ```
     pub fn ack(&self, msg: &Message) -> Result<()> {
-        self.to_source(msg, ConsumerOp::Ack(msg.id))
+        // The hot path: straight into the source task's ack buffer (no op built and matched).
+        let tasks = super::registry::lock(&self.inner.registry);
+        let p = self.source_of(&tasks, msg)?;
+        Self::check_open(p)?;
+        p.send_ack(msg.id).map_err(|_| Error::Closed)
     }
 
     /// Acknowledges a message by id (of this consumer's topic).
@@ -166,16 +170,26 @@ impl Acker {
 
     /// Routes an op about a received message to the partition task it came from.
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
-        let p = super::registry::lock(&self.inner.registry)
-            .get(msg.source)
+        // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.
+        let tasks = super::registry::lock(&self.inner.registry);
+        self.send(self.source_of(&tasks, msg)?, op)
+    }
+
+    /// The task that delivered `msg`.
+    fn source_of<'a>(
+        &self,
+        tasks: &'a super::registry::Tasks,
+        msg: &Message,
+    ) -> Result<&'a Arc<PartitionShared>> {
+        tasks
+            .get_ref(msg.source)
             .filter(|p| p.topic == msg.topic)
             .ok_or_else(|| {
                 Error::InvalidConfig(format!(
                     "message {} of {} is not from this consumer (of {})",
                     msg.id, msg.topic, self.inner.topic
                 ))
-            })?;
-        self.send(&p, op)
+            })
     }
 
     /// Routes an op about an id to the partition of the consumer's topic that owns it. An id
@@ -239,13 +253,22 @@ impl Acker {
         self.to_topic(topic, &id, ConsumerOp::Nack(id, 0))
     }
 
-    fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
-        // Refused at once while closing: the close flushes the acks made before it, and an
-        // ack made after it would be lost silently.
+    /// Refused at once while closing: the close flushes the acks made before it, and an ack
+    /// made after it would be lost silently.
+    fn check_open(p: &PartitionShared) -> Result<()> {
         let state = *p.state.borrow();
         if state == State::Closing || state.is_terminal() {
             return Err(ended_error(state, &p.base));
         }
-        p.ops.send(op).map_err(|_| Error::Closed)
+        Ok(())
+    }
+
+    fn send(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
+        Self::check_open(p)?;
+        match op {
+            // Individual acks, the hot path, gather in the ack buffer (see `ops`).
+            ConsumerOp::Ack(id) => p.send_ack(id).map_err(|_| Error::Closed),
+            op => p.send_op(op).map_err(|_| Error::Closed),
+        }
     }
 }

@@ -186,7 +186,7 @@ pub(crate) fn decode(
         .map_err(|_| Error::InvalidMessage(format!("negative batch size {n} in {id}")))
         .map_err(undecodable(ValidationError::BatchDeSerializeError))?;
     // At most one record per 4 bytes: a lying count is refused before any record is read.
-    let records = BatchRecords::new(data, n).map_err(batch)?;
+    let mut records = BatchRecords::new(data, n).map_err(batch)?;
     let end = ack_set_end(&cmd.ack_set).map_or(n as usize, |e| e.min(n as usize));
     // Sized for the batch up front (growing it would copy every message built so far about
     // ten times for a batch of 1000), but never beyond `PREALLOCATED_MESSAGES` on the word of
@@ -194,8 +194,13 @@ pub(crate) fn decode(
     let mut out = Vec::with_capacity(end.min(PREALLOCATED_MESSAGES));
     // Records are read in order (each one's size is in its metadata); those after the last
     // one the ack set delivers are not read at all.
-    for (i, record) in records.take(end).enumerate() {
-        let (single, body) = record.map_err(undecodable(ValidationError::BatchDeSerializeError))?;
+    // One metadata reused for every record (see `BatchRecords::next_into`).
+    let mut single = proto::SingleMessageMetadata::default();
+    for i in 0..end {
+        let Some(record) = records.next_into(&mut single) else {
+            break;
+        };
+        let body = record.map_err(undecodable(ValidationError::BatchDeSerializeError))?;
         // Skipped before anything is built for them: compacted-out records and those the ack
         // set marks as acked (upstream skips both the same way, and gives their permits back).
         if single.compacted_out.unwrap_or(false) || !ack_set_delivers(&cmd.ack_set, i) {
@@ -211,10 +216,10 @@ pub(crate) fn decode(
             topic: topic.clone(),
             id: mid,
             payload: body,
-            key: single.partition_key,
+            key: single.partition_key.take(),
             key_b64_encoded: single.partition_key_b64_encoded.unwrap_or(false),
             schema_version: schema_version.clone(),
-            ordering_key: single.ordering_key,
+            ordering_key: single.ordering_key.take(),
             properties: props(&single.properties),
             event_time: single.event_time.filter(|t| *t > 0),
             publish_time: meta.publish_time,

@@ -264,19 +264,18 @@ pub(crate) fn spawn_dead_letter(
     msg: Message,
     partition: std::sync::Arc<super::task::PartitionShared>,
 ) {
-    let ops = partition.ops.clone();
     tokio::spawn(async move {
         match sink.dead_letter(&msg).await {
             Ok(()) => {
                 partition.stats.dead_lettered();
                 tracing::info!(topic = %msg.topic, id = %msg.id, dlq = %sink.dlq_topic,
                     redelivery_count = msg.redelivery_count, "message dead-lettered");
-                let _ = ops.send(ConsumerOp::Ack(msg.id));
+                let _ = partition.send_op(ConsumerOp::Ack(msg.id));
             }
             Err(e) => {
                 tracing::warn!(topic = %msg.topic, id = %msg.id, error = %e,
                     "dead-letter publish failed; the message stays for redelivery");
-                let _ = ops.send(ConsumerOp::Redeliver(msg.id));
+                let _ = partition.send_op(ConsumerOp::Redeliver(msg.id));
             }
         }
     });

@@ -10,6 +10,7 @@ use crate::message_id::MessageId;
 use crate::proto::base_command::Type;
 use std::sync::atomic::Ordering;
 
+use super::acks::EntryAcks;
 use super::decode::decode;
 use super::task::{overshoot_bound, ConsumerTask, Item};
 
@@ -178,42 +179,54 @@ impl ConsumerTask {
     }
 
     /// Puts the decoded `messages` of an entry that spent `spent` permits in the queue, less
-    /// those filtered out (whose permits come back).
+    /// those filtered out (whose permits come back), as one item.
     pub(super) fn deliver(
         &mut self,
-        messages: Vec<crate::message::Message>,
+        mut messages: Vec<crate::message::Message>,
         ack_set: &[i64],
         spent: u32,
     ) {
         let persistent = self.persistent();
-        let mut emitted = 0u32;
-        for m in messages {
-            if persistent {
-                self.acks.delivered(&m.id, ack_set);
-                if self.acks.already_acked(&m.id) || self.acks.ack_pending(&m.id) {
-                    continue;
-                }
+        let dlq_max = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count);
+        let track_unacked = persistent && !self.opts.ack_timeout.is_zero();
+        // The messages share one entry, so its ack state is looked up once.
+        let acked = match messages.first() {
+            Some(first) if persistent => self.acks.delivered_entry(&first.id, ack_set),
+            _ => EntryAcks::None,
+        };
+        // Filtered in place (`retain_mut` moves only what follows a removed message): the
+        // messages that stay are not moved, nearly always all of them.
+        messages.retain_mut(|m| {
+            m.source = self.index;
+            if acked.acked(m.id.batch_index) {
+                return false;
             }
             if self.skip_through.is_some_and(|s| m.id <= s) {
-                continue;
+                return false;
             }
-            if let Some(max) = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count) {
+            if let Some(max) = dlq_max {
                 if m.redelivery_count > max {
-                    // Over the limit: straight to the dead-letter topic.
-                    self.dead_letter(m);
-                    continue;
+                    // Over the limit: straight to the dead-letter topic (a copy: `retain_mut`
+                    // drops the original; rare).
+                    self.dead_letter(m.clone());
+                    return false;
                 }
                 if m.redelivery_count >= max {
                     // Delivered once more; dead-lettered if it fails again.
                     self.dlq_candidates.insert(m.id, m.clone());
                 }
             }
-            if persistent && !self.opts.ack_timeout.is_zero() {
+            if track_unacked {
                 self.unacked.queued(self.queued_messages, m.id);
             }
-            emitted += 1;
+            // Numbered like the handle counts them in `taken_messages`.
+            self.queued_messages += 1;
             self.note_delivered(m.id);
-            self.emit(Item::Message(m));
+            true
+        });
+        let emitted = messages.len() as u32;
+        if emitted > 0 {
+            self.emit(Item::Messages(messages));
         }
         // Whatever the broker counted and the application will never consume by receiving
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.

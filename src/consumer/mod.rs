@@ -15,6 +15,7 @@ pub(crate) mod decode;
 pub mod dlq;
 mod intake;
 pub(crate) mod multi;
+mod ops;
 mod options;
 mod partition;
 mod pattern;
@@ -78,6 +79,8 @@ pub struct Consumer {
     rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
+    /// The rest of the entry being handed out (see [`Item::Messages`]).
+    buffered: queue::Buffered,
     /// Whether `reconsume_later` may publish to the retry topic.
     retry_enable: bool,
     /// The (first) topic's dead-letter / retry publisher, when a policy applies.
@@ -135,6 +138,7 @@ impl Consumer {
             subscription: options.subscription.clone(),
             rx,
             peeked: None,
+            buffered: queue::Buffered::default(),
             retry_enable: options.retry_enable,
             dlq: groups.first().and_then(|g| g.sink.clone()),
             acker: Acker::new(
@@ -233,32 +237,69 @@ impl Consumer {
         registry::lock(&self.registry).iter().cloned().collect()
     }
 
-    /// Accepts a queued item: discards messages from before a reconnect or seek, counts
-    /// consumption for flow permits, remembers the position. `None` = discarded.
+    /// Accepts a queued item (only once the entry before it is handed out): discards messages
+    /// from before a reconnect or seek, counts consumption for flow permits, remembers the
+    /// position. `None` = discarded.
     fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
         let p = registry::lock(&self.registry).get(index)?;
-        if item.counted() {
+        match item {
+            Item::Messages(messages) => {
+                debug_assert!(self.buffered.messages.as_slice().is_empty());
+                self.buffered = queue::Buffered {
+                    part: Some(p),
+                    epoch,
+                    messages: messages.into_iter(),
+                };
+                self.take_buffered().map(Ok)
+            }
+            Item::Discarded(e) => {
+                // Out of the queue: room for another message (see `QueueRoom`).
+                if let Some(n) = p.taken(epoch, p.refill_at) {
+                    let _ = p.ops.send(ConsumerOp::Flow(n));
+                }
+                Some(Err(e))
+            }
+            // Errors are never sent again: they reach the application whatever the epoch.
+            Item::Error(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next message of the entry being handed out, if any. Each one counts as taken out
+    /// of the queue here (flow permits, room, the ack timeout's clock), like one queued alone.
+    /// Looked at in place and moved out only to be returned (a `Message` is ~270 bytes: each
+    /// move is a `memcpy`; inlined so that the message moves straight into `recv`'s result).
+    #[inline]
+    fn take_buffered(&mut self) -> Option<Message> {
+        loop {
+            let b = &mut self.buffered;
+            let p = b.part.as_ref()?;
+            let Some(m) = b.messages.as_slice().first() else {
+                // Done with the entry: its task and buffer are let go.
+                self.buffered = queue::Buffered::default();
+                return None;
+            };
+            if p.removed.load(Ordering::Acquire) {
+                // The task's topic was removed: what it queued is dropped uncounted.
+                self.buffered = queue::Buffered::default();
+                return None;
+            }
             // Out of the queue: room for another message (see `QueueRoom`).
-            if let Some(n) = p.taken(epoch, p.refill_at) {
+            if let Some(n) = p.taken(b.epoch, p.refill_at) {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
-        }
-        if let Item::Message(_) = item {
             p.taken_messages.fetch_add(1, Ordering::AcqRel);
-        }
-        match item {
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
             // `messageProcessed` on a stale message, so the broker can send its replacement.
-            Item::Message(_) if epoch != p.epoch.load(Ordering::Acquire) => None,
-            Item::Message(m) => {
+            if b.epoch == p.epoch.load(Ordering::Acquire) {
                 p.stats.received(m.payload.len());
-                *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
-                Some(Ok(m))
+                if !p.durable {
+                    *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
+                }
+                return b.messages.next();
             }
-            // Errors are never sent again: they reach the application whatever the epoch.
-            Item::Discarded(e) | Item::Error(e) => Some(Err(e)),
+            b.messages.next();
         }
     }
 
@@ -298,6 +339,9 @@ impl Consumer {
     /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         if let Some(m) = self.peeked.take() {
+            return Ok(m);
+        }
+        if let Some(m) = self.take_buffered() {
             return Ok(m);
         }
         loop {
@@ -401,7 +445,7 @@ impl Consumer {
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> ConsumerOp,
     ) -> Result<T> {
         let (tx, rx) = oneshot::channel();
-        shared.ops.send(make(tx)).map_err(|_| Error::Closed)?;
+        shared.send_op(make(tx)).map_err(|_| Error::Closed)?;
         rx.await.unwrap_or(Err(Error::Closed))
     }
 
@@ -639,6 +683,9 @@ impl Stream for Consumer {
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         if let Some(m) = self.peeked.take() {
+            return Poll::Ready(Some(Ok(m)));
+        }
+        if let Some(m) = self.take_buffered() {
             return Poll::Ready(Some(Ok(m)));
         }
         loop {

@@ -97,7 +97,7 @@ impl TopicGroup {
         let tasks = self.tasks(registry);
         let closes = tasks.iter().map(|(_, p)| async move {
             let (tx, rx) = oneshot::channel();
-            if p.ops.send(ConsumerOp::Close(tx)).is_ok() {
+            if p.send_op(ConsumerOp::Close(tx)).is_ok() {
                 let _ = rx.await;
             }
         });
@@ -231,7 +231,7 @@ pub(crate) async fn subscribe_topic(
     if let Some(e) = failure {
         for s in &shared {
             let (t, _r) = oneshot::channel();
-            let _ = s.ops.send(ConsumerOp::Close(t));
+            let _ = s.send_op(ConsumerOp::Close(t));
         }
         {
             let mut r = registry::lock(&ctx.registry);

@@ -74,6 +74,8 @@ pub(super) async fn spawn_partition(
         consumed: AtomicU32::new(0),
         taken_messages: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
+        durable,
+        removed: std::sync::atomic::AtomicBool::new(false),
         ops: ops_tx,
         active: watch::Sender::new(None),
         state: entity.life.watch(),
@@ -88,6 +90,7 @@ pub(super) async fn spawn_partition(
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
+        acks: Mutex::new(Default::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -123,6 +126,7 @@ pub(super) async fn spawn_partition(
         ))
         .with_memory_limit(client.memory.clone()),
         chunk_ids: Default::default(),
+        ack_ids: Vec::new(),
     };
     task.start_flow();
     registry_insert(registry, index, shared.clone());

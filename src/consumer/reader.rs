@@ -225,6 +225,12 @@ impl Reader {
         if self.consumer.peeked.is_some() {
             return Ok(true);
         }
+        if let Some(m) = self.consumer.take_buffered() {
+            self.partitions
+                .insert(m.id.partition, Position::Received(m.id));
+            self.consumer.peeked = Some(m);
+            return Ok(true);
+        }
         while let Ok((index, epoch, item)) = self.consumer.rx.try_recv() {
             match self.consumer.accept(index, epoch, item) {
                 Some(Ok(m)) => {

@@ -51,9 +51,20 @@ impl Tasks {
         self.by_index.get(&index).cloned()
     }
 
-    /// Forgets the task at `index` (its topic was removed).
+    /// The task at `index`, if it is live, borrowed (while the registry is locked).
+    pub(crate) fn get_ref(&self, index: usize) -> Option<&Arc<PartitionShared>> {
+        self.by_index.get(&index)
+    }
+
+    /// Forgets the task at `index` (its topic was removed); the handle discards its messages
+    /// still queued (it holds the task of the entry it hands out, not its index: the flag
+    /// tells it).
     pub(crate) fn remove(&mut self, index: usize) -> Option<Arc<PartitionShared>> {
-        self.by_index.remove(&index)
+        let removed = self.by_index.remove(&index);
+        if let Some(p) = &removed {
+            p.removed.store(true, std::sync::atomic::Ordering::Release);
+        }
+        removed
     }
 
     /// Every live task, in index order.

@@ -49,6 +49,10 @@ pub(crate) enum SeekTarget {
 #[derive(Debug)]
 pub(crate) enum ConsumerOp {
     Ack(MessageId),
+    /// Acks are waiting in the partition's ack buffer (of this generation: see `ops`).
+    Acks(u64),
+    /// Acks taken out of the ack buffer ahead of another op (see `ops`).
+    AckIds(Vec<MessageId>),
     AckCumulative(MessageId),
     /// A negative ack, with the message's redelivery count (for the backoff).
     Nack(MessageId, u32),
@@ -84,7 +88,14 @@ pub(crate) struct PartitionShared {
     /// Messages the application has taken from the queue (of any epoch): the ack timeout's
     /// clock of a message starts then (see `unacked`).
     pub taken_messages: AtomicU64,
+    /// The last message the application took (kept for a non-durable subscription only, which
+    /// resumes after it when subscribed again; a durable one resumes where the broker says).
     pub last_dequeued: Mutex<Option<MessageId>>,
+    /// Whether the subscription is durable (then `last_dequeued` is not kept).
+    pub durable: bool,
+    /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
+    /// its messages still queued are discarded.
+    pub removed: std::sync::atomic::AtomicBool,
     pub ops: mpsc::UnboundedSender<ConsumerOp>,
     /// Failover: whether this consumer is the active one (None until the broker says).
     pub active: tokio::sync::watch::Sender<Option<bool>>,
@@ -101,6 +112,8 @@ pub(crate) struct PartitionShared {
     pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
+    /// Acks on their way to the task (see `ops`).
+    pub acks: Mutex<super::ops::AckBuffer>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
     pub refill_at: u32,
 }
@@ -195,12 +208,14 @@ pub(crate) struct ConsumerTask {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
+    /// The acks taken from the ack buffer (kept to be reused).
+    pub ack_ids: Vec<MessageId>,
 }
 
 /// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
 /// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
 /// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
-fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
+pub(super) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
     if map.is_empty() {
         None
     } else {
@@ -220,20 +235,17 @@ impl ConsumerTask {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
-    pub(super) fn emit(&mut self, mut item: Item) {
-        if let Item::Message(m) = &mut item {
-            m.source = self.index;
-            // Numbered like the handle counts them in `taken_messages`.
-            self.queued_messages += 1;
-        }
+    /// Puts an item in the queue. The messages of an [`Item::Messages`] come with their
+    /// `source` set and numbered in `queued_messages` (see `deliver`).
+    pub(super) fn emit(&mut self, item: Item) {
         let counted = item.counted();
-        if counted {
-            self.shared.room().queued += 1;
+        if counted > 0 {
+            self.shared.room().queued += counted;
         }
-        if self.out.send((self.index, self.epoch(), item)).is_err() && counted {
+        if self.out.send((self.index, self.epoch(), item)).is_err() && counted > 0 {
             // The handle is gone: nothing will take it out.
             let mut room = self.shared.room();
-            room.queued = room.queued.saturating_sub(1);
+            room.queued = room.queued.saturating_sub(counted);
         }
     }
 
@@ -541,24 +553,9 @@ impl ConsumerTask {
     fn on_op(&mut self, op: ConsumerOp, requests: &mut Requests<Pending>) -> Result<()> {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
-            ConsumerOp::Ack(id) => {
-                self.shared.stats.acked();
-                self.forget(&id);
-                if !self.persistent() {
-                    return Ok(());
-                }
-                if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
-                    // A chunked message: every chunk is acked (upstream acks each chunk of a
-                    // `ChunkMessageIdImpl`).
-                    self.ack_chunks(chunks);
-                    return Ok(());
-                }
-                if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
-                    self.flush_acks();
-                } else if self.ack_deadline.is_none() {
-                    self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
-                }
-            }
+            ConsumerOp::Ack(id) => self.on_ack(id),
+            ConsumerOp::Acks(generation) => self.on_buffered_acks(generation),
+            ConsumerOp::AckIds(ids) => ids.into_iter().for_each(|id| self.on_ack(id)),
             ConsumerOp::AckCumulative(id) => {
                 self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);
