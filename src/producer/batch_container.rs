@@ -160,7 +160,8 @@ pub(crate) fn single_entry_from(
     let send = crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1);
     match entry(ctx, send, metadata, data, sequence_id, None) {
         Ok(mut e) => {
-            e.completions.push(completion);
+            // Exactly one: a push onto an empty Vec would allocate room for four.
+            e.completions = vec![completion];
             Ok(e)
         }
         Err(e) => Err((e, completion)),

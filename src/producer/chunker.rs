@@ -90,7 +90,7 @@ pub(crate) fn message_entries(
     match split(ctx, &metadata, &data, chunk_size, of, sequence_id) {
         Ok(mut entries) => {
             if let Some(last) = entries.last_mut() {
-                last.completions.push(completion);
+                last.completions = vec![completion];
             }
             Ok(entries)
         }
