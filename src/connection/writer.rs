@@ -75,6 +75,24 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for Watched<W> {
         r
     }
 
+    // Forwarded: without these the wrapper reports "not vectored" and the queue writes one
+    // chunk per call (the default `poll_write_vectored` writes only the first slice).
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        let r = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        if matches!(r, Poll::Ready(Ok(n)) if n > 0) {
+            self.progress.mark();
+        }
+        r
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut self.inner).poll_flush(cx)
     }
@@ -259,3 +277,7 @@ where
         }
     }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;
