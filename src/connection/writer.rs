@@ -175,7 +175,9 @@ impl WriteQueue {
     async fn write_all<W: AsyncWrite + Unpin>(&mut self, w: &mut W) -> std::io::Result<()> {
         self.seal();
         while !self.chunks.is_empty() {
-            let written = if w.is_write_vectored() {
+            let written = if w.is_write_vectored() && self.chunks.len() > 1 {
+                // One chunk (the usual case: a run of small frames) takes a plain write,
+                // without building a list of slices.
                 let slices: Vec<IoSlice<'_>> = self
                     .chunks
                     .iter()
