@@ -606,6 +606,9 @@ proptest! {
         num_messages in proptest::option::of(any::<i32>()),
         is_chunk in proptest::option::of(any::<bool>()),
         data in proptest::collection::vec(any::<u8>(), 0..300),
+        txnid in proptest::option::of((any::<u64>(), any::<u64>())),
+        marker in proptest::option::of(any::<bool>()),
+        message_id in proptest::option::of((any::<u64>(), any::<u64>(), any::<i32>())),
     ) {
         let send = proto::CommandSend {
             producer_id,
@@ -613,7 +616,15 @@ proptest! {
             num_messages,
             highest_sequence_id: highest,
             is_chunk,
-            ..Default::default()
+            txnid_least_bits: txnid.map(|t| t.0),
+            txnid_most_bits: txnid.map(|t| t.1),
+            marker,
+            message_id: message_id.map(|(ledger_id, entry_id, batch)| proto::MessageIdData {
+                ledger_id,
+                entry_id,
+                batch_index: Some(batch),
+                ..Default::default()
+            }),
         };
         let whole = Frame::with_payload(
             proto::BaseCommand {
