@@ -116,6 +116,36 @@ async fn a_thousand_pipelined_sends_resolve_in_order() {
     assert!(broker.topic_messages(topic) < 1000);
 }
 
+/// A loop of sends that never has to wait for room still lets other tasks of a
+/// current-thread runtime run (like a send on a tokio channel, it spends the task's budget).
+#[tokio::test]
+async fn a_loop_of_sends_with_room_yields_to_other_tasks() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let producer = client.producer("yields").create().await.unwrap();
+    let other_ran = Arc::new(AtomicBool::new(false));
+    let flag = other_ran.clone();
+    tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
+    let mut receipts = Vec::new();
+    let mut ran_after = None;
+    // Far fewer than the queue holds: none of these sends has to wait.
+    for i in 0..1000 {
+        receipts.push(producer.send(format!("m-{i}")).await.unwrap());
+        if ran_after.is_none() && other_ran.load(Ordering::SeqCst) {
+            ran_after = Some(i);
+        }
+    }
+    assert!(
+        ran_after.is_some(),
+        "the spawned task never ran during 1000 sends"
+    );
+    for r in within("receipts", join_all(receipts)).await {
+        r.expect("every send succeeds");
+    }
+}
+
 #[tokio::test]
 async fn default_batching_packs_many_messages_into_few_sends() {
     let broker = MockBroker::start().await.unwrap();

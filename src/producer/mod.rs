@@ -514,6 +514,10 @@ impl Producer {
     /// # Ok(()) }
     /// ```
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
+        // Cooperative like the tokio channel this replaced: a loop of sends that never has to
+        // wait still yields to the scheduler once its task budget is spent. Before queueing,
+        // so a send dropped here has queued nothing (see "Cancel safety").
+        tokio::task::consume_budget().await;
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
         match self.try_send(Outgoing::from(msg.into()))? {
