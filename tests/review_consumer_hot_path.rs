@@ -155,3 +155,48 @@ async fn permits_of_a_batch_refill_as_its_messages_are_taken() {
     }
     eventually("second refill of 5", || flows() == vec![10, 5, 5]).await;
 }
+
+/// Acks made before a seek reach the broker before the Seek (the seek flushes them, like
+/// upstream), even with a long ack group time and the acks still in the handle's buffer.
+#[tokio::test]
+async fn acks_made_right_before_a_seek_reach_the_broker_before_it() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = "review-ack-then-seek";
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .ack_group_time(Duration::from_secs(3600))
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = common::unbatched_producer(&client, topic).await;
+    let ids = common::publish(&producer, "m", 4).await;
+    for id in &ids {
+        let m = recv(&mut consumer).await;
+        assert_eq!(m.id, *id);
+        consumer.ack(&m).unwrap();
+    }
+    tokio::time::timeout(WAIT, consumer.seek(ids[3]))
+        .await
+        .unwrap()
+        .unwrap();
+    let seq: Vec<_> = broker
+        .received()
+        .into_iter()
+        .filter(|r| matches!(r.command.r#type(), Type::Ack | Type::Seek))
+        .collect();
+    let seek = seq
+        .iter()
+        .position(|r| r.command.r#type() == Type::Seek)
+        .expect("a Seek");
+    let mut acked: Vec<_> = seq[..seek]
+        .iter()
+        .filter_map(|r| r.command.ack.clone())
+        .flat_map(|a| a.message_id)
+        .map(|m| m.entry_id)
+        .collect();
+    acked.sort_unstable();
+    let want: Vec<_> = ids.iter().map(|i| i.entry_id).collect();
+    assert_eq!(acked, want, "every ack, once, before the seek");
+}
