@@ -44,7 +44,11 @@ async fn a_seek_in_the_middle_of_a_batch_drops_the_rest_of_it() {
         .unwrap()
         .unwrap();
     for (i, id) in ids.iter().enumerate() {
-        assert_eq!(recv(&mut consumer).await.id, *id, "message {i} after the seek");
+        assert_eq!(
+            recv(&mut consumer).await.id,
+            *id,
+            "message {i} after the seek"
+        );
     }
 }
 
@@ -63,7 +67,10 @@ async fn a_reader_reconnecting_in_the_middle_of_a_batch_resumes_after_the_last_o
         .await
         .unwrap();
     for id in &ids[..2] {
-        let m = tokio::time::timeout(WAIT, reader.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(WAIT, reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(m.id, *id);
     }
     let subscribes = broker.received_of(Type::Subscribe).len();
@@ -73,7 +80,10 @@ async fn a_reader_reconnecting_in_the_middle_of_a_batch_resumes_after_the_last_o
     })
     .await;
     for (i, id) in ids.iter().enumerate().skip(2) {
-        let m = tokio::time::timeout(WAIT, reader.recv()).await.unwrap().unwrap();
+        let m = tokio::time::timeout(WAIT, reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
         assert_eq!(m.id, *id, "message {i} after the reconnect");
     }
 }
@@ -118,7 +128,11 @@ async fn acks_made_right_before_close_reach_the_broker_before_it() {
         .flat_map(|a| a.message_id)
         .map(|m| m.entry_id)
         .collect();
-    assert_eq!(acked, vec![ids[0].entry_id], "the batch's entry, once, before close");
+    assert_eq!(
+        acked,
+        vec![ids[0].entry_id],
+        "the batch's entry, once, before close"
+    );
     assert_eq!(broker.subscription_backlog(topic, "s"), 0);
 }
 
