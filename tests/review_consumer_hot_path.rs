@@ -214,3 +214,41 @@ async fn acks_made_right_before_a_seek_reach_the_broker_before_it() {
     let want: Vec<_> = ids.iter().map(|i| i.entry_id).collect();
     assert_eq!(acked, want, "every ack, once, before the seek");
 }
+
+/// A pattern consumer's topic removed while one of its batches is partly handed out: the rest
+/// of that batch is not handed out (upstream drops a removed topic's queued messages).
+#[tokio::test]
+async fn a_removed_topics_partly_taken_batch_is_not_handed_out() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = "persistent://public/default/rm-orders-a";
+    let b = "persistent://public/default/rm-orders-b";
+    broker.create_topic(a);
+    broker.create_topic(b);
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/rm-orders-.*")
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .initial_position(pulsar_sdk::InitialPosition::Earliest)
+        .pattern_auto_discovery_period(Duration::from_secs(3600))
+        .subscribe()
+        .await
+        .unwrap();
+    let mut changes = consumer.topic_changes();
+    eventually("a watcher", || broker.topic_list_watchers().len() == 1).await;
+    let ids = publish_batch(&client, a, 5).await;
+    let first = recv(&mut consumer).await;
+    assert_eq!(first.id, ids[0]);
+    broker.delete_topic(a, true).unwrap();
+    let c = tokio::time::timeout(WAIT, changes.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.removed.len(), 1, "{c:?}");
+    let p = common::unbatched_producer(&client, b).await;
+    p.send_and_wait("after".to_string()).await.unwrap();
+    let m = recv(&mut consumer).await;
+    assert_eq!(m.topic.to_string(), b, "got {:?} of {}", m.id, m.topic);
+    assert_eq!(m.payload_str(), Some("after"));
+}
