@@ -125,9 +125,23 @@ impl ConsumerTask {
         for id in ids.drain(..) {
             self.on_ack(id);
         }
-        // Kept for the next batch (bounded by what the application acked between two
-        // wake-ups of the task, as the channel was).
-        self.ack_ids = ids;
+        // Kept for the next batch, unless a burst grew it past the usual size: the channel
+        // the buffer replaced gave its memory back once drained, so a burst's room is not
+        // kept for the consumer's lifetime either (it would ping-pong with the buffer's).
+        self.ack_ids = recycle(ids);
+    }
+}
+
+/// Acks a kept buffer has room for at most (a few batches of the default group size).
+const KEPT_ACK_IDS: usize = 4096;
+
+/// `ids` (empty) to keep, or a new one if it grew past [`KEPT_ACK_IDS`].
+fn recycle(ids: Vec<MessageId>) -> Vec<MessageId> {
+    debug_assert!(ids.is_empty());
+    if ids.capacity() > KEPT_ACK_IDS {
+        Vec::new()
+    } else {
+        ids
     }
 }
 
@@ -137,6 +151,25 @@ mod tests {
 
     fn id(e: u64) -> MessageId {
         MessageId::new(1, e, -1)
+    }
+
+    #[test]
+    fn a_burst_of_acks_does_not_keep_its_buffer() {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut b = AckBuffer::default();
+        for e in 0..100_000 {
+            b.push(&tx, id(e)).unwrap();
+        }
+        let mut taken = Vec::new();
+        b.take(0, &mut taken);
+        assert_eq!(taken.len(), 100_000);
+        taken.clear();
+        // What the task keeps after applying them, and hands back to the buffer next time.
+        assert!(recycle(taken).capacity() <= KEPT_ACK_IDS);
+        let mut usual = Vec::with_capacity(1000);
+        usual.push(id(1));
+        usual.clear();
+        assert_eq!(recycle(usual).capacity(), 1000, "the usual size is kept");
     }
 
     #[test]
