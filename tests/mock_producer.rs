@@ -1101,3 +1101,51 @@ async fn a_refused_batch_fails_its_messages_and_the_producer_goes_on() {
         "no reconnect for a refused batch"
     );
 }
+
+/// With `block_if_queue_full`, a send that waits (for a `max_pending_messages` slot, or for
+/// client memory) is not overtaken by a later send from another task that could take the
+/// synchronous fast path; a later send dropped while it waits behind it is never sent.
+#[tokio::test]
+async fn a_waiting_send_is_not_overtaken_by_a_later_one() {
+    use futures::FutureExt;
+    for (topic, limit_slots) in [("overtake-slots", true), ("overtake-memory", false)] {
+        let broker = MockBroker::start().await.unwrap();
+        let client = Client::builder()
+            .service_url(broker.service_url())
+            .memory_limit(1000)
+            .build()
+            .unwrap();
+        let producer = client
+            .producer(topic)
+            .batching(false)
+            .block_if_queue_full(true)
+            .max_pending_messages(if limit_slots { 1 } else { 0 })
+            .create()
+            .await
+            .unwrap();
+        // Receipts held back: "a" keeps its slot and memory until then.
+        broker.set_response_delay(Duration::from_millis(300));
+        let a = producer.send(vec![b'a'; 600]).await.unwrap();
+        // "b" waits (for the slot, or for 600 bytes of memory: only 400 are free).
+        let waiting = {
+            let producer = producer.clone();
+            tokio::spawn(async move { producer.send(vec![b'b'; 600]).await })
+        };
+        // The current-thread runtime runs the spawned send up to its wait.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished());
+        // "c" fits in what is free, but must not overtake "b": it waits too. Dropped there,
+        // it is not sent.
+        assert!(producer.send(vec![b'c'; 100]).now_or_never().is_none());
+        let b = within("the waiting send", waiting).await.unwrap().unwrap();
+        let c = producer.send(vec![b'd'; 100]).await.unwrap();
+        for r in within("receipts", join_all([a, b, c])).await {
+            r.unwrap();
+        }
+        broker.set_response_delay(Duration::ZERO);
+        let order: Vec<u8> = sent_payloads(&broker).iter().map(|p| p[0]).collect();
+        assert_eq!(order, b"abd", "{topic}");
+    }
+}
