@@ -1149,3 +1149,50 @@ async fn a_waiting_send_is_not_overtaken_by_a_later_one() {
         assert_eq!(order, b"abd", "{topic}");
     }
 }
+
+/// What timed-out messages of a batch held (client memory and `max_pending_messages` slots)
+/// is given back exactly once: afterwards the limits refuse exactly where they did at first.
+#[tokio::test]
+async fn a_timed_out_batch_gives_back_its_memory_and_slots_exactly_once() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(450)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("timeout-permits")
+        .max_pending_messages(4)
+        .send_timeout(Duration::from_millis(300))
+        .create()
+        .await
+        .unwrap();
+    // No receipt comes back within the test.
+    broker.set_response_delay(Duration::from_secs(120));
+    let check_limits = |producer: pulsar_sdk::Producer| async move {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(producer.send(vec![7u8; 100]).await.unwrap());
+        }
+        // 50 bytes of memory are left: 100 more do not fit...
+        match producer.send(vec![8u8; 100]).await {
+            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            other => panic!("expected the memory limit, got {other:?}"),
+        }
+        // ... 1 byte does, but no slot is left.
+        match producer.send(vec![9u8; 1]).await {
+            Err(Error::ProducerQueueFull(why)) => {
+                assert!(why.contains("max_pending_messages"), "{why}")
+            }
+            other => panic!("expected max_pending_messages, got {other:?}"),
+        }
+        producer.flush().await.unwrap();
+        held
+    };
+    for r in within("timeouts", join_all(check_limits(producer.clone()).await)).await {
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    }
+    // Exactly the same room again: released once, not twice.
+    let again = check_limits(producer.clone()).await;
+    drop(again);
+}
