@@ -182,3 +182,43 @@ async fn sends_are_refused_as_soon_as_a_client_close_starts() {
     }
     within("client close", closing).await.unwrap();
 }
+
+/// A producer task dropped without ending (its runtime shut down) leaves no queued send
+/// hanging: like the tokio channel the queue replaced, what it never took is dropped, so the
+/// receipt resolves to `Closed` (a send is queued synchronously, before the task runs).
+#[test]
+fn a_send_queued_when_the_producer_task_is_dropped_resolves_to_closed() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (broker, client, producer, receipt) = rt.block_on(async {
+        let broker = MockBroker::start().await.unwrap();
+        let client = client(&broker.service_url());
+        let producer = client
+            .producer(full("task-dropped"))
+            .batching(false)
+            .create()
+            .await
+            .unwrap();
+        // Taken by the fast path without yielding: the task has not seen it yet.
+        let receipt = producer.send("queued").await.unwrap();
+        (broker, client, producer, receipt)
+    });
+    // Drops every task of the runtime, the producer's among them.
+    drop(rt);
+    match receipt.now_or_never() {
+        Some(Err(Error::Closed)) => {}
+        other => panic!("the receipt of a send the task never took: {other:?}"),
+    }
+    // What is left is dropped inside a runtime (it may spawn clean-ups).
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        drop(producer);
+        drop(client);
+        drop(broker);
+    });
+}

@@ -1131,3 +1131,98 @@ async fn a_refused_batch_fails_its_messages_and_the_producer_goes_on() {
         "no reconnect for a refused batch"
     );
 }
+
+/// With `block_if_queue_full`, a send that waits (for a `max_pending_messages` slot, or for
+/// client memory) is not overtaken by a later send from another task that could take the
+/// synchronous fast path; a later send dropped while it waits behind it is never sent.
+#[tokio::test]
+async fn a_waiting_send_is_not_overtaken_by_a_later_one() {
+    use futures::FutureExt;
+    for (topic, limit_slots) in [("overtake-slots", true), ("overtake-memory", false)] {
+        let broker = MockBroker::start().await.unwrap();
+        let client = Client::builder()
+            .service_url(broker.service_url())
+            .memory_limit(1000)
+            .build()
+            .unwrap();
+        let producer = client
+            .producer(topic)
+            .batching(false)
+            .block_if_queue_full(true)
+            .max_pending_messages(if limit_slots { 1 } else { 0 })
+            .create()
+            .await
+            .unwrap();
+        // Receipts held back: "a" keeps its slot and memory until then.
+        broker.set_response_delay(Duration::from_millis(300));
+        let a = producer.send(vec![b'a'; 600]).await.unwrap();
+        // "b" waits (for the slot, or for 600 bytes of memory: only 400 are free).
+        let waiting = {
+            let producer = producer.clone();
+            tokio::spawn(async move { producer.send(vec![b'b'; 600]).await })
+        };
+        // The current-thread runtime runs the spawned send up to its wait.
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished());
+        // "c" fits in what is free, but must not overtake "b": it waits too. Dropped there,
+        // it is not sent.
+        assert!(producer.send(vec![b'c'; 100]).now_or_never().is_none());
+        let b = within("the waiting send", waiting).await.unwrap().unwrap();
+        let c = producer.send(vec![b'd'; 100]).await.unwrap();
+        for r in within("receipts", join_all([a, b, c])).await {
+            r.unwrap();
+        }
+        broker.set_response_delay(Duration::ZERO);
+        let order: Vec<u8> = sent_payloads(&broker).iter().map(|p| p[0]).collect();
+        assert_eq!(order, b"abd", "{topic}");
+    }
+}
+
+/// What timed-out messages of a batch held (client memory and `max_pending_messages` slots)
+/// is given back exactly once: afterwards the limits refuse exactly where they did at first.
+#[tokio::test]
+async fn a_timed_out_batch_gives_back_its_memory_and_slots_exactly_once() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(450)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("timeout-permits")
+        .max_pending_messages(4)
+        .send_timeout(Duration::from_millis(300))
+        .create()
+        .await
+        .unwrap();
+    // No receipt comes back within the test.
+    broker.set_response_delay(Duration::from_secs(120));
+    let check_limits = |producer: pulsar_sdk::Producer| async move {
+        let mut held = Vec::new();
+        for _ in 0..4 {
+            held.push(producer.send(vec![7u8; 100]).await.unwrap());
+        }
+        // 50 bytes of memory are left: 100 more do not fit...
+        match producer.send(vec![8u8; 100]).await {
+            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            other => panic!("expected the memory limit, got {other:?}"),
+        }
+        // ... 1 byte does, but no slot is left.
+        match producer.send(vec![9u8; 1]).await {
+            Err(Error::ProducerQueueFull(why)) => {
+                assert!(why.contains("max_pending_messages"), "{why}")
+            }
+            other => panic!("expected max_pending_messages, got {other:?}"),
+        }
+        producer.flush().await.unwrap();
+        held
+    };
+    for r in within("timeouts", join_all(check_limits(producer.clone()).await)).await {
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+    }
+    // Exactly the same room again: released once, not twice.
+    let again = check_limits(producer.clone()).await;
+    drop(again);
+}

@@ -192,6 +192,12 @@ impl Drop for InboxReceiver {
     fn drop(&mut self) {
         // However the task ends, a sender must not wait for room forever.
         self.close();
+        // Like a dropped mpsc receiver, drop the ops never taken (the task's normal end takes
+        // them all first; this is for a task dropped without ending, e.g. with its runtime):
+        // a queued send's receipt then resolves to `Closed` and a flush or close fails,
+        // instead of waiting for as long as the handle lives. Dropped outside the lock.
+        let left = std::mem::take(&mut self.shared.lock().ops);
+        drop(left);
     }
 }
 
@@ -272,5 +278,19 @@ mod tests {
             left += 1;
         }
         assert_eq!(left, CAPACITY, "what was queued is still taken");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_receiver_drops_what_it_never_took() {
+        // As a tokio mpsc does: whoever waits on a queued op's result learns it is gone.
+        let (tx, rx) = inbox();
+        let (o, mut waiting) = op();
+        tx.try_send(o).unwrap();
+        drop(rx);
+        assert!(matches!(
+            waiting.try_recv(),
+            Err(oneshot::error::TryRecvError::Closed)
+        ));
+        assert!(matches!(tx.try_send(op().0), Err(TrySendError::Closed)));
     }
 }

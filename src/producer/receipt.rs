@@ -252,6 +252,45 @@ mod tests {
         assert_eq!(waiter.await.unwrap().unwrap().entry_id, 3);
     }
 
+    /// A future moved to another task (re-polled with another waker) is woken there, once,
+    /// and a dropped future leaves its responder harmless.
+    #[test]
+    fn the_last_waker_is_woken_and_a_dropped_future_is_harmless() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use std::task::Wake;
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let (first, second) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        let r = Receipts::default();
+        let (tx, mut rx) = r.next();
+        let poll = |rx: &mut SendFuture, w: &Arc<Count>| {
+            let waker = Waker::from(w.clone());
+            Pin::new(rx).poll(&mut Context::from_waker(&waker))
+        };
+        assert!(poll(&mut rx, &first).is_pending());
+        assert!(poll(&mut rx, &second).is_pending());
+        tx.send(Ok(MessageId::new(1, 2, -1)));
+        assert_eq!(first.0.load(Ordering::SeqCst), 0);
+        assert_eq!(second.0.load(Ordering::SeqCst), 1);
+        assert!(matches!(poll(&mut rx, &second), Poll::Ready(Ok(id)) if id.entry_id == 2));
+        // Dropped before its result: the responder completes into nothing, in and out of
+        // `send_all`.
+        let (tx, rx) = r.next();
+        drop(rx);
+        tx.send(Err(Error::Closed));
+        let (tx, rx) = r.next();
+        drop(rx);
+        send_all(std::iter::once((tx, Ok(MessageId::new(1, 3, -1)))));
+    }
+
     #[test]
     fn a_pending_future_stays_pending() {
         let r = Receipts::default();
