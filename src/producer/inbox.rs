@@ -63,6 +63,7 @@ pub(crate) fn inbox() -> (InboxSender, InboxReceiver) {
             shared,
             taken: VecDeque::new(),
             to_release: 0,
+            last_taken: 0,
         },
     )
 }
@@ -134,7 +135,12 @@ pub(crate) struct InboxReceiver {
     /// Room to give back once `taken` is empty (so queued plus taken ops never exceed
     /// [`CAPACITY`], as in a bounded channel).
     to_release: usize,
+    /// How many ops the last swap took.
+    last_taken: usize,
 }
+
+/// Buffers with room for more ops than this are shrunk once the bursts that grew them end.
+const SHRINK_ABOVE: usize = 1024;
 
 impl InboxReceiver {
     /// The next op; `None` once the handle is gone and nothing is queued. Cancel safe: an op
@@ -157,11 +163,18 @@ impl InboxReceiver {
     fn try_recv_or_gone(&mut self) -> Option<Option<ProducerOp>> {
         if self.taken.is_empty() {
             self.release();
+            // After a burst (up to the bound of ops queued at once) the two buffers would keep
+            // their room for good: once a swap takes few ops, the empty one is shrunk before
+            // it goes back to the senders (the other one on the next swap).
+            if self.taken.capacity() > SHRINK_ABOVE && self.last_taken < SHRINK_ABOVE / 4 {
+                self.taken.shrink_to(SHRINK_ABOVE / 4);
+            }
             let mut queue = self.shared.lock();
             std::mem::swap(&mut queue.ops, &mut self.taken);
             let gone = queue.sender_gone;
             drop(queue);
             self.to_release = self.taken.len();
+            self.last_taken = self.taken.len();
             if self.taken.is_empty() && gone {
                 return None;
             }
@@ -236,6 +249,30 @@ mod tests {
         assert!(rx.try_recv().is_none());
         drop(tx);
         assert!(rx.recv().await.is_none());
+    }
+
+    /// Both buffers give back the room a full burst grew them to once sends are few again.
+    #[tokio::test]
+    async fn buffers_shrink_after_a_burst() {
+        let (tx, mut rx) = inbox();
+        for _ in 0..CAPACITY {
+            tx.try_send(op().0).unwrap();
+        }
+        while rx.try_recv().is_some() {}
+        let grown = rx.taken.capacity().max(tx.shared.lock().ops.capacity());
+        assert!(grown >= CAPACITY, "the burst grew a buffer: {grown}");
+        // A few quiet rounds of one op each: every buffer is back under the threshold.
+        for _ in 0..4 {
+            tx.try_send(op().0).unwrap();
+            assert!(rx.try_recv().is_some());
+        }
+        assert!(
+            rx.taken.capacity() <= SHRINK_ABOVE,
+            "{}",
+            rx.taken.capacity()
+        );
+        let queued = tx.shared.lock().ops.capacity();
+        assert!(queued <= SHRINK_ABOVE, "{queued}");
     }
 
     #[tokio::test]
