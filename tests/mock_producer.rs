@@ -130,8 +130,8 @@ async fn a_loop_of_sends_with_room_yields_to_other_tasks() {
     tokio::spawn(async move { flag.store(true, Ordering::SeqCst) });
     let mut receipts = Vec::new();
     let mut ran_after = None;
-    // Far fewer than the queue holds: none of these sends has to wait.
-    for i in 0..1000 {
+    // Fewer than the queue holds (4,096): none of these sends has to wait.
+    for i in 0..3000 {
         receipts.push(producer.send(format!("m-{i}")).await.unwrap());
         if ran_after.is_none() && other_ran.load(Ordering::SeqCst) {
             ran_after = Some(i);
@@ -139,7 +139,7 @@ async fn a_loop_of_sends_with_room_yields_to_other_tasks() {
     }
     assert!(
         ran_after.is_some(),
-        "the spawned task never ran during 1000 sends"
+        "the spawned task never ran during 3000 sends"
     );
     for r in within("receipts", join_all(receipts)).await {
         r.expect("every send succeeds");

@@ -515,9 +515,19 @@ impl Producer {
     /// ```
     pub async fn send(&self, msg: impl Into<ProducerMessage>) -> Result<SendFuture> {
         // Cooperative like the tokio channel this replaced: a loop of sends that never has to
-        // wait still yields to the scheduler once its task budget is spent. Before queueing,
-        // so a send dropped here has queued nothing (see "Cancel safety").
-        tokio::task::consume_budget().await;
+        // wait still yields to the scheduler now and then. One budget unit per 8 sends of this
+        // thread (a unit per send cost ~125 instructions a message, mostly in the extra task
+        // switches), so a loop yields at least every ~1,000 sends instead of only when the
+        // partition's queue (4,096) is full. Before queueing, so a send dropped here has
+        // queued nothing (see "Cancel safety").
+        thread_local!(static SENDS: std::cell::Cell<u8> = const { std::cell::Cell::new(0) });
+        if SENDS.with(|n| {
+            let next = n.get().wrapping_add(1);
+            n.set(next);
+            next % 8 == 0
+        }) {
+            tokio::task::consume_budget().await;
+        }
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
         match self.try_send(Outgoing::from(msg.into()))? {
