@@ -53,6 +53,11 @@ pub enum State {
 }
 
 impl State {
+    /// Whether work is refused in this state: closing, or ended for good.
+    pub(crate) fn refuses_work(self) -> bool {
+        self == State::Closing || self.is_terminal()
+    }
+
     /// Whether no event can leave this state.
     pub fn is_terminal(self) -> bool {
         matches!(

@@ -5,7 +5,6 @@ use std::sync::Arc;
 use super::task::{ConsumerOp, PartitionShared};
 use super::{ended_error, Registry, SubscriptionType};
 use crate::error::{Error, Result};
-use crate::lifecycle::State;
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
@@ -257,7 +256,7 @@ impl Acker {
     /// made after it would be lost silently.
     fn check_open(p: &PartitionShared) -> Result<()> {
         let state = *p.state.borrow();
-        if state == State::Closing || state.is_terminal() {
+        if state.refuses_work() {
             return Err(ended_error(state, &p.base));
         }
         Ok(())

@@ -47,6 +47,11 @@ pub(super) enum Queued {
     Wait(Box<Blocked>),
 }
 
+/// Whether the producer (its state) or the whole client (`shutdown`) is closing or closed.
+fn refusing_now(state: &watch::Receiver<State>, shutdown: &watch::Receiver<bool>) -> bool {
+    *shutdown.borrow() || state.borrow().refuses_work()
+}
+
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
 const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 
@@ -151,10 +156,7 @@ impl PartitionProducer {
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         let shutdown = client.shutdown_signal();
-        let refusing_at_start = {
-            let state = *state.borrow();
-            *shutdown.borrow() || state == State::Closing || state.is_terminal()
-        };
+        let refusing_at_start = refusing_now(&state, &shutdown);
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
@@ -182,8 +184,7 @@ impl PartitionProducer {
         if unchanged(self.state.has_changed()) && unchanged(self.shutdown.has_changed()) {
             return self.refusing_at_start;
         }
-        let state = *self.state.borrow();
-        *self.shutdown.borrow() || state == State::Closing || state.is_terminal()
+        refusing_now(&self.state, &self.shutdown)
     }
 
     fn closed_error(&self) -> Error {
