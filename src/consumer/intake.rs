@@ -219,7 +219,7 @@ impl ConsumerTask {
             if track_unacked {
                 self.unacked.queued(self.queued_messages, m.id);
             }
-            // Numbered like the handle counts them in `taken_messages`.
+            // Numbered like the handle counts them in `QueueRoom::taken`.
             self.queued_messages += 1;
             self.note_delivered(m.id);
             true

@@ -288,7 +288,6 @@ impl Consumer {
             if let Some(n) = p.taken(b.epoch, p.refill_at) {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
-            p.taken_messages.fetch_add(1, Ordering::AcqRel);
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
             // `messageProcessed` on a stale message, so the broker can send its replacement.

@@ -1,7 +1,7 @@
 //! A consumer's partition tasks: subscribing one (partition) consumer and starting its task,
 //! and adding partition tasks when the topic grows.
 
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
@@ -71,8 +71,6 @@ pub(super) async fn spawn_partition(
         base: base.clone(),
         epoch: AtomicU64::new(0),
         permit_epoch: AtomicU64::new(0),
-        consumed: AtomicU32::new(0),
-        taken_messages: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
         durable,
         removed: std::sync::atomic::AtomicBool::new(false),

@@ -51,6 +51,25 @@ pub(crate) struct QueueRoom {
     /// Permits the current subscription's first FLOW left out because older items filled the
     /// queue: granted one by one as those items are taken out.
     pub withheld: u64,
+    /// Messages counted as consumed for flow control since the last FLOW refill (see
+    /// [`QueueRoom::consume`]).
+    pub consumed: u32,
+    /// Messages the application has taken from the queue (of any epoch): the ack timeout's
+    /// clock of a message starts then (see `unacked`).
+    pub taken: u64,
+}
+
+impl QueueRoom {
+    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
+    /// (once half the receiver queue, `refill_at`, is due).
+    pub(crate) fn consume(&mut self, n: u32, refill_at: u32) -> Option<u32> {
+        self.consumed = self.consumed.saturating_add(n);
+        if self.consumed >= refill_at {
+            Some(std::mem::take(&mut self.consumed))
+        } else {
+            None
+        }
+    }
 }
 
 /// The messages of the entry the handle is handing out (taken from the queue as one item, out

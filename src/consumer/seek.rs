@@ -308,7 +308,7 @@ impl ConsumerTask {
     fn after_seek(&mut self, target: SeekTarget) {
         let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.permit_epoch.store(epoch, Ordering::Release);
-        self.shared.consumed.store(0, Ordering::Release);
+        self.shared.room().consumed = 0;
         *self
             .shared
             .last_dequeued

@@ -3,7 +3,7 @@
 //! shared [`Entity`] driver owns its registration, reconnects and ending.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot};
@@ -84,10 +84,6 @@ pub(crate) struct PartitionShared {
     /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes
     /// back. Items from before it belonged to a subscription that is gone.
     pub permit_epoch: AtomicU64,
-    pub consumed: AtomicU32,
-    /// Messages the application has taken from the queue (of any epoch): the ack timeout's
-    /// clock of a message starts then (see `unacked`).
-    pub taken_messages: AtomicU64,
     /// The last message the application took (kept for a non-durable subscription only, which
     /// resumes after it when subscribed again; a durable one resumes where the broker says).
     pub last_dequeued: Mutex<Option<MessageId>>,
@@ -122,13 +118,7 @@ impl PartitionShared {
     /// Counts `n` messages as consumed for flow control; returns the permits to grant now
     /// (once half the receiver queue is due).
     pub(crate) fn consume(&self, n: u32, refill_at: u32) -> Option<u32> {
-        let consumed = self.consumed.fetch_add(n, Ordering::AcqRel) + n;
-        if consumed >= refill_at {
-            let permits = self.consumed.swap(0, Ordering::AcqRel);
-            (permits > 0).then_some(permits)
-        } else {
-            None
-        }
+        self.room().consume(n, refill_at)
     }
 
     pub(crate) fn room(&self) -> std::sync::MutexGuard<'_, QueueRoom> {
@@ -140,19 +130,24 @@ impl PartitionShared {
     /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
     /// room the current one was not granted yet.
     pub(crate) fn taken(&self, epoch: u64, refill_at: u32) -> Option<u32> {
-        let credit = {
-            let mut room = self.room();
-            room.queued = room.queued.saturating_sub(1);
-            if epoch >= self.permit_epoch.load(Ordering::Acquire) {
-                true
-            } else if room.withheld > 0 {
-                room.withheld -= 1;
-                true
-            } else {
-                false
-            }
+        // One lock per message for all of the handle's bookkeeping (room, ack-timeout count,
+        // flow permits): each was an atomic read-modify-write of its own (issue #18).
+        let mut room = self.room();
+        room.queued = room.queued.saturating_sub(1);
+        room.taken += 1;
+        let credit = if epoch >= self.permit_epoch.load(Ordering::Acquire) {
+            true
+        } else if room.withheld > 0 {
+            room.withheld -= 1;
+            true
+        } else {
+            false
         };
-        credit.then(|| self.consume(1, refill_at)).flatten()
+        if credit {
+            room.consume(1, refill_at)
+        } else {
+            None
+        }
     }
 }
 
@@ -487,8 +482,11 @@ impl ConsumerTask {
     pub(super) fn detached(&mut self) {
         let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
         self.shared.permit_epoch.store(epoch, Ordering::Release);
-        self.shared.consumed.store(0, Ordering::Release);
-        self.shared.room().withheld = 0;
+        {
+            let mut room = self.shared.room();
+            room.consumed = 0;
+            room.withheld = 0;
+        }
         // The broker redelivers every unacked chunk to the new subscription.
         let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
@@ -715,8 +713,8 @@ impl ConsumerTask {
             return;
         }
         let now = Instant::now();
-        self.unacked
-            .taken(self.shared.taken_messages.load(Ordering::Acquire), now);
+        let taken = self.shared.room().taken;
+        self.unacked.taken(taken, now);
         let expired = self.unacked.expired(now, self.opts.ack_timeout);
         self.shared.stats.ack_timed_out(expired.len());
         let mut redeliver = Vec::new();

@@ -5,7 +5,7 @@
 //! the ack timeout must not have messages it never saw redelivered (and then delivered twice,
 //! the queued copy and the redelivered one). The task cannot see the application take a
 //! message, so it numbers the messages it puts in the queue; the handle counts those it takes
-//! (`PartitionShared::taken_messages`), and the queue keeps order: every message numbered
+//! (`QueueRoom::taken`), and the queue keeps order: every message numbered
 //! below that count has been taken.
 
 use std::collections::{HashMap, VecDeque};
