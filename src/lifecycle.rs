@@ -20,6 +20,8 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
@@ -31,6 +33,7 @@ use crate::error::Error;
 /// Where a producer or consumer is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
+#[repr(u8)]
 pub enum State {
     /// Being created for the first time.
     Connecting,
@@ -53,6 +56,19 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, in `repr(u8)` order (see [`StateNow`]).
+    const ALL: [State; 9] = [
+        State::Connecting,
+        State::Ready,
+        State::Reconnecting,
+        State::Closing,
+        State::Closed,
+        State::ClosedByBroker,
+        State::Terminated,
+        State::Fenced,
+        State::Failed,
+    ];
+
     /// Whether work is refused in this state: closing, or ended for good.
     pub(crate) fn refuses_work(self) -> bool {
         self == State::Closing || self.is_terminal()
@@ -172,6 +188,33 @@ pub(crate) struct Lifecycle {
     kind: &'static str,
     topic: String,
     tx: watch::Sender<State>,
+    now: StateNow,
+}
+
+/// The current state of a [`Lifecycle`], read without a lock: what a hot path checks on every
+/// call (an ack refused once its consumer is closing). A `watch` read takes its lock, two
+/// locked instructions per read (issue #18); the watch stays the way to wait for a change.
+/// Written only by [`Lifecycle::apply`], together with the watch (just before it).
+#[derive(Debug, Clone)]
+pub(crate) struct StateNow(Arc<AtomicU8>);
+
+impl StateNow {
+    fn new(state: State) -> Self {
+        StateNow(Arc::new(AtomicU8::new(state as u8)))
+    }
+
+    fn set(&self, state: State) {
+        self.0.store(state as u8, Ordering::Release);
+    }
+
+    /// The state now.
+    pub(crate) fn get(&self) -> State {
+        // Only `set` writes it, always a discriminant of `ALL` (a test checks the order).
+        State::ALL
+            .get(usize::from(self.0.load(Ordering::Acquire)))
+            .copied()
+            .unwrap_or(State::Failed)
+    }
 }
 
 impl Lifecycle {
@@ -180,7 +223,13 @@ impl Lifecycle {
             kind,
             topic,
             tx: watch::Sender::new(State::Connecting),
+            now: StateNow::new(State::Connecting),
         }
+    }
+
+    /// A lock-free view of the state (see [`StateNow`]).
+    pub(crate) fn now(&self) -> StateNow {
+        self.now.clone()
     }
 
     pub(crate) fn state(&self) -> State {
@@ -201,6 +250,7 @@ impl Lifecycle {
                 if to != from {
                     tracing::debug!(kind = self.kind, topic = %self.topic, %from, %to, ?event,
                         "state change");
+                    self.now.set(to);
                     self.tx.send_replace(to);
                 }
                 to
@@ -439,6 +489,30 @@ mod tests {
         S::Fenced,
         S::Failed,
     ];
+
+    #[test]
+    fn state_now_reads_every_state_back() {
+        // `StateNow` stores the discriminant and reads it back through `State::ALL`.
+        let all: Vec<State> = LIVE.iter().chain(TERMINAL.iter()).copied().collect();
+        assert_eq!(all.len(), State::ALL.len());
+        for s in all {
+            let now = StateNow::new(S::Connecting);
+            now.set(s);
+            assert_eq!(now.get(), s);
+        }
+    }
+
+    #[test]
+    fn state_now_follows_apply() {
+        let life = Lifecycle::new("producer", "t".into());
+        let now = life.now();
+        assert_eq!(now.get(), S::Connecting);
+        life.apply(E::Created);
+        assert_eq!(now.get(), S::Ready);
+        life.apply(E::CloseRequested);
+        assert_eq!(now.get(), S::Closing);
+        assert_eq!(now.get(), *life.watch().borrow());
+    }
     const ALLOW: Event = E::BrokerClose {
         allow_reconnect: true,
     };

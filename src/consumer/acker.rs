@@ -260,7 +260,7 @@ impl Acker {
     /// Refused at once while closing: the close flushes the acks made before it, and an ack
     /// made after it would be lost silently.
     fn check_open(p: &PartitionShared) -> Result<()> {
-        let state = *p.state.borrow();
+        let state = p.state_now.get();
         if state.refuses_work() {
             return Err(ended_error(state, &p.base));
         }

@@ -77,6 +77,7 @@ pub(super) async fn spawn_partition(
         ops: ops_tx,
         active: watch::Sender::new(None),
         state: entity.life.watch(),
+        state_now: entity.life.now(),
         discarded: AtomicU64::new(0),
         stats: crate::stats::ConsumerCounters::new(
             entity.link.clone(),

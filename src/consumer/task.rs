@@ -97,6 +97,8 @@ pub(crate) struct PartitionShared {
     pub active: tokio::sync::watch::Sender<Option<bool>>,
     /// The partition consumer's lifecycle state.
     pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
+    /// The same state, read without a lock (every ack checks it).
+    pub state_now: crate::lifecycle::StateNow,
     /// Entries discarded because they could not be decoded.
     pub discarded: AtomicU64,
     /// Statistics (read by `Consumer::stats`).
