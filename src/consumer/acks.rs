@@ -161,9 +161,9 @@ impl AckTracker {
         }
     }
 
-    /// [`delivered`](Self::delivered), [`already_acked`](Self::already_acked) and
-    /// [`ack_pending`](Self::ack_pending) for the messages of one entry at once (`id` is any
-    /// of them): which of them the application acked already. One lookup per entry instead of
+    /// [`delivered`](Self::delivered) and [`ack_pending`](Self::ack_pending) for the
+    /// messages of one entry at once (`id` is any of them), and which of them the application
+    /// acked already (its batch state). One lookup per entry instead of
     /// three per message (a batch's messages share the entry and its state).
     pub(crate) fn delivered_entry(&mut self, id: &MessageId, ack_set: &[i64]) -> EntryAcks {
         self.delivered(id, ack_set);
@@ -179,16 +179,6 @@ impl AckTracker {
             }
             _ => EntryAcks::None,
         }
-    }
-
-    /// Whether a (re)delivered batch message was already acked by the application.
-    #[cfg(test)]
-    pub(crate) fn already_acked(&self, id: &MessageId) -> bool {
-        id.is_batch()
-            && self
-                .batches
-                .get(&entry_of(id))
-                .is_some_and(|b| !b.is_unacked(id.batch_index as usize))
     }
 
     /// Whether the application already acked this message and the ack is still waiting to be
@@ -327,12 +317,13 @@ mod tests {
         t.ack(batch_id(5, 0, 3));
         t.ack(batch_id(5, 2, 3));
         assert!(t.take_flush().is_empty(), "acking 2 of 3 acks nothing");
-        assert!(t.already_acked(&batch_id(5, 0, 3)));
-        assert!(!t.already_acked(&batch_id(5, 1, 3)));
+        // What a redelivery of the entry now would skip.
+        let acks = t.delivered_entry(&batch_id(5, 0, 3), &[]);
+        assert!(acks.acked(0) && acks.acked(2));
+        assert!(!acks.acked(1));
         t.ack(batch_id(5, 1, 3));
         let f = t.take_flush();
         assert_eq!(f.individual, vec![MessageId::new(1, 5, -1)]);
-        assert!(!t.already_acked(&batch_id(5, 1, 3)));
     }
 
     #[test]
@@ -430,7 +421,11 @@ mod tests {
         let mut t = AckTracker::new(100);
         // Batch of 3 redelivered with messages 0 and 2 already acked: only 1 is delivered.
         t.delivered(&batch_id(9, 1, 3), &[0b010]);
-        assert!(!t.already_acked(&batch_id(9, 1, 3)));
+        assert_eq!(
+            t.delivered_entry(&batch_id(9, 1, 3), &[0b010]),
+            EntryAcks::Some(vec![0b010]),
+            "0 and 2 count as acked, 1 does not"
+        );
         t.ack(batch_id(9, 1, 3));
         assert!(t.has_pending(), "the batch is complete: its ack goes out");
         assert!(t.batches.is_empty(), "and its state is freed");
