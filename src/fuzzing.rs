@@ -135,7 +135,8 @@ pub fn consumer_decode(input: &[u8]) -> Outcome {
     };
     let max = decode::max_decompressed(DEFAULT_MAX_MESSAGE_SIZE);
     match decode::decode(&topic, -1, &cmd, payload, max) {
-        Ok(messages) => {
+        Ok(entry) => {
+            let messages = entry.into_messages();
             assert!(
                 messages.len() <= spent as usize,
                 "more messages than permits spent"

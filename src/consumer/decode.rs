@@ -8,14 +8,15 @@
 //! frame and shared by the messages of a batch (upstream keeps one `MessageMetadata` per entry
 //! for all of them, too).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use bytes::Bytes;
+
+use super::entry::{Entry, EntryHead, Extras, Record};
 use crate::batch::BatchRecords;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
 use crate::error::Error;
-use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::proto;
 use crate::proto::command_ack::ValidationError;
@@ -35,17 +36,6 @@ pub(crate) fn max_decompressed(advertised: usize) -> usize {
 /// The most messages of a batch [`decode`] makes room for before reading any (the upstream
 /// producers' default `batchingMaxMessages` is 1000).
 const PREALLOCATED_MESSAGES: usize = 1024;
-
-fn props(kvs: &[proto::KeyValue]) -> BTreeMap<String, String> {
-    if kvs.is_empty() {
-        // The common case, without collecting an empty iterator (which costs as much as the
-        // rest of building the message).
-        return BTreeMap::new();
-    }
-    kvs.iter()
-        .map(|kv| (kv.key.clone(), kv.value.clone()))
-        .collect()
-}
 
 /// An entry the client cannot decode, with the validation error it is discarded with
 /// (upstream `ConsumerImpl.discardCorruptedMessage`).
@@ -108,14 +98,14 @@ pub(crate) fn permits_spent(cmd: &proto::CommandMessage, meta: &proto::MessageMe
 }
 
 /// Decodes one delivered entry into its messages (one, or those of a batch that the ack set
-/// and compaction leave).
+/// and compaction leave), kept compact until handed out (see [`Entry`]).
 pub(crate) fn decode(
     topic: &TopicName,
     partition: i32,
     cmd: &proto::CommandMessage,
     payload: Payload,
     max_size: usize,
-) -> std::result::Result<Vec<Message>, Undecodable> {
+) -> std::result::Result<Entry, Undecodable> {
     let mut meta = payload.metadata;
     let mut id = MessageId::from_proto(&cmd.message_id);
     id.partition = partition;
@@ -158,28 +148,36 @@ pub(crate) fn decode(
         )
         .map_err(undecodable(ValidationError::DecompressionError))?
     };
-    let redelivery_count = cmd.redelivery_count.unwrap_or(0);
-    let producer_name: Arc<str> = Arc::from(meta.producer_name.as_str());
+    let head =
+        |id: MessageId, schema_version: Option<Bytes>, meta: &proto::MessageMetadata| EntryHead {
+            topic: topic.clone(),
+            id,
+            schema_version,
+            publish_time: meta.publish_time,
+            producer_name: Arc::from(meta.producer_name.as_str()),
+            redelivery_count: cmd.redelivery_count.unwrap_or(0),
+            source: 0,
+        };
     // One schema version per entry (upstream batches never mix versions).
     let schema_version = meta.schema_version.take();
     let Some(n) = meta.num_messages_in_batch else {
-        return Ok(vec![Message {
-            topic: topic.clone(),
-            id,
+        let record = Record {
             payload: data,
-            key: meta.partition_key,
-            key_b64_encoded: meta.partition_key_b64_encoded.unwrap_or(false),
-            schema_version,
-            ordering_key: meta.ordering_key,
-            properties: props(&meta.properties),
-            event_time: meta.event_time.filter(|t| *t > 0),
-            publish_time: meta.publish_time,
-            producer_name,
             sequence_id: meta.sequence_id,
-            redelivery_count,
+            event_time: meta.event_time.unwrap_or(0),
+            batch_index: -1,
+            key_b64_encoded: meta.partition_key_b64_encoded.unwrap_or(false),
             null_value: meta.null_value.unwrap_or(false),
-            source: 0,
-        }]);
+            extras: Extras::of(
+                &mut meta.partition_key,
+                &mut meta.ordering_key,
+                &meta.properties,
+            ),
+        };
+        return Ok(Entry {
+            head: head(id, schema_version, &meta),
+            records: vec![record],
+        });
     };
     let batch = undecodable(ValidationError::BatchDeSerializeError);
     let n = u32::try_from(n)
@@ -206,33 +204,31 @@ pub(crate) fn decode(
         if single.compacted_out.unwrap_or(false) || !ack_set_delivers(&cmd.ack_set, i) {
             continue;
         }
-        let mut mid = id;
-        mid.batch_index = i as i32;
-        mid.batch_size = i32::try_from(n).unwrap_or(i32::MAX);
         // A batched message has its own key, properties and event time (upstream
         // `MessageImpl.create` for a batch entry does not inherit the outer ones); the
         // producer name, publish time and topic are the entry's, shared.
-        out.push(Message {
-            topic: topic.clone(),
-            id: mid,
+        out.push(Record {
             payload: body,
-            key: single.partition_key.take(),
-            key_b64_encoded: single.partition_key_b64_encoded.unwrap_or(false),
-            schema_version: schema_version.clone(),
-            ordering_key: single.ordering_key.take(),
-            properties: props(&single.properties),
-            event_time: single.event_time.filter(|t| *t > 0),
-            publish_time: meta.publish_time,
-            producer_name: producer_name.clone(),
             sequence_id: single
                 .sequence_id
                 .unwrap_or(meta.sequence_id.wrapping_add(i as u64)),
-            redelivery_count,
+            event_time: single.event_time.unwrap_or(0),
+            batch_index: i as i32,
+            key_b64_encoded: single.partition_key_b64_encoded.unwrap_or(false),
             null_value: single.null_value.unwrap_or(false),
-            source: 0,
+            extras: Extras::of(
+                &mut single.partition_key,
+                &mut single.ordering_key,
+                &single.properties,
+            ),
         });
     }
-    Ok(out)
+    let mut batch_id = id;
+    batch_id.batch_size = i32::try_from(n).unwrap_or(i32::MAX);
+    Ok(Entry {
+        head: head(batch_id, schema_version, &meta),
+        records: out,
+    })
 }
 
 #[cfg(test)]

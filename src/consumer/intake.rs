@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 
 use super::acks::EntryAcks;
 use super::decode::decode;
+use super::entry::Entry;
 use super::task::{overshoot_bound, ConsumerTask, Item};
 
 impl ConsumerTask {
@@ -178,55 +179,54 @@ impl ConsumerTask {
         self.deliver(messages, &cmd.ack_set, spent);
     }
 
-    /// Puts the decoded `messages` of an entry that spent `spent` permits in the queue, less
+    /// Puts the decoded messages of an entry that spent `spent` permits in the queue, less
     /// those filtered out (whose permits come back), as one item.
-    pub(super) fn deliver(
-        &mut self,
-        mut messages: Vec<crate::message::Message>,
-        ack_set: &[i64],
-        spent: u32,
-    ) {
+    pub(super) fn deliver(&mut self, entry: Entry, ack_set: &[i64], spent: u32) {
+        let Entry {
+            mut head,
+            mut records,
+        } = entry;
+        head.source = self.index;
         let persistent = self.persistent();
         let dlq_max = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count);
         let track_unacked = persistent && !self.opts.ack_timeout.is_zero();
         // The messages share one entry, so its ack state is looked up once.
-        let acked = match messages.first() {
-            Some(first) if persistent => self.acks.delivered_entry(&first.id, ack_set),
+        let acked = match records.first() {
+            Some(first) if persistent => self.acks.delivered_entry(&head.id_of(first), ack_set),
             _ => EntryAcks::None,
         };
-        // Filtered in place (`retain_mut` moves only what follows a removed message): the
-        // messages that stay are not moved, nearly always all of them.
-        messages.retain_mut(|m| {
-            m.source = self.index;
-            if acked.acked(m.id.batch_index) {
+        // Filtered in place (`retain` moves only what follows a removed record): the records
+        // that stay are not moved, nearly always all of them.
+        records.retain(|r| {
+            let id = head.id_of(r);
+            if acked.acked(id.batch_index) {
                 return false;
             }
-            if self.skip_through.is_some_and(|s| m.id <= s) {
+            if self.skip_through.is_some_and(|s| id <= s) {
                 return false;
             }
             if let Some(max) = dlq_max {
-                if m.redelivery_count > max {
-                    // Over the limit: straight to the dead-letter topic (a copy: `retain_mut`
-                    // drops the original; rare).
-                    self.dead_letter(m.clone());
+                if head.redelivery_count > max {
+                    // Over the limit: straight to the dead-letter topic (rare).
+                    self.dead_letter(head.message(r.clone()));
                     return false;
                 }
-                if m.redelivery_count >= max {
+                if head.redelivery_count >= max {
                     // Delivered once more; dead-lettered if it fails again.
-                    self.dlq_candidates.insert(m.id, m.clone());
+                    self.dlq_candidates.insert(id, head.message(r.clone()));
                 }
             }
             if track_unacked {
-                self.unacked.queued(self.queued_messages, m.id);
+                self.unacked.queued(self.queued_messages, id);
             }
             // Numbered like the handle counts them in `QueueRoom::taken`.
             self.queued_messages += 1;
-            self.note_delivered(m.id);
+            self.note_delivered(id);
             true
         });
-        let emitted = messages.len() as u32;
+        let emitted = records.len() as u32;
         if emitted > 0 {
-            self.emit(Item::Messages(messages));
+            self.emit(Item::Messages(Entry { head, records }));
         }
         // Whatever the broker counted and the application will never consume by receiving
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.

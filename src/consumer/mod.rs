@@ -13,6 +13,7 @@ mod chunk_intake;
 mod chunks;
 pub(crate) mod decode;
 pub mod dlq;
+mod entry;
 mod intake;
 pub(crate) mod multi;
 mod ops;
@@ -244,12 +245,13 @@ impl Consumer {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
         let p = registry::lock(&self.registry).get(index)?;
         match item {
-            Item::Messages(messages) => {
-                debug_assert!(self.buffered.messages.as_slice().is_empty());
+            Item::Messages(entry) => {
+                debug_assert!(self.buffered.records.as_slice().is_empty());
                 self.buffered = queue::Buffered {
                     part: Some(p),
                     epoch,
-                    messages: messages.into_iter(),
+                    head: Some(entry.head),
+                    records: entry.records.into_iter(),
                 };
                 self.take_buffered().map(Ok)
             }
@@ -267,14 +269,14 @@ impl Consumer {
 
     /// The next message of the entry being handed out, if any. Each one counts as taken out
     /// of the queue here (flow permits, room, the ack timeout's clock), like one queued alone.
-    /// Looked at in place and moved out only to be returned (a `Message` is ~270 bytes: each
-    /// move is a `memcpy`; inlined so that the message moves straight into `recv`'s result).
+    /// The public `Message` is built here, from its compact record (see `entry`), straight
+    /// into the result (inlined into `recv`: a `Message` is ~270 bytes, each move a `memcpy`).
     #[inline]
     fn take_buffered(&mut self) -> Option<Message> {
         loop {
             let b = &mut self.buffered;
             let p = b.part.as_ref()?;
-            let Some(m) = b.messages.as_slice().first() else {
+            let Some(r) = b.records.as_slice().first() else {
                 // Done with the entry: its task and buffer are let go.
                 self.buffered = queue::Buffered::default();
                 return None;
@@ -292,13 +294,16 @@ impl Consumer {
             // broker sends it again); its permit was counted above like upstream's
             // `messageProcessed` on a stale message, so the broker can send its replacement.
             if b.epoch == p.epoch.load(Ordering::Acquire) {
-                p.stats.received(m.payload.len());
+                p.stats.received(r.payload.len());
+                let head = b.head.as_ref()?;
                 if !p.durable {
-                    *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) = Some(m.id);
+                    *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some(head.id_of(r));
                 }
-                return b.messages.next();
+                let r = b.records.next()?;
+                return Some(head.message(r));
             }
-            b.messages.next();
+            b.records.next();
         }
     }
 

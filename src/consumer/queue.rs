@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
+use super::entry::{Entry, EntryHead, Record};
 use crate::error::Error;
-use crate::message::Message;
 
 use super::task::PartitionShared;
 
@@ -15,10 +15,11 @@ pub(crate) enum Item {
     /// The messages of one delivered entry (a batch's, or one), in order; never empty. One
     /// item per entry, not per message: a `Message` is ~270 bytes, and queueing each one
     /// moved it through the channel's push, pop and receive and cost a channel operation per
-    /// message (issue #18's profile: a third of the consume path). The handle takes them out
-    /// one at a time (`Consumer::take_buffered`), so each still counts, for flow permits and
-    /// the queue's room, only once the application takes it.
-    Messages(Vec<Message>),
+    /// message (issue #18's profile: a third of the consume path). Kept compact (see
+    /// [`Entry`]); the handle takes them out one at a time (`Consumer::take_buffered`), so
+    /// each still counts, for flow permits and the queue's room, only once the application
+    /// takes it.
+    Messages(Entry),
     /// An entry discarded as undecodable: it holds a place in the queue (and one flow permit)
     /// like a message until the application takes it, so a broker sending only corrupt
     /// entries cannot grow the queue either.
@@ -30,7 +31,7 @@ impl Item {
     /// How many places the item holds in the partition's share of the queue.
     pub(crate) fn counted(&self) -> u64 {
         match self {
-            Item::Messages(m) => m.len() as u64,
+            Item::Messages(e) => e.records.len() as u64,
             Item::Discarded(_) => 1,
             Item::Error(_) => 0,
         }
@@ -80,5 +81,7 @@ pub(crate) struct Buffered {
     pub part: Option<Arc<PartitionShared>>,
     /// The epoch they were queued in.
     pub epoch: u64,
-    pub messages: std::vec::IntoIter<Message>,
+    /// What the messages share (`Some` whenever `part` is).
+    pub head: Option<EntryHead>,
+    pub records: std::vec::IntoIter<Record>,
 }
