@@ -2,10 +2,12 @@
 //! sequence order. Pure bookkeeping, unit-tested without a socket.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Duration, Instant};
 
+use crate::codec::EncodedFrame;
 use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::message_id::{ChunkStart, MessageId};
@@ -96,7 +98,7 @@ impl From<ProducerMessage> for Outgoing {
 }
 
 /// What a message holds while it is pending: client memory for its payload and a slot of the
-/// producer's `max_pending_messages`, both given back when this is dropped.
+/// producer's `max_pending_messages`, both given back when its entry leaves the queue.
 ///
 /// The messages of a batch hand theirs to the batch ([`merge`](Self::merge)), so the
 /// semaphores are released once per entry rather than once per message (each release takes
@@ -124,11 +126,11 @@ impl Reservation {
     }
 }
 
-/// Completes one application `send`: its responder and what it holds while pending.
+/// Completes one application `send`: its responder and what it holds until it is queued.
 #[derive(Debug)]
 pub(crate) struct Completion {
     pub responder: Option<Responder>,
-    /// Released when this is dropped (unless handed to its batch).
+    /// Released when this is dropped (unless handed to its entry).
     pub reserved: Reservation,
 }
 
@@ -136,6 +138,42 @@ impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
         if let Some(tx) = self.responder.take() {
             tx.send(result);
+        }
+    }
+}
+
+/// The sends one entry completes. Kept per entry without a [`Completion`] each: what the
+/// messages hold is the entry's [`Reservation`], and a message sent on its own needs no
+/// allocation of its own for its one responder.
+#[derive(Debug, Default)]
+pub(crate) enum Senders {
+    /// A chunk before the last of its message: it completes nothing.
+    #[default]
+    None,
+    /// A message sent on its own (or the last chunk of a chunked message).
+    One(Responder),
+    /// The messages of a batch, in batch order (batch indexes from 0).
+    Batch(Vec<Responder>),
+}
+
+impl Senders {
+    /// How many sends this completes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Senders::None => 0,
+            Senders::One(_) => 1,
+            Senders::Batch(v) => v.len(),
+        }
+    }
+
+    /// Completes every send with `error`.
+    pub(crate) fn fail(self, error: &Error) {
+        match self {
+            Senders::None => {}
+            Senders::One(r) => r.send(Err(error.clone())),
+            Senders::Batch(v) => {
+                super::receipt::send_all(v.into_iter().map(|r| (r, Err(error.clone()))))
+            }
         }
     }
 }
@@ -155,24 +193,90 @@ impl ChunkPos {
     }
 }
 
-/// One entry on the wire: a single message, a batch, or one chunk of a chunked message (the
-/// chunks of a message are consecutive entries with the same sequence id; only the last one
-/// holds the message's completion).
+/// One entry on the wire as built: a single message, a batch, or one chunk of a chunked
+/// message (the chunks of a message are consecutive entries with the same sequence id; only
+/// the last one completes the message). [`PendingQueue::push`] keeps it packed.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub first_seq: u64,
     pub last_seq: u64,
     /// The encoded-once SEND frame, kept for re-sending after a reconnect.
-    pub encoded: Bytes,
-    /// One completion per message (in batch order).
-    pub completions: Vec<Completion>,
-    pub batched: bool,
+    pub encoded: EncodedFrame,
+    pub senders: Senders,
     /// Set on a chunk of a chunked message.
     pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
-    /// What a batch's messages hold (a single message's stays in its completion), released
-    /// when the entry leaves the queue.
-    pub _reserved: Reservation,
+    /// What the entry's messages hold, released when the entry leaves the queue.
+    pub reserved: Reservation,
+}
+
+impl InFlight {
+    /// How many sends the entry completes.
+    pub(crate) fn messages(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Whether the entry is a batch.
+    #[cfg(test)]
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.senders, Senders::Batch(_))
+    }
+}
+
+/// A queued entry: an [`InFlight`] packed (80 bytes instead of 136 plus a 48-byte completion
+/// in its own allocation), since tens of thousands of them can be pending. Its permits are
+/// kept as counts, returned to the queue's semaphores when it leaves; its enqueue time as
+/// milliseconds since the queue's base.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub encoded: EncodedFrame,
+    senders: Senders,
+    /// A chunk's position, `of` 0 when the entry is not a chunk (4 bytes less than an
+    /// `Option`, which makes the entry 8 bytes smaller).
+    chunk: ChunkPos,
+    enqueued: Stamp,
+    /// Permits of the memory limit and of `max_pending_messages` held.
+    memory: u32,
+    slots: u32,
+}
+
+impl Queued {
+    /// How many sends the entry completes.
+    pub(crate) fn messages(&self) -> usize {
+        self.senders.len()
+    }
+}
+
+/// A point in time as milliseconds since a queue's base (8 bytes instead of an `Instant`'s 16).
+#[derive(Debug, Clone, Copy)]
+struct Stamp(u64);
+
+/// The queue's clock for enqueue times.
+#[derive(Debug)]
+struct Clock {
+    base: Instant,
+}
+
+impl Clock {
+    fn millis(&self, at: Instant, round_up: bool) -> u64 {
+        let d = at.saturating_duration_since(self.base);
+        let ms = d.as_millis() + u128::from(round_up && d.subsec_nanos() % 1_000_000 != 0);
+        // 2^64 ms is far beyond any process's life.
+        u64::try_from(ms).unwrap_or(u64::MAX)
+    }
+
+    /// An enqueue time, rounded up: an age computed from it is never more than the real one
+    /// (a send does not time out early; at most a millisecond late, within the timer's tick).
+    fn stamp(&self, at: Instant) -> Stamp {
+        Stamp(self.millis(at, true))
+    }
+
+    fn age(&self, stamp: Stamp, now: Instant) -> Duration {
+        // Saturating: an entry stamped (rounded up) within the current millisecond is 0 old.
+        Duration::from_millis(self.millis(now, false).saturating_sub(stamp.0))
+    }
 }
 
 /// What a receipt did to the queue.
@@ -186,22 +290,105 @@ pub(crate) enum ReceiptOutcome {
     AheadOfHead { expected: u64, got: u64 },
 }
 
+/// The semaphores the queued entries' permits go back to, taken from the first permits
+/// queued (every permit of a producer comes from the same two semaphores; `Reservation::merge`
+/// relies on that too).
 #[derive(Debug, Default)]
+struct Semaphores {
+    memory: Option<Arc<Semaphore>>,
+    slots: Option<Arc<Semaphore>>,
+}
+
+/// Keeps `permit`'s count and forgets the permit (its semaphore is remembered in `sem`).
+fn keep(sem: &mut Option<Arc<Semaphore>>, permit: Option<OwnedSemaphorePermit>) -> u32 {
+    let Some(permit) = permit else {
+        return 0;
+    };
+    debug_assert!(sem
+        .as_ref()
+        .is_none_or(|s| Arc::ptr_eq(s, permit.semaphore())));
+    if sem.is_none() {
+        *sem = Some(permit.semaphore().clone());
+    }
+    // Counts fit: the memory limit is at most 4 GiB, and an entry holds one slot per message.
+    let n = u32::try_from(permit.num_permits()).unwrap_or(u32::MAX);
+    permit.forget();
+    n
+}
+
+impl Semaphores {
+    fn release(&self, memory: u32, slots: u32) {
+        for (sem, n) in [(&self.memory, memory), (&self.slots, slots)] {
+            if let (Some(sem), 1..) = (sem, n) {
+                sem.add_permits(n as usize);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 pub(crate) struct PendingQueue {
-    queue: VecDeque<InFlight>,
+    queue: VecDeque<Queued>,
     messages: usize,
     /// Encoded bytes of the queued entries.
     bytes: usize,
     /// Where the first chunk of the chunked message being receipted was stored (upstream
     /// `ChunkedMessageCtx.firstChunkMessageId`), keyed by its sequence id.
     first_chunk: Option<(u64, ChunkStart)>,
+    clock: Clock,
+    semaphores: Semaphores,
+}
+
+impl Default for PendingQueue {
+    fn default() -> Self {
+        PendingQueue {
+            queue: VecDeque::new(),
+            messages: 0,
+            bytes: 0,
+            first_chunk: None,
+            clock: Clock {
+                base: Instant::now(),
+            },
+            semaphores: Semaphores::default(),
+        }
+    }
+}
+
+impl Drop for PendingQueue {
+    /// Whatever is still queued leaves with the queue: its permits go back (its sends resolve
+    /// to `Closed` as their responders drop).
+    fn drop(&mut self) {
+        for e in self.queue.drain(..) {
+            self.semaphores.release(e.memory, e.slots);
+        }
+    }
 }
 
 impl PendingQueue {
     pub(crate) fn push(&mut self, entry: InFlight) {
-        self.messages += entry.completions.len();
-        self.bytes += entry.encoded.len();
-        self.queue.push_back(entry);
+        let InFlight {
+            first_seq,
+            last_seq,
+            encoded,
+            senders,
+            chunk,
+            enqueued_at,
+            reserved,
+        } = entry;
+        self.messages += senders.len();
+        self.bytes += encoded.len();
+        let memory = keep(&mut self.semaphores.memory, reserved.memory);
+        let slots = keep(&mut self.semaphores.slots, reserved.slot);
+        self.queue.push_back(Queued {
+            first_seq,
+            last_seq,
+            encoded,
+            senders,
+            chunk: chunk.unwrap_or(ChunkPos { id: 0, of: 0 }),
+            enqueued: self.clock.stamp(enqueued_at),
+            memory,
+            slots,
+        });
     }
 
     /// Messages pending (not entries).
@@ -218,13 +405,35 @@ impl PendingQueue {
         self.queue.is_empty()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Queued> {
         self.queue.iter()
+    }
+
+    /// The oldest entry.
+    pub(crate) fn head(&self) -> Option<&Queued> {
+        self.queue.front()
+    }
+
+    /// How long `entry` has been queued at `now` (to the millisecond, never more than the
+    /// real time).
+    pub(crate) fn age(&self, entry: &Queued, now: Instant) -> Duration {
+        self.clock.age(entry.enqueued, now)
     }
 
     /// The highest sequence id queued, if any.
     pub(crate) fn last_seq(&self) -> Option<u64> {
         self.queue.back().map(|e| e.last_seq)
+    }
+
+    /// Takes the head entry off the queue: its counts and permits go (the permits before its
+    /// sends complete, so a caller whose send completed finds them back).
+    fn pop(&mut self) -> Option<(Senders, Option<ChunkPos>, u64)> {
+        let e = self.queue.pop_front()?;
+        self.messages -= e.senders.len();
+        self.bytes -= e.encoded.len();
+        self.semaphores.release(e.memory, e.slots);
+        let chunk = (e.chunk.of > 0).then_some(e.chunk);
+        Some((e.senders, chunk, e.first_seq))
     }
 
     /// Applies a send receipt. `make_id(batch_index)` builds each message's id.
@@ -247,13 +456,11 @@ impl PendingQueue {
                 got: sequence_id,
             };
         }
-        let Some(entry) = self.queue.pop_front() else {
+        let Some((senders, chunk, _)) = self.pop() else {
             return ReceiptOutcome::Stale;
         };
-        let n = entry.completions.len();
-        self.messages -= n;
-        self.bytes -= entry.encoded.len();
-        if let Some(chunk) = entry.chunk {
+        let n = senders.len();
+        if let Some(chunk) = chunk {
             // Upstream `ProducerImpl.ackReceived`: every chunk has its own receipt, in order;
             // the first chunk's id is kept and only the last chunk completes the send, with a
             // chunk message id spanning both (`ChunkMessageIdImpl`).
@@ -273,30 +480,32 @@ impl PendingQueue {
                     .take()
                     .filter(|(seq, _)| *seq == sequence_id)
                     .map(|(_, start)| start);
-                for c in entry.completions {
-                    c.complete(Ok(MessageId {
-                        first_chunk: first,
-                        ..here
-                    }));
+                let id = MessageId {
+                    first_chunk: first,
+                    ..here
+                };
+                match senders {
+                    Senders::None => {}
+                    Senders::One(r) => r.send(Ok(id)),
+                    Senders::Batch(v) => {
+                        super::receipt::send_all(v.into_iter().map(|r| (r, Ok(id))))
+                    }
                 }
             }
             return ReceiptOutcome::Completed(n);
         }
-        let batch_size = n as i32;
-        let batched = entry.batched;
-        super::receipt::send_all(entry.completions.into_iter().enumerate().filter_map(
-            |(i, mut c)| {
-                let mut id = if batched {
-                    entry_id(Some(i as i32))
-                } else {
-                    entry_id(None)
-                };
-                if batched {
+        match senders {
+            Senders::None => {}
+            Senders::One(r) => r.send(Ok(entry_id(None))),
+            Senders::Batch(v) => {
+                let batch_size = n as i32;
+                super::receipt::send_all(v.into_iter().enumerate().map(|(i, r)| {
+                    let mut id = entry_id(Some(i as i32));
                     id.batch_size = batch_size;
-                }
-                Some((c.responder.take()?, Ok(id)))
-            },
-        ));
+                    (r, Ok(id))
+                }))
+            }
+        }
         ReceiptOutcome::Completed(n)
     }
 
@@ -312,36 +521,31 @@ impl PendingQueue {
     /// before completing them (the stats see a failure before its sender does, like upstream's
     /// send callback, which records the stats before completing the application's future).
     pub(crate) fn fail_head_counted(&mut self, error: Error, count: impl FnOnce(usize)) -> usize {
-        let Some(entry) = self.queue.pop_front() else {
+        let Some((senders, chunk, seq)) = self.pop() else {
             return 0;
         };
-        let mut entries = vec![entry];
-        if let Some(chunk) = entries[0].chunk {
+        let mut failed = vec![senders];
+        if let Some(chunk) = chunk {
             self.first_chunk = None;
-            let seq = entries[0].first_seq;
             let mut last = chunk;
             while !last.is_last() {
                 match self.queue.front() {
                     Some(next)
-                        if next.first_seq == seq && next.chunk.is_some_and(|c| c.id > last.id) =>
+                        if next.first_seq == seq
+                            && next.chunk.of > 0
+                            && next.chunk.id > last.id =>
                     {
-                        last = next.chunk.unwrap_or(last);
-                        entries.extend(self.queue.pop_front());
+                        last = next.chunk;
+                        failed.extend(self.pop().map(|(s, _, _)| s));
                     }
                     _ => break,
                 }
             }
         }
-        let n: usize = entries.iter().map(|e| e.completions.len()).sum();
-        self.messages -= n;
-        for entry in &entries {
-            self.bytes -= entry.encoded.len();
-        }
+        let n: usize = failed.iter().map(Senders::len).sum();
         count(n);
-        for entry in entries {
-            for c in entry.completions {
-                c.complete(Err(error.clone()));
-            }
+        for senders in failed {
+            senders.fail(&error);
         }
         n
     }
@@ -356,7 +560,7 @@ impl PendingQueue {
     ) -> usize {
         let mut failed = 0;
         while let Some(head) = self.queue.front() {
-            if now.saturating_duration_since(head.enqueued_at) < timeout {
+            if self.clock.age(head.enqueued, now) < timeout {
                 break;
             }
             let error = Error::Timeout {
@@ -384,26 +588,27 @@ mod tests {
     use crate::producer::receipt::{Receipts, SendFuture};
 
     fn entry(first: u64, last: u64, at: Instant) -> (InFlight, Vec<SendFuture>) {
-        let mut completions = Vec::new();
+        let mut responders = Vec::new();
         let mut rxs = Vec::new();
         for _ in first..=last {
             let (tx, rx) = Receipts::default().next();
-            completions.push(Completion {
-                responder: Some(tx),
-                reserved: Reservation::default(),
-            });
+            responders.push(tx);
             rxs.push(rx);
         }
+        let senders = if last > first {
+            Senders::Batch(responders)
+        } else {
+            Senders::One(responders.pop().unwrap())
+        };
         (
             InFlight {
                 first_seq: first,
                 last_seq: last,
-                encoded: Bytes::from_static(b"frame"),
-                completions,
-                batched: last > first,
+                encoded: EncodedFrame::from(&b"frame"[..]),
+                senders,
                 chunk: None,
                 enqueued_at: at,
-                _reserved: Reservation::default(),
+                reserved: Reservation::default(),
             },
             rxs,
         )
@@ -510,18 +715,14 @@ mod tests {
             .map(|id| InFlight {
                 first_seq: seq,
                 last_seq: seq,
-                encoded: Bytes::from_static(b"chunk"),
-                completions: Vec::new(),
-                batched: false,
+                encoded: EncodedFrame::from(&b"chunk"[..]),
+                senders: Senders::None,
                 chunk: Some(ChunkPos { id, of }),
                 enqueued_at: Instant::now(),
-                _reserved: Reservation::default(),
+                reserved: Reservation::default(),
             })
             .collect();
-        out.last_mut().unwrap().completions.push(Completion {
-            responder: Some(tx),
-            reserved: Reservation::default(),
-        });
+        out.last_mut().unwrap().senders = Senders::One(tx);
         (out, rx)
     }
 
@@ -566,5 +767,85 @@ mod tests {
         );
         assert_eq!(q.messages(), 1);
         assert_eq!(q.iter().next().unwrap().first_seq, 2);
+    }
+
+    /// What a pending message costs is mostly its entry: keep it packed.
+    #[test]
+    fn a_queued_entry_stays_packed() {
+        assert!(
+            std::mem::size_of::<Queued>() <= 80,
+            "{}",
+            std::mem::size_of::<Queued>()
+        );
+    }
+
+    /// An entry's permits go back once, when it leaves the queue (receipt, failure, or the
+    /// queue dropped with it), and before its sends complete.
+    #[tokio::test]
+    async fn permits_go_back_once_when_the_entry_leaves() {
+        let memory = Arc::new(Semaphore::new(1000));
+        let slots = Arc::new(Semaphore::new(10));
+        let take = |m: u32| Reservation {
+            memory: Some(memory.clone().try_acquire_many_owned(m).unwrap()),
+            slot: Some(slots.clone().try_acquire_owned().unwrap()),
+        };
+        let mut q = PendingQueue::default();
+        let (mut a, _ra) = entry(0, 1, Instant::now());
+        a.reserved = take(100);
+        a.reserved.merge(take(50));
+        let (mut b, _rb) = entry(2, 2, Instant::now());
+        b.reserved = take(7);
+        let (mut c, _rc) = entry(3, 3, Instant::now());
+        c.reserved = take(9);
+        q.push(a);
+        q.push(b);
+        q.push(c);
+        assert_eq!(
+            (memory.available_permits(), slots.available_permits()),
+            (834, 6)
+        );
+        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Completed(2));
+        assert_eq!(
+            (memory.available_permits(), slots.available_permits()),
+            (984, 8)
+        );
+        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
+        assert_eq!(q.fail_head(Error::Closed), 1);
+        assert_eq!(
+            (memory.available_permits(), slots.available_permits()),
+            (991, 9)
+        );
+        drop(q);
+        assert_eq!(
+            (memory.available_permits(), slots.available_permits()),
+            (1000, 10)
+        );
+    }
+
+    /// Enqueue times are kept to the millisecond, rounded so that a send never times out
+    /// early: one enqueued now is not old at all, and one exactly `timeout` old expires.
+    #[tokio::test(start_paused = true)]
+    async fn ages_are_never_more_than_the_real_ones() {
+        let mut q = PendingQueue::default();
+        tokio::time::advance(Duration::from_micros(1500)).await;
+        let at = Instant::now();
+        let (a, mut ra) = entry(0, 0, at);
+        q.push(a);
+        let head = q.head().unwrap();
+        assert_eq!(q.age(head, at), Duration::ZERO);
+        let timeout = Duration::from_millis(30);
+        assert_eq!(
+            q.expire(at + timeout - Duration::from_micros(1), timeout, |_| {}),
+            0
+        );
+        assert!(ra[0].try_result().is_none());
+        assert_eq!(
+            q.expire(at + timeout + Duration::from_millis(1), timeout, |_| {}),
+            1
+        );
+        assert!(matches!(
+            ra[0].try_result(),
+            Some(Err(Error::Timeout { .. }))
+        ));
     }
 }
