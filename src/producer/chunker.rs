@@ -152,7 +152,7 @@ mod tests {
 
     fn decode(bytes: &[u8]) -> Frame {
         let mut codec = PulsarCodec::with_max_message_size(1 << 20);
-        let mut buf = bytes::BytesMut::from(&bytes[..]);
+        let mut buf = bytes::BytesMut::from(bytes);
         codec.decode(&mut buf).unwrap().unwrap()
     }
 
