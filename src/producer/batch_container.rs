@@ -547,7 +547,7 @@ impl BatchContainer {
             first_seq: b.first_seq,
             last_seq: b.last_seq,
             encoded,
-            senders: Senders::Batch(b.completions),
+            senders: Senders::Batch(Box::new(b.completions)),
             chunk: None,
             enqueued_at: b.opened_at,
             reserved: b.reserved,

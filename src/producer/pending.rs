@@ -152,8 +152,9 @@ pub(crate) enum Senders {
     None,
     /// A message sent on its own (or the last chunk of a chunked message).
     One(Responder),
-    /// The messages of a batch, in batch order (batch indexes from 0).
-    Batch(Vec<Responder>),
+    /// The messages of a batch, in batch order (batch indexes from 0). Boxed: one more small
+    /// allocation per batch keeps this 16 bytes instead of 24 for every entry.
+    Batch(Box<Vec<Responder>>),
 }
 
 impl Senders {
@@ -223,7 +224,7 @@ impl InFlight {
     }
 }
 
-/// A queued entry: an [`InFlight`] packed (80 bytes instead of 136 plus a 48-byte completion
+/// A queued entry: an [`InFlight`] packed (72 bytes instead of 136 plus a 48-byte completion
 /// in its own allocation), since tens of thousands of them can be pending. Its permits are
 /// kept as counts, returned to the queue's semaphores when it leaves; its enqueue time as
 /// milliseconds since the queue's base.
@@ -596,7 +597,7 @@ mod tests {
             rxs.push(rx);
         }
         let senders = if last > first {
-            Senders::Batch(responders)
+            Senders::Batch(Box::new(responders))
         } else {
             Senders::One(responders.pop().unwrap())
         };
