@@ -227,7 +227,7 @@ impl InFlight {
 /// A queued entry: an [`InFlight`] packed (72 bytes instead of 136 plus a 48-byte completion
 /// in its own allocation), since tens of thousands of them can be pending. Its permits are
 /// kept as counts, returned to the queue's semaphores when it leaves; its enqueue time as
-/// milliseconds since the queue's base.
+/// nanoseconds since the queue's base.
 #[derive(Debug)]
 pub(crate) struct Queued {
     pub first_seq: u64,
@@ -250,7 +250,8 @@ impl Queued {
     }
 }
 
-/// A point in time as milliseconds since a queue's base (8 bytes instead of an `Instant`'s 16).
+/// A point in time as nanoseconds since a queue's base (8 bytes instead of an `Instant`'s 16;
+/// 2^64 ns are 584 years).
 #[derive(Debug, Clone, Copy)]
 struct Stamp(u64);
 
@@ -261,22 +262,19 @@ struct Clock {
 }
 
 impl Clock {
-    fn millis(&self, at: Instant, round_up: bool) -> u64 {
+    fn nanos(&self, at: Instant) -> u64 {
+        // An instant before the base counts as the base: an age is then never more than the
+        // real one (not expected: entries are built after their queue).
         let d = at.saturating_duration_since(self.base);
-        let ms = d.as_millis() + u128::from(round_up && d.subsec_nanos() % 1_000_000 != 0);
-        // 2^64 ms is far beyond any process's life.
-        u64::try_from(ms).unwrap_or(u64::MAX)
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    /// An enqueue time, rounded up: an age computed from it is never more than the real one
-    /// (a send does not time out early; at most a millisecond late, within the timer's tick).
     fn stamp(&self, at: Instant) -> Stamp {
-        Stamp(self.millis(at, true))
+        Stamp(self.nanos(at))
     }
 
     fn age(&self, stamp: Stamp, now: Instant) -> Duration {
-        // Saturating: an entry stamped (rounded up) within the current millisecond is 0 old.
-        Duration::from_millis(self.millis(now, false).saturating_sub(stamp.0))
+        Duration::from_nanos(self.nanos(now).saturating_sub(stamp.0))
     }
 }
 
@@ -415,8 +413,7 @@ impl PendingQueue {
         self.queue.front()
     }
 
-    /// How long `entry` has been queued at `now` (to the millisecond, never more than the
-    /// real time).
+    /// How long `entry` has been queued at `now`.
     pub(crate) fn age(&self, entry: &Queued, now: Instant) -> Duration {
         self.clock.age(entry.enqueued, now)
     }
@@ -823,10 +820,10 @@ mod tests {
         );
     }
 
-    /// Enqueue times are kept to the millisecond, rounded so that a send never times out
-    /// early: one enqueued now is not old at all, and one exactly `timeout` old expires.
+    /// Enqueue times are kept exactly: one enqueued now is not old at all, and one exactly
+    /// `timeout` old expires (not a nanosecond before).
     #[tokio::test(start_paused = true)]
-    async fn ages_are_never_more_than_the_real_ones() {
+    async fn ages_are_exact() {
         let mut q = PendingQueue::default();
         tokio::time::advance(Duration::from_micros(1500)).await;
         let at = Instant::now();
@@ -834,16 +831,17 @@ mod tests {
         q.push(a);
         let head = q.head().unwrap();
         assert_eq!(q.age(head, at), Duration::ZERO);
+        assert_eq!(
+            q.age(head, at + Duration::from_nanos(250_123)),
+            Duration::from_nanos(250_123)
+        );
         let timeout = Duration::from_millis(30);
         assert_eq!(
-            q.expire(at + timeout - Duration::from_micros(1), timeout, |_| {}),
+            q.expire(at + timeout - Duration::from_nanos(1), timeout, |_| {}),
             0
         );
         assert!(ra[0].try_result().is_none());
-        assert_eq!(
-            q.expire(at + timeout + Duration::from_millis(1), timeout, |_| {}),
-            1
-        );
+        assert_eq!(q.expire(at + timeout, timeout, |_| {}), 1);
         assert!(matches!(
             ra[0].try_result(),
             Some(Err(Error::Timeout { .. }))
