@@ -359,19 +359,6 @@ pub(crate) fn encode_frame(
     )
 }
 
-/// Encodes a SEND frame into new bytes: the producer's per-entry frame. The `BaseCommand`
-/// envelope (its `type` and `send` fields) is written by hand, so no 6 KB `BaseCommand` is
-/// built, measured and dropped per entry; the bytes are the same as [`encode_frame`]'s.
-pub(crate) fn encode_send(
-    send: &proto::CommandSend,
-    payload: &Payload,
-    max_frame_size: usize,
-) -> Result<Bytes, CodecError> {
-    let mut dst = BytesMut::new();
-    encode_parts(Command::Send(send), Some(payload), &mut dst, max_frame_size)?;
-    Ok(dst.freeze())
-}
-
 /// The command section of a frame to encode.
 #[derive(Clone, Copy)]
 enum Command<'a> {
@@ -395,7 +382,7 @@ impl Command<'_> {
         }
     }
 
-    fn encode(self, dst: &mut BytesMut) -> Result<(), prost::EncodeError> {
+    fn encode<B: BufMut>(self, dst: &mut B) -> Result<(), prost::EncodeError> {
         match self {
             Command::Base(c) => c.encode(dst),
             Command::Send(send) => {
@@ -409,13 +396,26 @@ impl Command<'_> {
     }
 }
 
-/// Encodes a command and its payload at the end of `dst`; see [`encode_frame`].
-fn encode_parts(
+/// The sizes of a frame to encode, computed and checked once by [`plan`].
+#[derive(Clone, Copy)]
+struct Layout {
+    /// The whole frame, length prefix included.
+    frame_len: usize,
+    total_size: u32,
+    cmd_len: u32,
+    /// For a payload frame: the metadata size and the broker entry metadata size.
+    meta_and_bem: Option<(u32, Option<u32>)>,
+    /// For a payload frame: where its CRC32C goes, from the frame's start (the checksum covers
+    /// the rest of the frame after it).
+    crc_at: Option<usize>,
+}
+
+/// Measures a command and its payload and checks the frame against `max_frame_size`.
+fn plan(
     command: Command<'_>,
     payload: Option<&Payload>,
-    dst: &mut BytesMut,
     max_frame_size: usize,
-) -> Result<(), CodecError> {
+) -> Result<Layout, CodecError> {
     let too_large = || CodecError::FrameTooLarge {
         size: usize::MAX,
         max: max_frame_size,
@@ -451,8 +451,6 @@ fn encode_parts(
             max: max_frame_size,
         });
     }
-    let total_size_u32 = wire_u32(total_size, "frame")?;
-    let cmd_len_u32 = wire_u32(cmd_len, "command")?;
     let meta_and_bem = match payload_sizes {
         Some((meta_len, bem_len)) => Some((
             wire_u32(meta_len, "metadata")?,
@@ -462,38 +460,58 @@ fn encode_parts(
         )),
         None => None,
     };
-
-    let start_len = dst.len();
-    dst.reserve(frame_len);
-    let result = write_frame(
-        command,
-        payload,
-        dst,
-        total_size_u32,
-        cmd_len_u32,
+    // Sizes, command, [broker entry metadata section], magic: all within `frame_len`.
+    let crc_at = payload_sizes.map(|(_, bem_len)| 8 + cmd_len + bem_len.map_or(0, |l| 6 + l) + 2);
+    Ok(Layout {
+        frame_len,
+        total_size: wire_u32(total_size, "frame")?,
+        cmd_len: wire_u32(cmd_len, "command")?,
         meta_and_bem,
-    );
-    if result.is_err() {
-        dst.truncate(start_len);
-    }
-    debug_assert!(result.is_err() || dst.len() - start_len == frame_len);
-    result
+        crc_at,
+    })
 }
 
-/// Writes a frame whose sizes have been computed and checked by [`encode_parts`].
-fn write_frame(
+/// Fills in the CRC32C of a payload frame written (with a zero placeholder) into `frame`.
+fn seal(frame: &mut [u8], layout: &Layout) {
+    if let Some(at) = layout.crc_at {
+        let crc = crc32c::crc32c(&frame[at + 4..]);
+        frame[at..at + 4].copy_from_slice(&crc.to_be_bytes());
+    }
+}
+
+/// Encodes a command and its payload at the end of `dst`; see [`encode_frame`].
+fn encode_parts(
     command: Command<'_>,
     payload: Option<&Payload>,
     dst: &mut BytesMut,
-    total_size: u32,
-    cmd_len: u32,
-    meta_and_bem: Option<(u32, Option<u32>)>,
+    max_frame_size: usize,
+) -> Result<(), CodecError> {
+    let layout = plan(command, payload, max_frame_size)?;
+    let start_len = dst.len();
+    dst.reserve(layout.frame_len);
+    let result = write_frame(command, payload, dst, &layout);
+    if result.is_err() {
+        dst.truncate(start_len);
+        return result;
+    }
+    debug_assert_eq!(dst.len() - start_len, layout.frame_len);
+    seal(&mut dst[start_len..], &layout);
+    Ok(())
+}
+
+/// Writes a frame whose sizes have been computed and checked by [`plan`], with a zero
+/// placeholder for its checksum ([`seal`] fills it in).
+fn write_frame<B: BufMut>(
+    command: Command<'_>,
+    payload: Option<&Payload>,
+    dst: &mut B,
+    layout: &Layout,
 ) -> Result<(), CodecError> {
     let encode_err = |e: prost::EncodeError| CodecError::Protobuf(e.to_string());
-    dst.put_u32(total_size);
-    dst.put_u32(cmd_len);
+    dst.put_u32(layout.total_size);
+    dst.put_u32(layout.cmd_len);
     command.encode(dst).map_err(encode_err)?;
-    let (Some(payload), Some((meta_len, bem_len))) = (payload, meta_and_bem) else {
+    let (Some(payload), Some((meta_len, bem_len))) = (payload, layout.meta_and_bem) else {
         return Ok(());
     };
     if let (Some(bem), Some(bem_len)) = (&payload.broker_entry_metadata, bem_len) {
@@ -502,14 +520,10 @@ fn write_frame(
         dst.put_slice(bem);
     }
     dst.put_u16(MAGIC_CRC32C);
-    let crc_pos = dst.len();
-    dst.put_u32(0); // placeholder, filled in below
-    let checked_from = dst.len();
+    dst.put_u32(0); // placeholder, filled in by `seal`
     dst.put_u32(meta_len);
     payload.metadata.encode(dst).map_err(encode_err)?;
     dst.put_slice(&payload.data);
-    let crc = crc32c::crc32c(&dst[checked_from..]);
-    dst[crc_pos..checked_from].copy_from_slice(&crc.to_be_bytes());
     Ok(())
 }
 
@@ -530,7 +544,9 @@ impl Encoder<Frame> for PulsarCodec {
 }
 
 mod inbound;
+mod send;
 pub(crate) use inbound::{Inbound, InboundCodec, MessageFrame};
+pub(crate) use send::{encode_send, EncodedFrame};
 
 #[cfg(test)]
 mod tests;

@@ -605,7 +605,8 @@ proptest! {
         highest in proptest::option::of(any::<u64>()),
         num_messages in proptest::option::of(any::<i32>()),
         is_chunk in proptest::option::of(any::<bool>()),
-        data in proptest::collection::vec(any::<u8>(), 0..300),
+        // Across the size where a frame's buffer changes (see `codec::send`).
+        data in proptest::collection::vec(any::<u8>(), 0..2000),
         txnid in proptest::option::of((any::<u64>(), any::<u64>())),
         marker in proptest::option::of(any::<bool>()),
         message_id in proptest::option::of((any::<u64>(), any::<u64>(), any::<i32>())),
@@ -637,6 +638,7 @@ proptest! {
         );
         let fast = encode_send(&send, whole.payload.as_ref().unwrap(), 1 << 20).unwrap();
         prop_assert_eq!(&fast[..], &encode(&whole)[..]);
+        prop_assert_eq!(&fast.to_bytes()[..], &encode(&whole)[..]);
     }
 }
 

@@ -10,7 +10,8 @@ use crate::message::now_millis;
 use crate::proto;
 
 use super::options::BatchingOptions;
-use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Reservation};
+use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Reservation, Senders};
+use super::receipt::Responder;
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -67,7 +68,7 @@ pub(super) fn encode(
     send: &proto::CommandSend,
     metadata: proto::MessageMetadata,
     data: Bytes,
-) -> Result<Bytes> {
+) -> Result<crate::codec::EncodedFrame> {
     let payload = crate::codec::Payload {
         broker_entry_metadata: None,
         metadata,
@@ -122,11 +123,10 @@ pub(super) fn entry(
         first_seq: sequence_id,
         last_seq: sequence_id,
         encoded: encode(ctx, &send, metadata, data)?,
-        completions: Vec::new(),
-        batched: false,
+        senders: Senders::None,
         chunk,
         enqueued_at: Instant::now(),
-        _reserved: Reservation::default(),
+        reserved: Reservation::default(),
     })
 }
 
@@ -160,8 +160,8 @@ pub(crate) fn single_entry_from(
     let send = crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1);
     match entry(ctx, send, metadata, data, sequence_id, None) {
         Ok(mut e) => {
-            // Exactly one: a push onto an empty Vec would allocate room for four.
-            e.completions = vec![completion];
+            e.senders = completion.responder.map_or(Senders::None, Senders::One);
+            e.reserved = completion.reserved;
             Ok(e)
         }
         Err(e) => Err((e, completion)),
@@ -220,6 +220,15 @@ impl BatchKey {
     }
 }
 
+/// A batched message's completion again, to fail it (what it held is the batch's, released
+/// with the batch).
+fn failed_send(responder: Responder) -> Completion {
+    Completion {
+        responder: Some(responder),
+        reserved: Reservation::default(),
+    }
+}
+
 /// One open batch.
 #[derive(Debug)]
 struct OpenBatch {
@@ -232,7 +241,8 @@ struct OpenBatch {
     /// An upper bound of the encoded size of the batch's `MessageMetadata`.
     metadata_bound: usize,
     builder: BatchBuilder,
-    completions: Vec<Completion>,
+    /// The messages' responders (what they hold is merged into `reserved`).
+    completions: Vec<Responder>,
     /// What the batch's messages hold, released once for the whole entry.
     reserved: Reservation,
     first_seq: u64,
@@ -449,9 +459,8 @@ impl BatchContainer {
         let b = &mut self.open[idx];
         b.builder.push_head(&head, &fields, &msg.payload);
         b.last_seq = sequence_id;
-        let mut completion = completion;
-        b.reserved.merge(std::mem::take(&mut completion.reserved));
-        b.completions.push(completion);
+        b.reserved.merge(completion.reserved);
+        b.completions.extend(completion.responder);
         if b.completions.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
         {
@@ -510,7 +519,7 @@ impl BatchContainer {
         let mut data = match compress(ctx, raw.clone()) {
             Ok(d) => d,
             Err(e) => {
-                failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
+                failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
                 return;
             }
         };
@@ -523,14 +532,14 @@ impl BatchContainer {
         }
         // Only when the broker's limit shrank (after a reconnect) while the batch was open.
         if let Err(e) = check_size(ctx, &metadata, &data) {
-            failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
+            failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
             return;
         }
         let send = crate::commands::send(ctx.producer_id, b.first_seq, b.last_seq, n);
         let encoded = match encode(ctx, &send, metadata, data) {
             Ok(bytes) => bytes,
             Err(e) => {
-                failed.extend(b.completions.drain(..).map(|c| (e.clone(), c)));
+                failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
                 return;
             }
         };
@@ -538,11 +547,10 @@ impl BatchContainer {
             first_seq: b.first_seq,
             last_seq: b.last_seq,
             encoded,
-            completions: b.completions,
-            batched: true,
+            senders: Senders::Batch(Box::new(b.completions)),
             chunk: None,
             enqueued_at: b.opened_at,
-            _reserved: b.reserved,
+            reserved: b.reserved,
         });
     }
 }

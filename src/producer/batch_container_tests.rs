@@ -18,7 +18,7 @@ fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
 
 fn completion() -> Completion {
     Completion {
-        responder: None,
+        responder: Some(crate::producer::receipt::Receipts::default().next().0),
         reserved: Reservation::default(),
     }
 }
@@ -92,7 +92,7 @@ fn consecutive_batches_carry_their_own_messages() {
     for entry in &out {
         let (m, data) = decode(entry);
         let n = m.num_messages_in_batch.unwrap() as usize;
-        assert_eq!(entry.completions.len(), n);
+        assert_eq!(entry.messages(), n);
         for (single, payload) in crate::batch::parse_batch(data, n as u32).unwrap() {
             assert_eq!(single.sequence_id, Some(seq as u64));
             assert_eq!(payload, Bytes::from(vec![seq as u8; sizes[seq]]));
@@ -114,16 +114,19 @@ fn batches_of_one_message_do_not_hold_room_for_hundreds() {
         let (out, failed) = run(&ctx, &mut c, &[(None, None, 10)]);
         assert!(failed.is_empty());
         assert_eq!(out.len(), 1);
+        let Senders::Batch(responders) = &out[0].senders else {
+            panic!("a batch entry");
+        };
         assert!(
-            out[0].completions.capacity() <= 16,
+            responders.capacity() <= 16,
             "capacity {}",
-            out[0].completions.capacity()
+            responders.capacity()
         );
     }
     // Full batches still get their room at once.
     let msgs: Vec<TestMsg<'_>> = (0..100).map(|_| (None, None, 10)).collect();
     let (out, _) = run(&ctx, &mut c, &msgs);
-    assert_eq!(out[0].completions.len(), 100);
+    assert_eq!(out[0].messages(), 100);
 }
 
 /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
@@ -247,7 +250,7 @@ fn a_message_too_big_for_any_batch_fails_alone() {
     // The batches opened before it went first, in sequence order; then what followed it.
     let ranges: Vec<_> = out
         .iter()
-        .map(|e| (e.first_seq, e.last_seq, e.batched))
+        .map(|e| (e.first_seq, e.last_seq, e.is_batch()))
         .collect();
     assert_eq!(
         ranges,
@@ -289,7 +292,7 @@ fn no_entry_exceeds_the_limit() {
                     &mut failed,
                 );
                 if let Some(bound) = bound {
-                    for e in out.iter().filter(|e| e.batched) {
+                    for e in out.iter().filter(|e| e.is_batch()) {
                         assert!(decode(e).0.encoded_len() <= bound);
                     }
                 }
@@ -308,7 +311,7 @@ fn no_entry_exceeds_the_limit() {
                 };
                 assert!(*size > max);
             }
-            let sent: usize = out.iter().map(|e| e.completions.len()).sum();
+            let sent: usize = out.iter().map(|e| e.messages()).sum();
             assert_eq!(sent + failed.len(), sizes.len());
         }
     }

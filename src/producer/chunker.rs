@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::proto;
 
 use super::batch_container::{compress, entry, message_metadata, single_entry_from, FrameContext};
-use super::pending::{ChunkPos, Completion, InFlight, Outgoing};
+use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Senders};
 
 /// The pending entries of one message: one entry when it fits (or chunking is off), else one
 /// per chunk with the completion on the last.
@@ -90,7 +90,8 @@ pub(crate) fn message_entries(
     match split(ctx, &metadata, &data, chunk_size, of, sequence_id) {
         Ok(mut entries) => {
             if let Some(last) = entries.last_mut() {
-                last.completions = vec![completion];
+                last.senders = completion.responder.map_or(Senders::None, Senders::One);
+                last.reserved = completion.reserved;
             }
             Ok(entries)
         }
@@ -144,14 +145,14 @@ mod tests {
 
     fn completion() -> Completion {
         Completion {
-            responder: None,
+            responder: Some(crate::producer::receipt::Receipts::default().next().0),
             reserved: crate::producer::pending::Reservation::default(),
         }
     }
 
-    fn decode(bytes: &Bytes) -> Frame {
+    fn decode(bytes: &[u8]) -> Frame {
         let mut codec = PulsarCodec::with_max_message_size(1 << 20);
-        let mut buf = bytes::BytesMut::from(&bytes[..]);
+        let mut buf = bytes::BytesMut::from(bytes);
         codec.decode(&mut buf).unwrap().unwrap()
     }
 
@@ -192,7 +193,7 @@ mod tests {
                     of: n as u32
                 })
             );
-            assert_eq!(e.completions.len(), usize::from(i as i32 == n - 1));
+            assert_eq!(e.messages(), usize::from(i as i32 == n - 1));
             let f = decode(&e.encoded);
             let send = f.command.send.unwrap();
             assert_eq!((send.sequence_id, send.is_chunk), (9, Some(true)));

@@ -2,10 +2,12 @@
 //! sequence order. Pure bookkeeping, unit-tested without a socket.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
-use tokio::sync::OwnedSemaphorePermit;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Duration, Instant};
 
+use crate::codec::EncodedFrame;
 use crate::error::{Error, Result};
 use crate::message::ProducerMessage;
 use crate::message_id::{ChunkStart, MessageId};
@@ -96,7 +98,7 @@ impl From<ProducerMessage> for Outgoing {
 }
 
 /// What a message holds while it is pending: client memory for its payload and a slot of the
-/// producer's `max_pending_messages`, both given back when this is dropped.
+/// producer's `max_pending_messages`, both given back when its entry leaves the queue.
 ///
 /// The messages of a batch hand theirs to the batch ([`merge`](Self::merge)), so the
 /// semaphores are released once per entry rather than once per message (each release takes
@@ -124,11 +126,11 @@ impl Reservation {
     }
 }
 
-/// Completes one application `send`: its responder and what it holds while pending.
+/// Completes one application `send`: its responder and what it holds until it is queued.
 #[derive(Debug)]
 pub(crate) struct Completion {
     pub responder: Option<Responder>,
-    /// Released when this is dropped (unless handed to its batch).
+    /// Released when this is dropped (unless handed to its entry).
     pub reserved: Reservation,
 }
 
@@ -136,6 +138,45 @@ impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
         if let Some(tx) = self.responder.take() {
             tx.send(result);
+        }
+    }
+}
+
+/// The sends one entry completes. Kept per entry without a [`Completion`] each: what the
+/// messages hold is the entry's [`Reservation`], and a message sent on its own needs no
+/// allocation of its own for its one responder.
+#[derive(Debug, Default)]
+pub(crate) enum Senders {
+    /// A chunk before the last of its message: it completes nothing.
+    #[default]
+    None,
+    /// A message sent on its own (or the last chunk of a chunked message).
+    One(Responder),
+    /// The messages of a batch, in batch order (batch indexes from 0). Boxed: one more small
+    /// allocation per batch keeps this 16 bytes instead of 24 for every entry (a thin pointer
+    /// fits beside `One`'s niche; a `Vec` or a boxed slice does not).
+    #[allow(clippy::box_collection)]
+    Batch(Box<Vec<Responder>>),
+}
+
+impl Senders {
+    /// How many sends this completes.
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Senders::None => 0,
+            Senders::One(_) => 1,
+            Senders::Batch(v) => v.len(),
+        }
+    }
+
+    /// Completes every send with `error`.
+    pub(crate) fn fail(self, error: &Error) {
+        match self {
+            Senders::None => {}
+            Senders::One(r) => r.send(Err(error.clone())),
+            Senders::Batch(v) => {
+                super::receipt::send_all(v.into_iter().map(|r| (r, Err(error.clone()))))
+            }
         }
     }
 }
@@ -155,24 +196,88 @@ impl ChunkPos {
     }
 }
 
-/// One entry on the wire: a single message, a batch, or one chunk of a chunked message (the
-/// chunks of a message are consecutive entries with the same sequence id; only the last one
-/// holds the message's completion).
+/// One entry on the wire as built: a single message, a batch, or one chunk of a chunked
+/// message (the chunks of a message are consecutive entries with the same sequence id; only
+/// the last one completes the message). [`PendingQueue::push`] keeps it packed.
 #[derive(Debug)]
 pub(crate) struct InFlight {
     pub first_seq: u64,
     pub last_seq: u64,
     /// The encoded-once SEND frame, kept for re-sending after a reconnect.
-    pub encoded: Bytes,
-    /// One completion per message (in batch order).
-    pub completions: Vec<Completion>,
-    pub batched: bool,
+    pub encoded: EncodedFrame,
+    pub senders: Senders,
     /// Set on a chunk of a chunked message.
     pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
-    /// What a batch's messages hold (a single message's stays in its completion), released
-    /// when the entry leaves the queue.
-    pub _reserved: Reservation,
+    /// What the entry's messages hold, released when the entry leaves the queue.
+    pub reserved: Reservation,
+}
+
+impl InFlight {
+    /// How many sends the entry completes.
+    pub(crate) fn messages(&self) -> usize {
+        self.senders.len()
+    }
+
+    /// Whether the entry is a batch.
+    #[cfg(test)]
+    pub(crate) fn is_batch(&self) -> bool {
+        matches!(self.senders, Senders::Batch(_))
+    }
+}
+
+/// A queued entry: an [`InFlight`] packed (72 bytes instead of 136 plus a 48-byte completion
+/// in its own allocation), since tens of thousands of them can be pending. Its permits are
+/// kept as counts, returned to the queue's semaphores when it leaves; its enqueue time as
+/// nanoseconds since the queue's base.
+#[derive(Debug)]
+pub(crate) struct Queued {
+    pub first_seq: u64,
+    pub last_seq: u64,
+    pub encoded: EncodedFrame,
+    senders: Senders,
+    /// A chunk's position, `of` 0 when the entry is not a chunk (4 bytes less than an
+    /// `Option`, which makes the entry 8 bytes smaller).
+    chunk: ChunkPos,
+    enqueued: Stamp,
+    /// Permits of the memory limit and of `max_pending_messages` held.
+    memory: u32,
+    slots: u32,
+}
+
+impl Queued {
+    /// How many sends the entry completes.
+    pub(crate) fn messages(&self) -> usize {
+        self.senders.len()
+    }
+}
+
+/// A point in time as nanoseconds since a queue's base (8 bytes instead of an `Instant`'s 16;
+/// 2^64 ns are 584 years).
+#[derive(Debug, Clone, Copy)]
+struct Stamp(u64);
+
+/// The queue's clock for enqueue times.
+#[derive(Debug)]
+struct Clock {
+    base: Instant,
+}
+
+impl Clock {
+    fn nanos(&self, at: Instant) -> u64 {
+        // An instant before the base counts as the base: an age is then never more than the
+        // real one (not expected: entries are built after their queue).
+        let d = at.saturating_duration_since(self.base);
+        u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn stamp(&self, at: Instant) -> Stamp {
+        Stamp(self.nanos(at))
+    }
+
+    fn age(&self, stamp: Stamp, now: Instant) -> Duration {
+        Duration::from_nanos(self.nanos(now).saturating_sub(stamp.0))
+    }
 }
 
 /// What a receipt did to the queue.
@@ -186,22 +291,105 @@ pub(crate) enum ReceiptOutcome {
     AheadOfHead { expected: u64, got: u64 },
 }
 
+/// The semaphores the queued entries' permits go back to, taken from the first permits
+/// queued (every permit of a producer comes from the same two semaphores; `Reservation::merge`
+/// relies on that too).
 #[derive(Debug, Default)]
+struct Semaphores {
+    memory: Option<Arc<Semaphore>>,
+    slots: Option<Arc<Semaphore>>,
+}
+
+/// Keeps `permit`'s count and forgets the permit (its semaphore is remembered in `sem`).
+fn keep(sem: &mut Option<Arc<Semaphore>>, permit: Option<OwnedSemaphorePermit>) -> u32 {
+    let Some(permit) = permit else {
+        return 0;
+    };
+    debug_assert!(sem
+        .as_ref()
+        .is_none_or(|s| Arc::ptr_eq(s, permit.semaphore())));
+    if sem.is_none() {
+        *sem = Some(permit.semaphore().clone());
+    }
+    // Counts fit: the memory limit is at most 4 GiB, and an entry holds one slot per message.
+    let n = u32::try_from(permit.num_permits()).unwrap_or(u32::MAX);
+    permit.forget();
+    n
+}
+
+impl Semaphores {
+    fn release(&self, memory: u32, slots: u32) {
+        for (sem, n) in [(&self.memory, memory), (&self.slots, slots)] {
+            if let (Some(sem), 1..) = (sem, n) {
+                sem.add_permits(n as usize);
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
 pub(crate) struct PendingQueue {
-    queue: VecDeque<InFlight>,
+    queue: VecDeque<Queued>,
     messages: usize,
     /// Encoded bytes of the queued entries.
     bytes: usize,
     /// Where the first chunk of the chunked message being receipted was stored (upstream
     /// `ChunkedMessageCtx.firstChunkMessageId`), keyed by its sequence id.
     first_chunk: Option<(u64, ChunkStart)>,
+    clock: Clock,
+    semaphores: Semaphores,
+}
+
+impl Default for PendingQueue {
+    fn default() -> Self {
+        PendingQueue {
+            queue: VecDeque::new(),
+            messages: 0,
+            bytes: 0,
+            first_chunk: None,
+            clock: Clock {
+                base: Instant::now(),
+            },
+            semaphores: Semaphores::default(),
+        }
+    }
+}
+
+impl Drop for PendingQueue {
+    /// Whatever is still queued leaves with the queue: its permits go back (its sends resolve
+    /// to `Closed` as their responders drop).
+    fn drop(&mut self) {
+        for e in self.queue.drain(..) {
+            self.semaphores.release(e.memory, e.slots);
+        }
+    }
 }
 
 impl PendingQueue {
     pub(crate) fn push(&mut self, entry: InFlight) {
-        self.messages += entry.completions.len();
-        self.bytes += entry.encoded.len();
-        self.queue.push_back(entry);
+        let InFlight {
+            first_seq,
+            last_seq,
+            encoded,
+            senders,
+            chunk,
+            enqueued_at,
+            reserved,
+        } = entry;
+        self.messages += senders.len();
+        self.bytes += encoded.len();
+        let memory = keep(&mut self.semaphores.memory, reserved.memory);
+        let slots = keep(&mut self.semaphores.slots, reserved.slot);
+        self.queue.push_back(Queued {
+            first_seq,
+            last_seq,
+            encoded,
+            senders,
+            chunk: chunk.unwrap_or(ChunkPos { id: 0, of: 0 }),
+            enqueued: self.clock.stamp(enqueued_at),
+            memory,
+            slots,
+        });
     }
 
     /// Messages pending (not entries).
@@ -218,13 +406,34 @@ impl PendingQueue {
         self.queue.is_empty()
     }
 
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &InFlight> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Queued> {
         self.queue.iter()
+    }
+
+    /// The oldest entry.
+    pub(crate) fn head(&self) -> Option<&Queued> {
+        self.queue.front()
+    }
+
+    /// How long `entry` has been queued at `now`.
+    pub(crate) fn age(&self, entry: &Queued, now: Instant) -> Duration {
+        self.clock.age(entry.enqueued, now)
     }
 
     /// The highest sequence id queued, if any.
     pub(crate) fn last_seq(&self) -> Option<u64> {
         self.queue.back().map(|e| e.last_seq)
+    }
+
+    /// Takes the head entry off the queue: its counts and permits go (the permits before its
+    /// sends complete, so a caller whose send completed finds them back).
+    fn pop(&mut self) -> Option<(Senders, Option<ChunkPos>, u64)> {
+        let e = self.queue.pop_front()?;
+        self.messages -= e.senders.len();
+        self.bytes -= e.encoded.len();
+        self.semaphores.release(e.memory, e.slots);
+        let chunk = (e.chunk.of > 0).then_some(e.chunk);
+        Some((e.senders, chunk, e.first_seq))
     }
 
     /// Applies a send receipt. `make_id(batch_index)` builds each message's id.
@@ -247,13 +456,11 @@ impl PendingQueue {
                 got: sequence_id,
             };
         }
-        let Some(entry) = self.queue.pop_front() else {
+        let Some((senders, chunk, _)) = self.pop() else {
             return ReceiptOutcome::Stale;
         };
-        let n = entry.completions.len();
-        self.messages -= n;
-        self.bytes -= entry.encoded.len();
-        if let Some(chunk) = entry.chunk {
+        let n = senders.len();
+        if let Some(chunk) = chunk {
             // Upstream `ProducerImpl.ackReceived`: every chunk has its own receipt, in order;
             // the first chunk's id is kept and only the last chunk completes the send, with a
             // chunk message id spanning both (`ChunkMessageIdImpl`).
@@ -273,30 +480,32 @@ impl PendingQueue {
                     .take()
                     .filter(|(seq, _)| *seq == sequence_id)
                     .map(|(_, start)| start);
-                for c in entry.completions {
-                    c.complete(Ok(MessageId {
-                        first_chunk: first,
-                        ..here
-                    }));
+                let id = MessageId {
+                    first_chunk: first,
+                    ..here
+                };
+                match senders {
+                    Senders::None => {}
+                    Senders::One(r) => r.send(Ok(id)),
+                    Senders::Batch(v) => {
+                        super::receipt::send_all(v.into_iter().map(|r| (r, Ok(id))))
+                    }
                 }
             }
             return ReceiptOutcome::Completed(n);
         }
-        let batch_size = n as i32;
-        let batched = entry.batched;
-        super::receipt::send_all(entry.completions.into_iter().enumerate().filter_map(
-            |(i, mut c)| {
-                let mut id = if batched {
-                    entry_id(Some(i as i32))
-                } else {
-                    entry_id(None)
-                };
-                if batched {
+        match senders {
+            Senders::None => {}
+            Senders::One(r) => r.send(Ok(entry_id(None))),
+            Senders::Batch(v) => {
+                let batch_size = n as i32;
+                super::receipt::send_all(v.into_iter().enumerate().map(|(i, r)| {
+                    let mut id = entry_id(Some(i as i32));
                     id.batch_size = batch_size;
-                }
-                Some((c.responder.take()?, Ok(id)))
-            },
-        ));
+                    (r, Ok(id))
+                }))
+            }
+        }
         ReceiptOutcome::Completed(n)
     }
 
@@ -312,36 +521,31 @@ impl PendingQueue {
     /// before completing them (the stats see a failure before its sender does, like upstream's
     /// send callback, which records the stats before completing the application's future).
     pub(crate) fn fail_head_counted(&mut self, error: Error, count: impl FnOnce(usize)) -> usize {
-        let Some(entry) = self.queue.pop_front() else {
+        let Some((senders, chunk, seq)) = self.pop() else {
             return 0;
         };
-        let mut entries = vec![entry];
-        if let Some(chunk) = entries[0].chunk {
+        let mut failed = vec![senders];
+        if let Some(chunk) = chunk {
             self.first_chunk = None;
-            let seq = entries[0].first_seq;
             let mut last = chunk;
             while !last.is_last() {
                 match self.queue.front() {
                     Some(next)
-                        if next.first_seq == seq && next.chunk.is_some_and(|c| c.id > last.id) =>
+                        if next.first_seq == seq
+                            && next.chunk.of > 0
+                            && next.chunk.id > last.id =>
                     {
-                        last = next.chunk.unwrap_or(last);
-                        entries.extend(self.queue.pop_front());
+                        last = next.chunk;
+                        failed.extend(self.pop().map(|(s, _, _)| s));
                     }
                     _ => break,
                 }
             }
         }
-        let n: usize = entries.iter().map(|e| e.completions.len()).sum();
-        self.messages -= n;
-        for entry in &entries {
-            self.bytes -= entry.encoded.len();
-        }
+        let n: usize = failed.iter().map(Senders::len).sum();
         count(n);
-        for entry in entries {
-            for c in entry.completions {
-                c.complete(Err(error.clone()));
-            }
+        for senders in failed {
+            senders.fail(&error);
         }
         n
     }
@@ -356,7 +560,7 @@ impl PendingQueue {
     ) -> usize {
         let mut failed = 0;
         while let Some(head) = self.queue.front() {
-            if now.saturating_duration_since(head.enqueued_at) < timeout {
+            if self.clock.age(head.enqueued, now) < timeout {
                 break;
             }
             let error = Error::Timeout {
@@ -379,192 +583,5 @@ impl PendingQueue {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::producer::receipt::{Receipts, SendFuture};
-
-    fn entry(first: u64, last: u64, at: Instant) -> (InFlight, Vec<SendFuture>) {
-        let mut completions = Vec::new();
-        let mut rxs = Vec::new();
-        for _ in first..=last {
-            let (tx, rx) = Receipts::default().next();
-            completions.push(Completion {
-                responder: Some(tx),
-                reserved: Reservation::default(),
-            });
-            rxs.push(rx);
-        }
-        (
-            InFlight {
-                first_seq: first,
-                last_seq: last,
-                encoded: Bytes::from_static(b"frame"),
-                completions,
-                batched: last > first,
-                chunk: None,
-                enqueued_at: at,
-                _reserved: Reservation::default(),
-            },
-            rxs,
-        )
-    }
-
-    fn id(batch: Option<i32>) -> MessageId {
-        MessageId {
-            ledger_id: 1,
-            entry_id: 2,
-            partition: -1,
-            batch_index: batch.unwrap_or(-1),
-            batch_size: 0,
-            first_chunk: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn receipts_complete_in_order_with_batch_indexes() {
-        let now = Instant::now();
-        let mut q = PendingQueue::default();
-        let (a, mut ra) = entry(0, 2, now);
-        let (b, mut rb) = entry(3, 3, now);
-        q.push(a);
-        q.push(b);
-        assert_eq!(q.messages(), 4);
-        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Completed(3));
-        for (i, rx) in ra.iter_mut().enumerate() {
-            let got = rx.try_result().unwrap().unwrap();
-            assert_eq!(got.batch_index, i as i32);
-            assert_eq!(got.batch_size, 3);
-        }
-        // A duplicate receipt for the completed batch is stale, not an error.
-        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
-        assert!(rb[0].try_result().is_none(), "still pending");
-        assert_eq!(q.on_receipt(3, id), ReceiptOutcome::Completed(1));
-        assert_eq!(rb[0].try_result().unwrap().unwrap().batch_index, -1);
-        assert!(q.is_empty());
-        assert_eq!(q.messages(), 0);
-        assert_eq!(q.bytes(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_receipt_ahead_of_the_head_is_reported() {
-        let now = Instant::now();
-        let mut q = PendingQueue::default();
-        let (a, _ra) = entry(5, 5, now);
-        q.push(a);
-        assert_eq!(
-            q.on_receipt(6, id),
-            ReceiptOutcome::AheadOfHead {
-                expected: 5,
-                got: 6
-            }
-        );
-        assert_eq!(q.messages(), 1);
-    }
-
-    #[tokio::test]
-    async fn expire_fails_exactly_the_old_entries_in_order() {
-        let start = Instant::now();
-        let mut q = PendingQueue::default();
-        let (a, mut ra) = entry(0, 0, start);
-        let (b, mut rb) = entry(1, 1, start + Duration::from_secs(5));
-        q.push(a);
-        q.push(b);
-        assert_eq!(
-            q.expire(
-                start + Duration::from_secs(31),
-                Duration::from_secs(30),
-                |_| {}
-            ),
-            1
-        );
-        assert!(matches!(
-            ra[0].try_result().unwrap(),
-            Err(Error::Timeout { .. })
-        ));
-        assert!(
-            rb[0].try_result().is_none(),
-            "the younger entry is still pending"
-        );
-        // Its late receipt would now be for seq 0: stale.
-        assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
-        assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Completed(1));
-        assert!(rb[0].try_result().unwrap().is_ok());
-    }
-
-    #[tokio::test]
-    async fn fail_all_fails_everything_once() {
-        let now = Instant::now();
-        let mut q = PendingQueue::default();
-        let (a, mut ra) = entry(0, 1, now);
-        q.push(a);
-        assert_eq!(q.fail_all(&Error::Closed, |_| {}), 2);
-        for rx in ra.iter_mut() {
-            assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
-        }
-        assert_eq!(q.fail_all(&Error::Closed, |_| {}), 0);
-    }
-
-    fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, SendFuture) {
-        let (tx, rx) = Receipts::default().next();
-        let mut out: Vec<InFlight> = (0..of)
-            .map(|id| InFlight {
-                first_seq: seq,
-                last_seq: seq,
-                encoded: Bytes::from_static(b"chunk"),
-                completions: Vec::new(),
-                batched: false,
-                chunk: Some(ChunkPos { id, of }),
-                enqueued_at: Instant::now(),
-                _reserved: Reservation::default(),
-            })
-            .collect();
-        out.last_mut().unwrap().completions.push(Completion {
-            responder: Some(tx),
-            reserved: Reservation::default(),
-        });
-        (out, rx)
-    }
-
-    #[tokio::test]
-    async fn only_the_last_chunk_receipt_completes_with_a_chunk_message_id() {
-        let mut q = PendingQueue::default();
-        let (entries, mut rx) = chunks(4, 3);
-        for e in entries {
-            q.push(e);
-        }
-        assert_eq!(q.messages(), 1, "a chunked message counts once");
-        let at = |entry| move |_: Option<i32>| MessageId::new(7, entry, -1);
-        assert_eq!(q.on_receipt(4, at(10)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_result().is_none());
-        assert_eq!(q.on_receipt(4, at(11)), ReceiptOutcome::Completed(0));
-        assert!(rx.try_result().is_none());
-        assert_eq!(q.on_receipt(4, at(12)), ReceiptOutcome::Completed(1));
-        let id = rx.try_result().unwrap().unwrap();
-        assert_eq!((id.ledger_id, id.entry_id), (7, 12));
-        assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 10, -1)));
-        assert!(q.is_empty());
-    }
-
-    #[tokio::test]
-    async fn failing_a_chunk_fails_its_whole_message_and_nothing_else() {
-        let mut q = PendingQueue::default();
-        let (entries, mut rx) = chunks(1, 3);
-        for e in entries {
-            q.push(e);
-        }
-        let (next, mut rnext) = entry(2, 2, Instant::now());
-        q.push(next);
-        assert_eq!(
-            q.on_receipt(1, |_| MessageId::new(1, 1, -1)),
-            ReceiptOutcome::Completed(0)
-        );
-        assert_eq!(q.fail_head(Error::Closed), 1);
-        assert!(matches!(rx.try_result().unwrap(), Err(Error::Closed)));
-        assert!(
-            rnext[0].try_result().is_none(),
-            "the next message is untouched"
-        );
-        assert_eq!(q.messages(), 1);
-        assert_eq!(q.iter().next().unwrap().first_seq, 2);
-    }
-}
+#[path = "pending_tests.rs"]
+mod tests;

@@ -26,6 +26,7 @@ use super::batch_container::{single_message_entry, BatchContainer, FrameContext}
 use super::inbox::InboxReceiver;
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
+use crate::codec::EncodedFrame;
 
 /// Requests from producer handles to the task. A Send is about 110 bytes (an [`Outgoing`]
 /// boxes all but the payload and key, and only when there is more), so moving it through the
@@ -116,7 +117,7 @@ pub(crate) struct ProducerTask {
     pub ctx: FrameContext,
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
-    pub unsent: VecDeque<Bytes>,
+    pub unsent: VecDeque<EncodedFrame>,
     pub ops: InboxReceiver,
     pub next_seq: u64,
     /// Bumped on every re-create (CommandProducer.epoch).
@@ -320,11 +321,11 @@ impl ProducerTask {
     }
 
     /// Queues an encoded frame for the connection without waiting.
-    fn send_bytes(&mut self, bytes: Bytes) {
+    fn send_frame(&mut self, frame: EncodedFrame) {
         if self.entity.conn.is_none() {
             return; // re-sent from the pending queue after the reconnect
         }
-        self.unsent.push_back(bytes);
+        self.unsent.push_back(frame);
         self.drain_unsent();
     }
 
@@ -334,13 +335,12 @@ impl ProducerTask {
             self.unsent.clear();
             return;
         };
-        while let Some(bytes) = self.unsent.pop_front() {
-            match conn.try_send_raw(bytes) {
-                Ok(()) => {}
-                Err(Some(bytes)) => {
-                    self.unsent.push_front(bytes);
-                    return;
+        while let Some(frame) = self.unsent.front() {
+            match conn.try_send_raw(frame.to_bytes()) {
+                Ok(()) => {
+                    self.unsent.pop_front();
                 }
+                Err(Some(_)) => return,
                 Err(None) => {
                     self.unsent.clear();
                     self.entity
@@ -451,10 +451,10 @@ impl ProducerTask {
             c.complete(Err(e));
         }
         for entry in out {
-            let bytes = self.entity.conn.is_some().then(|| entry.encoded.clone());
+            let frame = self.entity.conn.is_some().then(|| entry.encoded.clone());
             self.pending.push(entry);
-            if let Some(bytes) = bytes {
-                self.send_bytes(bytes);
+            if let Some(frame) = frame {
+                self.send_frame(frame);
             }
         }
     }
@@ -486,16 +486,12 @@ impl ProducerTask {
         // caller whose `send_and_wait` returned (on another thread) finds it in the stats,
         // like upstream's send callback, which records the stats before completing the
         // application's future.
-        if let Some(e) = self
-            .pending
-            .iter()
-            .next()
-            .filter(|e| e.first_seq == r.sequence_id)
-        {
-            let (n, bytes, at) = (e.completions.len(), e.encoded.len(), e.enqueued_at);
+        if let Some(e) = self.pending.head().filter(|e| e.first_seq == r.sequence_id) {
+            let (n, bytes) = (e.messages(), e.encoded.len());
+            let age = self.pending.age(e, Instant::now());
             self.stats
                 .pending(self.pending.messages() - n, self.pending.bytes() - bytes);
-            self.stats.sent(n as u64, bytes as u64, at.elapsed());
+            self.stats.sent(n as u64, bytes as u64, age);
         }
         let outcome = self
             .pending
@@ -550,10 +546,10 @@ impl ProducerTask {
                         // `recoverNotAllowedError` matches the highest sequence id of the op;
                         // the broker (`Producer.checkAndStartPublish`) answers a batch with its
                         // `highest_sequence_id`.
-                        let is_head =
-                            self.pending.iter().next().is_some_and(|h| {
-                                (h.first_seq..=h.last_seq).contains(&e.sequence_id)
-                            });
+                        let is_head = self
+                            .pending
+                            .head()
+                            .is_some_and(|h| (h.first_seq..=h.last_seq).contains(&e.sequence_id));
                         if is_head {
                             let error = Error::Broker {
                                 code,
@@ -585,7 +581,7 @@ impl ProducerTask {
     }
 
     fn finish_flush_waiters(&mut self) {
-        let head = self.pending.iter().next().map(|e| e.first_seq);
+        let head = self.pending.head().map(|e| e.first_seq);
         let mut i = 0;
         while i < self.flush_waiters.len() {
             let done = head.is_none_or(|h| h > self.flush_waiters[i].0);
@@ -611,15 +607,15 @@ impl ProducerTask {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
         // Counted before the sends complete (see `Pending::fail_head_counted`).
-        let unsent = failed.len() + out.iter().map(|e| e.completions.len()).sum::<usize>();
+        let unsent = failed.len() + out.iter().map(InFlight::messages).sum::<usize>();
         self.stats.failed(SendFailure::Closed, unsent);
         for (_, c) in failed {
             c.complete(Err(error.clone()));
         }
         for entry in out {
-            for c in entry.completions {
-                c.complete(Err(error.clone()));
-            }
+            // Its permits go back before its sends complete (as when it leaves the queue).
+            drop(entry.reserved);
+            entry.senders.fail(&error);
         }
         let stats = &self.stats;
         self.pending
