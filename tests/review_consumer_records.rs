@@ -387,3 +387,156 @@ async fn every_field_of_every_delivered_message_is_kept() {
         assert_eq!(g, w, "message {i}");
     }
 }
+
+/// Messages over the redelivery limit on arrival go straight to the dead-letter topic, built
+/// from the queue's compact records (issue #18): each letter must carry its own record's
+/// payload, key (binary or not), ordering key, properties and event time, not another
+/// record's nor the batch's outer ones, and the origin id of its own batch index.
+#[tokio::test]
+async fn letters_dead_lettered_on_arrival_carry_their_own_records_fields() {
+    let (letters_tx, mut letters) = tokio::sync::mpsc::unbounded_channel();
+    let broker = hostile::Hostile::start(move |mut peer| {
+        let letters = letters_tx.clone();
+        async move {
+            peer.handshake(None).await;
+            while let Some(frame) = peer.recv().await {
+                match frame.ty() {
+                    Type::Subscribe => {
+                        let sub = frame.cmd.subscribe.as_ref().unwrap();
+                        let _ = peer.send(hostile::success(sub.request_id)).await;
+                        let records = vec![
+                            (
+                                wire::SingleMessageMetadata {
+                                    partition_key: Some("k0".into()),
+                                    properties: vec![kv("r", "0")],
+                                    event_time: Some(5),
+                                    ..Default::default()
+                                },
+                                b"d0".to_vec(),
+                            ),
+                            (
+                                wire::SingleMessageMetadata {
+                                    partition_key: Some("AAE=".into()),
+                                    partition_key_b64_encoded: Some(true),
+                                    ordering_key: Some(bytes::Bytes::from_static(b"o1")),
+                                    ..Default::default()
+                                },
+                                b"d1".to_vec(),
+                            ),
+                        ];
+                        let meta = wire::MessageMetadata {
+                            producer_name: "p".into(),
+                            sequence_id: 1,
+                            publish_time: 1,
+                            num_messages_in_batch: Some(2),
+                            properties: vec![kv("outer", "x")],
+                            partition_key: Some("outer-key".into()),
+                            event_time: Some(999),
+                            ..Default::default()
+                        };
+                        let cmd = with_redelivery(hostile::message(sub.consumer_id, 9, 1), 5, vec![]);
+                        let _ = peer
+                            .send_message(cmd, &meta, &hostile::batch(records))
+                            .await;
+                    }
+                    Type::Send => {
+                        let send = frame.cmd.send.clone().unwrap();
+                        let _ = letters.send(frame.payload.clone().unwrap());
+                        let receipt = wire::BaseCommand {
+                            r#type: Type::SendReceipt as i32,
+                            send_receipt: Some(wire::CommandSendReceipt {
+                                producer_id: send.producer_id,
+                                sequence_id: send.sequence_id,
+                                message_id: Some(wire::MessageIdData {
+                                    ledger_id: 100,
+                                    entry_id: send.sequence_id,
+                                    ..Default::default()
+                                }),
+                                highest_sequence_id: None,
+                            }),
+                            ..Default::default()
+                        };
+                        let _ = peer.send(receipt).await;
+                    }
+                    _ => {
+                        if let Some(answer) = peer.reply(&frame.cmd) {
+                            let _ = peer.send(answer).await;
+                        }
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    let client = client(&broker.url());
+    let topic = full("review-records-dlq");
+    let _consumer = within(
+        "subscribe",
+        client
+            .consumer(&topic)
+            .subscription("s")
+            .subscription_type(SubscriptionType::Shared)
+            .dead_letter_policy(pulsar_sdk::consumer::DeadLetterPolicy::new(1))
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        let (meta, payload) = within("a letter", letters.recv()).await.unwrap();
+        let mut props: Vec<(String, String)> = meta
+            .properties
+            .iter()
+            .map(|kv| (kv.key.clone(), kv.value.clone()))
+            .collect();
+        props.sort();
+        got.push(format!(
+            "payload={:?} key={:?} b64={:?} ordering={:?} event={:?} props={:?}",
+            payload,
+            meta.partition_key,
+            meta.partition_key_b64_encoded.unwrap_or(false),
+            meta.ordering_key,
+            meta.event_time.filter(|t| *t > 0),
+            props,
+        ));
+    }
+    got.sort();
+    let origin = |i: i32| {
+        let mut id = pulsar_sdk::MessageId::new(9, 1, -1);
+        id.batch_index = i;
+        id.batch_size = 2;
+        id.to_string()
+    };
+    let props = |own: &[(&str, &str)], i: i32| {
+        let mut v: Vec<(String, String)> = own
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        v.push(("ORIGIN_MESSAGE_ID".into(), origin(i)));
+        v.push(("REAL_SUBSCRIPTION".into(), "s".into()));
+        v.push(("REAL_TOPIC".into(), topic.clone()));
+        v.sort();
+        v
+    };
+    let want = vec![
+        format!(
+            "payload={:?} key={:?} b64={:?} ordering={:?} event={:?} props={:?}",
+            bytes::Bytes::from_static(b"d0"),
+            Some("k0".to_string()),
+            false,
+            None::<bytes::Bytes>,
+            Some(5u64),
+            props(&[("r", "0")], 0),
+        ),
+        format!(
+            "payload={:?} key={:?} b64={:?} ordering={:?} event={:?} props={:?}",
+            bytes::Bytes::from_static(b"d1"),
+            Some("AAE=".to_string()),
+            true,
+            Some(bytes::Bytes::from_static(b"o1")),
+            None::<u64>,
+            props(&[], 1),
+        ),
+    ];
+    assert_eq!(got, want);
+}
