@@ -434,7 +434,8 @@ async fn letters_dead_lettered_on_arrival_carry_their_own_records_fields() {
                             event_time: Some(999),
                             ..Default::default()
                         };
-                        let cmd = with_redelivery(hostile::message(sub.consumer_id, 9, 1), 5, vec![]);
+                        let cmd =
+                            with_redelivery(hostile::message(sub.consumer_id, 9, 1), 5, vec![]);
                         let _ = peer
                             .send_message(cmd, &meta, &hostile::batch(records))
                             .await;
