@@ -257,7 +257,7 @@ impl Consumer {
             }
             Item::Discarded(e) => {
                 // Out of the queue: room for another message (see `QueueRoom`).
-                if let Some(n) = p.taken(epoch, p.refill_at) {
+                if let Some(n) = p.taken(epoch, p.refill_at, false) {
                     let _ = p.ops.send(ConsumerOp::Flow(n));
                 }
                 Some(Err(e))
@@ -287,7 +287,7 @@ impl Consumer {
                 return None;
             }
             // Out of the queue: room for another message (see `QueueRoom`).
-            if let Some(n) = p.taken(b.epoch, p.refill_at) {
+            if let Some(n) = p.taken(b.epoch, p.refill_at, true) {
                 let _ = p.ops.send(ConsumerOp::Flow(n));
             }
             // A message queued before a reconnect, seek or redeliver-all is discarded (the

@@ -131,12 +131,16 @@ impl PartitionShared {
     /// grant now. An item of the current subscription counts as consumed (upstream
     /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
     /// room the current one was not granted yet.
-    pub(crate) fn taken(&self, epoch: u64, refill_at: u32) -> Option<u32> {
+    ///
+    /// `message`: the item is a message (the task numbered it for the ack timeout, see
+    /// `unacked`), not a discarded entry's error item (which the task does not number:
+    /// counting it would start the clock of the next message while it is still queued).
+    pub(crate) fn taken(&self, epoch: u64, refill_at: u32, message: bool) -> Option<u32> {
         // One lock per message for all of the handle's bookkeeping (room, ack-timeout count,
         // flow permits): each was an atomic read-modify-write of its own (issue #18).
         let mut room = self.room();
         room.queued = room.queued.saturating_sub(1);
-        room.taken += 1;
+        room.taken += u64::from(message);
         let credit = if epoch >= self.permit_epoch.load(Ordering::Acquire) {
             true
         } else if room.withheld > 0 {
