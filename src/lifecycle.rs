@@ -205,6 +205,8 @@ impl StateNow {
 
     fn set(&self, state: State) {
         self.0.store(state as u8, Ordering::Release);
+        // A variant added to `State` but not to `State::ALL` would read back as `Failed`.
+        debug_assert_eq!(self.get(), state, "State::ALL lacks {state:?}");
     }
 
     /// The state now.
