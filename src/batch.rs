@@ -127,6 +127,37 @@ impl RecordHead {
     fn encoded(&self) -> Option<&[u8]> {
         self.bytes.get(..4 + self.meta_len)
     }
+
+    /// The head of a message whose `SingleMessageMetadata` holds only its payload size and
+    /// sequence id (no key, properties, event time, ordering key or flags): the bytes
+    /// [`BatchBuilder::head`] writes for such fields, without testing each optional field
+    /// through the byte-at-a-time [`Sink`] (about 100 instructions a message, half of a
+    /// plain batched send's encoding).
+    #[inline]
+    pub(crate) fn plain(payload_len: usize, sequence_id: u64) -> RecordHead {
+        // Clamped as in `BatchBuilder::head`; `push_head` refuses such a payload.
+        let payload_size = i32::try_from(payload_len).unwrap_or(i32::MAX) as u64;
+        let mut bytes = [0; HEAD_ROOM];
+        // At most 1 + 5 + 1 + 10 = 17 metadata bytes: always within the room.
+        let mut at = 4;
+        let mut put = |bytes: &mut [u8; HEAD_ROOM], mut v: u64| {
+            while v >= 0x80 {
+                bytes[at] = (v as u8) | 0x80;
+                at += 1;
+                v >>= 7;
+            }
+            bytes[at] = v as u8;
+            at += 1;
+        };
+        // Field 3 (payload_size) and field 8 (sequence_id), varints, in field order.
+        put(&mut bytes, u64::from((3 << 3) | VARINT));
+        put(&mut bytes, payload_size);
+        put(&mut bytes, u64::from((8 << 3) | VARINT));
+        put(&mut bytes, sequence_id);
+        let meta_len = at - 4;
+        bytes[..4].copy_from_slice(&(meta_len as u32).to_be_bytes());
+        RecordHead { bytes, meta_len }
+    }
 }
 
 fn put_varint(buf: &mut impl Sink, mut v: u64) {
@@ -585,6 +616,24 @@ mod tests {
             sequence_id: f.sequence_id,
             null_value: f.null_value.then_some(true),
             null_partition_key: f.null_partition_key.then_some(true),
+        }
+    }
+
+    /// The plain head is the general encoder's head for the same two fields.
+    #[test]
+    fn plain_head_is_the_general_head() {
+        let values = [0u64, 1, 127, 128, 16_383, 16_384, u32::MAX as u64, u64::MAX];
+        for len in [0usize, 1, 100, 127, 128, 16_384, i32::MAX as usize, usize::MAX] {
+            for seq in values {
+                let f = SingleMessageFields {
+                    sequence_id: Some(seq),
+                    ..Default::default()
+                };
+                let general = BatchBuilder::head(&f, len);
+                let plain = RecordHead::plain(len, seq);
+                assert_eq!(plain.encoded(), general.encoded(), "{len} {seq}");
+                assert_eq!(plain.metadata_len(), general.metadata_len());
+            }
         }
     }
 

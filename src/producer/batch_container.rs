@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::batch::{BatchBuilder, SingleMessageFields};
+use crate::batch::{BatchBuilder, RecordHead, SingleMessageFields};
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
 use crate::message::now_millis;
@@ -398,9 +398,22 @@ impl BatchContainer {
         out: &mut Vec<InFlight>,
         failed: &mut Vec<(Error, Completion)>,
     ) {
-        let props = properties(&msg);
+        // A message with neither key nor extras (the common case) has a two-field
+        // `SingleMessageMetadata`, encoded without visiting every optional field.
+        let plain = msg.key.is_none() && {
+            let x = msg.extras();
+            !x.key_b64_encoded
+                && x.ordering_key.is_none()
+                && x.properties.is_empty()
+                && x.event_time.is_none()
+        };
+        let props = if plain { Vec::new() } else { properties(&msg) };
         let fields = single_fields(&msg, &props, sequence_id);
-        let head = BatchBuilder::head(&fields, msg.payload.len());
+        let head = if plain {
+            RecordHead::plain(msg.payload.len(), sequence_id)
+        } else {
+            BatchBuilder::head(&fields, msg.payload.len())
+        };
         let meta_len = head.metadata_len();
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
