@@ -623,7 +623,16 @@ mod tests {
     #[test]
     fn plain_head_is_the_general_head() {
         let values = [0u64, 1, 127, 128, 16_383, 16_384, u32::MAX as u64, u64::MAX];
-        for len in [0usize, 1, 100, 127, 128, 16_384, i32::MAX as usize, usize::MAX] {
+        for len in [
+            0usize,
+            1,
+            100,
+            127,
+            128,
+            16_384,
+            i32::MAX as usize,
+            usize::MAX,
+        ] {
             for seq in values {
                 let f = SingleMessageFields {
                     sequence_id: Some(seq),

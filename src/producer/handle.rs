@@ -160,7 +160,7 @@ impl PartitionProducer {
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
-            receipts: Receipts::default(),
+            receipts: Receipts::new(partition),
             count_limit: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
             memory: client.memory.clone(),

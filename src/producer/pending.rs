@@ -54,6 +54,9 @@ impl Outgoing {
 }
 
 impl From<ProducerMessage> for Outgoing {
+    // Inlined into `Producer::send`, so that the empty properties map of a message built from
+    // a payload is seen to be empty and its drop (~55 instructions) disappears.
+    #[inline]
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
         // Checked by reference first: the common message moves only its payload and key.
@@ -227,7 +230,8 @@ impl PendingQueue {
         self.queue.back().map(|e| e.last_seq)
     }
 
-    /// Applies a send receipt. `make_id(batch_index)` builds each message's id.
+    /// Applies a send receipt. `entry_id(batch_index)` builds the entry's id (called once; a
+    /// batch's messages get it with their own batch index and the batch size).
     pub(crate) fn on_receipt(
         &mut self,
         sequence_id: u64,
@@ -282,21 +286,18 @@ impl PendingQueue {
             }
             return ReceiptOutcome::Completed(n);
         }
-        let batch_size = n as i32;
-        let batched = entry.batched;
-        super::receipt::send_all(entry.completions.into_iter().enumerate().filter_map(
-            |(i, mut c)| {
-                let mut id = if batched {
-                    entry_id(Some(i as i32))
-                } else {
-                    entry_id(None)
-                };
-                if batched {
-                    id.batch_size = batch_size;
-                }
-                Some((c.responder.take()?, Ok(id)))
-            },
-        ));
+        // The i-th message of a batch gets `entry_id(Some(i))`: the entry's id with batch
+        // index i (and the batch size), filled in by `send_entry`.
+        let batch_size = entry.batched.then_some(n as i32);
+        let id = entry_id(batch_size.map(|_| 0));
+        super::receipt::send_entry(
+            entry
+                .completions
+                .into_iter()
+                .map(|mut c| c.responder.take()),
+            id,
+            batch_size,
+        );
         ReceiptOutcome::Completed(n)
     }
 
