@@ -418,7 +418,13 @@ impl BatchContainer {
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
-        let mut idx = self.open.iter().position(|b| b.key.matches(&msg));
+        // Without key-based batching there is at most one open batch, and every message
+        // joins it (its key is `BatchKey::Any`): no key to compare.
+        let mut idx = if !self.options.key_based {
+            (!self.open.is_empty()).then_some(0)
+        } else {
+            self.open.iter().position(|b| b.key.matches(&msg))
+        };
         // Would this message overflow its open batch (its byte budget, or the broker's limit:
         // Java's `haveEnoughSpace`, Go's `hasSpace`)? Send the open batches first — all of
         // them, in sequence order, so batches of different keys never overtake each other.
@@ -462,9 +468,11 @@ impl BatchContainer {
         let b = &mut self.open[idx];
         b.builder.push_head(&head, &fields, &msg.payload);
         b.last_seq = sequence_id;
-        let mut completion = completion;
-        b.reserved.merge(std::mem::take(&mut completion.reserved));
+        // Pushed first and its reservation taken over in place: the completion is moved once.
         b.completions.push(completion);
+        if let Some(c) = b.completions.last_mut() {
+            b.reserved.merge(std::mem::take(&mut c.reserved));
+        }
         if b.completions.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
         {
