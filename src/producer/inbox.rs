@@ -85,6 +85,8 @@ pub(crate) struct InboxSender {
 
 impl InboxSender {
     /// Queues `op` if there is room, without waiting.
+    // Inlined (with `push`) into the handle's send: the op is copied once, into the queue.
+    #[inline]
     pub(crate) fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError> {
         match self.shared.room.try_acquire() {
             Ok(permit) => permit.forget(), // given back by the task once it took the op
@@ -104,6 +106,7 @@ impl InboxSender {
         self.push(op)
     }
 
+    #[inline]
     fn push(&self, op: ProducerOp) -> Result<(), TrySendError> {
         let mut queue = self.shared.lock();
         if queue.closed {
@@ -147,43 +150,58 @@ impl InboxReceiver {
     /// is only taken out by a call that returns it.
     pub(crate) async fn recv(&mut self) -> Option<ProducerOp> {
         loop {
-            if let Some(op) = self.try_recv_or_gone()? {
-                return Some(op);
+            if self.taken.is_empty() {
+                let gone = self.refill();
+                if self.taken.is_empty() {
+                    if gone {
+                        return None;
+                    }
+                    self.shared.wake_task.notified().await;
+                    continue;
+                }
             }
-            self.shared.wake_task.notified().await;
+            return self.pop();
         }
     }
 
     /// The next op if one is queued.
+    // Inlined into the task's drain loop, like `pop`: an op is ~110 bytes, and each function
+    // boundary it crosses by value is another copy of it (~15 instructions).
+    #[inline]
     pub(crate) fn try_recv(&mut self) -> Option<ProducerOp> {
-        self.try_recv_or_gone().flatten()
+        if self.taken.is_empty() {
+            self.refill();
+        }
+        self.pop()
     }
 
-    /// `Some(Some(op))`, `Some(None)` when nothing is queued yet, `None` when nothing will be.
-    fn try_recv_or_gone(&mut self) -> Option<Option<ProducerOp>> {
-        if self.taken.is_empty() {
-            self.release();
-            // After a burst (up to the bound of ops queued at once) the two buffers would keep
-            // their room for good: once a swap takes few ops, the empty one is shrunk before
-            // it goes back to the senders (the other one on the next swap).
-            if self.taken.capacity() > SHRINK_ABOVE && self.last_taken < SHRINK_ABOVE / 4 {
-                self.taken.shrink_to(SHRINK_ABOVE / 4);
-            }
-            let mut queue = self.shared.lock();
-            std::mem::swap(&mut queue.ops, &mut self.taken);
-            let gone = queue.sender_gone;
-            drop(queue);
-            self.to_release = self.taken.len();
-            self.last_taken = self.taken.len();
-            if self.taken.is_empty() && gone {
-                return None;
-            }
-        }
+    /// The next op of those taken, giving the room back once they are all out.
+    #[inline]
+    fn pop(&mut self) -> Option<ProducerOp> {
         let op = self.taken.pop_front();
         if self.taken.is_empty() {
             self.release();
         }
-        Some(op)
+        op
+    }
+
+    /// Takes what is queued into the (empty) `taken`, in one swap; whether the handle is gone
+    /// (no op will be queued after those taken).
+    fn refill(&mut self) -> bool {
+        self.release();
+        // After a burst (up to the bound of ops queued at once) the two buffers would keep
+        // their room for good: once a swap takes few ops, the empty one is shrunk before
+        // it goes back to the senders (the other one on the next swap).
+        if self.taken.capacity() > SHRINK_ABOVE && self.last_taken < SHRINK_ABOVE / 4 {
+            self.taken.shrink_to(SHRINK_ABOVE / 4);
+        }
+        let mut queue = self.shared.lock();
+        std::mem::swap(&mut queue.ops, &mut self.taken);
+        let gone = queue.sender_gone;
+        drop(queue);
+        self.to_release = self.taken.len();
+        self.last_taken = self.taken.len();
+        gone
     }
 
     fn release(&mut self) {
