@@ -20,14 +20,18 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore, TryAcquireError};
 
+use super::pending::{Completion, Outgoing, Reservation};
+use super::receipt::{Receipts, SendFuture};
 use super::task::ProducerOp;
 
 /// Ops queued at most (the task's backlog; beyond it senders wait or fail fast).
 pub(crate) const CAPACITY: usize = 4096;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
     ops: VecDeque<ProducerOp>,
+    /// Each queued send's receipt is handed out here, under the lock that queues it.
+    receipts: Receipts,
     /// The task ended: sends are refused.
     closed: bool,
     /// The handle is gone: no op will come after those queued.
@@ -48,10 +52,15 @@ impl Shared {
     }
 }
 
-/// A new queue: the handle's end and the task's.
-pub(crate) fn inbox() -> (InboxSender, InboxReceiver) {
+/// A new queue: the handle's end and the task's; the sends' receipts come from `receipts`.
+pub(crate) fn inbox(receipts: Receipts) -> (InboxSender, InboxReceiver) {
     let shared = Arc::new(Shared {
-        queue: Mutex::new(Queue::default()),
+        queue: Mutex::new(Queue {
+            ops: VecDeque::new(),
+            receipts,
+            closed: false,
+            sender_gone: false,
+        }),
         wake_task: Notify::new(),
         room: Semaphore::new(CAPACITY),
     });
@@ -70,12 +79,16 @@ pub(crate) fn inbox() -> (InboxSender, InboxReceiver) {
 
 /// Why an op could not be queued at once.
 #[derive(Debug)]
-pub(crate) enum TrySendError {
-    /// The queue is full (the op is given back).
-    Full(ProducerOp),
+pub(crate) enum TrySendError<T> {
+    /// The queue is full (what was to be queued is given back).
+    Full(T),
     /// The task ended.
     Closed,
 }
+
+/// A message to send and what it holds while pending (queued as a [`ProducerOp::Send`]
+/// with its receipt's responder).
+pub(crate) type Message = (Outgoing, Reservation);
 
 /// The handle's end (one per partition producer; dropping it ends the task's input).
 #[derive(Debug)]
@@ -84,42 +97,97 @@ pub(crate) struct InboxSender {
 }
 
 impl InboxSender {
-    /// Queues `op` if there is room, without waiting.
-    // Inlined (with `push`) into the handle's send: the op is copied once, into the queue.
+    /// Queues a send if there is room, without waiting; returns its receipt.
+    // Inlined (with `push`) into the handle's send: the op is built once, in place.
     #[inline]
-    pub(crate) fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    pub(crate) fn try_send_message(
+        &self,
+        msg: Message,
+    ) -> Result<SendFuture, TrySendError<Message>> {
+        self.try_push(msg, send_op)
+    }
+
+    /// Queues `op` if there is room, without waiting (unit tests; the handle queues flushes
+    /// and closes with [`send`](Self::send)).
+    #[cfg(test)]
+    fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError<ProducerOp>> {
+        self.try_push(op, |op, _| (op, ()))
+    }
+
+    /// Queues the op `make` builds from `item` if there is room, without waiting.
+    #[inline]
+    fn try_push<T, R>(
+        &self,
+        item: T,
+        make: impl FnOnce(T, &mut Receipts) -> (ProducerOp, R),
+    ) -> Result<R, TrySendError<T>> {
         match self.shared.room.try_acquire() {
             Ok(permit) => permit.forget(), // given back by the task once it took the op
-            Err(TryAcquireError::NoPermits) => return Err(TrySendError::Full(op)),
+            Err(TryAcquireError::NoPermits) => return Err(TrySendError::Full(item)),
             Err(TryAcquireError::Closed) => return Err(TrySendError::Closed),
         }
-        self.push(op)
+        self.push(item, make)
     }
 
-    /// Queues `op`, waiting for room. Dropped while waiting, nothing was queued. Fails once
-    /// the task ended.
-    pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    /// Queues a send, waiting for room; returns its receipt. Dropped while waiting, nothing
+    /// was queued. Fails once the task ended.
+    pub(crate) async fn send_message(&self, msg: Message) -> Result<SendFuture, TrySendError<()>> {
+        self.wait_for_room().await?;
+        self.push(msg, send_op)
+    }
+
+    /// Queues `op` (a flush or close), waiting for room. Dropped while waiting, nothing was
+    /// queued. Fails once the task ended.
+    pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError<()>> {
+        self.wait_for_room().await?;
+        self.push(op, |op, _| (op, ()))
+    }
+
+    async fn wait_for_room(&self) -> Result<(), TrySendError<()>> {
         match self.shared.room.acquire().await {
-            Ok(permit) => permit.forget(),
-            Err(_) => return Err(TrySendError::Closed),
+            Ok(permit) => {
+                permit.forget();
+                Ok(())
+            }
+            Err(_) => Err(TrySendError::Closed),
         }
-        self.push(op)
     }
 
+    /// Queues the op `make` builds from `item` (and the receipts, for a send), under the
+    /// queue's lock; room was taken.
     #[inline]
-    fn push(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    fn push<T, R, E>(
+        &self,
+        item: T,
+        make: impl FnOnce(T, &mut Receipts) -> (ProducerOp, R),
+    ) -> Result<R, TrySendError<E>> {
         let mut queue = self.shared.lock();
         if queue.closed {
             return Err(TrySendError::Closed);
         }
         let was_empty = queue.ops.is_empty();
+        let (op, out) = make(item, &mut queue.receipts);
         queue.ops.push_back(op);
         drop(queue);
         if was_empty {
             self.shared.wake_task.notify_one();
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+/// The op of a send, with the next receipt.
+#[inline]
+fn send_op((msg, reserved): Message, receipts: &mut Receipts) -> (ProducerOp, SendFuture) {
+    let (responder, receipt) = receipts.next();
+    let op = ProducerOp::Send {
+        msg,
+        completion: Completion {
+            responder: Some(responder),
+            reserved,
+        },
+    };
+    (op, receipt)
 }
 
 impl Drop for InboxSender {
@@ -244,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn ops_arrive_in_order_and_room_comes_back() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         let mut kept = Vec::new();
         for _ in 0..CAPACITY {
             let (o, r) = op();
@@ -269,10 +337,34 @@ mod tests {
         assert!(rx.recv().await.is_none());
     }
 
+    /// Each queued send carries the responder of the receipt it returned.
+    #[tokio::test]
+    async fn sends_get_their_own_receipts_in_order() {
+        let (tx, mut rx) = inbox(Receipts::default());
+        let msg = || {
+            (
+                Outgoing::from(crate::ProducerMessage::new("m")),
+                Reservation::default(),
+            )
+        };
+        let mut receipts = vec![tx.try_send_message(msg()).unwrap()];
+        receipts.push(tx.send_message(msg()).await.unwrap());
+        for entry_id in 0..2u64 {
+            let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
+                panic!("send {entry_id}")
+            };
+            completion.complete(Ok(crate::MessageId::new(1, entry_id, -1)));
+        }
+        for (entry_id, mut receipt) in receipts.into_iter().enumerate() {
+            let id = receipt.try_result().unwrap().unwrap();
+            assert_eq!(id.entry_id, entry_id as u64);
+        }
+    }
+
     /// Both buffers give back the room a full burst grew them to once sends are few again.
     #[tokio::test]
     async fn buffers_shrink_after_a_burst() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -295,7 +387,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_makes_senders_wait_until_the_task_takes_ops() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -315,7 +407,7 @@ mod tests {
 
     #[tokio::test]
     async fn closing_refuses_sends_and_fails_waiters() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -338,7 +430,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_receiver_drops_what_it_never_took() {
         // As a tokio mpsc does: whoever waits on a queued op's result learns it is gone.
-        let (tx, rx) = inbox();
+        let (tx, rx) = inbox(Receipts::default());
         let (o, mut waiting) = op();
         tx.try_send(o).unwrap();
         drop(rx);

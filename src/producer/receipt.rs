@@ -85,13 +85,15 @@ impl Group {
     }
 }
 
-/// Hands out receipt slots for one partition producer's sends.
+/// Hands out receipt slots for one partition producer's sends. Not locked itself: it lives
+/// in the producer's inbox queue and hands out a send's receipt under the lock that queues
+/// the send (one lock per send instead of two).
 #[derive(Debug)]
 pub(crate) struct Receipts {
     /// The partition whose sends these are (-1: not partitioned).
     partition: i32,
     /// The group being handed out and its next free slot.
-    current: Mutex<Option<(Arc<Group>, usize)>>,
+    current: Option<(Arc<Group>, usize)>,
 }
 
 impl Default for Receipts {
@@ -106,14 +108,13 @@ impl Receipts {
     pub(crate) fn new(partition: i32) -> Self {
         Receipts {
             partition,
-            current: Mutex::new(None),
+            current: None,
         }
     }
 
     /// A new receipt: the task's half and the application's.
-    pub(crate) fn next(&self) -> (Responder, SendFuture) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let (group, index) = match current.as_mut() {
+    pub(crate) fn next(&mut self) -> (Responder, SendFuture) {
+        let (group, index) = match self.current.as_mut() {
             Some((group, next)) if *next < GROUP => {
                 let i = *next;
                 *next += 1;
@@ -121,11 +122,10 @@ impl Receipts {
             }
             _ => {
                 let group = Arc::new(Group::new(self.partition));
-                *current = Some((group.clone(), 1));
+                self.current = Some((group.clone(), 1));
                 (group, 0)
             }
         };
-        drop(current);
         // GROUP is far below u32::MAX.
         let index = index as u32;
         (
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn each_receipt_gets_its_own_result_across_groups() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let mut pairs: Vec<_> = (0..GROUP * 2 + 3).map(|_| r.next()).collect();
         let mut futures = Vec::new();
         for (i, (tx, rx)) in pairs.drain(..).enumerate() {
@@ -327,7 +327,7 @@ mod tests {
 
     #[tokio::test]
     async fn send_entry_fills_runs_of_groups_and_wakes_waiters() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let pairs: Vec<_> = (0..GROUP + 5).map(|_| r.next()).collect();
         let (responders, futures): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
         let mut futures = futures.into_iter();
@@ -367,7 +367,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_waiting_future_is_woken() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (tx, rx) = r.next();
         let waiter = tokio::spawn(rx);
         tokio::task::yield_now().await;
@@ -392,7 +392,7 @@ mod tests {
             Arc::new(Count(AtomicUsize::new(0))),
             Arc::new(Count(AtomicUsize::new(0))),
         );
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (tx, mut rx) = r.next();
         let poll = |rx: &mut SendFuture, w: &Arc<Count>| {
             let waker = Waker::from(w.clone());
@@ -418,7 +418,7 @@ mod tests {
     /// error) come back whole.
     #[test]
     fn every_kind_of_result_comes_back_whole() {
-        let r = Receipts::new(3);
+        let mut r = Receipts::new(3);
         let compact = MessageId {
             batch_size: 10,
             ..MessageId::new(7, 8, 3)
@@ -450,7 +450,7 @@ mod tests {
 
     #[test]
     fn a_pending_future_stays_pending() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (_tx, mut rx) = r.next();
         assert!(rx.try_result().is_none());
         assert!(rx.try_result().is_none());
