@@ -24,7 +24,7 @@ use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
 use super::inbox::{inbox, InboxSender, TrySendError};
-use super::pending::{Outgoing, PendingQueue, Reservation};
+use super::pending::{Completion, Outgoing, PendingQueue, Reservation};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
 use super::ProducerOptions;
@@ -37,7 +37,7 @@ pub(super) enum Blocked {
     /// For a `max_pending_messages` slot, holding its memory.
     Slot(Outgoing, OwnedSemaphorePermit),
     /// For room in the task's queue, with everything else in hand.
-    Queue(Outgoing, Reservation),
+    Queue(ProducerOp),
 }
 
 /// What [`PartitionProducer::try_send`] did.
@@ -53,10 +53,21 @@ fn refusing_now(state: &watch::Receiver<State>, shutdown: &watch::Receiver<bool>
     *shutdown.borrow() || state.borrow().refuses_work()
 }
 
-fn reservation(memory: OwnedSemaphorePermit, slot: Option<OwnedSemaphorePermit>) -> Reservation {
-    Reservation {
-        memory: Some(memory),
-        slot,
+/// The op that queues `msg`, holding its permits; its responder is attached as it is queued.
+fn send_op(
+    msg: Outgoing,
+    memory: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
+) -> ProducerOp {
+    ProducerOp::Send {
+        msg,
+        completion: Completion {
+            responder: None,
+            reserved: Reservation {
+                memory: Some(memory),
+                slot,
+            },
+        },
     }
 }
 
@@ -231,11 +242,9 @@ impl PartitionProducer {
                 Err(_) => return Err(Self::slots_full()),
             },
         };
-        match self.ops.try_send_message((msg, reservation(memory, slot))) {
+        match self.ops.try_send_message(send_op(msg, memory, slot)) {
             Ok(receipt) => Ok(Queued::Done(receipt)),
-            Err(TrySendError::Full((msg, reserved))) => {
-                Ok(Queued::Wait(Box::new(Blocked::Queue(msg, reserved))))
-            }
+            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op)))),
             Err(TrySendError::Closed) => Err(self.closed_error()),
         }
     }
@@ -244,7 +253,7 @@ impl PartitionProducer {
     /// before it completes, the message was not queued (what it held is given back).
     pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
         let (msg, memory) = match *blocked {
-            Blocked::Queue(msg, reserved) => return self.queue(msg, reserved).await,
+            Blocked::Queue(op) => return self.queue(op).await,
             Blocked::Memory(msg) => {
                 let bytes = self.memory_bytes(&msg);
                 let memory = self
@@ -267,12 +276,12 @@ impl PartitionProducer {
                     .map_err(|_| Error::Closed)?,
             ),
         };
-        self.queue(msg, reservation(memory, slot)).await
+        self.queue(send_op(msg, memory, slot)).await
     }
 
-    async fn queue(&self, msg: Outgoing, reserved: Reservation) -> Result<SendFuture> {
+    async fn queue(&self, op: ProducerOp) -> Result<SendFuture> {
         self.ops
-            .send_message((msg, reserved))
+            .send_message(op)
             .await
             .map_err(|_| self.closed_error())
     }
