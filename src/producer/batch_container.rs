@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::batch::{BatchBuilder, RecordHead, SingleMessageFields};
+use crate::batch::{BatchBuilder, SingleMessageFields};
 use crate::compression::{self, CompressionType};
 use crate::error::{Error, Result};
 use crate::message::now_millis;
@@ -409,12 +409,11 @@ impl BatchContainer {
         };
         let props = if plain { Vec::new() } else { properties(&msg) };
         let fields = single_fields(&msg, &props, sequence_id);
-        let head = if plain {
-            RecordHead::plain(msg.payload.len(), sequence_id)
-        } else {
-            BatchBuilder::head(&fields, msg.payload.len())
+        let head = (!plain).then(|| BatchBuilder::head(&fields, msg.payload.len()));
+        let meta_len = match &head {
+            Some(head) => head.metadata_len(),
+            None => BatchBuilder::plain_metadata_len(msg.payload.len(), sequence_id),
         };
-        let meta_len = head.metadata_len();
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
@@ -466,7 +465,10 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder.push_head(&head, &fields, &msg.payload);
+        match &head {
+            Some(head) => b.builder.push_head(head, &fields, &msg.payload),
+            None => b.builder.push_plain(&msg.payload, sequence_id),
+        }
         b.last_seq = sequence_id;
         // Pushed first and its reservation taken over in place: the completion is moved once.
         b.completions.push(completion);
