@@ -407,11 +407,18 @@ impl BatchContainer {
                 && x.properties.is_empty()
                 && x.event_time.is_none()
         };
-        let props = if plain { Vec::new() } else { properties(&msg) };
-        let fields = single_fields(&msg, &props, sequence_id);
-        let head = (!plain).then(|| BatchBuilder::head(&fields, msg.payload.len()));
-        let meta_len = match &head {
-            Some(head) => head.metadata_len(),
+        // Any other message's fields and record head (built only for such a message).
+        let props;
+        let general = if plain {
+            None
+        } else {
+            props = properties(&msg);
+            let fields = single_fields(&msg, &props, sequence_id);
+            let head = BatchBuilder::head(&fields, msg.payload.len());
+            Some((fields, head))
+        };
+        let meta_len = match &general {
+            Some((_, head)) => head.metadata_len(),
             None => BatchBuilder::plain_metadata_len(msg.payload.len(), sequence_id),
         };
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
@@ -465,8 +472,8 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        match &head {
-            Some(head) => b.builder.push_head(head, &fields, &msg.payload),
+        match &general {
+            Some((fields, head)) => b.builder.push_head(head, fields, &msg.payload),
             None => b.builder.push_plain(&msg.payload, sequence_id),
         }
         b.last_seq = sequence_id;
