@@ -4,8 +4,8 @@
 //! A send takes, in this order, the message's share of the client memory limit, a slot of
 //! `max_pending_messages` (when set), and room in the task's queue; it gets its receipt as it
 //! is queued, under the queue's lock. The common case has room everywhere and is done
-//! synchronously by [`PartitionProducer::try_send`] (a CAS per semaphore, a
-//! `try_send_message`), with no future to build, move and drop; only when something is
+//! synchronously by [`PartitionProducer::try_send`] (a CAS per semaphore, the queue's
+//! included, and one lock to queue it), with no future to build, move and drop; only when something is
 //! full does [`PartitionProducer::send_waiting`] wait for it (with `block_if_queue_full`), from
 //! the step where the fast path stopped. tokio's semaphores and bounded channel hand released
 //! room to queued waiters first, so trying first never overtakes a waiting send: the order in
@@ -242,10 +242,17 @@ impl PartitionProducer {
                 Err(_) => return Err(Self::slots_full()),
             },
         };
-        match self.ops.try_send_message(send_op(msg, memory, slot)) {
+        let room = match self.ops.try_room() {
+            Ok(room) => room,
+            Err(TrySendError::Full(())) => {
+                let op = send_op(msg, memory, slot);
+                return Ok(Queued::Wait(Box::new(Blocked::Queue(op))));
+            }
+            Err(TrySendError::Closed) => return Err(self.closed_error()),
+        };
+        match self.ops.send_message(room, send_op(msg, memory, slot)) {
             Ok(receipt) => Ok(Queued::Done(receipt)),
-            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op)))),
-            Err(TrySendError::Closed) => Err(self.closed_error()),
+            Err(_) => Err(self.closed_error()),
         }
     }
 
@@ -280,9 +287,9 @@ impl PartitionProducer {
     }
 
     async fn queue(&self, op: ProducerOp) -> Result<SendFuture> {
+        let room = self.ops.room().await.map_err(|_| self.closed_error())?;
         self.ops
-            .send_message(op)
-            .await
+            .send_message(room, op)
             .map_err(|_| self.closed_error())
     }
 
