@@ -54,8 +54,9 @@ impl Outgoing {
 }
 
 impl From<ProducerMessage> for Outgoing {
-    // Inlined into `Producer::send`, so that the empty properties map of a message built from
-    // a payload is seen to be empty and its drop (~55 instructions) disappears.
+    // Inlined into `Producer::send`: the message is taken apart where it was built, not
+    // copied into a call first (~25 instructions a send). The drop of its empty properties
+    // map (~55) stays: `BTreeMap`'s drop is not inlined even for a map known to be empty.
     #[inline]
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
