@@ -2,9 +2,10 @@
 //! [`Producer`](super::Producer) calls to queue a message, flush or close.
 //!
 //! A send takes, in this order, the message's share of the client memory limit, a slot of
-//! `max_pending_messages` (when set), a receipt, and room in the task's queue. The common case
-//! has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a CAS per
-//! semaphore, a `try_send`), with no future to build, move and drop; only when something is
+//! `max_pending_messages` (when set), and room in the task's queue; it gets its receipt as it
+//! is queued, under the queue's lock. The common case has room everywhere and is done
+//! synchronously by [`PartitionProducer::try_send`] (a CAS per semaphore, the queue's
+//! included, and one lock to queue it), with no future to build, move and drop; only when something is
 //! full does [`PartitionProducer::send_waiting`] wait for it (with `block_if_queue_full`), from
 //! the step where the fast path stopped. tokio's semaphores and bounded channel hand released
 //! room to queued waiters first, so trying first never overtakes a waiting send: the order in
@@ -36,7 +37,7 @@ pub(super) enum Blocked {
     /// For a `max_pending_messages` slot, holding its memory.
     Slot(Outgoing, OwnedSemaphorePermit),
     /// For room in the task's queue, with everything else in hand.
-    Queue(ProducerOp, SendFuture),
+    Queue(ProducerOp),
 }
 
 /// What [`PartitionProducer::try_send`] did.
@@ -52,6 +53,24 @@ fn refusing_now(state: &watch::Receiver<State>, shutdown: &watch::Receiver<bool>
     *shutdown.borrow() || state.borrow().refuses_work()
 }
 
+/// The op that queues `msg`, holding its permits; its responder is attached as it is queued.
+fn send_op(
+    msg: Outgoing,
+    memory: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
+) -> ProducerOp {
+    ProducerOp::Send {
+        msg,
+        completion: Completion {
+            responder: None,
+            reserved: Reservation {
+                memory: Some(memory),
+                slot,
+            },
+        },
+    }
+}
+
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
 const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 
@@ -60,7 +79,6 @@ const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 pub(super) struct PartitionProducer {
     pub(super) name: String,
     ops: InboxSender,
-    receipts: Receipts,
     count_limit: Option<Arc<Semaphore>>,
     memory: Arc<Semaphore>,
     memory_limit: usize,
@@ -116,7 +134,7 @@ impl PartitionProducer {
             .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
                 c.info().max_message_size
             });
-        let (ops_tx, ops_rx) = inbox();
+        let (ops_tx, ops_rx) = inbox(Receipts::new(partition));
         let terminal = Arc::new(OnceLock::new());
         let ctx = FrameContext {
             producer_id,
@@ -160,7 +178,6 @@ impl PartitionProducer {
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
-            receipts: Receipts::default(),
             count_limit: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
             memory: client.memory.clone(),
@@ -225,11 +242,17 @@ impl PartitionProducer {
                 Err(_) => return Err(Self::slots_full()),
             },
         };
-        let (op, receipt) = self.op(msg, memory, slot);
-        match self.ops.try_send(op) {
-            Ok(()) => Ok(Queued::Done(receipt)),
-            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op, receipt)))),
-            Err(TrySendError::Closed) => Err(self.closed_error()),
+        let room = match self.ops.try_room() {
+            Ok(room) => room,
+            Err(TrySendError::Full(())) => {
+                let op = send_op(msg, memory, slot);
+                return Ok(Queued::Wait(Box::new(Blocked::Queue(op))));
+            }
+            Err(TrySendError::Closed) => return Err(self.closed_error()),
+        };
+        match self.ops.send_message(room, send_op(msg, memory, slot)) {
+            Ok(receipt) => Ok(Queued::Done(receipt)),
+            Err(_) => Err(self.closed_error()),
         }
     }
 
@@ -237,7 +260,7 @@ impl PartitionProducer {
     /// before it completes, the message was not queued (what it held is given back).
     pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
         let (msg, memory) = match *blocked {
-            Blocked::Queue(op, receipt) => return self.queue(op, receipt).await,
+            Blocked::Queue(op) => return self.queue(op).await,
             Blocked::Memory(msg) => {
                 let bytes = self.memory_bytes(&msg);
                 let memory = self
@@ -260,15 +283,14 @@ impl PartitionProducer {
                     .map_err(|_| Error::Closed)?,
             ),
         };
-        let (op, receipt) = self.op(msg, memory, slot);
-        self.queue(op, receipt).await
+        self.queue(send_op(msg, memory, slot)).await
     }
 
-    async fn queue(&self, op: ProducerOp, receipt: SendFuture) -> Result<SendFuture> {
-        if self.ops.send(op).await.is_err() {
-            return Err(self.closed_error());
-        }
-        Ok(receipt)
+    async fn queue(&self, op: ProducerOp) -> Result<SendFuture> {
+        let room = self.ops.room().await.map_err(|_| self.closed_error())?;
+        self.ops
+            .send_message(room, op)
+            .map_err(|_| self.closed_error())
     }
 
     /// The client memory a message holds while pending: its payload size (at least 1 byte,
@@ -286,26 +308,6 @@ impl PartitionProducer {
 
     fn slots_full() -> Error {
         Error::ProducerQueueFull("max_pending_messages reached".into())
-    }
-
-    fn op(
-        &self,
-        msg: Outgoing,
-        memory: OwnedSemaphorePermit,
-        slot: Option<OwnedSemaphorePermit>,
-    ) -> (ProducerOp, SendFuture) {
-        let (responder, receipt) = self.receipts.next();
-        let op = ProducerOp::Send {
-            msg,
-            completion: Completion {
-                responder: Some(responder),
-                reserved: Reservation {
-                    memory: Some(memory),
-                    slot,
-                },
-            },
-        };
-        (op, receipt)
     }
 
     pub(super) async fn flush(&self) -> Result<()> {
