@@ -19,7 +19,7 @@ use crate::connection::EntityKind;
 use crate::core::CoreRef;
 use crate::entity::Entity;
 use crate::error::{Error, Result};
-use crate::lifecycle::{GroupClose, State};
+use crate::lifecycle::{GroupClose, State, StateNow};
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
@@ -46,11 +46,6 @@ pub(super) enum Queued {
     Done(SendFuture),
     /// Boxed: rare, and it keeps what the fast path returns small to move.
     Wait(Box<Blocked>),
-}
-
-/// Whether the producer (its state) or the whole client (`shutdown`) is closing or closed.
-fn refusing_now(state: &watch::Receiver<State>, shutdown: &watch::Receiver<bool>) -> bool {
-    *shutdown.borrow() || state.borrow().refuses_work()
 }
 
 /// The op that queues `msg`, holding its permits; its responder is attached as it is queued.
@@ -86,10 +81,12 @@ pub(super) struct PartitionProducer {
     /// Set once by the task when the producer ended for good.
     terminal: Arc<OnceLock<Error>>,
     pub(super) state: watch::Receiver<State>,
+    /// The same state, read without a lock on every send.
+    state_now: StateNow,
     /// Whether the client is closing (sends are refused at once from then on).
     shutdown: watch::Receiver<bool>,
-    /// `refusing()` when `state` and `shutdown` were subscribed (the values they had then).
-    refusing_at_start: bool,
+    /// `shutdown`'s value when this handle subscribed.
+    shutdown_at_start: bool,
     pub(super) partition: i32,
     pub(super) stats: Arc<crate::stats::ProducerCounters>,
 }
@@ -146,6 +143,7 @@ impl PartitionProducer {
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");
         let state = entity.life.watch();
+        let entity_state_now = entity.life.now();
         let stats = Arc::new(crate::stats::ProducerCounters::new(
             entity.link.clone(),
             client.metric_labels,
@@ -174,7 +172,8 @@ impl PartitionProducer {
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         let shutdown = client.shutdown_signal();
-        let refusing_at_start = refusing_now(&state, &shutdown);
+        let shutdown_at_start = *shutdown.borrow();
+        let state_now = entity_state_now;
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
@@ -185,8 +184,9 @@ impl PartitionProducer {
             block: options.block_if_queue_full,
             terminal,
             state,
+            state_now,
             shutdown,
-            refusing_at_start,
+            shutdown_at_start,
             partition,
             stats,
         })
@@ -194,14 +194,16 @@ impl PartitionProducer {
 
     /// Whether sends are refused: this producer or the whole client is closing or closed.
     fn refusing(&self) -> bool {
-        // `has_changed` is one atomic load; reading a watch's value takes its lock. While
-        // neither watch changed since this handle subscribed (nearly always), the values are
-        // those seen then (`refusing_at_start`); after any change they are read.
-        let unchanged = |changed: std::result::Result<bool, _>| matches!(changed, Ok(false));
-        if unchanged(self.state.has_changed()) && unchanged(self.shutdown.has_changed()) {
-            return self.refusing_at_start;
+        // Neither read takes a lock (issue #18): the state through its lock-free snapshot;
+        // the client's shutdown flag through its watch's version (`has_changed`, one atomic
+        // load), its value read only once it changed (once, at the client's close).
+        if self.state_now.get().refuses_work() {
+            return true;
         }
-        refusing_now(&self.state, &self.shutdown)
+        match self.shutdown.has_changed() {
+            Ok(false) => self.shutdown_at_start,
+            _ => *self.shutdown.borrow(),
+        }
     }
 
     fn closed_error(&self) -> Error {
