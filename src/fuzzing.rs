@@ -136,7 +136,9 @@ pub fn consumer_decode(input: &[u8]) -> Outcome {
     let max = decode::max_decompressed(DEFAULT_MAX_MESSAGE_SIZE);
     match decode::decode(&topic, -1, &cmd, payload, max) {
         Ok(entry) => {
-            let messages = entry.into_messages();
+            // Built as the handle builds them when handing them out.
+            let head = entry.head;
+            let messages: Vec<_> = entry.records.into_iter().map(|r| head.message(r)).collect();
             assert!(
                 messages.len() <= spent as usize,
                 "more messages than permits spent"

@@ -43,6 +43,7 @@ pub struct ProducerMessage {
 
 impl ProducerMessage {
     /// A message with this payload.
+    #[inline]
     pub fn new(payload: impl Into<Bytes>) -> Self {
         ProducerMessage {
             payload: payload.into(),
@@ -98,30 +99,35 @@ impl ProducerMessage {
 }
 
 impl From<Bytes> for ProducerMessage {
+    #[inline]
     fn from(payload: Bytes) -> Self {
         ProducerMessage::new(payload)
     }
 }
 
 impl From<Vec<u8>> for ProducerMessage {
+    #[inline]
     fn from(payload: Vec<u8>) -> Self {
         ProducerMessage::new(payload)
     }
 }
 
 impl From<String> for ProducerMessage {
+    #[inline]
     fn from(payload: String) -> Self {
         ProducerMessage::new(payload)
     }
 }
 
 impl From<&'static str> for ProducerMessage {
+    #[inline]
     fn from(payload: &'static str) -> Self {
         ProducerMessage::new(payload)
     }
 }
 
 impl From<&'static [u8]> for ProducerMessage {
+    #[inline]
     fn from(payload: &'static [u8]) -> Self {
         ProducerMessage::new(payload)
     }

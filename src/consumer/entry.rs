@@ -129,14 +129,6 @@ impl EntryHead {
     }
 }
 
-impl Entry {
-    /// Its messages, built at once (fuzzing and tests; the handle builds them one by one).
-    pub(crate) fn into_messages(self) -> Vec<Message> {
-        let head = self.head;
-        self.records.into_iter().map(|r| head.message(r)).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -408,14 +408,39 @@ impl BatchContainer {
         out: &mut Vec<InFlight>,
         failed: &mut Vec<(Error, Completion)>,
     ) {
-        let props = properties(&msg);
-        let fields = single_fields(&msg, &props, sequence_id);
-        let head = BatchBuilder::head(&fields, msg.payload.len());
-        let meta_len = head.metadata_len();
+        // A message with neither key nor extras (the common case) has a two-field
+        // `SingleMessageMetadata`, encoded without visiting every optional field.
+        let plain = msg.key.is_none() && {
+            let x = msg.extras();
+            !x.key_b64_encoded
+                && x.ordering_key.is_none()
+                && x.properties.is_empty()
+                && x.event_time.is_none()
+        };
+        // Any other message's fields and record head (built only for such a message).
+        let props;
+        let general = if plain {
+            None
+        } else {
+            props = properties(&msg);
+            let fields = single_fields(&msg, &props, sequence_id);
+            let head = BatchBuilder::head(&fields, msg.payload.len());
+            Some((fields, head))
+        };
+        let meta_len = match &general {
+            Some((_, head)) => head.metadata_len(),
+            None => BatchBuilder::plain_metadata_len(msg.payload.len(), sequence_id),
+        };
         // What `push` adds: the 4-byte metadata size, the metadata and the payload.
         let record = 4 + meta_len + msg.payload.len();
         let max = ctx.max_message_size;
-        let mut idx = self.open.iter().position(|b| b.key.matches(&msg));
+        // Without key-based batching there is at most one open batch, and every message
+        // joins it (its key is `BatchKey::Any`): no key to compare.
+        let mut idx = if !self.options.key_based {
+            (!self.open.is_empty()).then_some(0)
+        } else {
+            self.open.iter().position(|b| b.key.matches(&msg))
+        };
         // Would this message overflow its open batch (its byte budget, or the broker's limit:
         // Java's `haveEnoughSpace`, Go's `hasSpace`)? Send the open batches first — all of
         // them, in sequence order, so batches of different keys never overtake each other.
@@ -457,7 +482,10 @@ impl BatchContainer {
             }
         };
         let b = &mut self.open[idx];
-        b.builder.push_head(&head, &fields, &msg.payload);
+        match &general {
+            Some((fields, head)) => b.builder.push_head(head, fields, &msg.payload),
+            None => b.builder.push_plain(&msg.payload, sequence_id),
+        }
         b.last_seq = sequence_id;
         b.reserved.merge(completion.reserved);
         b.completions.extend(completion.responder);

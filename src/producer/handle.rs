@@ -2,9 +2,10 @@
 //! [`Producer`](super::Producer) calls to queue a message, flush or close.
 //!
 //! A send takes, in this order, the message's share of the client memory limit, a slot of
-//! `max_pending_messages` (when set), a receipt, and room in the task's queue. The common case
-//! has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a CAS per
-//! semaphore, a `try_send`), with no future to build, move and drop; only when something is
+//! `max_pending_messages` (when set), and room in the task's queue; it gets its receipt as it
+//! is queued, under the queue's lock. The common case has room everywhere and is done
+//! synchronously by [`PartitionProducer::try_send`] (a CAS per semaphore, the queue's
+//! included, and one lock to queue it), with no future to build, move and drop; only when something is
 //! full does [`PartitionProducer::send_waiting`] wait for it (with `block_if_queue_full`), from
 //! the step where the fast path stopped. tokio's semaphores and bounded channel hand released
 //! room to queued waiters first, so trying first never overtakes a waiting send: the order in
@@ -18,7 +19,7 @@ use crate::connection::EntityKind;
 use crate::core::CoreRef;
 use crate::entity::Entity;
 use crate::error::{Error, Result};
-use crate::lifecycle::{GroupClose, State};
+use crate::lifecycle::{GroupClose, State, StateNow};
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
@@ -36,7 +37,7 @@ pub(super) enum Blocked {
     /// For a `max_pending_messages` slot, holding its memory.
     Slot(Outgoing, OwnedSemaphorePermit),
     /// For room in the task's queue, with everything else in hand.
-    Queue(ProducerOp, SendFuture),
+    Queue(ProducerOp),
 }
 
 /// What [`PartitionProducer::try_send`] did.
@@ -47,9 +48,22 @@ pub(super) enum Queued {
     Wait(Box<Blocked>),
 }
 
-/// Whether the producer (its state) or the whole client (`shutdown`) is closing or closed.
-fn refusing_now(state: &watch::Receiver<State>, shutdown: &watch::Receiver<bool>) -> bool {
-    *shutdown.borrow() || state.borrow().refuses_work()
+/// The op that queues `msg`, holding its permits; its responder is attached as it is queued.
+fn send_op(
+    msg: Outgoing,
+    memory: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
+) -> ProducerOp {
+    ProducerOp::Send {
+        msg,
+        completion: Completion {
+            responder: None,
+            reserved: Reservation {
+                memory: Some(memory),
+                slot,
+            },
+        },
+    }
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -60,7 +74,6 @@ const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 pub(super) struct PartitionProducer {
     pub(super) name: String,
     ops: InboxSender,
-    receipts: Receipts,
     count_limit: Option<Arc<Semaphore>>,
     memory: Arc<Semaphore>,
     memory_limit: usize,
@@ -68,10 +81,12 @@ pub(super) struct PartitionProducer {
     /// Set once by the task when the producer ended for good.
     terminal: Arc<OnceLock<Error>>,
     pub(super) state: watch::Receiver<State>,
+    /// The same state, read without a lock on every send.
+    state_now: StateNow,
     /// Whether the client is closing (sends are refused at once from then on).
     shutdown: watch::Receiver<bool>,
-    /// `refusing()` when `state` and `shutdown` were subscribed (the values they had then).
-    refusing_at_start: bool,
+    /// `shutdown`'s value when this handle subscribed.
+    shutdown_at_start: bool,
     pub(super) partition: i32,
     pub(super) stats: Arc<crate::stats::ProducerCounters>,
 }
@@ -116,7 +131,7 @@ impl PartitionProducer {
             .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
                 c.info().max_message_size
             });
-        let (ops_tx, ops_rx) = inbox();
+        let (ops_tx, ops_rx) = inbox(Receipts::new(partition));
         let terminal = Arc::new(OnceLock::new());
         let ctx = FrameContext {
             producer_id,
@@ -128,6 +143,7 @@ impl PartitionProducer {
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");
         let state = entity.life.watch();
+        let entity_state_now = entity.life.now();
         let stats = Arc::new(crate::stats::ProducerCounters::new(
             entity.link.clone(),
             client.metric_labels,
@@ -156,11 +172,11 @@ impl PartitionProducer {
         let span = tracing::debug_span!("producer", topic = %topic, id = producer_id, name = %created.name);
         tokio::spawn(tracing::Instrument::instrument(task.run(), span));
         let shutdown = client.shutdown_signal();
-        let refusing_at_start = refusing_now(&state, &shutdown);
+        let shutdown_at_start = *shutdown.borrow();
+        let state_now = entity_state_now;
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
-            receipts: Receipts::default(),
             count_limit: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
             memory: client.memory.clone(),
@@ -168,8 +184,9 @@ impl PartitionProducer {
             block: options.block_if_queue_full,
             terminal,
             state,
+            state_now,
             shutdown,
-            refusing_at_start,
+            shutdown_at_start,
             partition,
             stats,
         })
@@ -177,14 +194,16 @@ impl PartitionProducer {
 
     /// Whether sends are refused: this producer or the whole client is closing or closed.
     fn refusing(&self) -> bool {
-        // `has_changed` is one atomic load; reading a watch's value takes its lock. While
-        // neither watch changed since this handle subscribed (nearly always), the values are
-        // those seen then (`refusing_at_start`); after any change they are read.
-        let unchanged = |changed: std::result::Result<bool, _>| matches!(changed, Ok(false));
-        if unchanged(self.state.has_changed()) && unchanged(self.shutdown.has_changed()) {
-            return self.refusing_at_start;
+        // Neither read takes a lock (issue #18): the state through its lock-free snapshot;
+        // the client's shutdown flag through its watch's version (`has_changed`, one atomic
+        // load), its value read only once it changed (once, at the client's close).
+        if self.state_now.get().refuses_work() {
+            return true;
         }
-        refusing_now(&self.state, &self.shutdown)
+        match self.shutdown.has_changed() {
+            Ok(false) => self.shutdown_at_start,
+            _ => *self.shutdown.borrow(),
+        }
     }
 
     fn closed_error(&self) -> Error {
@@ -225,11 +244,17 @@ impl PartitionProducer {
                 Err(_) => return Err(Self::slots_full()),
             },
         };
-        let (op, receipt) = self.op(msg, memory, slot);
-        match self.ops.try_send(op) {
-            Ok(()) => Ok(Queued::Done(receipt)),
-            Err(TrySendError::Full(op)) => Ok(Queued::Wait(Box::new(Blocked::Queue(op, receipt)))),
-            Err(TrySendError::Closed) => Err(self.closed_error()),
+        let room = match self.ops.try_room() {
+            Ok(room) => room,
+            Err(TrySendError::Full(())) => {
+                let op = send_op(msg, memory, slot);
+                return Ok(Queued::Wait(Box::new(Blocked::Queue(op))));
+            }
+            Err(TrySendError::Closed) => return Err(self.closed_error()),
+        };
+        match self.ops.send_message(room, send_op(msg, memory, slot)) {
+            Ok(receipt) => Ok(Queued::Done(receipt)),
+            Err(_) => Err(self.closed_error()),
         }
     }
 
@@ -237,7 +262,7 @@ impl PartitionProducer {
     /// before it completes, the message was not queued (what it held is given back).
     pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
         let (msg, memory) = match *blocked {
-            Blocked::Queue(op, receipt) => return self.queue(op, receipt).await,
+            Blocked::Queue(op) => return self.queue(op).await,
             Blocked::Memory(msg) => {
                 let bytes = self.memory_bytes(&msg);
                 let memory = self
@@ -260,15 +285,14 @@ impl PartitionProducer {
                     .map_err(|_| Error::Closed)?,
             ),
         };
-        let (op, receipt) = self.op(msg, memory, slot);
-        self.queue(op, receipt).await
+        self.queue(send_op(msg, memory, slot)).await
     }
 
-    async fn queue(&self, op: ProducerOp, receipt: SendFuture) -> Result<SendFuture> {
-        if self.ops.send(op).await.is_err() {
-            return Err(self.closed_error());
-        }
-        Ok(receipt)
+    async fn queue(&self, op: ProducerOp) -> Result<SendFuture> {
+        let room = self.ops.room().await.map_err(|_| self.closed_error())?;
+        self.ops
+            .send_message(room, op)
+            .map_err(|_| self.closed_error())
     }
 
     /// The client memory a message holds while pending: its payload size (at least 1 byte,
@@ -286,26 +310,6 @@ impl PartitionProducer {
 
     fn slots_full() -> Error {
         Error::ProducerQueueFull("max_pending_messages reached".into())
-    }
-
-    fn op(
-        &self,
-        msg: Outgoing,
-        memory: OwnedSemaphorePermit,
-        slot: Option<OwnedSemaphorePermit>,
-    ) -> (ProducerOp, SendFuture) {
-        let (responder, receipt) = self.receipts.next();
-        let op = ProducerOp::Send {
-            msg,
-            completion: Completion {
-                responder: Some(responder),
-                reserved: Reservation {
-                    memory: Some(memory),
-                    slot,
-                },
-            },
-        };
-        (op, receipt)
     }
 
     pub(super) async fn flush(&self) -> Result<()> {

@@ -18,16 +18,19 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use tokio::sync::{Notify, Semaphore, TryAcquireError};
+use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError};
 
+use super::receipt::{Receipts, SendFuture};
 use super::task::ProducerOp;
 
 /// Ops queued at most (the task's backlog; beyond it senders wait or fail fast).
 pub(crate) const CAPACITY: usize = 4096;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Queue {
     ops: VecDeque<ProducerOp>,
+    /// Each queued send's receipt is handed out here, under the lock that queues it.
+    receipts: Receipts,
     /// The task ended: sends are refused.
     closed: bool,
     /// The handle is gone: no op will come after those queued.
@@ -48,10 +51,15 @@ impl Shared {
     }
 }
 
-/// A new queue: the handle's end and the task's.
-pub(crate) fn inbox() -> (InboxSender, InboxReceiver) {
+/// A new queue: the handle's end and the task's; the sends' receipts come from `receipts`.
+pub(crate) fn inbox(receipts: Receipts) -> (InboxSender, InboxReceiver) {
     let shared = Arc::new(Shared {
-        queue: Mutex::new(Queue::default()),
+        queue: Mutex::new(Queue {
+            ops: VecDeque::new(),
+            receipts,
+            closed: false,
+            sender_gone: false,
+        }),
         wake_task: Notify::new(),
         room: Semaphore::new(CAPACITY),
     });
@@ -63,16 +71,16 @@ pub(crate) fn inbox() -> (InboxSender, InboxReceiver) {
             shared,
             taken: VecDeque::new(),
             to_release: 0,
-            last_taken: 0,
+            quiet_swaps: 0,
         },
     )
 }
 
 /// Why an op could not be queued at once.
 #[derive(Debug)]
-pub(crate) enum TrySendError {
-    /// The queue is full (the op is given back).
-    Full(ProducerOp),
+pub(crate) enum TrySendError<T> {
+    /// The queue is full (what was to be queued is given back).
+    Full(T),
     /// The task ended.
     Closed,
 }
@@ -84,39 +92,96 @@ pub(crate) struct InboxSender {
 }
 
 impl InboxSender {
-    /// Queues `op` if there is room, without waiting.
-    pub(crate) fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    /// Room for one op if the queue has some, without waiting.
+    #[inline]
+    pub(crate) fn try_room(&self) -> Result<Room<'_>, TrySendError<()>> {
         match self.shared.room.try_acquire() {
-            Ok(permit) => permit.forget(), // given back by the task once it took the op
-            Err(TryAcquireError::NoPermits) => return Err(TrySendError::Full(op)),
-            Err(TryAcquireError::Closed) => return Err(TrySendError::Closed),
+            Ok(permit) => Ok(Room(permit)),
+            Err(TryAcquireError::NoPermits) => Err(TrySendError::Full(())),
+            Err(TryAcquireError::Closed) => Err(TrySendError::Closed),
         }
-        self.push(op)
     }
 
-    /// Queues `op`, waiting for room. Dropped while waiting, nothing was queued. Fails once
-    /// the task ended.
-    pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    /// Room for one op, waiting for it. Fails once the task ended.
+    pub(crate) async fn room(&self) -> Result<Room<'_>, TrySendError<()>> {
         match self.shared.room.acquire().await {
-            Ok(permit) => permit.forget(),
-            Err(_) => return Err(TrySendError::Closed),
+            Ok(permit) => Ok(Room(permit)),
+            Err(_) => Err(TrySendError::Closed),
         }
-        self.push(op)
     }
 
-    fn push(&self, op: ProducerOp) -> Result<(), TrySendError> {
+    /// Queues a send (a [`ProducerOp::Send`] without a responder) in `room`; returns its
+    /// receipt, whose responder it gets as it is queued. Taking the room first, the op is
+    /// built once and only moved into the queue (it is ~110 bytes: each copy is ~15
+    /// instructions, and a `Full` result giving it back costs a few).
+    #[inline]
+    pub(crate) fn send_message(
+        &self,
+        room: Room<'_>,
+        op: ProducerOp,
+    ) -> Result<SendFuture, TrySendError<()>> {
+        self.push(room, op, attach_receipt)
+    }
+
+    /// Queues `op` if there is room, without waiting (unit tests; the handle queues flushes
+    /// and closes with [`send`](Self::send)).
+    #[cfg(test)]
+    fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError<ProducerOp>> {
+        match self.try_room() {
+            Ok(room) => self
+                .push(room, op, |_, _| ())
+                .map_err(|_| TrySendError::Closed),
+            Err(TrySendError::Full(())) => Err(TrySendError::Full(op)),
+            Err(TrySendError::Closed) => Err(TrySendError::Closed),
+        }
+    }
+
+    /// Queues `op` (a flush or close), waiting for room. Dropped while waiting, nothing was
+    /// queued. Fails once the task ended.
+    pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError<()>> {
+        let room = self.room().await?;
+        self.push(room, op, |_, _| ())
+    }
+
+    /// Queues `op` in `room` under the queue's lock, after `attach` (which hands out a send's
+    /// receipt) changed it.
+    #[inline]
+    fn push<R>(
+        &self,
+        room: Room<'_>,
+        mut op: ProducerOp,
+        attach: impl FnOnce(&mut ProducerOp, &mut Receipts) -> R,
+    ) -> Result<R, TrySendError<()>> {
         let mut queue = self.shared.lock();
         if queue.closed {
+            // `room` goes back to the (closed) bound.
             return Err(TrySendError::Closed);
         }
         let was_empty = queue.ops.is_empty();
+        let out = attach(&mut op, &mut queue.receipts);
         queue.ops.push_back(op);
         drop(queue);
+        room.0.forget(); // given back by the task once it took the op
         if was_empty {
             self.shared.wake_task.notify_one();
         }
-        Ok(())
+        Ok(out)
     }
+}
+
+/// Room for one op in the queue, taken from its bound; given back if dropped unused.
+#[derive(Debug)]
+pub(crate) struct Room<'a>(SemaphorePermit<'a>);
+
+/// Gives a send the next receipt's responder and returns the receipt (an op that is not a
+/// send drops the responder: its receipt resolves to `Closed`).
+#[inline]
+fn attach_receipt(op: &mut ProducerOp, receipts: &mut Receipts) -> SendFuture {
+    let (responder, receipt) = receipts.next();
+    if let ProducerOp::Send { completion, .. } = op {
+        completion.responder = Some(responder);
+    }
+    receipt
 }
 
 impl Drop for InboxSender {
@@ -135,55 +200,81 @@ pub(crate) struct InboxReceiver {
     /// Room to give back once `taken` is empty (so queued plus taken ops never exceed
     /// [`CAPACITY`], as in a bounded channel).
     to_release: usize,
-    /// How many ops the last swap took.
-    last_taken: usize,
+    /// How many swaps in a row took few ops (fewer than `SHRINK_ABOVE / 4`).
+    quiet_swaps: u32,
 }
 
 /// Buffers with room for more ops than this are shrunk once the bursts that grew them end.
 const SHRINK_ABOVE: usize = 1024;
+
+/// Swaps in a row that take few ops before the buffers are shrunk: a sender that runs ahead
+/// of the task in waves (the task takes a few ops, then a full queue, and so on) would
+/// otherwise have both buffers shrunk and grown again on every wave, each growth touching
+/// fresh pages (a page fault each: about a tenth of the produce run's faults in `perf`).
+const QUIET_SWAPS: u32 = 64;
 
 impl InboxReceiver {
     /// The next op; `None` once the handle is gone and nothing is queued. Cancel safe: an op
     /// is only taken out by a call that returns it.
     pub(crate) async fn recv(&mut self) -> Option<ProducerOp> {
         loop {
-            if let Some(op) = self.try_recv_or_gone()? {
-                return Some(op);
+            if self.taken.is_empty() {
+                let gone = self.refill();
+                if self.taken.is_empty() {
+                    if gone {
+                        return None;
+                    }
+                    self.shared.wake_task.notified().await;
+                    continue;
+                }
             }
-            self.shared.wake_task.notified().await;
+            return self.pop();
         }
     }
 
     /// The next op if one is queued.
+    // Inlined into the task's drain loop, like `pop`: an op is ~110 bytes, and each function
+    // boundary it crosses by value is another copy of it (~15 instructions).
+    #[inline]
     pub(crate) fn try_recv(&mut self) -> Option<ProducerOp> {
-        self.try_recv_or_gone().flatten()
+        if self.taken.is_empty() {
+            self.refill();
+        }
+        self.pop()
     }
 
-    /// `Some(Some(op))`, `Some(None)` when nothing is queued yet, `None` when nothing will be.
-    fn try_recv_or_gone(&mut self) -> Option<Option<ProducerOp>> {
-        if self.taken.is_empty() {
-            self.release();
-            // After a burst (up to the bound of ops queued at once) the two buffers would keep
-            // their room for good: once a swap takes few ops, the empty one is shrunk before
-            // it goes back to the senders (the other one on the next swap).
-            if self.taken.capacity() > SHRINK_ABOVE && self.last_taken < SHRINK_ABOVE / 4 {
-                self.taken.shrink_to(SHRINK_ABOVE / 4);
-            }
-            let mut queue = self.shared.lock();
-            std::mem::swap(&mut queue.ops, &mut self.taken);
-            let gone = queue.sender_gone;
-            drop(queue);
-            self.to_release = self.taken.len();
-            self.last_taken = self.taken.len();
-            if self.taken.is_empty() && gone {
-                return None;
-            }
-        }
+    /// The next op of those taken, giving the room back once they are all out.
+    #[inline]
+    fn pop(&mut self) -> Option<ProducerOp> {
         let op = self.taken.pop_front();
         if self.taken.is_empty() {
             self.release();
         }
-        Some(op)
+        op
+    }
+
+    /// Takes what is queued into the (empty) `taken`, in one swap; whether the handle is gone
+    /// (no op will be queued after those taken).
+    fn refill(&mut self) -> bool {
+        self.release();
+        // After a burst (up to the bound of ops queued at once) the two buffers would keep
+        // their room for good: once swaps have taken few ops for a while ([`QUIET_SWAPS`]),
+        // the empty one is shrunk before it goes back to the senders (the other one on the
+        // next swap).
+        if self.taken.capacity() > SHRINK_ABOVE && self.quiet_swaps >= QUIET_SWAPS {
+            self.taken.shrink_to(SHRINK_ABOVE / 4);
+        }
+        let mut queue = self.shared.lock();
+        std::mem::swap(&mut queue.ops, &mut self.taken);
+        let gone = queue.sender_gone;
+        drop(queue);
+        self.to_release = self.taken.len();
+        if self.taken.len() < SHRINK_ABOVE / 4 {
+            self.quiet_swaps = self.quiet_swaps.saturating_add(1);
+        } else {
+            self.quiet_swaps = 0;
+        }
+        gone
     }
 
     fn release(&mut self) {
@@ -226,7 +317,7 @@ mod tests {
 
     #[tokio::test]
     async fn ops_arrive_in_order_and_room_comes_back() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         let mut kept = Vec::new();
         for _ in 0..CAPACITY {
             let (o, r) = op();
@@ -251,18 +342,52 @@ mod tests {
         assert!(rx.recv().await.is_none());
     }
 
+    /// Each queued send carries the responder of the receipt it returned.
+    #[tokio::test]
+    async fn sends_get_their_own_receipts_in_order() {
+        let (tx, mut rx) = inbox(Receipts::default());
+        use crate::producer::pending::{Completion, Outgoing, Reservation};
+        let msg = || ProducerOp::Send {
+            msg: Outgoing::from(crate::ProducerMessage::new("m")),
+            completion: Completion {
+                responder: None,
+                reserved: Reservation::default(),
+            },
+        };
+        let mut receipts = vec![tx.send_message(tx.try_room().unwrap(), msg()).unwrap()];
+        let room = tx.room().await.unwrap();
+        receipts.push(tx.send_message(room, msg()).unwrap());
+        for entry_id in 0..2u64 {
+            let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
+                panic!("send {entry_id}")
+            };
+            completion.complete(Ok(crate::MessageId::new(1, entry_id, -1)));
+        }
+        for (entry_id, mut receipt) in receipts.into_iter().enumerate() {
+            let id = receipt.try_result().unwrap().unwrap();
+            assert_eq!(id.entry_id, entry_id as u64);
+        }
+    }
+
     /// Both buffers give back the room a full burst grew them to once sends are few again.
     #[tokio::test]
     async fn buffers_shrink_after_a_burst() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
         while rx.try_recv().is_some() {}
         let grown = rx.taken.capacity().max(tx.shared.lock().ops.capacity());
         assert!(grown >= CAPACITY, "the burst grew a buffer: {grown}");
-        // A few quiet rounds of one op each: every buffer is back under the threshold.
+        // A lull shorter than QUIET_SWAPS keeps the room (the next wave needs it again).
         for _ in 0..4 {
+            tx.try_send(op().0).unwrap();
+            assert!(rx.try_recv().is_some());
+        }
+        let kept = rx.taken.capacity().max(tx.shared.lock().ops.capacity());
+        assert!(kept >= CAPACITY, "a short lull shrank a buffer: {kept}");
+        // Quiet rounds of one op each: every buffer is back under the threshold.
+        for _ in 0..QUIET_SWAPS + 2 {
             tx.try_send(op().0).unwrap();
             assert!(rx.try_recv().is_some());
         }
@@ -277,7 +402,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_makes_senders_wait_until_the_task_takes_ops() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -297,7 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn closing_refuses_sends_and_fails_waiters() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(Receipts::default());
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -320,7 +445,7 @@ mod tests {
     #[tokio::test]
     async fn dropping_the_receiver_drops_what_it_never_took() {
         // As a tokio mpsc does: whoever waits on a queued op's result learns it is gone.
-        let (tx, rx) = inbox();
+        let (tx, rx) = inbox(Receipts::default());
         let (o, mut waiting) = op();
         tx.try_send(o).unwrap();
         drop(rx);

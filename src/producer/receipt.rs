@@ -25,53 +25,107 @@ use crate::message_id::MessageId;
 /// forgotten future holds a few KB at most.
 const GROUP: usize = 32;
 
+/// A stored message id of the common kind: of the group's partition, not chunked. Kept as
+/// these four fields (24 bytes) rather than a whole `Result<MessageId>` (which carries the
+/// large `Error` inline), so a slot is 32 bytes, not 72: each pending message holds one.
+#[derive(Debug, Clone, Copy)]
+struct StoredId {
+    ledger_id: u64,
+    entry_id: u64,
+    batch_index: i32,
+    batch_size: i32,
+}
+
 #[derive(Debug, Default)]
 enum Slot {
     /// Not completed yet; the waker of the future that polled it, if it did.
     #[default]
     Waiting,
     Polled(Waker),
-    Done(Result<MessageId>),
+    Done(StoredId),
+    /// Any other result (an error, a chunked message's id): rare, so boxed.
+    DoneOther(Box<Result<MessageId>>),
     /// The future took the result.
     Taken,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Group {
+    /// The partition of every id stored compactly ([`Slot::Done`]).
+    partition: i32,
     slots: Mutex<[Slot; GROUP]>,
 }
 
 impl Group {
+    fn new(partition: i32) -> Self {
+        Group {
+            partition,
+            slots: Mutex::default(),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, [Slot; GROUP]> {
         // A poisoned lock only means a panic elsewhere while it was held; the slots stay valid.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    /// The slot that holds `result`.
+    fn done(&self, result: Result<MessageId>) -> Slot {
+        match result {
+            Ok(id) if id.first_chunk.is_none() && id.partition == self.partition => {
+                Slot::Done(StoredId {
+                    ledger_id: id.ledger_id,
+                    entry_id: id.entry_id,
+                    batch_index: id.batch_index,
+                    batch_size: id.batch_size,
+                })
+            }
+            other => Slot::DoneOther(Box::new(other)),
+        }
+    }
 }
 
-/// Hands out receipt slots for one partition producer's sends.
-#[derive(Debug, Default)]
+/// Hands out receipt slots for one partition producer's sends. Not locked itself: it lives
+/// in the producer's inbox queue and hands out a send's receipt under the lock that queues
+/// the send (one lock per send instead of two).
+#[derive(Debug)]
 pub(crate) struct Receipts {
+    /// The partition whose sends these are (-1: not partitioned).
+    partition: i32,
     /// The group being handed out and its next free slot.
-    current: Mutex<Option<(Arc<Group>, usize)>>,
+    current: Option<(Arc<Group>, usize)>,
+}
+
+impl Default for Receipts {
+    fn default() -> Self {
+        Receipts::new(-1)
+    }
 }
 
 impl Receipts {
+    /// Receipts of the sends of `partition` (its ids are stored compactly; any other id
+    /// still works, boxed).
+    pub(crate) fn new(partition: i32) -> Self {
+        Receipts {
+            partition,
+            current: None,
+        }
+    }
+
     /// A new receipt: the task's half and the application's.
-    pub(crate) fn next(&self) -> (Responder, SendFuture) {
-        let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
-        let (group, index) = match current.as_mut() {
+    pub(crate) fn next(&mut self) -> (Responder, SendFuture) {
+        let (group, index) = match self.current.as_mut() {
             Some((group, next)) if *next < GROUP => {
                 let i = *next;
                 *next += 1;
                 (group.clone(), i)
             }
             _ => {
-                let group = Arc::new(Group::default());
-                *current = Some((group.clone(), 1));
+                let group = Arc::new(Group::new(self.partition));
+                self.current = Some((group.clone(), 1));
                 (group, 0)
             }
         };
-        drop(current);
         // GROUP is far below u32::MAX.
         let index = index as u32;
         (
@@ -104,7 +158,7 @@ impl Responder {
         self.sent = true;
         let mut slots = self.group.lock();
         let slot = &mut slots[self.index as usize];
-        let waiting = std::mem::replace(slot, Slot::Done(result));
+        let waiting = std::mem::replace(slot, self.group.done(result));
         drop(slots);
         if let Slot::Polled(waker) = waiting {
             waker.wake();
@@ -112,27 +166,64 @@ impl Responder {
     }
 }
 
-/// Completes many sends (the messages of a batch): a group's lock is taken once per run of
-/// consecutive responders of that group instead of once each; the waiting futures are woken
-/// after the locks are released.
-pub(crate) fn send_all(results: impl Iterator<Item = (Responder, Result<MessageId>)>) {
+/// Completes the sends of one entry, all stored at `id` (the messages of a batch, or the one
+/// message of an entry): with `batch_size` set the i-th responder's id has batch index i and
+/// that batch size. A group's lock is taken once per run of consecutive responders of that
+/// group instead of once each, and each slot is written from the entry's id directly (no
+/// `Result<MessageId>` built and moved per message); the waiting futures are woken after the
+/// locks are released. `None` responders (already completed) only take their index.
+pub(crate) fn send_entry(
+    responders: impl Iterator<Item = Option<Responder>>,
+    id: MessageId,
+    batch_size: Option<i32>,
+) {
     let mut wakers = Vec::new();
-    let mut results = results.peekable();
-    while let Some((first, result)) = results.next() {
+    let mut responders = responders.enumerate().filter_map(|(i, r)| Some((i, r?)));
+    let mut next = responders.next();
+    while let Some((i, first)) = next.take() {
         let group = first.group.clone();
+        // The compact form when the id is of the group's partition and not chunked (always,
+        // from the task); the boxed form otherwise.
+        let compact =
+            (id.first_chunk.is_none() && id.partition == group.partition).then_some(StoredId {
+                ledger_id: id.ledger_id,
+                entry_id: id.entry_id,
+                batch_index: id.batch_index,
+                batch_size: id.batch_size,
+            });
         let mut slots = group.lock();
-        let mut fill = |mut r: Responder, result| {
+        let mut fill = |i: usize, mut r: Responder| {
             // Set before `r` drops (its `Drop` would otherwise fill the slot again, and take
             // this held lock).
             r.sent = true;
-            let slot = &mut slots[r.index as usize];
-            if let Slot::Polled(w) = std::mem::replace(slot, Slot::Done(result)) {
+            let done = match (compact, batch_size) {
+                (Some(mut stored), Some(size)) => {
+                    // Batches hold far fewer than i32::MAX messages.
+                    stored.batch_index = i as i32;
+                    stored.batch_size = size;
+                    Slot::Done(stored)
+                }
+                (Some(stored), None) => Slot::Done(stored),
+                (None, Some(size)) => Slot::DoneOther(Box::new(Ok(MessageId {
+                    batch_index: i as i32,
+                    batch_size: size,
+                    ..id
+                }))),
+                (None, None) => Slot::DoneOther(Box::new(Ok(id))),
+            };
+            if let Slot::Polled(w) = std::mem::replace(&mut slots[r.index as usize], done) {
                 wakers.push(w);
             }
         };
-        fill(first, result);
-        while let Some((r, result)) = results.next_if(|(r, _)| Arc::ptr_eq(&r.group, &group)) {
-            fill(r, result);
+        fill(i, first);
+        loop {
+            match responders.next() {
+                Some((i, r)) if Arc::ptr_eq(&r.group, &group) => fill(i, r),
+                other => {
+                    next = other;
+                    break;
+                }
+            }
         }
         drop(slots);
     }
@@ -180,8 +271,20 @@ impl Future for SendFuture {
         let mut slots = this.group.lock();
         let slot = &mut slots[this.index as usize];
         match slot {
-            Slot::Done(_) => match std::mem::replace(slot, Slot::Taken) {
-                Slot::Done(r) => Poll::Ready(r),
+            Slot::Done(id) => {
+                let id = *id;
+                *slot = Slot::Taken;
+                Poll::Ready(Ok(MessageId {
+                    ledger_id: id.ledger_id,
+                    entry_id: id.entry_id,
+                    partition: this.group.partition,
+                    batch_index: id.batch_index,
+                    batch_size: id.batch_size,
+                    first_chunk: None,
+                }))
+            }
+            Slot::DoneOther(_) => match std::mem::replace(slot, Slot::Taken) {
+                Slot::DoneOther(r) => Poll::Ready(*r),
                 _ => Poll::Ready(Err(Error::Closed)),
             },
             Slot::Polled(w) if w.will_wake(cx.waker()) => Poll::Pending,
@@ -201,7 +304,7 @@ mod tests {
 
     #[test]
     fn each_receipt_gets_its_own_result_across_groups() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let mut pairs: Vec<_> = (0..GROUP * 2 + 3).map(|_| r.next()).collect();
         let mut futures = Vec::new();
         for (i, (tx, rx)) in pairs.drain(..).enumerate() {
@@ -223,28 +326,48 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn send_all_fills_runs_of_groups_and_wakes_waiters() {
-        let r = Receipts::default();
+    async fn send_entry_fills_runs_of_groups_and_wakes_waiters() {
+        let mut r = Receipts::default();
         let pairs: Vec<_> = (0..GROUP + 5).map(|_| r.next()).collect();
         let (responders, futures): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
         let mut futures = futures.into_iter();
         let first = tokio::spawn(futures.next().unwrap());
         tokio::task::yield_now().await;
-        send_all(
-            responders
-                .into_iter()
-                .enumerate()
-                .map(|(i, tx)| (tx, Ok(MessageId::new(1, i as u64, -1)))),
+        send_entry(
+            responders.into_iter().map(Some),
+            MessageId::new(1, 9, -1),
+            Some(GROUP as i32 + 5),
         );
-        assert_eq!(first.await.unwrap().unwrap().entry_id, 0);
+        let got = first.await.unwrap().unwrap();
+        assert_eq!((got.entry_id, got.batch_index), (9, 0));
         for (i, mut f) in futures.enumerate() {
-            assert_eq!(f.try_result().unwrap().unwrap().entry_id, i as u64 + 1);
+            let got = f.try_result().unwrap().unwrap();
+            assert_eq!(
+                (got.batch_index, got.batch_size),
+                (i as i32 + 1, GROUP as i32 + 5)
+            );
         }
+        // Another partition's id (boxed), a skipped (already completed) responder, and an
+        // entry that is not a batch.
+        let (tx, mut rx) = r.next();
+        let (tx2, mut rx2) = r.next();
+        send_entry(
+            [None, Some(tx), Some(tx2)].into_iter(),
+            MessageId::new(1, 10, 2),
+            Some(3),
+        );
+        let got = rx.try_result().unwrap().unwrap();
+        assert_eq!((got.partition, got.batch_index, got.batch_size), (2, 1, 3));
+        assert_eq!(rx2.try_result().unwrap().unwrap().batch_index, 2);
+        let (tx, mut rx) = r.next();
+        send_entry(std::iter::once(Some(tx)), MessageId::new(1, 11, -1), None);
+        let got = rx.try_result().unwrap().unwrap();
+        assert_eq!((got.entry_id, got.batch_index, got.batch_size), (11, -1, 0));
     }
 
     #[tokio::test]
     async fn a_waiting_future_is_woken() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (tx, rx) = r.next();
         let waiter = tokio::spawn(rx);
         tokio::task::yield_now().await;
@@ -269,7 +392,7 @@ mod tests {
             Arc::new(Count(AtomicUsize::new(0))),
             Arc::new(Count(AtomicUsize::new(0))),
         );
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (tx, mut rx) = r.next();
         let poll = |rx: &mut SendFuture, w: &Arc<Count>| {
             let waker = Waker::from(w.clone());
@@ -282,18 +405,52 @@ mod tests {
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
         assert!(matches!(poll(&mut rx, &second), Poll::Ready(Ok(id)) if id.entry_id == 2));
         // Dropped before its result: the responder completes into nothing, in and out of
-        // `send_all`.
+        // `send_entry`.
         let (tx, rx) = r.next();
         drop(rx);
         tx.send(Err(Error::Closed));
         let (tx, rx) = r.next();
         drop(rx);
-        send_all(std::iter::once((tx, Ok(MessageId::new(1, 3, -1)))));
+        send_entry(std::iter::once(Some(tx)), MessageId::new(1, 3, -1), None);
+    }
+
+    /// Ids kept compactly and those kept boxed (another partition, a chunked message, an
+    /// error) come back whole.
+    #[test]
+    fn every_kind_of_result_comes_back_whole() {
+        let mut r = Receipts::new(3);
+        let compact = MessageId {
+            batch_size: 10,
+            ..MessageId::new(7, 8, 3)
+        };
+        let other_partition = MessageId::new(7, 8, 4);
+        let chunked = MessageId {
+            first_chunk: Some(crate::message_id::ChunkStart {
+                ledger_id: 7,
+                entry_id: 6,
+            }),
+            ..MessageId::new(7, 8, 3)
+        };
+        for sent in [compact, other_partition, chunked] {
+            let (tx, mut rx) = r.next();
+            tx.send(Ok(sent));
+            let got = rx.try_result().unwrap().unwrap();
+            assert_eq!(
+                (got, got.batch_size, got.first_chunk),
+                (sent, sent.batch_size, sent.first_chunk)
+            );
+        }
+        let (tx, mut rx) = r.next();
+        tx.send(Err(Error::InvalidConfig("x".into())));
+        assert!(matches!(
+            rx.try_result(),
+            Some(Err(Error::InvalidConfig(_)))
+        ));
     }
 
     #[test]
     fn a_pending_future_stays_pending() {
-        let r = Receipts::default();
+        let mut r = Receipts::default();
         let (_tx, mut rx) = r.next();
         assert!(rx.try_result().is_none());
         assert!(rx.try_result().is_none());
