@@ -275,3 +275,197 @@ async fn every_field_round_trips_with_plain_and_general_records_mixed_in_batches
         drop(consumer);
     }
 }
+
+/// Concurrent senders on a multi-threaded runtime (receipts handed out under the inbox's
+/// lock, in groups of 32), with the connection dropped several times mid-stream (every
+/// pending entry re-sent): every send completes exactly once with an id, and each sender's
+/// ids increase in its send order, whether its futures are awaited in order, in reverse, or
+/// from another task; dropped futures harm no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_keep_their_order_across_reconnects() {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    for batched in [true, false] {
+        let topic = full(&format!("review-concurrent-senders-{batched}"));
+        let producer = client
+            .producer(&topic)
+            .batching(batched)
+            .max_pending_messages(500)
+            .block_if_queue_full(true)
+            .create()
+            .await
+            .unwrap();
+        const SENDERS: usize = 4;
+        const PER: usize = 1500;
+        let mut tasks = Vec::new();
+        for s in 0..SENDERS {
+            let producer = producer.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut futs = Vec::new();
+                for i in 0..PER {
+                    futs.push(producer.send(format!("{s}-{i}")).await.unwrap());
+                }
+                // Sender 0 awaits in reverse order, 1 from spawned tasks, 2 drops every
+                // third future, 3 in order.
+                let mut ids: Vec<Option<pulsar_sdk::MessageId>> = vec![None; PER];
+                match s {
+                    0 => {
+                        for (i, f) in futs.into_iter().enumerate().rev() {
+                            ids[i] = Some(f.await.unwrap());
+                        }
+                    }
+                    1 => {
+                        let handles: Vec<_> = futs.into_iter().map(tokio::spawn).collect();
+                        for (i, h) in handles.into_iter().enumerate() {
+                            ids[i] = Some(h.await.unwrap().unwrap());
+                        }
+                    }
+                    2 => {
+                        for (i, f) in futs.into_iter().enumerate() {
+                            if i % 3 == 0 {
+                                drop(f);
+                            } else {
+                                ids[i] = Some(f.await.unwrap());
+                            }
+                        }
+                    }
+                    _ => {
+                        for (i, f) in futs.into_iter().enumerate() {
+                            ids[i] = Some(f.await.unwrap());
+                        }
+                    }
+                }
+                ids
+            }));
+        }
+        // Drop the connection three times while the sends are under way.
+        for k in 1..=3 {
+            let want = k * SENDERS * PER / 5;
+            let mut waited = 0;
+            while broker.received_of(Type::Send).len() < want / if batched { 50 } else { 1 }
+                && waited < 500
+            {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                waited += 1;
+            }
+            broker.drop_all_connections();
+        }
+        for (s, t) in tasks.into_iter().enumerate() {
+            let ids = within("senders", t).await.unwrap();
+            let ids: Vec<_> = ids.into_iter().flatten().collect();
+            for w in ids.windows(2) {
+                let key = |id: &pulsar_sdk::MessageId| (id.ledger_id, id.entry_id, id.batch_index);
+                assert!(
+                    key(&w[0]) < key(&w[1]),
+                    "batched {batched} sender {s}: ids out of send order: {:?} then {:?}",
+                    w[0],
+                    w[1]
+                );
+            }
+        }
+        within("flush", producer.flush()).await.unwrap();
+    }
+}
+
+fn receipt(
+    producer_id: u64,
+    sequence_id: u64,
+    entry_id: u64,
+) -> pulsar_sdk::mock::wire::BaseCommand {
+    use pulsar_sdk::mock::wire;
+    wire::BaseCommand {
+        r#type: wire::base_command::Type::SendReceipt as i32,
+        send_receipt: Some(wire::CommandSendReceipt {
+            producer_id,
+            sequence_id,
+            message_id: Some(wire::MessageIdData {
+                ledger_id: 77,
+                entry_id,
+                ..Default::default()
+            }),
+            highest_sequence_id: Some(sequence_id),
+        }),
+        ..Default::default()
+    }
+}
+
+/// A hostile broker's receipts: a duplicate of a receipt already applied and a stale one
+/// change nothing (the first receipt's id stands, the next sends complete from their own);
+/// a receipt ahead of the head makes the producer reconnect and re-send, and every send
+/// still completes, once, in order.
+#[tokio::test]
+async fn duplicate_stale_and_ahead_receipts_from_a_hostile_broker() {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("review-hostile-receipts");
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let mut futs = Vec::new();
+    for i in 0..3 {
+        futs.push(producer.send(format!("m{i}")).await.unwrap());
+    }
+    let sends = within(
+        "3 sends",
+        broker.wait_for_commands(Type::Send, 3, Duration::from_secs(10)),
+    )
+    .await
+    .expect("3 SENDs");
+    let conn = sends[0].connection;
+    let first = sends[0].command.send.as_ref().unwrap();
+    let (pid, s) = (first.producer_id, first.sequence_id);
+    assert!(broker.push(conn, receipt(pid, s, 10)));
+    assert!(broker.push(conn, receipt(pid, s, 99))); // duplicate
+    if s > 0 {
+        assert!(broker.push(conn, receipt(pid, s - 1, 98))); // stale
+    }
+    assert!(broker.push(conn, receipt(pid, s, 97))); // duplicate again, before the next
+    assert!(broker.push(conn, receipt(pid, s + 1, 11)));
+    assert!(broker.push(conn, receipt(pid, s + 2, 12)));
+    let ids: Vec<u64> = within("receipts", join_all(futs))
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().entry_id)
+        .collect();
+    assert_eq!(ids, vec![10, 11, 12]);
+    assert_eq!(
+        broker.accepted_connections(),
+        1,
+        "no reconnect for stale receipts"
+    );
+    // Ahead of the head: m3 and m4 pending, a receipt for m4 arrives first.
+    let mut futs = Vec::new();
+    for i in 3..5 {
+        futs.push(producer.send(format!("m{i}")).await.unwrap());
+    }
+    within(
+        "2 more sends",
+        broker.wait_for_commands(Type::Send, 5, Duration::from_secs(10)),
+    )
+    .await
+    .expect("5 SENDs");
+    broker.set_unresponsive(false);
+    assert!(broker.push(conn, receipt(pid, s + 4, 50)));
+    let ids: Vec<_> = within("re-sent sends", join_all(futs))
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(ids[0].entry_id < ids[1].entry_id, "{ids:?}");
+    assert_ne!(
+        ids[1].entry_id, 50,
+        "the out-of-order receipt completed nothing"
+    );
+    assert!(broker.accepted_connections() >= 2, "reconnected");
+    // The producer goes on: a later send completes.
+    let id = within("a later send", producer.send_and_wait("after"))
+        .await
+        .unwrap();
+    assert!(id.entry_id > ids[1].entry_id || id.ledger_id != ids[1].ledger_id);
+}
