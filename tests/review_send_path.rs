@@ -469,3 +469,48 @@ async fn duplicate_stale_and_ahead_receipts_from_a_hostile_broker() {
         .unwrap();
     assert!(id.entry_id > ids[1].entry_id || id.ledger_id != ids[1].ledger_id);
 }
+
+/// A send re-sent after a reconnect keeps its enqueue time: with a 1 s send timeout, sent at
+/// 0 and re-sent after a reconnect at 500 ms that never gets an answer, it times out at 1 s
+/// (within one 100 ms check tick), not 1 s after the re-send.
+#[tokio::test(start_paused = true)]
+async fn a_re_sent_message_times_out_from_its_first_enqueue() {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(full("review-timeout-after-reconnect"))
+        .batching(false)
+        .send_timeout(Duration::from_secs(1))
+        .create()
+        .await
+        .unwrap();
+    // SENDs (the first and its re-send) are answered only after the test.
+    broker.push_error(
+        pulsar_sdk::mock::MockError::new(
+            pulsar_sdk::mock::MockRequest::Send,
+            pulsar_sdk::ServerError::PersistenceError,
+            "late",
+        )
+        .times(2)
+        .after(Duration::from_secs(3600)),
+    );
+    let mut f = producer.send("m").await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let start = tokio::time::Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    broker.drop_all_connections();
+    tokio::time::sleep_until(start + Duration::from_millis(990)).await;
+    assert!(done(&mut f).is_none(), "timed out before 1 s");
+    tokio::time::sleep_until(start + Duration::from_millis(1110)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    match done(&mut f) {
+        Some(Err(Error::Timeout { .. })) => {}
+        other => panic!("at 1.11 s expected a timeout, got {other:?}"),
+    }
+    assert_eq!(broker.received_of(Type::Send).len(), 2, "sent, then re-sent");
+}
