@@ -512,5 +512,89 @@ async fn a_re_sent_message_times_out_from_its_first_enqueue() {
         Some(Err(Error::Timeout { .. })) => {}
         other => panic!("at 1.11 s expected a timeout, got {other:?}"),
     }
-    assert_eq!(broker.received_of(Type::Send).len(), 2, "sent, then re-sent");
+    assert_eq!(
+        broker.received_of(Type::Send).len(),
+        2,
+        "sent, then re-sent"
+    );
+}
+
+/// Every way a batched entry leaves the pending queue (receipt, SEND_ERROR NotAllowed for a
+/// message inside the batch, send timeout) gives back its `max_pending_messages` slots and
+/// client memory exactly once: after each, the producer fills to the same limits and no
+/// further, round after round (no drift).
+#[tokio::test]
+async fn batched_entries_give_back_slots_and_memory_exactly_once_however_they_leave() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(4 * 50 + 30)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("review-batched-permits-drift"))
+        .batching_options(BatchingOptions {
+            max_messages: 4,
+            max_publish_delay: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .max_pending_messages(4)
+        .send_timeout(Duration::from_millis(400))
+        .create()
+        .await
+        .unwrap();
+    // Fills the limits with one batch of 4 and checks both refuse one more.
+    let fill = || async {
+        let mut futs = Vec::new();
+        for i in 0..4 {
+            match producer.send(vec![i as u8; 50]).await {
+                Ok(f) => futs.push(f),
+                Err(e) => panic!("send {i} of 4: {e:?}"),
+            }
+        }
+        match producer.send(vec![9u8; 40]).await {
+            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            other => panic!("expected the memory limit, got {other:?}"),
+        }
+        match producer.send(vec![9u8; 1]).await {
+            Err(Error::ProducerQueueFull(why)) => {
+                assert!(why.contains("max_pending_messages"), "{why}")
+            }
+            other => panic!("expected max_pending_messages, got {other:?}"),
+        }
+        futs
+    };
+    for round in 0..3 {
+        // Receipted.
+        for r in within("receipts", join_all(fill().await)).await {
+            r.unwrap_or_else(|e| panic!("round {round}: {e:?}"));
+        }
+        // Refused by the broker (NotAllowed for the batch).
+        broker.push_error(MockError::new(
+            MockRequest::Send,
+            pulsar_sdk::ServerError::NotAllowed,
+            "no",
+        ));
+        for r in within("refusals", join_all(fill().await)).await {
+            assert!(
+                matches!(r, Err(Error::Broker { .. })),
+                "round {round}: {r:?}"
+            );
+        }
+        // Timed out.
+        broker.push_error(
+            MockError::new(
+                MockRequest::Send,
+                pulsar_sdk::ServerError::PersistenceError,
+                "late",
+            )
+            .after(Duration::from_secs(3600)),
+        );
+        for r in within("timeouts", join_all(fill().await)).await {
+            assert!(
+                matches!(r, Err(Error::Timeout { .. })),
+                "round {round}: {r:?}"
+            );
+        }
+    }
 }
