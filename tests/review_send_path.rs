@@ -598,3 +598,43 @@ async fn batched_entries_give_back_slots_and_memory_exactly_once_however_they_le
         }
     }
 }
+
+/// A producer and its client dropped (no close) with thousands of sends queued, batched and
+/// not, while the broker answers nothing: every send, awaited from other tasks, resolves to
+/// `Error::Closed`; none hangs, none succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sends_queued_when_producer_and_client_are_dropped_resolve_to_closed() {
+    let broker = MockBroker::start().await.unwrap();
+    for batched in [true, false] {
+        let client = test_client(&broker.service_url())
+            .operation_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        let producer = client
+            .producer(full(&format!("review-dropped-with-queued-{batched}")))
+            .batching(batched)
+            .send_timeout(Duration::ZERO)
+            .create()
+            .await
+            .unwrap();
+        broker.set_unresponsive(true);
+        let mut waiters = Vec::new();
+        for i in 0..3000 {
+            let f = producer.send(format!("m{i}")).await.unwrap();
+            waiters.push(tokio::spawn(f));
+        }
+        drop(producer);
+        drop(client);
+        for (i, w) in within("dropped sends", join_all(waiters))
+            .await
+            .into_iter()
+            .enumerate()
+        {
+            match w.unwrap() {
+                Err(Error::Closed) => {}
+                other => panic!("batched {batched} send {i}: {other:?}"),
+            }
+        }
+        broker.set_unresponsive(false);
+    }
+}
