@@ -638,3 +638,34 @@ async fn sends_queued_when_producer_and_client_are_dropped_resolve_to_closed() {
         broker.set_unresponsive(false);
     }
 }
+
+/// A send that fails before it is queued (too big for the broker) gives back the client
+/// memory it held before its future resolves, like one that leaves the pending queue: the
+/// caller, on another thread, finds the memory back as soon as it sees the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_send_gives_its_memory_back_before_its_future_resolves() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(100)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("review-failed-send-memory-order"))
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let too_big = bytes::Bytes::from(vec![1u8; 6 << 20]);
+    for round in 0..2000 {
+        match producer.send(too_big.clone()).await.unwrap().await {
+            Err(Error::MessageTooBig { .. }) => {}
+            other => panic!("round {round}: expected MessageTooBig, got {other:?}"),
+        }
+        // Its 100 bytes (the whole limit) are back: this one fits at once.
+        let f = producer
+            .send(vec![2u8; 100])
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: memory not back yet: {e:?}"));
+        f.await.unwrap();
+    }
+}
