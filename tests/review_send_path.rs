@@ -285,8 +285,10 @@ async fn every_field_round_trips_with_plain_and_general_records_mixed_in_batches
 async fn concurrent_senders_keep_their_order_across_reconnects() {
     use pulsar_sdk::mock::wire::base_command::Type;
     let broker = MockBroker::start().await.unwrap();
-    let client = test_client(&broker.service_url()).build().unwrap();
     for batched in [true, false] {
+        // A client per round: the previous round's last connection drop must not meet this
+        // round's create.
+        let client = test_client(&broker.service_url()).build().unwrap();
         let topic = full(&format!("review-concurrent-senders-{batched}"));
         let producer = client
             .producer(&topic)
@@ -295,7 +297,7 @@ async fn concurrent_senders_keep_their_order_across_reconnects() {
             .block_if_queue_full(true)
             .create()
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("batched {batched}: create: {e:?}"));
         const SENDERS: usize = 4;
         const PER: usize = 1500;
         let mut tasks = Vec::new();

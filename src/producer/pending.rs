@@ -133,13 +133,18 @@ impl Reservation {
 /// Completes one application `send`: its responder and what it holds until it is queued.
 #[derive(Debug)]
 pub(crate) struct Completion {
-    pub responder: Option<Responder>,
-    /// Released when this is dropped (unless handed to its entry).
+    /// Released when this is dropped (unless handed to its entry). Declared first, so it is
+    /// dropped first: what a send held goes back before its future resolves (a dropped
+    /// responder resolves it to `Closed`), as for an entry leaving the pending queue, and the
+    /// caller, on another thread, finds it back once it sees the result.
     pub reserved: Reservation,
+    pub responder: Option<Responder>,
 }
 
 impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
+        // What it holds goes back before the send completes (see `reserved`).
+        drop(std::mem::take(&mut self.reserved));
         if let Some(tx) = self.responder.take() {
             tx.send(result);
         }
