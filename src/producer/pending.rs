@@ -180,11 +180,16 @@ impl Senders {
 
     /// Completes every send with `error`.
     pub(crate) fn fail(self, error: &Error) {
+        self.complete_each(|| Err(error.clone()));
+    }
+
+    /// Completes every send with a result of `result` (one lock per send: for the rare paths;
+    /// a receipted batch goes through `receipt::send_entry`).
+    fn complete_each(self, result: impl Fn() -> Result<MessageId>) {
         match self {
             Senders::None => {}
-            Senders::One(r) => r.send(Err(error.clone())),
-            // Rare (failures): one lock per send is fine here.
-            Senders::Batch(v) => v.into_iter().for_each(|r| r.send(Err(error.clone()))),
+            Senders::One(r) => r.send(result()),
+            Senders::Batch(v) => v.into_iter().for_each(|r| r.send(result())),
         }
     }
 }
@@ -493,12 +498,7 @@ impl PendingQueue {
                     first_chunk: first,
                     ..here
                 };
-                match senders {
-                    Senders::None => {}
-                    Senders::One(r) => r.send(Ok(id)),
-                    // A chunk is never batched; kept total.
-                    Senders::Batch(v) => v.into_iter().for_each(|r| r.send(Ok(id))),
-                }
+                senders.complete_each(|| Ok(id));
             }
             return ReceiptOutcome::Completed(n);
         }

@@ -69,17 +69,24 @@ impl Group {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// `id` in its compact form, if it has one: of the group's partition and not chunked
+    /// (always, for ids from the task).
+    fn stored(&self, id: &MessageId) -> Option<StoredId> {
+        (id.first_chunk.is_none() && id.partition == self.partition).then_some(StoredId {
+            ledger_id: id.ledger_id,
+            entry_id: id.entry_id,
+            batch_index: id.batch_index,
+            batch_size: id.batch_size,
+        })
+    }
+
     /// The slot that holds `result`.
     fn done(&self, result: Result<MessageId>) -> Slot {
         match result {
-            Ok(id) if id.first_chunk.is_none() && id.partition == self.partition => {
-                Slot::Done(StoredId {
-                    ledger_id: id.ledger_id,
-                    entry_id: id.entry_id,
-                    batch_index: id.batch_index,
-                    batch_size: id.batch_size,
-                })
-            }
+            Ok(id) => match self.stored(&id) {
+                Some(stored) => Slot::Done(stored),
+                None => Slot::DoneOther(Box::new(Ok(id))),
+            },
             other => Slot::DoneOther(Box::new(other)),
         }
     }
@@ -182,15 +189,8 @@ pub(crate) fn send_entry(
     let mut next = responders.next();
     while let Some((i, first)) = next.take() {
         let group = first.group.clone();
-        // The compact form when the id is of the group's partition and not chunked (always,
-        // from the task); the boxed form otherwise.
-        let compact =
-            (id.first_chunk.is_none() && id.partition == group.partition).then_some(StoredId {
-                ledger_id: id.ledger_id,
-                entry_id: id.entry_id,
-                batch_index: id.batch_index,
-                batch_size: id.batch_size,
-            });
+        // The compact form whenever the id has one; the boxed form otherwise.
+        let compact = group.stored(&id);
         let mut slots = group.lock();
         let mut fill = |i: usize, mut r: Responder| {
             // Set before `r` drops (its `Drop` would otherwise fill the slot again, and take
