@@ -1201,15 +1201,18 @@ async fn a_timed_out_batch_gives_back_its_memory_and_slots_exactly_once() {
     broker.set_response_delay(Duration::from_secs(120));
     let check_limits = |producer: pulsar_sdk::Producer| async move {
         let mut held = Vec::new();
-        for _ in 0..4 {
-            held.push(producer.send(vec![7u8; 100]).await.unwrap());
+        for _ in 0..3 {
+            held.push(producer.send(vec![7u8; 140]).await.unwrap());
         }
-        // 50 bytes of memory are left: 100 more do not fit...
+        // 30 bytes of memory and one slot are left: 100 bytes do not fit (the slot it took
+        // first, as upstream's `canEnqueueRequest` does, goes back)...
         match producer.send(vec![8u8; 100]).await {
             Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
             other => panic!("expected the memory limit, got {other:?}"),
         }
-        // ... 1 byte does, but no slot is left.
+        // ... 1 byte does, in the last slot...
+        held.push(producer.send(vec![9u8; 1]).await.unwrap());
+        // ... and then no slot is left, even for 1 byte.
         match producer.send(vec![9u8; 1]).await {
             Err(Error::ProducerQueueFull(why)) => {
                 assert!(why.contains("max_pending_messages"), "{why}")

@@ -548,16 +548,24 @@ async fn batched_entries_give_back_slots_and_memory_exactly_once_however_they_le
     // Fills the limits with one batch of 4 and checks both refuse one more.
     let fill = || async {
         let mut futs = Vec::new();
-        for i in 0..4 {
-            match producer.send(vec![i as u8; 50]).await {
+        for i in 0..3 {
+            match producer.send(vec![i as u8; 60]).await {
                 Ok(f) => futs.push(f),
                 Err(e) => panic!("send {i} of 4: {e:?}"),
             }
         }
-        match producer.send(vec![9u8; 40]).await {
+        // 50 bytes and one slot are left: 80 bytes do not fit (the slot the send took first,
+        // as upstream's `canEnqueueRequest` does, goes back)...
+        match producer.send(vec![9u8; 80]).await {
             Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
             other => panic!("expected the memory limit, got {other:?}"),
         }
+        // ... 50 do, in the last slot (and the batch of 4 goes out)...
+        match producer.send(vec![3u8; 50]).await {
+            Ok(f) => futs.push(f),
+            Err(e) => panic!("send 4 of 4: {e:?}"),
+        }
+        // ... and then no slot is left.
         match producer.send(vec![9u8; 1]).await {
             Err(Error::ProducerQueueFull(why)) => {
                 assert!(why.contains("max_pending_messages"), "{why}")

@@ -160,8 +160,9 @@ pub(crate) fn single_entry_from(
     let send = crate::commands::send(ctx.producer_id, sequence_id, sequence_id, 1);
     match entry(ctx, send, metadata, data, sequence_id, None) {
         Ok(mut e) => {
-            e.senders = completion.responder.map_or(Senders::None, Senders::One);
-            e.reserved = completion.reserved;
+            let (reserved, responder) = completion.into_parts();
+            e.senders = responder.map_or(Senders::None, Senders::One);
+            e.reserved = reserved;
             Ok(e)
         }
         Err(e) => Err((e, completion)),
@@ -220,13 +221,17 @@ impl BatchKey {
     }
 }
 
-/// A batched message's completion again, to fail it (what it held is the batch's, released
-/// with the batch).
-fn failed_send(responder: Responder) -> Completion {
-    Completion {
-        responder: Some(responder),
-        reserved: Reservation::default(),
-    }
+/// Fails every message of `b` with `error`: their completions again, the first one holding
+/// what the whole batch held (given back before any of them completes).
+fn fail_batch(b: &mut OpenBatch, error: &Error, failed: &mut Vec<(Error, Completion)>) {
+    let mut reserved = std::mem::take(&mut b.reserved);
+    failed.extend(b.completions.drain(..).map(|responder| {
+        let completion = Completion {
+            reserved: std::mem::take(&mut reserved),
+            responder: Some(responder),
+        };
+        (error.clone(), completion)
+    }));
 }
 
 /// One open batch.
@@ -248,6 +253,17 @@ struct OpenBatch {
     first_seq: u64,
     last_seq: u64,
     opened_at: Instant,
+}
+
+impl Drop for OpenBatch {
+    /// A batch dropped open (its task ended without flushing it) gives back what its
+    /// messages hold, through their receipt group; a finished batch handed it on.
+    fn drop(&mut self) {
+        let held = std::mem::take(&mut self.reserved);
+        if let (false, Some(first)) = (held.is_empty(), self.completions.first()) {
+            first.release(held);
+        }
+    }
 }
 
 /// The parts of a batch's metadata known only when it is sent.
@@ -458,7 +474,7 @@ impl BatchContainer {
             None => {
                 let key = BatchKey::of(&msg, self.options.key_based);
                 let builder = std::mem::take(&mut self.spare);
-                let b = OpenBatch::new(
+                let mut b = OpenBatch::new(
                     ctx,
                     &msg,
                     key,
@@ -467,7 +483,7 @@ impl BatchContainer {
                     self.expected_messages(&msg),
                 );
                 if !b.fits(record, max) {
-                    self.spare = b.builder;
+                    self.spare = std::mem::take(&mut b.builder);
                     // Too big for any batch: it goes on its own, after everything before it,
                     // and fails alone (MessageTooBig) if it is over the limit by itself.
                     self.flush(ctx, out, failed);
@@ -487,8 +503,9 @@ impl BatchContainer {
             None => b.builder.push_plain(&msg.payload, sequence_id),
         }
         b.last_seq = sequence_id;
-        b.reserved.merge(completion.reserved);
-        b.completions.extend(completion.responder);
+        let (reserved, responder) = completion.into_parts();
+        b.reserved.merge(reserved);
+        b.completions.extend(responder);
         if b.completions.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
         {
@@ -547,7 +564,7 @@ impl BatchContainer {
         let mut data = match compress(ctx, raw.clone()) {
             Ok(d) => d,
             Err(e) => {
-                failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
+                fail_batch(&mut b, &e, failed);
                 return;
             }
         };
@@ -560,14 +577,14 @@ impl BatchContainer {
         }
         // Only when the broker's limit shrank (after a reconnect) while the batch was open.
         if let Err(e) = check_size(ctx, &metadata, &data) {
-            failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
+            fail_batch(&mut b, &e, failed);
             return;
         }
         let send = crate::commands::send(ctx.producer_id, b.first_seq, b.last_seq, n);
         let encoded = match encode(ctx, &send, metadata, data) {
             Ok(bytes) => bytes,
             Err(e) => {
-                failed.extend(b.completions.drain(..).map(|r| (e.clone(), failed_send(r))));
+                fail_batch(&mut b, &e, failed);
                 return;
             }
         };
@@ -575,10 +592,10 @@ impl BatchContainer {
             first_seq: b.first_seq,
             last_seq: b.last_seq,
             encoded,
-            senders: Senders::Batch(Box::new(b.completions)),
+            senders: Senders::Batch(Box::new(std::mem::take(&mut b.completions))),
             chunk: None,
             enqueued_at: b.opened_at,
-            reserved: b.reserved,
+            reserved: std::mem::take(&mut b.reserved),
         });
     }
 }

@@ -316,3 +316,63 @@ fn no_entry_exceeds_the_limit() {
         }
     }
 }
+
+/// What a batch's messages hold goes back exactly once whichever way the batch ends: sent
+/// (with its entry), failed (through its messages' completions, before the first completes),
+/// or dropped open (its task ended without flushing it).
+#[test]
+fn what_a_batch_holds_goes_back_once_however_it_ends() {
+    use crate::producer::limits::Limits;
+    use std::sync::Arc;
+    let limits = Arc::new(Limits {
+        memory: Arc::new(tokio::sync::Semaphore::new(1000)),
+        slots: None,
+    });
+    let mut receipts = crate::producer::receipt::Receipts::new(-1, limits.clone());
+    let mut add = |container: &mut BatchContainer, seq: u64, ctx: &FrameContext| {
+        let held = Reservation::of(limits.memory.try_acquire_many(100).unwrap(), None);
+        let (responder, receipt) = receipts.next();
+        let completion = Completion {
+            reserved: held,
+            responder: Some(responder),
+        };
+        let msg = ProducerMessage::new(vec![1u8; 10]).into();
+        let (mut out, mut failed) = (Vec::new(), Vec::new());
+        container.add(ctx, msg, seq, completion, &mut out, &mut failed);
+        assert!(out.is_empty() && failed.is_empty());
+        receipt
+    };
+    let free = || limits.memory.available_permits();
+    let big = ctx(1 << 20, CompressionType::None);
+    // Sent: the entry holds it all.
+    let mut container = BatchContainer::new(batching(false));
+    for seq in 0..3 {
+        drop(add(&mut container, seq, &big));
+    }
+    assert_eq!(free(), 700);
+    let (mut out, mut failed) = (Vec::new(), Vec::new());
+    container.flush(&big, &mut out, &mut failed);
+    assert_eq!(out[0].reserved.memory, 300);
+    limits.release(out.remove(0).reserved);
+    assert_eq!(free(), 1000);
+    // Failed: the broker's limit shrank while it was open.
+    let receipts_of_failed: Vec<_> = (0..3).map(|seq| add(&mut container, seq, &big)).collect();
+    assert_eq!(free(), 700);
+    container.flush(&ctx(64, CompressionType::None), &mut out, &mut failed);
+    assert!(out.is_empty());
+    assert_eq!(failed.len(), 3);
+    for (e, completion) in failed.drain(..) {
+        completion.complete(Err(e));
+        assert_eq!(free(), 1000, "given back before the first send completes");
+    }
+    for mut receipt in receipts_of_failed {
+        assert!(matches!(receipt.try_result(), Some(Err(_))));
+    }
+    // Dropped open.
+    for seq in 0..2 {
+        drop(add(&mut container, seq, &big));
+    }
+    assert_eq!(free(), 800);
+    drop(container);
+    assert_eq!(free(), 1000);
+}

@@ -90,8 +90,9 @@ pub(crate) fn message_entries(
     match split(ctx, &metadata, &data, chunk_size, of, sequence_id) {
         Ok(mut entries) => {
             if let Some(last) = entries.last_mut() {
-                last.senders = completion.responder.map_or(Senders::None, Senders::One);
-                last.reserved = completion.reserved;
+                let (reserved, responder) = completion.into_parts();
+                last.senders = responder.map_or(Senders::None, Senders::One);
+                last.reserved = reserved;
             }
             Ok(entries)
         }

@@ -1,19 +1,20 @@
 //! The handle of one partition's (or a non-partitioned topic's) producer task: what
 //! [`Producer`](super::Producer) calls to queue a message, flush or close.
 //!
-//! A send takes, in this order, the message's share of the client memory limit, a slot of
-//! `max_pending_messages` (when set), and room in the task's queue; it gets its receipt as it
-//! is queued, under the queue's lock. The common case has room everywhere and is done
-//! synchronously by [`PartitionProducer::try_send`] (a CAS per semaphore, the queue's
-//! included, and one lock to queue it), with no future to build, move and drop; only when something is
-//! full does [`PartitionProducer::send_waiting`] wait for it (with `block_if_queue_full`), from
-//! the step where the fast path stopped. tokio's semaphores and bounded channel hand released
-//! room to queued waiters first, so trying first never overtakes a waiting send: the order in
-//! which sends get room is the same as when every send awaited.
+//! A send takes, in this order, a slot of `max_pending_messages` (when set), the message's
+//! share of the client memory limit (upstream `ProducerImpl.canEnqueueRequest` takes them in
+//! that order too), and room in the task's queue; it gets its receipt as it is queued, under
+//! the queue's lock, and from then on holds the permits as counts (see `limits`). The common
+//! case has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a
+//! CAS per semaphore, the queue's included, and one lock to queue it), with no future to
+//! build, move and drop. When something is full, the fast path gives back what it took and
+//! [`PartitionProducer::send_waiting`] waits for each in the same order (with
+//! `block_if_queue_full`; without it a full limit fails the send). tokio's semaphores hand
+//! released permits to queued waiters first, so trying first never overtakes a waiting send.
 
 use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore, TryAcquireError};
+use tokio::sync::{oneshot, watch, Semaphore, TryAcquireError};
 
 use crate::connection::EntityKind;
 use crate::core::CoreRef;
@@ -24,46 +25,19 @@ use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
 use super::inbox::{inbox, InboxSender, TrySendError};
-use super::pending::{Completion, Outgoing, PendingQueue, Reservation};
+use super::limits::{Limits, Reservation};
+use super::pending::{Outgoing, PendingQueue};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
 use super::ProducerOptions;
-
-/// Where a send that found no room must wait (with `block_if_queue_full`).
-#[derive(Debug)]
-pub(super) enum Blocked {
-    /// For client memory (then for a `max_pending_messages` slot, then for the queue).
-    Memory(Outgoing),
-    /// For a `max_pending_messages` slot, holding its memory.
-    Slot(Outgoing, OwnedSemaphorePermit),
-    /// For room in the task's queue, with everything else in hand.
-    Queue(ProducerOp),
-}
 
 /// What [`PartitionProducer::try_send`] did.
 #[derive(Debug)]
 pub(super) enum Queued {
     Done(SendFuture),
+    /// Something was full: the message, to queue with [`PartitionProducer::send_waiting`].
     /// Boxed: rare, and it keeps what the fast path returns small to move.
-    Wait(Box<Blocked>),
-}
-
-/// The op that queues `msg`, holding its permits; its responder is attached as it is queued.
-fn send_op(
-    msg: Outgoing,
-    memory: OwnedSemaphorePermit,
-    slot: Option<OwnedSemaphorePermit>,
-) -> ProducerOp {
-    ProducerOp::Send {
-        msg,
-        completion: Completion {
-            responder: None,
-            reserved: Reservation {
-                memory: Some(memory),
-                slot,
-            },
-        },
-    }
+    Wait(Box<Outgoing>),
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -74,8 +48,8 @@ const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 pub(super) struct PartitionProducer {
     pub(super) name: String,
     ops: InboxSender,
-    count_limit: Option<Arc<Semaphore>>,
-    memory: Arc<Semaphore>,
+    /// What the producer's messages take while pending.
+    limits: Arc<Limits>,
     memory_limit: usize,
     block: bool,
     /// Set once by the task when the producer ended for good.
@@ -131,7 +105,12 @@ impl PartitionProducer {
             .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
                 c.info().max_message_size
             });
-        let (ops_tx, ops_rx) = inbox(Receipts::new(partition));
+        let limits = Arc::new(Limits {
+            memory: client.memory.clone(),
+            slots: (options.max_pending_messages > 0)
+                .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
+        });
+        let (ops_tx, ops_rx) = inbox(Receipts::new(partition, limits.clone()));
         let terminal = Arc::new(OnceLock::new());
         let ctx = FrameContext {
             producer_id,
@@ -159,8 +138,9 @@ impl PartitionProducer {
             next_seq: created.next_sequence_id,
             epoch: 0,
             topic_epoch: created.topic_epoch,
-            pending: PendingQueue::default(),
+            pending: PendingQueue::new(limits.clone()),
             batches: options.batching.clone().map(BatchContainer::new),
+            built: Default::default(),
             flush_waiters: Vec::new(),
             close_waiters: Vec::new(),
             closing: false,
@@ -177,9 +157,7 @@ impl PartitionProducer {
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
-            count_limit: (options.max_pending_messages > 0)
-                .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
-            memory: client.memory.clone(),
+            limits,
             memory_limit: client.memory_limit,
             block: options.block_if_queue_full,
             terminal,
@@ -210,8 +188,9 @@ impl PartitionProducer {
         self.terminal.get().cloned().unwrap_or(Error::Closed)
     }
 
-    /// Queues `msg` if there is room for it everywhere, without waiting; otherwise says where
-    /// it must wait (with `block_if_queue_full`; without it a full limit fails the send).
+    /// Queues `msg` if there is room for it everywhere, without waiting; otherwise gives back
+    /// what it took and says it must wait (with `block_if_queue_full`; without it a full
+    /// limit fails the send).
     pub(super) fn try_send(&self, msg: Outgoing) -> Result<Queued> {
         if let Some(e) = self.terminal.get() {
             return Err(e.clone());
@@ -221,77 +200,57 @@ impl PartitionProducer {
         if self.refusing() {
             return Err(self.closed_error());
         }
-        let memory = match self
-            .memory
-            .clone()
-            .try_acquire_many_owned(self.memory_bytes(&msg))
-        {
-            Ok(p) => p,
-            Err(TryAcquireError::NoPermits) if self.block => {
-                return Ok(Queued::Wait(Box::new(Blocked::Memory(msg))))
-            }
-            Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
-            Err(_) => return Err(self.memory_full()),
-        };
-        let slot = match &self.count_limit {
+        let slot = match &self.limits.slots {
             None => None,
-            Some(limit) => match limit.clone().try_acquire_owned() {
+            Some(limit) => match limit.try_acquire() {
                 Ok(p) => Some(p),
                 Err(TryAcquireError::NoPermits) if self.block => {
-                    return Ok(Queued::Wait(Box::new(Blocked::Slot(msg, memory))))
+                    return Ok(Queued::Wait(Box::new(msg)))
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
                 Err(_) => return Err(Self::slots_full()),
             },
         };
+        let memory = match self.limits.memory.try_acquire_many(self.memory_bytes(&msg)) {
+            Ok(p) => p,
+            Err(TryAcquireError::NoPermits) if self.block => {
+                return Ok(Queued::Wait(Box::new(msg)))
+            }
+            Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
+            Err(_) => return Err(self.memory_full()),
+        };
         let room = match self.ops.try_room() {
             Ok(room) => room,
-            Err(TrySendError::Full(())) => {
-                let op = send_op(msg, memory, slot);
-                return Ok(Queued::Wait(Box::new(Blocked::Queue(op))));
-            }
+            Err(TrySendError::Full(())) => return Ok(Queued::Wait(Box::new(msg))),
             Err(TrySendError::Closed) => return Err(self.closed_error()),
         };
-        match self.ops.send_message(room, send_op(msg, memory, slot)) {
+        match self
+            .ops
+            .send_message(room, msg, || Reservation::of(memory, slot))
+        {
             Ok(receipt) => Ok(Queued::Done(receipt)),
             Err(_) => Err(self.closed_error()),
         }
     }
 
-    /// Waits where [`try_send`](Self::try_send) stopped, then queues the message. Dropped
-    /// before it completes, the message was not queued (what it held is given back).
-    pub(super) async fn send_waiting(self: Arc<Self>, blocked: Box<Blocked>) -> Result<SendFuture> {
-        let (msg, memory) = match *blocked {
-            Blocked::Queue(op) => return self.queue(op).await,
-            Blocked::Memory(msg) => {
-                let bytes = self.memory_bytes(&msg);
-                let memory = self
-                    .memory
-                    .clone()
-                    .acquire_many_owned(bytes)
-                    .await
-                    .map_err(|_| Error::Closed)?;
-                (msg, memory)
-            }
-            Blocked::Slot(msg, memory) => (msg, memory),
-        };
-        let slot = match &self.count_limit {
+    /// Queues `msg` once there is room for it everywhere, waiting for each in turn (after
+    /// [`try_send`](Self::try_send) found something full). Dropped before it completes, the
+    /// message was not queued (what it held is given back).
+    pub(super) async fn send_waiting(self: Arc<Self>, msg: Box<Outgoing>) -> Result<SendFuture> {
+        let msg = *msg;
+        let slot = match &self.limits.slots {
             None => None,
-            Some(limit) => Some(
-                limit
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|_| Error::Closed)?,
-            ),
+            Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
         };
-        self.queue(send_op(msg, memory, slot)).await
-    }
-
-    async fn queue(&self, op: ProducerOp) -> Result<SendFuture> {
+        let memory = self
+            .limits
+            .memory
+            .acquire_many(self.memory_bytes(&msg))
+            .await
+            .map_err(|_| Error::Closed)?;
         let room = self.ops.room().await.map_err(|_| self.closed_error())?;
         self.ops
-            .send_message(room, op)
+            .send_message(room, msg, || Reservation::of(memory, slot))
             .map_err(|_| self.closed_error())
     }
 

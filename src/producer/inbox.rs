@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError};
 
+use super::pending::{Completion, Outgoing, Reservation};
 use super::receipt::{Receipts, SendFuture};
 use super::task::ProducerOp;
 
@@ -110,17 +111,26 @@ impl InboxSender {
         }
     }
 
-    /// Queues a send (a [`ProducerOp::Send`] without a responder) in `room`; returns its
-    /// receipt, whose responder it gets as it is queued. Taking the room first, the op is
-    /// built once and only moved into the queue (it is ~110 bytes: each copy is ~15
-    /// instructions, and a `Full` result giving it back costs a few).
+    /// Queues a send of `msg` in `room`; returns its receipt. The op is built under the
+    /// queue's lock with both halves of what completes it: the receipt's responder, and the
+    /// counts of what the send holds (`held`, which forgets its permits into counts, is called
+    /// only once the send is sure to be queued; otherwise the permits it owns go back as it is
+    /// dropped). From then on the counts go back through the responder's receipt group.
     #[inline]
     pub(crate) fn send_message(
         &self,
         room: Room<'_>,
-        op: ProducerOp,
+        msg: Outgoing,
+        held: impl FnOnce() -> Reservation,
     ) -> Result<SendFuture, TrySendError<()>> {
-        self.push(room, op, attach_receipt)
+        self.push(room, |receipts| {
+            let (responder, receipt) = receipts.next();
+            let completion = Completion {
+                reserved: held(),
+                responder: Some(responder),
+            };
+            (ProducerOp::Send { msg, completion }, receipt)
+        })
     }
 
     /// Queues `op` if there is room, without waiting (unit tests; the handle queues flushes
@@ -129,7 +139,7 @@ impl InboxSender {
     fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError<ProducerOp>> {
         match self.try_room() {
             Ok(room) => self
-                .push(room, op, |_, _| ())
+                .push(room, |_| (op, ()))
                 .map_err(|_| TrySendError::Closed),
             Err(TrySendError::Full(())) => Err(TrySendError::Full(op)),
             Err(TrySendError::Closed) => Err(TrySendError::Closed),
@@ -140,17 +150,16 @@ impl InboxSender {
     /// queued. Fails once the task ended.
     pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError<()>> {
         let room = self.room().await?;
-        self.push(room, op, |_, _| ())
+        self.push(room, |_| (op, ()))
     }
 
-    /// Queues `op` in `room` under the queue's lock, after `attach` (which hands out a send's
-    /// receipt) changed it.
+    /// Queues the op `make` builds (with a send's receipt, handed out here) in `room`, under
+    /// the queue's lock; once closed, `make` is dropped uncalled.
     #[inline]
     fn push<R>(
         &self,
         room: Room<'_>,
-        mut op: ProducerOp,
-        attach: impl FnOnce(&mut ProducerOp, &mut Receipts) -> R,
+        make: impl FnOnce(&mut Receipts) -> (ProducerOp, R),
     ) -> Result<R, TrySendError<()>> {
         let mut queue = self.shared.lock();
         if queue.closed {
@@ -158,7 +167,7 @@ impl InboxSender {
             return Err(TrySendError::Closed);
         }
         let was_empty = queue.ops.is_empty();
-        let out = attach(&mut op, &mut queue.receipts);
+        let (op, out) = make(&mut queue.receipts);
         queue.ops.push_back(op);
         drop(queue);
         room.0.forget(); // given back by the task once it took the op
@@ -172,17 +181,6 @@ impl InboxSender {
 /// Room for one op in the queue, taken from its bound; given back if dropped unused.
 #[derive(Debug)]
 pub(crate) struct Room<'a>(SemaphorePermit<'a>);
-
-/// Gives a send the next receipt's responder and returns the receipt (an op that is not a
-/// send drops the responder: its receipt resolves to `Closed`).
-#[inline]
-fn attach_receipt(op: &mut ProducerOp, receipts: &mut Receipts) -> SendFuture {
-    let (responder, receipt) = receipts.next();
-    if let ProducerOp::Send { completion, .. } = op {
-        completion.responder = Some(responder);
-    }
-    receipt
-}
 
 impl Drop for InboxSender {
     fn drop(&mut self) {
@@ -346,17 +344,12 @@ mod tests {
     #[tokio::test]
     async fn sends_get_their_own_receipts_in_order() {
         let (tx, mut rx) = inbox(Receipts::default());
-        use crate::producer::pending::{Completion, Outgoing, Reservation};
-        let msg = || ProducerOp::Send {
-            msg: Outgoing::from(crate::ProducerMessage::new("m")),
-            completion: Completion {
-                responder: None,
-                reserved: Reservation::default(),
-            },
-        };
-        let mut receipts = vec![tx.send_message(tx.try_room().unwrap(), msg()).unwrap()];
+        let msg = || Outgoing::from(crate::ProducerMessage::new("m"));
+        let mut receipts = vec![tx
+            .send_message(tx.try_room().unwrap(), msg(), Reservation::default)
+            .unwrap()];
         let room = tx.room().await.unwrap();
-        receipts.push(tx.send_message(room, msg()).unwrap());
+        receipts.push(tx.send_message(room, msg(), Reservation::default).unwrap());
         for entry_id in 0..2u64 {
             let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
                 panic!("send {entry_id}")
@@ -440,6 +433,47 @@ mod tests {
             left += 1;
         }
         assert_eq!(left, CAPACITY, "what was queued is still taken");
+    }
+
+    /// What a send holds comes with it: its counts once queued (given back when its op is
+    /// dropped or completed), its permits when the queue refuses it (given back at once).
+    #[tokio::test]
+    async fn what_a_send_holds_goes_back_whether_or_not_it_is_queued() {
+        use crate::producer::limits::Limits;
+        let limits = Arc::new(Limits {
+            memory: Arc::new(Semaphore::new(100)),
+            slots: Some(Arc::new(Semaphore::new(3))),
+        });
+        let (tx, mut rx) = inbox(Receipts::new(-1, limits.clone()));
+        let available = || {
+            let slots = limits.slots.as_ref().map(|s| s.available_permits());
+            (limits.memory.available_permits(), slots)
+        };
+        let send = |room, bytes| {
+            let memory = limits.memory.try_acquire_many(bytes).unwrap();
+            let slot = limits.slots.as_ref().unwrap().try_acquire().unwrap();
+            let held = || Reservation::of(memory, Some(slot));
+            let msg = Outgoing::from(crate::ProducerMessage::new("m"));
+            tx.send_message(room, msg, held)
+        };
+        let mut first = send(tx.try_room().unwrap(), 30).unwrap();
+        let second = send(tx.try_room().unwrap(), 20).unwrap();
+        assert_eq!(available(), (50, Some(1)));
+        let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
+            panic!("a send")
+        };
+        completion.complete(Ok(crate::MessageId::new(1, 1, -1)));
+        assert_eq!(available(), (80, Some(2)));
+        assert!(first.try_result().unwrap().is_ok());
+        // Dropped unprocessed: its counts go back, and its receipt resolves to `Closed`.
+        drop(rx.recv().await);
+        assert_eq!(available(), (100, Some(3)));
+        assert!(matches!(second.await, Err(crate::Error::Closed)));
+        // Refused (the task ended after the sender took room): its permits go back.
+        let room = tx.try_room().unwrap();
+        rx.close();
+        assert!(matches!(send(room, 40), Err(TrySendError::Closed)));
+        assert_eq!(available(), (100, Some(3)));
     }
 
     #[tokio::test]

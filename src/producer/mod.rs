@@ -10,6 +10,7 @@ mod batch_container;
 mod chunker;
 mod handle;
 mod inbox;
+mod limits;
 mod options;
 mod pending;
 mod receipt;
@@ -33,10 +34,10 @@ use crate::message_id::MessageId;
 use crate::routing_hash::java_partition_for_key;
 use crate::topic::TopicName;
 
-use handle::{Blocked, PartitionProducer, Queued};
+use handle::{PartitionProducer, Queued};
 
 /// A send that found no room: the partition it goes to and where it must wait.
-type MustWait = (Arc<PartitionProducer>, Box<Blocked>);
+type MustWait = (Arc<PartitionProducer>, Box<Outgoing>);
 use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};

@@ -4,7 +4,6 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Duration, Instant};
 
 use crate::codec::EncodedFrame;
@@ -13,6 +12,8 @@ use crate::message::ProducerMessage;
 use crate::message_id::{ChunkStart, MessageId};
 use bytes::Bytes;
 
+use super::limits::Limits;
+pub(crate) use super::limits::Reservation;
 use super::receipt::Responder;
 
 /// A message on its way to the task: its payload and key, and its other fields boxed only
@@ -101,53 +102,50 @@ impl From<ProducerMessage> for Outgoing {
     }
 }
 
-/// What a message holds while it is pending: client memory for its payload and a slot of the
-/// producer's `max_pending_messages`, both given back when its entry leaves the queue.
-///
-/// The messages of a batch hand theirs to the batch ([`merge`](Self::merge)), so the
-/// semaphores are released once per entry rather than once per message (each release takes
-/// the semaphore's waiter lock). Every message of an entry completes at the same time (receipt,
-/// failure, timeout), so they are released exactly when they were before.
-#[derive(Debug, Default)]
-pub(crate) struct Reservation {
-    pub memory: Option<OwnedSemaphorePermit>,
-    pub slot: Option<OwnedSemaphorePermit>,
-}
-
-fn merge_permit(into: &mut Option<OwnedSemaphorePermit>, from: Option<OwnedSemaphorePermit>) {
-    match (into.as_mut(), from) {
-        (Some(held), Some(more)) => held.merge(more),
-        (None, more) => *into = more,
-        (Some(_), None) => {}
-    }
-}
-
-impl Reservation {
-    /// Takes over what `other` holds (all permits of a client come from the same semaphores).
-    pub(crate) fn merge(&mut self, other: Reservation) {
-        merge_permit(&mut self.memory, other.memory);
-        merge_permit(&mut self.slot, other.slot);
-    }
-}
-
 /// Completes one application `send`: its responder and what it holds until it is queued.
 #[derive(Debug)]
 pub(crate) struct Completion {
-    /// Released when this is dropped (unless handed to its entry). Declared first, so it is
-    /// dropped first: what a send held goes back before its future resolves (a dropped
-    /// responder resolves it to `Closed`), as for an entry leaving the pending queue, and the
-    /// caller, on another thread, finds it back once it sees the result.
+    /// Given back (through the responder's receipt group) when this is dropped, unless handed
+    /// on to its entry: before the send completes, so that the caller, on another thread,
+    /// finds it back once it sees the result (as for an entry leaving the pending queue).
+    /// Counts are only set on a completion with a responder (the inbox attaches both).
     pub reserved: Reservation,
     pub responder: Option<Responder>,
 }
 
 impl Completion {
     pub(crate) fn complete(mut self, result: Result<MessageId>) {
-        // What it holds goes back before the send completes (see `reserved`).
-        drop(std::mem::take(&mut self.reserved));
+        self.give_back();
         if let Some(tx) = self.responder.take() {
             tx.send(result);
         }
+    }
+
+    /// What the send holds and its responder, handed on to the entry that carries it.
+    pub(crate) fn into_parts(self) -> (Reservation, Option<Responder>) {
+        // Taken apart without running `Drop` (nothing is left to give back): this is on every
+        // batched message's path (~20 instructions a message).
+        let mut this = std::mem::ManuallyDrop::new(self);
+        (this.reserved, this.responder.take())
+    }
+
+    /// Gives back what the send holds (before its responder, if any, completes it).
+    fn give_back(&mut self) {
+        let held = std::mem::take(&mut self.reserved);
+        if held.is_empty() {
+            return;
+        }
+        match &self.responder {
+            Some(tx) => tx.release(held),
+            None => debug_assert!(false, "a send holds {held:?} without a responder"),
+        }
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        // Before `responder` drops (which resolves the send to `Closed`).
+        self.give_back();
     }
 }
 
@@ -222,7 +220,9 @@ pub(crate) struct InFlight {
     /// Set on a chunk of a chunked message.
     pub chunk: Option<ChunkPos>,
     pub enqueued_at: Instant,
-    /// What the entry's messages hold, released when the entry leaves the queue.
+    /// What the entry's messages hold, given back when the entry leaves the queue. An entry
+    /// is built and queued (or failed, giving this back) within one call of the task; it is
+    /// never dropped in between.
     pub reserved: Reservation,
 }
 
@@ -241,7 +241,7 @@ impl InFlight {
 
 /// A queued entry: an [`InFlight`] packed (72 bytes instead of 136 plus a 48-byte completion
 /// in its own allocation), since tens of thousands of them can be pending. Its permits are
-/// kept as counts, returned to the queue's semaphores when it leaves; its enqueue time as
+/// kept as counts, given back to the producer's limits when it leaves; its enqueue time as
 /// nanoseconds since the queue's base.
 #[derive(Debug)]
 pub(crate) struct Queued {
@@ -253,9 +253,8 @@ pub(crate) struct Queued {
     /// `Option`, which makes the entry 8 bytes smaller).
     chunk: ChunkPos,
     enqueued: Stamp,
-    /// Permits of the memory limit and of `max_pending_messages` held.
-    memory: u32,
-    slots: u32,
+    /// What the entry's messages hold.
+    reserved: Reservation,
 }
 
 impl Queued {
@@ -304,42 +303,6 @@ pub(crate) enum ReceiptOutcome {
     AheadOfHead { expected: u64, got: u64 },
 }
 
-/// The semaphores the queued entries' permits go back to, taken from the first permits
-/// queued (every permit of a producer comes from the same two semaphores; `Reservation::merge`
-/// relies on that too).
-#[derive(Debug, Default)]
-struct Semaphores {
-    memory: Option<Arc<Semaphore>>,
-    slots: Option<Arc<Semaphore>>,
-}
-
-/// Keeps `permit`'s count and forgets the permit (its semaphore is remembered in `sem`).
-fn keep(sem: &mut Option<Arc<Semaphore>>, permit: Option<OwnedSemaphorePermit>) -> u32 {
-    let Some(permit) = permit else {
-        return 0;
-    };
-    debug_assert!(sem
-        .as_ref()
-        .is_none_or(|s| Arc::ptr_eq(s, permit.semaphore())));
-    if sem.is_none() {
-        *sem = Some(permit.semaphore().clone());
-    }
-    // Counts fit: the memory limit is at most 4 GiB, and an entry holds one slot per message.
-    let n = u32::try_from(permit.num_permits()).unwrap_or(u32::MAX);
-    permit.forget();
-    n
-}
-
-impl Semaphores {
-    fn release(&self, memory: u32, slots: u32) {
-        for (sem, n) in [(&self.memory, memory), (&self.slots, slots)] {
-            if let (Some(sem), 1..) = (sem, n) {
-                sem.add_permits(n as usize);
-            }
-        }
-    }
-}
-
 #[derive(Debug)]
 pub(crate) struct PendingQueue {
     queue: VecDeque<Queued>,
@@ -350,11 +313,13 @@ pub(crate) struct PendingQueue {
     /// `ChunkedMessageCtx.firstChunkMessageId`), keyed by its sequence id.
     first_chunk: Option<(u64, ChunkStart)>,
     clock: Clock,
-    semaphores: Semaphores,
+    /// Where the queued entries' permits go back to.
+    limits: Arc<Limits>,
 }
 
-impl Default for PendingQueue {
-    fn default() -> Self {
+impl PendingQueue {
+    /// An empty queue of a producer taking from `limits`.
+    pub(crate) fn new(limits: Arc<Limits>) -> Self {
         PendingQueue {
             queue: VecDeque::new(),
             messages: 0,
@@ -363,7 +328,7 @@ impl Default for PendingQueue {
             clock: Clock {
                 base: Instant::now(),
             },
-            semaphores: Semaphores::default(),
+            limits,
         }
     }
 }
@@ -373,7 +338,7 @@ impl Drop for PendingQueue {
     /// to `Closed` as their responders drop).
     fn drop(&mut self) {
         for e in self.queue.drain(..) {
-            self.semaphores.release(e.memory, e.slots);
+            self.limits.release(e.reserved);
         }
     }
 }
@@ -391,8 +356,6 @@ impl PendingQueue {
         } = entry;
         self.messages += senders.len();
         self.bytes += encoded.len();
-        let memory = keep(&mut self.semaphores.memory, reserved.memory);
-        let slots = keep(&mut self.semaphores.slots, reserved.slot);
         self.queue.push_back(Queued {
             first_seq,
             last_seq,
@@ -400,9 +363,13 @@ impl PendingQueue {
             senders,
             chunk: chunk.unwrap_or(ChunkPos { id: 0, of: 0 }),
             enqueued: self.clock.stamp(enqueued_at),
-            memory,
-            slots,
+            reserved,
         });
+    }
+
+    /// Gives back what an entry that never reached the queue held.
+    pub(crate) fn release(&self, held: Reservation) {
+        self.limits.release(held);
     }
 
     /// Messages pending (not entries).
@@ -444,7 +411,7 @@ impl PendingQueue {
         let e = self.queue.pop_front()?;
         self.messages -= e.senders.len();
         self.bytes -= e.encoded.len();
-        self.semaphores.release(e.memory, e.slots);
+        self.limits.release(e.reserved);
         let chunk = (e.chunk.of > 0).then_some(e.chunk);
         Some((e.senders, chunk, e.first_seq))
     }

@@ -42,7 +42,7 @@ fn id(batch: Option<i32>) -> MessageId {
 #[tokio::test]
 async fn receipts_complete_in_order_with_batch_indexes() {
     let now = Instant::now();
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (a, mut ra) = entry(0, 2, now);
     let (b, mut rb) = entry(3, 3, now);
     q.push(a);
@@ -67,7 +67,7 @@ async fn receipts_complete_in_order_with_batch_indexes() {
 #[tokio::test]
 async fn a_receipt_ahead_of_the_head_is_reported() {
     let now = Instant::now();
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (a, _ra) = entry(5, 5, now);
     q.push(a);
     assert_eq!(
@@ -83,7 +83,7 @@ async fn a_receipt_ahead_of_the_head_is_reported() {
 #[tokio::test]
 async fn expire_fails_exactly_the_old_entries_in_order() {
     let start = Instant::now();
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (a, mut ra) = entry(0, 0, start);
     let (b, mut rb) = entry(1, 1, start + Duration::from_secs(5));
     q.push(a);
@@ -113,7 +113,7 @@ async fn expire_fails_exactly_the_old_entries_in_order() {
 #[tokio::test]
 async fn fail_all_fails_everything_once() {
     let now = Instant::now();
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (a, mut ra) = entry(0, 1, now);
     q.push(a);
     assert_eq!(q.fail_all(&Error::Closed, |_| {}), 2);
@@ -142,7 +142,7 @@ fn chunks(seq: u64, of: u32) -> (Vec<InFlight>, SendFuture) {
 
 #[tokio::test]
 async fn only_the_last_chunk_receipt_completes_with_a_chunk_message_id() {
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (entries, mut rx) = chunks(4, 3);
     for e in entries {
         q.push(e);
@@ -162,7 +162,7 @@ async fn only_the_last_chunk_receipt_completes_with_a_chunk_message_id() {
 
 #[tokio::test]
 async fn failing_a_chunk_fails_its_whole_message_and_nothing_else() {
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     let (entries, mut rx) = chunks(1, 3);
     for e in entries {
         q.push(e);
@@ -197,13 +197,16 @@ fn a_queued_entry_stays_packed() {
 /// queue dropped with it), and before its sends complete.
 #[tokio::test]
 async fn permits_go_back_once_when_the_entry_leaves() {
-    let memory = Arc::new(Semaphore::new(1000));
-    let slots = Arc::new(Semaphore::new(10));
-    let take = |m: u32| Reservation {
-        memory: Some(memory.clone().try_acquire_many_owned(m).unwrap()),
-        slot: Some(slots.clone().try_acquire_owned().unwrap()),
+    let limits = Arc::new(Limits {
+        memory: Arc::new(tokio::sync::Semaphore::new(1000)),
+        slots: Some(Arc::new(tokio::sync::Semaphore::new(10))),
+    });
+    let (memory, slots) = (&limits.memory, limits.slots.as_ref().unwrap());
+    let take = |m: u32| {
+        let memory = memory.try_acquire_many(m).unwrap();
+        Reservation::of(memory, Some(slots.try_acquire().unwrap()))
     };
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(limits.clone());
     let (mut a, _ra) = entry(0, 1, Instant::now());
     a.reserved = take(100);
     a.reserved.merge(take(50));
@@ -240,7 +243,7 @@ async fn permits_go_back_once_when_the_entry_leaves() {
 /// `timeout` old expires (not a nanosecond before).
 #[tokio::test(start_paused = true)]
 async fn ages_are_exact() {
-    let mut q = PendingQueue::default();
+    let mut q = PendingQueue::new(Limits::unlimited());
     tokio::time::advance(Duration::from_micros(1500)).await;
     let at = Instant::now();
     let (a, mut ra) = entry(0, 0, at);

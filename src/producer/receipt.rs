@@ -18,6 +18,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
+use super::limits::{Limits, Reservation};
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
 
@@ -53,13 +54,16 @@ enum Slot {
 struct Group {
     /// The partition of every id stored compactly ([`Slot::Done`]).
     partition: i32,
+    /// Where what the group's sends hold goes back to (see [`Responder::release`]).
+    limits: Arc<Limits>,
     slots: Mutex<[Slot; GROUP]>,
 }
 
 impl Group {
-    fn new(partition: i32) -> Self {
+    fn new(partition: i32, limits: Arc<Limits>) -> Self {
         Group {
             partition,
+            limits,
             slots: Mutex::default(),
         }
     }
@@ -99,22 +103,26 @@ impl Group {
 pub(crate) struct Receipts {
     /// The partition whose sends these are (-1: not partitioned).
     partition: i32,
+    /// The producer's limits, which every group holds.
+    limits: Arc<Limits>,
     /// The group being handed out and its next free slot.
     current: Option<(Arc<Group>, usize)>,
 }
 
+#[cfg(test)]
 impl Default for Receipts {
     fn default() -> Self {
-        Receipts::new(-1)
+        Receipts::new(-1, Limits::unlimited())
     }
 }
 
 impl Receipts {
     /// Receipts of the sends of `partition` (its ids are stored compactly; any other id
-    /// still works, boxed).
-    pub(crate) fn new(partition: i32) -> Self {
+    /// still works, boxed), taking from `limits`.
+    pub(crate) fn new(partition: i32, limits: Arc<Limits>) -> Self {
         Receipts {
             partition,
+            limits,
             current: None,
         }
     }
@@ -128,7 +136,7 @@ impl Receipts {
                 (group.clone(), i)
             }
             _ => {
-                let group = Arc::new(Group::new(self.partition));
+                let group = Arc::new(Group::new(self.partition, self.limits.clone()));
                 self.current = Some((group.clone(), 1));
                 (group, 0)
             }
@@ -156,6 +164,12 @@ pub(crate) struct Responder {
 }
 
 impl Responder {
+    /// Gives back what a send of this producer holds: through the responder's receipt group,
+    /// so a send's counts need no handle of their own (see `limits`).
+    pub(crate) fn release(&self, held: Reservation) {
+        self.group.limits.release(held);
+    }
+
     /// Fills the slot and wakes the future (if it waits).
     pub(crate) fn send(mut self, result: Result<MessageId>) {
         self.fill(result);
@@ -418,7 +432,7 @@ mod tests {
     /// error) come back whole.
     #[test]
     fn every_kind_of_result_comes_back_whole() {
-        let mut r = Receipts::new(3);
+        let mut r = Receipts::new(3, Limits::unlimited());
         let compact = MessageId {
             batch_size: 10,
             ..MessageId::new(7, 8, 3)

@@ -44,6 +44,14 @@ pub(crate) enum ProducerOp {
     Close(oneshot::Sender<Result<()>>),
 }
 
+/// What building entries produced: entries to queue and send, and sends that failed to
+/// build (each with its error). Empty between ops.
+#[derive(Debug, Default)]
+pub(crate) struct Built {
+    pub out: Vec<InFlight>,
+    pub failed: Vec<(Error, Completion)>,
+}
+
 /// What the broker said when the producer was created.
 #[derive(Debug, Clone)]
 pub(crate) struct Created {
@@ -126,6 +134,8 @@ pub(crate) struct ProducerTask {
     pub topic_epoch: Option<u64>,
     pub pending: PendingQueue,
     pub batches: Option<BatchContainer>,
+    /// Entries built and sends failed by the last op, taken by `dispatch`.
+    pub built: Built,
     pub flush_waiters: Vec<(u64, oneshot::Sender<Result<()>>)>,
     /// Who waits for `close()`; set once the application (or the client) asked to close.
     pub close_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -406,19 +416,20 @@ impl ProducerTask {
                 s
             }
         };
-        let mut out = Vec::new();
-        let mut failed = Vec::new();
+        // Built into the task's own lists: most messages only join the open batch, and
+        // then nothing is built, moved or dropped per message.
+        let Built { out, failed } = &mut self.built;
         match self.batches.as_mut() {
             Some(b)
                 if msg.extras().deliver_at.is_none()
                     && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
             {
-                b.add(&self.ctx, msg, seq, completion, &mut out, &mut failed);
+                b.add(&self.ctx, msg, seq, completion, out, failed);
             }
             batches => {
                 // Sent on its own: close open batches first to keep sequence order.
                 if let Some(b) = batches {
-                    b.flush(&self.ctx, &mut out, &mut failed);
+                    b.flush(&self.ctx, out, failed);
                 }
                 if self.opts.chunking {
                     match super::chunker::message_entries(
@@ -439,42 +450,45 @@ impl ProducerTask {
                 }
             }
         }
-        self.dispatch(out, failed);
+        self.dispatch();
     }
 
-    fn dispatch(&mut self, out: Vec<InFlight>, failed: Vec<(Error, Completion)>) {
-        if out.is_empty() && failed.is_empty() {
+    /// Queues and sends the entries built (`self.built`), and fails the sends that failed
+    /// to build.
+    fn dispatch(&mut self) {
+        if self.built.out.is_empty() && self.built.failed.is_empty() {
             return; // most messages only join the open batch
         }
-        self.stats.failed(SendFailure::Rejected, failed.len());
-        for (e, c) in failed {
+        let mut built = std::mem::take(&mut self.built);
+        self.stats.failed(SendFailure::Rejected, built.failed.len());
+        for (e, c) in built.failed.drain(..) {
             c.complete(Err(e));
         }
-        for entry in out {
+        for entry in built.out.drain(..) {
             let frame = self.entity.conn.is_some().then(|| entry.encoded.clone());
             self.pending.push(entry);
             if let Some(frame) = frame {
                 self.send_frame(frame);
             }
         }
+        // Kept for the next entries (their room included).
+        self.built = built;
     }
 
     fn flush_all_batches(&mut self) {
-        let mut out = Vec::new();
-        let mut failed = Vec::new();
+        let Built { out, failed } = &mut self.built;
         if let Some(b) = self.batches.as_mut() {
-            b.flush(&self.ctx, &mut out, &mut failed);
+            b.flush(&self.ctx, out, failed);
         }
-        self.dispatch(out, failed);
+        self.dispatch();
     }
 
     fn flush_due_batches(&mut self) {
-        let mut out = Vec::new();
-        let mut failed = Vec::new();
+        let Built { out, failed } = &mut self.built;
         if let Some(b) = self.batches.as_mut() {
-            b.flush_due(&self.ctx, Instant::now(), &mut out, &mut failed);
+            b.flush_due(&self.ctx, Instant::now(), out, failed);
         }
-        self.dispatch(out, failed);
+        self.dispatch();
     }
 
     /// A SEND_RECEIPT: completes the pending head, or (ahead of it) breaks the connection
@@ -613,8 +627,8 @@ impl ProducerTask {
             c.complete(Err(error.clone()));
         }
         for entry in out {
-            // Its permits go back before its sends complete (as when it leaves the queue).
-            drop(entry.reserved);
+            // What it holds goes back before its sends complete (as when it leaves the queue).
+            self.pending.release(entry.reserved);
             entry.senders.fail(&error);
         }
         let stats = &self.stats;
