@@ -1,11 +1,14 @@
 //! Throughput and latency numbers, one JSON line:
-//! `{"peer","mode","n","size","seconds","msg_per_s","p50_us","p99_us","cpu_s","max_rss_kb"}`.
+//! `{"peer","mode","n","size","seconds","msg_per_s","p50_us","p99_us","cpu_s","max_rss_kb",
+//! "max_pending"}`.
 //!
 //! cargo run --release --example perf -- --url U --topic T --mode produce|consume|latency
 //!   --n N --size BYTES
 //!
 //! - produce: batching on (1000 messages / 128 KiB / 5 ms), pipelined sends, waits for every
-//!   receipt;
+//!   receipt; `max_pending` is the most messages pending at once (sampled every millisecond):
+//!   the client keeps each payload until its receipt, so `max_rss_kb` grows with it (by about
+//!   the payload plus 60 bytes a message) when the broker falls behind;
 //! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each
 //!   (`--type shared` for a Shared one);
 //! - latency: batching off, N sequential awaited sends; p50/p99 in microseconds.
@@ -130,6 +133,36 @@ async fn consume_typed<S: Schema<Type = Record>>(
     (per(schema_ns), per(bytes_ns))
 }
 
+/// The most messages the produce run had pending at once (sent, not yet receipted), sampled
+/// every millisecond from the producer's stats: the run's peak RSS holds their payloads (the
+/// client keeps each until its receipt), so it says how far the broker fell behind.
+struct PeakPending {
+    peak: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl PeakPending {
+    fn start(producer: pulsar_sdk::Producer) -> Self {
+        use std::sync::atomic::Ordering;
+        let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = peak.clone();
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            loop {
+                tick.tick().await;
+                seen.fetch_max(producer.stats().totals.pending_messages, Ordering::Relaxed);
+            }
+        });
+        PeakPending { peak, task }
+    }
+
+    fn stop(self) -> u64 {
+        self.task.abort();
+        self.peak.load(std::sync::atomic::Ordering::Relaxed)
+    }
+}
+
 fn rusage() -> (f64, i64) {
     // SAFETY: getrusage only writes into the zeroed struct we pass.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -176,6 +209,7 @@ async fn main() {
     let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let payload = Bytes::from(vec![b'x'; size]);
     let mut latencies = Vec::new();
+    let mut max_pending = None;
     let (cpu0, _) = rusage();
     let started;
     match (mode.as_str(), schema.as_deref()) {
@@ -209,6 +243,7 @@ async fn main() {
                 .await
                 .unwrap_or_else(|e| die(e));
             started = Instant::now();
+            let sampler = PeakPending::start(producer.clone());
             let mut pending = std::collections::VecDeque::with_capacity(n);
             for _ in 0..n {
                 pending.push_back(
@@ -221,6 +256,7 @@ async fn main() {
             for f in pending {
                 f.await.unwrap_or_else(|e| die(e));
             }
+            max_pending = Some(sampler.stop());
             producer.close().await.unwrap_or_else(|e| die(e));
             if print_stats {
                 eprintln!("{:#?}", producer.stats());
@@ -290,6 +326,7 @@ async fn main() {
             "p99_us": percentile(&latencies, 0.99),
             "cpu_s": cpu1 - cpu0,
             "max_rss_kb": max_rss_kb,
+            "max_pending": max_pending,
     });
     if let Some(s) = &schema {
         line["schema"] = serde_json::json!(s);
