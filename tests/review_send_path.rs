@@ -73,6 +73,51 @@ async fn a_100ms_send_timeout_fires_at_100ms_not_before_nor_much_later() {
     }
 }
 
+/// A batched message's send timeout counts from when its batch goes out, as upstream's (the
+/// batch's `OpSendMsg` is created, with its `createdAt`, as the batch is flushed): sent at 0
+/// into a batch flushed by its 200 ms delay, with a 300 ms timeout, it times out at 500 ms
+/// (within one check tick), not at 300 ms.
+#[tokio::test(start_paused = true)]
+async fn a_batched_message_times_out_from_its_batch_going_out() {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = client
+        .producer(full("review-batch-timeout-from-flush"))
+        .batching_options(BatchingOptions {
+            max_messages: 100,
+            max_publish_delay: Duration::from_millis(200),
+            ..Default::default()
+        })
+        .send_timeout(Duration::from_millis(300))
+        .create()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let mut f = producer.send("m").await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let start = tokio::time::Instant::now();
+    tokio::time::sleep_until(start + Duration::from_millis(250)).await;
+    assert_eq!(
+        broker.received_of(Type::Send).len(),
+        1,
+        "flushed by its delay"
+    );
+    tokio::time::sleep_until(start + Duration::from_millis(490)).await;
+    assert!(done(&mut f).is_none(), "timed out before 500 ms");
+    tokio::time::sleep_until(start + Duration::from_millis(612)).await;
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    match done(&mut f) {
+        Some(Err(Error::Timeout { .. })) => {}
+        other => panic!("at 612 ms expected a timeout, got {other:?}"),
+    }
+    broker.set_unresponsive(false);
+}
+
 /// A producer dropped (with no close) while its sends are unanswered: every send resolves
 /// (never hangs), and the client memory they held comes back, exactly: another producer of
 /// the same client then fills the limit exactly once more.

@@ -594,7 +594,10 @@ impl BatchContainer {
             encoded,
             senders: Senders::Batch(Box::new(std::mem::take(&mut b.completions))),
             chunk: None,
-            enqueued_at: b.opened_at,
+            // Its send timeout counts from now, when the batch goes out, not from when it
+            // opened: upstream's batch `OpSendMsg` is created (`createdAt`) as the batch is
+            // flushed, and the timeout check looks only at those ops.
+            enqueued_at: Instant::now(),
             reserved: std::mem::take(&mut b.reserved),
         });
     }
