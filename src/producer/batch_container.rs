@@ -11,7 +11,7 @@ use crate::proto;
 
 use super::options::BatchingOptions;
 use super::pending::{ChunkPos, Completion, InFlight, Outgoing, Reservation, Senders};
-use super::receipt::Responder;
+use super::receipt::BatchReceipts;
 
 /// What every SEND of one producer shares.
 #[derive(Debug, Clone)]
@@ -225,7 +225,8 @@ impl BatchKey {
 /// what the whole batch held (given back before any of them completes).
 fn fail_batch(b: &mut OpenBatch, error: &Error, failed: &mut Vec<(Error, Completion)>) {
     let mut reserved = std::mem::take(&mut b.reserved);
-    failed.extend(b.completions.drain(..).map(|responder| {
+    let receipts = std::mem::take(&mut b.receipts);
+    failed.extend(receipts.into_responders().map(|responder| {
         let completion = Completion {
             reserved: std::mem::take(&mut reserved),
             responder: Some(responder),
@@ -246,8 +247,8 @@ struct OpenBatch {
     /// An upper bound of the encoded size of the batch's `MessageMetadata`.
     metadata_bound: usize,
     builder: BatchBuilder,
-    /// The messages' responders (what they hold is merged into `reserved`).
-    completions: Vec<Responder>,
+    /// The messages' receipts (what they hold is merged into `reserved`).
+    receipts: BatchReceipts,
     /// What the batch's messages hold, released once for the whole entry.
     reserved: Reservation,
     first_seq: u64,
@@ -260,8 +261,8 @@ impl Drop for OpenBatch {
     /// messages hold, through their receipt group; a finished batch handed it on.
     fn drop(&mut self) {
         let held = std::mem::take(&mut self.reserved);
-        if let (false, Some(first)) = (held.is_empty(), self.completions.first()) {
-            first.release(held);
+        if !held.is_empty() {
+            self.receipts.release(held);
         }
     }
 }
@@ -324,7 +325,6 @@ impl OpenBatch {
         key: BatchKey,
         first_seq: u64,
         builder: BatchBuilder,
-        expected_messages: usize,
     ) -> Self {
         let partition_key = msg.key.clone();
         let msg = msg.extras();
@@ -335,7 +335,7 @@ impl OpenBatch {
             ordering_key: msg.ordering_key.clone(),
             metadata_bound: 0,
             builder,
-            completions: Vec::with_capacity(expected_messages),
+            receipts: BatchReceipts::default(),
             reserved: Reservation::default(),
             first_seq,
             last_seq: first_seq,
@@ -364,10 +364,6 @@ pub(crate) struct BatchContainer {
     /// reused once the sent batch's bytes are dropped (at the latest when the frame is
     /// encoded), instead of a new buffer growing from empty for every batch.
     spare: BatchBuilder,
-    /// How many messages the last batch sent had: the next batch's completions are sized from
-    /// it, so a producer whose batches are cut by the delay with a message or two does not
-    /// hold room for hundreds of completions in every pending batch.
-    last_len: usize,
 }
 
 impl BatchContainer {
@@ -376,25 +372,11 @@ impl BatchContainer {
             options,
             open: Vec::new(),
             spare: BatchBuilder::new(),
-            last_len: 0,
         }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
         self.open.is_empty()
-    }
-
-    /// How many messages a batch opened by `msg` is likely to hold, if the next ones are of
-    /// its size and the last batch's: its completions are allocated for that many at once,
-    /// rather than grown one reallocation at a time (at most 1024, twice the last batch's count
-    /// and at least 16, and 1 for a message that fills a batch alone, so a pending batch holds
-    /// little room for completions it will never have).
-    fn expected_messages(&self, msg: &Outgoing) -> usize {
-        let by_bytes = self.options.max_bytes / msg.payload.len().max(1);
-        by_bytes
-            .min(self.options.max_messages)
-            .min(self.last_len.saturating_mul(2).max(16))
-            .clamp(1, 1024)
     }
 
     /// When the oldest open batch must be sent.
@@ -474,14 +456,7 @@ impl BatchContainer {
             None => {
                 let key = BatchKey::of(&msg, self.options.key_based);
                 let builder = std::mem::take(&mut self.spare);
-                let mut b = OpenBatch::new(
-                    ctx,
-                    &msg,
-                    key,
-                    sequence_id,
-                    builder,
-                    self.expected_messages(&msg),
-                );
+                let mut b = OpenBatch::new(ctx, &msg, key, sequence_id, builder);
                 if !b.fits(record, max) {
                     self.spare = std::mem::take(&mut b.builder);
                     // Too big for any batch: it goes on its own, after everything before it,
@@ -505,8 +480,10 @@ impl BatchContainer {
         b.last_seq = sequence_id;
         let (reserved, responder) = completion.into_parts();
         b.reserved.merge(reserved);
-        b.completions.extend(responder);
-        if b.completions.len() >= self.options.max_messages
+        if let Some(r) = responder {
+            b.receipts.push(r);
+        }
+        if b.receipts.len() >= self.options.max_messages
             || b.builder.size_bytes() >= self.options.max_bytes
         {
             self.flush(ctx, out, failed);
@@ -548,8 +525,7 @@ impl BatchContainer {
         out: &mut Vec<InFlight>,
         failed: &mut Vec<(Error, Completion)>,
     ) {
-        let n = b.completions.len();
-        self.last_len = n;
+        let n = b.receipts.len();
         let raw = b.builder.take();
         // Empty now; its allocation comes back once `raw` (and what shares it) is dropped.
         self.spare = std::mem::take(&mut b.builder);
@@ -592,7 +568,7 @@ impl BatchContainer {
             first_seq: b.first_seq,
             last_seq: b.last_seq,
             encoded,
-            senders: Senders::Batch(Box::new(std::mem::take(&mut b.completions))),
+            senders: Senders::Batch(Box::new(std::mem::take(&mut b.receipts))),
             chunk: None,
             // Its send timeout counts from now, when the batch goes out, not from when it
             // opened: upstream's batch `OpSendMsg` is created (`createdAt`) as the batch is

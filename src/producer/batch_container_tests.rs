@@ -16,9 +16,10 @@ fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
     }
 }
 
-fn completion() -> Completion {
+/// The completion of the next send of `receipts` (its receipt is dropped).
+fn completion(receipts: &mut crate::producer::receipt::Receipts) -> Completion {
     Completion {
-        responder: Some(crate::producer::receipt::Receipts::default().next().0),
+        responder: Some(receipts.next().0),
         reserved: Reservation::default(),
     }
 }
@@ -55,6 +56,7 @@ fn run(
 ) -> (Vec<InFlight>, Vec<(Error, Completion)>) {
     let mut out = Vec::new();
     let mut failed = Vec::new();
+    let mut receipts = crate::producer::receipt::Receipts::default();
     for (seq, (key, ok, size)) in msgs.iter().enumerate() {
         let msg = ProducerMessage {
             payload: Bytes::from(vec![seq as u8; *size]),
@@ -66,7 +68,7 @@ fn run(
             ctx,
             msg.into(),
             seq as u64,
-            completion(),
+            completion(&mut receipts),
             &mut out,
             &mut failed,
         );
@@ -103,30 +105,27 @@ fn consecutive_batches_carry_their_own_messages() {
     assert_eq!(out.len(), 4);
 }
 
-/// A batch cut with one message (by the delay, or `flush`) holds room for a handful of
-/// completions, not for the hundreds a full batch of small messages would have: pending
-/// batches of a slow producer stay small while the broker is slow to answer.
+/// A batch keeps its messages' receipts as runs of consecutive receipt slots, not one
+/// responder each: a batch cut with one message (by the delay, or `flush`) holds one run, and a
+/// full batch of 100 consecutive sends a run per receipt group it spans.
 #[test]
-fn batches_of_one_message_do_not_hold_room_for_hundreds() {
+fn a_batch_keeps_its_receipts_as_runs() {
     let ctx = ctx(5 * 1024 * 1024, CompressionType::None);
     let mut c = BatchContainer::new(batching(false));
+    let runs = |e: &InFlight| match &e.senders {
+        Senders::Batch(receipts) => receipts.runs(),
+        other => panic!("a batch entry, got {other:?}"),
+    };
     for _ in 0..3 {
         let (out, failed) = run(&ctx, &mut c, &[(None, None, 10)]);
         assert!(failed.is_empty());
         assert_eq!(out.len(), 1);
-        let Senders::Batch(responders) = &out[0].senders else {
-            panic!("a batch entry");
-        };
-        assert!(
-            responders.capacity() <= 16,
-            "capacity {}",
-            responders.capacity()
-        );
+        assert_eq!(runs(&out[0]), 1);
     }
-    // Full batches still get their room at once.
     let msgs: Vec<TestMsg<'_>> = (0..100).map(|_| (None, None, 10)).collect();
     let (out, _) = run(&ctx, &mut c, &msgs);
     assert_eq!(out[0].messages(), 100);
+    assert!(runs(&out[0]) <= 5, "{} runs", runs(&out[0]));
 }
 
 /// The broker's Key_Shared dispatcher routes an entry by its outer metadata: a key-based
@@ -273,6 +272,7 @@ fn no_entry_exceeds_the_limit() {
             let sizes: Vec<usize> = (0..200).map(|i| (i * 7919) % (max + 50)).collect();
             let mut out = Vec::new();
             let mut failed = Vec::new();
+            let mut receipts = crate::producer::receipt::Receipts::default();
             for (seq, size) in sizes.iter().enumerate() {
                 // Incompressible payloads, so compression cannot hide an overflow.
                 let payload: Vec<u8> = (0..*size)
@@ -287,7 +287,7 @@ fn no_entry_exceeds_the_limit() {
                     &ctx,
                     msg.into(),
                     seq as u64,
-                    completion(),
+                    completion(&mut receipts),
                     &mut out,
                     &mut failed,
                 );

@@ -14,7 +14,7 @@ use bytes::Bytes;
 
 use super::limits::Limits;
 pub(crate) use super::limits::Reservation;
-use super::receipt::Responder;
+use super::receipt::{BatchReceipts, Responder};
 
 /// A message on its way to the task: its payload and key, and its other fields boxed only
 /// when it has any. Most messages are a payload (and perhaps a key), so what moves through the
@@ -160,10 +160,8 @@ pub(crate) enum Senders {
     /// A message sent on its own (or the last chunk of a chunked message).
     One(Responder),
     /// The messages of a batch, in batch order (batch indexes from 0). Boxed: one more small
-    /// allocation per batch keeps this 16 bytes instead of 24 for every entry (a thin pointer
-    /// fits beside `One`'s niche; a `Vec` or a boxed slice does not).
-    #[allow(clippy::box_collection)]
-    Batch(Box<Vec<Responder>>),
+    /// allocation per batch keeps this 16 bytes instead of 40 for every entry.
+    Batch(Box<BatchReceipts>),
 }
 
 impl Senders {
@@ -172,22 +170,16 @@ impl Senders {
         match self {
             Senders::None => 0,
             Senders::One(_) => 1,
-            Senders::Batch(v) => v.len(),
+            Senders::Batch(b) => b.len(),
         }
     }
 
     /// Completes every send with `error`.
     pub(crate) fn fail(self, error: &Error) {
-        self.complete_each(|| Err(error.clone()));
-    }
-
-    /// Completes every send with a result of `result` (one lock per send: for the rare paths;
-    /// a receipted batch goes through `receipt::send_entry`).
-    fn complete_each(self, result: impl Fn() -> Result<MessageId>) {
         match self {
             Senders::None => {}
-            Senders::One(r) => r.send(result()),
-            Senders::Batch(v) => v.into_iter().for_each(|r| r.send(result())),
+            Senders::One(r) => r.send(Err(error.clone())),
+            Senders::Batch(b) => b.fail(error),
         }
     }
 }
@@ -465,7 +457,11 @@ impl PendingQueue {
                     first_chunk: first,
                     ..here
                 };
-                senders.complete_each(|| Ok(id));
+                // A chunk's senders are its message's one responder (a chunk is never a
+                // batch).
+                if let Senders::One(r) = senders {
+                    r.send(Ok(id));
+                }
             }
             return ReceiptOutcome::Completed(n);
         }
@@ -473,12 +469,8 @@ impl PendingQueue {
             Senders::None => {}
             Senders::One(r) => r.send(Ok(entry_id(None))),
             // The i-th message of a batch gets the entry's id with batch index i and the
-            // batch size, filled in by `send_entry`.
-            Senders::Batch(v) => super::receipt::send_entry(
-                v.into_iter().map(Some),
-                entry_id(Some(0)),
-                Some(n as i32),
-            ),
+            // batch size.
+            Senders::Batch(b) => b.complete(entry_id(Some(0))),
         }
         ReceiptOutcome::Completed(n)
     }

@@ -10,7 +10,9 @@ fn entry(first: u64, last: u64, at: Instant) -> (InFlight, Vec<SendFuture>) {
         rxs.push(rx);
     }
     let senders = if last > first {
-        Senders::Batch(Box::new(responders))
+        let mut batch = BatchReceipts::default();
+        responders.into_iter().for_each(|r| batch.push(r));
+        Senders::Batch(Box::new(batch))
     } else {
         Senders::One(responders.pop().unwrap())
     };

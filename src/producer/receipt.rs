@@ -187,62 +187,139 @@ impl Responder {
     }
 }
 
-/// Completes the sends of one entry, all stored at `id` (the messages of a batch, or the one
-/// message of an entry): with `batch_size` set the i-th responder's id has batch index i and
-/// that batch size. A group's lock is taken once per run of consecutive responders of that
-/// group instead of once each, and each slot is written from the entry's id directly (no
-/// `Result<MessageId>` built and moved per message); the waiting futures are woken after the
-/// locks are released. `None` responders (already completed) only take their index.
-pub(crate) fn send_entry(
-    responders: impl Iterator<Item = Option<Responder>>,
-    id: MessageId,
-    batch_size: Option<i32>,
-) {
-    let mut wakers = Vec::new();
-    let mut responders = responders.enumerate().filter_map(|(i, r)| Some((i, r?)));
-    let mut next = responders.next();
-    while let Some((i, first)) = next.take() {
-        let group = first.group.clone();
-        // The compact form whenever the id has one; the boxed form otherwise.
-        let compact = group.stored(&id);
-        let mut slots = group.lock();
-        let mut fill = |i: usize, mut r: Responder| {
-            // Set before `r` drops (its `Drop` would otherwise fill the slot again, and take
-            // this held lock).
-            r.sent = true;
-            let done = match (compact, batch_size) {
-                (Some(mut stored), Some(size)) => {
-                    // Batches hold far fewer than i32::MAX messages.
-                    stored.batch_index = i as i32;
-                    stored.batch_size = size;
-                    Slot::Done(stored)
-                }
-                (Some(stored), None) => Slot::Done(stored),
-                (None, Some(size)) => Slot::DoneOther(Box::new(Ok(MessageId {
-                    batch_index: i as i32,
-                    batch_size: size,
-                    ..id
-                }))),
-                (None, None) => Slot::DoneOther(Box::new(Ok(id))),
-            };
-            if let Slot::Polled(w) = std::mem::replace(&mut slots[r.index as usize], done) {
+/// The receipts of a batch's messages, in batch order, kept as runs of consecutive slots of
+/// one group: the sends of a partition take consecutive slots, so a batch of 1,000 messages
+/// holds ~32 runs (16 bytes each) instead of 1,000 responders, and its receipt fills each run
+/// under one lock, without a reference count per message. Dropped unfilled, its sends
+/// resolve to `Closed` (as their responders would have).
+#[derive(Debug, Default)]
+pub(crate) struct BatchReceipts {
+    runs: Vec<Run>,
+    len: usize,
+}
+
+/// Slots `start..start + len` of `group`.
+#[derive(Debug)]
+struct Run {
+    group: Arc<Group>,
+    start: u32,
+    len: u32,
+}
+
+impl Run {
+    /// Fills the run's slots with `done(i)` for its i-th slot, then wakes the futures that
+    /// wait; the run is left empty.
+    fn fill(&mut self, mut done: impl FnMut(usize) -> Slot) {
+        let range = self.start as usize..(self.start + self.len) as usize;
+        self.len = 0;
+        let mut wakers = Vec::new();
+        let mut slots = self.group.lock();
+        for (i, slot) in slots[range].iter_mut().enumerate() {
+            if let Slot::Polled(w) = std::mem::replace(slot, done(i)) {
                 wakers.push(w);
-            }
-        };
-        fill(i, first);
-        loop {
-            match responders.next() {
-                Some((i, r)) if Arc::ptr_eq(&r.group, &group) => fill(i, r),
-                other => {
-                    next = other;
-                    break;
-                }
             }
         }
         drop(slots);
+        wakers.into_iter().for_each(Waker::wake);
     }
-    for w in wakers {
-        w.wake();
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // Like dropped responders: the sends resolve to `Closed`.
+        if self.len > 0 {
+            self.fill(|_| Slot::DoneOther(Box::new(Err(Error::Closed))));
+        }
+    }
+}
+
+impl BatchReceipts {
+    /// How many sends these complete.
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Adds the next message's receipt (its responder's slot is this batch's from now on).
+    pub(crate) fn push(&mut self, mut r: Responder) {
+        r.sent = true;
+        self.len += 1;
+        if let Some(last) = self.runs.last_mut() {
+            if Arc::ptr_eq(&last.group, &r.group) && last.start + last.len == r.index {
+                last.len += 1;
+                return;
+            }
+        }
+        self.runs.push(Run {
+            group: r.group.clone(),
+            start: r.index,
+            len: 1,
+        });
+    }
+
+    /// Gives back what the batch's sends hold (through their receipt group, as
+    /// [`Responder::release`]).
+    pub(crate) fn release(&self, held: Reservation) {
+        match self.runs.first() {
+            Some(run) => run.group.limits.release(held),
+            None => debug_assert!(held.is_empty(), "a batch holds {held:?} without sends"),
+        }
+    }
+
+    /// Completes every send of the batch stored at `id`: the i-th with batch index i and the
+    /// batch's size. Each slot is written from the entry's id directly (the compact form
+    /// whenever the id has one), one lock per run; the waiting futures are woken after.
+    pub(crate) fn complete(mut self, id: MessageId) {
+        // Batches hold far fewer than i32::MAX messages.
+        let size = self.len as i32;
+        let mut index = 0i32;
+        for run in &mut self.runs {
+            let compact = run.group.stored(&id);
+            let first = index;
+            index += run.len as i32;
+            run.fill(|i| {
+                let batch_index = first + i as i32;
+                match compact {
+                    Some(stored) => Slot::Done(StoredId {
+                        batch_index,
+                        batch_size: size,
+                        ..stored
+                    }),
+                    None => Slot::DoneOther(Box::new(Ok(MessageId {
+                        batch_index,
+                        batch_size: size,
+                        ..id
+                    }))),
+                }
+            });
+        }
+    }
+
+    /// Completes every send with `error`.
+    pub(crate) fn fail(mut self, error: &Error) {
+        for run in &mut self.runs {
+            run.fill(|_| Slot::DoneOther(Box::new(Err(error.clone()))));
+        }
+    }
+
+    /// The sends' responders again, in batch order (to fail each on its own).
+    pub(crate) fn into_responders(mut self) -> impl Iterator<Item = Responder> {
+        std::mem::take(&mut self.runs)
+            .into_iter()
+            .flat_map(|mut run| {
+                let (start, len) = (run.start, run.len);
+                run.len = 0;
+                (start..start + len).map(move |index| Responder {
+                    group: run.group.clone(),
+                    index,
+                    sent: false,
+                })
+            })
+    }
+
+    /// Runs held (tests: a batch's bookkeeping stays small).
+    #[cfg(test)]
+    pub(crate) fn runs(&self) -> usize {
+        self.runs.len()
     }
 }
 
@@ -339,44 +416,85 @@ mod tests {
         }
     }
 
+    /// A batch's receipts are kept as runs of consecutive slots: one run per group crossed,
+    /// a new one after a gap (a send of another batch in between). Completed, each send gets
+    /// the entry's id with its batch index and the batch size; a waiting future is woken.
     #[tokio::test]
-    async fn send_entry_fills_runs_of_groups_and_wakes_waiters() {
+    async fn a_batch_completes_its_runs_in_order_and_wakes_waiters() {
         let mut r = Receipts::default();
-        let pairs: Vec<_> = (0..GROUP + 5).map(|_| r.next()).collect();
-        let (responders, futures): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
-        let mut futures = futures.into_iter();
-        let first = tokio::spawn(futures.next().unwrap());
-        tokio::task::yield_now().await;
-        send_entry(
-            responders.into_iter().map(Some),
-            MessageId::new(1, 9, -1),
-            Some(GROUP as i32 + 5),
-        );
-        let got = first.await.unwrap().unwrap();
-        assert_eq!((got.entry_id, got.batch_index), (9, 0));
-        for (i, mut f) in futures.enumerate() {
-            let got = f.try_result().unwrap().unwrap();
-            assert_eq!(
-                (got.batch_index, got.batch_size),
-                (i as i32 + 1, GROUP as i32 + 5)
-            );
+        // GROUP - 3 sends fill most of the first group, so the batch crosses into the next.
+        let _before: Vec<_> = (0..GROUP - 3).map(|_| r.next()).collect();
+        let mut batch = BatchReceipts::default();
+        let mut futures = Vec::new();
+        for i in 0..8 {
+            let (tx, rx) = r.next();
+            if i == 5 {
+                drop(tx); // another batch's send: a gap (it resolves to `Closed`)
+                futures.push((None, rx));
+                continue;
+            }
+            batch.push(tx);
+            futures.push((Some(batch.len() as i32 - 1), rx));
         }
-        // Another partition's id (boxed), a skipped (already completed) responder, and an
-        // entry that is not a batch.
-        let (tx, mut rx) = r.next();
-        let (tx2, mut rx2) = r.next();
-        send_entry(
-            [None, Some(tx), Some(tx2)].into_iter(),
-            MessageId::new(1, 10, 2),
-            Some(3),
+        assert_eq!(
+            (batch.len(), batch.runs()),
+            (7, 3),
+            "3 + 2 slots, a gap, then 2"
         );
-        let got = rx.try_result().unwrap().unwrap();
-        assert_eq!((got.partition, got.batch_index, got.batch_size), (2, 1, 3));
-        assert_eq!(rx2.try_result().unwrap().unwrap().batch_index, 2);
+        let (_, waiting) = futures.remove(0);
+        let first = tokio::spawn(waiting);
+        tokio::task::yield_now().await;
+        batch.complete(MessageId::new(1, 9, -1));
+        let got = first.await.unwrap().unwrap();
+        assert_eq!((got.entry_id, got.batch_index, got.batch_size), (9, 0, 7));
+        for (index, mut f) in futures {
+            match (index, f.try_result().unwrap()) {
+                (Some(i), Ok(got)) => assert_eq!((got.batch_index, got.batch_size), (i, 7)),
+                (None, Err(Error::Closed)) => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        // Another partition's id (kept boxed).
+        let mut batch = BatchReceipts::default();
         let (tx, mut rx) = r.next();
-        send_entry(std::iter::once(Some(tx)), MessageId::new(1, 11, -1), None);
+        batch.push(tx);
+        batch.complete(MessageId::new(1, 10, 2));
         let got = rx.try_result().unwrap().unwrap();
-        assert_eq!((got.entry_id, got.batch_index, got.batch_size), (11, -1, 0));
+        assert_eq!((got.partition, got.batch_index, got.batch_size), (2, 0, 1));
+    }
+
+    /// Failed, every send of a batch gets the error; dropped unfilled, `Closed`; taken apart
+    /// again, each responder completes its own send.
+    #[test]
+    fn a_batch_fails_closes_or_comes_apart_send_by_send() {
+        let mut r = Receipts::default();
+        let mut batch = |n: usize| {
+            let mut b = BatchReceipts::default();
+            let futures: Vec<_> = (0..n)
+                .map(|_| {
+                    let (tx, rx) = r.next();
+                    b.push(tx);
+                    rx
+                })
+                .collect();
+            (b, futures)
+        };
+        let (b, futures) = batch(GROUP + 2);
+        b.fail(&Error::InvalidConfig("no".into()));
+        for mut f in futures {
+            assert!(matches!(f.try_result(), Some(Err(Error::InvalidConfig(_)))));
+        }
+        let (b, futures) = batch(3);
+        drop(b);
+        for mut f in futures {
+            assert!(matches!(f.try_result(), Some(Err(Error::Closed))));
+        }
+        let (b, futures) = batch(GROUP + 1);
+        for (i, (tx, mut f)) in b.into_responders().zip(futures).enumerate() {
+            assert!(f.try_result().is_none(), "still pending");
+            tx.send(Ok(MessageId::new(1, i as u64, -1)));
+            assert_eq!(f.try_result().unwrap().unwrap().entry_id, i as u64);
+        }
     }
 
     #[tokio::test]
@@ -418,14 +536,16 @@ mod tests {
         assert_eq!(first.0.load(Ordering::SeqCst), 0);
         assert_eq!(second.0.load(Ordering::SeqCst), 1);
         assert!(matches!(poll(&mut rx, &second), Poll::Ready(Ok(id)) if id.entry_id == 2));
-        // Dropped before its result: the responder completes into nothing, in and out of
-        // `send_entry`.
+        // Dropped before its result: the responder completes into nothing, alone or in a
+        // batch.
         let (tx, rx) = r.next();
         drop(rx);
         tx.send(Err(Error::Closed));
         let (tx, rx) = r.next();
         drop(rx);
-        send_entry(std::iter::once(Some(tx)), MessageId::new(1, 3, -1), None);
+        let mut batch = BatchReceipts::default();
+        batch.push(tx);
+        batch.complete(MessageId::new(1, 3, -1));
     }
 
     /// Ids kept compactly and those kept boxed (another partition, a chunked message, an
