@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, EntryHead, Extras, Record};
+use super::entry::{Entry, EntryHead, Extras, Record, Records};
 use crate::batch::BatchRecords;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
@@ -176,7 +176,7 @@ pub(crate) fn decode(
         };
         return Ok(Entry {
             head: head(id, schema_version, &meta),
-            records: vec![record],
+            records: smallvec::smallvec![record],
         });
     };
     let batch = undecodable(ValidationError::BatchDeSerializeError);
@@ -189,7 +189,7 @@ pub(crate) fn decode(
     // Sized for the batch up front (growing it would copy every message built so far about
     // ten times for a batch of 1000), but never beyond `PREALLOCATED_MESSAGES` on the word of
     // the metadata alone: a lying count must not make the client allocate for it.
-    let mut out = Vec::with_capacity(end.min(PREALLOCATED_MESSAGES));
+    let mut out = Records::with_capacity(end.min(PREALLOCATED_MESSAGES));
     // Records are read in order (each one's size is in its metadata); those after the last
     // one the ack set delivers are not read at all.
     // One metadata reused for every record (see `BatchRecords::next_into`).

@@ -86,8 +86,13 @@ impl Extras {
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub head: EntryHead,
-    pub records: Vec<Record>,
+    pub records: Records,
 }
+
+/// An entry's records: the one record of an entry that is not a batch is kept inline, so a
+/// message sent on its own costs no allocation (and free) of its own on its way to the
+/// application.
+pub(crate) type Records = smallvec::SmallVec<[Record; 1]>;
 
 impl EntryHead {
     /// The id of one of the entry's messages.

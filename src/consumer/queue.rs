@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::entry::{Entry, EntryHead, Record};
+use super::entry::{Entry, EntryHead, Record, Records};
 use crate::error::Error;
 
 use super::task::PartitionShared;
@@ -75,7 +75,7 @@ impl QueueRoom {
 
 /// The messages of the entry the handle is handing out (taken from the queue as one item, out
 /// of it one by one: they count as queued until the application takes each).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Buffered {
     /// The task that delivered them (looked up once per entry, not per message).
     pub part: Option<Arc<PartitionShared>>,
@@ -83,5 +83,16 @@ pub(crate) struct Buffered {
     pub epoch: u64,
     /// What the messages share (`Some` whenever `part` is).
     pub head: Option<EntryHead>,
-    pub records: std::vec::IntoIter<Record>,
+    pub records: smallvec::IntoIter<[Record; 1]>,
+}
+
+impl Default for Buffered {
+    fn default() -> Self {
+        Buffered {
+            part: None,
+            epoch: 0,
+            head: None,
+            records: Records::new().into_iter(),
+        }
+    }
 }
