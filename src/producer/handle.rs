@@ -7,10 +7,14 @@
 //! the queue's lock, and from then on holds the permits as counts (see `limits`). The common
 //! case has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a
 //! CAS per semaphore, the queue's included, and one lock to queue it), with no future to
-//! build, move and drop. When something is full, the fast path gives back what it took and
+//! build, move and drop. When a limit is full, the fast path gives back what it took and
 //! [`PartitionProducer::send_waiting`] waits for each in the same order (with
-//! `block_if_queue_full`; without it a full limit fails the send). tokio's semaphores hand
-//! released permits to queued waiters first, so trying first never overtakes a waiting send.
+//! `block_if_queue_full`; without it a full limit fails the send). When only the task's queue
+//! is full, the send keeps what it took and waits for room alone: given back, what it took
+//! could go to another send before it is taken again (the waiting future may yield in
+//! between, another thread's send may take it), and a send without `block_if_queue_full`
+//! would then wait for a limit. tokio's semaphores hand released permits to queued waiters
+//! first, so trying first never overtakes a waiting send.
 
 use std::sync::{Arc, OnceLock};
 
@@ -25,7 +29,7 @@ use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
 use super::inbox::{inbox, InboxSender, TrySendError};
-use super::limits::{Limits, Reservation};
+use super::limits::{Held, Limits, Reservation};
 use super::pending::{Outgoing, PendingQueue};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
@@ -37,7 +41,16 @@ pub(super) enum Queued {
     Done(SendFuture),
     /// Something was full: the message, to queue with [`PartitionProducer::send_waiting`].
     /// Boxed: rare, and it keeps what the fast path returns small to move.
-    Wait(Box<Outgoing>),
+    Wait(Box<Waiting>),
+}
+
+/// A send that must wait for room.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    msg: Outgoing,
+    /// What it holds already: everything when only the task's queue was full (it then waits
+    /// for room alone); `None` when a limit was full (it waits for each, in order).
+    held: Option<Held>,
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -205,7 +218,7 @@ impl PartitionProducer {
             Some(limit) => match limit.try_acquire() {
                 Ok(p) => Some(p),
                 Err(TryAcquireError::NoPermits) if self.block => {
-                    return Ok(Queued::Wait(Box::new(msg)))
+                    return Ok(Queued::Wait(Box::new(Waiting { msg, held: None })))
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
                 Err(_) => return Err(Self::slots_full()),
@@ -214,14 +227,19 @@ impl PartitionProducer {
         let memory = match self.limits.memory.try_acquire_many(self.memory_bytes(&msg)) {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) if self.block => {
-                return Ok(Queued::Wait(Box::new(msg)))
+                return Ok(Queued::Wait(Box::new(Waiting { msg, held: None })))
             }
             Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
             Err(_) => return Err(self.memory_full()),
         };
         let room = match self.ops.try_room() {
             Ok(room) => room,
-            Err(TrySendError::Full(())) => return Ok(Queued::Wait(Box::new(msg))),
+            Err(TrySendError::Full(())) => {
+                // Kept while it waits for room (see the module docs).
+                let held = Held::new(self.limits.clone(), Reservation::of(memory, slot));
+                let held = Some(held);
+                return Ok(Queued::Wait(Box::new(Waiting { msg, held })));
+            }
             Err(TrySendError::Closed) => return Err(self.closed_error()),
         };
         match self
@@ -236,21 +254,28 @@ impl PartitionProducer {
     /// Queues `msg` once there is room for it everywhere, waiting for each in turn (after
     /// [`try_send`](Self::try_send) found something full). Dropped before it completes, the
     /// message was not queued (what it held is given back).
-    pub(super) async fn send_waiting(self: Arc<Self>, msg: Box<Outgoing>) -> Result<SendFuture> {
-        let msg = *msg;
-        let slot = match &self.limits.slots {
-            None => None,
-            Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
+    pub(super) async fn send_waiting(self: Arc<Self>, waiting: Box<Waiting>) -> Result<SendFuture> {
+        let Waiting { msg, held } = *waiting;
+        let held = match held {
+            Some(held) => held,
+            None => {
+                let slot = match &self.limits.slots {
+                    None => None,
+                    Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
+                };
+                let memory = self
+                    .limits
+                    .memory
+                    .acquire_many(self.memory_bytes(&msg))
+                    .await
+                    .map_err(|_| Error::Closed)?;
+                Held::new(self.limits.clone(), Reservation::of(memory, slot))
+            }
         };
-        let memory = self
-            .limits
-            .memory
-            .acquire_many(self.memory_bytes(&msg))
-            .await
-            .map_err(|_| Error::Closed)?;
+        // Dropped here (cancelled, or the task ended), `held` gives its counts back.
         let room = self.ops.room().await.map_err(|_| self.closed_error())?;
         self.ops
-            .send_message(room, msg, || Reservation::of(memory, slot))
+            .send_message(room, msg, || held.take())
             .map_err(|_| self.closed_error())
     }
 

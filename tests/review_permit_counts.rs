@@ -1,0 +1,159 @@
+//! Review of #18's third step (a send's permits kept as counts, the `max_pending_messages`
+//! slot taken before memory, a send that finds anything full giving back what it took), from
+//! the outside: the public producer API against the mock broker.
+
+mod common;
+use common::{full, test_client, within};
+
+use std::future::Future;
+use std::task::Poll;
+use std::time::Duration;
+
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::{Error, SendFuture};
+
+/// The task's queue bound (`producer::inbox::CAPACITY`).
+const INBOX: usize = 4096;
+
+/// Spends the calling task's coop budget for this poll (the next tokio operation that
+/// checks it, e.g. a semaphore's `acquire`, is then pending until the task is polled again).
+fn spend_budget(cx: &mut std::task::Context<'_>) {
+    loop {
+        let mut spend = std::pin::pin!(tokio::task::consume_budget());
+        if spend.as_mut().poll(cx).is_pending() {
+            return;
+        }
+    }
+}
+
+/// With `block_if_queue_full(false)` a send never waits for a limit: it fails with
+/// `ProducerQueueFull` or is queued. A send that found its limits free but the task's queue
+/// full (a fast producer: the task is behind) only waits for room in that queue, holding
+/// what it took, as before the change. The change gives the memory back and takes it again
+/// once waiting, after its slot: when the waiting future yields in between (here: its task's
+/// coop budget is spent as it takes the slot, as on a busy runtime; or simply another thread's
+/// send takes the memory in between), another send takes the memory, and the first one then
+/// waits for it, for as long as the broker keeps it, although it must not block.
+#[tokio::test]
+async fn a_send_without_block_if_queue_full_never_waits_for_memory_it_had_taken() {
+    let broker = MockBroker::start().await.unwrap();
+    // The queue's worth of 1-byte messages, plus 100 bytes.
+    let client = test_client(&broker.service_url())
+        .memory_limit(INBOX + 100)
+        .build()
+        .unwrap();
+    // With a `max_pending_messages` above the queue's bound: the slot is taken first.
+    let make = |topic: &str| {
+        client
+            .producer(full(topic))
+            .batching(false)
+            .block_if_queue_full(false)
+            .max_pending_messages(2 * INBOX)
+            .send_timeout(Duration::ZERO)
+            .create()
+    };
+    let (a_producer, b_producer) = (
+        make("review-permits-noblock-a").await.unwrap(),
+        make("review-permits-noblock-b").await.unwrap(),
+    );
+    // Nothing is receipted: what the sends hold stays held.
+    broker.set_response_delay(Duration::from_secs(3600));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    // Fill the task's queue without letting the task run (one thread, no yield).
+    let held: Vec<SendFuture> = tokio::task::unconstrained(async {
+        let mut held = Vec::new();
+        for i in 0..INBOX {
+            match a_producer.send(vec![1u8; 1]).await {
+                Ok(f) => held.push(f),
+                Err(e) => panic!("send {i}: {e:?}"),
+            }
+        }
+        held
+    })
+    .await;
+    // A: its 100 bytes are free, the queue is full; it is polled once with no budget left
+    // (on a fresh test thread it is the 4097th send: the send's own budget check, every 8th
+    // send, is not its first step).
+    let mut a = Box::pin(a_producer.send(vec![2u8; 100]));
+    let a_done = std::future::poll_fn(|cx| {
+        spend_budget(cx);
+        Poll::Ready(a.as_mut().poll(cx).is_ready())
+    })
+    .await;
+    assert!(!a_done, "A waits for room in its task's queue");
+    // B, on another producer of the client, wants 100 bytes too (it may or may not get them;
+    // it must not wait either).
+    let b = tokio::task::unconstrained(b_producer.send(vec![3u8; 100])).await;
+    assert!(
+        matches!(b, Ok(_) | Err(Error::ProducerQueueFull(_))),
+        "B: {b:?}"
+    );
+    // The task now takes its queue: A gets room. It must be queued or fail, not wait for the
+    // memory that B may hold for as long as the broker does not answer.
+    match within("A, a send without block_if_queue_full", a).await {
+        Ok(_) | Err(Error::ProducerQueueFull(_)) => {}
+        Err(e) => panic!("A: {e:?}"),
+    }
+    drop((held, b));
+}
+
+/// The same window with `block_if_queue_full(true)`, on one producer: A asks first and has
+/// its memory, B asks later; the memory must stay A's (B waits behind it), not go to B, which
+/// would then be queued (and sent) before A while A waits for B's receipt. The module's claim:
+/// "trying first never overtakes a waiting send".
+#[tokio::test]
+async fn a_later_blocking_send_does_not_overtake_one_waiting_for_room() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(INBOX + 100)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("review-permits-block-order"))
+        .batching(false)
+        .block_if_queue_full(true)
+        .max_pending_messages(2 * INBOX)
+        .send_timeout(Duration::ZERO)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let held: Vec<SendFuture> = tokio::task::unconstrained(async {
+        let mut held = Vec::new();
+        for i in 0..INBOX {
+            match producer.send(vec![1u8; 1]).await {
+                Ok(f) => held.push(f),
+                Err(e) => panic!("send {i}: {e:?}"),
+            }
+        }
+        held
+    })
+    .await;
+    // A (the 4097th send of this fresh thread) first, polled once with no budget left...
+    let mut a = Box::pin(producer.send(vec![2u8; 100]));
+    let a_done = std::future::poll_fn(|cx| {
+        spend_budget(cx);
+        Poll::Ready(a.as_mut().poll(cx).is_ready())
+    })
+    .await;
+    assert!(!a_done, "A waits for room in its task's queue");
+    // ... then B, wanting the same 100 bytes.
+    let mut b = Box::pin(producer.send(vec![3u8; 100]));
+    let b_first = futures::FutureExt::now_or_never(tokio::task::unconstrained(b.as_mut()));
+    assert!(b_first.is_none(), "B cannot be queued at once: {b_first:?}");
+    // The task takes its queue: A, first in line, is queued; B waits (for A's memory).
+    match within("A, the earlier send", a).await {
+        Ok(_) => {}
+        Err(e) => panic!("A: {e:?}"),
+    }
+    assert!(
+        futures::FutureExt::now_or_never(b.as_mut()).is_none(),
+        "B was queued although A asked first and holds the memory it needs"
+    );
+    drop((held, b));
+}
