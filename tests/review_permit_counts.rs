@@ -157,3 +157,55 @@ async fn a_later_blocking_send_does_not_overtake_one_waiting_for_room() {
     );
     drop((held, b));
 }
+
+/// With `block_if_queue_full(true)`, A finds its slot free and the memory full; B, later,
+/// too. A must wait for the memory before B. The change has the fast path give A's slot back
+/// and `send_waiting` take it again before it waits for memory: when A yields as it takes
+/// the slot (its coop budget is spent, as on a busy runtime), B, which found the same, gets
+/// in line for the memory first, and the memory that comes back goes to B. Upstream's
+/// `canEnqueueRequest` keeps the slot it took while it waits for memory.
+#[tokio::test(start_paused = true)]
+async fn a_later_blocking_send_does_not_get_memory_before_an_earlier_one() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(100)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("review-permits-block-memory-order"))
+        .batching(false)
+        .block_if_queue_full(true)
+        .max_pending_messages(10)
+        .send_timeout(Duration::from_secs(1))
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    // X holds all the memory until it times out (after 1 s).
+    let x = producer.send(vec![1u8; 100]).await.unwrap();
+    // A (the 2nd send of this fresh thread) first, polled once with no budget left...
+    let mut a = Box::pin(producer.send(vec![2u8; 100]));
+    let a_done = std::future::poll_fn(|cx| {
+        spend_budget(cx);
+        Poll::Ready(a.as_mut().poll(cx).is_ready())
+    })
+    .await;
+    assert!(!a_done, "A waits for memory");
+    // ... then B, wanting the same 100 bytes.
+    let mut b = Box::pin(producer.send(vec![3u8; 100]));
+    let b_first = futures::FutureExt::now_or_never(tokio::task::unconstrained(b.as_mut()));
+    assert!(b_first.is_none(), "B cannot be queued at once: {b_first:?}");
+    // A is polled again (it is in line now, whatever happened before).
+    assert!(futures::FutureExt::now_or_never(a.as_mut()).is_none());
+    // X times out: its 100 bytes go to the first in line.
+    assert!(matches!(within("X", x).await, Err(Error::Timeout { .. })));
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    let a_now = futures::FutureExt::now_or_never(a.as_mut());
+    let b_now = futures::FutureExt::now_or_never(b.as_mut());
+    assert!(
+        matches!(a_now, Some(Ok(_))) && b_now.is_none(),
+        "the memory went to B, which asked after A (A: {a_now:?}, B: {b_now:?})"
+    );
+}

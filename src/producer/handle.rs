@@ -7,14 +7,14 @@
 //! the queue's lock, and from then on holds the permits as counts (see `limits`). The common
 //! case has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a
 //! CAS per semaphore, the queue's included, and one lock to queue it), with no future to
-//! build, move and drop. When a limit is full, the fast path gives back what it took and
-//! [`PartitionProducer::send_waiting`] waits for each in the same order (with
-//! `block_if_queue_full`; without it a full limit fails the send). When only the task's queue
-//! is full, the send keeps what it took and waits for room alone: given back, what it took
-//! could go to another send before it is taken again (the waiting future may yield in
-//! between, another thread's send may take it), and a send without `block_if_queue_full`
-//! would then wait for a limit. tokio's semaphores hand released permits to queued waiters
-//! first, so trying first never overtakes a waiting send.
+//! build, move and drop. When something is full, [`PartitionProducer::send_waiting`] waits
+//! for it and then for the rest, in the same order (with `block_if_queue_full`; without it a
+//! full limit fails the send, and what it took goes back), keeping what the fast path took,
+//! as upstream keeps its slot while it waits for memory: given back, what it took could go to
+//! another send before it is taken again (the waiting future may yield as it takes it, or
+//! another thread's send take it in between), and a later send would then get ahead of it,
+//! or a send without `block_if_queue_full` wait for a limit. tokio's semaphores hand released
+//! permits to queued waiters first, so trying first never overtakes a waiting send.
 
 use std::sync::{Arc, OnceLock};
 
@@ -29,7 +29,7 @@ use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
 use super::inbox::{inbox, InboxSender, TrySendError};
-use super::limits::{Held, Limits, Reservation};
+use super::limits::{slot_count, Held, Limits, Reservation};
 use super::pending::{Outgoing, PendingQueue};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
@@ -48,9 +48,23 @@ pub(super) enum Queued {
 #[derive(Debug)]
 pub(super) struct Waiting {
     msg: Outgoing,
-    /// What it holds already: everything when only the task's queue was full (it then waits
-    /// for room alone); `None` when a limit was full (it waits for each, in order).
-    held: Option<Held>,
+    /// Where it must wait, with what it holds already.
+    from: Step,
+}
+
+/// The first thing a waiting send must wait for; it keeps what it took before.
+#[derive(Debug)]
+enum Step {
+    /// A slot of `max_pending_messages` (then memory, then room).
+    Slot,
+    /// Memory, holding its slot (if the producer has a count limit): as upstream's
+    /// `canEnqueueRequest`, which keeps the slot it took while it waits for memory. Given
+    /// back, the slot would be taken again by a future that can yield as it takes it (its
+    /// coop budget spent), before it gets in line for memory: a later send would then get
+    /// the memory first.
+    Memory(Held),
+    /// Room in the task's queue, holding everything else.
+    Room(Held),
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -218,7 +232,8 @@ impl PartitionProducer {
             Some(limit) => match limit.try_acquire() {
                 Ok(p) => Some(p),
                 Err(TryAcquireError::NoPermits) if self.block => {
-                    return Ok(Queued::Wait(Box::new(Waiting { msg, held: None })))
+                    let from = Step::Slot;
+                    return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
                 Err(_) => return Err(Self::slots_full()),
@@ -227,7 +242,8 @@ impl PartitionProducer {
         let memory = match self.limits.memory.try_acquire_many(self.memory_bytes(&msg)) {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) if self.block => {
-                return Ok(Queued::Wait(Box::new(Waiting { msg, held: None })))
+                let from = Step::Memory(Held::new(self.limits.clone(), slot_count(slot)));
+                return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
             }
             Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
             Err(_) => return Err(self.memory_full()),
@@ -237,8 +253,8 @@ impl PartitionProducer {
             Err(TrySendError::Full(())) => {
                 // Kept while it waits for room (see the module docs).
                 let held = Held::new(self.limits.clone(), Reservation::of(memory, slot));
-                let held = Some(held);
-                return Ok(Queued::Wait(Box::new(Waiting { msg, held })));
+                let from = Step::Room(held);
+                return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
             }
             Err(TrySendError::Closed) => return Err(self.closed_error()),
         };
@@ -255,21 +271,17 @@ impl PartitionProducer {
     /// [`try_send`](Self::try_send) found something full). Dropped before it completes, the
     /// message was not queued (what it held is given back).
     pub(super) async fn send_waiting(self: Arc<Self>, waiting: Box<Waiting>) -> Result<SendFuture> {
-        let Waiting { msg, held } = *waiting;
-        let held = match held {
-            Some(held) => held,
-            None => {
+        let Waiting { msg, from } = *waiting;
+        let held = match from {
+            Step::Room(held) => held,
+            Step::Memory(held) => self.take_memory(&msg, held).await?,
+            Step::Slot => {
                 let slot = match &self.limits.slots {
                     None => None,
                     Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
                 };
-                let memory = self
-                    .limits
-                    .memory
-                    .acquire_many(self.memory_bytes(&msg))
-                    .await
-                    .map_err(|_| Error::Closed)?;
-                Held::new(self.limits.clone(), Reservation::of(memory, slot))
+                let held = Held::new(self.limits.clone(), slot_count(slot));
+                self.take_memory(&msg, held).await?
             }
         };
         // Dropped here (cancelled, or the task ended), `held` gives its counts back.
@@ -277,6 +289,18 @@ impl PartitionProducer {
         self.ops
             .send_message(room, msg, || held.take())
             .map_err(|_| self.closed_error())
+    }
+
+    /// Waits for `msg`'s memory, then holds it with `held`.
+    async fn take_memory(&self, msg: &Outgoing, mut held: Held) -> Result<Held> {
+        let memory = self
+            .limits
+            .memory
+            .acquire_many(self.memory_bytes(msg))
+            .await
+            .map_err(|_| Error::Closed)?;
+        held.add(Reservation::of(memory, None));
+        Ok(held)
     }
 
     /// The client memory a message holds while pending: its payload size (at least 1 byte,

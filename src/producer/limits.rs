@@ -90,6 +90,11 @@ impl Held {
         Held { limits, counts }
     }
 
+    /// Takes over what `more` holds too.
+    pub(crate) fn add(&mut self, more: Reservation) {
+        self.counts.merge(more);
+    }
+
     /// The counts, handed on to the op that queues the send.
     pub(crate) fn take(mut self) -> Reservation {
         std::mem::take(&mut self.counts)
@@ -99,6 +104,14 @@ impl Held {
 impl Drop for Held {
     fn drop(&mut self) {
         self.limits.release(std::mem::take(&mut self.counts));
+    }
+}
+
+/// The count of a `max_pending_messages` slot (if any), which is forgotten.
+pub(crate) fn slot_count(slot: Option<SemaphorePermit<'_>>) -> Reservation {
+    Reservation {
+        memory: 0,
+        slots: slot.map_or(0, forget),
     }
 }
 
