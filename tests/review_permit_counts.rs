@@ -209,3 +209,225 @@ async fn a_later_blocking_send_does_not_get_memory_before_an_earlier_one() {
         "the memory went to B, which asked after A (A: {a_now:?}, B: {b_now:?})"
     );
 }
+
+/// The client memory limit is exactly free: a producer of `client` holds exactly `LIMIT`
+/// bytes (in one open batch, so no broker answer is involved) and then refuses 1 more byte.
+async fn memory_is_back(client: &pulsar_sdk::Client, tag: &str) {
+    use pulsar_sdk::producer::BatchingOptions;
+    let p = client
+        .producer(full(&format!("review-permits-fill-{tag}")))
+        .batching_options(BatchingOptions {
+            max_messages: 1000,
+            max_publish_delay: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .block_if_queue_full(false)
+        .create()
+        .await
+        .unwrap();
+    let mut futs = Vec::new();
+    for i in 0..LIMIT / 100 {
+        match p.send(vec![0u8; 100]).await {
+            Ok(f) => futs.push(f),
+            Err(e) => panic!("{tag}: send {i}: memory leaked: {e:?}"),
+        }
+    }
+    match p.send(vec![0u8; 1]).await {
+        Err(Error::ProducerQueueFull(why)) if why.contains("memory") => {}
+        other => panic!("{tag}: the memory limit was exceeded (given back twice): {other:?}"),
+    }
+    within("fill close", p.close()).await.unwrap();
+    for r in within("fill receipts", futures::future::join_all(futs)).await {
+        r.unwrap_or_else(|e| panic!("{tag}: {e:?}"));
+    }
+}
+
+/// The memory limit of the sweep's client.
+const LIMIT: usize = 1000;
+
+/// Every way a send ends that the change touched gives back its client memory exactly once:
+/// after each, round after round, a producer fills the limit exactly (no leak, which would
+/// make a long-running producer block for good; no double release, which would let the
+/// limit be exceeded). Where the producer survives, its `max_pending_messages` is checked
+/// the same way.
+#[tokio::test]
+async fn memory_goes_back_exactly_once_however_a_send_ends() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    use pulsar_sdk::producer::BatchingOptions;
+    use pulsar_sdk::{ProducerMessage, ServerError};
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(LIMIT)
+        .build()
+        .unwrap();
+    let long_batches = |key_based| BatchingOptions {
+        max_messages: 100,
+        max_publish_delay: Duration::from_secs(3600),
+        key_based,
+        ..Default::default()
+    };
+    memory_is_back(&client, "start").await;
+    for round in 0..3 {
+        let topic = |what: &str| full(&format!("review-permits-sweep-{what}-{round}"));
+        // Chunked (4 chunks; only the last holds the memory): receipted, refused on its first
+        // chunk (NotAllowed), timed out.
+        let chunked = client
+            .producer(topic("chunked"))
+            .batching(false)
+            .chunking(true)
+            .chunk_max_message_size(200)
+            .max_pending_messages(2)
+            .block_if_queue_full(false)
+            .send_timeout(Duration::from_millis(300))
+            .create()
+            .await
+            .unwrap();
+        within("chunked", chunked.send_and_wait(vec![1u8; 600]))
+            .await
+            .unwrap();
+        broker.push_error(MockError::new(
+            MockRequest::Send,
+            ServerError::NotAllowed,
+            "no",
+        ));
+        let r = within("chunked refused", chunked.send_and_wait(vec![2u8; 600])).await;
+        assert!(matches!(r, Err(Error::Broker { .. })), "{r:?}");
+        broker.push_error(
+            MockError::new(MockRequest::Send, ServerError::PersistenceError, "late")
+                .after(Duration::from_secs(3600)),
+        );
+        let r = within("chunked timeout", chunked.send_and_wait(vec![3u8; 600])).await;
+        assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        // Its 2 slots are back.
+        broker.set_response_delay(Duration::from_secs(3600));
+        let a = chunked.send(vec![4u8; 10]).await.unwrap();
+        let b = chunked.send(vec![4u8; 10]).await.unwrap();
+        match chunked.send(vec![4u8; 10]).await {
+            Err(Error::ProducerQueueFull(why)) if why.contains("max_pending") => {}
+            other => panic!("round {round}: chunked slots: {other:?}"),
+        }
+        broker.set_response_delay(Duration::ZERO);
+        drop((a, b));
+        drop(chunked);
+        memory_is_back(&client, &format!("chunked-{round}")).await;
+
+        // Too big for the broker (6 MB: it holds the whole limit), batched producer or not;
+        // and a deliver_at message on a batching producer (sent on its own).
+        for batched in [false, true] {
+            let p = client
+                .producer(topic(&format!("big-{batched}")))
+                .batching(batched)
+                .create()
+                .await
+                .unwrap();
+            let r = within("too big", p.send_and_wait(vec![5u8; 6 << 20])).await;
+            assert!(matches!(r, Err(Error::MessageTooBig { .. })), "{r:?}");
+            let later = ProducerMessage::new(vec![6u8; 100]).deliver_after(Duration::from_secs(60));
+            within("deliver_at", p.send_and_wait(later)).await.unwrap();
+            within("close", p.close()).await.unwrap();
+        }
+        memory_is_back(&client, &format!("big-{round}")).await;
+
+        // Key-based batching, three open batches: closed (flushed and receipted); and three
+        // more ended by the broker (topic terminated: the task ends for good).
+        let p = client
+            .producer(topic("keys"))
+            .batching_options(long_batches(true))
+            .create()
+            .await
+            .unwrap();
+        let mut futs = Vec::new();
+        for i in 0..9u8 {
+            let m = ProducerMessage::new(vec![i; 50]).key(format!("k{}", i % 3));
+            futs.push(p.send(m).await.unwrap());
+        }
+        within("close keyed", p.close()).await.unwrap();
+        for r in within("keyed receipts", futures::future::join_all(futs)).await {
+            r.unwrap();
+        }
+        let p = client
+            .producer(topic("keys-terminated"))
+            .batching_options(long_batches(true))
+            .create()
+            .await
+            .unwrap();
+        let mut futs = Vec::new();
+        for i in 0..9u8 {
+            let m = ProducerMessage::new(vec![i; 50]).key(format!("k{}", i % 3));
+            futs.push(p.send(m).await.unwrap());
+        }
+        broker.terminate_topic(&topic("keys-terminated")).unwrap();
+        let _ = within("flush terminated", p.flush()).await;
+        for r in within("terminated receipts", futures::future::join_all(futs)).await {
+            assert!(r.is_err(), "{r:?}");
+        }
+        drop(p);
+        memory_is_back(&client, &format!("keys-{round}")).await;
+
+        // A SEND_ERROR that reconnects (re-sent), and a reconnect with everything re-sent.
+        let p = client
+            .producer(topic("resend"))
+            .batching(false)
+            .max_pending_messages(3)
+            .block_if_queue_full(false)
+            .create()
+            .await
+            .unwrap();
+        broker.push_error(MockError::new(
+            MockRequest::Send,
+            ServerError::PersistenceError,
+            "again",
+        ));
+        let mut futs = Vec::new();
+        for i in 0..3u8 {
+            futs.push(p.send(vec![i; 100]).await.unwrap());
+        }
+        broker.drop_all_connections();
+        for r in within("re-sent", futures::future::join_all(futs)).await {
+            r.unwrap();
+        }
+        // Its 3 slots are back.
+        broker.set_response_delay(Duration::from_secs(3600));
+        let mut futs = Vec::new();
+        for _ in 0..3 {
+            futs.push(p.send(vec![7u8; 1]).await.unwrap());
+        }
+        match p.send(vec![7u8; 1]).await {
+            Err(Error::ProducerQueueFull(why)) if why.contains("max_pending") => {}
+            other => panic!("round {round}: resend slots: {other:?}"),
+        }
+        broker.set_response_delay(Duration::ZERO);
+        drop((p, futs));
+        memory_is_back(&client, &format!("resend-{round}")).await;
+
+        // Sends queued in the task's queue behind a close (taken after it: refused).
+        let p = client
+            .producer(topic("behind-close"))
+            .batching_options(long_batches(false))
+            .create()
+            .await
+            .unwrap();
+        let (before, close, after) = tokio::task::unconstrained(async {
+            let mut before = Vec::new();
+            for i in 0..3u8 {
+                before.push(p.send(vec![i; 100]).await.unwrap());
+            }
+            let mut close = Box::pin(p.close());
+            assert!(futures::FutureExt::now_or_never(close.as_mut()).is_none());
+            let mut after = Vec::new();
+            for i in 0..3u8 {
+                after.push(p.send(vec![i; 100]).await.unwrap());
+            }
+            (before, close, after)
+        })
+        .await;
+        within("close with queued sends", close).await.unwrap();
+        for r in within("before close", futures::future::join_all(before)).await {
+            r.unwrap();
+        }
+        for r in within("after close", futures::future::join_all(after)).await {
+            assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+        }
+        memory_is_back(&client, &format!("behind-close-{round}")).await;
+    }
+}
