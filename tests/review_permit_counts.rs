@@ -431,3 +431,73 @@ async fn memory_goes_back_exactly_once_however_a_send_ends() {
         memory_is_back(&client, &format!("behind-close-{round}")).await;
     }
 }
+
+/// A blocking send dropped while it waits (for memory, holding its slot; for a slot, holding
+/// nothing) gives back what it held, exactly: round after round, the producer still has
+/// exactly its `max_pending_messages` slots, and the client exactly its memory.
+#[tokio::test(start_paused = true)]
+async fn a_send_dropped_while_it_waits_gives_back_exactly_what_it_held() {
+    use futures::FutureExt;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(100)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("review-permits-cancel"))
+        .batching(false)
+        .block_if_queue_full(true)
+        .max_pending_messages(2)
+        .send_timeout(Duration::from_secs(1))
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    for round in 0..3 {
+        // X holds all the memory until it times out; one slot is left.
+        let x = producer.send(vec![1u8; 100]).await.unwrap();
+        for _ in 0..3 {
+            // Waits for memory, holding the last slot; dropped.
+            let mut a = Box::pin(producer.send(vec![2u8; 1]));
+            assert!(a.as_mut().now_or_never().is_none());
+            let mut b = Box::pin(producer.send(vec![3u8; 1]));
+            // Waits for a slot (A holds the last one); dropped first, then A.
+            assert!(b.as_mut().now_or_never().is_none());
+            drop(b);
+            drop(a);
+        }
+        assert!(matches!(within("X", x).await, Err(Error::Timeout { .. })));
+        // Exactly 2 slots and 100 bytes: two sends of 50 are queued at once, a third waits.
+        let mut held = Vec::new();
+        for i in 0..2 {
+            match producer.send(vec![4u8; 50]).now_or_never() {
+                Some(Ok(f)) => held.push(f),
+                other => panic!("round {round}: send {i}: {other:?}"),
+            }
+        }
+        let mut third = Box::pin(producer.send(vec![5u8; 1]));
+        assert!(
+            third.as_mut().now_or_never().is_none(),
+            "round {round}: a third slot"
+        );
+        drop(third);
+        for r in within("held", futures::future::join_all(held)).await {
+            assert!(matches!(r, Err(Error::Timeout { .. })), "{r:?}");
+        }
+    }
+    // And the memory: another producer of the client (no slot limit) takes exactly 100.
+    broker.set_response_delay(Duration::ZERO);
+    let other = client
+        .producer(full("review-permits-cancel-other"))
+        .batching(false)
+        .block_if_queue_full(false)
+        .create()
+        .await
+        .unwrap();
+    let f = other.send(vec![6u8; 100]).await.unwrap();
+    match other.send(vec![6u8; 1]).await {
+        Err(Error::ProducerQueueFull(why)) if why.contains("memory") => {}
+        other => panic!("memory: {other:?}"),
+    }
+    drop(f);
+}
