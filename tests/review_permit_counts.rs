@@ -307,8 +307,9 @@ async fn memory_goes_back_exactly_once_however_a_send_ends() {
             other => panic!("round {round}: chunked slots: {other:?}"),
         }
         broker.set_response_delay(Duration::ZERO);
-        drop((a, b));
+        // Dropped: its unanswered sends resolve once its task ended (having given back).
         drop(chunked);
+        let _ = within("chunked dropped", futures::future::join_all([a, b])).await;
         memory_is_back(&client, &format!("chunked-{round}")).await;
 
         // Too big for the broker (6 MB: it holds the whole limit), batched producer or not;
@@ -397,7 +398,8 @@ async fn memory_goes_back_exactly_once_however_a_send_ends() {
             other => panic!("round {round}: resend slots: {other:?}"),
         }
         broker.set_response_delay(Duration::ZERO);
-        drop((p, futs));
+        drop(p);
+        let _ = within("resend dropped", futures::future::join_all(futs)).await;
         memory_is_back(&client, &format!("resend-{round}")).await;
 
         // Sends queued in the task's queue behind a close (taken after it: refused).
