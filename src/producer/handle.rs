@@ -7,10 +7,14 @@
 //! the queue's lock, and from then on holds the permits as counts (see `limits`). The common
 //! case has room everywhere and is done synchronously by [`PartitionProducer::try_send`] (a
 //! CAS per semaphore, the queue's included, and one lock to queue it), with no future to
-//! build, move and drop. When something is full, the fast path gives back what it took and
-//! [`PartitionProducer::send_waiting`] waits for each in the same order (with
-//! `block_if_queue_full`; without it a full limit fails the send). tokio's semaphores hand
-//! released permits to queued waiters first, so trying first never overtakes a waiting send.
+//! build, move and drop. When something is full, [`PartitionProducer::send_waiting`] waits
+//! for it and then for the rest, in the same order (with `block_if_queue_full`; without it a
+//! full limit fails the send, and what it took goes back), keeping what the fast path took,
+//! as upstream keeps its slot while it waits for memory: given back, what it took could go to
+//! another send before it is taken again (the waiting future may yield as it takes it, or
+//! another thread's send take it in between), and a later send would then get ahead of it,
+//! or a send without `block_if_queue_full` wait for a limit. tokio's semaphores hand released
+//! permits to queued waiters first, so trying first never overtakes a waiting send.
 
 use std::sync::{Arc, OnceLock};
 
@@ -25,7 +29,7 @@ use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
 use super::inbox::{inbox, InboxSender, TrySendError};
-use super::limits::{Limits, Reservation};
+use super::limits::{slot_count, Held, Limits, Reservation};
 use super::pending::{Outgoing, PendingQueue};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
@@ -37,7 +41,30 @@ pub(super) enum Queued {
     Done(SendFuture),
     /// Something was full: the message, to queue with [`PartitionProducer::send_waiting`].
     /// Boxed: rare, and it keeps what the fast path returns small to move.
-    Wait(Box<Outgoing>),
+    Wait(Box<Waiting>),
+}
+
+/// A send that must wait for room.
+#[derive(Debug)]
+pub(super) struct Waiting {
+    msg: Outgoing,
+    /// Where it must wait, with what it holds already.
+    from: Step,
+}
+
+/// The first thing a waiting send must wait for; it keeps what it took before.
+#[derive(Debug)]
+enum Step {
+    /// A slot of `max_pending_messages` (then memory, then room).
+    Slot,
+    /// Memory, holding its slot (if the producer has a count limit): as upstream's
+    /// `canEnqueueRequest`, which keeps the slot it took while it waits for memory. Given
+    /// back, the slot would be taken again by a future that can yield as it takes it (its
+    /// coop budget spent), before it gets in line for memory: a later send would then get
+    /// the memory first.
+    Memory(Held),
+    /// Room in the task's queue, holding everything else.
+    Room(Held),
 }
 
 /// The receipt backlog bound of a producer without a `max_pending_messages` limit.
@@ -205,7 +232,8 @@ impl PartitionProducer {
             Some(limit) => match limit.try_acquire() {
                 Ok(p) => Some(p),
                 Err(TryAcquireError::NoPermits) if self.block => {
-                    return Ok(Queued::Wait(Box::new(msg)))
+                    let from = Step::Slot;
+                    return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
                 Err(_) => return Err(Self::slots_full()),
@@ -214,14 +242,20 @@ impl PartitionProducer {
         let memory = match self.limits.memory.try_acquire_many(self.memory_bytes(&msg)) {
             Ok(p) => p,
             Err(TryAcquireError::NoPermits) if self.block => {
-                return Ok(Queued::Wait(Box::new(msg)))
+                let from = Step::Memory(Held::new(self.limits.clone(), slot_count(slot)));
+                return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
             }
             Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
             Err(_) => return Err(self.memory_full()),
         };
         let room = match self.ops.try_room() {
             Ok(room) => room,
-            Err(TrySendError::Full(())) => return Ok(Queued::Wait(Box::new(msg))),
+            Err(TrySendError::Full(())) => {
+                // Kept while it waits for room (see the module docs).
+                let held = Held::new(self.limits.clone(), Reservation::of(memory, slot));
+                let from = Step::Room(held);
+                return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
+            }
             Err(TrySendError::Closed) => return Err(self.closed_error()),
         };
         match self
@@ -236,22 +270,37 @@ impl PartitionProducer {
     /// Queues `msg` once there is room for it everywhere, waiting for each in turn (after
     /// [`try_send`](Self::try_send) found something full). Dropped before it completes, the
     /// message was not queued (what it held is given back).
-    pub(super) async fn send_waiting(self: Arc<Self>, msg: Box<Outgoing>) -> Result<SendFuture> {
-        let msg = *msg;
-        let slot = match &self.limits.slots {
-            None => None,
-            Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
+    pub(super) async fn send_waiting(self: Arc<Self>, waiting: Box<Waiting>) -> Result<SendFuture> {
+        let Waiting { msg, from } = *waiting;
+        let held = match from {
+            Step::Room(held) => held,
+            Step::Memory(held) => self.take_memory(&msg, held).await?,
+            Step::Slot => {
+                let slot = match &self.limits.slots {
+                    None => None,
+                    Some(limit) => Some(limit.acquire().await.map_err(|_| Error::Closed)?),
+                };
+                let held = Held::new(self.limits.clone(), slot_count(slot));
+                self.take_memory(&msg, held).await?
+            }
         };
+        // Dropped here (cancelled, or the task ended), `held` gives its counts back.
+        let room = self.ops.room().await.map_err(|_| self.closed_error())?;
+        self.ops
+            .send_message(room, msg, || held.take())
+            .map_err(|_| self.closed_error())
+    }
+
+    /// Waits for `msg`'s memory, then holds it with `held`.
+    async fn take_memory(&self, msg: &Outgoing, mut held: Held) -> Result<Held> {
         let memory = self
             .limits
             .memory
-            .acquire_many(self.memory_bytes(&msg))
+            .acquire_many(self.memory_bytes(msg))
             .await
             .map_err(|_| Error::Closed)?;
-        let room = self.ops.room().await.map_err(|_| self.closed_error())?;
-        self.ops
-            .send_message(room, msg, || Reservation::of(memory, slot))
-            .map_err(|_| self.closed_error())
+        held.add(Reservation::of(memory, None));
+        Ok(held)
     }
 
     /// The client memory a message holds while pending: its payload size (at least 1 byte,

@@ -77,6 +77,44 @@ impl Reservation {
     }
 }
 
+/// Counts held by a send on its own while it waits for room in its task's queue: given back
+/// when dropped (the send was cancelled or refused), unless [`take`](Self::take)n to queue it.
+#[derive(Debug)]
+pub(crate) struct Held {
+    limits: Arc<Limits>,
+    counts: Reservation,
+}
+
+impl Held {
+    pub(crate) fn new(limits: Arc<Limits>, counts: Reservation) -> Self {
+        Held { limits, counts }
+    }
+
+    /// Takes over what `more` holds too.
+    pub(crate) fn add(&mut self, more: Reservation) {
+        self.counts.merge(more);
+    }
+
+    /// The counts, handed on to the op that queues the send.
+    pub(crate) fn take(mut self) -> Reservation {
+        std::mem::take(&mut self.counts)
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.limits.release(std::mem::take(&mut self.counts));
+    }
+}
+
+/// The count of a `max_pending_messages` slot (if any), which is forgotten.
+pub(crate) fn slot_count(slot: Option<SemaphorePermit<'_>>) -> Reservation {
+    Reservation {
+        memory: 0,
+        slots: slot.map_or(0, forget),
+    }
+}
+
 /// Forgets `permit` (it is not given back when dropped) and returns its count.
 fn forget(permit: SemaphorePermit<'_>) -> u32 {
     let n = permit.num_permits();

@@ -34,10 +34,10 @@ use crate::message_id::MessageId;
 use crate::routing_hash::java_partition_for_key;
 use crate::topic::TopicName;
 
-use handle::{PartitionProducer, Queued};
+use handle::{PartitionProducer, Queued, Waiting};
 
 /// A send that found no room: the partition it goes to and where it must wait.
-type MustWait = (Arc<PartitionProducer>, Box<Outgoing>);
+type MustWait = (Arc<PartitionProducer>, Box<Waiting>);
 use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
