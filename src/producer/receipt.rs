@@ -207,20 +207,18 @@ struct Run {
 }
 
 impl Run {
-    /// Fills the run's slots with `done(i)` for its i-th slot, then wakes the futures that
-    /// wait; the run is left empty.
-    fn fill(&mut self, mut done: impl FnMut(usize) -> Slot) {
+    /// Fills the run's slots with `done(i)` for its i-th slot; the wakers of the futures that
+    /// wait go to `wakers` (woken by the caller once every lock is released, with one list
+    /// for the whole batch). The run is left empty.
+    fn fill(&mut self, wakers: &mut Vec<Waker>, mut done: impl FnMut(usize) -> Slot) {
         let range = self.start as usize..(self.start + self.len) as usize;
         self.len = 0;
-        let mut wakers = Vec::new();
         let mut slots = self.group.lock();
         for (i, slot) in slots[range].iter_mut().enumerate() {
             if let Slot::Polled(w) = std::mem::replace(slot, done(i)) {
                 wakers.push(w);
             }
         }
-        drop(slots);
-        wakers.into_iter().for_each(Waker::wake);
     }
 }
 
@@ -228,7 +226,11 @@ impl Drop for Run {
     fn drop(&mut self) {
         // Like dropped responders: the sends resolve to `Closed`.
         if self.len > 0 {
-            self.fill(|_| Slot::DoneOther(Box::new(Err(Error::Closed))));
+            let mut wakers = Vec::new();
+            self.fill(&mut wakers, |_| {
+                Slot::DoneOther(Box::new(Err(Error::Closed)))
+            });
+            wakers.into_iter().for_each(Waker::wake);
         }
     }
 }
@@ -272,11 +274,12 @@ impl BatchReceipts {
         // Batches hold far fewer than i32::MAX messages.
         let size = self.len as i32;
         let mut index = 0i32;
+        let mut wakers = Vec::new();
         for run in &mut self.runs {
             let compact = run.group.stored(&id);
             let first = index;
             index += run.len as i32;
-            run.fill(|i| {
+            run.fill(&mut wakers, |i| {
                 let batch_index = first + i as i32;
                 match compact {
                     Some(stored) => Slot::Done(StoredId {
@@ -292,13 +295,18 @@ impl BatchReceipts {
                 }
             });
         }
+        wakers.into_iter().for_each(Waker::wake);
     }
 
     /// Completes every send with `error`.
     pub(crate) fn fail(mut self, error: &Error) {
+        let mut wakers = Vec::new();
         for run in &mut self.runs {
-            run.fill(|_| Slot::DoneOther(Box::new(Err(error.clone()))));
+            run.fill(&mut wakers, |_| {
+                Slot::DoneOther(Box::new(Err(error.clone())))
+            });
         }
+        wakers.into_iter().for_each(Waker::wake);
     }
 
     /// The sends' responders again, in batch order (to fail each on its own).
