@@ -5,10 +5,15 @@
 //! cargo run --release --example perf -- --url U --topic T --mode produce|consume|latency
 //!   --n N --size BYTES
 //!
-//! - produce: batching on (1000 messages / 128 KiB / 5 ms), pipelined sends, waits for every
-//!   receipt; `max_pending` is the most messages pending at once (sampled every millisecond):
-//!   the client keeps each payload until its receipt, so `max_rss_kb` grows with it (by about
-//!   the payload plus 60 bytes a message) when the broker falls behind;
+//! - produce: batching on (1000 messages / 128 KiB / 5 ms), pipelined sends, checks every
+//!   receipt: those already resolved are taken every 256 sends (as an application handles
+//!   receipts while it keeps sending; the rest are awaited at the end), so the run holds
+//!   receipts only of sends still pending. `max_pending` is the most messages pending at
+//!   once (sampled every millisecond): the client keeps each payload until its receipt, so
+//!   `max_rss_kb` grows with it (by about the payload plus 20 bytes a message) when the
+//!   broker falls behind. `--max-outstanding N` bounds it (the producer's
+//!   `max_pending_messages`, blocking when full, like upstream `pulsar-perf produce -o N`);
+//!   the default is no bound, only the client's memory limit;
 //! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each
 //!   (`--type shared` for a Shared one);
 //! - latency: batching off, N sequential awaited sends; p50/p99 in microseconds.
@@ -39,7 +44,8 @@ use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
 use serde::{Deserialize, Serialize};
 
 const USAGE: &str = "usage: perf --url U --topic T --mode produce|consume|latency --n N \
---size BYTES [--type exclusive|shared] [--schema json|avro] [--stats] [--metrics]";
+--size BYTES [--type exclusive|shared] [--schema json|avro] [--max-outstanding N] [--stats] \
+[--metrics]";
 
 /// The typed message of `--schema`.
 #[derive(Debug, Serialize, Deserialize, apache_avro::AvroSchema)]
@@ -55,6 +61,48 @@ fn batching() -> BatchingOptions {
         max_bytes: 128 * 1024,
         max_publish_delay: Duration::from_millis(5),
         key_based: false,
+    }
+}
+
+/// The receipts of pipelined sends, checked as they resolve: every [`CHECK_EVERY`] sends the
+/// resolved ones at the front are taken (receipts resolve in send order), so only those of
+/// pending sends are held; [`Receipts::finish`] awaits the rest.
+struct Receipts<F> {
+    pending: std::collections::VecDeque<F>,
+    sent: usize,
+}
+
+/// How many sends go between two checks of the resolved receipts.
+const CHECK_EVERY: usize = 256;
+
+impl<T, E: std::fmt::Display, F: std::future::Future<Output = Result<T, E>> + Unpin> Receipts<F> {
+    fn new() -> Self {
+        Receipts {
+            pending: std::collections::VecDeque::new(),
+            sent: 0,
+        }
+    }
+
+    fn push(&mut self, receipt: F) {
+        self.pending.push_back(receipt);
+        self.sent += 1;
+        if self.sent % CHECK_EVERY == 0 {
+            while let Some(front) = self.pending.front_mut() {
+                match futures::FutureExt::now_or_never(front) {
+                    Some(r) => {
+                        r.unwrap_or_else(|e| die(e));
+                        self.pending.pop_front();
+                    }
+                    None => break,
+                }
+            }
+        }
+    }
+
+    async fn finish(self) {
+        for f in self.pending {
+            f.await.unwrap_or_else(|e| die(e));
+        }
     }
 }
 
@@ -75,18 +123,16 @@ async fn produce_typed<S: Schema<Type = Record>>(
         .await
         .unwrap_or_else(|e| die(e));
     let name = "x".repeat(size.saturating_sub(16));
-    let mut pending = std::collections::VecDeque::with_capacity(n);
+    let mut receipts = Receipts::new();
     for i in 0..n {
         let r = Record {
             id: i as i64,
             name: name.clone(),
             value: i as f64 * 0.5,
         };
-        pending.push_back(producer.send(&r).await.unwrap_or_else(|e| die(e)));
+        receipts.push(producer.send(&r).await.unwrap_or_else(|e| die(e)));
     }
-    for f in pending {
-        f.await.unwrap_or_else(|e| die(e));
-    }
+    receipts.finish().await;
     producer.close().await.unwrap_or_else(|e| die(e));
 }
 
@@ -183,7 +229,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Option<f64> {
 async fn main() {
     let args = Args::parse(
         USAGE,
-        &["url", "topic", "mode", "n", "size", "type", "schema"],
+        &[
+            "url",
+            "topic",
+            "mode",
+            "n",
+            "size",
+            "type",
+            "schema",
+            "max-outstanding",
+        ],
         &["stats", "metrics"],
     );
     let schema = args.get("schema").map(str::to_owned);
@@ -239,23 +294,22 @@ async fn main() {
                 .producer(&topic)
                 .batching_options(batching())
                 .block_if_queue_full(true)
+                .max_pending_messages(args.number(USAGE, "max-outstanding", 0))
                 .create()
                 .await
                 .unwrap_or_else(|e| die(e));
             started = Instant::now();
             let sampler = PeakPending::start(producer.clone());
-            let mut pending = std::collections::VecDeque::with_capacity(n);
+            let mut receipts = Receipts::new();
             for _ in 0..n {
-                pending.push_back(
+                receipts.push(
                     producer
                         .send(payload.clone())
                         .await
                         .unwrap_or_else(|e| die(e)),
                 );
             }
-            for f in pending {
-                f.await.unwrap_or_else(|e| die(e));
-            }
+            receipts.finish().await;
             max_pending = Some(sampler.stop());
             producer.close().await.unwrap_or_else(|e| die(e));
             if print_stats {
