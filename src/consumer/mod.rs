@@ -293,13 +293,22 @@ impl Consumer {
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
             // `messageProcessed` on a stale message, so the broker can send its replacement.
-            if b.epoch == p.epoch.load(Ordering::Acquire) {
+            let current = if p.durable {
+                b.epoch == p.epoch.load(Ordering::Acquire)
+            } else {
+                // Checked and recorded under one lock, which a new epoch takes too (see
+                // `PartitionShared::new_epoch`): a reader resumes exactly after what it handed
+                // out.
+                let mut last = p.last_dequeued();
+                let current = b.epoch == p.epoch.load(Ordering::Acquire);
+                if let (true, Some(head)) = (current, &b.head) {
+                    *last = Some(head.id_of(r));
+                }
+                current
+            };
+            if current {
                 p.stats.received(r.payload.len());
                 let head = b.head.as_ref()?;
-                if !p.durable {
-                    *p.last_dequeued.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some(head.id_of(r));
-                }
                 let r = b.records.next()?;
                 return Some(head.message(r));
             }

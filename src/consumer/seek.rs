@@ -306,14 +306,9 @@ impl ConsumerTask {
     /// seek position the start of a non-durable re-subscribe, and ask for messages again (a
     /// broker that does not disconnect the consumer after a seek waits for new permits).
     fn after_seek(&mut self, target: SeekTarget) {
-        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let (epoch, _) = self.shared.new_epoch(true);
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         self.shared.room().consumed = 0;
-        *self
-            .shared
-            .last_dequeued
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
         // Upstream `flushAndClean` (the acks were flushed when the seek was sent) and its
         // cleared unacked / negative-ack trackers: the rewound messages are delivered again
         // even if they were acked, negatively acked or counted for the ack timeout before.

@@ -127,6 +127,29 @@ impl PartitionShared {
         self.room.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    pub(crate) fn last_dequeued(&self) -> std::sync::MutexGuard<'_, Option<MessageId>> {
+        self.last_dequeued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a new epoch (a reconnect, a seek, a redeliver-all): the handle discards what
+    /// was queued before it. Returns the new epoch and the last message the application took
+    /// (cleared first with `forget_last`: a seek).
+    ///
+    /// Done under the `last_dequeued` lock, which the handle of a non-durable subscription
+    /// holds from its epoch check until it has recorded the message it hands out: so the id
+    /// returned is exactly where the application is. A message handed out is in it; one not
+    /// handed out yet is discarded and sent again by the broker. (With the epoch bumped
+    /// between the handle's check and its record, a reader resumed before a message it then
+    /// also delivered: twice. Upstream's `clearReceiverQueue` has the same window.)
+    pub(crate) fn new_epoch(&self, forget_last: bool) -> (u64, Option<MessageId>) {
+        let mut last = self.last_dequeued();
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        if forget_last {
+            *last = None;
+        }
+        (epoch, *last)
+    }
+
     /// The handle took a counted item of `epoch` out of the queue; returns the permits to
     /// grant now. An item of the current subscription counts as consumed (upstream
     /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
@@ -486,7 +509,7 @@ impl ConsumerTask {
     /// it; then subscribe again (a non-durable subscription resumes after what the
     /// application received).
     pub(super) fn detached(&mut self) {
-        let epoch = self.shared.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        let (epoch, last) = self.shared.new_epoch(false);
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         {
             let mut room = self.shared.room();
@@ -496,11 +519,6 @@ impl ConsumerTask {
         // The broker redelivers every unacked chunk to the new subscription.
         let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
-        let last = *self
-            .shared
-            .last_dequeued
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
         let start = if self.durable {
             None
         } else {
@@ -775,7 +793,7 @@ impl ConsumerTask {
         }
         self.flush_acks();
         self.consumer_epoch += 1;
-        self.shared.epoch.fetch_add(1, Ordering::AcqRel);
+        self.shared.new_epoch(false);
         self.unacked.clear();
         self.nacks = NackTracker::default();
         self.shared.stats.redelivery_requested();
