@@ -436,6 +436,7 @@ impl BatchRecords {
     /// `None` after the last one. The consumer's decode loop reuses one `meta`, so a record's
     /// metadata (~150 bytes) is not built and moved out through `Option` and `Result` layers
     /// for each message.
+    #[inline]
     pub(crate) fn next_into(
         &mut self,
         meta: &mut proto::SingleMessageMetadata,
@@ -449,40 +450,61 @@ impl BatchRecords {
         Some(r)
     }
 
+    #[inline]
     fn read_into(&mut self, meta: &mut proto::SingleMessageMetadata) -> Result<Bytes> {
-        let (i, count) = (self.next, self.count);
-        let corrupt = |what: String| {
-            Error::Protocol(format!(
-                "corrupt batch payload (message {i} of {count}): {what}"
-            ))
-        };
+        let (next, count) = (self.next, self.count);
         let rest = &mut self.rest;
         if rest.len() < 4 {
-            return Err(corrupt(format!(
-                "{} bytes left, no room for a metadata size",
-                rest.len()
-            )));
+            return Err(corrupt(
+                next,
+                count,
+                format_args!("{} bytes left, no room for a metadata size", rest.len()),
+            ));
         }
         let meta_len = rest.get_u32() as usize;
         if meta_len > rest.len() {
-            return Err(corrupt(format!(
-                "metadata size {meta_len} exceeds the {} bytes left",
-                rest.len()
-            )));
+            return Err(corrupt(
+                next,
+                count,
+                format_args!(
+                    "metadata size {meta_len} exceeds the {} bytes left",
+                    rest.len()
+                ),
+            ));
         }
-        decode_single_meta(rest, meta_len, meta)
-            .map_err(|e| corrupt(format!("undecodable metadata: {e}")))?;
+        if let Err(e) = decode_single_meta(rest, meta_len, meta) {
+            return Err(corrupt(
+                next,
+                count,
+                format_args!("undecodable metadata: {e}"),
+            ));
+        }
         rest.advance(meta_len);
-        let size = usize::try_from(meta.payload_size)
-            .map_err(|_| corrupt(format!("negative payload size {}", meta.payload_size)))?;
+        let Ok(size) = usize::try_from(meta.payload_size) else {
+            return Err(corrupt(
+                next,
+                count,
+                format_args!("negative payload size {}", meta.payload_size),
+            ));
+        };
         if size > rest.len() {
-            return Err(corrupt(format!(
-                "payload size {size} exceeds the {} bytes left",
-                rest.len()
-            )));
+            return Err(corrupt(
+                next,
+                count,
+                format_args!("payload size {size} exceeds the {} bytes left", rest.len()),
+            ));
         }
         Ok(rest.split_to(size))
     }
+}
+
+/// The error for record `next` of `count` (kept out of line: the reading loop is hot).
+#[cold]
+#[inline(never)]
+fn corrupt(next: u32, count: u32, what: std::fmt::Arguments<'_>) -> Error {
+    Error::Protocol(format!(
+        "corrupt batch payload (message {next} of {count}): {what}"
+    ))
 }
 
 impl Iterator for BatchRecords {
