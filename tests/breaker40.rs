@@ -1,0 +1,284 @@
+//! Breaker review of #18 (producer flow control as counts, receipt runs, consumer records in a
+//! SmallVec, batched send timeout from the batch's flush), from the outside: the public API
+//! against the mock broker.
+
+mod common;
+use common::{full, test_client, within};
+
+use std::collections::HashMap;
+use std::time::{Duration, SystemTime};
+
+use futures::FutureExt;
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::producer::BatchingOptions;
+use pulsar_sdk::{Error, InitialPosition, MessageId, ProducerMessage, SendFuture};
+
+fn done(f: &mut SendFuture) -> Option<pulsar_sdk::Result<MessageId>> {
+    f.now_or_never()
+}
+
+/// Key-based batching interleaves the receipt slots of several batches (runs with gaps), and
+/// messages sent alone (deliver_at, too big for a batch) cut every batch: each receipt must
+/// still carry the id the consumer sees for that very payload (ledger, entry, batch index and
+/// batch size), across more than one receipt group (32 sends).
+#[tokio::test]
+async fn receipts_of_interleaved_key_batches_match_what_the_consumer_sees() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("breaker40-key-runs");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching_options(BatchingOptions {
+            max_messages: 7,
+            max_bytes: 4096,
+            max_publish_delay: Duration::from_secs(3600),
+            key_based: true,
+        })
+        .create()
+        .await
+        .unwrap();
+    let n = 150;
+    let mut futs = Vec::new();
+    for i in 0..n {
+        let payload = format!("m{i}");
+        let msg = match i % 23 {
+            11 => ProducerMessage::new(payload).deliver_at(SystemTime::now()),
+            17 => {
+                // Too big for a batch: sent alone.
+                let mut p = payload.into_bytes();
+                p.resize(5000, b'x');
+                ProducerMessage::new(p)
+            }
+            _ => {
+                let m = ProducerMessage::new(payload).key(format!("k{}", i % 3));
+                if i % 5 == 0 {
+                    m.ordering_key(vec![b'o', (i % 2) as u8])
+                } else {
+                    m
+                }
+            }
+        };
+        futs.push(producer.send(msg).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    let mut receipts = Vec::new();
+    // Awaited in reverse order, half of them from other tasks.
+    let mut handles = Vec::new();
+    for (i, f) in futs.into_iter().enumerate().rev() {
+        if i % 2 == 0 {
+            handles.push((i, tokio::spawn(f).map(|r| r.unwrap()).boxed()));
+        } else {
+            handles.push((i, f.boxed()));
+        }
+    }
+    for (i, h) in handles {
+        receipts.push((i, within("receipt", h).await.unwrap()));
+    }
+    let mut seen: HashMap<String, MessageId> = HashMap::new();
+    for _ in 0..n {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        let p = m.payload.clone();
+        let name = String::from_utf8_lossy(&p[..p.len().min(5)])
+            .trim_end_matches('x')
+            .to_string();
+        seen.insert(name, m.id);
+    }
+    for (i, id) in receipts {
+        let got = seen
+            .get(&format!("m{i}"))
+            .unwrap_or_else(|| panic!("m{i} consumed"));
+        assert_eq!(*got, id, "m{i}: receipt {id:?} vs consumed {got:?}");
+        assert_eq!(
+            got.batch_size, id.batch_size,
+            "m{i}: batch size of receipt {id:?} vs consumed {got:?}"
+        );
+    }
+}
+
+/// A producer dropped (no close) with messages in an open batch and entries unanswered, and
+/// another with sends waiting for memory: every future resolves (never hangs) and the client
+/// memory is back in full (a new producer takes the whole limit).
+#[tokio::test(start_paused = true)]
+async fn a_dropped_producer_resolves_every_send_and_gives_back_all_memory() {
+    const LIMIT: usize = 1000;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(LIMIT)
+        .operation_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let topic = full("breaker40-dropped");
+    for round in 0..3 {
+        let producer = client
+            .producer(&topic)
+            .batching_options(BatchingOptions {
+                max_messages: 3,
+                max_publish_delay: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .max_pending_messages(20)
+            .create()
+            .await
+            .unwrap();
+        let other = client
+            .producer(full(&format!("breaker40-dropped-other-{round}")))
+            .batching(false)
+            .block_if_queue_full(true)
+            .create()
+            .await
+            .unwrap();
+        broker.set_unresponsive(true);
+        let mut futs = Vec::new();
+        // 3 batches of 3 (unanswered) and one open batch of 1: 10 x 100 bytes = the limit.
+        for i in 0..10 {
+            futs.push(producer.send(vec![i as u8; 100]).await.unwrap());
+        }
+        // Another producer's send must wait for the memory (it blocks).
+        let waiting = tokio::spawn(async move {
+            let f = other.send(vec![1u8; 10]).await;
+            (other, f)
+        });
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+        if waiting.is_finished() {
+            let (_, f) = waiting.await.unwrap();
+            panic!("round {round}: memory is full, yet the send returned {f:?}");
+        }
+        drop(producer);
+        for (i, f) in futs.into_iter().enumerate() {
+            match within("dropped producer's send", f).await {
+                Err(Error::Closed) | Err(Error::Timeout { .. }) => {}
+                other => panic!("round {round}: send {i}: {other:?}"),
+            }
+        }
+        let (other, f) = within("waiting send", waiting).await.unwrap();
+        let f = f.unwrap();
+        broker.set_unresponsive(false);
+        drop(other);
+        let _ = within("waiting send's receipt", f).await;
+        // The whole limit is free again.
+        let p = client
+            .producer(&topic)
+            .batching_options(BatchingOptions {
+                max_messages: 100,
+                max_publish_delay: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .block_if_queue_full(false)
+            .create()
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        for _ in 0..10 {
+            held.push(p.send(vec![0u8; 100]).await.unwrap());
+        }
+        match p.send(vec![0u8; 1]).await {
+            Err(Error::ProducerQueueFull(_)) => {}
+            other => panic!("round {round}: the limit holds no more: {other:?}"),
+        }
+        p.close().await.unwrap();
+        for f in held {
+            let _ = f.await;
+        }
+    }
+}
+
+/// Every `ProducerMessage` field reaches the consumer as sent, in every shape of entry
+/// (alone, batched, key-based batches, compressed, chunked), and each receipt is the id the
+/// consumer sees.
+#[tokio::test]
+async fn every_message_field_round_trips_in_every_entry_shape() {
+    use pulsar_sdk::CompressionType;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let shapes: Vec<(&str, bool, bool, CompressionType, bool)> = vec![
+        ("alone", false, false, CompressionType::None, false),
+        ("batched", true, false, CompressionType::None, false),
+        ("keybatched", true, true, CompressionType::None, false),
+        ("lz4", true, false, CompressionType::Lz4, false),
+        ("zstd-alone", false, false, CompressionType::Zstd, false),
+        ("chunked", false, false, CompressionType::None, true),
+    ];
+    for (name, batched, key_based, compression, chunked) in shapes {
+        let topic = full(&format!("breaker40-fields-{name}"));
+        let mut consumer = client
+            .consumer(&topic)
+            .subscription("s")
+            .initial_position(InitialPosition::Earliest)
+            .subscribe()
+            .await
+            .unwrap();
+        let mut b = client
+            .producer(&topic)
+            .name(format!("p-{name}"))
+            .compression(compression);
+        b = if batched {
+            b.batching_options(BatchingOptions {
+                max_messages: 4,
+                max_publish_delay: Duration::from_secs(3600),
+                key_based,
+                ..Default::default()
+            })
+        } else {
+            b.batching(false)
+        };
+        if chunked {
+            b = b.chunking(true).chunk_max_message_size(1000);
+        }
+        let producer = b.create().await.unwrap();
+        let n = 8u64;
+        let mut futs = Vec::new();
+        for i in 0..n {
+            let size = if chunked { 2500 } else { 10 + i as usize };
+            let mut payload = format!("{name}-{i}-").into_bytes();
+            payload.resize(size, b'0' + i as u8);
+            let mut m = ProducerMessage::new(payload)
+                .property("i", i.to_string())
+                .property("shape", name)
+                .event_time(1_000 + i)
+                .sequence_id(100 + 2 * i);
+            if i % 2 == 0 {
+                m = m.key(format!("key-{}", i % 4));
+            }
+            if i % 3 == 0 {
+                m = m.ordering_key(vec![i as u8, 0xff]);
+            }
+            futs.push((i, producer.send(m).await.unwrap()));
+        }
+        producer.flush().await.unwrap();
+        let mut ids = HashMap::new();
+        for (i, f) in futs {
+            ids.insert(i, within("receipt", f).await.unwrap());
+        }
+        for _ in 0..n {
+            let m = within("recv", consumer.recv()).await.unwrap();
+            let i: u64 = m.properties["i"].parse().unwrap();
+            let what = format!("{name} message {i}");
+            let mut expect = format!("{name}-{i}-").into_bytes();
+            let size = if chunked { 2500 } else { 10 + i as usize };
+            expect.resize(size, b'0' + i as u8);
+            assert_eq!(m.payload.as_ref(), &expect[..], "{what}: payload");
+            assert_eq!(m.properties.len(), 2, "{what}: properties");
+            assert_eq!(m.properties["shape"], name, "{what}");
+            assert_eq!(m.event_time, Some(1_000 + i), "{what}: event time");
+            assert_eq!(m.sequence_id, 100 + 2 * i, "{what}: sequence id");
+            let key = (i % 2 == 0).then(|| format!("key-{}", i % 4));
+            assert_eq!(m.key, key, "{what}: key");
+            let ok = (i % 3 == 0).then(|| bytes::Bytes::from(vec![i as u8, 0xff]));
+            assert_eq!(m.ordering_key, ok, "{what}: ordering key");
+            assert_eq!(&*m.producer_name, &format!("p-{name}"), "{what}: producer");
+            assert!(m.publish_time > 0, "{what}: publish time");
+            assert_eq!(m.redelivery_count, 0, "{what}");
+            assert_eq!(m.id, ids[&i], "{what}: id vs receipt");
+            consumer.ack(&m).unwrap();
+        }
+    }
+}
