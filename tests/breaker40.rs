@@ -282,3 +282,76 @@ async fn every_message_field_round_trips_in_every_entry_shape() {
         }
     }
 }
+
+/// The consumer's counters are exact after N receives (batched and unbatched entries), acks
+/// and nacks; after close, acks and nacks are errors (never silent).
+#[tokio::test]
+async fn consumer_counters_are_exact_and_acks_after_close_fail() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("breaker40-consumer-counters");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .negative_ack_delay(Duration::from_secs(3600))
+        .subscribe()
+        .await
+        .unwrap();
+    let batched = client
+        .producer(&topic)
+        .batching_options(BatchingOptions {
+            max_messages: 5,
+            max_publish_delay: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let single = common::unbatched_producer(&client, &topic).await;
+    let mut bytes = 0u64;
+    let mut futs = Vec::new();
+    for i in 0..15 {
+        let p = format!("b{i:02}");
+        bytes += p.len() as u64;
+        futs.push(batched.send(p).await.unwrap());
+    }
+    for i in 0..5 {
+        let p = format!("single-{i}");
+        bytes += p.len() as u64;
+        futs.push(single.send(p).await.unwrap());
+    }
+    for f in futs {
+        within("receipt", f).await.unwrap();
+    }
+    let mut msgs = Vec::new();
+    for _ in 0..20 {
+        msgs.push(within("recv", consumer.recv()).await.unwrap());
+    }
+    for m in msgs.iter().take(7) {
+        consumer.ack(m).unwrap();
+    }
+    consumer.nack(&msgs[7]).unwrap();
+    consumer.nack(&msgs[8]).unwrap();
+    // Counted by the consumer's task (a single writer): wait for them, then check exactly.
+    common::wait_until("acks and nacks counted", || {
+        let s = consumer.stats().totals;
+        s.acks >= 7 && s.nacks >= 2
+    })
+    .await;
+    let s = consumer.stats().totals;
+    assert_eq!(
+        (s.messages_received, s.bytes_received, s.acks, s.nacks),
+        (20, bytes, 7, 2),
+        "{s:?}"
+    );
+    consumer.close().await.unwrap();
+    assert!(consumer.ack(&msgs[9]).is_err(), "ack after close");
+    assert!(consumer.nack(&msgs[10]).is_err(), "nack after close");
+    assert!(
+        consumer.ack_cumulative(&msgs[11]).is_err(),
+        "cumulative ack after close"
+    );
+    assert!(consumer.acker().ack(&msgs[12]).is_err(), "acker after close");
+}
