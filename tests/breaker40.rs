@@ -355,3 +355,165 @@ async fn consumer_counters_are_exact_and_acks_after_close_fail() {
     );
     assert!(consumer.acker().ack(&msgs[12]).is_err(), "acker after close");
 }
+
+/// Many tasks on a multi-thread runtime send through tight limits (a few slots, little
+/// memory, blocking), with key-based batches, while the connection drops now and then: every
+/// send completes once with its own id, and afterwards the limits are exactly free (the
+/// client's memory fills exactly once more).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_senders_through_tight_limits_and_drops_lose_nothing() {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    const LIMIT: usize = 2000;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(LIMIT)
+        .build()
+        .unwrap();
+    let topic = full("breaker40-concurrent");
+    let producer = std::sync::Arc::new(
+        client
+            .producer(&topic)
+            .batching_options(BatchingOptions {
+                max_messages: 5,
+                max_publish_delay: Duration::from_millis(2),
+                key_based: true,
+                ..Default::default()
+            })
+            .max_pending_messages(16)
+            .block_if_queue_full(true)
+            .create()
+            .await
+            .unwrap(),
+    );
+    const SENDERS: usize = 6;
+    const PER: usize = 300;
+    let mut tasks = Vec::new();
+    for s in 0..SENDERS {
+        let p = producer.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut futs = std::collections::VecDeque::new();
+            let mut ids = Vec::new();
+            for i in 0..PER {
+                let size = 20 + (i * 37 + s * 11) % 300;
+                let m = ProducerMessage::new(vec![s as u8; size]).key(format!("k{}", i % 4));
+                futs.push_back(p.send(m).await.unwrap());
+                if i % 7 == 0 {
+                    // The newest awaited from another task, the rest later.
+                    let f = futs.pop_back().unwrap();
+                    ids.push(tokio::spawn(f).await.unwrap());
+                }
+            }
+            for f in futs {
+                ids.push(f.await);
+            }
+            ids
+        }));
+    }
+    for _ in 0..3 {
+        let seen = broker.received_of(Type::Send).len();
+        let _ = broker
+            .wait_for_commands(Type::Send, seen + 30, Duration::from_secs(10))
+            .await;
+        broker.drop_all_connections();
+    }
+    let mut all = std::collections::HashSet::new();
+    for (s, t) in tasks.into_iter().enumerate() {
+        let ids = within("senders", t).await.unwrap();
+        assert_eq!(ids.len(), PER);
+        for (i, id) in ids.into_iter().enumerate() {
+            let id = id.unwrap_or_else(|e| panic!("sender {s} send {i}: {e:?}"));
+            assert!(all.insert(id), "sender {s}: id {id:?} twice");
+        }
+    }
+    within("flush", producer.flush()).await.unwrap();
+    let s = producer.stats().totals;
+    assert_eq!(s.pending_messages, 0, "{s:?}");
+    // The memory is all back: a non-blocking producer of the client fills it exactly.
+    let p = client
+        .producer(full("breaker40-concurrent-check"))
+        .batching_options(BatchingOptions {
+            max_messages: 1000,
+            max_publish_delay: Duration::from_secs(3600),
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let mut held = Vec::new();
+    for _ in 0..LIMIT / 100 {
+        held.push(p.send(vec![0u8; 100]).await.unwrap());
+    }
+    assert!(
+        matches!(p.send(vec![0u8; 1]).await, Err(Error::ProducerQueueFull(_))),
+        "the limit holds no more"
+    );
+    drop(held);
+}
+
+/// A send whose entry is re-sent again and again (every SEND answered with a retriable
+/// SEND_ERROR, so the producer reconnects and re-sends) still times out at its send timeout,
+/// counted from when it was queued (alone) or its batch went out, not before and not much
+/// later; and its memory comes back.
+#[tokio::test(start_paused = true)]
+async fn a_send_re_sent_across_reconnects_times_out_on_time() {
+    use tokio::time::Instant;
+    const LIMIT: usize = 1000;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .memory_limit(LIMIT)
+        .build()
+        .unwrap();
+    for batched in [false, true] {
+        let topic = full(&format!("breaker40-timeout-reconnects-{batched}"));
+        let mut b = client
+            .producer(&topic)
+            .send_timeout(Duration::from_millis(500))
+            .block_if_queue_full(false);
+        b = if batched {
+            b.batching_options(BatchingOptions {
+                max_messages: 100,
+                max_publish_delay: Duration::from_millis(100),
+                ..Default::default()
+            })
+        } else {
+            b.batching(false)
+        };
+        let producer = b.create().await.unwrap();
+        broker.set_storage_cut(true);
+        let start = Instant::now();
+        let mut f = producer.send(vec![1u8; 400]).await.unwrap();
+        let mut g = producer.send(vec![2u8; 400]).await.unwrap();
+        // Out at 0 (alone) or at 100 ms (the batch's delay): due at 500 or 600 ms.
+        let due = start + Duration::from_millis(if batched { 600 } else { 500 });
+        tokio::time::sleep_until(due - Duration::from_millis(1)).await;
+        assert!(
+            done(&mut f).is_none() && done(&mut g).is_none(),
+            "batched {batched}: timed out before {:?}",
+            due - start
+        );
+        tokio::time::sleep_until(due + Duration::from_millis(60)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for (name, h) in [("f", &mut f), ("g", &mut g)] {
+            match done(h) {
+                Some(Err(Error::Timeout { .. })) => {}
+                other => panic!("batched {batched}: {name} at {:?}: {other:?}", due - start),
+            }
+        }
+        broker.set_storage_cut(false);
+        // All the memory is back: 1000 bytes fit once more, and not a byte beyond.
+        let mut held = Vec::new();
+        for _ in 0..10 {
+            held.push(producer.send(vec![0u8; 100]).await.unwrap());
+        }
+        assert!(
+            matches!(producer.send(vec![0u8; 1]).await, Err(Error::ProducerQueueFull(_))),
+            "batched {batched}: the limit holds no more"
+        );
+        for h in held {
+            within("receipt", h).await.unwrap();
+        }
+        producer.close().await.unwrap();
+    }
+}
