@@ -517,3 +517,110 @@ async fn a_send_re_sent_across_reconnects_times_out_on_time() {
         producer.close().await.unwrap();
     }
 }
+
+/// On a partitioned topic each partition producer has its own receipt groups: every receipt
+/// (batched, key-based, alone) names the partition and the id the consumer sees.
+#[tokio::test]
+async fn receipts_of_a_partitioned_producer_name_what_the_consumer_sees() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("breaker40-partitioned-runs");
+    broker.create_partitioned_topic(&topic, 3);
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching_options(BatchingOptions {
+            max_messages: 6,
+            max_publish_delay: Duration::from_secs(3600),
+            key_based: true,
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let n = 200;
+    let mut futs = Vec::new();
+    for i in 0..n {
+        let mut m = ProducerMessage::new(format!("m{i}"));
+        if i % 4 != 0 {
+            m = m.key(format!("k{}", i % 7));
+        }
+        if i % 19 == 0 {
+            m = m.deliver_at(SystemTime::now());
+        }
+        futs.push(producer.send(m).await.unwrap());
+    }
+    producer.flush().await.unwrap();
+    let mut receipts = Vec::new();
+    for (i, f) in futs.into_iter().enumerate() {
+        receipts.push((i, within("receipt", f).await.unwrap()));
+    }
+    let mut seen = HashMap::new();
+    for _ in 0..n {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        seen.insert(m.payload_str().unwrap().to_string(), m.id);
+    }
+    for (i, id) in receipts {
+        let got = seen[&format!("m{i}")];
+        assert_eq!(got, id, "m{i}");
+        assert_eq!(got.partition, id.partition, "m{i}");
+        assert_eq!(got.batch_size, id.batch_size, "m{i}: {got:?} vs {id:?}");
+    }
+}
+
+/// A connection whose every handle is dropped ends (its task says so itself: "every handle is
+/// gone"), closing its socket. Its task polled the control channel first in a biased select,
+/// and a closed control channel answers `None` at once, every time, which it took as "nothing
+/// to do": the task spun at 100% CPU forever, the socket stayed open, and (with paused time)
+/// the runtime never went idle again. Observed from the broker: the connection must go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_whose_handles_are_all_dropped_ends() {
+    use pulsar_sdk::connection::{Connection, ConnectionConfig};
+    let broker = MockBroker::start().await.unwrap();
+    let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
+    let conn = within(
+        "handshake",
+        Connection::connect_with_stream(
+            stream,
+            &broker.service_url(),
+            None,
+            &ConnectionConfig::default(),
+        ),
+    )
+    .await
+    .unwrap();
+    common::wait_until("the broker sees the connection", || {
+        broker.connections().len() == 1
+    })
+    .await;
+    drop(conn);
+    common::wait_until("the dropped connection closes its socket", || {
+        broker.connections().is_empty()
+    })
+    .await;
+}
+
+/// The same through the public client: a client dropped without `close()` (after its
+/// producer closed) must not leave its connection task running (spinning) with the socket
+/// open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_client_closes_its_connections() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = common::unbatched_producer(&client, &full("breaker40-dropped-client")).await;
+    producer.send_and_wait("m").await.unwrap();
+    producer.close().await.unwrap();
+    drop(producer);
+    assert!(!broker.connections().is_empty());
+    drop(client);
+    common::wait_until("the dropped client's connection closes", || {
+        broker.connections().is_empty()
+    })
+    .await;
+}
