@@ -624,3 +624,59 @@ async fn a_dropped_client_closes_its_connections() {
     })
     .await;
 }
+/// Two producers share a connection. B is re-creating itself (its topic was unloaded) when
+/// A gets a SEND_ERROR the client answers by closing the connection (upstream closes the
+/// channel too). B's lookup/create in flight on that connection fails with `Closed` (the
+/// connection's own close): that is a lost connection for B, to be retried, not the end of
+/// B. B ended for good instead, in state Closed as if the application had closed it, and
+/// every later send failed with `Closed`.
+#[tokio::test(start_paused = true)]
+async fn a_reconnect_cut_by_a_sibling_closing_the_connection_is_retried() {
+    use pulsar_sdk::mock::wire::{self, base_command::Type};
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let (ta, tb) = (full("breaker40-sibling-a"), full("breaker40-sibling-b"));
+    let a = common::unbatched_producer(&client, &ta).await;
+    let b = common::unbatched_producer(&client, &tb).await;
+    a.send_and_wait("a0").await.unwrap();
+    b.send_and_wait("b0").await.unwrap();
+    let created = broker.received_of(Type::Producer);
+    let a_create = created
+        .iter()
+        .find(|r| r.command.producer.as_ref().unwrap().topic == ta)
+        .unwrap();
+    let (conn, a_id) = (
+        a_create.connection,
+        a_create.command.producer.as_ref().unwrap().producer_id,
+    );
+    // B's next lookup / create waits for its answer...
+    broker.set_response_delay(Duration::from_secs(1));
+    let lookups = broker.received_of(Type::Lookup).len();
+    let creates = created.len();
+    broker.unload_topic(&tb).unwrap();
+    common::wait_until("B asks again", || {
+        broker.received_of(Type::Lookup).len() > lookups
+            || broker.received_of(Type::Producer).len() > creates
+    })
+    .await;
+    // ... when A gets a SEND_ERROR that makes the client close the shared connection.
+    let send_error = wire::BaseCommand {
+        r#type: Type::SendError as i32,
+        send_error: Some(wire::CommandSendError {
+            producer_id: a_id,
+            sequence_id: 1,
+            error: wire::ServerError::PersistenceError as i32,
+            message: "injected".into(),
+        }),
+        ..Default::default()
+    };
+    assert!(broker.push(conn, send_error));
+    broker.set_response_delay(Duration::ZERO);
+    // B comes back (Ready) and sends; so does A.
+    within("B sends after the reconnect", b.send_and_wait("b1"))
+        .await
+        .unwrap_or_else(|e| panic!("B ended: {e:?}, state {:?}", b.state()));
+    within("A sends after the reconnect", a.send_and_wait("a1"))
+        .await
+        .unwrap();
+}
