@@ -680,3 +680,160 @@ async fn a_reconnect_cut_by_a_sibling_closing_the_connection_is_retried() {
         .await
         .unwrap();
 }
+/// A seeded soak: random sends (sizes, keys, deliver_at, too big for a batch, chunked) on
+/// three producers of one client (batched key-based, batched, chunked), random faults
+/// (connection drops, storage cut: SEND_ERROR and re-sends, a silent broker: timeouts),
+/// random receipts dropped unread. Afterwards every kept receipt has resolved, and the
+/// client's memory and each producer's slots are exactly free.
+#[tokio::test(start_paused = true)]
+async fn a_seeded_soak_of_sends_and_faults_leaves_the_limits_exact() {
+    const LIMIT: usize = 6000;
+    const SLOTS: usize = 40;
+    for seed in 1..=12u64 {
+        let mut rng = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        let mut next = |n: u64| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % n
+        };
+        let broker = MockBroker::start().await.unwrap();
+        let client = test_client(&broker.service_url())
+            .memory_limit(LIMIT)
+            .build()
+            .unwrap();
+        let mk = |kind: u8| {
+            let topic = full(&format!("breaker40-soak-{seed}-{kind}"));
+            let b = client
+                .producer(&topic)
+                .send_timeout(Duration::from_millis(700))
+                .max_pending_messages(SLOTS)
+                .block_if_queue_full(false);
+            match kind {
+                0 => b.batching_options(BatchingOptions {
+                    max_messages: 4,
+                    max_bytes: 600,
+                    max_publish_delay: Duration::from_millis(30),
+                    key_based: true,
+                }),
+                1 => b.batching_options(BatchingOptions {
+                    max_messages: 5,
+                    max_bytes: 800,
+                    max_publish_delay: Duration::from_millis(50),
+                    key_based: false,
+                }),
+                _ => b.batching(false).chunking(true).chunk_max_message_size(120),
+            }
+        };
+        let producers = vec![
+            mk(0).create().await.unwrap(),
+            mk(1).create().await.unwrap(),
+            mk(2).create().await.unwrap(),
+        ];
+        let mut kept = Vec::new();
+        let (mut cut, mut silent) = (false, false);
+        for _step in 0..400 {
+            match next(20) {
+                0 => broker.drop_all_connections(),
+                1 => {
+                    cut = !cut;
+                    broker.set_storage_cut(cut);
+                }
+                2 => {
+                    silent = !silent;
+                    broker.set_unresponsive(silent);
+                }
+                3..=5 => tokio::time::sleep(Duration::from_millis(next(120))).await,
+                _ => {
+                    let p = &producers[next(3) as usize];
+                    let big = next(10) == 0;
+                    let size = 1 + next(if big { 900 } else { 250 }) as usize;
+                    let mut m = ProducerMessage::new(vec![next(256) as u8; size]);
+                    match next(6) {
+                        0 => m = m.key("a"),
+                        1 => m = m.key("b").ordering_key(vec![1u8]),
+                        2 => m = m.deliver_at(SystemTime::now()),
+                        _ => {}
+                    }
+                    match p.send(m).await {
+                        Ok(f) => {
+                            if next(4) != 0 {
+                                kept.push(f);
+                            }
+                        }
+                        Err(Error::ProducerQueueFull(_)) => {}
+                        Err(e) => panic!("seed {seed}: send: {e:?}"),
+                    }
+                }
+            }
+            tokio::task::yield_now().await;
+        }
+        broker.set_storage_cut(false);
+        broker.set_unresponsive(false);
+        for (i, f) in kept.into_iter().enumerate() {
+            match within("a kept receipt", f).await {
+                Ok(_) | Err(Error::Timeout { .. }) | Err(Error::Broker { .. }) => {}
+                Err(e) => panic!("seed {seed}: receipt {i}: {e:?}"),
+            }
+        }
+        // Every producer is drained (its last sends receipted or timed out).
+        for p in &producers {
+            within("flush", p.flush()).await.unwrap();
+        }
+        for (k, p) in producers.iter().enumerate() {
+            let s = p.stats().totals;
+            assert_eq!(s.pending_messages, 0, "seed {seed}: producer {k}: {s:?}");
+            // Slots: exactly SLOTS one-byte sends fit (queued in the open batch or pending
+            // behind a silent broker), then max_pending_messages is reached.
+            broker.set_unresponsive(true);
+            let mut held = Vec::new();
+            for j in 0..SLOTS {
+                match p.send(vec![7u8; 1]).await {
+                    Ok(f) => held.push(f),
+                    Err(e) => panic!("seed {seed}: producer {k}: slot {j} of {SLOTS}: {e:?}"),
+                }
+            }
+            match p.send(vec![7u8; 1]).await {
+                Err(Error::ProducerQueueFull(why)) => {
+                    assert!(why.contains("max_pending"), "seed {seed}: producer {k}: {why}")
+                }
+                other => panic!("seed {seed}: producer {k}: slot {SLOTS} + 1: {other:?}"),
+            }
+            broker.set_unresponsive(false);
+            for f in held {
+                let _ = within("slot check receipt", f).await;
+            }
+            within("flush", p.flush()).await.unwrap();
+        }
+        for p in &producers {
+            let _ = p.close().await;
+        }
+        // Memory: a fresh producer holds exactly LIMIT bytes in one open batch, no more.
+        let p = client
+            .producer(full(&format!("breaker40-soak-{seed}-check")))
+            .batching_options(BatchingOptions {
+                max_messages: 1000,
+                max_bytes: 1 << 20,
+                max_publish_delay: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .create()
+            .await
+            .unwrap();
+        let mut held = Vec::new();
+        for j in 0..LIMIT / 100 {
+            match p.send(vec![0u8; 100]).await {
+                Ok(f) => held.push(f),
+                Err(e) => panic!("seed {seed}: memory {j}00 of {LIMIT}: {e:?}"),
+            }
+        }
+        assert!(
+            matches!(p.send(vec![0u8; 1]).await, Err(Error::ProducerQueueFull(_))),
+            "seed {seed}: the limit holds no more"
+        );
+        p.close().await.unwrap();
+        drop(held);
+    }
+}
+
+
