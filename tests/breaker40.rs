@@ -353,7 +353,10 @@ async fn consumer_counters_are_exact_and_acks_after_close_fail() {
         consumer.ack_cumulative(&msgs[11]).is_err(),
         "cumulative ack after close"
     );
-    assert!(consumer.acker().ack(&msgs[12]).is_err(), "acker after close");
+    assert!(
+        consumer.acker().ack(&msgs[12]).is_err(),
+        "acker after close"
+    );
 }
 
 /// Many tasks on a multi-thread runtime send through tight limits (a few slots, little
@@ -508,7 +511,10 @@ async fn a_send_re_sent_across_reconnects_times_out_on_time() {
             held.push(producer.send(vec![0u8; 100]).await.unwrap());
         }
         assert!(
-            matches!(producer.send(vec![0u8; 1]).await, Err(Error::ProducerQueueFull(_))),
+            matches!(
+                producer.send(vec![0u8; 1]).await,
+                Err(Error::ProducerQueueFull(_))
+            ),
             "batched {batched}: the limit holds no more"
         );
         for h in held {
@@ -622,6 +628,18 @@ async fn a_dropped_client_closes_its_connections() {
     common::wait_until("the dropped client's connection closes", || {
         broker.connections().is_empty()
     })
+    .await;
+    // Dropped with its producer still open (no close at all), on a second client.
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let producer = common::unbatched_producer(&client, &full("breaker40-dropped-client")).await;
+    producer.send_and_wait("m").await.unwrap();
+    assert!(!broker.connections().is_empty());
+    drop(producer);
+    drop(client);
+    common::wait_until(
+        "the connection of a client dropped with its producer open closes",
+        || broker.connections().is_empty(),
+    )
     .await;
 }
 /// Two producers share a connection. B is re-creating itself (its topic was unloaded) when
@@ -795,7 +813,10 @@ async fn a_seeded_soak_of_sends_and_faults_leaves_the_limits_exact() {
             }
             match p.send(vec![7u8; 1]).await {
                 Err(Error::ProducerQueueFull(why)) => {
-                    assert!(why.contains("max_pending"), "seed {seed}: producer {k}: {why}")
+                    assert!(
+                        why.contains("max_pending"),
+                        "seed {seed}: producer {k}: {why}"
+                    )
                 }
                 other => panic!("seed {seed}: producer {k}: slot {SLOTS} + 1: {other:?}"),
             }
@@ -835,5 +856,3 @@ async fn a_seeded_soak_of_sends_and_faults_leaves_the_limits_exact() {
         drop(held);
     }
 }
-
-
