@@ -856,3 +856,65 @@ async fn a_seeded_soak_of_sends_and_faults_leaves_the_limits_exact() {
         drop(held);
     }
 }
+
+/// A consumer's request in flight (the last message id) on a connection the client closes
+/// because a producer on it got a SEND_ERROR: for the consumer that is a lost connection
+/// (upstream retries `getLastMessageId` on connection errors), never `Error::Closed`, which
+/// says the consumer itself was closed.
+#[tokio::test(start_paused = true)]
+async fn a_request_cut_by_a_sibling_closing_the_connection_is_not_closed() {
+    use pulsar_sdk::mock::wire::{self, base_command::Type};
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let (ta, tb) = (full("breaker40-req-a"), full("breaker40-req-b"));
+    let a = common::unbatched_producer(&client, &ta).await;
+    a.send_and_wait("a0").await.unwrap();
+    let pb = common::unbatched_producer(&client, &tb).await;
+    pb.send_and_wait("b0").await.unwrap();
+    let consumer = client
+        .consumer(&tb)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let a_create = broker
+        .received_of(Type::Producer)
+        .into_iter()
+        .find(|r| r.command.producer.as_ref().unwrap().topic == ta)
+        .unwrap();
+    let (conn, a_id) = (
+        a_create.connection,
+        a_create.command.producer.as_ref().unwrap().producer_id,
+    );
+    broker.set_response_delay(Duration::from_secs(1));
+    let asked = broker.received_of(Type::GetLastMessageId).len();
+    let last = tokio::spawn(async move {
+        let r = consumer.last_message_ids().await;
+        (consumer, r)
+    });
+    common::wait_until("the consumer asks", || {
+        broker.received_of(Type::GetLastMessageId).len() > asked
+    })
+    .await;
+    let send_error = wire::BaseCommand {
+        r#type: Type::SendError as i32,
+        send_error: Some(wire::CommandSendError {
+            producer_id: a_id,
+            sequence_id: 1,
+            error: wire::ServerError::PersistenceError as i32,
+            message: "injected".into(),
+        }),
+        ..Default::default()
+    };
+    assert!(broker.push(conn, send_error));
+    broker.set_response_delay(Duration::ZERO);
+    let (consumer, r) = within("last message ids", last).await.unwrap();
+    match r {
+        Ok(_) | Err(Error::ConnectionLost(_)) | Err(Error::Timeout { .. }) => {}
+        Err(e) => panic!(
+            "a request cut by the client's own close of a shared connection: {e:?} (consumer {:?})",
+            consumer.state()
+        ),
+    }
+}
