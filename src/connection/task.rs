@@ -628,6 +628,11 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
             return Step::Continue;
         }
         Op::Close => return Step::Stop(Error::Closed),
+        Op::Drop(why) => {
+            return Step::Stop(Error::ConnectionLost(format!(
+                "dropped by the client: {why}"
+            )))
+        }
     };
     out.push(Outgoing::Frame(frame))
 }

@@ -294,7 +294,8 @@ impl Entity {
     /// broker then forgets this entity with the connection.
     pub(crate) fn drop_connection(&mut self, why: &str) {
         if let Some(c) = &self.conn {
-            c.close();
+            // Lost, not closed, for the other entities and requests on it (they retry).
+            c.drop_as_lost(why);
         }
         self.lose_connection(why);
     }
