@@ -192,6 +192,9 @@ pub(crate) enum Op {
     Unregister { kind: EntityKind, id: u64 },
     /// Close the connection.
     Close,
+    /// Close the connection because a user of it found it broken (e.g. a producer's
+    /// SEND_ERROR, a receipt out of order): for every other user it is lost, not closed.
+    Drop(String),
 }
 
 /// Counters of a connection's registrations and pending requests (for leak checks).
@@ -344,6 +347,13 @@ impl Connection {
     /// Closes the connection: pending requests fail and registered entities are told.
     pub fn close(&self) {
         let _ = self.control.send(Op::Close);
+    }
+
+    /// Closes the connection as broken (`why`): its pending requests and registered entities
+    /// see [`Error::ConnectionLost`], as when the broker goes away, so they retry; only a
+    /// [`close`](Self::close) (the client's own shutdown) ends them with `Closed`.
+    pub(crate) fn drop_as_lost(&self, why: &str) {
+        let _ = self.control.send(Op::Drop(why.to_string()));
     }
 
     /// Current counts of pending requests and registered entities.

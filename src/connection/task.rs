@@ -415,15 +415,22 @@ where
     tokio::pin!(keepalive_timer);
     let mut published = *stats.borrow();
 
+    let mut control_open = true;
     let reason = loop {
         let deadline = router.next_deadline();
         let backlogged = !out.backlog.is_empty();
         let reserve_tx = backlogged.then(|| out.tx.clone());
         let step = tokio::select! {
             biased;
-            op = control.recv() => match op {
+            op = control.recv(), if control_open => match op {
                 Some(op) => handle_op(op, &mut router, &mut out),
-                None => Step::Continue,
+                // Every handle is gone (each holds both channels): a closed channel answers
+                // `None` at once on every poll, so it is not polled again (polled first, it
+                // would keep this loop spinning and hide the ops branch that ends it).
+                None => {
+                    control_open = false;
+                    Step::Continue
+                }
             },
             // Ahead of the inbound frames: a flood of them must not hide a dead writer or
             // a keep-alive verdict.
@@ -621,6 +628,11 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
             return Step::Continue;
         }
         Op::Close => return Step::Stop(Error::Closed),
+        Op::Drop(why) => {
+            return Step::Stop(Error::ConnectionLost(format!(
+                "dropped by the client: {why}"
+            )))
+        }
     };
     out.push(Outgoing::Frame(frame))
 }

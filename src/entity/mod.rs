@@ -294,7 +294,8 @@ impl Entity {
     /// broker then forgets this entity with the connection.
     pub(crate) fn drop_connection(&mut self, why: &str) {
         if let Some(c) = &self.conn {
-            c.close();
+            // Lost, not closed, for the other entities and requests on it (they retry).
+            c.drop_as_lost(why);
         }
         self.lose_connection(why);
     }
@@ -528,7 +529,17 @@ async fn attach_with_retry(
         }
         first = false;
         let target = direct.take();
-        match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
+        // A connection closed by this client while the attempt used it (another entity on it
+        // got a SEND_ERROR and dropped it, as upstream closes the channel) fails the attempt
+        // with the connection's own reason, `Closed`: for this entity that is a lost
+        // connection, retried like one. Only the client's shutdown is a close of ours.
+        let attempt = match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
+            Err(Error::Closed) if !core.is_shut_down() => Err(Error::ConnectionLost(
+                "connection closed during the attempt".into(),
+            )),
+            other => other,
+        };
+        match attempt {
             Ok(a) => return Ok(a),
             Err(e) if retry.retries(&e) && !core.is_shut_down() => {
                 refused = matches!(e, Error::Connect { .. });
