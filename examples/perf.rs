@@ -10,8 +10,9 @@
 //!   receipts while it keeps sending; the rest are awaited at the end), so the run holds
 //!   receipts only of sends still pending. `max_pending` is the most messages pending at
 //!   once (sampled every millisecond): the client keeps each payload until its receipt, so
-//!   `max_rss_kb` grows with it (by about the payload plus 20 bytes a message) when the
-//!   broker falls behind. `--max-outstanding N` bounds it (the producer's
+//!   `max_rss_kb` grows with it (by about the payload plus 50 bytes a message: its record in
+//!   the batch, its receipt slot, the run's `SendFuture`) when the broker falls behind.
+//!   `--max-outstanding N` bounds it (the producer's
 //!   `max_pending_messages`, blocking when full, like upstream `pulsar-perf produce -o N`);
 //!   the default is no bound, only the client's memory limit;
 //! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each
@@ -181,7 +182,7 @@ async fn consume_typed<S: Schema<Type = Record>>(
 
 /// Ends a consume run that received nothing for 30 s. It checks once a second, off the
 /// measured loop: a `timeout` around each `recv` read the clock and the runtime handle for
-/// every message, about 6% of a consume run's CPU charged to the client.
+/// every message, about 5% of a consume run's CPU charged to the client.
 struct Watchdog {
     received: std::sync::Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
