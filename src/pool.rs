@@ -33,7 +33,9 @@ fn sweep(slots: &mut HashMap<PoolKey, Slot>) {
         let idle = stats.registered_entities == 0 && stats.pending_requests == 0;
         if conn.is_closed() || idle {
             tracing::debug!(broker = %key.logical, "closing an idle pooled connection");
-            conn.close();
+            // As lost, not closed: an entity that took it a moment ago (its attach not yet
+            // registered) retries on a new one. Only the client's shutdown means `Closed`.
+            conn.drop_as_lost("idle pooled connection closed");
             return false;
         }
         true

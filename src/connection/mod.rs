@@ -192,8 +192,8 @@ pub(crate) enum Op {
     Unregister { kind: EntityKind, id: u64 },
     /// Close the connection.
     Close,
-    /// Close the connection because a user of it found it broken (e.g. a producer's
-    /// SEND_ERROR, a receipt out of order): for every other user it is lost, not closed.
+    /// Close the connection as lost, not closed, for everyone on it: a user of it found it
+    /// broken (a producer's SEND_ERROR, a receipt out of order), or the pool closes it idle.
     Drop(String),
 }
 
@@ -349,9 +349,10 @@ impl Connection {
         let _ = self.control.send(Op::Close);
     }
 
-    /// Closes the connection as broken (`why`): its pending requests and registered entities
-    /// see [`Error::ConnectionLost`], as when the broker goes away, so they retry; only a
-    /// [`close`](Self::close) (the client's own shutdown) ends them with `Closed`.
+    /// Closes the connection as lost (`why`): its pending requests and registered entities
+    /// (and an attach that has just taken it) see [`Error::ConnectionLost`], as when the
+    /// broker goes away, so they retry; only a [`close`](Self::close) (the client's own
+    /// shutdown) ends them with `Closed`.
     pub(crate) fn drop_as_lost(&self, why: &str) {
         let _ = self.control.send(Op::Drop(why.to_string()));
     }

@@ -529,17 +529,7 @@ async fn attach_with_retry(
         }
         first = false;
         let target = direct.take();
-        // A connection closed by this client while the attempt used it (another entity on it
-        // got a SEND_ERROR and dropped it, as upstream closes the channel) fails the attempt
-        // with the connection's own reason, `Closed`: for this entity that is a lost
-        // connection, retried like one. Only the client's shutdown is a close of ours.
-        let attempt = match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
-            Err(Error::Closed) if !core.is_shut_down() => Err(Error::ConnectionLost(
-                "connection closed during the attempt".into(),
-            )),
-            other => other,
-        };
-        match attempt {
+        match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
             Ok(a) => return Ok(a),
             Err(e) if retry.retries(&e) && !core.is_shut_down() => {
                 refused = matches!(e, Error::Connect { .. });
