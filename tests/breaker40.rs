@@ -642,15 +642,44 @@ async fn a_dropped_client_closes_its_connections() {
     )
     .await;
 }
+/// The connection and producer id of the producer the mock broker created for `topic`.
+fn producer_of(broker: &MockBroker, topic: &str) -> (pulsar_sdk::mock::ConnectionId, u64) {
+    use pulsar_sdk::mock::wire::base_command::Type;
+    let create = broker
+        .received_of(Type::Producer)
+        .into_iter()
+        .find(|r| r.command.producer.as_ref().unwrap().topic == topic)
+        .unwrap();
+    let id = create.command.producer.as_ref().unwrap().producer_id;
+    (create.connection, id)
+}
+
+/// Answers a send of `producer_id` on `conn` with a SEND_ERROR, on which the client drops the
+/// shared connection (as upstream closes the channel).
+fn push_send_error(broker: &MockBroker, conn: pulsar_sdk::mock::ConnectionId, producer_id: u64) {
+    use pulsar_sdk::mock::wire::{self, base_command::Type};
+    let send_error = wire::BaseCommand {
+        r#type: Type::SendError as i32,
+        send_error: Some(wire::CommandSendError {
+            producer_id,
+            sequence_id: 1,
+            error: wire::ServerError::PersistenceError as i32,
+            message: "injected".into(),
+        }),
+        ..Default::default()
+    };
+    assert!(broker.push(conn, send_error));
+}
+
 /// Two producers share a connection. B is re-creating itself (its topic was unloaded) when
 /// A gets a SEND_ERROR the client answers by closing the connection (upstream closes the
-/// channel too). B's lookup/create in flight on that connection fails with `Closed` (the
-/// connection's own close): that is a lost connection for B, to be retried, not the end of
-/// B. B ended for good instead, in state Closed as if the application had closed it, and
-/// every later send failed with `Closed`.
+/// channel too). B's lookup/create in flight on that connection fails with the connection's
+/// close reason: a lost connection for B, to be retried, not the end of B. The reason used to
+/// be `Closed`, and B ended for good, in state Closed as if the application had closed it,
+/// and every later send failed with `Closed`.
 #[tokio::test(start_paused = true)]
 async fn a_reconnect_cut_by_a_sibling_closing_the_connection_is_retried() {
-    use pulsar_sdk::mock::wire::{self, base_command::Type};
+    use pulsar_sdk::mock::wire::base_command::Type;
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let (ta, tb) = (full("breaker40-sibling-a"), full("breaker40-sibling-b"));
@@ -659,14 +688,7 @@ async fn a_reconnect_cut_by_a_sibling_closing_the_connection_is_retried() {
     a.send_and_wait("a0").await.unwrap();
     b.send_and_wait("b0").await.unwrap();
     let created = broker.received_of(Type::Producer);
-    let a_create = created
-        .iter()
-        .find(|r| r.command.producer.as_ref().unwrap().topic == ta)
-        .unwrap();
-    let (conn, a_id) = (
-        a_create.connection,
-        a_create.command.producer.as_ref().unwrap().producer_id,
-    );
+    let (conn, a_id) = producer_of(&broker, &ta);
     // B's next lookup / create waits for its answer...
     broker.set_response_delay(Duration::from_secs(1));
     let lookups = broker.received_of(Type::Lookup).len();
@@ -678,17 +700,7 @@ async fn a_reconnect_cut_by_a_sibling_closing_the_connection_is_retried() {
     })
     .await;
     // ... when A gets a SEND_ERROR that makes the client close the shared connection.
-    let send_error = wire::BaseCommand {
-        r#type: Type::SendError as i32,
-        send_error: Some(wire::CommandSendError {
-            producer_id: a_id,
-            sequence_id: 1,
-            error: wire::ServerError::PersistenceError as i32,
-            message: "injected".into(),
-        }),
-        ..Default::default()
-    };
-    assert!(broker.push(conn, send_error));
+    push_send_error(&broker, conn, a_id);
     broker.set_response_delay(Duration::ZERO);
     // B comes back (Ready) and sends; so does A.
     within("B sends after the reconnect", b.send_and_wait("b1"))
@@ -863,7 +875,7 @@ async fn a_seeded_soak_of_sends_and_faults_leaves_the_limits_exact() {
 /// says the consumer itself was closed.
 #[tokio::test(start_paused = true)]
 async fn a_request_cut_by_a_sibling_closing_the_connection_is_not_closed() {
-    use pulsar_sdk::mock::wire::{self, base_command::Type};
+    use pulsar_sdk::mock::wire::base_command::Type;
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let (ta, tb) = (full("breaker40-req-a"), full("breaker40-req-b"));
@@ -878,15 +890,7 @@ async fn a_request_cut_by_a_sibling_closing_the_connection_is_not_closed() {
         .subscribe()
         .await
         .unwrap();
-    let a_create = broker
-        .received_of(Type::Producer)
-        .into_iter()
-        .find(|r| r.command.producer.as_ref().unwrap().topic == ta)
-        .unwrap();
-    let (conn, a_id) = (
-        a_create.connection,
-        a_create.command.producer.as_ref().unwrap().producer_id,
-    );
+    let (conn, a_id) = producer_of(&broker, &ta);
     broker.set_response_delay(Duration::from_secs(1));
     let asked = broker.received_of(Type::GetLastMessageId).len();
     let last = tokio::spawn(async move {
@@ -897,17 +901,7 @@ async fn a_request_cut_by_a_sibling_closing_the_connection_is_not_closed() {
         broker.received_of(Type::GetLastMessageId).len() > asked
     })
     .await;
-    let send_error = wire::BaseCommand {
-        r#type: Type::SendError as i32,
-        send_error: Some(wire::CommandSendError {
-            producer_id: a_id,
-            sequence_id: 1,
-            error: wire::ServerError::PersistenceError as i32,
-            message: "injected".into(),
-        }),
-        ..Default::default()
-    };
-    assert!(broker.push(conn, send_error));
+    push_send_error(&broker, conn, a_id);
     broker.set_response_delay(Duration::ZERO);
     let (consumer, r) = within("last message ids", last).await.unwrap();
     match r {
