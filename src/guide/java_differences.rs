@@ -3,17 +3,8 @@
 //! The client follows the Java client (the reference implementation) in naming, defaults and
 //! protocol behaviour; where it differs, this chapter says so and why.
 //!
-//! ## Not supported yet
-//!
-//! | Feature | What happens instead |
-//! |---|---|
-//! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | typed messages ([`crate::schema`]) cover bytes, string, the primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE` and `AUTO_CONSUME`. An incompatible schema fails with [`ServerError::IncompatibleSchema`] |
-//! | Multi-topic consumers (a list of topics) and pattern (regex) subscriptions | one consumer per topic; a partitioned topic is one consumer over all its partitions |
-//! | Transactions | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
-//! | Metrics and producer / consumer statistics | `stats()` on producers, consumers and readers returns cumulative counters, gauges and send-latency percentiles ([`crate::stats`]), not Java's per-interval rates, and nothing is logged periodically. Operator metrics (cargo feature `metrics`) use upstream's PIP-342 names through the `metrics` facade rather than the OpenTelemetry API; topic labels are opt-in per client (`ClientBuilder::metrics_topic_labels`); `producer.rpc.send.duration` and `consumer.receive_queue.size` are not recorded. [`Client::connection_stats`] gives per-connection counters |
-//! | End-to-end encryption, interceptors, `batchReceive`, table views | not available |
-//! | A zero-size receiver queue | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
-//! | HTTP lookup (`http://` service URLs) | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
+//! What this client offers of the Java client's features, and what it lacks, is one list:
+//! [`features`](super::features). This chapter is about what behaves differently.
 //!
 //! ## Behaves differently
 //!
@@ -34,9 +25,10 @@
 //!   acknowledged. Java has no such check: its queue grows without bound.
 //! - **The consumer queue is bounded in messages, not bytes.** Each partition buffers at most
 //!   its receiver queue (plus the tolerance above); the total across partitions follows
-//!   `max_total_receiver_queue_size_across_partitions` like Java. There is no byte bound on
-//!   the consumer side: the client [`memory_limit`](crate::ClientBuilder::memory_limit) counts
-//!   producers' pending payloads only. Size the receiver queue for your largest messages.
+//!   `max_total_receiver_queue_size_across_partitions` like Java. Of what consumers hold, the
+//!   client [`memory_limit`](crate::ClientBuilder::memory_limit) counts the incomplete chunked
+//!   messages being reassembled (besides producers' pending messages); queued messages are
+//!   bounded by count only, so size the receiver queue for your largest messages.
 //! - **After a reconnect or seek, the first FLOW grants only the queue's free room**, and
 //!   the rest follows as the application takes out older messages (Java clears its receiver
 //!   queue instead). Messages queued before the reconnect that the broker will redeliver are

@@ -12,7 +12,8 @@
 //! | [`partitions`] | partitioned topics, key routing, and growing with the topic (PIP-247 watchers or polling) |
 //! | [`errors`] | lifecycle states, which errors are retried and which are terminal, and how to match them |
 //! | [`testing`] | testing an application against the mock broker |
-//! | [`java_differences`] | what is not supported yet, and what behaves differently from the Java client (and why) |
+//! | [`features`] | the Java client's features, each with where it is here or what to do instead (checked against the code) |
+//! | [`java_differences`] | what behaves differently from the Java client (and why) |
 //!
 //! The [crate root](crate) gathers what `close` does on every entity and how the crate logs.
 //!
@@ -46,6 +47,7 @@
 pub mod connecting;
 pub mod consuming;
 pub mod errors;
+pub mod features;
 pub mod java_differences;
 pub mod partitions;
 pub mod producing;

@@ -1,0 +1,262 @@
+//! # Feature table
+//!
+//! What this client offers of the Java client's features, in one list: the other chapters and
+//! the README point here instead of keeping lists of their own. The list is checked against
+//! the code:
+//!
+//! - every row marked **yes** links to the API that provides it, so the documentation build
+//!   (which treats a broken link as an error) fails when that API goes away;
+//! - every row marked **no** has an example below the table that uses the API upstream names
+//!   for it and must *not* compile (or, for a setting, must be refused), so a change that adds
+//!   the feature fails this chapter's doc tests until its row says **yes**;
+//! - a unit test fails if any other chapter of the guide, or the README, says "not supported"
+//!   or "not available" again.
+//!
+//! ## Supported
+//!
+//! | Feature (Java client) | Here | Where |
+//! |---|---|---|
+//! | Producers: batching, key-based batching, compression (LZ4, ZLIB, ZSTD, SNAPPY) | yes | [`ProducerBuilder::batching`], [`ProducerBuilder::batching_options`], [`ProducerBuilder::compression`] |
+//! | Large messages in chunks (PIP-37) | yes | [`ProducerBuilder::chunking`]; consumers reassemble by themselves |
+//! | Send timeouts, pending-message and memory limits, blocking when full | yes | [`ProducerBuilder::send_timeout`], [`ProducerBuilder::max_pending_messages`], [`ProducerBuilder::block_if_queue_full`], [`ClientBuilder::memory_limit`] |
+//! | Producer access modes (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing) | yes | [`ProducerBuilder::access_mode`] |
+//! | Partitioned topics, key routing, partition growth (PIP-247 pushes or polling) | yes | [`ProducerBuilder::auto_update_partitions`], [`ConsumerBuilder::auto_update_partitions`], [`partitions`](super::partitions) |
+//! | Subscription types Exclusive, Shared, Failover, Key_Shared; durable and non-durable subscriptions (PIP-245 on non-persistent topics) | yes | [`ConsumerBuilder::subscription_type`], [`ConsumerBuilder::subscription_mode`] |
+//! | Individual and cumulative acks, grouped acks, acks from other tasks | yes | [`Consumer::ack`], [`Consumer::ack_cumulative`], [`Consumer::acker`], [`ConsumerBuilder::ack_group_time`] |
+//! | Negative acks with delay or backoff, ack timeout | yes | [`ConsumerBuilder::negative_ack_delay`], [`ConsumerBuilder::negative_ack_backoff`], [`ConsumerBuilder::ack_timeout`] |
+//! | Dead-letter and retry topics (with PIP-124's initial subscription) | yes | [`ConsumerBuilder::dead_letter_policy`], [`ConsumerBuilder::retry_enable`], [`Consumer::reconsume_later`] |
+//! | Batch-index acknowledgement | yes | [`ConsumerBuilder::batch_index_ack`] |
+//! | Seek by message id or publish time | yes | [`Consumer::seek`], [`Consumer::seek_by_time`] |
+//! | Readers | yes | [`Client::reader`] |
+//! | Multi-topic consumers (a list of topics) | yes | [`ConsumerBuilder::topics`] |
+//! | Pattern (regex) subscriptions, with PIP-145 topic-list watchers or polling | yes | [`ConsumerBuilder::topics_pattern`], [`ConsumerBuilder::subscription_topics_mode`] |
+//! | Schemas: bytes, string, primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE`, `AUTO_CONSUME` | yes | [`crate::schema`] (JSON, Avro and protobuf behind cargo features) |
+//! | TLS and mutual TLS | yes | [`ClientBuilder::tls_trust_certs_file_path`], [`ClientBuilder::tls_cert_file_path`], [`connecting`](super::connecting) |
+//! | Authentication: token, basic, TLS, OAuth2 client credentials, your own provider | yes | [`ClientBuilder::auth_token`], [`ClientBuilder::auth_provider`], [`crate::auth`] (OAuth2 behind cargo feature `oauth2`) |
+//! | Producer, consumer and reader statistics | yes | [`Producer::stats`], [`Consumer::stats`], [`Reader::stats`], [`crate::stats`] |
+//! | Operator metrics (PIP-342 names) | yes | cargo feature `metrics` (`pulsar_sdk::metrics`), through the `metrics` facade |
+//! | Lookups through a Pulsar proxy, redirects, topic migration (PIP-188), direct reconnect (PIP-307) | yes | automatic; [`ClientBuilder::max_lookup_redirects`] |
+//! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
+//!
+//! ## Not supported yet
+//!
+//! | Feature (Java client) | Here | What happens instead |
+//! |---|---|---|
+//! | End-to-end encryption (PIP-4) | no | messages travel as the application gives them; an encrypted message from another client is delivered with its payload still encrypted |
+//! | Transactions (PIP-31) | no | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
+//! | Interceptors | no | wrap the producer or consumer in the application |
+//! | OpenTelemetry tracing | no | the crate logs through `tracing`; operator metrics as above |
+//! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
+//! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
+//! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
+//! | Auto-scaled receiver queue (PIP-74) | no | a fixed receiver queue per partition |
+//! | Cluster-level failover (PIP-121, `ServiceUrlProvider`) | no | a comma-separated host list in the service URL fails over between the brokers of one cluster |
+//! | HTTP lookup (`http://` service URLs) | no | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
+//! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | no | typed messages ([`crate::schema`]) as listed above; an incompatible schema fails with [`ServerError::IncompatibleSchema`] |
+//!
+//! ### The checks behind the "no" rows
+//!
+//! Each example below uses the API the Java client offers for the row (in this crate's naming)
+//! and is expected not to compile. When one of them starts compiling, the feature has arrived:
+//! move its row to the table above and replace the example with a snippet of the new API.
+//!
+//! End-to-end encryption:
+//! ```compile_fail
+//! fn f(b: pulsar_sdk::ProducerBuilder) -> pulsar_sdk::ProducerBuilder {
+//!     b.encryption_key("my-key")
+//! }
+//! ```
+//!
+//! Transactions:
+//! ```compile_fail
+//! fn f(c: &pulsar_sdk::Client) {
+//!     let _ = c.new_transaction();
+//! }
+//! ```
+//!
+//! Interceptors:
+//! ```compile_fail
+//! fn f(b: pulsar_sdk::ProducerBuilder) -> pulsar_sdk::ProducerBuilder {
+//!     b.interceptor(())
+//! }
+//! ```
+//!
+//! OpenTelemetry tracing:
+//! ```compile_fail
+//! fn f(b: pulsar_sdk::ClientBuilder) -> pulsar_sdk::ClientBuilder {
+//!     b.enable_tracing(true)
+//! }
+//! ```
+//!
+//! Batch receive:
+//! ```compile_fail
+//! async fn f(c: &mut pulsar_sdk::Consumer) {
+//!     let _ = c.batch_recv().await;
+//! }
+//! ```
+//!
+//! Table views:
+//! ```compile_fail
+//! fn f(c: &pulsar_sdk::Client) {
+//!     let _ = c.table_view("t");
+//! }
+//! ```
+//!
+//! Auto-scaled receiver queue:
+//! ```compile_fail
+//! fn f(b: pulsar_sdk::ConsumerBuilder) -> pulsar_sdk::ConsumerBuilder {
+//!     b.auto_scaled_receiver_queue_size(true)
+//! }
+//! ```
+//!
+//! Cluster-level failover:
+//! ```compile_fail
+//! fn f(b: pulsar_sdk::ClientBuilder) -> pulsar_sdk::ClientBuilder {
+//!     b.service_info_provider(())
+//! }
+//! ```
+//!
+//! `AUTO_PRODUCE_BYTES`:
+//! ```compile_fail
+//! let _ = pulsar_sdk::schema::AutoProduceBytesSchema::default();
+//! ```
+//!
+//! HTTP lookup is refused when the client is built:
+//! ```
+//! let built = pulsar_sdk::Client::builder().service_url("http://localhost:8080").build();
+//! assert!(built.is_err());
+//! ```
+//!
+//! A zero-size receiver queue is refused when the consumer subscribes:
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let broker = pulsar_sdk::mock::MockBroker::start().await?;
+//! let client = pulsar_sdk::Client::builder().service_url(broker.service_url()).build()?;
+//! let refused = client
+//!     .consumer("t")
+//!     .subscription("s")
+//!     .receiver_queue_size(0)
+//!     .subscribe()
+//!     .await;
+//! assert!(matches!(refused, Err(pulsar_sdk::Error::InvalidConfig(_))));
+//! # Ok(()) }
+//! ```
+//!
+//! [`ProducerBuilder::batching`]: crate::ProducerBuilder::batching
+//! [`ProducerBuilder::batching_options`]: crate::ProducerBuilder::batching_options
+//! [`ProducerBuilder::compression`]: crate::ProducerBuilder::compression
+//! [`ProducerBuilder::chunking`]: crate::ProducerBuilder::chunking
+//! [`ProducerBuilder::send_timeout`]: crate::ProducerBuilder::send_timeout
+//! [`ProducerBuilder::max_pending_messages`]: crate::ProducerBuilder::max_pending_messages
+//! [`ProducerBuilder::block_if_queue_full`]: crate::ProducerBuilder::block_if_queue_full
+//! [`ProducerBuilder::access_mode`]: crate::ProducerBuilder::access_mode
+//! [`ProducerBuilder::auto_update_partitions`]: crate::ProducerBuilder::auto_update_partitions
+//! [`ClientBuilder::memory_limit`]: crate::ClientBuilder::memory_limit
+//! [`ClientBuilder::max_lookup_redirects`]: crate::ClientBuilder::max_lookup_redirects
+//! [`ClientBuilder::tls_trust_certs_file_path`]: crate::ClientBuilder::tls_trust_certs_file_path
+//! [`ClientBuilder::tls_cert_file_path`]: crate::ClientBuilder::tls_cert_file_path
+//! [`ClientBuilder::auth_token`]: crate::ClientBuilder::auth_token
+//! [`ClientBuilder::auth_provider`]: crate::ClientBuilder::auth_provider
+//! [`ConsumerBuilder::auto_update_partitions`]: crate::ConsumerBuilder::auto_update_partitions
+//! [`ConsumerBuilder::subscription_type`]: crate::ConsumerBuilder::subscription_type
+//! [`ConsumerBuilder::subscription_mode`]: crate::ConsumerBuilder::subscription_mode
+//! [`ConsumerBuilder::ack_group_time`]: crate::ConsumerBuilder::ack_group_time
+//! [`ConsumerBuilder::negative_ack_delay`]: crate::ConsumerBuilder::negative_ack_delay
+//! [`ConsumerBuilder::negative_ack_backoff`]: crate::ConsumerBuilder::negative_ack_backoff
+//! [`ConsumerBuilder::ack_timeout`]: crate::ConsumerBuilder::ack_timeout
+//! [`ConsumerBuilder::dead_letter_policy`]: crate::ConsumerBuilder::dead_letter_policy
+//! [`ConsumerBuilder::retry_enable`]: crate::ConsumerBuilder::retry_enable
+//! [`ConsumerBuilder::batch_index_ack`]: crate::ConsumerBuilder::batch_index_ack
+//! [`ConsumerBuilder::topics`]: crate::ConsumerBuilder::topics
+//! [`ConsumerBuilder::topics_pattern`]: crate::ConsumerBuilder::topics_pattern
+//! [`ConsumerBuilder::subscription_topics_mode`]: crate::ConsumerBuilder::subscription_topics_mode
+//! [`Consumer::ack`]: crate::Consumer::ack
+//! [`Consumer::ack_cumulative`]: crate::Consumer::ack_cumulative
+//! [`Consumer::acker`]: crate::Consumer::acker
+//! [`Consumer::reconsume_later`]: crate::Consumer::reconsume_later
+//! [`Consumer::seek`]: crate::Consumer::seek
+//! [`Consumer::seek_by_time`]: crate::Consumer::seek_by_time
+//! [`Consumer::stats`]: crate::Consumer::stats
+//! [`Producer::stats`]: crate::Producer::stats
+//! [`Reader::stats`]: crate::Reader::stats
+//! [`Client::reader`]: crate::Client::reader
+//! [`ServerError`]: crate::ServerError
+//! [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema
+
+#[cfg(test)]
+mod tests {
+    /// The guide's chapters and the README, as text: only this chapter may list what is not
+    /// supported, so the list cannot be contradicted by a second one.
+    const OTHER_PAGES: &[(&str, &str)] = &[
+        ("guide/mod.rs", include_str!("mod.rs")),
+        ("guide/connecting.rs", include_str!("connecting.rs")),
+        ("guide/consuming.rs", include_str!("consuming.rs")),
+        ("guide/errors.rs", include_str!("errors.rs")),
+        (
+            "guide/java_differences.rs",
+            include_str!("java_differences.rs"),
+        ),
+        ("guide/partitions.rs", include_str!("partitions.rs")),
+        ("guide/producing.rs", include_str!("producing.rs")),
+        ("guide/testing.rs", include_str!("testing.rs")),
+        ("README.md", include_str!("../../README.md")),
+        ("lib.rs", include_str!("../lib.rs")),
+    ];
+
+    const THIS_PAGE: &str = include_str!("features.rs");
+
+    #[test]
+    fn no_other_page_keeps_its_own_list_of_what_is_missing() {
+        let mut found = Vec::new();
+        for (name, text) in OTHER_PAGES {
+            for (n, line) in text.lines().enumerate() {
+                let lower = line.to_lowercase();
+                for phrase in ["not supported", "not available", "not implemented"] {
+                    if lower.contains(phrase) {
+                        found.push(format!("{name}:{}: {}", n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "say it in guide::features instead:\n{}",
+            found.join("\n")
+        );
+    }
+
+    /// Every "no" row has its check below the table (one example per row), and every row is
+    /// either "yes" or "no".
+    #[test]
+    fn every_missing_feature_has_a_check() {
+        let doc: Vec<&str> = THIS_PAGE
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .map(|l| l.trim_start_matches("//!").trim())
+            .collect();
+        let (mut yes, mut no) = (0, 0);
+        for line in &doc {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            if !line.starts_with('|') || cells.len() != 5 || cells[2] == "Here" {
+                continue;
+            }
+            match cells[2] {
+                "yes" => yes += 1,
+                "no" => no += 1,
+                "---" => {}
+                other => panic!("a row says {other:?}, not yes or no: {line}"),
+            }
+        }
+        // A check is a code fence opened right after a line that ends with ':' (its label).
+        let checks = doc
+            .windows(2)
+            .filter(|w| w[0].ends_with(':') && w[1].starts_with("```"))
+            .count();
+        assert!(yes >= 20, "the supported table lost rows: {yes}");
+        assert_eq!(
+            checks, no,
+            "each \"no\" row needs exactly one example below the table"
+        );
+    }
+}
