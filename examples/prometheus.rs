@@ -1,6 +1,7 @@
 //! Operator metrics scraped by Prometheus: installs the `metrics-exporter-prometheus`
-//! recorder, serves its text format on `http://LISTEN/metrics`, and produces and consumes one
-//! message every `interval-ms` so the series move. Needs the cargo feature `metrics`.
+//! recorder with its own HTTP listener (its `http-listener` feature), which serves the text
+//! format on `http://LISTEN/metrics`, and produces and consumes one message every
+//! `interval-ms` so the series move. Needs the cargo feature `metrics`.
 //!
 //! cargo run --features metrics --example prometheus -- --url pulsar://127.0.0.1:6650
 //!   --topic T [--listen 127.0.0.1:9464] [--interval-ms 500] [--topic-labels]
@@ -14,9 +15,7 @@ mod common;
 use std::time::Duration;
 
 use common::{die, Args};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use metrics_exporter_prometheus::PrometheusBuilder;
 
 const USAGE: &str = "usage: prometheus --url U --topic T [--listen ADDR] [--interval-ms MS] \
 [--topic-labels]";
@@ -33,22 +32,14 @@ async fn main() {
     let interval = Duration::from_millis(args.number(USAGE, "interval-ms", 500));
 
     // The recorder first: the client registers its series when producers and consumers are
-    // created.
-    let handle = PrometheusBuilder::new()
-        .install_recorder()
+    // created. The exporter serves `/metrics` on its own listener and runs its own upkeep.
+    let addr: std::net::SocketAddr = listen.parse().unwrap_or_else(|e| die(e));
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
         .unwrap_or_else(|e| die(e));
     pulsar_sdk::metrics::describe();
-    // The recorder needs periodic upkeep (it drains histogram samples).
-    let upkeep = handle.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::time::sleep(Duration::from_secs(5)).await;
-            upkeep.run_upkeep();
-        }
-    });
-    let listener = TcpListener::bind(&listen).await.unwrap_or_else(|e| die(e));
     eprintln!("serving metrics on http://{listen}/metrics");
-    tokio::spawn(serve(listener, handle));
 
     let client = args
         .client_builder()
@@ -79,27 +70,4 @@ async fn main() {
         }
     }
     client.close().await.unwrap_or_else(|e| die(e));
-}
-
-/// A minimal HTTP/1.1 server: every request gets the current text exposition.
-async fn serve(listener: TcpListener, handle: PrometheusHandle) {
-    loop {
-        let Ok((mut socket, _)) = listener.accept().await else {
-            continue;
-        };
-        let handle = handle.clone();
-        tokio::spawn(async move {
-            // The request itself does not matter (read what is there, bounded).
-            let mut buf = [0u8; 4096];
-            let _ = socket.read(&mut buf).await;
-            let body = handle.render();
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = socket.write_all(head.as_bytes()).await;
-            let _ = socket.write_all(body.as_bytes()).await;
-        });
-    }
 }
