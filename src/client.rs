@@ -380,15 +380,34 @@ impl Client {
     /// (producers first send what they hold and wait for its receipts, consumers flush their
     /// acks), then every connection closes. Waits at most the operation timeout for them;
     /// returns [`Error::Timeout`] if some did not finish in time (they are then cut off).
-    /// Closing twice is fine; the client cannot be used afterwards.
+    /// Closing twice is fine; the client cannot be used afterwards. To bound the wait by a
+    /// deadline of your own (a shutdown budget), use [`Client::close_within`].
     pub async fn close(&self) -> Result<()> {
-        let timeout = self.core.operation_timeout();
-        if self.core.shutdown(timeout).await {
+        self.close_within(self.core.operation_timeout()).await
+    }
+
+    /// Closes the client as [`Client::close`] does, waiting at most `deadline` for the whole
+    /// of it: one deadline for every producer, consumer and reader together, however many
+    /// there are and however unresponsive the broker is. Closing the client this way also
+    /// closes its entities, so a shutdown needs no `close()` of each (each of those waits up
+    /// to the operation timeout on its own).
+    ///
+    /// When the deadline passes it returns [`Error::Timeout`] and cuts every connection off.
+    /// What was not finished by then:
+    /// - messages a producer still held, or had sent without a receipt yet, fail on their
+    ///   receipts (the application sees each failure; the broker may still have stored some
+    ///   of them, which a re-send would duplicate, as after any failed send);
+    /// - acknowledgements not yet sent are not recorded by the broker: those messages are
+    ///   delivered again to the subscription's next consumer (at-least-once, as after a crash).
+    ///
+    /// Nothing else is lost: no message is dropped without its receipt failing.
+    pub async fn close_within(&self, deadline: Duration) -> Result<()> {
+        if self.core.shutdown(deadline).await {
             Ok(())
         } else {
             Err(Error::Timeout {
                 operation: "client close",
-                after: timeout,
+                after: deadline,
             })
         }
     }

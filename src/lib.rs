@@ -37,7 +37,11 @@
 //!   producers then send what they hold and wait for its receipts, consumers flush their acks,
 //!   everything ends in [`State::Closed`] (never `Reconnecting`: nothing reconnects after a
 //!   close), and the connections close. Consumers' streams end as above. Bounded by the
-//!   operation timeout ([`Error::Timeout`] if something did not finish).
+//!   operation timeout ([`Error::Timeout`] if something did not finish), or by a deadline of
+//!   your own with [`Client::close_within`], one budget for every entity together: a service
+//!   shutting down calls that alone rather than `close()` on each entity (each of which may
+//!   wait one operation timeout against an unresponsive broker); its doc says what is cut off
+//!   when the deadline passes.
 //! - When the broker ends an entity for good, it ends in [`State::ClosedByBroker`],
 //!   [`State::Terminated`], [`State::Fenced`] or [`State::Failed`], and its calls fail with the
 //!   matching error. A lost connection is not an end: the entity is `Reconnecting` and

@@ -222,3 +222,65 @@ fn a_send_queued_when_the_producer_task_is_dropped_resolves_to_closed() {
         drop(broker);
     });
 }
+
+/// `close_within` bounds the whole client close by the caller's deadline, however many
+/// entities the client has and however long the operation timeout is: against a stalled
+/// broker it gives up at the deadline, the pending send fails on its receipt (not lost
+/// silently), and the entities end closed.
+#[tokio::test]
+async fn a_client_close_within_a_deadline_against_a_stalled_broker_ends_at_the_deadline() {
+    let broker = MockBroker::start().await.unwrap();
+    // An operation timeout far beyond the test's patience: only the deadline can end the close.
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(600))
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(full("close-within"))
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let consumer = client
+        .consumer(full("close-within"))
+        .subscription("s")
+        .subscribe()
+        .await
+        .unwrap();
+    let consumer2 = client
+        .consumer(full("close-within-2"))
+        .subscription("s")
+        .subscribe()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let receipt = producer.send("never receipted").await.unwrap();
+    // The broker got the send but will never answer it.
+    let sent = broker
+        .wait_for_command(
+            pulsar_sdk::mock::wire::base_command::Type::Send,
+            Duration::from_secs(10),
+        )
+        .await;
+    assert!(sent.is_some(), "the broker never got the send");
+
+    let closed = within(
+        "close_within against a stalled broker",
+        client.close_within(Duration::from_millis(300)),
+    )
+    .await;
+    match closed {
+        Err(Error::Timeout { operation, after }) => {
+            assert_eq!(operation, "client close");
+            assert_eq!(after, Duration::from_millis(300));
+        }
+        other => panic!("close_within past its deadline: {other:?}"),
+    }
+    // The message the broker never confirmed fails on its receipt: the application knows.
+    let failed = within("the pending receipt", receipt).await;
+    assert!(failed.is_err(), "a send cut off by the close: {failed:?}");
+    // Every entity ends.
+    within("the producer's end", producer.closed()).await;
+    within("the consumer's end", consumer.closed()).await;
+    within("the second consumer's end", consumer2.closed()).await;
+}
