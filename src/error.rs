@@ -4,6 +4,7 @@
 //! failure classes an application reacts to differently — a timeout, a lost connection, a broker
 //! refusal, bad input — are distinct variants.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -143,9 +144,13 @@ pub enum Error {
     },
 
     /// The producer's pending queue (by count or by client memory) is full and the producer is
-    /// configured to fail rather than wait (`block_if_queue_full = false`).
-    #[error("producer queue is full: {0}")]
-    ProducerQueueFull(String),
+    /// configured to fail rather than wait (`block_if_queue_full = false`); `limit` says which
+    /// of the two was reached.
+    #[error("producer queue is full: {limit}")]
+    ProducerQueueFull {
+        /// The limit the send found reached.
+        limit: QueueLimit,
+    },
 
     /// A message is larger than the broker accepts.
     #[error("message of {size} bytes exceeds the broker's maximum message size of {max} bytes")]
@@ -192,8 +197,41 @@ impl Error {
             | Error::Timeout { .. }
             | Error::Authentication { .. } => true,
             Error::Broker { code, .. } => code.is_retriable(),
-            Error::Lookup { .. } | Error::ProducerQueueFull(_) => false,
+            Error::Lookup { .. } | Error::ProducerQueueFull { .. } => false,
             _ => false,
+        }
+    }
+}
+
+/// Which limit a send found reached (see [`Error::ProducerQueueFull`]). A send takes its
+/// `max_pending_messages` slot before its memory, as upstream's `canEnqueueRequest`, so a
+/// producer at both limits reports `MaxPendingMessages`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum QueueLimit {
+    /// The producer's [`max_pending_messages`](crate::ProducerBuilder::max_pending_messages)
+    /// (upstream's `ProducerQueueIsFullError`).
+    MaxPendingMessages {
+        /// The configured number of pending messages.
+        max: usize,
+    },
+    /// The client's [`memory_limit`](crate::ClientBuilder::memory_limit), shared by all its
+    /// producers (upstream's `MemoryBufferIsFullError`).
+    MemoryLimit {
+        /// The configured limit in bytes.
+        bytes: usize,
+    },
+}
+
+impl fmt::Display for QueueLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueLimit::MaxPendingMessages { max } => {
+                write!(f, "max_pending_messages of {max} reached")
+            }
+            QueueLimit::MemoryLimit { bytes } => {
+                write!(f, "client memory limit of {bytes} bytes reached")
+            }
         }
     }
 }

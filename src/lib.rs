@@ -128,7 +128,7 @@ pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
-pub use error::{Error, Result, ServerError, TlsFailure};
+pub use error::{Error, QueueLimit, Result, ServerError, TlsFailure};
 pub use lifecycle::{State, StateStream};
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};

@@ -10,7 +10,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Error, SendFuture};
+use pulsar_sdk::{Error, QueueLimit, SendFuture};
 
 /// The task's queue bound (`producer::inbox::CAPACITY`).
 const INBOX: usize = 4096;
@@ -87,13 +87,13 @@ async fn a_send_without_block_if_queue_full_never_waits_for_memory_it_had_taken(
     // it must not wait either).
     let b = tokio::task::unconstrained(b_producer.send(vec![3u8; 100])).await;
     assert!(
-        matches!(b, Ok(_) | Err(Error::ProducerQueueFull(_))),
+        matches!(b, Ok(_) | Err(Error::ProducerQueueFull { .. })),
         "B: {b:?}"
     );
     // The task now takes its queue: A gets room. It must be queued or fail, not wait for the
     // memory that B may hold for as long as the broker does not answer.
     match within("A, a send without block_if_queue_full", a).await {
-        Ok(_) | Err(Error::ProducerQueueFull(_)) => {}
+        Ok(_) | Err(Error::ProducerQueueFull { .. }) => {}
         Err(e) => panic!("A: {e:?}"),
     }
     drop((held, b));
@@ -233,7 +233,9 @@ async fn memory_is_back(client: &pulsar_sdk::Client, tag: &str) {
         }
     }
     match p.send(vec![0u8; 1]).await {
-        Err(Error::ProducerQueueFull(why)) if why.contains("memory") => {}
+        Err(Error::ProducerQueueFull {
+            limit: QueueLimit::MemoryLimit { .. },
+        }) => {}
         other => panic!("{tag}: the memory limit was exceeded (given back twice): {other:?}"),
     }
     within("fill close", p.close()).await.unwrap();
@@ -303,7 +305,9 @@ async fn memory_goes_back_exactly_once_however_a_send_ends() {
         let a = chunked.send(vec![4u8; 10]).await.unwrap();
         let b = chunked.send(vec![4u8; 10]).await.unwrap();
         match chunked.send(vec![4u8; 10]).await {
-            Err(Error::ProducerQueueFull(why)) if why.contains("max_pending") => {}
+            Err(Error::ProducerQueueFull {
+                limit: QueueLimit::MaxPendingMessages { .. },
+            }) => {}
             other => panic!("round {round}: chunked slots: {other:?}"),
         }
         broker.set_response_delay(Duration::ZERO);
@@ -394,7 +398,9 @@ async fn memory_goes_back_exactly_once_however_a_send_ends() {
             futs.push(p.send(vec![7u8; 1]).await.unwrap());
         }
         match p.send(vec![7u8; 1]).await {
-            Err(Error::ProducerQueueFull(why)) if why.contains("max_pending") => {}
+            Err(Error::ProducerQueueFull {
+                limit: QueueLimit::MaxPendingMessages { .. },
+            }) => {}
             other => panic!("round {round}: resend slots: {other:?}"),
         }
         broker.set_response_delay(Duration::ZERO);
@@ -498,7 +504,9 @@ async fn a_send_dropped_while_it_waits_gives_back_exactly_what_it_held() {
         .unwrap();
     let f = other.send(vec![6u8; 100]).await.unwrap();
     match other.send(vec![6u8; 1]).await {
-        Err(Error::ProducerQueueFull(why)) if why.contains("memory") => {}
+        Err(Error::ProducerQueueFull {
+            limit: QueueLimit::MemoryLimit { .. },
+        }) => {}
         other => panic!("memory: {other:?}"),
     }
     drop(f);

@@ -11,7 +11,7 @@ use futures::future::join_all;
 use futures::FutureExt;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{Error, SendFuture};
+use pulsar_sdk::{Error, QueueLimit, SendFuture};
 
 /// Whether `f` has completed (polled once, without waiting).
 fn done(f: &mut SendFuture) -> Option<pulsar_sdk::Result<pulsar_sdk::MessageId>> {
@@ -143,7 +143,9 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
             futs.push(producer.send(vec![1u8; 100]).await.unwrap());
         }
         match producer.send(vec![2u8; 1]).await {
-            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            Err(Error::ProducerQueueFull { limit }) => {
+                assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+            }
             other => panic!("round {round}: expected the memory limit, got {other:?}"),
         }
         drop(producer);
@@ -170,7 +172,9 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
         }
     }
     match producer.send(vec![4u8; 1]).await {
-        Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+        }
         other => panic!("expected the memory limit, got {other:?}"),
     }
     broker.set_unresponsive(false);
@@ -602,7 +606,9 @@ async fn batched_entries_give_back_slots_and_memory_exactly_once_however_they_le
         // 50 bytes and one slot are left: 80 bytes do not fit (the slot the send took first,
         // as upstream's `canEnqueueRequest` does, goes back)...
         match producer.send(vec![9u8; 80]).await {
-            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            Err(Error::ProducerQueueFull { limit }) => {
+                assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+            }
             other => panic!("expected the memory limit, got {other:?}"),
         }
         // ... 50 do, in the last slot (and the batch of 4 goes out)...
@@ -612,8 +618,8 @@ async fn batched_entries_give_back_slots_and_memory_exactly_once_however_they_le
         }
         // ... and then no slot is left.
         match producer.send(vec![9u8; 1]).await {
-            Err(Error::ProducerQueueFull(why)) => {
-                assert!(why.contains("max_pending_messages"), "{why}")
+            Err(Error::ProducerQueueFull { limit }) => {
+                assert_eq!(limit, QueueLimit::MaxPendingMessages { max: 4 }, "{limit}")
             }
             other => panic!("expected max_pending_messages, got {other:?}"),
         }

@@ -94,7 +94,7 @@
 //!     // Unknown outcome: the broker may have stored it. Resend if duplicates are acceptable.
 //!     Err(Error::Timeout { .. }) => eprintln!("no receipt in time"),
 //!     // Back-pressure (block_if_queue_full = false): slow down and try again.
-//!     Err(Error::ProducerQueueFull(why)) => eprintln!("queue full: {why}"),
+//!     Err(Error::ProducerQueueFull { limit }) => eprintln!("queue full: {limit}"),
 //!     // This message only.
 //!     Err(Error::MessageTooBig { size, max }) => eprintln!("{size} > {max} bytes"),
 //!     Err(Error::Broker { code: ServerError::NotAllowed, message }) => eprintln!("{message}"),

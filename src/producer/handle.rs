@@ -23,7 +23,7 @@ use tokio::sync::{oneshot, watch, Semaphore, TryAcquireError};
 use crate::connection::EntityKind;
 use crate::core::CoreRef;
 use crate::entity::Entity;
-use crate::error::{Error, Result};
+use crate::error::{Error, QueueLimit, Result};
 use crate::lifecycle::{GroupClose, State, StateNow};
 use crate::topic::TopicName;
 
@@ -78,6 +78,8 @@ pub(super) struct PartitionProducer {
     /// What the producer's messages take while pending.
     limits: Arc<Limits>,
     memory_limit: usize,
+    /// `max_pending_messages` (0: none), for the error that says it was reached.
+    max_pending: usize,
     block: bool,
     /// Set once by the task when the producer ended for good.
     terminal: Arc<OnceLock<Error>>,
@@ -186,6 +188,7 @@ impl PartitionProducer {
             ops: ops_tx,
             limits,
             memory_limit: client.memory_limit,
+            max_pending: options.max_pending_messages,
             block: options.block_if_queue_full,
             terminal,
             state,
@@ -236,7 +239,7 @@ impl PartitionProducer {
                     return Ok(Queued::Wait(Box::new(Waiting { msg, from })));
                 }
                 Err(TryAcquireError::Closed) if self.block => return Err(Error::Closed),
-                Err(_) => return Err(Self::slots_full()),
+                Err(_) => return Err(self.slots_full()),
             },
         };
         let memory = match self.limits.memory.try_acquire_many(self.memory_bytes(&msg)) {
@@ -310,14 +313,19 @@ impl PartitionProducer {
     }
 
     fn memory_full(&self) -> Error {
-        Error::ProducerQueueFull(format!(
-            "client memory limit of {} bytes reached",
-            self.memory_limit
-        ))
+        Error::ProducerQueueFull {
+            limit: QueueLimit::MemoryLimit {
+                bytes: self.memory_limit,
+            },
+        }
     }
 
-    fn slots_full() -> Error {
-        Error::ProducerQueueFull("max_pending_messages reached".into())
+    fn slots_full(&self) -> Error {
+        Error::ProducerQueueFull {
+            limit: QueueLimit::MaxPendingMessages {
+                max: self.max_pending,
+            },
+        }
     }
 
     pub(super) async fn flush(&self) -> Result<()> {
