@@ -36,7 +36,9 @@ async fn receipts_carry_increasing_ids_and_the_topic_is_created() {
     assert_eq!(sent.len(), 3);
     assert_eq!(sent[0].payload.as_ref().unwrap().1, &b"hello"[..]);
 
-    // Reconnecting under the same name learns the last sequence id.
+    // Reconnecting under the same name learns the last sequence id (with deduplication on;
+    // upstream answers -1 without it).
+    broker.set_deduplication("public/default", true).unwrap();
     let close = client.request(close_producer(1, 9)).await;
     assert_eq!(close.success.unwrap().request_id, 9);
     assert_eq!(broker.producers(TOPIC), 0);
