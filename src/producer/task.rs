@@ -292,6 +292,15 @@ impl ProducerTask {
             }
             Wake::Attached(response) => {
                 let created = Created::parse(*response)?;
+                // Java `ProducerImpl.connectionOpened`: while no sequence id was handed out
+                // yet (`msgIdGenerator == 0`), every (re)connection adopts the broker's
+                // `last_sequence_id + 1`, not only the first: a producer that re-attaches
+                // before its first send goes on after what the broker stored under its name
+                // meanwhile (with deduplication on, its messages would be dropped as
+                // duplicates otherwise). Once one was handed out, the client's count rules.
+                if self.next_seq == 0 {
+                    self.next_seq = created.next_sequence_id;
+                }
                 self.epoch += 1;
                 if created.topic_epoch.is_some() {
                     self.topic_epoch = created.topic_epoch;
@@ -307,6 +316,15 @@ impl ProducerTask {
                 // Re-send everything not yet receipted, in sequence order, same sequence ids.
                 self.unsent = self.pending.iter().map(|e| e.encoded.clone()).collect();
                 self.drain_unsent();
+                Ok(())
+            }
+            Wake::Refused(e) => {
+                // Java `ProducerImpl.connectionOpened` on `ProducerBlockedQuotaExceededException`:
+                // the pending messages fail with the quota error; the driver keeps retrying.
+                let n = self.fail_pending(&e, SendFailure::Broker);
+                tracing::warn!(topic = %self.entity.topic, failed = n, error = %e,
+                    "producer re-create refused; failed the pending messages");
+                self.finish_flush_waiters();
                 Ok(())
             }
             Wake::Ended(e) | Wake::GroupEnded(e) => Err(e),

@@ -3,12 +3,13 @@
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::Error;
+use pulsar_sdk::{Error, ServerError, State};
 use tokio::time::Instant;
 
-use crate::common::{test_client, within};
+use crate::common::{client, full, publish, test_client, wait_until, within};
+use crate::server_cnx::sent_sequence_ids;
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -108,4 +109,107 @@ async fn a_timed_out_head_fails_the_open_batch_too() {
     // Its batch never went out.
     assert_eq!(broker.received_of(Type::Send).len(), 1);
     let _ = within("the flush", flushing).await;
+}
+
+/// Java `ProducerImpl.connectionOpened`: while no sequence id was handed out yet
+/// (`msgIdGenerator == 0`), every (re)connection adopts the broker's `last_sequence_id + 1`,
+/// not only the first. Here a producer re-attaches before its first send, after another
+/// producer of the same name stored 0..4 on a topic with deduplication on: it must go on at 5
+/// (before the fix it sent 0, which the broker dropped as a duplicate: `0,1,2,3,4,0`).
+#[tokio::test]
+async fn a_producer_re_attached_before_its_first_send_adopts_the_last_sequence_id() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let topic = full("adopt-last-sequence-id");
+    let late_client = client(&broker.service_url());
+    let late = late_client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let conn = broker.connections()[0];
+    // Its re-creates (on its connection) are refused until the other producer is done.
+    broker.push_error(
+        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "loading")
+            .times(usize::MAX)
+            .on_connection(conn),
+    );
+    broker.unload_topic(&topic).unwrap();
+    assert_eq!(broker.producers(&topic), 0);
+
+    let other_client = client(&broker.service_url());
+    let other = other_client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    publish(&other, "m", 5).await;
+    other.close().await.unwrap();
+
+    broker.clear_pushed_errors();
+    wait_until("the late producer is back", || late.state() == State::Ready).await;
+    let id = late.send_and_wait("late").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(broker.topic_messages(&topic), 6);
+    assert_eq!(id.entry_id, 5);
+}
+
+/// Java `ProducerImpl.connectionOpened`: a re-create refused with
+/// `ProducerBlockedQuotaExceededException` (backlog quota, `producer_exception` policy) fails
+/// the pending messages with the quota error (`failPendingMessages`) and keeps reconnecting;
+/// with `ProducerBlockedQuotaExceededError` (`producer_request_hold`) it only retries, and the
+/// pending messages go out once the producer is back.
+#[tokio::test(start_paused = true)]
+async fn a_quota_refusal_on_re_create_fails_the_pending_messages() {
+    for (code, fails) in [
+        (ServerError::ProducerBlockedQuotaExceededException, true),
+        (ServerError::ProducerBlockedQuotaExceededError, false),
+    ] {
+        let broker = MockBroker::start().await.unwrap();
+        let client = test_client(&broker.service_url()).build().unwrap();
+        let topic = full("quota-on-re-create");
+        let producer = client
+            .producer(&topic)
+            .batching(false)
+            .create()
+            .await
+            .unwrap();
+        broker.push_error(MockError::new(
+            MockRequest::Producer,
+            code,
+            "backlog quota exceeded",
+        ));
+        broker.unload_topic(&topic).unwrap();
+        // Pending while the producer re-creates (a SEND that still reaches the broker for the
+        // unloaded producer is ignored, as upstream).
+        let mut pending = Vec::new();
+        for i in 0..3 {
+            pending.push(producer.send(format!("m{i}")).await.unwrap());
+        }
+        for r in within("the pending sends", futures::future::join_all(pending)).await {
+            if fails {
+                match r {
+                    Err(Error::Broker { code: c, .. }) => assert_eq!(c, code),
+                    other => panic!("{code:?}: expected the quota error, got {other:?}"),
+                }
+            } else {
+                assert!(r.is_ok(), "{code:?}: {r:?}");
+            }
+        }
+        // Refused once, then re-created: the producer goes on.
+        within("back", async {
+            while producer.state() != State::Ready {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        producer.send_and_wait("after").await.unwrap();
+        assert_eq!(broker.received_of(Type::Producer).len(), 3, "{code:?}");
+        let stored = if fails { 1 } else { 4 };
+        assert_eq!(broker.topic_messages(&topic), stored, "{code:?}");
+    }
 }
