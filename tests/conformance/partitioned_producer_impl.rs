@@ -1,9 +1,11 @@
 //! Upstream `PartitionedProducerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use std::time::Duration;
+
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
 
-use crate::common::{client, full};
+use crate::common::{client, full, wait_until};
 
 /// The (producer name, user-provided flag) of every PRODUCER the broker received, in order.
 fn producer_commands(broker: &MockBroker) -> Vec<(Option<String>, Option<bool>)> {
@@ -18,7 +20,7 @@ fn producer_commands(broker: &MockBroker) -> Vec<(Option<String>, Option<bool>)>
 /// Java `PartitionedProducerImpl.start`: the first partition's producer is created first;
 /// when the application set no name, the other partitions are created with the name the
 /// broker gave it (`overrideProducerName`, not marked user-provided), so deduplication and
-/// stats see one producer.
+/// stats see one producer. Partitions added later take it too.
 #[tokio::test]
 async fn the_partitions_share_the_first_partitions_name() {
     let broker = MockBroker::start().await.unwrap();
@@ -48,7 +50,19 @@ async fn the_partitions_share_the_first_partitions_name() {
         .iter()
         .filter_map(|r| r.payload.as_ref().map(|(m, _)| m.producer_name.clone()))
         .collect();
-    assert_eq!(names.into_iter().collect::<Vec<_>>(), [name]);
+    assert_eq!(names.into_iter().collect::<Vec<_>>(), [name.clone()]);
+
+    // A partition added later takes it too (Java `onTopicsExtended` → `createProducer` with
+    // `overrideProducerName`).
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .expect("the producer watches its partitions");
+    broker.update_partitions(&topic, 4).unwrap();
+    wait_until("the producer grows", || producer.partitions() == 4).await;
+    let commands = producer_commands(&broker);
+    assert_eq!(commands.len(), 4);
+    assert_eq!(commands[3], (Some(name), Some(false)));
 }
 
 /// With a name set by the application, every partition uses it (user-provided).
