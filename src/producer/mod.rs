@@ -104,7 +104,9 @@ impl ProducerBuilder {
         self
     }
 
-    /// Send timeout (default 30 s; zero disables it).
+    /// Send timeout (default 30 s; zero disables it). When the oldest pending message has
+    /// waited that long for its receipt, every pending message fails with [`Error::Timeout`]
+    /// (upstream's behaviour), and the producer goes on.
     pub fn send_timeout(mut self, timeout: Duration) -> Self {
         self.options.send_timeout = timeout;
         self
