@@ -535,15 +535,18 @@ impl Retry {
     fn retries(self, error: &Error) -> bool {
         match self {
             Retry::Until(_) => error.is_retriable(),
-            Retry::Forever { .. } => !acted_on_refusal(error) && !matches!(
-                error,
-                Error::Broker {
-                    code: ServerError::TopicNotFound
-                        | ServerError::TopicTerminatedError
-                        | ServerError::ProducerFenced,
-                    ..
-                } | Error::Closed
-            ),
+            Retry::Forever { .. } => {
+                !acted_on_refusal(error)
+                    && !matches!(
+                        error,
+                        Error::Broker {
+                            code: ServerError::TopicNotFound
+                                | ServerError::TopicTerminatedError
+                                | ServerError::ProducerFenced,
+                            ..
+                        } | Error::Closed
+                    )
+            }
         }
     }
 }

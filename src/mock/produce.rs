@@ -228,8 +228,7 @@ pub(crate) fn producer(
                     schema_version: schema_version.clone(),
                 });
                 // Upstream answers the queued producer with no topic epoch, not ready.
-                let reply =
-                    producer_success(rid, topic, &name, false, None, schema_version, dedup);
+                let reply = producer_success(rid, topic, &name, false, None, schema_version, dedup);
                 register(state, key, &topic_name, false);
                 return Step::Reply(reply);
             }

@@ -102,7 +102,10 @@ async fn the_head_decides_the_timeout() {
     };
     assert_eq!(q.fail_all(&error, |_| {}), 2);
     for r in [&mut ra[0], &mut rb[0]] {
-        assert!(matches!(r.try_result().unwrap(), Err(Error::Timeout { .. })));
+        assert!(matches!(
+            r.try_result().unwrap(),
+            Err(Error::Timeout { .. })
+        ));
     }
     // Their late receipts are stale.
     assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);

@@ -50,7 +50,8 @@ async fn the_partitions_share_the_first_partitions_name() {
         .iter()
         .filter_map(|r| r.payload.as_ref().map(|(m, _)| m.producer_name.clone()))
         .collect();
-    assert_eq!(names.into_iter().collect::<Vec<_>>(), [name.clone()]);
+    assert_eq!(names.len(), 1, "{names:?}");
+    assert!(names.contains(&name), "{names:?}");
 
     // A partition added later takes it too (Java `onTopicsExtended` → `createProducer` with
     // `overrideProducerName`).
@@ -76,6 +77,9 @@ async fn a_given_name_is_used_on_every_partition() {
     assert_eq!(producer.name(), "mine");
     assert_eq!(
         producer_commands(&broker),
-        [(Some("mine".into()), Some(true)), (Some("mine".into()), Some(true))]
+        [
+            (Some("mine".into()), Some(true)),
+            (Some("mine".into()), Some(true))
+        ]
     );
 }

@@ -132,9 +132,13 @@ async fn a_producer_re_attached_before_its_first_send_adopts_the_last_sequence_i
     let conn = broker.connections()[0];
     // Its re-creates (on its connection) are refused until the other producer is done.
     broker.push_error(
-        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "loading")
-            .times(usize::MAX)
-            .on_connection(conn),
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::ServiceNotReady,
+            "loading",
+        )
+        .times(usize::MAX)
+        .on_connection(conn),
     );
     broker.unload_topic(&topic).unwrap();
     assert_eq!(broker.producers(&topic), 0);
