@@ -141,15 +141,23 @@ impl MockBroker {
     ///   `u64::MAX` on the wire), with its own sequence ids. Only the last chunk of a chunked
     ///   message is checked (its chunks share one sequence id).
     ///
-    /// The ids are tracked also while deduplication is off (upstream rebuilds them from the
-    /// stored messages when it is turned on). The setting applies from the next command on
-    /// and goes with the namespace's deletion. Fails with [`MockAdminError::InvalidName`].
+    /// The ids are tracked only while deduplication is on: turning it off forgets them, and
+    /// turning it on starts from none (upstream clears its maps when disabling and, when
+    /// enabling, recovers only from its own cursor, opened at the end of the topic). The
+    /// setting applies from the next command on and goes with the namespace's deletion. Fails
+    /// with [`MockAdminError::InvalidName`].
     pub fn set_deduplication(&self, namespace: &str, enabled: bool) -> Result<(), MockAdminError> {
         let ns = parse_namespace(namespace)?;
-        lock(&self.shared().state)
-            .topics
-            .namespaces
-            .set_deduplication(&ns, enabled);
+        let mut state = lock(&self.shared().state);
+        let was = state.topics.namespaces.deduplication(&ns);
+        state.topics.namespaces.set_deduplication(&ns, enabled);
+        if was != enabled {
+            for name in state.topics.names_in(&ns) {
+                if let Some(topic) = state.topics.get_mut(&name) {
+                    topic.last_sequence.clear();
+                }
+            }
+        }
         Ok(())
     }
 

@@ -430,8 +430,12 @@ pub(crate) fn send(
             topic.deliver_at.insert(entry, due);
             timers.schedule_delivery(due, &topic.name);
         }
-        let last = topic.last_sequence.entry(producer_name).or_insert(-1);
-        *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
+        // Tracked only while deduplication is on (upstream `MessageDeduplication` records
+        // nothing while disabled).
+        if dedup {
+            let last = topic.last_sequence.entry(producer_name).or_insert(-1);
+            *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
+        }
         dispatch::dispatch_all(topic, conns);
         wire::MessageIdData {
             ledger_id: topic.ledger_id,

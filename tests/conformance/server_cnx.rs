@@ -55,7 +55,7 @@ async fn deduplication_off_answers_no_last_sequence_id_and_stores_repeats() {
 /// answers the highest sequence id stored for the producer name, and a message whose sequence
 /// id is not above it is a duplicate, which `PersistentTopic.publishMessage` acknowledges at
 /// once without storing it (`publishContext.completed(null, -1, -1)`: the receipt carries
-/// message id (-1, -1)).
+/// message id (-1, -1)). The ids are known only while it is on.
 #[tokio::test]
 async fn deduplication_on_answers_the_last_stored_id_and_drops_duplicates() {
     let broker = MockBroker::start().await.unwrap();
@@ -102,6 +102,21 @@ async fn deduplication_on_answers_the_last_stored_id_and_drops_duplicates() {
         .await
         .unwrap();
     assert_eq!((stored.entry_id, broker.topic_messages(&topic)), (4, 5));
+
+    // On again: it starts from nothing known (upstream clears its maps when disabling and
+    // recovers only from its new cursor), so a producer of that name starts at 0 and is stored.
+    again.close().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let third = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let id = third.send_and_wait("from zero").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker).last(), Some(&0));
+    assert_eq!((id.entry_id, broker.topic_messages(&topic)), (5, 6));
 }
 
 /// Upstream `PersistentTopic.terminate`: once terminated, every producer of the topic is
