@@ -217,3 +217,49 @@ async fn a_quota_refusal_on_re_create_fails_the_pending_messages() {
         assert_eq!(broker.topic_messages(&topic), stored, "{code:?}");
     }
 }
+
+/// Refusals for the backlog quota are retried with the growing backoff (Java `reconnectLater`
+/// after each `connectionOpened` failure): no hot loop against a broker that keeps refusing.
+#[tokio::test(start_paused = true)]
+async fn repeated_quota_refusals_meet_a_growing_backoff() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = pulsar_sdk::Client::builder()
+        .service_url(broker.service_url())
+        .backoff(pulsar_sdk::BackoffPolicy {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(60),
+            multiplier: 2.0,
+            jitter: 0.0,
+        })
+        .build()
+        .unwrap();
+    let topic = full("quota-backoff");
+    let producer = client.producer(&topic).create().await.unwrap();
+    broker.push_error(
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::ProducerBlockedQuotaExceededException,
+            "backlog quota exceeded",
+        )
+        .times(4),
+    );
+    let start = Instant::now();
+    broker.unload_topic(&topic).unwrap();
+    broker
+        .wait_for_commands(Type::Producer, 6, Duration::from_secs(60))
+        .await
+        .expect("four refusals, then the re-create");
+    // 100 + 200 + 400 + 800 + 1600 ms between the attempts (a reset after each refusal would
+    // take 500 ms).
+    assert!(
+        start.elapsed() >= Duration::from_millis(3100),
+        "{:?}",
+        start.elapsed()
+    );
+    within("back", async {
+        while producer.state() != State::Ready {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+}
