@@ -313,6 +313,9 @@ async fn key_based_batches_go_out_in_sequence_order() {
 #[tokio::test]
 async fn sequence_ids_resume_from_the_brokers_last_sequence_id() {
     let broker = MockBroker::start().await.unwrap();
+    // The broker answers the last sequence id only with deduplication on (upstream
+    // `MessageDeduplication`; -1 without it).
+    broker.set_deduplication("public/default", true).unwrap();
     let client = client(&broker.service_url());
     let topic = "resume-seq";
     let producer = client

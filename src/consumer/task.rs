@@ -353,6 +353,7 @@ impl ConsumerTask {
                         r
                     }
                     Wake::Receipt(_) => Ok(()), // not for a consumer
+                    Wake::Refused(_) => Ok(()), // a producer's (the driver retries)
                     Wake::Detached if closing => Err(Error::Closed),
                     Wake::Detached => {
                         self.detached();

@@ -82,6 +82,9 @@ pub(crate) enum Wake {
     Detached,
     /// Created again on a new connection, with the broker's answer.
     Attached(Box<BaseCommand>),
+    /// A re-create attempt was refused with an error the entity acts on while the driver goes
+    /// on retrying (see [`acted_on_refusal`]): a producer fails its pending messages.
+    Refused(Error),
     /// The entity is done for good with this error (PIP-139 close, topic terminated, fenced,
     /// a non-retriable create failure).
     Ended(Error),
@@ -111,6 +114,9 @@ pub(crate) struct Entity {
     /// call reports [`Wake::Detached`].
     detach_pending: bool,
     reconnect: Option<Reconnect>,
+    /// The create command of the reconnect in progress, to go on with after a
+    /// [`Wake::Refused`], and when that reconnect started.
+    reconnect_command: Option<(CreateCommand, Instant)>,
     /// None while a reconnect future owns it.
     backoff: Option<Backoff>,
     assigned_broker: Option<String>,
@@ -163,6 +169,7 @@ impl Entity {
             stashed: None,
             detach_pending: false,
             reconnect: None,
+            reconnect_command: None,
             backoff: Some(backoff),
             assigned_broker: None,
             attached_at: Instant::now(),
@@ -199,6 +206,7 @@ impl Entity {
                 self.backoff = Some(backoff);
                 match result {
                     Ok(a) => {
+                        self.reconnect_command = None;
                         self.life.apply(Event::Created);
                         self.conn = Some(a.conn);
                         self.events = Some(a.events);
@@ -206,6 +214,16 @@ impl Entity {
                         self.link.reattached();
                         tracing::info!(topic = %self.topic, kind = kind_name(self.kind), "re-created");
                         Wake::Attached(Box::new(a.response))
+                    }
+                    Err(e) if acted_on_refusal(&e) && !self.core.is_shut_down() => {
+                        match self.reconnect_command.clone() {
+                            Some((command, lost_at)) => {
+                                // Retried as any refusal is, after the (growing) backoff.
+                                self.start_reconnect(command, lost_at, None, false);
+                                Wake::Refused(e)
+                            }
+                            None => Wake::Ended(e),
+                        }
                     }
                     Err(e) => Wake::Ended(classify(e, &self.topic)),
                 }
@@ -319,6 +337,20 @@ impl Entity {
         // only if the entity had been healthy: a broker that closes every create and names
         // itself must meet the growing backoff, not a hot loop.
         let immediate = direct.is_some() && healthy;
+        self.backoff = Some(backoff);
+        self.start_reconnect(command, Instant::now(), direct, immediate);
+    }
+
+    /// Starts the reconnect future with the entity's backoff as it stands.
+    fn start_reconnect(
+        &mut self,
+        command: CreateCommand,
+        lost_at: Instant,
+        direct: Option<ServiceUrl>,
+        immediate: bool,
+    ) {
+        let mut backoff = self.backoff.take().unwrap_or_else(|| self.core.backoff());
+        self.reconnect_command = Some((command.clone(), lost_at));
         let (core, topic) = (self.core.clone(), self.topic.clone());
         let slot = Slot {
             kind: self.kind,
@@ -333,10 +365,7 @@ impl Entity {
                 command,
                 &mut backoff,
                 direct,
-                Retry::Forever {
-                    lost_at: Instant::now(),
-                    immediate,
-                },
+                Retry::Forever { lost_at, immediate },
             )
             .await;
             (backoff, r)
@@ -452,6 +481,21 @@ pub(crate) fn connection_gone(error: &Error) -> bool {
     matches!(error, Error::ConnectionLost(_) | Error::Closed)
 }
 
+/// Whether a refused re-create is reported to the entity task ([`Wake::Refused`]) before the
+/// driver retries: Java `ProducerImpl.connectionOpened` fails the pending messages when the
+/// broker refuses the producer for its backlog quota with the `producer_exception` policy
+/// (`ProducerBlockedQuotaExceededException` → `failPendingMessages`) and keeps reconnecting;
+/// the `producer_request_hold` policy's `ProducerBlockedQuotaExceededError` is only retried.
+fn acted_on_refusal(error: &Error) -> bool {
+    matches!(
+        error,
+        Error::Broker {
+            code: ServerError::ProducerBlockedQuotaExceededException,
+            ..
+        }
+    )
+}
+
 /// Turns broker refusals that end an entity for good into their distinct errors.
 pub(crate) fn classify(error: Error, topic: &TopicName) -> Error {
     match error {
@@ -491,15 +535,18 @@ impl Retry {
     fn retries(self, error: &Error) -> bool {
         match self {
             Retry::Until(_) => error.is_retriable(),
-            Retry::Forever { .. } => !matches!(
-                error,
-                Error::Broker {
-                    code: ServerError::TopicNotFound
-                        | ServerError::TopicTerminatedError
-                        | ServerError::ProducerFenced,
-                    ..
-                } | Error::Closed
-            ),
+            Retry::Forever { .. } => {
+                !acted_on_refusal(error)
+                    && !matches!(
+                        error,
+                        Error::Broker {
+                            code: ServerError::TopicNotFound
+                                | ServerError::TopicTerminatedError
+                                | ServerError::ProducerFenced,
+                            ..
+                        } | Error::Closed
+                    )
+            }
         }
     }
 }

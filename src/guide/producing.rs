@@ -178,8 +178,9 @@
 //! ## Send timeout and queue limits
 //!
 //! - [`send_timeout`](crate::ProducerBuilder::send_timeout) (default 30 s, zero disables it): a
-//!   message without a receipt after that long fails with [`Error::Timeout`], and exactly the
-//!   expired messages fail; the producer keeps going.
+//!   message without a receipt after that long fails with [`Error::Timeout`], and with it every
+//!   other pending message (also those of the batch being built), as upstream's Java client
+//!   does, so a retry cannot put them out of order; the producer keeps going.
 //! - Pending messages (queued, not yet receipted) are bounded by the client's
 //!   [`memory_limit`](crate::ClientBuilder::memory_limit) (payload bytes across all its
 //!   producers, 64 MiB by default) and optionally by

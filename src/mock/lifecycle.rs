@@ -4,8 +4,10 @@
 //! under the state lock, so no command handler ever sees a half-done step.
 
 use super::admin::MockAdminError;
+use super::conns::Conns;
 use super::dispatch;
 use super::state::{canonical_topic, BrokerState};
+use super::topic::Topic;
 use super::wire::{self, base_command::Type};
 use crate::codec::Frame;
 use crate::message_id::MessageId;
@@ -102,16 +104,7 @@ pub(crate) fn disconnect_topic(state: &mut BrokerState, name: &str, notice: Clos
     let Some(topic) = topics.get_mut(name) else {
         return;
     };
-    let mut producers: Vec<_> = std::mem::take(&mut topic.producers).into_keys().collect();
-    producers.extend(
-        std::mem::take(&mut topic.waiting_producers)
-            .into_iter()
-            .map(|w| w.key),
-    );
-    for (conn, id) in producers {
-        conns.send(conn, close_producer_frame(id, notice));
-        conns.forget_producer(conn, id);
-    }
+    disconnect_producers(topic, conns, notice);
     for sub in topic.subscriptions.values_mut() {
         for consumer in std::mem::take(&mut sub.consumers) {
             let (conn, id) = consumer.key;
@@ -122,6 +115,21 @@ pub(crate) fn disconnect_topic(state: &mut BrokerState, name: &str, notice: Clos
         sub.return_all_pending();
     }
     topic.subscriptions.retain(|_, sub| sub.durable);
+}
+
+/// Sends CLOSE_PRODUCER carrying `notice` to every producer of `topic` (attached or waiting
+/// for exclusive access) and detaches them (a late SEND from one of them is ignored).
+fn disconnect_producers(topic: &mut Topic, conns: &mut Conns, notice: CloseNotice<'_>) {
+    let mut producers: Vec<_> = std::mem::take(&mut topic.producers).into_keys().collect();
+    producers.extend(
+        std::mem::take(&mut topic.waiting_producers)
+            .into_iter()
+            .map(|w| w.key),
+    );
+    for (conn, id) in producers {
+        conns.send(conn, close_producer_frame(id, notice));
+        conns.forget_producer(conn, id);
+    }
 }
 
 /// Removes topic `name` with its subscriptions and messages, and its assignment to a broker.
@@ -191,8 +199,8 @@ pub(crate) fn finish_namespace_deletion(state: &mut BrokerState, ns: &str) {
     state.permissions.remove_namespace(ns);
 }
 
-/// Terminates topic `name`: later SENDs fail with TopicTerminatedError, new producers are
-/// refused, and consumers that have acknowledged everything get REACHED_END_OF_TOPIC (now, or
+/// Terminates topic `name`: its producers are disconnected (CLOSE_PRODUCER, reconnect allowed),
+/// later SENDs fail with TopicTerminatedError, new producers are refused, and consumers that have acknowledged everything get REACHED_END_OF_TOPIC (now, or
 /// when they get there). Returns the id of the last entry (entry `u64::MAX`, i.e. -1, for an
 /// empty topic).
 pub(crate) fn terminate_topic(
@@ -209,6 +217,11 @@ pub(crate) fn terminate_topic(
         ));
     }
     topic.terminated = true;
+    // Upstream `PersistentTopic.terminate`: once the ledger is terminated, every producer is
+    // disconnected (`Producer::disconnect`: CLOSE_PRODUCER, reconnect allowed); the client's
+    // re-create then meets TopicTerminatedError (`addProducer` on a terminated topic) and the
+    // producer ends Terminated.
+    disconnect_producers(topic, conns, CloseNotice::RECONNECT);
     dispatch::dispatch_all(topic, conns);
     Ok(MessageId::new(
         topic.ledger_id,

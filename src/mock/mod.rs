@@ -24,7 +24,9 @@
 //! namespace deletion closing clients for good (PIP-139, [`MockBroker::delete_namespace`]),
 //! terminated namespaces that refuse new topics ([`MockBroker::terminate_namespace`]), topic
 //! unload, also to another broker (PIP-307, [`MockBroker::unload_topic_to`]), termination
-//! (REACHED_END_OF_TOPIC) and deletion; see the `ops` module. Several brokers can share one
+//! (producers disconnected, REACHED_END_OF_TOPIC) and deletion; see the `ops` module. Message
+//! deduplication is a namespace policy, off by default as on a broker
+//! ([`MockBroker::set_deduplication`]). Several brokers can share one
 //! storage as a cluster ([`MockBroker::start_cluster`]), and a broker can restart on the same
 //! port keeping its data ([`MockBroker::restart`]).
 //!

@@ -10,6 +10,9 @@
 //! - terminated (the "terminated namespace" of the PIP-139 discussion): no topic may be created
 //!   in it, existing topics keep working. Termination outlives deletion: a terminated namespace
 //!   that was deleted still refuses topic creation, until it is created again explicitly.
+//!
+//! A namespace's policies the mock models: message deduplication (off by default, as on a
+//! broker with `brokerDeduplicationEnabled=false`), set with `MockBroker::set_deduplication`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -50,6 +53,9 @@ pub(crate) struct Namespaces {
     map: BTreeMap<String, NamespaceInfo>,
     /// Terminated namespaces, existing or deleted.
     terminated: BTreeSet<String>,
+    /// Namespaces with message deduplication on (a policy, kept by name like upstream's
+    /// namespace policies; dropped with the namespace's deletion).
+    deduplication: BTreeSet<String>,
     tenants: BTreeSet<String>,
 }
 
@@ -118,9 +124,24 @@ impl Namespaces {
         }
     }
 
-    /// Forgets `ns` (its deletion is complete); a termination stays.
+    /// Forgets `ns` (its deletion is complete); a termination stays, its policies go.
     pub(crate) fn remove(&mut self, ns: &str) {
         self.map.remove(ns);
+        self.deduplication.remove(ns);
+    }
+
+    /// Turns message deduplication on or off for the topics of `ns`.
+    pub(crate) fn set_deduplication(&mut self, ns: &str, on: bool) {
+        if on {
+            self.deduplication.insert(ns.to_owned());
+        } else {
+            self.deduplication.remove(ns);
+        }
+    }
+
+    /// Whether message deduplication is on for the topics of `ns`.
+    pub(crate) fn deduplication(&self, ns: &str) -> bool {
+        self.deduplication.contains(ns)
     }
 
     /// Why a topic cannot be created in `ns` now, if it cannot.

@@ -128,6 +128,50 @@ impl MockBroker {
         })
     }
 
+    /// Turns message deduplication on or off for the topics of namespace `namespace`, as
+    /// upstream's namespace policy (`pulsar-admin namespaces set-deduplication`); off by
+    /// default, as on a broker with `brokerDeduplicationEnabled=false`. Upstream
+    /// `MessageDeduplication`:
+    ///
+    /// - off: PRODUCER_SUCCESS carries `last_sequence_id = -1`, and every SEND is stored, a
+    ///   duplicate too;
+    /// - on: PRODUCER_SUCCESS carries the highest sequence id stored for the producer's name
+    ///   (-1 if none), and a SEND whose `sequence_id` is not above it is a duplicate: it is
+    ///   not stored, and its SEND_RECEIPT carries message id `(-1, -1)` (ledger and entry id
+    ///   `u64::MAX` on the wire), with its own sequence ids. Only the last chunk of a chunked
+    ///   message is checked (its chunks share one sequence id).
+    ///
+    /// The ids are tracked only while deduplication is on: turning it off forgets them, and
+    /// turning it on starts from none (upstream clears its maps when disabling and, when
+    /// enabling, recovers only from its own cursor, opened at the end of the topic). The
+    /// setting applies from the next command on and goes with the namespace's deletion. Fails
+    /// with [`MockAdminError::InvalidName`].
+    pub fn set_deduplication(&self, namespace: &str, enabled: bool) -> Result<(), MockAdminError> {
+        let ns = parse_namespace(namespace)?;
+        let mut state = lock(&self.shared().state);
+        let was = state.topics.namespaces.deduplication(&ns);
+        state.topics.namespaces.set_deduplication(&ns, enabled);
+        if was != enabled {
+            for name in state.topics.names_in(&ns) {
+                if let Some(topic) = state.topics.get_mut(&name) {
+                    topic.last_sequence.clear();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether message deduplication is on for namespace `namespace`
+    /// ([`set_deduplication`](Self::set_deduplication)).
+    pub fn is_deduplication_enabled(&self, namespace: &str) -> bool {
+        parse_namespace(namespace).is_ok_and(|ns| {
+            lock(&self.shared().state)
+                .topics
+                .namespaces
+                .deduplication(&ns)
+        })
+    }
+
     /// Unloads topic `topic` (a partitioned topic: each partition), as a broker does when it
     /// gives up a topic: sends CLOSE_PRODUCER / CLOSE_CONSUMER without `allow_reconnect`
     /// (reconnect allowed) to each producer and consumer and detaches them. They are expected
@@ -197,10 +241,10 @@ impl MockBroker {
             .cloned()
     }
 
-    /// Terminates topic `topic` (not a partitioned topic's name; one partition at a time):
-    /// a later SEND gets SEND_ERROR TopicTerminatedError, a new PRODUCER ERROR
-    /// TopicTerminatedError; attached producers stay attached (upstream also disconnects them,
-    /// so that their re-creation fails). Consumers keep receiving what is stored; once a
+    /// Terminates topic `topic` (not a partitioned topic's name; one partition at a time), as
+    /// upstream's `PersistentTopic.terminate`: every producer gets CLOSE_PRODUCER (reconnect
+    /// allowed) and is detached, so its re-creation meets ERROR TopicTerminatedError, as does
+    /// any new PRODUCER; a SEND still racing in gets SEND_ERROR TopicTerminatedError. Consumers keep receiving what is stored; once a
     /// subscription has dispatched every entry and had all of them acknowledged, each of its
     /// consumers gets REACHED_END_OF_TOPIC, once (now, or when it gets there; a consumer that
     /// subscribes later, too), as upstream's dispatchers do. Returns the id of the last entry

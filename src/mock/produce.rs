@@ -19,8 +19,11 @@
 //!   been there since (a producer without `topic_epoch` is never fenced this way).
 //!   A producer id already registered on the connection for the same topic is answered
 //!   PRODUCER_SUCCESS again (upstream treats it as a retry); for another topic, ERROR.
+//! - PRODUCER_SUCCESS carries `last_sequence_id`: -1 while the namespace's deduplication is off
+//!   (the default), else the highest sequence id stored for the producer's name.
 //! - SEND stores the entry as sent (metadata and payload untouched) and answers SEND_RECEIPT
-//!   with `(ledger, entry)`; a message (metadata + payload) over the broker's
+//!   with `(ledger, entry)`; with deduplication on, a duplicate (sequence id not above the
+//!   highest stored for its producer name) is not stored and gets a receipt with `(-1, -1)`; a message (metadata + payload) over the broker's
 //!   `max_message_size` gets SEND_ERROR NotAllowed "Exceed maximum message size". A SEND for
 //!   a producer not registered closes the connection (as upstream), unless that producer was
 //!   closed on this connection (then it is ignored).
@@ -34,6 +37,7 @@
 use super::conns::ProducerRef;
 use super::dispatch;
 use super::handlers::{error, success, SessionView, Step};
+use super::namespace::namespace_of;
 use super::permissions::{self, MockAction};
 use super::state::{canonical_topic, BrokerState};
 use super::subscription::{SubType, Subscription};
@@ -87,8 +91,11 @@ pub(crate) fn producer(
         let topic = state.topics.get(&topic_name).expect("registered producer");
         let name = topic.producers[&(view.conn, cmd.producer_id)].name.clone();
         let version = schema_version_of(&state.schemas, &topic_name, cmd);
+        let dedup = deduplication(state, &topic_name);
         let topic = state.topics.get(&topic_name).expect("registered producer");
-        return Step::Reply(producer_success(rid, topic, &name, true, None, version));
+        return Step::Reply(producer_success(
+            rid, topic, &name, true, None, version, dedup,
+        ));
     }
     // Producers whose connection died but is not cleaned up yet, or that the new one succeeds
     // (same name, higher epoch), are replaced (upstream `tryOverwriteOldProducer`).
@@ -149,6 +156,7 @@ pub(crate) fn producer(
         },
         None => bytes::Bytes::new(),
     };
+    let dedup = deduplication(state, &topic_name);
     let (topic, created) = state.topics.get_or_create(&topic_name);
     if created {
         if let Some(sub) = initial_subscription {
@@ -220,7 +228,7 @@ pub(crate) fn producer(
                     schema_version: schema_version.clone(),
                 });
                 // Upstream answers the queued producer with no topic epoch, not ready.
-                let reply = producer_success(rid, topic, &name, false, None, schema_version);
+                let reply = producer_success(rid, topic, &name, false, None, schema_version, dedup);
                 register(state, key, &topic_name, false);
                 return Step::Reply(reply);
             }
@@ -272,7 +280,7 @@ pub(crate) fn producer(
             epoch: cmd.epoch(),
         },
     );
-    let reply = producer_success(rid, topic, &name, true, epoch, schema_version);
+    let reply = producer_success(rid, topic, &name, true, epoch, schema_version, dedup);
     register(state, key, &topic_name, true);
     Step::Reply(reply)
 }
@@ -297,6 +305,17 @@ fn register(state: &mut BrokerState, key: ProducerKey, topic: &str, ready: bool)
     }
 }
 
+/// Whether message deduplication is on for topic `topic_name` (a namespace policy).
+fn deduplication(state: &BrokerState, topic_name: &str) -> bool {
+    state
+        .topics
+        .namespaces
+        .deduplication(&namespace_of(topic_name))
+}
+
+/// PRODUCER_SUCCESS. Its `last_sequence_id` is upstream's
+/// `MessageDeduplication.getLastPublishedSequenceId`: the highest sequence id stored for the
+/// producer's name while deduplication is on, else -1 (nothing is tracked then).
 fn producer_success(
     request_id: u64,
     topic: &Topic,
@@ -304,13 +323,19 @@ fn producer_success(
     ready: bool,
     topic_epoch: Option<u64>,
     schema_version: bytes::Bytes,
+    dedup: bool,
 ) -> wire::BaseCommand {
+    let last_sequence_id = if dedup {
+        topic.last_sequence.get(name).copied().unwrap_or(-1)
+    } else {
+        -1
+    };
     wire::BaseCommand {
         r#type: Type::ProducerSuccess as i32,
         producer_success: Some(wire::CommandProducerSuccess {
             request_id,
             producer_name: name.to_owned(),
-            last_sequence_id: Some(topic.last_sequence.get(name).copied().unwrap_or(-1)),
+            last_sequence_id: Some(last_sequence_id),
             schema_version: Some(schema_version),
             topic_epoch,
             producer_ready: Some(ready),
@@ -354,6 +379,7 @@ pub(crate) fn send(
             "Exceed maximum message size",
         ));
     }
+    let dedup = deduplication(state, &topic_name);
     let BrokerState {
         topics,
         conns,
@@ -376,14 +402,40 @@ pub(crate) fn send(
     }
     let highest = cmd.highest_sequence_id().max(cmd.sequence_id);
     let producer_name = payload.metadata.producer_name.clone();
-    let message_id = if topic.persistent {
+    // Upstream `MessageDeduplication.isDuplicate`: with deduplication on, a message whose
+    // sequence id is not above the highest one stored for its producer name is a duplicate;
+    // `PersistentTopic.publishMessage` then acknowledges it at once without storing it
+    // (`publishContext.completed(null, -1, -1)`: a receipt with message id (-1, -1)).
+    // Chunks before the last share the message's sequence id and are not checked.
+    let last_chunk = payload
+        .metadata
+        .num_chunks_from_msg
+        .is_none_or(|n| payload.metadata.chunk_id.is_none_or(|c| c + 1 >= n));
+    let duplicate = topic.persistent
+        && dedup
+        && last_chunk
+        && topic
+            .last_sequence
+            .get(&producer_name)
+            .is_some_and(|last| i64::try_from(cmd.sequence_id).unwrap_or(i64::MAX) <= *last);
+    let message_id = if duplicate {
+        wire::MessageIdData {
+            ledger_id: u64::MAX,
+            entry_id: u64::MAX,
+            ..Default::default()
+        }
+    } else if topic.persistent {
         let entry = topic.append(payload.metadata.clone(), payload.data.clone());
         if let Some(due) = delivery_due(&payload.metadata) {
             topic.deliver_at.insert(entry, due);
             timers.schedule_delivery(due, &topic.name);
         }
-        let last = topic.last_sequence.entry(producer_name).or_insert(-1);
-        *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
+        // Tracked only while deduplication is on (upstream `MessageDeduplication` records
+        // nothing while disabled).
+        if dedup {
+            let last = topic.last_sequence.entry(producer_name).or_insert(-1);
+            *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
+        }
         dispatch::dispatch_all(topic, conns);
         wire::MessageIdData {
             ledger_id: topic.ledger_id,
@@ -455,6 +507,7 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
         return;
     };
     state.conns.forget_producer(key.0, key.1);
+    let dedup = deduplication(state, &topic_name);
     let BrokerState { topics, conns, .. } = state;
     let Some(topic) = topics.get_mut(&topic_name) else {
         return;
@@ -486,6 +539,7 @@ pub(crate) fn remove_producer(state: &mut BrokerState, key: ProducerKey) {
         true,
         Some(epoch),
         next.schema_version.clone(),
+        dedup,
     );
     if let Some(conn) = conns.get_mut(next.key.0) {
         if let Some(p) = conn.producers.get_mut(&next.key.1) {

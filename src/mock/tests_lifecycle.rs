@@ -243,6 +243,8 @@ async fn terminated_namespace_refuses_new_topics_only() {
 #[tokio::test]
 async fn unload_closes_with_reconnect_and_keeps_the_data() {
     let broker = MockBroker::start().await.unwrap();
+    // The last sequence id is answered only with deduplication on (upstream).
+    broker.set_deduplication("tn/ns", true).unwrap();
     let mut producer = Client::connect(&broker).await;
     producer_p(&mut producer, T1, 1).await;
     for seq in 0..2 {
@@ -288,6 +290,7 @@ async fn unload_closes_with_reconnect_and_keeps_the_data() {
 async fn unload_to_another_broker_of_the_cluster_moves_the_topic() {
     let brokers = MockBroker::start_cluster(2).await.unwrap();
     let (a, b) = (&brokers[0], &brokers[1]);
+    a.set_deduplication("tn/ns", true).unwrap();
     assert!(a.shares_state_with(b));
     let mut producer = Client::connect(a).await;
     producer_p(&mut producer, T1, 1).await;
@@ -381,18 +384,11 @@ async fn terminated_topic_refuses_sends_and_signals_the_end() {
     assert!(broker.is_topic_terminated(T1));
     consumer.quiet().await; // one message still unacknowledged
 
-    producer.send(1, metadata("p", 2, None), b"m").await;
-    let err = producer
-        .raw
-        .expect(Type::SendError)
-        .await
-        .send_error
-        .unwrap();
-    assert_eq!(
-        ServerError::from_code(err.error),
-        ServerError::TopicTerminatedError
-    );
-    assert_eq!(err.sequence_id, 2);
+    // Upstream `PersistentTopic.terminate` disconnects the producers (reconnect allowed);
+    // their re-creation, like any new producer, is refused.
+    let close = expect_close_producer(&mut producer).await;
+    assert_eq!((close.producer_id, close.allow_reconnect), (1, None));
+    assert_eq!(broker.producers(T1), 0);
     let resp = try_producer(&mut producer, T1, 3).await;
     assert_eq!(error_of(&resp).0, ServerError::TopicTerminatedError);
     assert_eq!(broker.topic_messages(T1), 2);
@@ -462,6 +458,7 @@ async fn topic_deletion_forced_or_not() {
 #[tokio::test]
 async fn restart_keeps_the_data_and_the_port() {
     let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("tn/ns", true).unwrap();
     let addr = broker.addr();
     let mut client = RawClient::new(TcpStream::connect(addr).await.unwrap());
     client.handshake().await;

@@ -7,6 +7,7 @@ use super::*;
 #[tokio::test]
 async fn receipts_carry_increasing_ids_and_the_topic_is_created() {
     let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
     let mut client = Client::connect(&broker).await;
     let ok = client.producer(TOPIC, 1).await;
     assert_eq!(ok.producer_name, "mock-1");
@@ -36,7 +37,8 @@ async fn receipts_carry_increasing_ids_and_the_topic_is_created() {
     assert_eq!(sent.len(), 3);
     assert_eq!(sent[0].payload.as_ref().unwrap().1, &b"hello"[..]);
 
-    // Reconnecting under the same name learns the last sequence id.
+    // Reconnecting under the same name learns the last sequence id (with deduplication on,
+    // set above; upstream answers -1 without it).
     let close = client.request(close_producer(1, 9)).await;
     assert_eq!(close.success.unwrap().request_id, 9);
     assert_eq!(broker.producers(TOPIC), 0);

@@ -95,18 +95,22 @@ pub(super) struct PartitionProducer {
 }
 
 impl PartitionProducer {
+    /// Creates the producer of one partition (or of a non-partitioned topic). `shared_name`:
+    /// the name the first partition's producer got from the broker, for the other partitions
+    /// of a producer whose application set none (sent as not user-provided).
     pub(super) async fn create(
         client: &CoreRef,
         topic: TopicName,
         partition: i32,
         options: &Arc<ProducerOptions>,
         group: &GroupClose,
+        shared_name: Option<&str>,
     ) -> Result<PartitionProducer> {
         let producer_id = client.new_producer_id();
         let cmd = task::create_command(
             topic.as_str(),
             producer_id,
-            options.name.as_deref(),
+            options.name.as_deref().or(shared_name),
             0,
             None,
             options,

@@ -104,7 +104,9 @@ impl ProducerBuilder {
         self
     }
 
-    /// Send timeout (default 30 s; zero disables it).
+    /// Send timeout (default 30 s; zero disables it). When the oldest pending message has
+    /// waited that long for its receipt, every pending message fails with [`Error::Timeout`]
+    /// (upstream's behaviour), and the producer goes on.
     pub fn send_timeout(mut self, timeout: Duration) -> Self {
         self.options.send_timeout = timeout;
         self
@@ -204,20 +206,37 @@ impl ProducerBuilder {
                     -1,
                     &options,
                     &group,
+                    None,
                 ))
                 .await?,
             ]
         } else {
-            let creates = (0..partitions).map(|i| {
+            // Java `PartitionedProducerImpl.start`: the first partition's producer is created
+            // first; when the application set no name, the others take the name the broker
+            // gave it (`overrideProducerName`), so deduplication and stats see one producer.
+            let first = Box::pin(PartitionProducer::create(
+                &client,
+                topic.partition(0),
+                0,
+                &options,
+                &group,
+                None,
+            ))
+            .await?;
+            let shared_name = first.name.clone();
+            let creates = (1..partitions).map(|i| {
                 Box::pin(PartitionProducer::create(
                     &client,
                     topic.partition(i),
                     i as i32,
                     &options,
                     &group,
+                    Some(shared_name.as_str()),
                 ))
             });
-            let (handles, first_error) = crate::entity::create_all(creates).await;
+            let (rest, first_error) = crate::entity::create_all(creates).await;
+            let mut handles = vec![first];
+            handles.extend(rest);
             if let Some(e) = first_error {
                 for h in &handles {
                     let _ = h.close().await;
@@ -273,12 +292,15 @@ async fn grow(
         let mut result = Ok(());
         let current = inner.snapshot().len() as u32;
         for i in current..req.partitions {
+            // New partitions take the shared name too (Java `PartitionedProducerImpl`
+            // creates them with `overrideProducerName`).
             let created = Box::pin(PartitionProducer::create(
                 &client,
                 inner.topic.partition(i),
                 i as i32,
                 &options,
                 &group,
+                Some(inner.name.as_str()),
             ))
             .await;
             match created {

@@ -75,7 +75,8 @@ pub struct ProducerOptions {
     /// Payload compression.
     pub compression: CompressionType,
     /// How long a message may wait for its receipt before it fails with a timeout (its outcome
-    /// is then unknown). Zero disables the timeout. Default 30 s.
+    /// is then unknown); every other pending message fails with it (upstream's send-timeout
+    /// task). Zero disables the timeout. Default 30 s.
     pub send_timeout: Duration,
     /// Most messages pending a receipt; 0 means no count limit (the client memory limit still
     /// applies), like the modern Java client.

@@ -516,29 +516,16 @@ impl PendingQueue {
         n
     }
 
-    /// Fails, in order, exactly the entries older than `timeout`; returns how many messages.
-    /// `count` sees each failed message count before those sends complete.
-    pub(crate) fn expire(
-        &mut self,
-        now: Instant,
-        timeout: Duration,
-        mut count: impl FnMut(usize),
-    ) -> usize {
-        let mut failed = 0;
-        while let Some(head) = self.queue.front() {
-            if self.clock.age(head.enqueued, now) < timeout {
-                break;
-            }
-            let error = Error::Timeout {
-                operation: "send",
-                after: timeout,
-            };
-            failed += self.fail_head_counted(error, &mut count);
-        }
-        failed
+    /// Whether the head (oldest) entry has been queued for `timeout` at `now`: upstream's
+    /// send-timeout task then fails every pending message (see `ProducerTask::fail_pending`).
+    pub(crate) fn head_timed_out(&self, now: Instant, timeout: Duration) -> bool {
+        self.queue
+            .front()
+            .is_some_and(|head| self.clock.age(head.enqueued, now) >= timeout)
     }
 
-    /// Fails everything with `error`; `count` as for [`expire`](Self::expire).
+    /// Fails everything with `error`, in order; `count` sees each failed message count before
+    /// those sends complete.
     pub(crate) fn fail_all(&mut self, error: &Error, mut count: impl FnMut(usize)) -> usize {
         let mut failed = 0;
         while !self.queue.is_empty() {

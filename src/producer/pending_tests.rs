@@ -82,34 +82,34 @@ async fn a_receipt_ahead_of_the_head_is_reported() {
     assert_eq!(q.messages(), 1);
 }
 
+/// Only the head's age counts: once it has timed out, the whole queue is due (upstream's
+/// send-timeout task fails every pending message then, not only the expired ones).
 #[tokio::test]
-async fn expire_fails_exactly_the_old_entries_in_order() {
+async fn the_head_decides_the_timeout() {
     let start = Instant::now();
     let mut q = PendingQueue::new(Limits::unlimited());
+    assert!(!q.head_timed_out(start + Duration::from_secs(99), Duration::from_secs(30)));
     let (a, mut ra) = entry(0, 0, start);
     let (b, mut rb) = entry(1, 1, start + Duration::from_secs(5));
     q.push(a);
     q.push(b);
-    assert_eq!(
-        q.expire(
-            start + Duration::from_secs(31),
-            Duration::from_secs(30),
-            |_| {}
-        ),
-        1
-    );
-    assert!(matches!(
-        ra[0].try_result().unwrap(),
-        Err(Error::Timeout { .. })
-    ));
-    assert!(
-        rb[0].try_result().is_none(),
-        "the younger entry is still pending"
-    );
-    // Its late receipt would now be for seq 0: stale.
+    let timeout = Duration::from_secs(30);
+    assert!(!q.head_timed_out(start + Duration::from_secs(29), timeout));
+    assert!(q.head_timed_out(start + Duration::from_secs(31), timeout));
+    let error = Error::Timeout {
+        operation: "send",
+        after: timeout,
+    };
+    assert_eq!(q.fail_all(&error, |_| {}), 2);
+    for r in [&mut ra[0], &mut rb[0]] {
+        assert!(matches!(
+            r.try_result().unwrap(),
+            Err(Error::Timeout { .. })
+        ));
+    }
+    // Their late receipts are stale.
     assert_eq!(q.on_receipt(0, id), ReceiptOutcome::Stale);
-    assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Completed(1));
-    assert!(rb[0].try_result().unwrap().is_ok());
+    assert_eq!(q.on_receipt(1, id), ReceiptOutcome::Stale);
 }
 
 #[tokio::test]
@@ -257,14 +257,7 @@ async fn ages_are_exact() {
         Duration::from_nanos(250_123)
     );
     let timeout = Duration::from_millis(30);
-    assert_eq!(
-        q.expire(at + timeout - Duration::from_nanos(1), timeout, |_| {}),
-        0
-    );
+    assert!(!q.head_timed_out(at + timeout - Duration::from_nanos(1), timeout));
     assert!(ra[0].try_result().is_none());
-    assert_eq!(q.expire(at + timeout, timeout, |_| {}), 1);
-    assert!(matches!(
-        ra[0].try_result(),
-        Some(Err(Error::Timeout { .. }))
-    ));
+    assert!(q.head_timed_out(at + timeout, timeout));
 }

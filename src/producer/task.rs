@@ -215,16 +215,7 @@ impl ProducerTask {
                     Ok(())
                 }
                 _ = tick.tick() => {
-                    if !self.opts.send_timeout.is_zero() {
-                        let stats = &self.stats;
-                        let n = self.pending.expire(Instant::now(), self.opts.send_timeout, |n| {
-                            stats.failed(SendFailure::Timeout, n)
-                        });
-                        if n > 0 {
-                            tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout");
-                        }
-                        self.finish_flush_waiters();
-                    }
+                    self.check_send_timeout();
                     Ok(())
                 }
                 _ = async { conn_ready.as_ref().expect("guarded").ready().await },
@@ -301,6 +292,15 @@ impl ProducerTask {
             }
             Wake::Attached(response) => {
                 let created = Created::parse(*response)?;
+                // Java `ProducerImpl.connectionOpened`: while no sequence id was handed out
+                // yet (`msgIdGenerator == 0`), every (re)connection adopts the broker's
+                // `last_sequence_id + 1`, not only the first: a producer that re-attaches
+                // before its first send goes on after what the broker stored under its name
+                // meanwhile (with deduplication on, its messages would be dropped as
+                // duplicates otherwise). Once one was handed out, the client's count rules.
+                if self.next_seq == 0 {
+                    self.next_seq = created.next_sequence_id;
+                }
                 self.epoch += 1;
                 if created.topic_epoch.is_some() {
                     self.topic_epoch = created.topic_epoch;
@@ -316,6 +316,15 @@ impl ProducerTask {
                 // Re-send everything not yet receipted, in sequence order, same sequence ids.
                 self.unsent = self.pending.iter().map(|e| e.encoded.clone()).collect();
                 self.drain_unsent();
+                Ok(())
+            }
+            Wake::Refused(e) => {
+                // Java `ProducerImpl.connectionOpened` on `ProducerBlockedQuotaExceededException`:
+                // the pending messages fail with the quota error; the driver keeps retrying.
+                let n = self.fail_pending(&e, SendFailure::Broker);
+                tracing::warn!(topic = %self.entity.topic, failed = n, error = %e,
+                    "producer re-create refused; failed the pending messages");
+                self.finish_flush_waiters();
                 Ok(())
             }
             Wake::Ended(e) | Wake::GroupEnded(e) => Err(e),
@@ -594,6 +603,56 @@ impl ProducerTask {
         }
     }
 
+    /// Java `ProducerImpl`'s send-timeout task (`run(Timeout)`): once the oldest pending
+    /// message has waited `send_timeout`, every pending message fails with the timeout, not
+    /// only the expired ones (`failPendingMessages`, which also discards the batch being built),
+    /// so an application that retries cannot reorder its messages behind younger ones that
+    /// then succeed. The producer goes on with the next messages (sequence ids are not reused).
+    fn check_send_timeout(&mut self) {
+        let timeout = self.opts.send_timeout;
+        if timeout.is_zero() || !self.pending.head_timed_out(Instant::now(), timeout) {
+            return;
+        }
+        let error = Error::Timeout {
+            operation: "send",
+            after: timeout,
+        };
+        let n = self.fail_pending(&error, SendFailure::Timeout);
+        tracing::warn!(topic = %self.entity.topic, failed = n, "send timeout; failed every pending message");
+        self.finish_flush_waiters();
+    }
+
+    /// Fails every pending message (in sequence order) and then those of the open batch with
+    /// `error`, counted as `kind` before their sends complete; returns how many. Java
+    /// `ProducerImpl.failPendingMessages` (with `failPendingBatchMessages`): the one way the
+    /// pending messages fail at once, used by the send timeout, a create refused for the
+    /// backlog quota, and the producer's end.
+    fn fail_pending(&mut self, error: &Error, kind: SendFailure) -> usize {
+        // Frames not yet handed to the connection belong to pending entries: not sent now.
+        self.unsent.clear();
+        let stats = &self.stats;
+        let mut n = self.pending.fail_all(error, |n| stats.failed(kind, n));
+        let mut failed = Vec::new();
+        let mut out = Vec::new();
+        if let Some(b) = self.batches.as_mut() {
+            b.flush(&self.ctx, &mut out, &mut failed);
+        }
+        let open = failed.len() + out.iter().map(InFlight::messages).sum::<usize>();
+        self.stats.failed(kind, open);
+        for (_, c) in failed {
+            c.complete(Err(error.clone()));
+        }
+        for entry in out {
+            // What it holds goes back before its sends complete (as when it leaves the queue).
+            self.pending.release(entry.reserved);
+            entry.senders.fail(error);
+        }
+        n += open;
+        self.stats
+            .pending(self.pending.messages(), self.pending.bytes());
+        n
+    }
+
     fn finish_flush_waiters(&mut self) {
         let head = self.pending.head().map(|e| e.first_seq);
         let mut i = 0;
@@ -615,25 +674,7 @@ impl ProducerTask {
         }
         // Set once: this is the task's end.
         let _ = self.terminal.set(error.clone());
-        let mut failed = Vec::new();
-        let mut out = Vec::new();
-        if let Some(b) = self.batches.as_mut() {
-            b.flush(&self.ctx, &mut out, &mut failed);
-        }
-        // Counted before the sends complete (see `Pending::fail_head_counted`).
-        let unsent = failed.len() + out.iter().map(InFlight::messages).sum::<usize>();
-        self.stats.failed(SendFailure::Closed, unsent);
-        for (_, c) in failed {
-            c.complete(Err(error.clone()));
-        }
-        for entry in out {
-            // What it holds goes back before its sends complete (as when it leaves the queue).
-            self.pending.release(entry.reserved);
-            entry.senders.fail(&error);
-        }
-        let stats = &self.stats;
-        self.pending
-            .fail_all(&error, |n| stats.failed(SendFailure::Closed, n));
+        self.fail_pending(&error, SendFailure::Closed);
         self.stats.closed();
         for (_, tx) in self.flush_waiters.drain(..) {
             let _ = tx.send(Err(error.clone()));

@@ -1,4 +1,152 @@
 //! Upstream `ServerCnx`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
-#[allow(unused_imports)]
-use crate::common;
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::{Error, ProducerMessage, State};
+
+use crate::common::{client, full, wait_until, within};
+
+/// The sequence ids of the SENDs the broker received so far, in order.
+pub(crate) fn sent_sequence_ids(broker: &MockBroker) -> Vec<u64> {
+    broker
+        .received_of(Type::Send)
+        .iter()
+        .filter_map(|r| r.command.send.as_ref().map(|s| s.sequence_id))
+        .collect()
+}
+
+/// Upstream `MessageDeduplication` with deduplication off (the default,
+/// `brokerDeduplicationEnabled=false`): `getLastPublishedSequenceId` answers -1 (nothing is
+/// tracked), so a producer re-created under a name that already published starts again at 0,
+/// and `isDuplicate` is `NotDup`: the repeated sequence id is stored like any message.
+#[tokio::test]
+async fn deduplication_off_answers_no_last_sequence_id_and_stores_repeats() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("dedup-off");
+    let first = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        first.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    first.close().await.unwrap();
+
+    let again = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let id = again.send_and_wait("again").await.unwrap();
+    // ProducerSuccess said -1: the new producer starts at sequence id 0 again.
+    assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 0]);
+    // Stored, with a real position.
+    assert_eq!(broker.topic_messages(&topic), 4);
+    assert_eq!(id.entry_id, 3);
+}
+
+/// Upstream `MessageDeduplication` with deduplication on: `getLastPublishedSequenceId`
+/// answers the highest sequence id stored for the producer name, and a message whose sequence
+/// id is not above it is a duplicate, which `PersistentTopic.publishMessage` acknowledges at
+/// once without storing it (`publishContext.completed(null, -1, -1)`: the receipt carries
+/// message id (-1, -1)). The ids are known only while it is on.
+#[tokio::test]
+async fn deduplication_on_answers_the_last_stored_id_and_drops_duplicates() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    assert!(broker.is_deduplication_enabled("public/default"));
+    let client = client(&broker.service_url());
+    let topic = full("dedup-on");
+    let first = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        first.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    first.close().await.unwrap();
+
+    let again = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    // ProducerSuccess said 2: the producer goes on at 3, and that message is stored.
+    let id = again.send_and_wait("next").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 3]);
+    assert_eq!((id.entry_id, broker.topic_messages(&topic)), (3, 4));
+
+    // A repeated sequence id is a duplicate: answered (-1, -1), not stored.
+    let dup = again
+        .send_and_wait(ProducerMessage::new("repeat").sequence_id(1))
+        .await
+        .unwrap();
+    assert_eq!((dup.ledger_id, dup.entry_id), (u64::MAX, u64::MAX));
+    assert_eq!(broker.topic_messages(&topic), 4);
+
+    // Off again: the same repeat is stored.
+    broker.set_deduplication("public/default", false).unwrap();
+    let stored = again
+        .send_and_wait(ProducerMessage::new("repeat").sequence_id(1))
+        .await
+        .unwrap();
+    assert_eq!((stored.entry_id, broker.topic_messages(&topic)), (4, 5));
+
+    // On again: it starts from nothing known (upstream clears its maps when disabling and
+    // recovers only from its new cursor), so a producer of that name starts at 0 and is stored.
+    again.close().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let third = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let id = third.send_and_wait("from zero").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker).last(), Some(&0));
+    assert_eq!((id.entry_id, broker.topic_messages(&topic)), (5, 6));
+}
+
+/// Upstream `PersistentTopic.terminate`: once terminated, every producer of the topic is
+/// disconnected (`Producer::disconnect`, CLOSE_PRODUCER with reconnect allowed); its
+/// re-creation meets `TopicTerminatedError` (`addProducer` on a terminated topic), so the
+/// client's producer ends Terminated (Java `ProducerImpl.connectionOpened` on
+/// `TopicTerminatedException`) without sending anything.
+#[tokio::test]
+async fn terminate_disconnects_producers_and_refuses_their_re_creation() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("terminated");
+    let producer = client.producer(&topic).create().await.unwrap();
+    producer.send_and_wait("before").await.unwrap();
+    assert_eq!(broker.producers(&topic), 1);
+
+    broker.terminate_topic(&topic).unwrap();
+    assert_eq!(broker.producers(&topic), 0);
+    assert_eq!(
+        within("the producer ends", producer.closed()).await,
+        State::Terminated
+    );
+    // It tried to come back (a second PRODUCER) and was refused.
+    wait_until("the re-create was seen", || {
+        broker.received_of(Type::Producer).len() == 2
+    })
+    .await;
+    assert!(matches!(
+        producer.send("late").await,
+        Err(Error::TopicTerminated { .. })
+    ));
+    assert_eq!(sent_sequence_ids(&broker), [0]);
+}
