@@ -187,7 +187,7 @@
 //! ```no_run
 //! # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
 //! use pulsar_sdk::MessageId;
-//! let replay_from: MessageId = "123:45:-1:-1".parse()?; // ids print and parse back
+//! let replay_from: MessageId = "123:45:-1".parse()?; // ids print and parse back
 //! consumer.seek(replay_from).await?;
 //! let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
 //! let millis = an_hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
