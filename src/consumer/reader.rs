@@ -160,7 +160,10 @@ fn is_after(last: MessageId, from: MessageId, inclusive: bool) -> bool {
     }
 }
 
-/// Reads messages of a topic in order from a start position. Readers need no acks.
+/// Reads messages of a topic in order from a start position. Readers need no acks: each message
+/// read is acked cumulatively by the reader itself (like Java's), which moves its
+/// non-durable cursor and lets the broker say when the end of a terminated topic is reached
+/// ([`Reader::has_reached_end_of_topic`]).
 #[derive(Debug)]
 pub struct Reader {
     consumer: Consumer,
@@ -204,9 +207,30 @@ impl Reader {
     /// ```
     pub async fn recv(&mut self) -> Result<Message> {
         let m = self.consumer.recv().await?;
+        self.handed_out(&m);
+        Ok(m)
+    }
+
+    /// A message goes to the application: it is the reader's position, and it is acked
+    /// cumulatively. Java `ReaderImpl.readNext` acks each message it returns cumulatively
+    /// (grouped by the ack-grouping tracker), so the broker's cursor follows the reader and,
+    /// on a terminated topic, the broker sends REACHED_END_OF_TOPIC once it has read
+    /// everything (`PersistentSubscription.acknowledgeMessage`). A failed ack is only logged,
+    /// as Java's: a reader re-subscribes at its own position anyway.
+    fn handed_out(&mut self, m: &Message) {
         self.partitions
             .insert(m.id.partition, Position::Received(m.id));
-        Ok(m)
+        if let Err(e) = self.consumer.ack_cumulative(m) {
+            tracing::debug!(topic = %self.consumer.topic(), id = %m.id, error = %e,
+                "reader: cumulative ack failed");
+        }
+    }
+
+    /// Whether the reader reached the end of its terminated topic (every partition), like
+    /// Java's `Reader.hasReachedEndOfTopic`: see [`Consumer::has_reached_end_of_topic`]. The
+    /// reader learns it because it acks what it reads (cumulatively, as Java's does).
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.consumer.has_reached_end_of_topic()
     }
 
     /// Whether a message is available to read now (asks the broker for the last stored id),
@@ -370,8 +394,7 @@ impl Stream for Reader {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let polled = Pin::new(&mut self.consumer).poll_next(cx);
         if let Poll::Ready(Some(Ok(m))) = &polled {
-            let id = m.id;
-            self.partitions.insert(id.partition, Position::Received(id));
+            self.handed_out(m);
         }
         polled
     }
