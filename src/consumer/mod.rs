@@ -648,6 +648,13 @@ impl Consumer {
     /// Deletes the subscription (the consumer must be its only one) on every topic and
     /// partition, and closes the consumer.
     pub async fn unsubscribe(self) -> Result<()> {
+        if let Some(d) = &self.discovery {
+            // Java PatternMultiTopicsConsumerImpl: the consumer is Closing before it
+            // unsubscribes, and topic changes are ignored from then on. Discovery left running
+            // would see the unsubscribed topics' consumers end and subscribe them again,
+            // re-creating the subscription.
+            d.stop().await;
+        }
         // Concurrently, like upstream's MultiTopicsConsumerImpl.unsubscribeAsync.
         let all = self.all();
         let asks = all.iter().map(|p| Self::ask(p, ConsumerOp::Unsubscribe));
