@@ -287,7 +287,10 @@ mod tests {
         // An id outside a batch has no batch part (Java `MessageIdImpl.toString`).
         assert_eq!(MessageId::new(5, 7, -1).to_string(), "5:7:-1");
         assert_eq!(MessageId::new(5, 7, 2).to_string(), "5:7:2");
-        assert_eq!("5:7:2".parse::<MessageId>().unwrap(), MessageId::new(5, 7, 2));
+        assert_eq!(
+            "5:7:2".parse::<MessageId>().unwrap(),
+            MessageId::new(5, 7, 2)
+        );
         assert_eq!("-1:-1".parse::<MessageId>().unwrap(), MessageId::EARLIEST);
         assert!("x:1".parse::<MessageId>().is_err());
         assert!("1".parse::<MessageId>().is_err());

@@ -605,7 +605,8 @@ impl Consumer {
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
     /// that state: [`State::Closed`] after a close by the application (its
     /// [`close`](Self::close), dropping it, or [`Client::close`](crate::Client::close)), else
-    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Terminated`]). The future is
+    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Failed`]; reaching the end of a
+    /// terminated topic is no end, see [`Consumer::has_reached_end_of_topic`]). The future is
     /// `Send + 'static`.
     ///
     /// ```no_run

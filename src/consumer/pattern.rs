@@ -95,7 +95,10 @@ impl OwnLetters {
         let sub = &options.subscription;
         let mut names = Vec::new();
         if let Some(p) = &options.dead_letter_policy {
-            for t in [&p.retry_letter_topic, &p.dead_letter_topic].into_iter().flatten() {
+            for t in [&p.retry_letter_topic, &p.dead_letter_topic]
+                .into_iter()
+                .flatten()
+            {
                 if let Ok(name) = TopicName::new(t) {
                     names.push(name.to_string());
                 }

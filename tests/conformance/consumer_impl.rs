@@ -50,11 +50,17 @@ async fn dead_letter_origin_message_id_is_printed_as_java_prints_it() {
         vec![
             (
                 "b-0".to_string(),
-                want(&format!("{}:{}:-1:0", batched[0].ledger_id, batched[0].entry_id)),
+                want(&format!(
+                    "{}:{}:-1:0",
+                    batched[0].ledger_id, batched[0].entry_id
+                )),
             ),
             (
                 "b-1".to_string(),
-                want(&format!("{}:{}:-1:1", batched[1].ledger_id, batched[1].entry_id)),
+                want(&format!(
+                    "{}:{}:-1:1",
+                    batched[1].ledger_id, batched[1].entry_id
+                )),
             ),
             (
                 "single-0".to_string(),
@@ -105,7 +111,10 @@ async fn a_consumer_at_the_end_of_its_topic_stays_attached_until_closed() {
     consumer.nack(&got[1]).unwrap();
     consumer.ack_cumulative(&got[1]).unwrap();
     // Seek works: the messages come again (the flag stays set, as Java's).
-    consumer.seek(pulsar_sdk::MessageId::EARLIEST).await.unwrap();
+    consumer
+        .seek(pulsar_sdk::MessageId::EARLIEST)
+        .await
+        .unwrap();
     let again = within("recv after seek", consumer.recv()).await.unwrap();
     assert_eq!(again.payload_str(), Some("m-0"));
     assert!(consumer.has_reached_end_of_topic());

@@ -14,7 +14,12 @@ fn subscribes(broker: &MockBroker, topic: &str) -> usize {
     broker
         .received_of(Type::Subscribe)
         .iter()
-        .filter(|r| r.command.subscribe.as_ref().is_some_and(|s| s.topic == topic))
+        .filter(|r| {
+            r.command
+                .subscribe
+                .as_ref()
+                .is_some_and(|s| s.topic == topic)
+        })
         .count()
 }
 
@@ -41,13 +46,20 @@ async fn unsubscribe_stops_discovery_first_so_no_subscription_is_created_again()
         .unwrap();
     assert_eq!(consumer.topics().len(), 2);
     broker.push_error(
-        MockError::new(MockRequest::Unsubscribe, ServerError::ServiceNotReady, "slow")
-            .after(Duration::from_millis(500))
-            .on_topic(&b),
+        MockError::new(
+            MockRequest::Unsubscribe,
+            ServerError::ServiceNotReady,
+            "slow",
+        )
+        .after(Duration::from_millis(500))
+        .on_topic(&b),
     );
     let r = within("unsubscribe", consumer.unsubscribe()).await;
     assert!(r.is_err(), "b's unsubscribe was refused: {r:?}");
-    assert!(broker.subscriptions(&a).is_empty(), "a's subscription re-created");
+    assert!(
+        broker.subscriptions(&a).is_empty(),
+        "a's subscription re-created"
+    );
     assert_eq!(subscribes(&broker, &a), 1, "a was subscribed again");
 }
 
@@ -83,9 +95,12 @@ async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_let
     let producer = crate::common::unbatched_producer(&client, &a).await;
     crate::common::publish(&producer, "m", 1).await;
     let m = within("recv", consumer.recv()).await.unwrap();
-    within("retry", consumer.reconsume_later(&m, Duration::from_millis(10)))
-        .await
-        .unwrap();
+    within(
+        "retry",
+        consumer.reconsume_later(&m, Duration::from_millis(10)),
+    )
+    .await
+    .unwrap();
     let again = within("recv the retry", consumer.recv()).await.unwrap();
     assert_eq!(again.payload_str(), Some("m-0"));
     assert_eq!(again.topic.to_string(), retry);
@@ -97,6 +112,10 @@ async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_let
     })
     .await;
     assert_eq!(names(&consumer), vec![a.clone()]);
-    assert_eq!(subscribes(&broker, &retry), 1, "the retry topic subscribed twice");
+    assert_eq!(
+        subscribes(&broker, &retry),
+        1,
+        "the retry topic subscribed twice"
+    );
     within("close", consumer.close()).await.unwrap();
 }

@@ -16,7 +16,12 @@ async fn a_reader_acks_what_it_reads_and_so_learns_the_end_of_its_topic() {
     let producer = unbatched_producer(&client, &topic).await;
     let ids = publish(&producer, "m", 3).await;
     broker.terminate_topic(&topic).unwrap();
-    let mut reader = client.reader(&topic).start_earliest().create().await.unwrap();
+    let mut reader = client
+        .reader(&topic)
+        .start_earliest()
+        .create()
+        .await
+        .unwrap();
     for i in 0..3 {
         let m = within("read", reader.recv()).await.unwrap();
         assert_eq!(m.payload_str(), Some(format!("m-{i}").as_str()));
@@ -33,7 +38,10 @@ async fn a_reader_acks_what_it_reads_and_so_learns_the_end_of_its_topic() {
         })
     })
     .await;
-    wait_until("the reader reached the end", || reader.has_reached_end_of_topic()).await;
+    wait_until("the reader reached the end", || {
+        reader.has_reached_end_of_topic()
+    })
+    .await;
     let end = within("the end", reader.recv()).await;
     assert!(
         matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),

@@ -38,14 +38,19 @@ async fn the_mock_signals_the_end_of_a_terminated_topic_once_everything_is_acked
     broker.terminate_topic(&topic).unwrap();
     // A request answered on the same connection after the termination: a notice sent at the
     // termination would have been handled before its answer.
-    within("last ids", consumer.last_message_ids()).await.unwrap();
+    within("last ids", consumer.last_message_ids())
+        .await
+        .unwrap();
     assert!(
         !consumer.has_reached_end_of_topic(),
         "told the end with a message unacknowledged"
     );
     assert!(broker.received_of(Type::Ack).len() == 1);
     consumer.ack(&second).unwrap();
-    wait_until("the end of the topic", || consumer.has_reached_end_of_topic()).await;
+    wait_until("the end of the topic", || {
+        consumer.has_reached_end_of_topic()
+    })
+    .await;
 
     // A new subscription at the end (latest) of the terminated topic: told at once.
     let late = client
