@@ -125,6 +125,7 @@ impl ReaderBuilder {
                 inclusive: self.inclusive,
             },
             partitions: HashMap::new(),
+            end: None,
         })
     }
 }
@@ -171,6 +172,9 @@ pub struct Reader {
     position: Position,
     /// The position of each partition (-1 for a non-partitioned topic) once it differs.
     partitions: HashMap<i32, Position>,
+    /// The end of the topic, met by `has_message_available` (which answers `false`): the next
+    /// `recv` reports it.
+    end: Option<Error>,
 }
 
 impl Reader {
@@ -206,6 +210,9 @@ impl Reader {
     /// # Ok(()) }
     /// ```
     pub async fn recv(&mut self) -> Result<Message> {
+        if let Some(end) = self.end.take() {
+            return Err(end);
+        }
         let m = self.consumer.recv().await?;
         self.handed_out(&m);
         Ok(m)
@@ -255,6 +262,9 @@ impl Reader {
             self.consumer.peeked = Some(m);
             return Ok(true);
         }
+        if self.end.is_some() {
+            return Ok(false);
+        }
         while let Ok((index, epoch, item)) = self.consumer.rx.try_recv() {
             match self.consumer.accept(index, epoch, item) {
                 Some(Ok(m)) => {
@@ -262,6 +272,12 @@ impl Reader {
                         .insert(m.id.partition, Position::Received(m.id));
                     self.consumer.peeked = Some(m);
                     return Ok(true);
+                }
+                // At the end of the topic nothing is available (Java's hasMessageAvailable is
+                // false there); the end is reported by the next `recv`.
+                Some(Err(e @ Error::TopicTerminated { .. })) => {
+                    self.end = Some(e);
+                    return Ok(false);
                 }
                 Some(Err(e)) => return Err(e),
                 None => {}
@@ -392,6 +408,9 @@ impl Stream for Reader {
     type Item = Result<Message>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(end) = self.end.take() {
+            return Poll::Ready(Some(Err(end)));
+        }
         let polled = Pin::new(&mut self.consumer).poll_next(cx);
         if let Poll::Ready(Some(Ok(m))) = &polled {
             self.handed_out(m);

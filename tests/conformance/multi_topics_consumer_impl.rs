@@ -55,5 +55,8 @@ async fn one_topic_ending_is_no_error_and_the_end_is_reached_once_all_have() {
     within("close", consumer.close()).await.unwrap();
     // Nothing else was reported: no error for a's end alone.
     let after = within("after the close", consumer.recv()).await;
-    assert!(matches!(after, Err(Error::Closed)), "after the close: {after:?}");
+    assert!(
+        matches!(after, Err(Error::Closed)),
+        "after the close: {after:?}"
+    );
 }

@@ -42,6 +42,9 @@ async fn a_reader_acks_what_it_reads_and_so_learns_the_end_of_its_topic() {
         reader.has_reached_end_of_topic()
     })
     .await;
+    // Java `hasMessageAvailable` at the end: false (not an error).
+    let available = within("available", reader.has_message_available()).await;
+    assert!(matches!(available, Ok(false)), "{available:?}");
     let end = within("the end", reader.recv()).await;
     assert!(
         matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
