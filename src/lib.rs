@@ -43,8 +43,10 @@
 //!   wait one operation timeout against an unresponsive broker); its doc says what is cut off
 //!   when the deadline passes.
 //! - When the broker ends an entity for good, it ends in [`State::ClosedByBroker`],
-//!   [`State::Terminated`], [`State::Fenced`] or [`State::Failed`], and its calls fail with the
-//!   matching error. A lost connection is not an end: the entity is `Reconnecting` and
+//!   [`State::Terminated`] (a producer of a terminated topic), [`State::Fenced`] or
+//!   [`State::Failed`], and its calls fail with the matching error. (A consumer that reached
+//!   the end of a terminated topic does not end: it stays attached until closed, as in Java;
+//!   see [`Consumer::has_reached_end_of_topic`].) A lost connection is not an end: the entity is `Reconnecting` and
 //!   carries on (producers keep what they hold, acks are kept for the new subscription).
 //!
 //! ## Logging

@@ -10,8 +10,10 @@ use crate::proto;
 /// The id of a stored message: ledger and entry, the partition (-1 if the topic is not
 /// partitioned), and for a message in a batch its index and the batch size (-1 / 0 otherwise).
 ///
-/// Displays as `ledger:entry:partition:batch_index` (the form the official clients print) and
-/// parses back from it to an equal id.
+/// Displays exactly as upstream Java's `MessageId.toString()`: `ledger:entry:partition` for a
+/// message outside a batch (`MessageIdImpl`), `ledger:entry:partition:batch_index` for one in a
+/// batch (`BatchMessageIdImpl`), and parses back from either to an equal id (dead-letter copies
+/// carry this form in `ORIGIN_MESSAGE_ID`, as Java's and Go's do).
 ///
 /// Identity: two ids are equal (and hash equally, and compare `Equal`) when their ledger, entry,
 /// partition and batch index are equal. `batch_size` is data carried along (the acknowledgment
@@ -23,7 +25,7 @@ use crate::proto;
 /// A chunked message (PIP-37) is identified by its **last** chunk, and carries where its first
 /// chunk is in [`first_chunk`](Self::first_chunk) (upstream's `ChunkMessageIdImpl`, whose
 /// identity is also the last chunk's). It displays as `first-last`
-/// (`ledger:entry:partition:-1-ledger:entry:partition:-1`, upstream's `toString`), which parses
+/// (`ledger:entry:partition-ledger:entry:partition`, upstream's `toString`), which parses
 /// back to an equal id that keeps its first chunk.
 ///
 /// `#[non_exhaustive]`: build ids with [`MessageId::new`] or by parsing; fields stay readable
@@ -205,11 +207,18 @@ impl fmt::Display for MessageId {
             // Upstream `ChunkMessageIdImpl.toString`: first chunk, `-`, last chunk.
             write!(f, "{first}-")?;
         }
+        // Java MessageIdImpl.toString is `ledger:entry:partition`; BatchMessageIdImpl adds
+        // `:batchIndex`. An id outside a batch (index -1) has no batch part; any other index,
+        // even one no broker gives, is printed so that the string parses back to this id.
         write!(
             f,
-            "{}:{}:{}:{}",
-            self.ledger_id as i64, self.entry_id as i64, self.partition, self.batch_index
-        )
+            "{}:{}:{}",
+            self.ledger_id as i64, self.entry_id as i64, self.partition
+        )?;
+        if self.batch_index != -1 {
+            write!(f, ":{}", self.batch_index)?;
+        }
+        Ok(())
     }
 }
 
@@ -274,7 +283,14 @@ mod tests {
         };
         assert_eq!(id.to_string(), "5:7:2:3");
         assert_eq!("5:7:2:3".parse::<MessageId>().unwrap(), id);
-        assert_eq!(MessageId::EARLIEST.to_string(), "-1:-1:-1:-1");
+        assert_eq!(MessageId::EARLIEST.to_string(), "-1:-1:-1");
+        // An id outside a batch has no batch part (Java `MessageIdImpl.toString`).
+        assert_eq!(MessageId::new(5, 7, -1).to_string(), "5:7:-1");
+        assert_eq!(MessageId::new(5, 7, 2).to_string(), "5:7:2");
+        assert_eq!(
+            "5:7:2".parse::<MessageId>().unwrap(),
+            MessageId::new(5, 7, 2)
+        );
         assert_eq!("-1:-1".parse::<MessageId>().unwrap(), MessageId::EARLIEST);
         assert!("x:1".parse::<MessageId>().is_err());
         assert!("1".parse::<MessageId>().is_err());
@@ -287,7 +303,7 @@ mod tests {
             ledger_id: 7,
             entry_id: 9,
         });
-        assert_eq!(id.to_string(), "7:9:2:-1-7:12:2:-1");
+        assert_eq!(id.to_string(), "7:9:2-7:12:2");
         let back: MessageId = id.to_string().parse().unwrap();
         assert_eq!(back, id);
         assert_eq!(back.first_chunk, id.first_chunk);

@@ -314,7 +314,8 @@ fn chunk_message_id_display_parse_and_order() {
     let id: MessageId = "7:9:3:-1-7:12:3:-1".parse().unwrap();
     assert_eq!(id, last, "identity is the last chunk");
     assert_eq!(id.first_chunk_id(), Some(MessageId::new(7, 9, 3)));
-    assert_eq!(id.to_string(), "7:9:3:-1-7:12:3:-1");
+    // Java `ChunkMessageIdImpl.toString`: `first-last`, each as `MessageIdImpl` prints it.
+    assert_eq!(id.to_string(), "7:9:3-7:12:3");
     let non_part: MessageId = "7:9:-1:-1-7:12:-1:-1".parse().unwrap();
     assert_eq!(non_part.first_chunk_id(), Some(MessageId::new(7, 9, -1)));
     assert_eq!(non_part.to_string().parse::<MessageId>().unwrap(), non_part);

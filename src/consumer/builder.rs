@@ -251,6 +251,7 @@ impl ConsumerBuilder {
                 pattern: TopicsPattern::new(p)?,
                 mode: self.mode,
                 period: self.discovery_period,
+                own_letters: super::pattern::OwnLetters::of(&self.options),
             };
             return Box::pin(Consumer::subscribe_pattern(self.client, cfg, self.options)).await;
         }

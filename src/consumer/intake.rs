@@ -82,10 +82,15 @@ impl ConsumerTask {
                 };
                 self.on_message(cmd, payload);
             }
+            // Java ConsumerImpl.setTerminated / ClientCnx.handleReachedEndOfTopic: only a flag
+            // (and the listener told). The consumer stays a consumer: attached, acking,
+            // seeking, and closed with CloseConsumer like any other (the broker sends this
+            // again after a re-subscribe at the end; it is reported once).
             Ok(Type::ReachedEndOfTopic) => {
-                return Err(Error::TopicTerminated {
-                    topic: self.entity.topic.to_string(),
-                });
+                if !self.shared.reached_end.swap(true, Ordering::AcqRel) {
+                    tracing::info!(topic = %self.entity.topic, "consumer reached the end of the topic");
+                    self.emit(Item::EndOfTopic);
+                }
             }
             Ok(Type::ActiveConsumerChange) => {
                 let active = command

@@ -96,6 +96,8 @@ pub struct Consumer {
     acker: Acker,
     /// A pattern consumer's topic discovery.
     discovery: Option<pattern::Discovery>,
+    /// Whether `recv` reported the end of the topics (once, see [`Consumer::recv`]).
+    end_reported: bool,
 }
 
 impl Consumer {
@@ -153,6 +155,7 @@ impl Consumer {
             groups: Arc::new(Mutex::new(groups)),
             count,
             discovery: None,
+            end_reported: false,
         }
     }
 
@@ -264,7 +267,46 @@ impl Consumer {
             }
             // Errors are never sent again: they reach the application whatever the epoch.
             Item::Error(e) => Some(Err(e)),
+            // One partition (or topic) at its end is no error (Java MultiTopicsConsumerImpl);
+            // the end is reported once, when every one of them got there.
+            // Counted once the handle took the notice, so every message the partitions queued
+            // before their notices is handed out before the end is.
+            Item::EndOfTopic => {
+                p.end_taken.store(true, Ordering::Release);
+                let all_taken = self.every_current(|p| p.end_taken.load(Ordering::Acquire));
+                if self.end_reported || !all_taken {
+                    return None;
+                }
+                self.end_reported = true;
+                Some(Err(Error::TopicTerminated {
+                    topic: self.topic.to_string(),
+                }))
+            }
         }
+    }
+
+    /// Whether the consumer reached the end of its terminated topic: the broker said so for
+    /// every partition of every topic (a multi-topic or pattern consumer: of each topic it
+    /// has now; with `retry_enable`, of the retry topic too), like Java's
+    /// `hasReachedEndOfTopic` (`MultiTopicsConsumerImpl`: all of its consumers). `false`
+    /// while the consumer has no topic (a pattern consumer that matched none).
+    ///
+    /// A consumer at the end stays a consumer, as in Java: attached to its subscription,
+    /// able to ack, seek and unsubscribe, and [`close`](Self::close) detaches it on the
+    /// broker. The flag stays set once set (also after a seek, as Java's).
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.every_current(|p| p.reached_end.load(Ordering::Acquire))
+    }
+
+    /// Whether the consumer has a current partition (topic not deleted nor removed) and
+    /// `check` holds for each.
+    fn every_current(&self, check: impl Fn(&PartitionShared) -> bool) -> bool {
+        let live = self.live();
+        let mut current = live
+            .iter()
+            .filter(|p| !p.removed.load(Ordering::Acquire))
+            .peekable();
+        current.peek().is_some() && current.all(|p| check(p))
     }
 
     /// The next message of the entry being handed out, if any. Each one counts as taken out
@@ -317,7 +359,14 @@ impl Consumer {
     }
 
     /// Waits for the next message. After the consumer is closed for good (closed by the broker,
-    /// topic terminated ...) this returns that error once, then [`Error::Closed`].
+    /// failed ...) this returns that error once, then [`Error::Closed`].
+    ///
+    /// Once every partition of every topic reached the end of its terminated topic (see
+    /// [`has_reached_end_of_topic`](Self::has_reached_end_of_topic)), this returns
+    /// [`Error::TopicTerminated`] once, after the messages received before; the consumer
+    /// stays open (Java tells its listener `reachedEndOfTopic` and its `receive` waits): a
+    /// later `recv` waits for messages (e.g. after a seek), and [`close`](Self::close)
+    /// detaches it on the broker.
     ///
     /// # Cancel safety
     ///
@@ -467,7 +516,7 @@ impl Consumer {
     ///
     /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
     /// topic leaves the consumer). On a multi-topic or pattern consumer (or one with
-    /// `retry_enable`) a topic that ended for good (its end reached, closed by the broker,
+    /// `retry_enable`) a topic that ended for good (closed by the broker,
     /// failed) does not end the consumer while its other topics run, like upstream's
     /// `MultiTopicsConsumerImpl`: the state is terminal once every topic ended.
     pub fn state(&self) -> State {
@@ -556,7 +605,8 @@ impl Consumer {
     /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
     /// that state: [`State::Closed`] after a close by the application (its
     /// [`close`](Self::close), dropping it, or [`Client::close`](crate::Client::close)), else
-    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Terminated`]). The future is
+    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Failed`]; reaching the end of a
+    /// terminated topic is no end, see [`Consumer::has_reached_end_of_topic`]). The future is
     /// `Send + 'static`.
     ///
     /// ```no_run
@@ -599,6 +649,13 @@ impl Consumer {
     /// Deletes the subscription (the consumer must be its only one) on every topic and
     /// partition, and closes the consumer.
     pub async fn unsubscribe(self) -> Result<()> {
+        if let Some(d) = &self.discovery {
+            // Java PatternMultiTopicsConsumerImpl: the consumer is Closing before it
+            // unsubscribes, and topic changes are ignored from then on. Discovery left running
+            // would see the unsubscribed topics' consumers end and subscribe them again,
+            // re-creating the subscription.
+            d.stop().await;
+        }
         // Concurrently, like upstream's MultiTopicsConsumerImpl.unsubscribeAsync.
         let all = self.all();
         let asks = all.iter().map(|p| Self::ask(p, ConsumerOp::Unsubscribe));

@@ -188,7 +188,14 @@ pub(crate) async fn subscribe_topic(
         let n = client
             .partitioned_topic_metadata(retry_topic.as_str())
             .await?;
-        retry_options = Some(Arc::new(options.for_partitions(n)));
+        let mut retry = options.for_partitions(n);
+        // The retry topic is the consumer's own: subscribed creating it if it does not exist
+        // yet (Java creates it with the retry producer or the subscribe). A pattern consumer
+        // subscribes its topics without creating them, and its retry topic did not exist
+        // until the first retry: every matching topic was dropped as "not found", and
+        // `subscribe()` returned a consumer of zero topics.
+        retry.force_topic_creation = true;
+        retry_options = Some(Arc::new(retry));
         if n == 0 {
             names.push((retry_topic, -1));
         } else {

@@ -87,6 +87,8 @@ pub(super) async fn spawn_partition(
             options.receiver_queue_size,
         ),
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
+        reached_end: std::sync::atomic::AtomicBool::new(false),
+        end_taken: std::sync::atomic::AtomicBool::new(false),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
         acks: Mutex::new(Default::default()),

@@ -64,6 +64,58 @@ pub(crate) struct PatternConfig {
     pub pattern: TopicsPattern,
     pub mode: RegexSubscriptionMode,
     pub period: Duration,
+    /// The consumer's own retry and dead-letter topics, which never join as topics.
+    pub own_letters: OwnLetters,
+}
+
+/// The retry and dead-letter topics of a pattern consumer that has them (`retry_enable`, or a
+/// dead-letter policy): those of every matched topic (`<topic>-<subscription>-RETRY` and
+/// `-DLQ`, the default names) and those the policy names.
+///
+/// Upstream's pattern consumer filters only system topics (`TopicList.filterSystemTopic`), so
+/// a pattern like `orders-.*` also matches its own `orders-x-sub-RETRY` and `-DLQ` topics.
+/// Here each topic's retry topic is already subscribed with it (as Java does for a consumer
+/// of named topics), so matching it again would subscribe it twice and then, with its own
+/// retry topic, `…-RETRY-sub-RETRY` without end; and consuming the dead-letter topic would
+/// deliver again what was dead-lettered. So they are left out.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct OwnLetters {
+    /// `-<subscription>-RETRY`, `-<subscription>-DLQ`.
+    pub suffixes: Vec<String>,
+    /// The policy's own retry and dead-letter topic names.
+    pub names: Vec<String>,
+}
+
+impl OwnLetters {
+    /// What a consumer with these options leaves out (nothing without retry or DLQ).
+    pub(crate) fn of(options: &super::ConsumerOptions) -> OwnLetters {
+        if !options.retry_enable && options.dead_letter_policy.is_none() {
+            return OwnLetters::default();
+        }
+        let sub = &options.subscription;
+        let mut names = Vec::new();
+        if let Some(p) = &options.dead_letter_policy {
+            for t in [&p.retry_letter_topic, &p.dead_letter_topic]
+                .into_iter()
+                .flatten()
+            {
+                if let Ok(name) = TopicName::new(t) {
+                    names.push(name.to_string());
+                }
+            }
+        }
+        OwnLetters {
+            suffixes: vec![format!("-{sub}-RETRY"), format!("-{sub}-DLQ")],
+            names,
+        }
+    }
+
+    /// Whether `topic` (a partition: its partitioned topic) is one of them.
+    fn contains(&self, topic: &TopicName) -> bool {
+        let base = topic.partitioned_topic_name();
+        self.suffixes.iter().any(|s| base.ends_with(s.as_str()))
+            || self.names.iter().any(|n| n == base)
+    }
 }
 
 /// The matching topics of one GetTopicsOfNamespace answer: `None` if unchanged since `hash`.
@@ -139,6 +191,7 @@ fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
         && (filtered || cfg.pattern.matches(topic))
         && !is_system_topic(topic)
         && cfg.mode.admits(&name)
+        && !cfg.own_letters.contains(&name)
 }
 
 /// The first listing of a pattern consumer: fails (with the broker's error, or a timeout

@@ -25,6 +25,9 @@ pub(crate) enum Item {
     /// entries cannot grow the queue either.
     Discarded(Error),
     Error(Error),
+    /// The broker said the subscription reached the end of its terminated topic (sent once
+    /// per partition): the handle reports it once every partition of every topic got there.
+    EndOfTopic,
 }
 
 impl Item {
@@ -33,7 +36,7 @@ impl Item {
         match self {
             Item::Messages(e) => e.records.len() as u64,
             Item::Discarded(_) => 1,
-            Item::Error(_) => 0,
+            Item::Error(_) | Item::EndOfTopic => 0,
         }
     }
 }

@@ -125,6 +125,7 @@ impl ReaderBuilder {
                 inclusive: self.inclusive,
             },
             partitions: HashMap::new(),
+            end: None,
         })
     }
 }
@@ -160,7 +161,10 @@ fn is_after(last: MessageId, from: MessageId, inclusive: bool) -> bool {
     }
 }
 
-/// Reads messages of a topic in order from a start position. Readers need no acks.
+/// Reads messages of a topic in order from a start position. Readers need no acks: each message
+/// read is acked cumulatively by the reader itself (like Java's), which moves its
+/// non-durable cursor and lets the broker say when the end of a terminated topic is reached
+/// ([`Reader::has_reached_end_of_topic`]).
 #[derive(Debug)]
 pub struct Reader {
     consumer: Consumer,
@@ -168,6 +172,9 @@ pub struct Reader {
     position: Position,
     /// The position of each partition (-1 for a non-partitioned topic) once it differs.
     partitions: HashMap<i32, Position>,
+    /// The end of the topic, met by `has_message_available` (which answers `false`): the next
+    /// `recv` reports it.
+    end: Option<Error>,
 }
 
 impl Reader {
@@ -203,10 +210,34 @@ impl Reader {
     /// # Ok(()) }
     /// ```
     pub async fn recv(&mut self) -> Result<Message> {
+        if let Some(end) = self.end.take() {
+            return Err(end);
+        }
         let m = self.consumer.recv().await?;
+        self.handed_out(&m);
+        Ok(m)
+    }
+
+    /// A message goes to the application: it is the reader's position, and it is acked
+    /// cumulatively. Java `ReaderImpl.readNext` acks each message it returns cumulatively
+    /// (grouped by the ack-grouping tracker), so the broker's cursor follows the reader and,
+    /// on a terminated topic, the broker sends REACHED_END_OF_TOPIC once it has read
+    /// everything (`PersistentSubscription.acknowledgeMessage`). A failed ack is only logged,
+    /// as Java's: a reader re-subscribes at its own position anyway.
+    fn handed_out(&mut self, m: &Message) {
         self.partitions
             .insert(m.id.partition, Position::Received(m.id));
-        Ok(m)
+        if let Err(e) = self.consumer.ack_cumulative(m) {
+            tracing::debug!(topic = %self.consumer.topic(), id = %m.id, error = %e,
+                "reader: cumulative ack failed");
+        }
+    }
+
+    /// Whether the reader reached the end of its terminated topic (every partition), like
+    /// Java's `Reader.hasReachedEndOfTopic`: see [`Consumer::has_reached_end_of_topic`]. The
+    /// reader learns it because it acks what it reads (cumulatively, as Java's does).
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.consumer.has_reached_end_of_topic()
     }
 
     /// Whether a message is available to read now (asks the broker for the last stored id),
@@ -231,6 +262,9 @@ impl Reader {
             self.consumer.peeked = Some(m);
             return Ok(true);
         }
+        if self.end.is_some() {
+            return Ok(false);
+        }
         while let Ok((index, epoch, item)) = self.consumer.rx.try_recv() {
             match self.consumer.accept(index, epoch, item) {
                 Some(Ok(m)) => {
@@ -238,6 +272,12 @@ impl Reader {
                         .insert(m.id.partition, Position::Received(m.id));
                     self.consumer.peeked = Some(m);
                     return Ok(true);
+                }
+                // At the end of the topic nothing is available (Java's hasMessageAvailable is
+                // false there); the end is reported by the next `recv`.
+                Some(Err(e @ Error::TopicTerminated { .. })) => {
+                    self.end = Some(e);
+                    return Ok(false);
                 }
                 Some(Err(e)) => return Err(e),
                 None => {}
@@ -368,10 +408,12 @@ impl Stream for Reader {
     type Item = Result<Message>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(end) = self.end.take() {
+            return Poll::Ready(Some(Err(end)));
+        }
         let polled = Pin::new(&mut self.consumer).poll_next(cx);
         if let Poll::Ready(Some(Ok(m))) = &polled {
-            let id = m.id;
-            self.partitions.insert(id.partition, Position::Received(id));
+            self.handed_out(m);
         }
         polled
     }

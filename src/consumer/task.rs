@@ -106,6 +106,11 @@ pub(crate) struct PartitionShared {
     /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
     /// it no longer counts in the consumer's state, and discovery drops it.
     pub topic_deleted: std::sync::atomic::AtomicBool,
+    /// Set once the broker said REACHED_END_OF_TOPIC (Java `ConsumerImpl.setTerminated`: a
+    /// flag only; the consumer stays attached and usable).
+    pub reached_end: std::sync::atomic::AtomicBool,
+    /// Set when the handle took this partition's end-of-topic notice out of the queue.
+    pub end_taken: std::sync::atomic::AtomicBool,
     /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
     pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.

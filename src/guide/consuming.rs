@@ -187,7 +187,7 @@
 //! ```no_run
 //! # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
 //! use pulsar_sdk::MessageId;
-//! let replay_from: MessageId = "123:45:-1:-1".parse()?; // ids print and parse back
+//! let replay_from: MessageId = "123:45:-1".parse()?; // ids print and parse back
 //! consumer.seek(replay_from).await?;
 //! let an_hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
 //! let millis = an_hour_ago.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
@@ -213,6 +213,24 @@
 //! [`pattern_auto_discovery_period`](crate::ConsumerBuilder::pattern_auto_discovery_period)
 //! (1 minute) in any case.
 //!
+//! **Patterns, retry and dead-letter topics.** The default retry and dead-letter topics are
+//! named after the topic (`orders-eu-audit-RETRY`, `orders-eu-audit-DLQ`), so a pattern like
+//! `orders-.*` matches them too. With [`retry_enable`](crate::ConsumerBuilder::retry_enable)
+//! each matched topic is subscribed together with its retry topic, which is created if it does
+//! not exist yet; and a pattern consumer with `retry_enable` or a dead-letter policy leaves out
+//! of its topics those ending in `-<subscription>-RETRY` or `-<subscription>-DLQ` and those its
+//! policy names, so it neither consumes its retry topic twice nor consumes again what it
+//! dead-lettered. Upstream's Java pattern consumer filters only system topics: there, an
+//! `orders-.*` pattern consumes its own `-DLQ` topic. Another subscription's letters (another
+//! `-<subscription>-` in the name) are ordinary topics to this one: name patterns (or the
+//! policy's topics) so they do not match if that is not wanted.
+//!
+//! A consumer that reached the end of a terminated topic stays attached, as in Java:
+//! [`Consumer::has_reached_end_of_topic`] says so (for a multi-topic or pattern consumer, once
+//! every topic has), [`Consumer::recv`] reports it once as
+//! [`Error::TopicTerminated`](crate::Error::TopicTerminated), and [`Consumer::close`] detaches
+//! it. A [`Reader`] acks what it reads, so it learns the end too.
+//!
 //! ```no_run
 //! # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
 //! let mut consumer = client
@@ -236,7 +254,8 @@
 //! ## Readers
 //!
 //! A [`Reader`] ([`Client::reader`]) reads a topic in order from a position you choose, on a
-//! non-durable subscription of its own: no acks, nothing kept on the broker once it is gone.
+//! non-durable subscription of its own: no acks to make (it acks what it reads itself, like
+//! Java's), nothing kept on the broker once it is gone.
 //! Start it at [`start_earliest`](crate::ReaderBuilder::start_earliest),
 //! [`start_latest`](crate::ReaderBuilder::start_latest) (the default), or after (with
 //! [`start_inclusive`](crate::ReaderBuilder::start_inclusive), at) a

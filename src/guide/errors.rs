@@ -40,7 +40,7 @@
 //! |---|---|---|
 //! | `Closed` | [`Error::Closed`] | closed by the application: `close()`, dropping it, or [`Client::close`](crate::Client::close) |
 //! | `ClosedByBroker` | [`Error::ClosedByBroker`] | the broker closed it with `allow_reconnect = false` (PIP-139), e.g. its namespace is being deleted; a partitioned one closes as a whole |
-//! | `Terminated` | [`Error::TopicTerminated`] | the topic was terminated: no more publishing (a consumer reached its end) |
+//! | `Terminated` | [`Error::TopicTerminated`] | the topic was terminated: no more publishing (a consumer at its end stays `Ready`; its `recv` reports the end once with this error) |
 //! | `Fenced` | [`Error::ProducerFenced`] | a newer exclusive producer took the topic ([`ProducerAccessMode::ExclusiveWithFencing`](crate::producer::ProducerAccessMode::ExclusiveWithFencing)) |
 //! | `Failed` | the error that ended it | a non-retriable error, e.g. the topic was deleted |
 //!

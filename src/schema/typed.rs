@@ -294,6 +294,12 @@ impl<S: Schema> TypedConsumer<S> {
         &self.decoder.schema
     }
 
+    /// Whether the consumer reached the end of its terminated topic; see
+    /// [`Consumer::has_reached_end_of_topic`].
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.inner.has_reached_end_of_topic()
+    }
+
     /// Closes the consumer; see [`Consumer::close`].
     pub async fn close(&self) -> Result<()> {
         self.inner.close().await
@@ -351,6 +357,12 @@ impl<S: Schema> TypedReader<S> {
     /// The schema.
     pub fn schema(&self) -> &S {
         &self.decoder.schema
+    }
+
+    /// Whether the reader reached the end of its terminated topic; see
+    /// [`Reader::has_reached_end_of_topic`].
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.inner.has_reached_end_of_topic()
     }
 
     /// Whether a message is available to [`recv`](Self::recv): a message held by a cancelled

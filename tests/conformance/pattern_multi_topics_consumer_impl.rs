@@ -1,4 +1,121 @@
-//! Upstream `PatternMultiTopicsConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
+//! Upstream `PatternMultiTopicsConsumerImpl` (and its `TopicListWatcher`): the behaviours the
+//! ledger (`docs/conformance.md`) records for it.
 
-#[allow(unused_imports)]
-use crate::common;
+use std::time::Duration;
+
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
+use pulsar_sdk::{InitialPosition, ServerError, SubscriptionType};
+
+use crate::common::{client, full, within};
+
+/// How many SUBSCRIBEs the broker got for `topic`.
+fn subscribes(broker: &MockBroker, topic: &str) -> usize {
+    broker
+        .received_of(Type::Subscribe)
+        .iter()
+        .filter(|r| {
+            r.command
+                .subscribe
+                .as_ref()
+                .is_some_and(|s| s.topic == topic)
+        })
+        .count()
+}
+
+/// Java `PatternMultiTopicsConsumerImpl`: `unsubscribeAsync` puts the consumer in Closing
+/// first, and topic changes are not applied from then on. Discovery must not subscribe again
+/// a topic whose subscription was just deleted (here: topic a is unsubscribed while topic b's
+/// unsubscribe is still waiting for the broker, and discovery polls every 20 ms).
+#[tokio::test]
+async fn unsubscribe_stops_discovery_first_so_no_subscription_is_created_again() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("conf-unsub-a"), full("conf-unsub-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-unsub-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    assert_eq!(consumer.topics().len(), 2);
+    broker.push_error(
+        MockError::new(
+            MockRequest::Unsubscribe,
+            ServerError::ServiceNotReady,
+            "slow",
+        )
+        .after(Duration::from_millis(500))
+        .on_topic(&b),
+    );
+    let r = within("unsubscribe", consumer.unsubscribe()).await;
+    assert!(r.is_err(), "b's unsubscribe was refused: {r:?}");
+    assert!(
+        broker.subscriptions(&a).is_empty(),
+        "a's subscription re-created"
+    );
+    assert_eq!(subscribes(&broker, &a), 1, "a was subscribed again");
+}
+
+/// Java creates a consumer's retry topic when it needs it (a consumer with `enableRetry`
+/// subscribes it, creating it): a pattern consumer with `retry_enable` subscribes each
+/// matched topic with its retry topic, created if it does not exist yet — not a consumer of
+/// zero topics. Its own `-RETRY` / `-DLQ` topics, which its `prefix-.*` pattern also matches,
+/// do not join as topics of their own (see `OwnLetters`: upstream filters only system topics).
+#[tokio::test]
+async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_letters() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-retry-p-a");
+    let retry = format!("{a}-s-RETRY");
+    broker.create_topic(&a);
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-retry-p-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    let names = |c: &pulsar_sdk::Consumer| -> Vec<String> {
+        c.topics().iter().map(|t| t.to_string()).collect()
+    };
+    assert_eq!(names(&consumer), vec![a.clone()], "the topic was dropped");
+    assert_eq!(broker.subscriptions(&retry), vec!["s".to_string()]);
+    // A retry comes back through the retry topic.
+    let producer = crate::common::unbatched_producer(&client, &a).await;
+    crate::common::publish(&producer, "m", 1).await;
+    let m = within("recv", consumer.recv()).await.unwrap();
+    within(
+        "retry",
+        consumer.reconsume_later(&m, Duration::from_millis(10)),
+    )
+    .await
+    .unwrap();
+    let again = within("recv the retry", consumer.recv()).await.unwrap();
+    assert_eq!(again.payload_str(), Some("m-0"));
+    assert_eq!(again.topic.to_string(), retry);
+    // Two more polls (each answered and applied before the next is sent) saw the retry
+    // topic listed: it did not join as a topic of its own.
+    let polls = broker.received_of(Type::GetTopicsOfNamespace).len();
+    crate::common::wait_until("two more polls", || {
+        broker.received_of(Type::GetTopicsOfNamespace).len() >= polls + 2
+    })
+    .await;
+    assert_eq!(names(&consumer), vec![a.clone()]);
+    assert_eq!(
+        subscribes(&broker, &retry),
+        1,
+        "the retry topic subscribed twice"
+    );
+    within("close", consumer.close()).await.unwrap();
+}
