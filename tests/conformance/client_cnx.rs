@@ -1,4 +1,1 @@
 //! Upstream `ClientCnx`: the behaviours the ledger (`docs/conformance.md`) records for it.
-
-#[allow(unused_imports)]
-use crate::common;

@@ -1,11 +1,9 @@
 //! Upstream `ConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
-use std::time::Duration;
-
+use crate::common::{client, full, publish, publish_batch, unbatched_producer, within};
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{DeadLetterPolicy, InitialPosition, SubscriptionType};
-
-use crate::common::{client, full, publish, publish_batch, unbatched_producer, within};
+use std::time::Duration;
 
 /// Java `ConsumerImpl.processPossibleToDLQ` sets ORIGIN_MESSAGE_ID to the message id's
 /// `toString()`: `MessageIdImpl` prints `ledger:entry:partition` (no batch part),

@@ -1,10 +1,9 @@
 //! Upstream `MultiTopicsConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records
 //! for it.
 
+use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Error, InitialPosition, SubscriptionType};
-
-use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
 
 /// Java `MultiTopicsConsumerImpl`: one topic reaching its end is no error (its consumer only
 /// sets its flag); `hasReachedEndOfTopic` is true once every topic's consumer has reached it.

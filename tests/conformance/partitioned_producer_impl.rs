@@ -1,11 +1,9 @@
 //! Upstream `PartitionedProducerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
-use std::time::Duration;
-
+use crate::common::{client, full, wait_until};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
-
-use crate::common::{client, full, wait_until};
+use std::time::Duration;
 
 /// The (producer name, user-provided flag) of every PRODUCER the broker received, in order.
 fn producer_commands(broker: &MockBroker) -> Vec<(Option<String>, Option<bool>)> {

@@ -1,13 +1,11 @@
 //! Upstream `PatternMultiTopicsConsumerImpl` (and its `TopicListWatcher`): the behaviours the
 //! ledger (`docs/conformance.md`) records for it.
 
-use std::time::Duration;
-
+use crate::common::{client, full, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::{InitialPosition, ServerError, SubscriptionType};
-
-use crate::common::{client, full, within};
+use std::time::Duration;
 
 /// How many SUBSCRIBEs the broker got for `topic`.
 fn subscribes(broker: &MockBroker, topic: &str) -> usize {

@@ -1,15 +1,13 @@
 //! Upstream `ProducerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
-use std::time::Duration;
-
+use crate::common::{client, full, publish, test_client, wait_until, within};
+use crate::server_cnx::sent_sequence_ids;
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{Error, ServerError, State};
+use std::time::Duration;
 use tokio::time::Instant;
-
-use crate::common::{client, full, publish, test_client, wait_until, within};
-use crate::server_cnx::sent_sequence_ids;
 
 const SEND_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -1,9 +1,8 @@
 //! Upstream `ReaderImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
-
-use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
 
 /// Java `ReaderImpl.readNext` acks every message it returns cumulatively (grouped), so the
 /// broker's cursor follows the reader and, on a terminated topic, the broker tells it

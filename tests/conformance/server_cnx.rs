@@ -1,10 +1,10 @@
 //! Upstream `ServerCnx`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{Error, ProducerMessage, State};
-
-use crate::common::{client, full, wait_until, within};
+use pulsar_sdk::{Error, InitialPosition, ProducerMessage, State, SubscriptionType};
+use std::time::Duration;
 
 /// The sequence ids of the SENDs the broker received so far, in order.
 pub(crate) fn sent_sequence_ids(broker: &MockBroker) -> Vec<u64> {
@@ -149,13 +149,7 @@ async fn terminate_disconnects_producers_and_refuses_their_re_creation() {
         Err(Error::TopicTerminated { .. })
     ));
     assert_eq!(sent_sequence_ids(&broker), [0]);
-use std::time::Duration;
-
-use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::MockBroker;
-use pulsar_sdk::{InitialPosition, SubscriptionType};
-
-use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
+}
 
 /// Broker `PersistentSubscription.acknowledgeMessage` (and the dispatchers' read that finds
 /// no more entries): on a terminated topic, REACHED_END_OF_TOPIC goes to the subscription's
