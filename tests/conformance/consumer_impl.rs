@@ -288,3 +288,156 @@ async fn redelivery_by_id_sends_at_most_a_thousand_ids_per_command() {
     let sizes: Vec<usize> = redelivered_ids(&broker).iter().map(Vec::len).collect();
     assert!(sizes.iter().all(|&s| s <= 1000), "ids per command: {sizes:?}");
 }
+
+/// `ConsumerBuilderImpl.subscribeAsync`: a subscription name must be set ("Subscription name
+/// must be set on the consumer builder"); nothing reaches the broker.
+#[tokio::test]
+async fn an_empty_subscription_name_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    for name in ["", "  "] {
+        let r = client.consumer("no-sub").subscription(name).subscribe().await;
+        assert!(matches!(r, Err(Error::InvalidConfig(_))), "{name:?}: {r:?}");
+    }
+    assert!(subscribes(&broker).is_empty());
+}
+
+/// `ConsumerBuilderImpl.receiverQueueSize(0)` makes a zero-queue consumer upstream; this
+/// client has no zero-queue mode and refuses 0 with a clear error (the ledger says why).
+#[tokio::test]
+async fn a_zero_receiver_queue_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let r = client
+        .consumer("zero-queue")
+        .subscription("s")
+        .receiver_queue_size(0)
+        .subscribe()
+        .await;
+    assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
+    assert!(subscribes(&broker).is_empty());
+}
+
+/// `ConsumerImpl.connectionOpened`: a BYTES schema (and no schema) subscribes without a
+/// `schema` field, so the broker does not check it against the topic's.
+#[tokio::test]
+async fn a_bytes_consumer_subscribes_without_a_schema() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let _typed = client
+        .consumer("bytes-schema")
+        .subscription("typed")
+        .schema(pulsar_sdk::schema::BytesSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let _plain = client
+        .consumer("bytes-schema")
+        .subscription("plain")
+        .subscribe()
+        .await
+        .unwrap();
+    let sent = subscribes(&broker);
+    assert_eq!(sent.len(), 2);
+    assert!(sent.iter().all(|s| s.schema.is_none()), "{sent:?}");
+    // A real schema is sent (so the check above could fail).
+    let _string = client
+        .consumer("string-schema")
+        .subscription("string")
+        .schema(pulsar_sdk::schema::StringSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    assert!(subscribes(&broker)[2].schema.is_some());
+}
+
+/// `MultiplierRedeliveryBackoff.next`: the delay of a message redelivered `n` times is
+/// `min · multiplier^n`, capped at `max`.
+#[test]
+fn negative_ack_backoff_grows_with_the_redelivery_count() {
+    let b = pulsar_sdk::RedeliveryBackoff::exponential(
+        Duration::from_secs(1),
+        Duration::from_secs(60),
+    );
+    assert_eq!(b.delay(0), Duration::from_secs(1));
+    assert_eq!(b.delay(1), Duration::from_secs(2));
+    assert_eq!(b.delay(3), Duration::from_secs(8));
+    assert_eq!(b.delay(6), Duration::from_secs(60));
+    assert_eq!(b.delay(u32::MAX), Duration::from_secs(60));
+}
+
+/// `ConsumerBase.reconsumeLaterAsync`: without `enableRetry` reconsumeLater is refused
+/// ("reconsumeLater method not support!"), and the message is not acked.
+#[tokio::test]
+async fn reconsume_later_without_retry_enable_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = "no-retry";
+    let producer = unbatched_producer(&client, topic).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let m = recv(&mut consumer).await;
+    let r = consumer.reconsume_later(&m, Duration::from_secs(1)).await;
+    assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
+    consumer.close().await.unwrap();
+    assert!(broker.received_of(Type::Ack).is_empty(), "not acked");
+    assert_eq!(broker.subscription_backlog(topic, "s"), 1);
+}
+
+/// The broker refuses a seek on a non-persistent topic (it stores nothing); the client fails
+/// it before sending anything.
+#[tokio::test]
+async fn seek_on_a_non_persistent_topic_fails_before_sending() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let mut consumer = client
+        .consumer("non-persistent://public/default/np-seek")
+        .subscription("s")
+        .subscribe()
+        .await
+        .unwrap();
+    let r = consumer.seek(pulsar_sdk::MessageId::EARLIEST).await;
+    assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
+    let r = consumer.seek_by_time(0).await;
+    assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
+    assert!(broker.received_of(Type::Seek).is_empty());
+}
+
+/// `ConsumerImpl.seekAsync(MessageId)`: for a chunked message's id the SEEK names its first
+/// chunk, so the whole message is read again.
+#[tokio::test]
+async fn seek_to_a_chunked_message_goes_to_its_first_chunk() {
+    let broker = common::chunks::broker_with_max(10_000).await;
+    let client = client(&broker.service_url());
+    let topic = "seek-chunked";
+    let producer = common::chunks::chunking_producer(&client, topic).await;
+    let body = common::chunks::noise(25_000, 7);
+    producer.send_and_wait(body.clone()).await.unwrap();
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let m = recv(&mut consumer).await;
+    assert_eq!(m.payload.as_ref(), &body[..]);
+    let first = m.id.first_chunk_id().expect("a chunked message");
+    assert_ne!(first.entry_id, m.id.entry_id);
+    within("seek", consumer.seek(m.id)).await.unwrap();
+    let seek = broker.received_of(Type::Seek)[0]
+        .command
+        .seek
+        .clone()
+        .unwrap();
+    assert_eq!(seek.message_id.unwrap().entry_id, first.entry_id);
+    let again = recv(&mut consumer).await;
+    assert_eq!(again.payload.as_ref(), &body[..]);
+}
