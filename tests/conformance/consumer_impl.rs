@@ -194,13 +194,23 @@ async fn ack_group_time_zero_sends_each_ack_in_its_own_frame() {
     for m in &taken {
         consumer.ack(m).unwrap();
     }
-    let acks = within("three ACK frames", broker.wait_for_commands(Type::Ack, 3, WAIT))
-        .await
-        .unwrap();
+    let acks = within(
+        "three ACK frames",
+        broker.wait_for_commands(Type::Ack, 3, WAIT),
+    )
+    .await
+    .unwrap();
     let per_frame: Vec<Vec<u64>> = acks
         .iter()
         .map(|r| {
-            r.command.ack.as_ref().unwrap().message_id.iter().map(|m| m.entry_id).collect()
+            r.command
+                .ack
+                .as_ref()
+                .unwrap()
+                .message_id
+                .iter()
+                .map(|m| m.entry_id)
+                .collect()
         })
         .collect();
     let expected: Vec<Vec<u64>> = ids.iter().map(|id| vec![id.entry_id]).collect();
@@ -247,7 +257,12 @@ async fn redelivery_by_id_sends_at_most_a_thousand_ids_per_command() {
     let client = client(&broker.service_url());
     let topic = "redeliver-1000";
     let n = 2500;
-    let producer = client.producer(topic).batching(false).create().await.unwrap();
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
     let mut receipts = Vec::new();
     for i in 0..n {
         receipts.push(producer.send(format!("r-{i}")).await.unwrap());
@@ -286,7 +301,10 @@ async fn redelivery_by_id_sends_at_most_a_thousand_ids_per_command() {
     })
     .await;
     let sizes: Vec<usize> = redelivered_ids(&broker).iter().map(Vec::len).collect();
-    assert!(sizes.iter().all(|&s| s <= 1000), "ids per command: {sizes:?}");
+    assert!(
+        sizes.iter().all(|&s| s <= 1000),
+        "ids per command: {sizes:?}"
+    );
 }
 
 /// `ConsumerBuilderImpl.subscribeAsync`: a subscription name must be set ("Subscription name
@@ -296,7 +314,11 @@ async fn an_empty_subscription_name_is_refused() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     for name in ["", "  "] {
-        let r = client.consumer("no-sub").subscription(name).subscribe().await;
+        let r = client
+            .consumer("no-sub")
+            .subscription(name)
+            .subscribe()
+            .await;
         assert!(matches!(r, Err(Error::InvalidConfig(_))), "{name:?}: {r:?}");
     }
     assert!(subscribes(&broker).is_empty());
@@ -355,10 +377,8 @@ async fn a_bytes_consumer_subscribes_without_a_schema() {
 /// `min · multiplier^n`, capped at `max`.
 #[test]
 fn negative_ack_backoff_grows_with_the_redelivery_count() {
-    let b = pulsar_sdk::RedeliveryBackoff::exponential(
-        Duration::from_secs(1),
-        Duration::from_secs(60),
-    );
+    let b =
+        pulsar_sdk::RedeliveryBackoff::exponential(Duration::from_secs(1), Duration::from_secs(60));
     assert_eq!(b.delay(0), Duration::from_secs(1));
     assert_eq!(b.delay(1), Duration::from_secs(2));
     assert_eq!(b.delay(3), Duration::from_secs(8));

@@ -117,9 +117,18 @@ async fn a_nack_on_exclusive_rewinds_only_the_messages_topic() {
     let asked: Vec<u64> = broker
         .received_of(Type::RedeliverUnacknowledgedMessages)
         .into_iter()
-        .map(|r| r.command.redeliver_unacknowledged_messages.unwrap().consumer_id)
+        .map(|r| {
+            r.command
+                .redeliver_unacknowledged_messages
+                .unwrap()
+                .consumer_id
+        })
         .collect();
-    assert_eq!(asked, [consumer_id_of(&broker, &a)], "only a's consumer rewinds");
+    assert_eq!(
+        asked,
+        [consumer_id_of(&broker, &a)],
+        "only a's consumer rewinds"
+    );
 }
 
 /// Upstream's `MultiTopicsConsumerImpl.seekAsync` clears the whole shared queue before a seek

@@ -8,7 +8,12 @@ use pulsar_sdk::mock::wire::{base_command::Type, command_get_topics_of_namespace
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Client, Consumer, RegexSubscriptionMode, SubscriptionType};
 
-async fn pattern(client: &Client, pattern: &str, mode: RegexSubscriptionMode, sub: &str) -> Consumer {
+async fn pattern(
+    client: &Client,
+    pattern: &str,
+    mode: RegexSubscriptionMode,
+    sub: &str,
+) -> Consumer {
     client
         .new_consumer()
         .topics_pattern(pattern)
@@ -31,7 +36,10 @@ async fn the_first_listing_names_the_namespace_mode_and_pattern() {
     broker.create_topic(&full("ls-a"));
     let cases = [
         (RegexSubscriptionMode::PersistentOnly, Mode::Persistent),
-        (RegexSubscriptionMode::NonPersistentOnly, Mode::NonPersistent),
+        (
+            RegexSubscriptionMode::NonPersistentOnly,
+            Mode::NonPersistent,
+        ),
         (RegexSubscriptionMode::AllTopics, Mode::All),
     ];
     for (i, (mode, _)) in cases.iter().enumerate() {
@@ -66,7 +74,13 @@ async fn only_a_persistent_only_pattern_consumer_creates_a_watcher() {
         "np",
     )
     .await;
-    let _all = pattern(&client, "public/default/wm-.*", RegexSubscriptionMode::AllTopics, "all").await;
+    let _all = pattern(
+        &client,
+        "public/default/wm-.*",
+        RegexSubscriptionMode::AllTopics,
+        "all",
+    )
+    .await;
     assert_eq!(broker.received_of(Type::GetTopicsOfNamespace).len(), 2);
     let persistent = pattern(
         &client,
