@@ -36,7 +36,8 @@ impl Consumer {
     ///
     /// On a partitioned consumer (or one with `retry_enable`), only the partition consumer
     /// that owns the id seeks, like upstream's `MultiTopicsConsumerImpl.seekAsync`: the other
-    /// partitions keep their position and their queued messages. An id naming no partition of
+    /// partitions keep their position, and (unlike upstream, whose `beforeSeek` empties the
+    /// whole queue) their queued messages. An id naming no partition of
     /// this consumer's topic fails with [`Error::InvalidOperation`]; [`MessageId::EARLIEST`]
     /// and [`MessageId::LATEST`] go to every partition (and to the retry topic).
     ///

@@ -33,6 +33,10 @@ use super::unacked::Unacked;
 const OVERSHOOT_FACTOR: i64 = 10;
 const OVERSHOOT_SLACK: i64 = 10_000;
 
+/// The most message ids one REDELIVER_UNACKNOWLEDGED_MESSAGES carries (Java
+/// `ConsumerImpl.MAX_REDELIVER_UNACKNOWLEDGED`).
+const MAX_REDELIVER_IDS: usize = 1000;
+
 /// The overshoot tolerated for a receiver queue of `receiver_queue_size`.
 pub(crate) fn overshoot_bound(receiver_queue_size: u32) -> i64 {
     OVERSHOOT_FACTOR * i64::from(receiver_queue_size) + OVERSHOOT_SLACK
@@ -783,9 +787,14 @@ impl ConsumerTask {
         }
         ids.sort();
         ids.dedup();
-        self.shared.stats.redelivery_requested();
-        self.entity
-            .send_control(commands::redeliver(self.entity.id, &ids));
+        // Java ConsumerImpl.redeliverUnacknowledgedMessages(Set): at most
+        // MAX_REDELIVER_UNACKNOWLEDGED (1000) ids per command, so a large redelivery (an ack
+        // timeout expiring a long backlog) never builds one oversized frame.
+        for part in ids.chunks(MAX_REDELIVER_IDS) {
+            self.shared.stats.redelivery_requested();
+            self.entity
+                .send_control(commands::redeliver(self.entity.id, part));
+        }
     }
 
     /// Upstream `ConsumerImpl.redeliverUnacknowledgedMessages()`: clear the receiver queue,
