@@ -2,9 +2,9 @@
 
 use crate::common;
 use crate::common::{client, full, publish, publish_batch, recv, unbatched_producer, within};
-use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
-use pulsar_sdk::mock::{MockBroker, wire};
 use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::{wire, MockBroker};
+use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
 use std::time::Duration;
 
 /// Java `ConsumerImpl.processPossibleToDLQ` sets ORIGIN_MESSAGE_ID to the message id's

@@ -2,9 +2,9 @@
 //! for it.
 
 use crate::common::{client, full, publish, recv, unbatched_producer, wait_until, within};
-use pulsar_sdk::{Client, Consumer, Error, InitialPosition, SubscriptionType};
-use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::{Client, Consumer, Error, InitialPosition, SubscriptionType};
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -2,10 +2,12 @@
 //! ledger (`docs/conformance.md`) records for it.
 
 use crate::common::{client, full, wait_until, within};
-use pulsar_sdk::{Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType};
-use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::wire::command_get_topics_of_namespace::Mode;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
+use pulsar_sdk::{
+    Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType,
+};
 use std::time::Duration;
 
 /// How many SUBSCRIBEs the broker got for `topic`.
@@ -118,9 +120,6 @@ async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_let
     );
     within("close", consumer.close()).await.unwrap();
 }
-
-//! Upstream `PatternMultiTopicsConsumerImpl` and `TopicListWatcher`: the behaviours the ledger
-//! (`docs/conformance.md`) records for them.
 
 async fn pattern(
     client: &Client,
