@@ -115,6 +115,11 @@ async fn seek_and_unsubscribe_errors_reach_the_caller() {
         other => panic!("expected NotAllowed, got {other:?}"),
     }
     assert_eq!(broker.subscriptions("kit-admin"), vec!["s".to_owned()]);
+    // Still a consumer (upstream leaves it Ready): the next unsubscribe goes through.
+    within("unsubscribe again", consumer.unsubscribe())
+        .await
+        .unwrap();
+    assert!(broker.subscriptions("kit-admin").is_empty());
 }
 
 #[tokio::test]

@@ -112,6 +112,28 @@ pub(crate) fn default_topic(topic: &TopicName, subscription: &str, suffix: &str)
     format!("{}-{subscription}{suffix}", topic.partitioned_topic_name())
 }
 
+/// The dead-letter producer's name, as upstream's `ConsumerImpl.initDeadLetterProducerIfNeeded`:
+/// `<topic>-<subscription>-<consumer name>-<5 random alphanumerics>-DLQ`, so two consumers
+/// dead-lettering to one topic never share a producer name (which deduplication and an
+/// Exclusive DLQ producer would trip over) and the broker's stats say whose it is. Upstream
+/// has one per partition consumer (its topic is the partition); here one serves all the
+/// partitions of a topic, so the topic is the partitioned one.
+pub(crate) fn dlq_producer_name(topic: &TopicName, subscription: &str, consumer: &str) -> String {
+    const ALPHANUMERIC: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let mut r = super::rand_u32() as usize;
+    let suffix: String = (0..5)
+        .map(|_| {
+            let c = ALPHANUMERIC[r % ALPHANUMERIC.len()] as char;
+            r /= ALPHANUMERIC.len();
+            c
+        })
+        .collect();
+    format!(
+        "{}-{subscription}-{consumer}-{suffix}-DLQ",
+        topic.partitioned_topic_name()
+    )
+}
+
 /// Publishes dead-lettered and retried messages for one consumer.
 #[derive(Debug)]
 pub(crate) struct DeadLetterSink {
@@ -120,6 +142,8 @@ pub(crate) struct DeadLetterSink {
     pub dlq_topic: String,
     pub retry_topic: String,
     subscription: String,
+    /// The dead-letter producer's name (see [`dlq_producer_name`]).
+    dlq_producer_name: String,
     dlq: OnceCell<Producer>,
     retry: OnceCell<Producer>,
     /// The schema the dead-letter and retry producers register: the consumer's, like
@@ -133,6 +157,7 @@ impl DeadLetterSink {
         client: CoreRef,
         topic: &TopicName,
         subscription: &str,
+        consumer_name: &str,
         policy: DeadLetterPolicy,
         schema: Option<crate::schema::SchemaInfo>,
     ) -> Self {
@@ -150,6 +175,7 @@ impl DeadLetterSink {
             dlq_topic,
             retry_topic,
             subscription: subscription.to_string(),
+            dlq_producer_name: dlq_producer_name(topic, subscription, consumer_name),
             dlq: OnceCell::new(),
             retry: OnceCell::new(),
             schema: schema.filter(|s| s.schema_type != crate::schema::SchemaType::AutoConsume),
@@ -160,6 +186,7 @@ impl DeadLetterSink {
         self.dlq
             .get_or_try_init(|| async {
                 let mut b = ProducerBuilder::new(self.client.clone(), self.dlq_topic.clone())
+                    .name(self.dlq_producer_name.clone())
                     .batching(false)
                     .chunking(persistent(&self.dlq_topic))
                     .schema_info(self.schema.clone());

@@ -29,7 +29,7 @@ mod task;
 mod unacked;
 
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -98,6 +98,11 @@ pub struct Consumer {
     discovery: Option<pattern::Discovery>,
     /// Whether `recv` reported the end of the topics (once, see [`Consumer::recv`]).
     end_reported: bool,
+    /// Set by [`Consumer::close`]: from then on nothing more is handed out (Java
+    /// `ConsumerBase.receive` → `verifyConsumerState` fails with AlreadyClosed even with
+    /// messages queued: they were never handed out, can no longer be acked, and the broker
+    /// gives them to another consumer).
+    closed_by_app: AtomicBool,
 }
 
 impl Consumer {
@@ -156,6 +161,7 @@ impl Consumer {
             count,
             discovery: None,
             end_reported: false,
+            closed_by_app: AtomicBool::new(false),
         }
     }
 
@@ -359,7 +365,10 @@ impl Consumer {
     }
 
     /// Waits for the next message. After the consumer is closed for good (closed by the broker,
-    /// failed ...) this returns that error once, then [`Error::Closed`].
+    /// failed ...) this returns that error once, then [`Error::Closed`]. After
+    /// [`close`](Self::close) it fails with [`Error::Closed`] at once, even with messages still
+    /// queued (as Java's `receive`): they were never handed out and the broker gives them to
+    /// another consumer.
     ///
     /// Once every partition of every topic reached the end of its terminated topic (see
     /// [`has_reached_end_of_topic`](Self::has_reached_end_of_topic)), this returns
@@ -400,6 +409,9 @@ impl Consumer {
     /// # }
     /// ```
     pub async fn recv(&mut self) -> Result<Message> {
+        if self.closed_by_app.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
         if let Some(m) = self.peeked.take() {
             return Ok(m);
         }
@@ -647,8 +659,11 @@ impl Consumer {
     }
 
     /// Deletes the subscription (the consumer must be its only one) on every topic and
-    /// partition, and closes the consumer.
-    pub async fn unsubscribe(self) -> Result<()> {
+    /// partition, and closes the consumer. When the broker refuses (e.g. another consumer is
+    /// attached), the error is returned and the consumer stays usable, as upstream's
+    /// `unsubscribeAsync` leaves it Ready (a pattern consumer stops discovering topics from
+    /// the first unsubscribe on, as upstream's, which is Closing from then on).
+    pub async fn unsubscribe(&self) -> Result<()> {
         if let Some(d) = &self.discovery {
             // Java PatternMultiTopicsConsumerImpl: the consumer is Closing before it
             // unsubscribes, and topic changes are ignored from then on. Discovery left running
@@ -659,7 +674,12 @@ impl Consumer {
         // Concurrently, like upstream's MultiTopicsConsumerImpl.unsubscribeAsync.
         let all = self.all();
         let asks = all.iter().map(|p| Self::ask(p, ConsumerOp::Unsubscribe));
-        futures::future::join_all(asks).await.into_iter().collect()
+        let result: Result<()> = futures::future::join_all(asks).await.into_iter().collect();
+        if result.is_ok() {
+            // Gone from the broker: nothing more is handed out (as after `close`).
+            self.closed_by_app.store(true, Ordering::Relaxed);
+        }
+        result
     }
 
     /// The dead-letter topic, when this consumer publishes to one: a dead-letter policy on a
@@ -700,6 +720,7 @@ impl Consumer {
     ///
     /// Dropping the consumer closes it too, in the background.
     pub async fn close(&self) -> Result<()> {
+        self.closed_by_app.store(true, Ordering::Relaxed);
         if let Some(d) = &self.discovery {
             // No topic joins or leaves from now on.
             d.stop().await;
@@ -752,6 +773,9 @@ impl Stream for Consumer {
     type Item = Result<Message>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.closed_by_app.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
         if let Some(m) = self.peeked.take() {
             return Poll::Ready(Some(Ok(m)));
         }

@@ -174,6 +174,7 @@ pub(crate) async fn subscribe_topic(
                 client.clone(),
                 &topic,
                 &options.subscription,
+                &ctx.consumer_name,
                 policy,
                 options.schema.clone(),
             ))

@@ -169,6 +169,8 @@ pub struct ConsumerOptions {
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
     pub(crate) start_inclusive: bool,
+    /// A reader's `start_message_from_rollback_duration`, in whole seconds (0: none).
+    pub(crate) start_message_rollback_secs: u64,
     /// The consumer's schema (`CommandSubscribe.schema`), checked by the broker against the
     /// topic's; set by [`ConsumerBuilder::schema`](crate::ConsumerBuilder::schema).
     pub schema: Option<crate::schema::SchemaInfo>,
@@ -206,6 +208,7 @@ impl Default for ConsumerOptions {
             max_chunked_message_bytes: 128 * 1024 * 1024,
             start_message_id: None,
             start_inclusive: false,
+            start_message_rollback_secs: 0,
             schema: None,
             force_topic_creation: true,
         }

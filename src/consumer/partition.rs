@@ -51,6 +51,7 @@ pub(super) async fn spawn_partition(
         opts: options,
         durable,
         start: if durable { None } else { start },
+        rollback_secs: options.start_message_rollback_secs,
         consumer_epoch: 0,
     });
     let slot = crate::entity::Slot {

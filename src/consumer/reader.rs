@@ -24,6 +24,8 @@ pub struct ReaderBuilder {
     receiver_queue_size: u32,
     name: Option<String>,
     schema: Option<crate::schema::SchemaInfo>,
+    read_compacted: bool,
+    rollback_secs: u64,
 }
 
 impl ReaderBuilder {
@@ -36,6 +38,8 @@ impl ReaderBuilder {
             receiver_queue_size: 1000,
             name: None,
             schema: None,
+            read_compacted: false,
+            rollback_secs: 0,
         }
     }
 
@@ -89,6 +93,26 @@ impl ReaderBuilder {
         self
     }
 
+    /// Read the compacted view of the topic (Java `readCompacted`): the latest message of each
+    /// key up to the compaction horizon, then everything after it. Persistent topics only.
+    pub fn read_compacted(mut self, on: bool) -> Self {
+        self.read_compacted = on;
+        self
+    }
+
+    /// Start at the messages published during the `duration` before the reader subscribes
+    /// (Java `startMessageFromRollbackDuration`): the broker moves the reader to the first
+    /// message published at or after now minus `duration`, in whole seconds (rounded down;
+    /// under a second means the latest position). Replaces any start position set before it,
+    /// as upstream (which starts such a reader at latest). After a reconnect the reader
+    /// resumes after what it received, as any reader does.
+    pub fn start_message_from_rollback_duration(mut self, duration: std::time::Duration) -> Self {
+        self.start = MessageId::LATEST;
+        self.inclusive = false;
+        self.rollback_secs = duration.as_secs();
+        self
+    }
+
     /// The reader's subscription name (random by default).
     pub fn subscription_name(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
@@ -113,6 +137,8 @@ impl ReaderBuilder {
             max_total_receiver_queue_size_across_partitions: self.receiver_queue_size.max(50_000),
             start_message_id: Some(self.start),
             start_inclusive: self.inclusive,
+            start_message_rollback_secs: self.rollback_secs,
+            read_compacted: self.read_compacted,
             schema: self.schema,
             ..Default::default()
         };

@@ -34,6 +34,9 @@ pub(crate) struct SubscribeParams<'a> {
     pub opts: &'a ConsumerOptions,
     pub durable: bool,
     pub start: Option<MessageId>,
+    /// `start_message_rollback_duration_sec` to send (0: none). Upstream sends it only while
+    /// the consumer has not moved from its initial start (`ConsumerImpl.connectionOpened`).
+    pub rollback_secs: u64,
     /// The consumer epoch (redeliver-all on Exclusive / Failover bumps it; upstream sends it
     /// on every subscribe).
     pub consumer_epoch: u64,
@@ -58,6 +61,7 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
         durable: Some(p.durable),
         start_message_id: p.start.map(|s| s.to_proto()),
         read_compacted: Some(o.read_compacted),
+        start_message_rollback_duration_sec: (p.rollback_secs > 0).then_some(p.rollback_secs),
         initial_position: Some(match o.initial_position {
             InitialPosition::Latest => Ip::Latest,
             InitialPosition::Earliest => Ip::Earliest,

@@ -557,6 +557,21 @@ impl ConsumerTask {
             opts: &self.opts,
             durable: self.durable,
             start,
+            // Only while nothing was received and no seek moved the start (upstream
+            // `ConsumerImpl.connectionOpened`: while `startMessageId` is still the initial
+            // one); afterwards the reader resumes after what it received.
+            rollback_secs: if last.is_none()
+                && held_from.is_none()
+                && self.start
+                    == self
+                        .opts
+                        .start_message_id
+                        .map(|s| super::partition::start_position(s, self.opts.start_inclusive))
+            {
+                self.opts.start_message_rollback_secs
+            } else {
+                0
+            },
             consumer_epoch: self.consumer_epoch,
         });
         self.entity.reconnect(cmd);

@@ -96,6 +96,18 @@ pub(crate) fn subscribe(
     let len = topic.len();
     let persistent = topic.persistent;
     let start = start_position(topic, cmd);
+    // Upstream PersistentTopic.internalSubscribe: a SUBSCRIBE with
+    // start_message_rollback_duration_sec > 0 resets the subscription's cursor to the first
+    // entry published at or after now minus that duration (resetCursor by timestamp).
+    let rollback = cmd
+        .start_message_rollback_duration_sec
+        .filter(|secs| *secs > 0)
+        .map(|secs| {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            topic.first_published_at_or_after(now.saturating_sub(secs.saturating_mul(1000)))
+        });
     let sub = topic
         .subscriptions
         .entry(cmd.subscription.clone())
@@ -126,6 +138,13 @@ pub(crate) fn subscribe(
         }
     }
     sub.sub_type = sub_type;
+    if let Some(pos) = rollback {
+        // With no consumer attached (checked above for Exclusive; a shared subscription's
+        // other consumers keep what they were dispatched, as a reset would redeliver it).
+        if sub.consumers.is_empty() {
+            sub.reset(pos);
+        }
+    }
     let name = cmd.consumer_name.clone().unwrap_or_default();
     let name_index = sub.free_name_index(&name);
     sub.consumers.push(Consumer {

@@ -291,7 +291,6 @@ async fn subscribe_sends_key_shared_auto_split_priority_and_read_compacted() {
 /// with `AlreadyClosedException`, even with messages still in the receiver queue (they were
 /// never handed out and cannot be acked: the broker gives them to another consumer).
 #[tokio::test]
-#[ignore = "open: recv after close still hands out queued messages (see docs/conformance.md)"]
 async fn receive_after_close_fails_with_closed() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
@@ -315,6 +314,8 @@ async fn receive_after_close_fails_with_closed() {
     consumer.close().await.unwrap();
     let after = within("recv after close", consumer.recv()).await;
     assert!(matches!(after, Err(Error::Closed)), "{after:?}");
+    // The stream ends too.
+    assert!(futures::StreamExt::next(&mut consumer).await.is_none());
 }
 
 /// `PersistentAcknowledgmentsGroupingTracker.addAcknowledgment`: with an ack group time of 0
@@ -608,4 +609,50 @@ async fn seek_to_a_chunked_message_goes_to_its_first_chunk() {
     assert_eq!(seek.message_id.unwrap().entry_id, first.entry_id);
     let again = recv(&mut consumer).await;
     assert_eq!(again.payload.as_ref(), &body[..]);
+}
+
+/// `ConsumerImpl.initDeadLetterProducerIfNeeded`: the dead-letter producer is named
+/// `<topic>-<subscription>-<consumer name>-<5 random alphanumerics>-DLQ` (not left to the
+/// broker), so two consumers dead-lettering to one topic never share a producer name.
+#[tokio::test]
+async fn the_dead_letter_producer_is_named_after_topic_subscription_and_consumer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-dlq-name");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "poison", 1).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .consumer_name("worker-1")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .negative_ack_delay(Duration::from_millis(20))
+        .dead_letter_policy(DeadLetterPolicy::new(1))
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    // Delivered, nacked, redelivered at the maximum, nacked: dead-lettered.
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        consumer.nack(&m).unwrap();
+    }
+    common::wait_until("the dead letter stored", || broker.topic_messages(&dlq) > 0).await;
+    let names: Vec<String> = broker
+        .received_of(wire::base_command::Type::Producer)
+        .iter()
+        .filter_map(|r| r.command.producer.as_ref())
+        .filter(|p| p.topic == dlq)
+        .filter_map(|p| p.producer_name.clone())
+        .collect();
+    assert_eq!(names.len(), 1, "one dead-letter producer: {names:?}");
+    let prefix = format!("{topic}-s-worker-1-");
+    let name = &names[0];
+    let suffix = name
+        .strip_prefix(&prefix)
+        .and_then(|r| r.strip_suffix("-DLQ"))
+        .unwrap_or_else(|| panic!("{name} is not {prefix}<5>-DLQ"));
+    assert_eq!(suffix.len(), 5, "{name}");
+    assert!(suffix.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
 }

@@ -150,3 +150,70 @@ async fn has_message_available_with_a_queued_message_asks_the_broker_nothing() {
     let m = within("recv", reader.recv()).await.unwrap();
     assert_eq!(m.payload_str(), Some("q-0"));
 }
+
+/// `ReaderBuilderImpl.readCompacted`: the reader's SUBSCRIBE asks for the compacted view.
+#[tokio::test]
+async fn read_compacted_is_sent_on_the_readers_subscribe() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-reader-compacted");
+    let _reader = client
+        .reader(&topic)
+        .read_compacted(true)
+        .create()
+        .await
+        .unwrap();
+    let subs = broker.received_of(Type::Subscribe);
+    let sub = subs[0].command.subscribe.as_ref().unwrap();
+    assert_eq!(sub.read_compacted, Some(true));
+}
+
+/// `ReaderBuilderImpl.startMessageFromRollbackDuration`: the reader starts at latest and sends
+/// `start_message_rollback_duration_sec`; the broker (`PersistentTopic.internalSubscribe`)
+/// moves it to the first message published at or after now minus that duration, so it reads
+/// the recent messages and not the older ones.
+#[tokio::test]
+async fn a_reader_from_a_rollback_duration_reads_only_what_was_published_within_it() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-reader-rollback");
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // Two messages from two hours ago, then two recent ones.
+    for (i, age_ms) in [(0, 7_200_000), (1, 7_100_000)] {
+        let metadata = wire::MessageMetadata {
+            producer_name: "old".into(),
+            sequence_id: i,
+            publish_time: now_ms - age_ms,
+            ..Default::default()
+        };
+        broker
+            .publish_raw(&topic, metadata, bytes::Bytes::from(format!("old-{i}")))
+            .unwrap();
+    }
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "new", 2).await;
+
+    let mut reader = client
+        .reader(&topic)
+        .start_message_from_rollback_duration(std::time::Duration::from_secs(3600))
+        .create()
+        .await
+        .unwrap();
+    let subs = broker.received_of(Type::Subscribe);
+    let sub = subs.last().unwrap().command.subscribe.as_ref().unwrap();
+    assert_eq!(sub.start_message_rollback_duration_sec, Some(3600));
+    let first = within("recv", reader.recv()).await.unwrap();
+    let second = within("recv", reader.recv()).await.unwrap();
+    assert_eq!(
+        [first.payload_str().unwrap(), second.payload_str().unwrap()],
+        ["new-0", "new-1"]
+    );
+    assert!(
+        !within("has_message_available", reader.has_message_available())
+            .await
+            .unwrap()
+    );
+}
