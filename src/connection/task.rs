@@ -1,7 +1,7 @@
 //! The task that owns one broker socket: writes outbound frames, routes inbound ones, keeps the
 //! connection alive and times requests out.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,6 +99,8 @@ struct PendingRequest {
 pub(super) struct Router {
     pending: HashMap<u64, PendingRequest>,
     deadlines: BTreeSet<(Instant, u64)>,
+    /// Pending requests the broker answered "wait" (`producer_ready = false`): no deadline.
+    waiting: HashSet<u64>,
     /// Looked up for every inbound MESSAGE and SEND_RECEIPT: hashed with [`IdHasher`], not
     /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
     /// assigned, so a broker cannot make them collide; it only picks which one it looks up.
@@ -114,6 +116,19 @@ impl Router {
     }
 
     fn add_request(&mut self, id: u64, req: PendingRequest) {
+        // Requests waiting without a deadline (WaitForExclusive) whose caller is gone can
+        // never be answered to anyone: forget them (the entity closed the producer on the
+        // broker when it gave up). Bounded by the creates waiting on this connection.
+        if !self.waiting.is_empty() {
+            let pending = &mut self.pending;
+            self.waiting.retain(|w| {
+                let gone = pending.get(w).is_none_or(|r| r.responder.is_closed());
+                if gone {
+                    pending.remove(w);
+                }
+                !gone
+            });
+        }
         self.deadlines.insert((req.deadline, id));
         if let Some(old) = self.pending.insert(id, req) {
             // A reused request id: the older request can never be matched now.
@@ -135,10 +150,12 @@ impl Router {
             // timeout (like upstream), until then or until the connection closes.
             if let Some(req) = self.pending.get(&id) {
                 self.deadlines.remove(&(req.deadline, id));
+                self.waiting.insert(id);
                 tracing::info!(request_id = id, "producer waiting for exclusive access");
             }
             return;
         }
+        self.waiting.remove(&id);
         let Some(req) = self.pending.remove(&id) else {
             tracing::debug!(request_id = id, command = %routing::type_name(&cmd),
                 "response for an unknown or timed-out request; dropped");
@@ -208,6 +225,7 @@ impl Router {
     /// Fails everything: each pending request and each entity is told once.
     fn shutdown(&mut self, reason: &Error) {
         self.deadlines.clear();
+        self.waiting.clear();
         for (_, req) in self.pending.drain() {
             let _ = req.responder.send(Err(reason.clone()));
         }
@@ -599,18 +617,21 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
             frame,
             operation,
             timeout,
+            deadline,
+            taken,
             responder,
         } => {
             if responder.is_closed() {
                 return Step::Continue; // the caller gave up before it was sent
             }
+            taken.store(true, Ordering::Release);
             router.add_request(
                 request_id,
                 PendingRequest {
                     responder,
                     operation,
                     timeout,
-                    deadline: crate::util::deadline_after(timeout),
+                    deadline,
                 },
             );
             frame
