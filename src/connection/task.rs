@@ -692,3 +692,7 @@ fn handle_inbound(
     }
     Step::Continue
 }
+
+#[cfg(test)]
+#[path = "router_tests.rs"]
+mod router_tests;
