@@ -74,3 +74,26 @@ async fn a_waiting_request_given_up_by_its_caller_is_forgotten() {
         "only the live request is kept"
     );
 }
+
+/// Java `ClientCnx.channelInactive`: whatever ended the connection (here a bad frame), the
+/// requests pending on it fail as disconnected, which is retriable; the client's own close
+/// stays `Closed`.
+#[tokio::test(start_paused = true)]
+async fn pending_requests_of_a_connection_that_ended_see_it_lost() {
+    let far = Instant::now() + Duration::from_secs(1);
+    let bad_frame = crate::error::Error::Codec(crate::codec::CodecError::Malformed("x".into()));
+    let mut router = Router::default();
+    let (req, mut rx) = request(far);
+    router.add_request(1, req);
+    router.shutdown(&bad_frame);
+    let e = rx.try_recv().unwrap().unwrap_err();
+    assert!(matches!(e, crate::error::Error::ConnectionLost(_)), "{e:?}");
+    assert!(e.is_retriable());
+
+    let mut router = Router::default();
+    let (req, mut rx) = request(far);
+    router.add_request(1, req);
+    router.shutdown(&crate::error::Error::Closed);
+    let e = rx.try_recv().unwrap().unwrap_err();
+    assert!(matches!(e, crate::error::Error::Closed), "{e:?}");
+}

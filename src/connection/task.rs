@@ -226,12 +226,25 @@ impl Router {
     fn shutdown(&mut self, reason: &Error) {
         self.deadlines.clear();
         self.waiting.clear();
+        let lost = lost_for_requests(reason);
         for (_, req) in self.pending.drain() {
-            let _ = req.responder.send(Err(reason.clone()));
+            let _ = req.responder.send(Err(lost.clone()));
         }
         for (_, sender) in self.entities.drain() {
             sender.notify_closed(reason);
         }
+    }
+}
+
+/// What a request pending on a connection that ended learns: the connection is lost, whatever
+/// ended it (a reset, a bad frame, a broken rule), so it is retried like any loss; only the
+/// client's own close stays [`Error::Closed`]. Java `ClientCnx.channelInactive` fails every
+/// pending request as disconnected whatever closed the channel. The connection's own close
+/// reason (and what its entities are told) keeps the cause.
+fn lost_for_requests(reason: &Error) -> Error {
+    match reason {
+        Error::Closed | Error::ConnectionLost(_) => reason.clone(),
+        other => Error::ConnectionLost(format!("connection closed: {other}")),
     }
 }
 
@@ -532,6 +545,7 @@ where
     while let Ok(op) = control.try_recv() {
         fail_op(op, &reason);
     }
+
     // Dropping the outbox ends the writer, which closes the socket's write side.
     drop(out);
     writer_task.abort();
@@ -562,7 +576,7 @@ fn take_ready_ops(
 fn fail_op(op: Op, reason: &Error) {
     match op {
         Op::Request { responder, .. } => {
-            let _ = responder.send(Err(reason.clone()));
+            let _ = responder.send(Err(lost_for_requests(reason)));
         }
         Op::Register { sender, .. } => sender.notify_closed(reason),
         _ => {}
