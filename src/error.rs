@@ -84,9 +84,11 @@ pub enum Error {
     #[error("protocol error: {0}")]
     Protocol(String),
 
-    /// A frame could not be encoded or decoded.
+    /// A frame could not be encoded or decoded (a bad frame, or a frame over the maximum
+    /// size). Never an I/O error: a socket that fails (reset, broken pipe ...) is a lost
+    /// connection, [`Error::ConnectionLost`].
     #[error(transparent)]
-    Codec(#[from] CodecError),
+    Codec(CodecError),
 
     /// The operation did not complete within its timeout. For sends, the outcome is unknown:
     /// the broker may still have stored the message.
@@ -173,6 +175,21 @@ pub enum Error {
     /// A value could not be encoded with the producer's schema (nothing was sent).
     #[error(transparent)]
     Schema(#[from] crate::schema::SchemaError),
+}
+
+impl From<CodecError> for Error {
+    /// A codec error, except that the transport's I/O errors (which tokio-util's codecs report
+    /// through the codec's error type) are a lost connection: retried like any other (Java
+    /// `ClientCnx.exceptionCaught` closes the channel, and its pending requests fail as
+    /// disconnected, which is retriable).
+    fn from(e: CodecError) -> Self {
+        match e {
+            CodecError::Io { kind, message } => {
+                Error::ConnectionLost(format!("I/O error ({kind:?}): {message}"))
+            }
+            other => Error::Codec(other),
+        }
+    }
 }
 
 impl Error {

@@ -42,6 +42,15 @@ fn sweep(slots: &mut HashMap<PoolKey, Slot>) {
     });
 }
 
+/// What CONNECT's `proxy_to_broker_url` names: the logical broker as `host:port`, not as a
+/// URL. Java `ClientCnx.setTargetBroker` formats `getHostString():port` (an IPv6 host keeps
+/// the brackets `URI.getHost` gives it: `[::1]:6650`), and the proxy
+/// (`BrokerProxyValidator.resolveAndCheckTargetAddress`) splits at the last `:` and refuses
+/// anything it cannot resolve, such as `pulsar://host`.
+fn proxy_target(logical: &ServiceUrl) -> String {
+    logical.first_host().to_string()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
     logical: String,
@@ -106,7 +115,8 @@ impl ConnectionPool {
             let slot = self.slot(&key);
             let conn = slot
                 .get_or_try_init(|| async {
-                    let proxy_to = (logical.first_host() != physical).then(|| key.logical.clone());
+                    let proxy_to =
+                        (logical.first_host() != physical).then(|| proxy_target(logical));
                     let conn = Connection::connect(
                         &physical.host,
                         physical.port,
@@ -167,5 +177,27 @@ impl ConnectionPool {
                 conn.close();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_proxy_target_is_host_colon_port_with_ipv6_in_brackets() {
+        let target = |url: &str| proxy_target(&ServiceUrl::from_broker_url(url).unwrap());
+        assert_eq!(
+            target("pulsar://broker-1.internal:6650"),
+            "broker-1.internal:6650"
+        );
+        assert_eq!(target("pulsar://10.0.0.7:6650"), "10.0.0.7:6650");
+        assert_eq!(target("pulsar+ssl://broker-1:6651"), "broker-1:6651");
+        // Java `getHostString()` of a host taken from `URI.getHost()` keeps the brackets; the
+        // proxy splits at the last `:`, so the port is still found.
+        assert_eq!(target("pulsar://[::1]:6650"), "[::1]:6650");
+        assert_eq!(target("pulsar://[fe80::1]:6650"), "[fe80::1]:6650");
+        // No scheme, whatever the logical URL's.
+        assert!(!target("pulsar://h:1").contains("://"));
     }
 }

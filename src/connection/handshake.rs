@@ -128,7 +128,7 @@ where
     writer.send(Frame::simple(connect)).await?;
     loop {
         let frame = match reader.next().await {
-            Some(Err(e)) => return Err(tls_hint(Error::Codec(e))),
+            Some(Err(e)) => return Err(tls_hint(Error::from(e))),
             Some(Ok(frame)) => frame,
             None => {
                 return Err(Error::ConnectionLost(

@@ -176,6 +176,12 @@ pub(crate) enum Op {
         frame: Box<Frame>,
         operation: &'static str,
         timeout: Duration,
+        /// The request's one deadline (`timeout` after it was issued): the caller's while the
+        /// request waits in the queue, the router's once the task has taken it.
+        deadline: tokio::time::Instant,
+        /// Raised by the task when it takes the request: from then on only the router ends
+        /// it (it may drop the deadline: WaitForExclusive).
+        taken: Arc<std::sync::atomic::AtomicBool>,
         responder: oneshot::Sender<Result<BaseCommand>>,
     },
     /// Send a frame that gets no response (boxed: a command is several KiB).
@@ -412,26 +418,41 @@ impl Connection {
             }
         }
         let (tx, rx) = oneshot::channel();
-        let exchange = async {
-            self.submit(Op::Request {
-                request_id,
-                frame: Box::new(frame),
-                operation,
-                timeout,
-                responder: tx,
-            })
-            .await?;
-            match rx.await {
-                Ok(result) => result,
-                Err(_) => Err(self.close_reason()),
+        let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let timed_out = || Error::Timeout {
+            operation,
+            after: timeout,
+        };
+        let submitted = self.submit(Op::Request {
+            request_id,
+            frame: Box::new(frame),
+            operation,
+            timeout,
+            deadline,
+            taken: taken.clone(),
+            responder: tx,
+        });
+        match tokio::time::timeout_at(deadline, submitted).await {
+            Ok(sent) => sent?,
+            Err(_) => return Err(timed_out()),
+        }
+        // One deadline per request. Until the task takes the request, it is this caller's;
+        // once taken, the router's: it fails the request at that deadline, or keeps it
+        // without one when the broker answered "wait" (Java `ClientCnx.handleProducerSuccess`
+        // marks a `producer_ready = false` request as responded, so it never times out).
+        let mut rx = rx;
+        let answer = tokio::select! {
+            answer = &mut rx => answer,
+            _ = tokio::time::sleep_until(deadline) => {
+                if !taken.load(std::sync::atomic::Ordering::Acquire) {
+                    return Err(timed_out());
+                }
+                rx.await
             }
         };
-        match tokio::time::timeout_at(deadline, exchange).await {
+        match answer {
             Ok(result) => result,
-            Err(_) => Err(Error::Timeout {
-                operation,
-                after: timeout,
-            }),
+            Err(_) => Err(self.close_reason()),
         }
     }
 

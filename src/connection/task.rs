@@ -1,7 +1,7 @@
 //! The task that owns one broker socket: writes outbound frames, routes inbound ones, keeps the
 //! connection alive and times requests out.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -99,6 +99,8 @@ struct PendingRequest {
 pub(super) struct Router {
     pending: HashMap<u64, PendingRequest>,
     deadlines: BTreeSet<(Instant, u64)>,
+    /// Pending requests the broker answered "wait" (`producer_ready = false`): no deadline.
+    waiting: HashSet<u64>,
     /// Looked up for every inbound MESSAGE and SEND_RECEIPT: hashed with [`IdHasher`], not
     /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
     /// assigned, so a broker cannot make them collide; it only picks which one it looks up.
@@ -114,6 +116,19 @@ impl Router {
     }
 
     fn add_request(&mut self, id: u64, req: PendingRequest) {
+        // Requests waiting without a deadline (WaitForExclusive) whose caller is gone can
+        // never be answered to anyone: forget them (the entity closed the producer on the
+        // broker when it gave up). Bounded by the creates waiting on this connection.
+        if !self.waiting.is_empty() {
+            let pending = &mut self.pending;
+            self.waiting.retain(|w| {
+                let gone = pending.get(w).is_none_or(|r| r.responder.is_closed());
+                if gone {
+                    pending.remove(w);
+                }
+                !gone
+            });
+        }
         self.deadlines.insert((req.deadline, id));
         if let Some(old) = self.pending.insert(id, req) {
             // A reused request id: the older request can never be matched now.
@@ -135,10 +150,12 @@ impl Router {
             // timeout (like upstream), until then or until the connection closes.
             if let Some(req) = self.pending.get(&id) {
                 self.deadlines.remove(&(req.deadline, id));
+                self.waiting.insert(id);
                 tracing::info!(request_id = id, "producer waiting for exclusive access");
             }
             return;
         }
+        self.waiting.remove(&id);
         let Some(req) = self.pending.remove(&id) else {
             tracing::debug!(request_id = id, command = %routing::type_name(&cmd),
                 "response for an unknown or timed-out request; dropped");
@@ -208,12 +225,26 @@ impl Router {
     /// Fails everything: each pending request and each entity is told once.
     fn shutdown(&mut self, reason: &Error) {
         self.deadlines.clear();
+        self.waiting.clear();
+        let lost = lost_for_requests(reason);
         for (_, req) in self.pending.drain() {
-            let _ = req.responder.send(Err(reason.clone()));
+            let _ = req.responder.send(Err(lost.clone()));
         }
         for (_, sender) in self.entities.drain() {
             sender.notify_closed(reason);
         }
+    }
+}
+
+/// What a request pending on a connection that ended learns: the connection is lost, whatever
+/// ended it (a reset, a bad frame, a broken rule), so it is retried like any loss; only the
+/// client's own close stays [`Error::Closed`]. Java `ClientCnx.channelInactive` fails every
+/// pending request as disconnected whatever closed the channel. The connection's own close
+/// reason (and what its entities are told) keeps the cause.
+fn lost_for_requests(reason: &Error) -> Error {
+    match reason {
+        Error::Closed | Error::ConnectionLost(_) => reason.clone(),
+        other => Error::ConnectionLost(format!("connection closed: {other}")),
     }
 }
 
@@ -514,6 +545,7 @@ where
     while let Ok(op) = control.try_recv() {
         fail_op(op, &reason);
     }
+
     // Dropping the outbox ends the writer, which closes the socket's write side.
     drop(out);
     writer_task.abort();
@@ -544,7 +576,7 @@ fn take_ready_ops(
 fn fail_op(op: Op, reason: &Error) {
     match op {
         Op::Request { responder, .. } => {
-            let _ = responder.send(Err(reason.clone()));
+            let _ = responder.send(Err(lost_for_requests(reason)));
         }
         Op::Register { sender, .. } => sender.notify_closed(reason),
         _ => {}
@@ -599,18 +631,21 @@ fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
             frame,
             operation,
             timeout,
+            deadline,
+            taken,
             responder,
         } => {
             if responder.is_closed() {
                 return Step::Continue; // the caller gave up before it was sent
             }
+            taken.store(true, Ordering::Release);
             router.add_request(
                 request_id,
                 PendingRequest {
                     responder,
                     operation,
                     timeout,
-                    deadline: crate::util::deadline_after(timeout),
+                    deadline,
                 },
             );
             frame
@@ -671,3 +706,7 @@ fn handle_inbound(
     }
     Step::Continue
 }
+
+#[cfg(test)]
+#[path = "router_tests.rs"]
+mod router_tests;

@@ -614,10 +614,23 @@ async fn attach_once(
     let (tx, events) = entity_channel(inbound_bound);
     conn.register(kind, id, tx)?;
     let request_id = conn.new_request_id();
-    match conn
-        .request(request_id, command(request_id), "create")
-        .await
-    {
+    let request = {
+        let (conn, cmd) = (conn.clone(), command(request_id));
+        async move { conn.request(request_id, cmd, "create").await }
+    };
+    let mut create = PendingCreate {
+        request: Some(Box::pin(request)),
+        conn: conn.clone(),
+        kind,
+        id,
+        abandoned: true,
+    };
+    let result = create.answer().await;
+    // Answered (created, or refused: nothing exists on the broker) or the connection is gone
+    // (the broker forgets the entity with it): nothing to undo. A timeout leaves `abandoned`.
+    create.abandoned = matches!(result, Err(Error::Timeout { .. }));
+    drop(create);
+    match result {
         Ok(response) => Ok(Attached {
             conn,
             events,
@@ -627,6 +640,62 @@ async fn attach_once(
             conn.unregister(kind, id);
             Err(e)
         }
+    }
+}
+
+type CreateRequest = Pin<Box<dyn Future<Output = Result<BaseCommand>> + Send>>;
+
+/// A create (CommandProducer / CommandSubscribe) in flight. If it is given up — it timed out,
+/// or the caller dropped it (the application stopped waiting, the entity closed while
+/// reconnecting) — the broker may still create the entity, or create it later
+/// (WaitForExclusive grants the slot when it frees up), and would keep it for nobody: an
+/// Exclusive producer nobody holds fences every later one. So giving up sends
+/// CloseProducer / CloseConsumer for the id, as Java `ProducerImpl.connectionOpened` and
+/// `ConsumerImpl.connectionOpened` do on a create timeout ("we need to ensure the broker
+/// closes the producer in case it was indeed created"), and the registration is dropped.
+struct PendingCreate {
+    request: Option<CreateRequest>,
+    conn: Connection,
+    kind: EntityKind,
+    id: u64,
+    /// Whether dropping this undoes the create on the broker.
+    abandoned: bool,
+}
+
+impl PendingCreate {
+    async fn answer(&mut self) -> Result<BaseCommand> {
+        match self.request.as_mut() {
+            Some(request) => {
+                let result = request.await;
+                self.request = None;
+                result
+            }
+            None => Err(Error::ConnectionLost("create already answered".into())),
+        }
+    }
+}
+
+impl Drop for PendingCreate {
+    fn drop(&mut self) {
+        // The request goes first: its responder closed, the connection task skips it if it
+        // has not taken it yet, and otherwise it is already ahead of the close on the wire.
+        drop(self.request.take());
+        if !self.abandoned {
+            return;
+        }
+        self.conn.unregister(self.kind, self.id);
+        let request_id = self.conn.new_request_id();
+        let close = match self.kind {
+            EntityKind::Producer => commands::close_producer(self.id, request_id),
+            _ => commands::close_consumer(self.id, request_id),
+        };
+        tracing::debug!(
+            kind = kind_name(self.kind),
+            id = self.id,
+            "create given up; closing it on the broker in case it was (or will be) created"
+        );
+        // Its answer (Success) is not waited for: the router drops it as unknown.
+        let _ = self.conn.send_control(Frame::simple(close));
     }
 }
 

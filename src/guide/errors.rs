@@ -141,7 +141,8 @@
 //!   see [`java_differences`](super::java_differences)); the connection is closed and its
 //!   entities reconnect.
 //! - [`Error::Codec`]: a frame could not be encoded or decoded (e.g. a command over the
-//!   maximum frame size).
+//!   maximum frame size). I/O errors of the socket (a reset, a broken pipe) are never a codec
+//!   error: they are [`Error::ConnectionLost`], retried like any lost connection.
 //! - [`Error::Lookup`]: a lookup failed (e.g. too many redirects).
 //!
 //! [`Error`]: crate::Error

@@ -34,6 +34,8 @@ pub(crate) enum Step {
     Close(String),
     /// Send this (an ERROR) and close the connection: refused credentials.
     Refuse(wire::BaseCommand, String),
+    /// Proxy mode: relay this connection to the target broker ([`super::proxy`]).
+    Forward(Box<super::proxy::Target>),
 }
 
 /// Per-connection facts a handler needs.
@@ -64,6 +66,19 @@ pub(crate) fn handle(
         return Step::Ignore;
     };
     if ty == Type::Connect {
+        let proxy_to = cmd
+            .connect
+            .as_ref()
+            .and_then(|c| c.proxy_to_broker_url.as_deref());
+        if let Some(target) = proxy_to {
+            let is_proxy = state
+                .lookup
+                .get(session.service_url)
+                .is_some_and(|rules| rules.is_proxy());
+            if is_proxy && !session.connected {
+                return super::proxy::connect(target, cmd);
+            }
+        }
         let mut step = connect(session, cmd);
         if let Step::Handshake(c) = &mut step {
             let on = state

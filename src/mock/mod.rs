@@ -87,6 +87,7 @@ mod namespace;
 mod ops;
 mod permissions;
 mod produce;
+mod proxy;
 mod record;
 mod schemas;
 mod secure;
@@ -546,7 +547,11 @@ impl MockBroker {
 
     /// Acts as a proxy: every lookup is answered `Connect` to `target_service_url` with
     /// `proxy_through_service_url`, so clients keep connecting here and name the target broker
-    /// in CONNECT's `proxy_to_broker_url`. Cleared by [`MockBroker::clear_lookup_redirect`].
+    /// in CONNECT's `proxy_to_broker_url`. Such a CONNECT is checked as upstream's proxy
+    /// checks it (`host:port` only: a `pulsar://` URL or a missing port is refused with an
+    /// ERROR and the connection closed), then relayed to the named broker: the proxy opens its
+    /// own connection there and passes frames both ways, recording what the client sent.
+    /// Cleared by [`MockBroker::clear_lookup_redirect`].
     pub fn proxy_lookups_to(&self, target_service_url: &str) {
         self.lookup_rules(|rules| rules.proxy_all(target_service_url));
     }

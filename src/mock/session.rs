@@ -291,6 +291,10 @@ where
                 self.send_after(pong, faults.round_trip_time).await
             }
             Step::Ignore => Ok(()),
+            Step::Forward(target) => match self.relay(*target).await {
+                Ok(never) => match never {},
+                Err(reason) => Err(reason),
+            },
             Step::Close(reason) => {
                 tracing::warn!(%reason, "mock broker: closing connection");
                 Err(reason)
@@ -428,6 +432,65 @@ where
         };
         let challenge = super::secure::refresh_challenge(auth, &self.shared.config.server_version);
         self.write(Frame::simple(challenge)).await
+    }
+
+    /// Proxy mode: connects to the target broker, sends it the client's CONNECT and relays
+    /// frames both ways until either side ends (upstream `DirectProxyHandler`). The target's
+    /// CONNECTED reaches the client as the proxy writes it (upstream
+    /// `ProxyConnection.handleBrokerConnected`: `Commands.newConnected(protocol_version,
+    /// max_message_size)`, so the broker's feature flags stay behind the proxy).
+    async fn relay(&mut self, target: super::proxy::Target) -> Result<Infallible, Closed> {
+        let super::proxy::Target {
+            host,
+            port,
+            connect,
+        } = target;
+        let stream = tokio::net::TcpStream::connect((host.as_str(), port))
+            .await
+            .map_err(|e| format!("proxy: cannot reach the target broker {host}:{port}: {e}"))?;
+        let mut broker = Framed::new(stream, PulsarCodec::new());
+        broker
+            .send(Frame::simple(connect))
+            .await
+            .map_err(|e| format!("proxy: write to the target broker failed: {e}"))?;
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut self.kill => return Err("dropped by the test".into()),
+                from_broker = broker.next() => match from_broker {
+                    Some(Ok(mut frame)) => {
+                        if !self.connected && frame.command.r#type == Type::Connected as i32 {
+                            self.connected = true;
+                            if let Some(c) = frame.command.connected.as_mut() {
+                                c.server_version = self.shared.config.server_version.clone();
+                                c.feature_flags = Some(super::wire::FeatureFlags {
+                                    supports_topic_watchers: Some(false),
+                                    ..Default::default()
+                                });
+                            }
+                        }
+                        self.write(frame).await?;
+                    }
+                    Some(Err(e)) => return Err(format!("proxy: decode error from the broker: {e}")),
+                    None => return Err("proxy: the target broker closed the connection".into()),
+                },
+                from_client = self.framed.next() => match from_client {
+                    Some(Ok(frame)) => {
+                        self.shared.log.record(Received {
+                            connection: self.id,
+                            command: frame.command.clone(),
+                            payload: frame.payload.clone().map(|p| (p.metadata, p.data)),
+                        });
+                        broker
+                            .send(frame)
+                            .await
+                            .map_err(|e| format!("proxy: write to the target broker failed: {e}"))?;
+                    }
+                    Some(Err(e)) => return Err(format!("decode error: {e}")),
+                    None => return Err("closed by the client".into()),
+                },
+            }
+        }
     }
 
     fn unresponsive(&self) -> bool {

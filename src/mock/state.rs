@@ -369,6 +369,16 @@ impl LookupRules {
         });
     }
 
+    /// Whether this broker acts as a proxy (it answers lookups `Connect` through itself), so
+    /// that it relays a CONNECT naming a target broker ([`super::proxy`]).
+    pub(crate) fn is_proxy(&self) -> bool {
+        matches!(self.redirect, Some(LookupAnswer::Proxied { .. }))
+            || self
+                .per_topic
+                .values()
+                .any(|a| matches!(a, LookupAnswer::Proxied { .. }))
+    }
+
     /// Answers every lookup `Connect` to `service_url`, reached directly.
     pub(crate) fn connect_all(&mut self, service_url: &str) {
         self.redirect = Some(LookupAnswer::ConnectTo {

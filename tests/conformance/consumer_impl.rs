@@ -1,7 +1,9 @@
 //! Upstream `ConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
 use crate::common;
-use crate::common::{client, full, publish, publish_batch, recv, unbatched_producer, within};
+use crate::common::{
+    client, full, publish, publish_batch, recv, test_client, unbatched_producer, within,
+};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{wire, MockBroker};
 use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
@@ -655,4 +657,57 @@ async fn the_dead_letter_producer_is_named_after_topic_subscription_and_consumer
         .unwrap_or_else(|| panic!("{name} is not {prefix}<5>-DLQ"));
     assert_eq!(suffix.len(), 5, "{name}");
     assert!(suffix.chars().all(|c| c.is_ascii_alphanumeric()), "{name}");
+}
+
+const TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `ConsumerImpl.connectionOpened`: when CommandSubscribe gets no answer within the operation
+/// timeout, the client sends CloseConsumer for that consumer id ("we need to ensure the broker
+/// closes the consumer in case it was indeed created"), so an Exclusive subscription is free
+/// for the next subscribe instead of answering ConsumerBusy.
+#[tokio::test(start_paused = true)]
+async fn a_subscribe_that_times_out_is_closed_on_the_broker() {
+    let lookup = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    lookup.connect_lookups_to(&owner.service_url());
+    let client = test_client(&lookup.service_url())
+        .operation_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let topic = full("subscribe-timeout");
+    owner.set_response_delay(TIMEOUT * 3);
+    let first = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .subscribe()
+        .await;
+    assert!(
+        matches!(first, Err(Error::Timeout { .. })),
+        "{:?}",
+        first.err()
+    );
+    let subscribed = owner.received_of(Type::Subscribe);
+    let id = subscribed[0]
+        .command
+        .subscribe
+        .as_ref()
+        .unwrap()
+        .consumer_id;
+    let close = within(
+        "CloseConsumer",
+        owner.wait_for_command(Type::CloseConsumer, Duration::from_secs(10)),
+    )
+    .await
+    .expect("the timed-out subscribe is closed on the broker");
+    assert_eq!(close.command.close_consumer.unwrap().consumer_id, id);
+
+    owner.set_response_delay(Duration::ZERO);
+    let next = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .subscribe()
+        .await;
+    assert!(next.is_ok(), "not ConsumerBusy: {:?}", next.err());
 }
