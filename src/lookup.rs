@@ -17,6 +17,19 @@ use crate::topic::TopicName;
 /// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
 pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
 
+/// What a failed lookup or metadata answer says about the connection it came on.
+///
+/// Java `ClientCnx.checkServerError` (called from `handleLookupResponse` and
+/// `handlePartitionResponse`): `ServiceNotReady` means the broker is not ready to serve (starting,
+/// shutting down, losing its metadata session), so the connection is closed; the entities on it
+/// reconnect, and the next lookup opens a fresh connection (to the next service host).
+fn check_server_error(conn: &Connection, code: ServerError) {
+    if code == ServerError::ServiceNotReady {
+        tracing::warn!(broker = %conn.info().broker_url, "lookup answered ServiceNotReady; closing the connection");
+        conn.drop_as_lost("the broker answered a lookup with ServiceNotReady");
+    }
+}
+
 /// Where a topic is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BrokerLookup {
@@ -89,10 +102,12 @@ impl LookupService {
             let kind = r.response.and_then(|k| LookupType::try_from(k).ok());
             match kind {
                 Some(LookupType::Failed) | None => {
+                    let code = ServerError::from_code(r.error.unwrap_or(0));
+                    check_server_error(&conn, code);
                     return Err(Error::Broker {
-                        code: ServerError::from_code(r.error.unwrap_or(0)),
+                        code,
                         message: r.message.unwrap_or_else(|| "lookup failed".into()),
-                    })
+                    });
                 }
                 Some(kind) => {
                     let broker = ServiceUrl::from_lookup_response(
@@ -180,12 +195,16 @@ impl LookupService {
             Error::Protocol("metadata answered without a PartitionMetadataResponse".into())
         })?;
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
-            Some(MetadataResult::Failed) => Err(Error::Broker {
-                code: ServerError::from_code(r.error.unwrap_or(0)),
-                message: r
-                    .message
-                    .unwrap_or_else(|| "partitioned metadata failed".into()),
-            }),
+            Some(MetadataResult::Failed) => {
+                let code = ServerError::from_code(r.error.unwrap_or(0));
+                check_server_error(&conn, code);
+                Err(Error::Broker {
+                    code,
+                    message: r
+                        .message
+                        .unwrap_or_else(|| "partitioned metadata failed".into()),
+                })
+            }
             _ => {
                 crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
             }
