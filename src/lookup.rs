@@ -194,19 +194,25 @@ impl LookupService {
         let r = response.partition_metadata_response.ok_or_else(|| {
             Error::Protocol("metadata answered without a PartitionMetadataResponse".into())
         })?;
+        // Java `ClientCnx.handlePartitionResponse`: an answer without a result (or with an
+        // unknown one) is a failure like `Failed` ("Empty lookup response" when it names no
+        // error), never a count of 0, which would make a partitioned topic look plain.
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
-            Some(MetadataResult::Failed) => {
+            Some(MetadataResult::Success) => {
+                crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
+            }
+            Some(MetadataResult::Failed) | None => {
                 let code = ServerError::from_code(r.error.unwrap_or(0));
                 check_server_error(&conn, code);
+                let fallback = if r.error.is_some() {
+                    "partitioned metadata failed"
+                } else {
+                    "empty partitioned metadata response"
+                };
                 Err(Error::Broker {
                     code,
-                    message: r
-                        .message
-                        .unwrap_or_else(|| "partitioned metadata failed".into()),
+                    message: r.message.unwrap_or_else(|| fallback.into()),
                 })
-            }
-            _ => {
-                crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
             }
         }
     }

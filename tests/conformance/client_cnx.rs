@@ -216,3 +216,62 @@ async fn a_dropped_connection_fails_its_pending_requests_at_once() {
         "failed at the drop, not at the 10 s operation timeout"
     );
 }
+
+/// Java `ClientCnx.handlePartitionResponse`: an answer without a result (`response` unset)
+/// and without an error is a failure ("Empty lookup response"), not a count of 0 partitions
+/// (which would make a partitioned topic look like a plain one).
+#[tokio::test]
+async fn a_metadata_answer_without_a_result_is_an_error_not_zero_partitions() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    client.lookup_topic("cnx-warm").await.unwrap();
+    broker.set_unresponsive(true);
+    let asked = client.partitioned_topic_metadata("cnx-empty-answer");
+    tokio::pin!(asked);
+    tokio::select! {
+        r = &mut asked => panic!("answered by an unresponsive broker: {r:?}"),
+        _ = common::wait_until("the metadata request arrived", || {
+            !broker.received_of(Type::PartitionedMetadata).is_empty()
+        }) => {}
+    }
+    let request = broker.received_of(Type::PartitionedMetadata);
+    let request_id = request[0].command.partition_metadata.as_ref().unwrap().request_id;
+    let empty = wire::BaseCommand {
+        r#type: Type::PartitionedMetadataResponse as i32,
+        partition_metadata_response: Some(wire::CommandPartitionedTopicMetadataResponse {
+            request_id,
+            partitions: Some(3),
+            response: None,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(broker.push(request[0].connection, empty));
+    match within("the metadata answer", asked).await {
+        Err(Error::Broker { message, .. }) => assert!(message.contains("empty"), "{message}"),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}
+
+/// Java `ClientCnx.handleSendError` (ChecksumError) → `ProducerImpl.recoverChecksumError`:
+/// Java re-checks the pending message's checksum and re-sends it when intact. This producer
+/// encodes a message once into an immutable buffer (its checksum computed over it), so a
+/// checksum error means the bytes were damaged on the way: it reconnects and re-sends, and
+/// the send still succeeds.
+#[tokio::test]
+async fn a_checksum_error_re_sends_the_message() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("cnx-checksum");
+    let producer = common::unbatched_producer(&client, &topic).await;
+    broker.push_error(MockError::new(
+        MockRequest::Send,
+        ServerError::ChecksumError,
+        "checksum mismatch",
+    ));
+    within("the send across the checksum error", producer.send_and_wait("m"))
+        .await
+        .expect("the message is re-sent");
+    assert_eq!(broker.received_of(Type::Send).len(), 2, "sent again");
+    assert_eq!(broker.topic_messages(&topic), 1, "stored once");
+}
