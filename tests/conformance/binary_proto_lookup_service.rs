@@ -82,3 +82,68 @@ async fn the_first_lookup_is_not_authoritative() {
         Some(false)
     );
 }
+
+/// Java `BinaryProtoLookupService.getBroker` (`lookupInProgress`): concurrent lookups of one
+/// topic share one LOOKUP request and all get its answer.
+#[tokio::test]
+async fn concurrent_lookups_of_one_topic_share_one_request() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    client.lookup_topic("lookup-warm").await.unwrap();
+    broker.set_response_delay(std::time::Duration::from_millis(200));
+    let found = futures::future::join_all((0..8).map(|_| client.lookup_topic("lookup-shared"))).await;
+    for f in found {
+        assert_eq!(f.unwrap().logical_url.to_string(), broker.service_url());
+    }
+    let shared = broker
+        .received_of(Type::Lookup)
+        .iter()
+        .filter(|r| r.command.lookup_topic.as_ref().unwrap().topic.ends_with("/lookup-shared"))
+        .count();
+    assert_eq!(shared, 1, "one LOOKUP for eight concurrent callers");
+    // Once answered, a later lookup asks again (nothing is cached).
+    client.lookup_topic("lookup-shared").await.unwrap();
+    assert_eq!(broker.received_of(Type::Lookup).len(), 3);
+}
+
+/// Java `BinaryProtoLookupService.getPartitionedTopicMetadata`
+/// (`partitionedMetadataInProgress`): concurrent metadata requests for one topic share one
+/// request.
+#[tokio::test]
+async fn concurrent_metadata_requests_of_one_topic_share_one_request() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    broker.create_partitioned_topic("persistent://public/default/lookup-meta-shared", 3);
+    client.lookup_topic("lookup-warm").await.unwrap();
+    broker.set_response_delay(std::time::Duration::from_millis(200));
+    let counts = futures::future::join_all(
+        (0..8).map(|_| client.partitioned_topic_metadata("lookup-meta-shared")),
+    )
+    .await;
+    for c in counts {
+        assert_eq!(c.unwrap(), 3);
+    }
+    assert_eq!(broker.received_of(Type::PartitionedMetadata).len(), 1);
+}
+
+/// The shared lookup when its first caller gives up: a caller waiting for a lookup whose
+/// first caller was cancelled is not left waiting; it asks again itself.
+#[tokio::test]
+async fn a_cancelled_lookup_does_not_strand_the_callers_waiting_for_it() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    client.lookup_topic("lookup-warm").await.unwrap();
+    broker.set_response_delay(std::time::Duration::from_millis(300));
+    let c = client.clone();
+    let first = tokio::spawn(async move { c.lookup_topic("lookup-cancelled").await });
+    common::wait_until("the first lookup is on the wire", || {
+        broker.received_of(Type::Lookup).len() == 2
+    })
+    .await;
+    let c = client.clone();
+    let waiting = tokio::spawn(async move { c.lookup_topic("lookup-cancelled").await });
+    tokio::task::yield_now().await;
+    first.abort();
+    let found = common::within("the waiting lookup", waiting).await.unwrap();
+    assert_eq!(found.unwrap().logical_url.to_string(), broker.service_url());
+}
