@@ -22,7 +22,10 @@ async fn lookups_go_to_the_service_urls_hosts_in_turn() {
     let url = format!("pulsar://{},{}", a.addr(), b.addr());
     let client = client(&url);
     for i in 0..4 {
-        client.lookup_topic(&format!("lookup-rr-{i}")).await.unwrap();
+        client
+            .lookup_topic(&format!("lookup-rr-{i}"))
+            .await
+            .unwrap();
     }
     assert_eq!(a.received_of(Type::Lookup).len(), 2);
     assert_eq!(b.received_of(Type::Lookup).len(), 2);
@@ -39,7 +42,10 @@ async fn a_failed_metadata_answer_carries_the_brokers_code_and_message() {
         ServerError::AuthorizationError,
         "not on this namespace",
     ));
-    match client.partitioned_topic_metadata("lookup-meta-refused").await {
+    match client
+        .partitioned_topic_metadata("lookup-meta-refused")
+        .await
+    {
         Err(Error::Broker { code, message }) => {
             assert_eq!(code, ServerError::AuthorizationError);
             assert!(message.contains("not on this namespace"), "{message}");
@@ -55,7 +61,13 @@ async fn metadata_is_asked_by_full_name_and_its_count_returned() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     broker.create_partitioned_topic("persistent://public/default/lookup-meta", 5);
-    assert_eq!(client.partitioned_topic_metadata("lookup-meta").await.unwrap(), 5);
+    assert_eq!(
+        client
+            .partitioned_topic_metadata("lookup-meta")
+            .await
+            .unwrap(),
+        5
+    );
     let asked = broker.received_of(Type::PartitionedMetadata);
     assert_eq!(
         asked[0].command.partition_metadata.as_ref().unwrap().topic,
@@ -91,14 +103,22 @@ async fn concurrent_lookups_of_one_topic_share_one_request() {
     let client = client(&broker.service_url());
     client.lookup_topic("lookup-warm").await.unwrap();
     broker.set_response_delay(std::time::Duration::from_millis(200));
-    let found = futures::future::join_all((0..8).map(|_| client.lookup_topic("lookup-shared"))).await;
+    let found =
+        futures::future::join_all((0..8).map(|_| client.lookup_topic("lookup-shared"))).await;
     for f in found {
         assert_eq!(f.unwrap().logical_url.to_string(), broker.service_url());
     }
     let shared = broker
         .received_of(Type::Lookup)
         .iter()
-        .filter(|r| r.command.lookup_topic.as_ref().unwrap().topic.ends_with("/lookup-shared"))
+        .filter(|r| {
+            r.command
+                .lookup_topic
+                .as_ref()
+                .unwrap()
+                .topic
+                .ends_with("/lookup-shared")
+        })
         .count();
     assert_eq!(shared, 1, "one LOOKUP for eight concurrent callers");
     // Once answered, a later lookup asks again (nothing is cached).

@@ -50,9 +50,12 @@ async fn a_receipt_for_an_unknown_producer_is_ignored() {
     };
     assert!(broker.push(conn, stray));
     // Frames on one connection are handled in order: this receipt comes after the stray one.
-    within("a send after the stray receipt", producer.send_and_wait("second"))
-        .await
-        .unwrap();
+    within(
+        "a send after the stray receipt",
+        producer.send_and_wait("second"),
+    )
+    .await
+    .unwrap();
     assert_eq!(broker.accepted_connections(), 1, "the connection stayed up");
     assert_eq!(broker.received_of(Type::Producer).len(), 1, "no re-create");
 }
@@ -77,9 +80,12 @@ async fn a_close_producer_for_an_unknown_producer_is_ignored() {
         ..Default::default()
     };
     assert!(broker.push(conn, stray));
-    within("a send after the stray close", producer.send_and_wait("second"))
-        .await
-        .unwrap();
+    within(
+        "a send after the stray close",
+        producer.send_and_wait("second"),
+    )
+    .await
+    .unwrap();
     assert_eq!(broker.accepted_connections(), 1);
     assert_eq!(broker.received_of(Type::Producer).len(), 1, "no re-create");
     assert_eq!(producer.state(), pulsar_sdk::State::Ready);
@@ -99,10 +105,17 @@ async fn a_transient_send_error_closes_the_connection_and_the_message_is_resent(
         ServerError::PersistenceError,
         "bookie down",
     ));
-    let id = within("the send across the send error", producer.send_and_wait("m"))
-        .await
-        .expect("the message is re-sent on the new connection");
-    assert_eq!(broker.accepted_connections(), 2, "the connection was replaced");
+    let id = within(
+        "the send across the send error",
+        producer.send_and_wait("m"),
+    )
+    .await
+    .expect("the message is re-sent on the new connection");
+    assert_eq!(
+        broker.accepted_connections(),
+        2,
+        "the connection was replaced"
+    );
     assert_eq!(broker.received_of(Type::Producer).len(), 2, "re-created");
     let sends = broker.received_of(Type::Send);
     assert_eq!(sends.len(), 2, "sent once, refused, sent again");
@@ -117,8 +130,12 @@ async fn an_error_fails_only_its_request_with_the_brokers_code() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker);
     broker.push_error(
-        MockError::new(MockRequest::Producer, ServerError::AuthorizationError, "no access")
-            .on_topic("cnx-refused"),
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::AuthorizationError,
+            "no access",
+        )
+        .on_topic("cnx-refused"),
     );
     match client.producer("cnx-refused").create().await {
         Err(Error::Broker { code, message }) => {
@@ -129,7 +146,11 @@ async fn an_error_fails_only_its_request_with_the_brokers_code() {
     }
     let fine = common::unbatched_producer(&client, "cnx-fine").await;
     fine.send_and_wait("m").await.unwrap();
-    assert_eq!(broker.accepted_connections(), 1, "the refusal closed nothing");
+    assert_eq!(
+        broker.accepted_connections(),
+        1,
+        "the refusal closed nothing"
+    );
 }
 
 /// Java `ClientCnx.checkServerError`, from `handleLookupResponse`: a lookup answered
@@ -139,7 +160,11 @@ async fn an_error_fails_only_its_request_with_the_brokers_code() {
 async fn a_lookup_answered_service_not_ready_closes_the_connection() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker);
-    broker.set_lookup_error(Some("cnx-not-ready"), ServerError::ServiceNotReady, "starting");
+    broker.set_lookup_error(
+        Some("cnx-not-ready"),
+        ServerError::ServiceNotReady,
+        "starting",
+    );
     match client.lookup_topic("cnx-not-ready").await {
         Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::ServiceNotReady),
         other => panic!("expected ServiceNotReady, got {other:?}"),
@@ -164,7 +189,10 @@ async fn a_metadata_answer_of_service_not_ready_closes_the_connection() {
         ServerError::ServiceNotReady,
         "starting",
     ));
-    match client.partitioned_topic_metadata("cnx-meta-not-ready").await {
+    match client
+        .partitioned_topic_metadata("cnx-meta-not-ready")
+        .await
+    {
         Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::ServiceNotReady),
         other => panic!("expected ServiceNotReady, got {other:?}"),
     }
@@ -172,7 +200,13 @@ async fn a_metadata_answer_of_service_not_ready_closes_the_connection() {
         broker.connections().is_empty()
     })
     .await;
-    assert_eq!(client.partitioned_topic_metadata("cnx-meta-not-ready").await.unwrap(), 0);
+    assert_eq!(
+        client
+            .partitioned_topic_metadata("cnx-meta-not-ready")
+            .await
+            .unwrap(),
+        0
+    );
     assert_eq!(broker.accepted_connections(), 2);
 }
 
@@ -235,7 +269,12 @@ async fn a_metadata_answer_without_a_result_is_an_error_not_zero_partitions() {
         }) => {}
     }
     let request = broker.received_of(Type::PartitionedMetadata);
-    let request_id = request[0].command.partition_metadata.as_ref().unwrap().request_id;
+    let request_id = request[0]
+        .command
+        .partition_metadata
+        .as_ref()
+        .unwrap()
+        .request_id;
     let empty = wire::BaseCommand {
         r#type: Type::PartitionedMetadataResponse as i32,
         partition_metadata_response: Some(wire::CommandPartitionedTopicMetadataResponse {
@@ -269,9 +308,12 @@ async fn a_checksum_error_re_sends_the_message() {
         ServerError::ChecksumError,
         "checksum mismatch",
     ));
-    within("the send across the checksum error", producer.send_and_wait("m"))
-        .await
-        .expect("the message is re-sent");
+    within(
+        "the send across the checksum error",
+        producer.send_and_wait("m"),
+    )
+    .await
+    .expect("the message is re-sent");
     assert_eq!(broker.received_of(Type::Send).len(), 2, "sent again");
     assert_eq!(broker.topic_messages(&topic), 1, "stored once");
 }

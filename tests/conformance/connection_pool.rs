@@ -51,7 +51,11 @@ async fn each_broker_gets_one_connection_of_its_own() {
     b.send_and_wait("m").await.unwrap();
     assert_eq!(entry.accepted_connections(), 1, "lookups only");
     assert!(entry.received_of(Type::Producer).is_empty());
-    assert_eq!(owner.accepted_connections(), 1, "both producers on one connection");
+    assert_eq!(
+        owner.accepted_connections(),
+        1,
+        "both producers on one connection"
+    );
     assert_eq!(owner.received_of(Type::Producer).len(), 2);
     assert_eq!(client.connections_opened(), 2);
 }
@@ -76,5 +80,9 @@ async fn closing_the_client_closes_every_pooled_connection() {
     .await;
     assert_eq!(a.accepted_connections() + b.accepted_connections(), 2);
     assert!(client.lookup_topic("pool-close-a").await.is_err());
-    assert_eq!(a.accepted_connections(), 1, "no new connection after the close");
+    assert_eq!(
+        a.accepted_connections(),
+        1,
+        "no new connection after the close"
+    );
 }

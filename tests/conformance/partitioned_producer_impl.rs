@@ -46,8 +46,12 @@ async fn one_refused_partition_fails_the_create_and_closes_the_others() {
     let topic = "persistent://public/default/pp-refused";
     broker.create_partitioned_topic(topic, 3);
     broker.push_error(
-        MockError::new(MockRequest::Producer, ServerError::AuthorizationError, "not you")
-            .on_topic(&format!("{topic}-partition-1")),
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::AuthorizationError,
+            "not you",
+        )
+        .on_topic(&format!("{topic}-partition-1")),
     );
     match client.producer(topic).create().await {
         Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::AuthorizationError),
@@ -57,7 +61,14 @@ async fn one_refused_partition_fails_the_create_and_closes_the_others() {
     let created: Vec<u64> = broker
         .received_of(Type::Producer)
         .iter()
-        .filter(|r| !r.command.producer.as_ref().unwrap().topic.ends_with("-partition-1"))
+        .filter(|r| {
+            !r.command
+                .producer
+                .as_ref()
+                .unwrap()
+                .topic
+                .ends_with("-partition-1")
+        })
         .map(|r| r.command.producer.as_ref().unwrap().producer_id)
         .collect();
     assert_eq!(created.len(), 2);
@@ -85,7 +96,10 @@ async fn a_partitions_own_name_gets_one_plain_producer() {
     let producer = client.producer(&one).create().await.unwrap();
     assert_eq!(producer.partitions(), 0, "not partitioned");
     let id = producer.send_and_wait("m").await.unwrap();
-    assert_eq!(id.partition, -1, "a plain producer's receipt names no partition");
+    assert_eq!(
+        id.partition, -1,
+        "a plain producer's receipt names no partition"
+    );
     let creates = broker.received_of(Type::Producer);
     assert_eq!(creates.len(), 1);
     assert_eq!(creates[0].command.producer.as_ref().unwrap().topic, one);

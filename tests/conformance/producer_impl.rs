@@ -137,7 +137,10 @@ async fn producer_properties_go_with_the_create_command() {
         .collect();
     assert_eq!(
         meta,
-        vec![("app".into(), "billing".into()), ("env".into(), "test".into())]
+        vec![
+            ("app".into(), "billing".into()),
+            ("env".into(), "test".into())
+        ]
     );
 }
 
@@ -229,7 +232,11 @@ async fn every_message_carries_its_publish_time() {
         .as_millis() as u64;
     producer.send_and_wait("m").await.unwrap();
     let meta = sent_metadata(&broker, &topic);
-    assert!(meta[0].publish_time >= before, "{} < {before}", meta[0].publish_time);
+    assert!(
+        meta[0].publish_time >= before,
+        "{} < {before}",
+        meta[0].publish_time
+    );
 }
 
 /// Java `ProducerImpl.sendAsync` (state check, `AlreadyClosedException`): once closed, a send
@@ -266,5 +273,13 @@ async fn close_sends_close_producer_once_and_closing_again_succeeds() {
     let id = create[0].command.producer.as_ref().unwrap().producer_id;
     let closes = broker.received_of(Type::CloseProducer);
     assert_eq!(closes.len(), 1);
-    assert_eq!(closes[0].command.close_producer.as_ref().unwrap().producer_id, id);
+    assert_eq!(
+        closes[0]
+            .command
+            .close_producer
+            .as_ref()
+            .unwrap()
+            .producer_id,
+        id
+    );
 }
