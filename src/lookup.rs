@@ -1,8 +1,13 @@
 //! Service discovery over the binary protocol: topic lookup (following redirects) and
 //! partitioned-topic metadata.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::future::Future;
+use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
 
 use crate::connection::Connection;
 use crate::error::{Error, Result, ServerError};
@@ -16,6 +21,19 @@ use crate::topic::TopicName;
 
 /// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
 pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
+
+/// What a failed lookup or metadata answer says about the connection it came on.
+///
+/// Java `ClientCnx.checkServerError` (called from `handleLookupResponse` and
+/// `handlePartitionResponse`): `ServiceNotReady` means the broker is not ready to serve (starting,
+/// shutting down, losing its metadata session), so the connection is closed; the entities on it
+/// reconnect, and the next lookup opens a fresh connection (to the next service host).
+fn check_server_error(conn: &Connection, code: ServerError) {
+    if code == ServerError::ServiceNotReady {
+        tracing::warn!(broker = %conn.info().broker_url, "lookup answered ServiceNotReady; closing the connection");
+        conn.drop_as_lost("the broker answered a lookup with ServiceNotReady");
+    }
+}
 
 /// Where a topic is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +54,10 @@ pub(crate) struct LookupService {
     service_url: ServiceUrl,
     max_redirects: u32,
     next_host: AtomicUsize,
+    /// Topic lookups in flight, shared by concurrent callers.
+    lookups: InFlight<String, BrokerLookup>,
+    /// Partitioned-metadata requests in flight, by (topic, auto-create).
+    metadata: InFlight<(String, bool), u32>,
 }
 
 impl LookupService {
@@ -49,6 +71,8 @@ impl LookupService {
             service_url,
             max_redirects,
             next_host: AtomicUsize::new(0),
+            lookups: InFlight::default(),
+            metadata: InFlight::default(),
         }
     }
 
@@ -67,11 +91,17 @@ impl LookupService {
     }
 
     /// Finds the broker serving `topic`, following redirects up to the configured bound.
+    /// Concurrent lookups of one topic share one LOOKUP (Java `BinaryProtoLookupService`'s
+    /// `lookupInProgress`), its answer or its error.
     pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
-        let started = tokio::time::Instant::now();
-        let r = self.lookup_uncounted(topic).await;
-        crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
-        r
+        self.lookups
+            .run(topic.as_str().to_owned(), || async {
+                let started = tokio::time::Instant::now();
+                let r = self.lookup_uncounted(topic).await;
+                crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
+                r
+            })
+            .await
     }
 
     async fn lookup_uncounted(&self, topic: &TopicName) -> Result<BrokerLookup> {
@@ -89,10 +119,12 @@ impl LookupService {
             let kind = r.response.and_then(|k| LookupType::try_from(k).ok());
             match kind {
                 Some(LookupType::Failed) | None => {
+                    let code = ServerError::from_code(r.error.unwrap_or(0));
+                    check_server_error(&conn, code);
                     return Err(Error::Broker {
-                        code: ServerError::from_code(r.error.unwrap_or(0)),
+                        code,
                         message: r.message.unwrap_or_else(|| "lookup failed".into()),
-                    })
+                    });
                 }
                 Some(kind) => {
                     let broker = ServiceUrl::from_lookup_response(
@@ -151,12 +183,17 @@ impl LookupService {
         topic: &TopicName,
         auto_create: bool,
     ) -> Result<u32> {
-        let started = tokio::time::Instant::now();
-        let r = self
-            .partitioned_metadata_uncounted(topic, auto_create)
-            .await;
-        crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
-        r
+        // Shared by concurrent callers like lookups (Java's `partitionedMetadataInProgress`).
+        self.metadata
+            .run((topic.as_str().to_owned(), auto_create), || async {
+                let started = tokio::time::Instant::now();
+                let r = self
+                    .partitioned_metadata_uncounted(topic, auto_create)
+                    .await;
+                crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
+                r
+            })
+            .await
     }
 
     async fn partitioned_metadata_uncounted(
@@ -179,16 +216,114 @@ impl LookupService {
         let r = response.partition_metadata_response.ok_or_else(|| {
             Error::Protocol("metadata answered without a PartitionMetadataResponse".into())
         })?;
+        // Java `ClientCnx.handlePartitionResponse`: an answer without a result (or with an
+        // unknown one) is a failure like `Failed` ("Empty lookup response" when it names no
+        // error), never a count of 0, which would make a partitioned topic look plain.
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
-            Some(MetadataResult::Failed) => Err(Error::Broker {
-                code: ServerError::from_code(r.error.unwrap_or(0)),
-                message: r
-                    .message
-                    .unwrap_or_else(|| "partitioned metadata failed".into()),
-            }),
-            _ => {
+            Some(MetadataResult::Success) => {
                 crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
             }
+            Some(MetadataResult::Failed) | None => {
+                let code = ServerError::from_code(r.error.unwrap_or(0));
+                check_server_error(&conn, code);
+                let fallback = if r.error.is_some() {
+                    "partitioned metadata failed"
+                } else {
+                    "empty partitioned metadata response"
+                };
+                Err(Error::Broker {
+                    code,
+                    message: r.message.unwrap_or_else(|| fallback.into()),
+                })
+            }
+        }
+    }
+}
+
+/// Requests in flight by key: the first caller for a key (the leader) sends the request and
+/// publishes its result; callers arriving meanwhile wait for that result instead of sending
+/// their own. A leader dropped before it finishes (its caller cancelled) leaves the key, and
+/// whoever waited tries again (one of them leading).
+#[derive(Debug)]
+struct InFlight<K, T> {
+    calls: Mutex<HashMap<K, Call<T>>>,
+    next_id: AtomicU64,
+}
+
+/// One request in flight: its leader's id and where its result appears.
+type Call<T> = (u64, watch::Receiver<Option<Result<T>>>);
+
+impl<K, T> Default for InFlight<K, T> {
+    fn default() -> Self {
+        InFlight {
+            calls: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(0),
+        }
+    }
+}
+
+impl<K: Eq + Hash + Clone, T: Clone> InFlight<K, T> {
+    async fn run<F, Fut>(&self, key: K, request: F) -> Result<T>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
+        let mut request = Some(request);
+        loop {
+            let joined = {
+                let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+                match calls.get(&key) {
+                    // A closed channel is a leader dropped a moment ago: replace its entry.
+                    Some((_, rx)) if rx.has_changed().is_ok() => Err(rx.clone()),
+                    _ => {
+                        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+                        let (tx, rx) = watch::channel(None);
+                        calls.insert(key.clone(), (id, rx));
+                        Ok((id, tx))
+                    }
+                }
+            };
+            match joined {
+                Ok((id, tx)) => {
+                    let _leave = Leave {
+                        flight: self,
+                        key: &key,
+                        id,
+                    };
+                    let Some(request) = request.take() else {
+                        unreachable!("a caller leads at most once: it returns after leading");
+                    };
+                    let result = request().await;
+                    let _ = tx.send(Some(result.clone()));
+                    return result;
+                }
+                Err(mut rx) => match rx.wait_for(Option::is_some).await {
+                    Ok(done) => {
+                        if let Some(result) = done.as_ref() {
+                            return result.clone();
+                        }
+                    }
+                    // The leader was dropped before it finished: try again.
+                    Err(_) => continue,
+                },
+            }
+        }
+    }
+}
+
+/// Removes a leader's entry when it finishes or is dropped (only its own: a later leader's
+/// entry for the same key stays).
+struct Leave<'a, K: Eq + Hash, T> {
+    flight: &'a InFlight<K, T>,
+    key: &'a K,
+    id: u64,
+}
+
+impl<K: Eq + Hash, T> Drop for Leave<'_, K, T> {
+    fn drop(&mut self) {
+        let mut calls = self.flight.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if calls.get(self.key).is_some_and(|(id, _)| *id == self.id) {
+            calls.remove(self.key);
         }
     }
 }

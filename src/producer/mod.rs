@@ -189,7 +189,8 @@ impl ProducerBuilder {
         let topic = TopicName::new(&self.topic)?;
         if self.options.chunking && !topic.is_persistent() {
             // Upstream chunks only on persistent topics (a non-persistent broker does not
-            // store the chunks, so no consumer could reassemble them reliably).
+            // store the chunks, so no consumer could reassemble them reliably). Java then
+            // silently sends unchunked, so oversized messages fail one by one; refused here.
             return Err(Error::InvalidConfig(format!(
                 "chunking needs a persistent topic; {topic} is non-persistent"
             )));

@@ -32,7 +32,8 @@ impl ProducerAccessMode {
     }
 }
 
-/// Batching settings. Defaults like the upstream clients: 1000 messages, 128 KiB, 10 ms.
+/// Batching settings. Defaults: 1000 messages and 128 KiB like every upstream client, and a
+/// 10 ms delay like the Go and C++ clients (Java's `batchingMaxPublishDelay` is 1 ms).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchingOptions {
     /// Most messages in one batch.

@@ -586,8 +586,11 @@ impl ProducerTask {
                         Ok(())
                     }
                     _ => {
-                        // Upstream (ProducerImpl.recoverChecksumError and the generic path):
-                        // the broker dropped the connection's state; reconnect and re-send.
+                        // Upstream `ClientCnx.handleSendError` closes the connection for any
+                        // other code; reconnect and re-send. For ChecksumError Java's
+                        // `recoverChecksumError` re-checks the message's checksum and re-sends on
+                        // the same connection; ours is computed over an immutable buffer, so the
+                        // bytes were damaged on the way and a fresh connection is the recovery.
                         tracing::warn!(topic = %self.entity.topic, ?code, message = %e.message,
                             "send error; reconnecting");
                         self.entity.drop_connection("send error");

@@ -1,8 +1,12 @@
 //! Upstream `PartitionedProducerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
-use crate::common::{client, full, wait_until};
+use crate::common::{client, full, test_client, wait_until, within};
+use futures::future::join_all;
 use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
+use pulsar_sdk::producer::BatchingOptions;
+use pulsar_sdk::{Client, Error, ProducerMessage, ServerError};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 /// The (producer name, user-provided flag) of every PRODUCER the broker received, in order.
@@ -80,4 +84,185 @@ async fn a_given_name_is_used_on_every_partition() {
             (Some("mine".into()), Some(true))
         ]
     );
+}
+
+fn client(broker: &MockBroker) -> Client {
+    test_client(&broker.service_url()).build().unwrap()
+}
+
+/// Java `PartitionedProducerImpl.start`: one producer per partition, each on its partition's
+/// topic (`<topic>-partition-<i>`).
+#[tokio::test]
+async fn one_producer_is_created_per_partition_on_its_partition_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-start";
+    broker.create_partitioned_topic(topic, 4);
+    let producer = client.producer(topic).create().await.unwrap();
+    assert_eq!(producer.partitions(), 4);
+    let created: BTreeSet<String> = broker
+        .received_of(Type::Producer)
+        .iter()
+        .map(|r| r.command.producer.as_ref().unwrap().topic.clone())
+        .collect();
+    let expected: BTreeSet<String> = (0..4).map(|i| format!("{topic}-partition-{i}")).collect();
+    assert_eq!(created, expected);
+}
+
+/// Java `PartitionedProducerImpl.start`: when one partition's producer cannot be created the
+/// whole create fails with that error, and the producers already created are closed.
+#[tokio::test]
+async fn one_refused_partition_fails_the_create_and_closes_the_others() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-refused";
+    broker.create_partitioned_topic(topic, 3);
+    broker.push_error(
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::AuthorizationError,
+            "not you",
+        )
+        .on_topic(&format!("{topic}-partition-1")),
+    );
+    match client.producer(topic).create().await {
+        Err(Error::Broker { code, .. }) => assert_eq!(code, ServerError::AuthorizationError),
+        Err(other) => panic!("expected the refusal, got {other:?}"),
+        Ok(_) => panic!("created with a refused partition"),
+    }
+    let created: Vec<u64> = broker
+        .received_of(Type::Producer)
+        .iter()
+        .filter(|r| {
+            !r.command
+                .producer
+                .as_ref()
+                .unwrap()
+                .topic
+                .ends_with("-partition-1")
+        })
+        .map(|r| r.command.producer.as_ref().unwrap().producer_id)
+        .collect();
+    assert_eq!(created.len(), 2);
+    let closed = broker
+        .wait_for_commands(Type::CloseProducer, 2, Duration::from_secs(5))
+        .await
+        .expect("the created partitions are closed");
+    let closed: BTreeSet<u64> = closed
+        .iter()
+        .map(|r| r.command.close_producer.as_ref().unwrap().producer_id)
+        .collect();
+    assert_eq!(closed, created.into_iter().collect::<BTreeSet<_>>());
+}
+
+/// Java `PulsarClientImpl.createProducerAsync`: a partition's own name has no partitions of
+/// its own (metadata 0), so it gets one plain producer on exactly that topic. Like Java's
+/// (created with partition index -1), its receipts name no partition.
+#[tokio::test]
+async fn a_partitions_own_name_gets_one_plain_producer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-own";
+    broker.create_partitioned_topic(topic, 3);
+    let one = format!("{topic}-partition-2");
+    let producer = client.producer(&one).create().await.unwrap();
+    assert_eq!(producer.partitions(), 0, "not partitioned");
+    let id = producer.send_and_wait("m").await.unwrap();
+    assert_eq!(
+        id.partition, -1,
+        "a plain producer's receipt names no partition"
+    );
+    let creates = broker.received_of(Type::Producer);
+    assert_eq!(creates.len(), 1);
+    assert_eq!(creates[0].command.producer.as_ref().unwrap().topic, one);
+}
+
+/// Java `RoundRobinPartitionMessageRouterImpl.choosePartition` with batching: messages
+/// without a key stay on one partition for the batching delay (`partitionSwitchMs`), so
+/// batches fill.
+#[tokio::test]
+async fn unkeyed_batched_messages_stay_on_one_partition_within_the_batching_delay() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-sticky";
+    broker.create_partitioned_topic(topic, 3);
+    let producer = client
+        .producer(topic)
+        .batching_options(BatchingOptions {
+            max_messages: 3,
+            max_bytes: 128 * 1024,
+            max_publish_delay: Duration::from_secs(3600),
+            key_based: false,
+        })
+        .create()
+        .await
+        .unwrap();
+    let receipts = join_all((0..6).map(|i| producer.send(format!("m{i}")))).await;
+    let mut partitions = BTreeSet::new();
+    for r in receipts {
+        partitions.insert(within("batched send", r.unwrap()).await.unwrap().partition);
+    }
+    assert_eq!(partitions.len(), 1, "spread over {partitions:?}");
+    assert_eq!(broker.received_of(Type::Send).len(), 2, "two full batches");
+}
+
+/// Java `PartitionedProducerImpl.flushAsync`: flush covers every partition: messages held in
+/// open batches of several partitions are all sent and receipted when it returns.
+#[tokio::test]
+async fn flush_covers_the_open_batches_of_every_partition() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-flush";
+    broker.create_partitioned_topic(topic, 3);
+    let producer = client
+        .producer(topic)
+        .batching_options(BatchingOptions {
+            max_messages: 1000,
+            max_bytes: 128 * 1024,
+            max_publish_delay: Duration::from_secs(3600),
+            key_based: false,
+        })
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..12 {
+        let msg = ProducerMessage::new(format!("m{i}")).key(format!("key-{i}"));
+        receipts.push(producer.send(msg).await.unwrap());
+    }
+    assert!(broker.received_of(Type::Send).is_empty(), "held in batches");
+    within("flush", producer.flush()).await.unwrap();
+    let mut partitions = BTreeSet::new();
+    for r in receipts {
+        // Already settled: flush returned after every receipt.
+        let id = tokio::time::timeout(Duration::from_millis(1), r)
+            .await
+            .expect("receipted before flush returned")
+            .unwrap();
+        partitions.insert(id.partition);
+    }
+    assert!(partitions.len() > 1, "the keys used several partitions");
+}
+
+/// Java `PartitionedProducerImpl.closeAsync`: close closes every partition's producer.
+#[tokio::test]
+async fn close_closes_every_partitions_producer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = "persistent://public/default/pp-close";
+    broker.create_partitioned_topic(topic, 3);
+    let producer = client.producer(topic).create().await.unwrap();
+    producer.close().await.unwrap();
+    let created: BTreeSet<u64> = broker
+        .received_of(Type::Producer)
+        .iter()
+        .map(|r| r.command.producer.as_ref().unwrap().producer_id)
+        .collect();
+    let closed: BTreeSet<u64> = broker
+        .received_of(Type::CloseProducer)
+        .iter()
+        .map(|r| r.command.close_producer.as_ref().unwrap().producer_id)
+        .collect();
+    assert_eq!(closed, created);
+    assert!(matches!(producer.send("late").await, Err(Error::Closed)));
 }
