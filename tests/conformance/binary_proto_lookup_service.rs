@@ -1,5 +1,6 @@
 //! Upstream `BinaryProtoLookupService`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common;
 use crate::common::test_client;
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};

@@ -1,5 +1,6 @@
 //! Upstream `ClientCnx`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common;
 use crate::common::{full, test_client, within};
 use prost::Message as _;
 use pulsar_sdk::mock::wire::base_command::Type;
@@ -98,7 +99,7 @@ async fn a_connection_reset_during_subscribe_or_create_is_retried() {
     }
 }
 
-fn client(broker: &MockBroker) -> Client {
+fn client_of(broker: &MockBroker) -> Client {
     test_client(&broker.service_url()).build().unwrap()
 }
 
@@ -121,7 +122,7 @@ fn producer_of(broker: &MockBroker, topic: &str) -> (ConnectionId, u64) {
 #[tokio::test]
 async fn a_receipt_for_an_unknown_producer_is_ignored() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("cnx-unknown-receipt");
     let producer = common::unbatched_producer(&client, &topic).await;
     producer.send_and_wait("first").await.unwrap();
@@ -152,7 +153,7 @@ async fn a_receipt_for_an_unknown_producer_is_ignored() {
 #[tokio::test]
 async fn a_close_producer_for_an_unknown_producer_is_ignored() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("cnx-unknown-close");
     let producer = common::unbatched_producer(&client, &topic).await;
     producer.send_and_wait("first").await.unwrap();
@@ -184,7 +185,7 @@ async fn a_close_producer_for_an_unknown_producer_is_ignored() {
 #[tokio::test]
 async fn a_transient_send_error_closes_the_connection_and_the_message_is_resent() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("cnx-send-error");
     let producer = common::unbatched_producer(&client, &topic).await;
     broker.push_error(MockError::new(
@@ -215,7 +216,7 @@ async fn a_transient_send_error_closes_the_connection_and_the_message_is_resent(
 #[tokio::test]
 async fn an_error_fails_only_its_request_with_the_brokers_code() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     broker.push_error(
         MockError::new(
             MockRequest::Producer,
@@ -246,7 +247,7 @@ async fn an_error_fails_only_its_request_with_the_brokers_code() {
 #[tokio::test]
 async fn a_lookup_answered_service_not_ready_closes_the_connection() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     broker.set_lookup_error(
         Some("cnx-not-ready"),
         ServerError::ServiceNotReady,
@@ -270,7 +271,7 @@ async fn a_lookup_answered_service_not_ready_closes_the_connection() {
 #[tokio::test]
 async fn a_metadata_answer_of_service_not_ready_closes_the_connection() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     broker.push_error(MockError::new(
         MockRequest::PartitionedMetadata,
         ServerError::ServiceNotReady,
@@ -302,7 +303,7 @@ async fn a_metadata_answer_of_service_not_ready_closes_the_connection() {
 #[tokio::test]
 async fn other_lookup_errors_keep_the_connection() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     broker.set_lookup_error(Some("cnx-authz"), ServerError::AuthorizationError, "no");
     assert!(client.lookup_topic("cnx-authz").await.is_err());
     client.lookup_topic("cnx-other").await.unwrap();
@@ -315,7 +316,7 @@ async fn other_lookup_errors_keep_the_connection() {
 #[tokio::test]
 async fn a_dropped_connection_fails_its_pending_requests_at_once() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     client.lookup_topic("cnx-warm").await.unwrap();
     broker.set_unresponsive(true);
     let lookup = client.lookup_topic("cnx-pending");
@@ -344,7 +345,7 @@ async fn a_dropped_connection_fails_its_pending_requests_at_once() {
 #[tokio::test]
 async fn a_metadata_answer_without_a_result_is_an_error_not_zero_partitions() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     client.lookup_topic("cnx-warm").await.unwrap();
     broker.set_unresponsive(true);
     let asked = client.partitioned_topic_metadata("cnx-empty-answer");
@@ -387,7 +388,7 @@ async fn a_metadata_answer_without_a_result_is_an_error_not_zero_partitions() {
 #[tokio::test]
 async fn a_checksum_error_re_sends_the_message() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("cnx-checksum");
     let producer = common::unbatched_producer(&client, &topic).await;
     broker.push_error(MockError::new(

@@ -1,5 +1,6 @@
 //! Upstream `ConnectionPool`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common;
 use crate::common::{full, test_client, within};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;

@@ -86,7 +86,7 @@ async fn a_given_name_is_used_on_every_partition() {
     );
 }
 
-fn client(broker: &MockBroker) -> Client {
+fn client_of(broker: &MockBroker) -> Client {
     test_client(&broker.service_url()).build().unwrap()
 }
 
@@ -95,7 +95,7 @@ fn client(broker: &MockBroker) -> Client {
 #[tokio::test]
 async fn one_producer_is_created_per_partition_on_its_partition_topic() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-start";
     broker.create_partitioned_topic(topic, 4);
     let producer = client.producer(topic).create().await.unwrap();
@@ -114,7 +114,7 @@ async fn one_producer_is_created_per_partition_on_its_partition_topic() {
 #[tokio::test]
 async fn one_refused_partition_fails_the_create_and_closes_the_others() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-refused";
     broker.create_partitioned_topic(topic, 3);
     broker.push_error(
@@ -161,7 +161,7 @@ async fn one_refused_partition_fails_the_create_and_closes_the_others() {
 #[tokio::test]
 async fn a_partitions_own_name_gets_one_plain_producer() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-own";
     broker.create_partitioned_topic(topic, 3);
     let one = format!("{topic}-partition-2");
@@ -183,7 +183,7 @@ async fn a_partitions_own_name_gets_one_plain_producer() {
 #[tokio::test]
 async fn unkeyed_batched_messages_stay_on_one_partition_within_the_batching_delay() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-sticky";
     broker.create_partitioned_topic(topic, 3);
     let producer = client
@@ -211,7 +211,7 @@ async fn unkeyed_batched_messages_stay_on_one_partition_within_the_batching_dela
 #[tokio::test]
 async fn flush_covers_the_open_batches_of_every_partition() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-flush";
     broker.create_partitioned_topic(topic, 3);
     let producer = client
@@ -248,7 +248,7 @@ async fn flush_covers_the_open_batches_of_every_partition() {
 #[tokio::test]
 async fn close_closes_every_partitions_producer() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = "persistent://public/default/pp-close";
     broker.create_partitioned_topic(topic, 3);
     let producer = client.producer(topic).create().await.unwrap();

@@ -1,5 +1,6 @@
 //! Upstream `ProducerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
+use crate::common;
 use crate::common::{client, full, publish, test_client, wait_until, within};
 use crate::server_cnx::sent_sequence_ids;
 use futures::future::join_all;
@@ -407,7 +408,7 @@ async fn a_dropped_wait_for_exclusive_create_is_closed_on_the_broker() {
     );
 }
 
-fn client(broker: &MockBroker) -> Client {
+fn client_of(broker: &MockBroker) -> Client {
     test_client(&broker.service_url()).build().unwrap()
 }
 
@@ -447,7 +448,7 @@ async fn batching_producer(client: &Client, topic: &str) -> pulsar_sdk::Producer
 #[tokio::test]
 async fn the_broker_assigned_name_is_adopted_and_carried_by_every_message() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-assigned-name");
     let producer = common::unbatched_producer(&client, &topic).await;
     let create = broker.received_of(Type::Producer);
@@ -465,7 +466,7 @@ async fn the_broker_assigned_name_is_adopted_and_carried_by_every_message() {
 #[tokio::test]
 async fn a_user_given_name_is_sent_and_flagged_as_user_provided() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-user-name");
     let producer = client
         .producer(&topic)
@@ -486,7 +487,7 @@ async fn a_user_given_name_is_sent_and_flagged_as_user_provided() {
 #[tokio::test]
 async fn a_re_create_asks_for_the_same_name_with_a_higher_epoch() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-recreate-name");
     let producer = common::unbatched_producer(&client, &topic).await;
     producer.send_and_wait("a").await.unwrap();
@@ -511,7 +512,7 @@ async fn a_re_create_asks_for_the_same_name_with_a_higher_epoch() {
 #[tokio::test]
 async fn producer_properties_go_with_the_create_command() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let _producer = client
         .producer(full("prod-properties"))
         .property("app", "billing")
@@ -543,7 +544,7 @@ async fn producer_properties_go_with_the_create_command() {
 #[tokio::test]
 async fn sequence_ids_count_up_from_zero_and_a_batch_carries_its_range() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-sequence");
     let producer = batching_producer(&client, &topic).await;
     let receipts = join_all((0..4).map(|i| producer.send(format!("m{i}")))).await;
@@ -569,7 +570,7 @@ async fn sequence_ids_count_up_from_zero_and_a_batch_carries_its_range() {
 #[tokio::test]
 async fn a_given_sequence_id_is_kept_and_later_ids_continue_after_it() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-given-sequence");
     let producer = common::unbatched_producer(&client, &topic).await;
     producer.send_and_wait("auto-0").await.unwrap();
@@ -591,7 +592,7 @@ async fn a_given_sequence_id_is_kept_and_later_ids_continue_after_it() {
 #[tokio::test]
 async fn a_delayed_message_is_sent_on_its_own_after_the_open_batch() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-delayed");
     let producer = batching_producer(&client, &topic).await;
     let a = producer.send("a").await.unwrap();
@@ -617,7 +618,7 @@ async fn a_delayed_message_is_sent_on_its_own_after_the_open_batch() {
 #[tokio::test]
 async fn every_message_carries_its_publish_time() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-publish-time");
     let producer = common::unbatched_producer(&client, &topic).await;
     let before = std::time::SystemTime::now()
@@ -638,7 +639,7 @@ async fn every_message_carries_its_publish_time() {
 #[tokio::test]
 async fn a_send_after_close_fails_at_once_and_sends_nothing() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let producer = common::unbatched_producer(&client, &full("prod-after-close")).await;
     producer.close().await.unwrap();
     assert!(broker
@@ -658,7 +659,7 @@ async fn a_send_after_close_fails_at_once_and_sends_nothing() {
 #[tokio::test]
 async fn close_sends_close_producer_once_and_closing_again_succeeds() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker);
+    let client = client_of(&broker);
     let topic = full("prod-close-twice");
     let producer = common::unbatched_producer(&client, &topic).await;
     producer.close().await.unwrap();
