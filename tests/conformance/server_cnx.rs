@@ -150,3 +150,47 @@ async fn terminate_disconnects_producers_and_refuses_their_re_creation() {
     ));
     assert_eq!(sent_sequence_ids(&broker), [0]);
 }
+
+// ---- r-h2 (breaker) ----
+
+/// Upstream `MessageDeduplication.isDuplicateNormal` / `recordMessagePersistedNormal`: the
+/// chunks of one message share its sequence id, and only the last chunk is checked and
+/// recorded ("Only put sequence ID into highestSequencedPushed and highestSequencedPersisted
+/// until receive and persistent the last chunk"). So with deduplication on, a chunked message
+/// is stored whole (every chunk) and its receipt is a real position, and the consumer gets it.
+#[tokio::test]
+async fn r_h2_deduplication_on_stores_every_chunk_of_a_chunked_message() {
+    use pulsar_sdk::SubscriptionType;
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("r-h2-dedup-chunks");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .chunking(true)
+        .chunk_max_message_size(4 * 1024)
+        .create()
+        .await
+        .unwrap();
+    let big: Vec<u8> = (0..10 * 1024).map(|i| (i % 251) as u8).collect();
+    let id = within("the chunked send", producer.send_and_wait(big.clone()))
+        .await
+        .unwrap();
+    assert_ne!(id.entry_id, u64::MAX, "the last chunk was taken for a duplicate");
+    assert_eq!(broker.topic_messages(&topic), 3);
+    let msg = within("the chunked message", consumer.recv()).await.unwrap();
+    assert_eq!(&msg.payload[..], &big[..]);
+    // The next message is no duplicate either.
+    let id = producer.send_and_wait("small").await.unwrap();
+    assert_ne!(id.entry_id, u64::MAX);
+    assert_eq!(broker.topic_messages(&topic), 4);
+}
