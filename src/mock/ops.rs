@@ -139,7 +139,7 @@ impl MockBroker {
     ///   (-1 if none), and a SEND whose `sequence_id` is not above it is a duplicate: it is
     ///   not stored, and its SEND_RECEIPT carries message id `(-1, -1)` (ledger and entry id
     ///   `u64::MAX` on the wire), with its own sequence ids. Only the last chunk of a chunked
-    ///   message is checked (its chunks share one sequence id).
+    ///   message is checked and recorded (its chunks share one sequence id).
     ///
     /// The ids are tracked only while deduplication is on: turning it off forgets them, and
     /// turning it on starts from none (upstream clears its maps when disabling and, when
