@@ -498,3 +498,57 @@ async fn r_h2_a_quota_refusal_frees_the_open_batchs_memory() {
     within("the second", second).await.unwrap();
     assert_eq!(broker.topic_messages(&topic), 1);
 }
+
+/// Java `ProducerImpl.sendAsync` refuses a message too big for the broker (no chunking)
+/// before it takes a sequence id (`msgIdGenerator++` comes later), so a producer whose only
+/// send so far was refused that way still has `msgIdGenerator == 0` and adopts the broker's
+/// `last_sequence_id + 1` when it re-attaches (`connectionOpened`). Here another producer of
+/// the same name stored 0..4 meanwhile, with deduplication on: the next message must go out
+/// as 5, not as 1 (a duplicate, dropped).
+#[tokio::test]
+async fn r_h2_a_message_refused_as_too_big_takes_no_sequence_id() {
+    use pulsar_sdk::mock::MockBrokerConfig;
+    let broker = MockBroker::start_with(MockBrokerConfig {
+        max_message_size: Some(2048),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let topic = full("r-h2-too-big-no-sequence-id");
+    let late_client = client(&broker.service_url());
+    let late = late_client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let refused = match late.send(vec![0u8; 4096]).await {
+        Ok(f) => f.await,
+        Err(e) => Err(e),
+    };
+    assert!(matches!(refused, Err(Error::MessageTooBig { .. })), "{refused:?}");
+    let conn = broker.connections()[0];
+    broker.push_error(
+        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "loading")
+            .times(usize::MAX)
+            .on_connection(conn),
+    );
+    broker.unload_topic(&topic).unwrap();
+    let other_client = client(&broker.service_url());
+    let other = other_client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    publish(&other, "m", 5).await;
+    other.close().await.unwrap();
+    broker.clear_pushed_errors();
+    wait_until("the late producer is back", || late.state() == State::Ready).await;
+    let id = late.send_and_wait("late").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 3, 4, 5]);
+    assert_eq!(id.entry_id, 5);
+}
