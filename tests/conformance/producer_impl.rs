@@ -552,3 +552,48 @@ async fn r_h2_a_message_refused_as_too_big_takes_no_sequence_id() {
     assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 3, 4, 5]);
     assert_eq!(id.entry_id, 5);
 }
+
+/// A timed-out batch counts its messages (Java `failPendingMessages` releases
+/// `numMessagesInBatch` permits), and a sender blocked on the full queue gets in once the
+/// timeout has emptied it; its own message then times out on its own clock, later.
+#[tokio::test(start_paused = true)]
+async fn r_h2_a_timed_out_batch_counts_its_messages_and_lets_a_blocked_sender_in() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("r-h2-timeout-batch-count");
+    let producer = client
+        .producer(&topic)
+        .batching_options(BatchingOptions {
+            max_messages: 3,
+            max_publish_delay: Duration::from_millis(10),
+            ..Default::default()
+        })
+        .max_pending_messages(3)
+        .block_if_queue_full(true)
+        .send_timeout(SEND_TIMEOUT)
+        .create()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let mut batch = Vec::new();
+    for i in 0..3 {
+        batch.push(producer.send(format!("b{i}")).await.unwrap());
+    }
+    let start = Instant::now();
+    let blocked = tokio::spawn({
+        let producer = producer.clone();
+        async move {
+            let f = producer.send("blocked").await.unwrap();
+            (Instant::now(), f.await)
+        }
+    });
+    for r in within("the batch", futures::future::join_all(batch)).await {
+        assert!(is_send_timeout(&r), "{r:?}");
+    }
+    let (admitted_at, r) = within("the blocked one", blocked).await.unwrap();
+    assert!(admitted_at >= start + SEND_TIMEOUT);
+    assert!(is_send_timeout(&r), "{r:?}");
+    let stats = producer.stats().totals;
+    assert_eq!(stats.send_errors.timeout, 4, "{stats:?}");
+    assert_eq!((stats.pending_messages, stats.pending_bytes), (0, 0));
+}

@@ -194,3 +194,39 @@ async fn r_h2_deduplication_on_stores_every_chunk_of_a_chunked_message() {
     assert_ne!(id.entry_id, u64::MAX);
     assert_eq!(broker.topic_messages(&topic), 4);
 }
+
+/// Upstream `PersistentTopic.terminate` disconnects the producer; what the application sends
+/// before the re-create is refused is pending, and fails with the termination (Java
+/// `connectionOpened` on `TopicTerminatedException`: `failPendingMessages` with it), not as
+/// closed; nothing of it is stored.
+#[tokio::test]
+async fn r_h2_messages_pending_at_termination_fail_as_terminated() {
+    use std::time::Duration;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("r-h2-terminated-pending");
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("before").await.unwrap();
+    // The refusal of the re-create comes late: a window for a send while detached.
+    broker.set_response_delay(Duration::from_millis(300));
+    broker.terminate_topic(&topic).unwrap();
+    wait_until("the re-create was sent", || {
+        broker.received_of(Type::Producer).len() == 2
+    })
+    .await;
+    let r = match producer.send("pending").await {
+        Ok(f) => within("the pending send", f).await,
+        Err(e) => Err(e),
+    };
+    assert!(matches!(r, Err(Error::TopicTerminated { .. })), "{r:?}");
+    assert_eq!(
+        within("the producer ends", producer.closed()).await,
+        State::Terminated
+    );
+    assert_eq!(broker.topic_messages(&topic), 1);
+}
