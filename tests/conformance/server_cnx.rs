@@ -230,3 +230,59 @@ async fn r_h2_messages_pending_at_termination_fail_as_terminated() {
     );
     assert_eq!(broker.topic_messages(&topic), 1);
 }
+
+/// Upstream keeps the deduplication state with the topic (its cursor snapshot, replayed on
+/// load): across a broker restart a duplicate is still dropped and a producer of that name
+/// learns the last id. It is a namespace policy: another namespace stores the repeat.
+#[tokio::test]
+async fn r_h2_deduplication_survives_a_restart_and_is_per_namespace() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    broker.create_namespace("public/other").unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("r-h2-dedup-restart");
+    let other_topic = "persistent://public/other/r-h2-dedup-restart";
+    let p = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let q = client
+        .producer(other_topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        p.send_and_wait(format!("m{i}")).await.unwrap();
+        q.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    broker.restart().await.unwrap();
+    wait_until("back", || p.state() == State::Ready && q.state() == State::Ready).await;
+    let dup = p
+        .send_and_wait(ProducerMessage::new("repeat").sequence_id(2))
+        .await
+        .unwrap();
+    assert_eq!(dup.entry_id, u64::MAX);
+    assert_eq!(broker.topic_messages(&topic), 3);
+    let stored = q
+        .send_and_wait(ProducerMessage::new("repeat").sequence_id(2))
+        .await
+        .unwrap();
+    assert_ne!(stored.entry_id, u64::MAX);
+    assert_eq!(broker.topic_messages(other_topic), 4);
+    p.close().await.unwrap();
+    let again = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    again.send_and_wait("next").await.unwrap();
+    assert_eq!(sent_sequence_ids(&broker).last(), Some(&3));
+    assert_eq!(broker.topic_messages(&topic), 4);
+}
