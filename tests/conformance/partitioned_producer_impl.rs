@@ -126,7 +126,9 @@ async fn r_h2_a_quota_refusal_on_one_partition_fails_only_its_messages() {
         ServerError::ProducerBlockedQuotaExceededException,
         "backlog quota exceeded",
     ));
-    broker.unload_topic(&format!("{topic}-partition-0")).unwrap();
+    broker
+        .unload_topic(&format!("{topic}-partition-0"))
+        .unwrap();
     let refused = producer
         .send(ProducerMessage::new("to p0").key(k0.clone()))
         .await
@@ -195,10 +197,7 @@ async fn r_h2_terminating_one_partition_leaves_the_others_working() {
         broker.received_of(Type::Producer).len() >= 3
     })
     .await;
-    let r = match producer
-        .send(ProducerMessage::new("to p0").key(k0))
-        .await
-    {
+    let r = match producer.send(ProducerMessage::new("to p0").key(k0)).await {
         Ok(f) => crate::common::within("p0", f).await,
         Err(e) => Err(e),
     };

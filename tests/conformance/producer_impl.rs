@@ -284,8 +284,12 @@ async fn r_h2_a_timeout_while_reconnecting_fails_the_queue_and_nothing_is_re_sen
         .unwrap();
     producer.send_and_wait("before").await.unwrap();
     broker.push_error(
-        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "loading")
-            .times(usize::MAX),
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::ServiceNotReady,
+            "loading",
+        )
+        .times(usize::MAX),
     );
     broker.unload_topic(&topic).unwrap();
     wait_until("detached", || producer.state() != State::Ready).await;
@@ -387,7 +391,10 @@ async fn r_h2_repeated_quota_refusals_fail_what_each_finds_pending() {
         let producer = producer.clone();
         async move { producer.send("m1").await.unwrap().await }
     });
-    for r in [within("m0", first).await, within("m1", blocked).await.unwrap()] {
+    for r in [
+        within("m0", first).await,
+        within("m1", blocked).await.unwrap(),
+    ] {
         match r {
             Err(Error::Broker { code, .. }) => {
                 assert_eq!(code, ServerError::ProducerBlockedQuotaExceededException)
@@ -445,7 +452,11 @@ async fn r_h2_close_while_quota_refusals_go_on_completes() {
     );
     let _ = within("the close", closing).await.unwrap();
     // Well before the close deadline (the operation timeout, 10 s).
-    assert!(start.elapsed() < Duration::from_secs(5), "{:?}", start.elapsed());
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(producer.state(), State::Closed);
 }
 
@@ -528,12 +539,19 @@ async fn r_h2_a_message_refused_as_too_big_takes_no_sequence_id() {
         Ok(f) => f.await,
         Err(e) => Err(e),
     };
-    assert!(matches!(refused, Err(Error::MessageTooBig { .. })), "{refused:?}");
+    assert!(
+        matches!(refused, Err(Error::MessageTooBig { .. })),
+        "{refused:?}"
+    );
     let conn = broker.connections()[0];
     broker.push_error(
-        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "loading")
-            .times(usize::MAX)
-            .on_connection(conn),
+        MockError::new(
+            MockRequest::Producer,
+            ServerError::ServiceNotReady,
+            "loading",
+        )
+        .times(usize::MAX)
+        .on_connection(conn),
     );
     broker.unload_topic(&topic).unwrap();
     let other_client = client(&broker.service_url());

@@ -185,9 +185,15 @@ async fn r_h2_deduplication_on_stores_every_chunk_of_a_chunked_message() {
     let id = within("the chunked send", producer.send_and_wait(big.clone()))
         .await
         .unwrap();
-    assert_ne!(id.entry_id, u64::MAX, "the last chunk was taken for a duplicate");
+    assert_ne!(
+        id.entry_id,
+        u64::MAX,
+        "the last chunk was taken for a duplicate"
+    );
     assert_eq!(broker.topic_messages(&topic), 3);
-    let msg = within("the chunked message", consumer.recv()).await.unwrap();
+    let msg = within("the chunked message", consumer.recv())
+        .await
+        .unwrap();
     assert_eq!(&msg.payload[..], &big[..]);
     // The next message is no duplicate either.
     let id = producer.send_and_wait("small").await.unwrap();
@@ -261,7 +267,10 @@ async fn r_h2_deduplication_survives_a_restart_and_is_per_namespace() {
         q.send_and_wait(format!("m{i}")).await.unwrap();
     }
     broker.restart().await.unwrap();
-    wait_until("back", || p.state() == State::Ready && q.state() == State::Ready).await;
+    wait_until("back", || {
+        p.state() == State::Ready && q.state() == State::Ready
+    })
+    .await;
     let dup = p
         .send_and_wait(ProducerMessage::new("repeat").sequence_id(2))
         .await
