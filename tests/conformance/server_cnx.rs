@@ -295,3 +295,45 @@ async fn r_h2_deduplication_survives_a_restart_and_is_per_namespace() {
     assert_eq!(sent_sequence_ids(&broker).last(), Some(&3));
     assert_eq!(broker.topic_messages(&topic), 4);
 }
+
+/// With deduplication on, messages the broker stored but whose receipts were lost are re-sent
+/// by the client after its reconnect (Java `resendMessages`); the broker recognises them
+/// (PRODUCER_SUCCESS told the client the last id, but the client's counter rules) and answers
+/// each with (-1, -1) without storing it again, and those sends complete: nothing is stored
+/// twice, and the next message is stored.
+#[tokio::test]
+async fn r_h2_re_sent_messages_the_broker_stored_are_not_stored_twice() {
+    use std::time::Duration;
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("r-h2-dedup-resend");
+    let producer = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_unresponsive(true);
+    let mut pending = Vec::new();
+    for i in 0..3 {
+        pending.push(producer.send(format!("m{i}")).await.unwrap());
+    }
+    broker
+        .wait_for_commands(Type::Send, 3, Duration::from_secs(5))
+        .await
+        .expect("the sends reached the broker");
+    assert_eq!(broker.topic_messages(&topic), 3);
+    broker.drop_all_connections();
+    broker.set_unresponsive(false);
+    for r in within("the re-sent ones", futures::future::join_all(pending)).await {
+        let id = r.unwrap();
+        assert_eq!((id.ledger_id, id.entry_id), (u64::MAX, u64::MAX));
+    }
+    assert_eq!(broker.topic_messages(&topic), 3);
+    assert_eq!(sent_sequence_ids(&broker), [0, 1, 2, 0, 1, 2]);
+    let id = producer.send_and_wait("next").await.unwrap();
+    assert_eq!(id.entry_id, 3);
+    wait_until("stored", || broker.topic_messages(&topic) == 4).await;
+}
