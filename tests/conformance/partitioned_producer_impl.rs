@@ -208,3 +208,35 @@ async fn r_h2_terminating_one_partition_leaves_the_others_working() {
         .unwrap();
     assert_eq!(id.partition, 1);
 }
+
+/// A name the broker refuses on one partition (another producer of that name is attached
+/// there: upstream `AbstractTopic.tryOverwriteOldProducer` → NamingException, ProducerBusy)
+/// fails the partitioned producer's creation, and the partitions already created are closed
+/// (Java `PartitionedProducerImpl.start`: `closeAsync` on a failed partition).
+#[tokio::test]
+async fn r_h2_a_name_refused_on_one_partition_fails_the_create_and_closes_the_others() {
+    use pulsar_sdk::{Error, ServerError};
+    let broker = MockBroker::start().await.unwrap();
+    let topic = full("r-h2-name-refused");
+    assert!(broker.create_partitioned_topic(&topic, 2));
+    let client = client(&broker.service_url());
+    let p1 = format!("{topic}-partition-1");
+    let _squatter = client.producer(&p1).name("mine").create().await.unwrap();
+    let r = client.producer(&topic).name("mine").create().await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Broker {
+                code: ServerError::ProducerBusy,
+                ..
+            })
+        ),
+        "{:?}",
+        r.err()
+    );
+    wait_until("partition 0's producer is closed", || {
+        broker.producers(&format!("{topic}-partition-0")) == 0
+    })
+    .await;
+    assert_eq!(broker.producers(&p1), 1);
+}

@@ -337,3 +337,47 @@ async fn r_h2_re_sent_messages_the_broker_stored_are_not_stored_twice() {
     assert_eq!(id.entry_id, 3);
     wait_until("stored", || broker.topic_messages(&topic) == 4).await;
 }
+
+/// A batch is recorded by its highest sequence id (upstream `isDuplicateNormal`:
+/// `highestSequencedPushed.put(name, max(highestSequenceId, sequenceId))`): a producer of that
+/// name created later goes on after the batch's last message.
+#[tokio::test]
+async fn r_h2_deduplication_records_a_batch_by_its_highest_sequence_id() {
+    use pulsar_sdk::producer::BatchingOptions;
+    use std::time::Duration;
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_deduplication("public/default", true).unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("r-h2-dedup-batch");
+    let producer = client
+        .producer(&topic)
+        .name("p")
+        .batching_options(BatchingOptions {
+            max_messages: 5,
+            max_publish_delay: Duration::from_secs(10),
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..5 {
+        receipts.push(producer.send(format!("b{i}")).await.unwrap());
+    }
+    for r in futures::future::join_all(receipts).await {
+        r.unwrap();
+    }
+    assert_eq!(broker.topic_messages(&topic), 1);
+    producer.close().await.unwrap();
+    let again = client
+        .producer(&topic)
+        .name("p")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let id = again.send_and_wait("next").await.unwrap();
+    assert_ne!(id.entry_id, u64::MAX);
+    assert_eq!(sent_sequence_ids(&broker), [0, 5]);
+    assert_eq!(broker.topic_messages(&topic), 2);
+}
