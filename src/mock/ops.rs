@@ -139,7 +139,7 @@ impl MockBroker {
     ///   (-1 if none), and a SEND whose `sequence_id` is not above it is a duplicate: it is
     ///   not stored, and its SEND_RECEIPT carries message id `(-1, -1)` (ledger and entry id
     ///   `u64::MAX` on the wire), with its own sequence ids. Only the last chunk of a chunked
-    ///   message is checked (its chunks share one sequence id).
+    ///   message is checked and recorded (its chunks share one sequence id).
     ///
     /// The ids are tracked only while deduplication is on: turning it off forgets them, and
     /// turning it on starts from none (upstream clears its maps when disabling and, when
@@ -244,7 +244,8 @@ impl MockBroker {
     /// Terminates topic `topic` (not a partitioned topic's name; one partition at a time), as
     /// upstream's `PersistentTopic.terminate`: every producer gets CLOSE_PRODUCER (reconnect
     /// allowed) and is detached, so its re-creation meets ERROR TopicTerminatedError, as does
-    /// any new PRODUCER; a SEND still racing in gets SEND_ERROR TopicTerminatedError. Consumers keep receiving what is stored; once a
+    /// any new PRODUCER; a SEND still in flight from a disconnected producer is ignored (as
+    /// upstream's `recentlyClosedProducers`). Consumers keep receiving what is stored; once a
     /// subscription has dispatched every entry and had all of them acknowledged, each of its
     /// consumers gets REACHED_END_OF_TOPIC, once (now, or when it gets there; a consumer that
     /// subscribes later, too), as upstream's dispatchers do. Returns the id of the last entry

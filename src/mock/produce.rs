@@ -431,8 +431,11 @@ pub(crate) fn send(
             timers.schedule_delivery(due, &topic.name);
         }
         // Tracked only while deduplication is on (upstream `MessageDeduplication` records
-        // nothing while disabled).
-        if dedup {
+        // nothing while disabled), and for a chunked message only at its last chunk
+        // (`isDuplicateNormal` returns before recording a chunk that is not the last, and
+        // `recordMessagePersistedNormal` skips it): recording an earlier chunk would make the
+        // last one, which carries the same sequence id, a duplicate.
+        if dedup && last_chunk {
             let last = topic.last_sequence.entry(producer_name).or_insert(-1);
             *last = (*last).max(i64::try_from(highest).unwrap_or(i64::MAX));
         }

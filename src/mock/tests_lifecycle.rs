@@ -389,6 +389,11 @@ async fn terminated_topic_refuses_sends_and_signals_the_end() {
     let close = expect_close_producer(&mut producer).await;
     assert_eq!((close.producer_id, close.allow_reconnect), (1, None));
     assert_eq!(broker.producers(T1), 0);
+    // A SEND still in flight from the disconnected producer is ignored (upstream
+    // `ServerCnx.closeProducer` keeps it in `recentlyClosedProducers`): no SEND_ERROR, and
+    // the connection stays up (the PRODUCER below is answered on it).
+    producer.send(1, metadata("p", 2, None), b"m").await;
+    producer.quiet().await;
     let resp = try_producer(&mut producer, T1, 3).await;
     assert_eq!(error_of(&resp).0, ServerError::TopicTerminatedError);
     assert_eq!(broker.topic_messages(T1), 2);

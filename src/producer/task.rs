@@ -440,21 +440,27 @@ impl ProducerTask {
                 if let Some(b) = batches {
                     b.flush(&self.ctx, out, failed);
                 }
-                if self.opts.chunking {
-                    match super::chunker::message_entries(
+                let auto = msg.extras().sequence_id.is_none();
+                let built = if self.opts.chunking {
+                    super::chunker::message_entries(
                         &self.ctx,
                         self.opts.chunk_max_message_size,
                         msg,
                         seq,
                         completion,
-                    ) {
-                        Ok(entries) => out.extend(entries),
-                        Err(f) => failed.push(f),
-                    }
+                    )
+                    .map(|entries| out.extend(entries))
                 } else {
-                    match single_message_entry(&self.ctx, msg, seq, completion) {
-                        Ok(entry) => out.push(entry),
-                        Err(f) => failed.push(f),
+                    single_message_entry(&self.ctx, msg, seq, completion).map(|e| out.push(e))
+                };
+                if let Err(f) = built {
+                    failed.push(f);
+                    // Java `ProducerImpl.sendAsync` refuses such a message (too big, no
+                    // chunking) before `msgIdGenerator++`: it takes no sequence id, so a
+                    // producer whose sends were all refused so far still adopts the broker's
+                    // `last_sequence_id + 1` when it re-attaches (see `Wake::Attached`).
+                    if auto {
+                        self.next_seq = seq;
                     }
                 }
             }

@@ -266,3 +266,160 @@ async fn close_closes_every_partitions_producer() {
     assert_eq!(closed, created);
     assert!(matches!(producer.send("late").await, Err(Error::Closed)));
 }
+
+// ---- r-h2 (breaker) ----
+
+/// A quota refusal on one partition's re-create fails that partition's pending messages only
+/// (each partition is its own Java `ProducerImpl`); the other partitions go on, and the
+/// refused one comes back.
+#[tokio::test(start_paused = true)]
+async fn r_h2_a_quota_refusal_on_one_partition_fails_only_its_messages() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    use pulsar_sdk::{Error, ProducerMessage, ServerError, State};
+    let broker = MockBroker::start().await.unwrap();
+    let topic = full("r-h2-quota-partition");
+    assert!(broker.create_partitioned_topic(&topic, 2));
+    let client = crate::common::test_client(&broker.service_url())
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    // Which keys go where.
+    let mut keys: [Option<String>; 2] = [None, None];
+    for i in 0..64 {
+        let key = format!("k{i}");
+        let id = producer
+            .send_and_wait(ProducerMessage::new("probe").key(key.clone()))
+            .await
+            .unwrap();
+        keys[id.partition as usize].get_or_insert(key);
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(k0), Some(k1)] = keys else {
+        panic!("no key for each partition")
+    };
+    broker.push_error(MockError::new(
+        MockRequest::Producer,
+        ServerError::ProducerBlockedQuotaExceededException,
+        "backlog quota exceeded",
+    ));
+    broker
+        .unload_topic(&format!("{topic}-partition-0"))
+        .unwrap();
+    let refused = producer
+        .send(ProducerMessage::new("to p0").key(k0.clone()))
+        .await
+        .unwrap();
+    assert!(matches!(
+        crate::common::within("p0's message", refused).await,
+        Err(Error::Broker {
+            code: ServerError::ProducerBlockedQuotaExceededException,
+            ..
+        })
+    ));
+    let id = producer
+        .send_and_wait(ProducerMessage::new("to p1").key(k1))
+        .await
+        .unwrap();
+    assert_eq!(id.partition, 1);
+    crate::common::within("back", async {
+        while producer.state() != State::Ready {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let id = producer
+        .send_and_wait(ProducerMessage::new("to p0 again").key(k0))
+        .await
+        .unwrap();
+    assert_eq!(id.partition, 0);
+}
+
+/// Upstream `PersistentTopic.terminate` works on one partition: that partition's producer
+/// ends Terminated; the partitioned producer's other partitions go on (Java
+/// `PartitionedProducerImpl` routes to each `ProducerImpl`, and only the terminated one
+/// fails its sends with `TopicTerminatedException`).
+#[tokio::test]
+async fn r_h2_terminating_one_partition_leaves_the_others_working() {
+    use pulsar_sdk::{Error, ProducerMessage};
+    let broker = MockBroker::start().await.unwrap();
+    let topic = full("r-h2-terminate-partition");
+    assert!(broker.create_partitioned_topic(&topic, 2));
+    let client = client(&broker.service_url());
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let mut keys: [Option<String>; 2] = [None, None];
+    for i in 0..64 {
+        let key = format!("k{i}");
+        let id = producer
+            .send_and_wait(ProducerMessage::new("probe").key(key.clone()))
+            .await
+            .unwrap();
+        keys[id.partition as usize].get_or_insert(key);
+        if keys.iter().all(Option::is_some) {
+            break;
+        }
+    }
+    let [Some(k0), Some(k1)] = keys else {
+        panic!("no key for each partition")
+    };
+    broker
+        .terminate_topic(&format!("{topic}-partition-0"))
+        .unwrap();
+    wait_until("partition 0 re-create refused", || {
+        broker.received_of(Type::Producer).len() >= 3
+    })
+    .await;
+    let r = match producer.send(ProducerMessage::new("to p0").key(k0)).await {
+        Ok(f) => crate::common::within("p0", f).await,
+        Err(e) => Err(e),
+    };
+    assert!(matches!(r, Err(Error::TopicTerminated { .. })), "{r:?}");
+    let id = producer
+        .send_and_wait(ProducerMessage::new("to p1").key(k1))
+        .await
+        .unwrap();
+    assert_eq!(id.partition, 1);
+}
+
+/// A name the broker refuses on one partition (another producer of that name is attached
+/// there: upstream `AbstractTopic.tryOverwriteOldProducer` → NamingException, ProducerBusy)
+/// fails the partitioned producer's creation, and the partitions already created are closed
+/// (Java `PartitionedProducerImpl.start`: `closeAsync` on a failed partition).
+#[tokio::test]
+async fn r_h2_a_name_refused_on_one_partition_fails_the_create_and_closes_the_others() {
+    use pulsar_sdk::{Error, ServerError};
+    let broker = MockBroker::start().await.unwrap();
+    let topic = full("r-h2-name-refused");
+    assert!(broker.create_partitioned_topic(&topic, 2));
+    let client = client(&broker.service_url());
+    let p1 = format!("{topic}-partition-1");
+    let _squatter = client.producer(&p1).name("mine").create().await.unwrap();
+    let r = client.producer(&topic).name("mine").create().await;
+    assert!(
+        matches!(
+            r,
+            Err(Error::Broker {
+                code: ServerError::ProducerBusy,
+                ..
+            })
+        ),
+        "{:?}",
+        r.err()
+    );
+    wait_until("partition 0's producer is closed", || {
+        broker.producers(&format!("{topic}-partition-0")) == 0
+    })
+    .await;
+    assert_eq!(broker.producers(&p1), 1);
+}
