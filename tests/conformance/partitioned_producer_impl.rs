@@ -273,7 +273,7 @@ async fn close_closes_every_partitions_producer() {
 /// (each partition is its own Java `ProducerImpl`); the other partitions go on, and the
 /// refused one comes back.
 #[tokio::test(start_paused = true)]
-async fn r_h2_a_quota_refusal_on_one_partition_fails_only_its_messages() {
+async fn a_quota_refusal_on_one_partition_fails_only_its_messages() {
     use pulsar_sdk::mock::{MockError, MockRequest};
     use pulsar_sdk::{Error, ProducerMessage, ServerError, State};
     let broker = MockBroker::start().await.unwrap();
@@ -346,7 +346,7 @@ async fn r_h2_a_quota_refusal_on_one_partition_fails_only_its_messages() {
 /// `PartitionedProducerImpl` routes to each `ProducerImpl`, and only the terminated one
 /// fails its sends with `TopicTerminatedException`).
 #[tokio::test]
-async fn r_h2_terminating_one_partition_leaves_the_others_working() {
+async fn terminating_one_partition_leaves_the_others_working() {
     use pulsar_sdk::{Error, ProducerMessage};
     let broker = MockBroker::start().await.unwrap();
     let topic = full("r-h2-terminate-partition");
@@ -397,7 +397,7 @@ async fn r_h2_terminating_one_partition_leaves_the_others_working() {
 /// fails the partitioned producer's creation, and the partitions already created are closed
 /// (Java `PartitionedProducerImpl.start`: `closeAsync` on a failed partition).
 #[tokio::test]
-async fn r_h2_a_name_refused_on_one_partition_fails_the_create_and_closes_the_others() {
+async fn a_name_refused_on_one_partition_fails_the_create_and_closes_the_others() {
     use pulsar_sdk::{Error, ServerError};
     let broker = MockBroker::start().await.unwrap();
     let topic = full("r-h2-name-refused");

@@ -686,7 +686,7 @@ async fn close_sends_close_producer_once_and_closing_again_succeeds() {
 /// with the timeout, and once it is back they are not re-sent; the next message goes out
 /// with the next sequence id.
 #[tokio::test(start_paused = true)]
-async fn r_h2_a_timeout_while_reconnecting_fails_the_queue_and_nothing_is_re_sent() {
+async fn a_timeout_while_reconnecting_fails_the_queue_and_nothing_is_re_sent() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let topic = full("r-h2-timeout-detached");
@@ -732,7 +732,7 @@ async fn r_h2_a_timeout_while_reconnecting_fails_the_queue_and_nothing_is_re_sen
 /// The timeout with chunked messages: every chunked message fails once (one timeout each),
 /// and the slots and memory they held come back, so as many can be sent again at once.
 #[tokio::test(start_paused = true)]
-async fn r_h2_a_timeout_of_chunked_messages_fails_each_once_and_frees_the_slots() {
+async fn a_timeout_of_chunked_messages_fails_each_once_and_frees_the_slots() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
         .memory_limit(64 * 1024)
@@ -780,7 +780,7 @@ async fn r_h2_a_timeout_of_chunked_messages_fails_each_once_and_frees_the_slots(
 /// semaphore; every refusal fails what is pending then); once the producer is back, sends go
 /// out in order.
 #[tokio::test(start_paused = true)]
-async fn r_h2_repeated_quota_refusals_fail_what_each_finds_pending() {
+async fn repeated_quota_refusals_fail_what_each_finds_pending() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let topic = full("r-h2-quota-blocking");
@@ -834,7 +834,7 @@ async fn r_h2_repeated_quota_refusals_fail_what_each_finds_pending() {
 /// and the close completes without waiting for the broker to accept the
 /// producer again (Java `closeAsync` with no connection: closed at once).
 #[tokio::test(start_paused = true)]
-async fn r_h2_close_while_quota_refusals_go_on_completes() {
+async fn close_while_quota_refusals_go_on_completes() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let topic = full("r-h2-quota-close");
@@ -879,7 +879,7 @@ async fn r_h2_close_while_quota_refusals_go_on_completes() {
 /// `failPendingMessages` → `failPendingBatchMessages` releases the batch's memory): with a
 /// memory limit just above one message, the next one is accepted at once after the refusal.
 #[tokio::test(start_paused = true)]
-async fn r_h2_a_quota_refusal_frees_the_open_batchs_memory() {
+async fn a_quota_refusal_frees_the_open_batchs_memory() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
         .memory_limit(10 * 1024)
@@ -932,7 +932,7 @@ async fn r_h2_a_quota_refusal_frees_the_open_batchs_memory() {
 /// the same name stored 0..4 meanwhile, with deduplication on: the next message must go out
 /// as 5, not as 1 (a duplicate, dropped).
 #[tokio::test]
-async fn r_h2_a_message_refused_as_too_big_takes_no_sequence_id() {
+async fn a_message_refused_as_too_big_takes_no_sequence_id() {
     use pulsar_sdk::mock::MockBrokerConfig;
     let broker = MockBroker::start_with(MockBrokerConfig {
         max_message_size: Some(2048),
@@ -990,7 +990,7 @@ async fn r_h2_a_message_refused_as_too_big_takes_no_sequence_id() {
 /// `numMessagesInBatch` permits), and a sender blocked on the full queue gets in once the
 /// timeout has emptied it; its own message then times out on its own clock, later.
 #[tokio::test(start_paused = true)]
-async fn r_h2_a_timed_out_batch_counts_its_messages_and_lets_a_blocked_sender_in() {
+async fn a_timed_out_batch_counts_its_messages_and_lets_a_blocked_sender_in() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let topic = full("r-h2-timeout-batch-count");

@@ -214,7 +214,7 @@ async fn the_mock_signals_the_end_of_a_terminated_topic_once_everything_is_acked
 /// until receive and persistent the last chunk"). So with deduplication on, a chunked message
 /// is stored whole (every chunk) and its receipt is a real position, and the consumer gets it.
 #[tokio::test]
-async fn r_h2_deduplication_on_stores_every_chunk_of_a_chunked_message() {
+async fn deduplication_on_stores_every_chunk_of_a_chunked_message() {
     use pulsar_sdk::SubscriptionType;
     let broker = MockBroker::start().await.unwrap();
     broker.set_deduplication("public/default", true).unwrap();
@@ -261,7 +261,7 @@ async fn r_h2_deduplication_on_stores_every_chunk_of_a_chunked_message() {
 /// `connectionOpened` on `TopicTerminatedException`: `failPendingMessages` with it), not as
 /// closed; nothing of it is stored.
 #[tokio::test]
-async fn r_h2_messages_pending_at_termination_fail_as_terminated() {
+async fn messages_pending_at_termination_fail_as_terminated() {
     use std::time::Duration;
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
@@ -296,7 +296,7 @@ async fn r_h2_messages_pending_at_termination_fail_as_terminated() {
 /// load): across a broker restart a duplicate is still dropped and a producer of that name
 /// learns the last id. It is a namespace policy: another namespace stores the repeat.
 #[tokio::test]
-async fn r_h2_deduplication_survives_a_restart_and_is_per_namespace() {
+async fn deduplication_survives_a_restart_and_is_per_namespace() {
     let broker = MockBroker::start().await.unwrap();
     broker.set_deduplication("public/default", true).unwrap();
     broker.create_namespace("public/other").unwrap();
@@ -357,7 +357,7 @@ async fn r_h2_deduplication_survives_a_restart_and_is_per_namespace() {
 /// each with (-1, -1) without storing it again, and those sends complete: nothing is stored
 /// twice, and the next message is stored.
 #[tokio::test]
-async fn r_h2_re_sent_messages_the_broker_stored_are_not_stored_twice() {
+async fn re_sent_messages_the_broker_stored_are_not_stored_twice() {
     use std::time::Duration;
     let broker = MockBroker::start().await.unwrap();
     broker.set_deduplication("public/default", true).unwrap();
@@ -397,7 +397,7 @@ async fn r_h2_re_sent_messages_the_broker_stored_are_not_stored_twice() {
 /// `highestSequencedPushed.put(name, max(highestSequenceId, sequenceId))`): a producer of that
 /// name created later goes on after the batch's last message.
 #[tokio::test]
-async fn r_h2_deduplication_records_a_batch_by_its_highest_sequence_id() {
+async fn deduplication_records_a_batch_by_its_highest_sequence_id() {
     use pulsar_sdk::producer::BatchingOptions;
     use std::time::Duration;
     let broker = MockBroker::start().await.unwrap();
