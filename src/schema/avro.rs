@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::avro_guard::Plan;
+use super::avro_guard::{Plan, RECURSES};
 use super::{Schema, SchemaError, SchemaInfo, SchemaType};
 
 /// How many parsed writer schemas a cache keeps.
@@ -107,13 +107,10 @@ impl Core {
         }
         match WriterCache::get(&self.writers, &w.definition) {
             Ok(p) => Ok(Some(p)),
-            Err(SchemaError::InvalidDefinition(reason)) if !reason.contains("recurses") => {
+            Err(SchemaError::InvalidDefinition(reason)) if !reason.contains(RECURSES) => {
                 Ok(None)
             }
-            Err(e) => Err(SchemaError::decode(
-                SchemaType::Avro,
-                format!("the writer schema is refused: {e}"),
-            )),
+            Err(e) => Err(refused_writer(e)),
         }
     }
 
@@ -135,6 +132,11 @@ impl Core {
             None => decode_checked(&self.schema, payload, None),
         }
     }
+}
+
+/// A message whose writer schema is refused: a decode error on that message.
+fn refused_writer(e: SchemaError) -> SchemaError {
+    SchemaError::decode(SchemaType::Avro, format!("the writer schema is refused: {e}"))
 }
 
 /// Walks `payload` with the writer's plan (the limits of `avro_guard`), then decodes it.
@@ -294,6 +296,7 @@ pub(crate) fn decode_with_writer(
     writer: &SchemaInfo,
 ) -> Result<Value, SchemaError> {
     static CACHE: OnceLock<Mutex<WriterCache>> = OnceLock::new();
-    let parsed = WriterCache::get(CACHE.get_or_init(Default::default), &writer.definition)?;
+    let parsed = WriterCache::get(CACHE.get_or_init(Default::default), &writer.definition)
+        .map_err(refused_writer)?;
     decode_checked(&parsed, payload, None)
 }

@@ -84,6 +84,9 @@ pub(crate) struct Plan {
     root: usize,
 }
 
+/// How a refused recursive schema's error says so.
+pub(crate) const RECURSES: &str = "recurses without consuming input";
+
 fn invalid(reason: impl Into<String>) -> SchemaError {
     SchemaError::InvalidDefinition(reason.into())
 }
@@ -257,10 +260,10 @@ fn min_sizes(nodes: &[Node]) -> Result<Vec<usize>, SchemaError> {
                         stack.push((ch, 0));
                     }
                     OPEN => {
-                        return Err(invalid(
-                            "the Avro schema recurses without consuming input \
-                             (a record contains itself through required fields)",
-                        ))
+                        return Err(invalid(format!(
+                            "the Avro schema {RECURSES} \
+                             (a record contains itself through required fields)"
+                        )))
                     }
                     _ => {}
                 }
