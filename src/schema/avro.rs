@@ -30,8 +30,16 @@ struct Parsed {
 
 impl Parsed {
     fn new(definition: &str) -> Result<Parsed, SchemaError> {
-        let schema = apache_avro::Schema::parse_str(definition)
+        // apache-avro 0.20 panics on some invalid definitions (a record name that is not a
+        // valid Avro name unwraps an error); a definition comes from the broker, so that is
+        // an invalid definition, not a crash of the consumer.
+        // So names are checked first, and a panic that remains is caught.
+        let json: serde_json::Value = serde_json::from_str(definition)
             .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
+        super::avro_guard::check_names(&json)?;
+        let parsed = std::panic::catch_unwind(|| apache_avro::Schema::parse(&json))
+            .map_err(|_| SchemaError::InvalidDefinition("the Avro parser panicked".into()))?;
+        let schema = parsed.map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
         let plan = Plan::new(&schema)?;
         Ok(Parsed { schema, plan })
     }

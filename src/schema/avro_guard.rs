@@ -95,6 +95,38 @@ fn refuse(reason: impl Into<String>) -> SchemaError {
     SchemaError::decode(SchemaType::Avro, reason)
 }
 
+/// Whether `name` is an Avro (full) name: `[A-Za-z_][A-Za-z0-9_]*`, dot-separated.
+fn is_avro_name(name: &str) -> bool {
+    name.split('.').all(|part| {
+        let mut chars = part.chars();
+        chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    })
+}
+
+/// Refuses a definition with a `name` that is not an Avro name, before `apache-avro` parses
+/// it (0.20 unwraps that error, a panic). Iterative: the JSON is as deep as serde_json allows.
+pub(crate) fn check_names(json: &serde_json::Value) -> Result<(), SchemaError> {
+    let mut stack = vec![json];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Object(m) => {
+                if let Some(serde_json::Value::String(n)) = m.get("name") {
+                    if !is_avro_name(n) {
+                        return Err(invalid(format!("{n:?} is not a valid Avro name")));
+                    }
+                }
+                stack.extend(m.values());
+            }
+            serde_json::Value::Array(a) => stack.extend(a),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 struct Compiler<'s> {
     names: &'s HashMap<Name, &'s Schema>,
     named: HashMap<Name, usize>,
@@ -525,5 +557,44 @@ mod tests {
         let p = plan(r#""string""#).unwrap();
         assert!(p.check(&[0xfe, 0xff, 0xff, 0xff, 0x0f]).is_err());
         p.check(&[4, b'h', b'i']).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod deep_definitions {
+    use apache_avro::types::Value;
+
+    use crate::schema::{GenericAvroSchema, Schema};
+
+    /// `levels` nested arrays of int, and a payload of one item at each level.
+    fn nested(levels: usize) -> (String, Vec<u8>) {
+        let mut def = String::new();
+        for _ in 0..levels {
+            def.push_str(r#"{"type":"array","items":"#);
+        }
+        def.push_str(r#""int""#);
+        def.push_str(&"}".repeat(levels));
+        let mut payload = vec![2u8; levels];
+        payload.push(0);
+        payload.extend(std::iter::repeat_n(0u8, levels));
+        (def, payload)
+    }
+
+    #[test]
+    fn a_deep_definition_parses_on_a_small_stack_and_deep_values_are_refused() {
+        let r = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(|| {
+                let (def, payload) = nested(100);
+                let schema = GenericAvroSchema::new(&def).expect("a 100-deep definition parses");
+                let e = schema.decode(&payload, None).unwrap_err();
+                assert!(e.to_string().contains("nest deeper"), "{e}");
+                let (def, payload) = nested(super::MAX_DEPTH);
+                let v = GenericAvroSchema::new(&def).unwrap().decode(&payload, None);
+                assert!(matches!(v, Ok(Value::Array(_))), "{v:?}");
+            })
+            .unwrap()
+            .join();
+        assert!(r.is_ok());
     }
 }
