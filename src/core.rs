@@ -63,6 +63,7 @@ impl ClientCore {
         backoff: BackoffPolicy,
         memory_limit: usize,
         partitions_interval: Duration,
+        max_partitions: u32,
     ) -> Self {
         ClientCore {
             service_url,
@@ -76,7 +77,10 @@ impl ClientCore {
             next_producer_id: AtomicU64::new(0),
             next_consumer_id: AtomicU64::new(0),
             next_watcher_id: AtomicU64::new(0),
-            partition_updates: crate::partitions::PartitionUpdates::new(partitions_interval),
+            partition_updates: crate::partitions::PartitionUpdates::new(
+                partitions_interval,
+                max_partitions,
+            ),
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
         }

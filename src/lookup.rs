@@ -35,6 +35,8 @@ pub(crate) struct LookupService {
     pool: Arc<ConnectionPool>,
     service_url: ServiceUrl,
     max_redirects: u32,
+    /// The client's `max_partitions`.
+    max_partitions: u32,
     next_host: AtomicUsize,
 }
 
@@ -43,11 +45,13 @@ impl LookupService {
         pool: Arc<ConnectionPool>,
         service_url: ServiceUrl,
         max_redirects: u32,
+        max_partitions: u32,
     ) -> Self {
         LookupService {
             pool,
             service_url,
             max_redirects,
+            max_partitions,
             next_host: AtomicUsize::new(0),
         }
     }
@@ -187,7 +191,11 @@ impl LookupService {
                     .unwrap_or_else(|| "partitioned metadata failed".into()),
             }),
             _ => {
-                crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
+                crate::partitions::check_partition_count(
+                    topic.as_str(),
+                    r.partitions.unwrap_or(0),
+                    self.max_partitions,
+                )
             }
         }
     }

@@ -574,3 +574,47 @@ async fn a_producer_success_with_a_huge_name_or_schema_version_fails_the_create(
         within("client close", client.close()).await.unwrap();
     }
 }
+
+/// Issue #31, section 5: the partition cap is the client's `max_partitions` (default 65,536):
+/// a count above it is refused before anything is created; a count within it is served.
+#[tokio::test]
+async fn max_partitions_bounds_what_a_broker_may_report() {
+    for (count, refused) in [(9u32, true), (8, false)] {
+        let broker = Hostile::start(move |mut peer| async move {
+            peer.handshake(None).await;
+            while let Some(f) = peer
+                .serve_until(|f| f.ty() == Type::PartitionedMetadata)
+                .await
+            {
+                let id = f.cmd.partition_metadata.as_ref().unwrap().request_id;
+                if peer
+                    .send(hostile::partitions_response(id, count))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        let client = test_client(&broker.url())
+            .max_partitions(8)
+            .build()
+            .unwrap();
+        let created = within("create", client.producer("t").create()).await;
+        if refused {
+            let err = created.unwrap_err();
+            assert!(
+                matches!(&err, Error::Protocol(m) if m.contains("9 partitions") && m.contains("max_partitions")),
+                "{err:?}"
+            );
+            assert_eq!(broker.accepted(), 1);
+        } else {
+            let p = created.unwrap();
+            within("close", p.close()).await.unwrap();
+        }
+        within("client close", client.close()).await.unwrap();
+    }
+    let e = test_client("pulsar://h:6650").max_partitions(0).build().unwrap_err();
+    assert!(matches!(e, Error::InvalidConfig(_)), "{e:?}");
+}
