@@ -557,6 +557,6 @@ mod tests {
             text.contains("topic c") && text.contains("100000"),
             "{text}"
         );
-        assert!(within_bound(vec![("a".into(), 1)]).1.is_none());
+        assert!(within_bound(vec![("a".into(), 1)], MAX_PARTITIONS).1.is_none());
     }
 }
