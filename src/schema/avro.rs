@@ -308,3 +308,31 @@ pub(crate) fn decode_with_writer(
         .map_err(refused_writer)?;
     decode_checked(&parsed, payload, None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEF: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}"#;
+
+    #[test]
+    fn a_writer_definition_is_parsed_once_and_the_cache_is_bounded() {
+        let cache = Mutex::new(WriterCache::default());
+        let def = Bytes::from_static(DEF.as_bytes());
+        let a = WriterCache::get(&cache, &def).unwrap();
+        let b = WriterCache::get(&cache, &def).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "parsed once");
+        // A definition that does not parse is remembered too (not parsed per message).
+        let bad = Bytes::from_static(b"{not json");
+        assert!(WriterCache::get(&cache, &bad).is_err());
+        assert_eq!(lock(&cache).entries.len(), 2);
+        // Count bound: past WRITER_CACHE entries it starts over.
+        for i in 0..WRITER_CACHE {
+            let d = DEF.replace("\"a\"", &format!("\"a{i}\""));
+            WriterCache::get(&cache, &Bytes::from(d)).unwrap();
+        }
+        let c = lock(&cache);
+        assert!(c.entries.len() <= WRITER_CACHE, "{}", c.entries.len());
+        assert!(c.bytes <= WRITER_CACHE_BYTES);
+    }
+}
