@@ -268,7 +268,9 @@ impl ClientBuilder {
             None
         };
         if self.max_partitions == 0 {
-            return Err(Error::InvalidConfig("max_partitions must be at least 1".into()));
+            return Err(Error::InvalidConfig(
+                "max_partitions must be at least 1".into(),
+            ));
         }
         if self.memory_limit == 0 || self.memory_limit > u32::MAX as usize {
             return Err(Error::InvalidConfig(
@@ -297,7 +299,6 @@ impl ClientBuilder {
             self.backoff,
             self.memory_limit,
             self.auto_update_partitions_interval,
-            self.max_partitions,
         );
         core.metric_labels.topic = self.metrics_topic_labels;
         Ok(Client {

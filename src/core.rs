@@ -63,8 +63,9 @@ impl ClientCore {
         backoff: BackoffPolicy,
         memory_limit: usize,
         partitions_interval: Duration,
-        max_partitions: u32,
     ) -> Self {
+        // The lookup's bound is the client's `max_partitions`: one bound for both.
+        let max_partitions = lookup.max_partitions();
         ClientCore {
             service_url,
             pool,

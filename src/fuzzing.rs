@@ -237,7 +237,10 @@ pub fn target_avro_payload(input: &[u8]) -> Outcome {
     let Some((&which, payload)) = input.split_first() else {
         return Outcome::default();
     };
-    avro_decode(AVRO_SCHEMAS[usize::from(which) % AVRO_SCHEMAS.len()], payload)
+    avro_decode(
+        AVRO_SCHEMAS[usize::from(which) % AVRO_SCHEMAS.len()],
+        payload,
+    )
 }
 
 /// The Avro schema-definition target: `[u16 BE definition length][definition][payload]`.

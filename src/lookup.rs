@@ -56,6 +56,11 @@ impl LookupService {
         }
     }
 
+    /// The most partitions a topic may have (the client's `max_partitions`).
+    pub(crate) fn max_partitions(&self) -> u32 {
+        self.max_partitions
+    }
+
     /// The service URL's host to use next (round-robin over the host list).
     fn service_host(&self) -> (ServiceUrl, BrokerAddress) {
         let hosts = self.service_url.hosts();
@@ -190,13 +195,11 @@ impl LookupService {
                     .message
                     .unwrap_or_else(|| "partitioned metadata failed".into()),
             }),
-            _ => {
-                crate::partitions::check_partition_count(
-                    topic.as_str(),
-                    r.partitions.unwrap_or(0),
-                    self.max_partitions,
-                )
-            }
+            _ => crate::partitions::check_partition_count(
+                topic.as_str(),
+                r.partitions.unwrap_or(0),
+                self.max_partitions,
+            ),
         }
     }
 }

@@ -457,7 +457,8 @@ async fn watch_on(
             // Watching works again: the next connection loss starts from the initial delay.
             *backoff = client.backoff();
             watched_generation = Some(generation);
-            let (state, refused) = within_bound(pairs(&ok.topics, &ok.partitions), s.max_partitions);
+            let (state, refused) =
+                within_bound(pairs(&ok.topics, &ok.partitions), s.max_partitions);
             if let Some(e) = refused {
                 tracing::warn!(error = %e, "partition counts refused after watching");
             }
@@ -538,11 +539,14 @@ mod tests {
         let text = e.to_string();
         assert!(text.contains("65537") && text.contains("65536"), "{text}");
 
-        let (ok, refused) = within_bound(vec![
-            ("a".into(), 4),
-            ("b".into(), u32::MAX),
-            ("c".into(), 100_000),
-        ], MAX_PARTITIONS);
+        let (ok, refused) = within_bound(
+            vec![
+                ("a".into(), 4),
+                ("b".into(), u32::MAX),
+                ("c".into(), 100_000),
+            ],
+            MAX_PARTITIONS,
+        );
         assert_eq!(
             ok,
             vec![("a".to_string(), 4)],
@@ -557,6 +561,8 @@ mod tests {
             text.contains("topic c") && text.contains("100000"),
             "{text}"
         );
-        assert!(within_bound(vec![("a".into(), 1)], MAX_PARTITIONS).1.is_none());
+        assert!(within_bound(vec![("a".into(), 1)], MAX_PARTITIONS)
+            .1
+            .is_none());
     }
 }

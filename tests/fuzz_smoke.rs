@@ -359,10 +359,18 @@ fn avro_corpus(files: &mut Vec<(&'static str, String, Vec<u8>)>) {
     };
     // Valid: tags [null, "ab"]; a 3-element list; a small tree; a map; empty records; the
     // record of enum/fixed/double/boolean; logical types; an array of maps.
-    payload("tags", 0, cat(&[&zigzag(2), &[0, 2], &zigzag(2), b"ab", &[0]]));
+    payload(
+        "tags",
+        0,
+        cat(&[&zigzag(2), &[0, 2], &zigzag(2), b"ab", &[0]]),
+    );
     payload("list", 1, vec![2, 2, 4, 2, 6, 0]);
     payload("tree", 2, vec![2, 0, 2, 0, 0, 0]);
-    payload("map", 3, cat(&[&zigzag(1), &zigzag(1), b"k", &zigzag(2), &[0, 0]]));
+    payload(
+        "map",
+        3,
+        cat(&[&zigzag(1), &zigzag(1), b"k", &zigzag(2), &[0, 0]]),
+    );
     payload("empty-records", 4, vec![6, 0]);
     payload(
         "record",
@@ -373,7 +381,12 @@ fn avro_corpus(files: &mut Vec<(&'static str, String, Vec<u8>)>) {
     payload(
         "logical",
         6,
-        cat(&[&zigzag(uuid.len() as i64), uuid, &zigzag(1_700_000_000_000), &[4, 1, 0]]),
+        cat(&[
+            &zigzag(uuid.len() as i64),
+            uuid,
+            &zigzag(1_700_000_000_000),
+            &[4, 1, 0],
+        ]),
     );
     payload("maps", 7, cat(&[&[2, 2, 2], b"a", &[2, 4, 0, 0]]));
     // Crashes and bloat before the limits: 100 M items in 5 bytes; a 10,000-deep list; 1 M
@@ -385,16 +398,28 @@ fn avro_corpus(files: &mut Vec<(&'static str, String, Vec<u8>)>) {
         v
     });
     payload("zero-sized-1m", 4, cat(&[&zigzag(1_000_000), &[0]]));
-    payload("null-items-1m", 3, cat(&[&[2, 2], b"k", &zigzag(1_000_000), &[0, 0]]));
+    payload(
+        "null-items-1m",
+        3,
+        cat(&[&[2, 2], b"k", &zigzag(1_000_000), &[0, 0]]),
+    );
     payload("string-4g", 0, cat(&[&[2, 2], &zigzag(1 << 32)]));
     payload("block-min", 7, cat(&[&zigzag(i64::MIN), &[0]]));
 
     let mut schema = |name: &str, def: &str, bytes: &[u8]| {
         let len = (def.len() as u16).to_be_bytes();
-        files.push(("avro_schema", name.into(), cat(&[&len, def.as_bytes(), bytes])))
+        files.push((
+            "avro_schema",
+            name.into(),
+            cat(&[&len, def.as_bytes(), bytes]),
+        ))
     };
     schema("string", r#""string""#, &cat(&[&zigzag(2), b"hi"]));
-    schema("tags", fuzzing::AVRO_SCHEMAS[0], &cat(&[&[2, 2], &zigzag(1), b"x", &[0]]));
+    schema(
+        "tags",
+        fuzzing::AVRO_SCHEMAS[0],
+        &cat(&[&[2, 2], &zigzag(1), b"x", &[0]]),
+    );
     schema(
         "recursive",
         r#"{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}"#,

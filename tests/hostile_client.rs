@@ -615,6 +615,9 @@ async fn max_partitions_bounds_what_a_broker_may_report() {
         }
         within("client close", client.close()).await.unwrap();
     }
-    let e = test_client("pulsar://h:6650").max_partitions(0).build().unwrap_err();
+    let e = test_client("pulsar://h:6650")
+        .max_partitions(0)
+        .build()
+        .unwrap_err();
     assert!(matches!(e, Error::InvalidConfig(_)), "{e:?}");
 }

@@ -463,8 +463,7 @@ mod poison_avro {
     }
 
     #[tokio::test]
-    async fn a_writer_schema_that_recurses_without_input_is_a_decode_error_not_a_stack_overflow()
-    {
+    async fn a_writer_schema_that_recurses_without_input_is_a_decode_error_not_a_stack_overflow() {
         let broker = MockBroker::start().await.unwrap();
         let client = common::test_client(&broker.service_url()).build().unwrap();
         let topic = publish(&broker, &client, "poison-recursive", RECURSIVE, vec![0; 8]).await;
@@ -516,7 +515,14 @@ mod poison_avro {
         let _serial = hostile::serial().await;
         let broker = MockBroker::start().await.unwrap();
         let client = common::test_client(&broker.service_url()).build().unwrap();
-        let topic = publish(&broker, &client, "poison-count", TAGS, hundred_million_items()).await;
+        let topic = publish(
+            &broker,
+            &client,
+            "poison-count",
+            TAGS,
+            hundred_million_items(),
+        )
+        .await;
         let mut auto = client
             .consumer(&topic)
             .subscription("auto")

@@ -86,9 +86,17 @@ impl Created {
             ))
         };
         if ok.producer_name.len() > MAX_PRODUCER_NAME {
-            return Err(too_long("producer", ok.producer_name.len(), MAX_PRODUCER_NAME));
+            return Err(too_long(
+                "producer",
+                ok.producer_name.len(),
+                MAX_PRODUCER_NAME,
+            ));
         }
-        if let Some(v) = ok.schema_version.as_ref().filter(|v| v.len() > MAX_SCHEMA_VERSION) {
+        if let Some(v) = ok
+            .schema_version
+            .as_ref()
+            .filter(|v| v.len() > MAX_SCHEMA_VERSION)
+        {
             return Err(too_long("schema version", v.len(), MAX_SCHEMA_VERSION));
         }
         // -1 (or absent) = nothing stored yet. A broker's i64::MAX must not overflow.

@@ -70,7 +70,10 @@ impl WriterCache {
                 c.entries.clear();
                 c.bytes = 0;
             }
-            if c.entries.insert(definition.clone(), parsed.clone()).is_none() {
+            if c.entries
+                .insert(definition.clone(), parsed.clone())
+                .is_none()
+            {
                 c.bytes += definition.len();
             }
         }
@@ -115,9 +118,7 @@ impl Core {
         }
         match WriterCache::get(&self.writers, &w.definition) {
             Ok(p) => Ok(Some(p)),
-            Err(SchemaError::InvalidDefinition(reason)) if !reason.contains(RECURSES) => {
-                Ok(None)
-            }
+            Err(SchemaError::InvalidDefinition(reason)) if !reason.contains(RECURSES) => Ok(None),
             Err(e) => Err(refused_writer(e)),
         }
     }
@@ -134,7 +135,11 @@ impl Core {
             .map_err(err)
     }
 
-    fn decode_value(&self, payload: &[u8], writer: Option<&SchemaInfo>) -> Result<Value, SchemaError> {
+    fn decode_value(
+        &self,
+        payload: &[u8],
+        writer: Option<&SchemaInfo>,
+    ) -> Result<Value, SchemaError> {
         match self.writer(writer)? {
             Some(w) => decode_checked(&w, payload, Some(&self.schema.schema)),
             None => decode_checked(&self.schema, payload, None),
@@ -144,7 +149,10 @@ impl Core {
 
 /// A message whose writer schema is refused: a decode error on that message.
 fn refused_writer(e: SchemaError) -> SchemaError {
-    SchemaError::decode(SchemaType::Avro, format!("the writer schema is refused: {e}"))
+    SchemaError::decode(
+        SchemaType::Avro,
+        format!("the writer schema is refused: {e}"),
+    )
 }
 
 /// Walks `payload` with the writer's plan (the limits of `avro_guard`), then decodes it.

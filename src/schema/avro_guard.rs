@@ -65,7 +65,10 @@ enum Node {
     /// `string`, `bytes`, `uuid`, decimals on bytes: a length, then that many bytes.
     Len,
     /// `enum`: a varint index; the decoded value clones the symbol (its longest is kept).
-    Enum { symbols: usize, longest: usize },
+    Enum {
+        symbols: usize,
+        longest: usize,
+    },
     Union(Vec<usize>),
     Array(usize),
     Map(usize),
@@ -177,7 +180,9 @@ impl<'s> Compiler<'s> {
             S::Decimal(d) => return self.compile(&d.inner, ns),
             S::Fixed(f) => {
                 let size = f.size;
-                return self.named(f.name.fully_qualified_name(ns), |_, _| Ok(Node::Fixed(size)));
+                return self.named(f.name.fully_qualified_name(ns), |_, _| {
+                    Ok(Node::Fixed(size))
+                });
             }
             S::Enum(e) => {
                 let (symbols, longest) = (
@@ -497,8 +502,8 @@ mod tests {
 
     #[test]
     fn a_record_that_contains_itself_is_refused() {
-        let e = plan(r#"{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}"#)
-            .unwrap_err();
+        let e =
+            plan(r#"{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}"#).unwrap_err();
         assert!(matches!(e, SchemaError::InvalidDefinition(_)), "{e}");
         // Through another record too.
         let e = plan(
