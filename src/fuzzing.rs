@@ -199,3 +199,63 @@ pub fn target_decompress(input: &[u8]) -> Outcome {
 pub fn target_consumer_decode(input: &[u8]) -> Outcome {
     consumer_decode(input)
 }
+
+/// Decodes `payload` with the Avro `definition` both ways a consumer does: as a
+/// `GenericAvroSchema` of that definition, and as AUTO_CONSUME with it as the writer's.
+#[cfg(feature = "avro")]
+pub fn avro_decode(definition: &str, payload: &[u8]) -> Outcome {
+    use crate::schema::{AutoConsumeSchema, GenericAvroSchema, Schema, SchemaInfo, SchemaType};
+    let writer = SchemaInfo::new(SchemaType::Avro, "").with_definition(definition.to_string());
+    let auto = AutoConsumeSchema.decode(payload, Some(&writer)).is_ok();
+    let generic = GenericAvroSchema::new(definition).map(|s| s.decode(payload, None).is_ok());
+    let ok = usize::from(auto) + usize::from(matches!(generic, Ok(true)));
+    Outcome {
+        items: ok,
+        bytes: if ok > 0 { payload.len() } else { 0 },
+        refused: ok == 0,
+    }
+}
+
+/// The schemas the Avro payload target decodes with, chosen by the input's first byte: each
+/// shape the decoder's limits are about (arrays, maps, unions, recursion through a union and an
+/// array, zero-sized items, enums, fixed, logical types).
+#[cfg(feature = "avro")]
+pub const AVRO_SCHEMAS: [&str; 8] = [
+    r#"{"type":"record","name":"Tags","fields":[{"name":"tags","type":{"type":"array","items":["null","string"]}}]}"#,
+    r#"{"type":"record","name":"N","fields":[{"name":"v","type":"long"},{"name":"next","type":["null","N"]}]}"#,
+    r#"{"type":"record","name":"T","fields":[{"name":"kids","type":{"type":"array","items":"T"}}]}"#,
+    r#"{"type":"map","values":{"type":"array","items":"null"}}"#,
+    r#"{"type":"array","items":{"type":"record","name":"E","fields":[]}}"#,
+    r#"{"type":"record","name":"R","fields":[{"name":"e","type":{"type":"enum","name":"C","symbols":["A","B"]}},{"name":"f","type":{"type":"fixed","name":"F","size":4}},{"name":"d","type":"double"},{"name":"b","type":"boolean"}]}"#,
+    r#"{"type":"record","name":"L","fields":[{"name":"u","type":{"type":"string","logicalType":"uuid"}},{"name":"t","type":{"type":"long","logicalType":"timestamp-millis"}},{"name":"m","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}}]}"#,
+    r#"{"type":"array","items":{"type":"map","values":["null","int","string"]}}"#,
+];
+
+/// The Avro payload target: `[schema selector byte][payload]` ([`AVRO_SCHEMAS`]).
+#[cfg(feature = "avro")]
+pub fn target_avro_payload(input: &[u8]) -> Outcome {
+    let Some((&which, payload)) = input.split_first() else {
+        return Outcome::default();
+    };
+    avro_decode(
+        AVRO_SCHEMAS[usize::from(which) % AVRO_SCHEMAS.len()],
+        payload,
+    )
+}
+
+/// The Avro schema-definition target: `[u16 BE definition length][definition][payload]`.
+#[cfg(feature = "avro")]
+pub fn target_avro_schema(input: &[u8]) -> Outcome {
+    if input.len() < 2 {
+        return Outcome::default();
+    }
+    let n = usize::from(u16::from_be_bytes([input[0], input[1]])).min(input.len() - 2);
+    let (def, payload) = input[2..].split_at(n);
+    match std::str::from_utf8(def) {
+        Ok(def) => avro_decode(def, payload),
+        Err(_) => Outcome {
+            refused: true,
+            ..Default::default()
+        },
+    }
+}

@@ -53,6 +53,8 @@ pub(crate) struct LookupService {
     pool: Arc<ConnectionPool>,
     service_url: ServiceUrl,
     max_redirects: u32,
+    /// The client's `max_partitions`.
+    max_partitions: u32,
     next_host: AtomicUsize,
     /// Topic lookups in flight, shared by concurrent callers.
     lookups: InFlight<String, BrokerLookup>,
@@ -65,15 +67,22 @@ impl LookupService {
         pool: Arc<ConnectionPool>,
         service_url: ServiceUrl,
         max_redirects: u32,
+        max_partitions: u32,
     ) -> Self {
         LookupService {
             pool,
             service_url,
             max_redirects,
+            max_partitions,
             next_host: AtomicUsize::new(0),
             lookups: InFlight::default(),
             metadata: InFlight::default(),
         }
+    }
+
+    /// The most partitions a topic may have (the client's `max_partitions`).
+    pub(crate) fn max_partitions(&self) -> u32 {
+        self.max_partitions
     }
 
     /// The service URL's host to use next (round-robin over the host list).
@@ -220,6 +229,7 @@ impl LookupService {
         // unknown one) is a failure like `Failed` ("Empty lookup response" when it names no
         // error), never a count of 0, which would make a partitioned topic look plain.
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
+<<<<<<< HEAD
             Some(MetadataResult::Success) => {
                 crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
             }
@@ -324,6 +334,19 @@ impl<K: Eq + Hash, T> Drop for Leave<'_, K, T> {
         let mut calls = self.flight.calls.lock().unwrap_or_else(|e| e.into_inner());
         if calls.get(self.key).is_some_and(|(id, _)| *id == self.id) {
             calls.remove(self.key);
+=======
+            Some(MetadataResult::Failed) => Err(Error::Broker {
+                code: ServerError::from_code(r.error.unwrap_or(0)),
+                message: r
+                    .message
+                    .unwrap_or_else(|| "partitioned metadata failed".into()),
+            }),
+            _ => crate::partitions::check_partition_count(
+                topic.as_str(),
+                r.partitions.unwrap_or(0),
+                self.max_partitions,
+            ),
+>>>>>>> h4-bounded
         }
     }
 }

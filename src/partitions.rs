@@ -25,8 +25,8 @@ use crate::core::CoreRef as Client;
 use crate::error::{Error, Result};
 use crate::topic::TopicName;
 
-/// The largest partition count the client accepts from a broker (partitioned metadata, a
-/// polled count, a PIP-247 update).
+/// The largest partition count a client accepts from a broker by default (partitioned
+/// metadata, a polled count, a PIP-247 update); `ClientBuilder::max_partitions` sets it.
 ///
 /// Upstream brokers bound it only if configured: `maxNumPartitionsPerPartitionedTopic`
 /// defaults to 0 (no limit), and the count is a signed 32-bit int there. A client that took any
@@ -36,26 +36,27 @@ use crate::topic::TopicName;
 /// topic's producers/consumers within what one process can hold.
 pub(crate) const MAX_PARTITIONS: u32 = 65_536;
 
-/// `partitions` for `topic` if within [`MAX_PARTITIONS`], otherwise an error naming both.
-pub(crate) fn check_partition_count(topic: &str, partitions: u32) -> Result<u32> {
-    if partitions > MAX_PARTITIONS {
+/// `partitions` for `topic` if within `max` (the client's `max_partitions`), otherwise an
+/// error naming both.
+pub(crate) fn check_partition_count(topic: &str, partitions: u32, max: u32) -> Result<u32> {
+    if partitions > max {
         return Err(Error::Protocol(format!(
             "topic {topic}: the broker reports {partitions} partitions, more than the client \
-             accepts ({MAX_PARTITIONS}); refused"
+             accepts ({max}, its max_partitions); refused"
         )));
     }
     Ok(partitions)
 }
 
 /// Splits a full state into the counts within the bound and an error naming the others.
-fn within_bound(update: Vec<(String, u32)>) -> (Vec<(String, u32)>, Option<Error>) {
+fn within_bound(update: Vec<(String, u32)>, max: u32) -> (Vec<(String, u32)>, Option<Error>) {
     let mut refused = Vec::new();
     let mut ok = Vec::with_capacity(update.len());
     for (topic, n) in update {
-        match check_partition_count(&topic, n) {
+        match check_partition_count(&topic, n, max) {
             Ok(_) => ok.push((topic, n)),
             Err(e) => {
-                tracing::warn!(%topic, partitions = n, max = MAX_PARTITIONS,
+                tracing::warn!(%topic, partitions = n, max,
                     "partition count above the client's bound; not applied");
                 refused.push(e.to_string());
             }
@@ -92,6 +93,8 @@ pub(crate) struct PartitionUpdates {
     state: Mutex<State>,
     changed: Notify,
     interval: Duration,
+    /// The client's `max_partitions`.
+    max_partitions: u32,
 }
 
 impl std::fmt::Debug for PartitionUpdates {
@@ -119,11 +122,12 @@ impl Drop for Registration {
 }
 
 impl PartitionUpdates {
-    pub(crate) fn new(interval: Duration) -> Arc<Self> {
+    pub(crate) fn new(interval: Duration, max_partitions: u32) -> Arc<Self> {
         Arc::new(PartitionUpdates {
             state: Mutex::new(State::default()),
             changed: Notify::new(),
             interval,
+            max_partitions,
         })
     }
 
@@ -331,7 +335,7 @@ async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
                 Err(e) => tracing::debug!(%topic, error = %e, "partition poll failed"),
             }
         }
-        let (update, _) = within_bound(update);
+        let (update, _) = within_bound(update, s.max_partitions);
         if let Err(e) = s.apply(&update).await {
             tracing::warn!(error = %e, "partition growth failed; retrying at the next poll");
         }
@@ -453,7 +457,8 @@ async fn watch_on(
             // Watching works again: the next connection loss starts from the initial delay.
             *backoff = client.backoff();
             watched_generation = Some(generation);
-            let (state, refused) = within_bound(pairs(&ok.topics, &ok.partitions));
+            let (state, refused) =
+                within_bound(pairs(&ok.topics, &ok.partitions), s.max_partitions);
             if let Some(e) = refused {
                 tracing::warn!(error = %e, "partition counts refused after watching");
             }
@@ -478,7 +483,10 @@ async fn watch_on(
                     // A newer update replaces a refusal not yet answered (the broker ignores
                     // results for older versions anyway).
                     refusal = None;
-                    let (state, refused) = within_bound(pairs(&update.topics, &update.partitions));
+                    let (state, refused) = within_bound(
+                        pairs(&update.topics, &update.partitions),
+                        s.max_partitions,
+                    );
                     let result = s.apply(&state).await;
                     match refused {
                         None => {
@@ -521,21 +529,24 @@ mod tests {
 
     #[test]
     fn counts_above_the_bound_are_refused_with_count_and_bound() {
-        assert_eq!(check_partition_count("t", 0).unwrap(), 0);
+        assert_eq!(check_partition_count("t", 0, MAX_PARTITIONS).unwrap(), 0);
         assert_eq!(
-            check_partition_count("t", MAX_PARTITIONS).unwrap(),
+            check_partition_count("t", MAX_PARTITIONS, MAX_PARTITIONS).unwrap(),
             MAX_PARTITIONS
         );
-        let e = check_partition_count("t", MAX_PARTITIONS + 1).unwrap_err();
+        let e = check_partition_count("t", MAX_PARTITIONS + 1, MAX_PARTITIONS).unwrap_err();
         assert!(matches!(e, Error::Protocol(_)), "{e:?}");
         let text = e.to_string();
         assert!(text.contains("65537") && text.contains("65536"), "{text}");
 
-        let (ok, refused) = within_bound(vec![
-            ("a".into(), 4),
-            ("b".into(), u32::MAX),
-            ("c".into(), 100_000),
-        ]);
+        let (ok, refused) = within_bound(
+            vec![
+                ("a".into(), 4),
+                ("b".into(), u32::MAX),
+                ("c".into(), 100_000),
+            ],
+            MAX_PARTITIONS,
+        );
         assert_eq!(
             ok,
             vec![("a".to_string(), 4)],
@@ -550,6 +561,8 @@ mod tests {
             text.contains("topic c") && text.contains("100000"),
             "{text}"
         );
-        assert!(within_bound(vec![("a".into(), 1)]).1.is_none());
+        assert!(within_bound(vec![("a".into(), 1)], MAX_PARTITIONS)
+            .1
+            .is_none());
     }
 }

@@ -21,7 +21,7 @@ type Target = fn(&[u8]) -> Outcome;
 
 /// The targets, with the most any one input may make the process allocate at its peak and
 /// the number of mutations to run (fewer where an input may decompress megabytes).
-const TARGETS: [(&str, Target, usize, usize); 4] = [
+const TARGETS: [(&str, Target, usize, usize); 6] = [
     (
         "frame_decoder",
         fuzzing::target_frame_decoder,
@@ -42,6 +42,10 @@ const TARGETS: [(&str, Target, usize, usize); 4] = [
         2 * fuzzing::FUZZ_MAX_DECOMPRESSED + 16 * MB,
         1_500,
     ),
+    // The Avro decoders (issue #31): each decode within its budget (1 MiB + 256 B per payload
+    // byte, twice: generic and AUTO_CONSUME) plus the schema's parse.
+    ("avro_payload", fuzzing::target_avro_payload, 8 * MB, 3_000),
+    ("avro_schema", fuzzing::target_avro_schema, 8 * MB, 3_000),
 ];
 
 fn corpus_dir(target: &str) -> PathBuf {
@@ -322,9 +326,120 @@ fn write_corpus() {
         entry(&[], &m, &tiny),
     ));
 
+    avro_corpus(&mut files);
+
     for (target, name, bytes) in files {
         let dir = corpus_dir(target);
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(dir.join(format!("{name}.bin")), bytes).unwrap();
     }
+}
+
+/// A zig-zag varint, as Avro writes longs (counts, lengths, union indices).
+fn zigzag(v: i64) -> Vec<u8> {
+    let mut u = ((v << 1) ^ (v >> 63)) as u64;
+    let mut out = Vec::new();
+    while u >= 0x80 {
+        out.push((u as u8) | 0x80);
+        u >>= 7;
+    }
+    out.push(u as u8);
+    out
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+/// The Avro targets' corpus: a valid datum per schema of `fuzzing::AVRO_SCHEMAS`, and the
+/// inputs of issue #31 that crashed or bloated the decoder.
+fn avro_corpus(files: &mut Vec<(&'static str, String, Vec<u8>)>) {
+    let mut payload = |name: &str, schema: u8, bytes: Vec<u8>| {
+        files.push(("avro_payload", name.into(), cat(&[&[schema], &bytes])))
+    };
+    // Valid: tags [null, "ab"]; a 3-element list; a small tree; a map; empty records; the
+    // record of enum/fixed/double/boolean; logical types; an array of maps.
+    payload(
+        "tags",
+        0,
+        cat(&[&zigzag(2), &[0, 2], &zigzag(2), b"ab", &[0]]),
+    );
+    payload("list", 1, vec![2, 2, 4, 2, 6, 0]);
+    payload("tree", 2, vec![2, 0, 2, 0, 0, 0]);
+    payload(
+        "map",
+        3,
+        cat(&[&zigzag(1), &zigzag(1), b"k", &zigzag(2), &[0, 0]]),
+    );
+    payload("empty-records", 4, vec![6, 0]);
+    payload(
+        "record",
+        5,
+        cat(&[&[2], b"abcd", &1.5f64.to_le_bytes(), &[1]]),
+    );
+    let uuid = b"123e4567-e89b-12d3-a456-426614174000";
+    payload(
+        "logical",
+        6,
+        cat(&[
+            &zigzag(uuid.len() as i64),
+            uuid,
+            &zigzag(1_700_000_000_000),
+            &[4, 1, 0],
+        ]),
+    );
+    payload("maps", 7, cat(&[&[2, 2, 2], b"a", &[2, 4, 0, 0]]));
+    // Crashes and bloat before the limits: 100 M items in 5 bytes; a 10,000-deep list; 1 M
+    // zero-sized items; a 4 GiB string; a negative block count of i64::MIN.
+    payload("count-100m", 0, zigzag(100_000_000));
+    payload("deep-list", 1, {
+        let mut v = [2u8, 2].repeat(10_000);
+        v.extend([0, 0]);
+        v
+    });
+    payload("zero-sized-1m", 4, cat(&[&zigzag(1_000_000), &[0]]));
+    payload(
+        "null-items-1m",
+        3,
+        cat(&[&[2, 2], b"k", &zigzag(1_000_000), &[0, 0]]),
+    );
+    payload("string-4g", 0, cat(&[&[2, 2], &zigzag(1 << 32)]));
+    payload("block-min", 7, cat(&[&zigzag(i64::MIN), &[0]]));
+
+    let mut schema = |name: &str, def: &str, bytes: &[u8]| {
+        let len = (def.len() as u16).to_be_bytes();
+        files.push((
+            "avro_schema",
+            name.into(),
+            cat(&[&len, def.as_bytes(), bytes]),
+        ))
+    };
+    schema("string", r#""string""#, &cat(&[&zigzag(2), b"hi"]));
+    schema(
+        "tags",
+        fuzzing::AVRO_SCHEMAS[0],
+        &cat(&[&[2, 2], &zigzag(1), b"x", &[0]]),
+    );
+    schema(
+        "recursive",
+        r#"{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}"#,
+        &[0; 8],
+    );
+    schema(
+        "recursive-pair",
+        r#"{"type":"record","name":"A","fields":[{"name":"b","type":{"type":"record","name":"B","fields":[{"name":"a","type":"A"}]}}]}"#,
+        &[0; 8],
+    );
+    // apache-avro panics on an invalid record name (found by this smoke run).
+    schema(
+        "invalid-name",
+        "{\"type\":\"record\",\"name\":\"T\u{e9}gs\",\"fields\":[]}",
+        &[],
+    );
+    let deep = format!(
+        "{}\"int\"{}",
+        r#"{"type":"array","items":"#.repeat(100),
+        "}".repeat(100)
+    );
+    schema("deep-definition", &deep, &cat(&[&[2u8; 100], &[0u8; 101]]));
 }

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use common::{test_client, within};
 use hostile::{Hostile, MemWatch};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::Error;
 
 /// The harness itself: a broker that answers the ordinary requests lets a producer be created
 /// and closed.
@@ -79,7 +80,6 @@ async fn exercise(
     producer: pulsar_sdk::producer::ProducerOptions,
     consumer: pulsar_sdk::ConsumerOptions,
 ) {
-    use pulsar_sdk::Error;
     let refused = |r: &Error| matches!(r, Error::InvalidConfig(_));
     let client = match client.build() {
         Ok(c) => c,
@@ -532,4 +532,92 @@ async fn a_close_refused_by_the_broker_is_reported_by_close() {
         "close() returned {r:?}"
     );
     assert_eq!(producer.state(), pulsar_sdk::State::Closed);
+}
+
+/// Issue #31, section 2: a ProducerSuccess naming the producer (or its schema version) with
+/// 4 MiB made every pending message carry it (1.1 GB in under a second for 2,000 sends of
+/// 100 B). The create now fails with a clear error naming the bound, and does not retry.
+#[tokio::test]
+async fn a_producer_success_with_a_huge_name_or_schema_version_fails_the_create() {
+    for (what, name, version) in [
+        ("producer", "n".repeat(4 << 20), None),
+        ("schema version", "ok".to_string(), Some(vec![7u8; 4 << 20])),
+    ] {
+        let creates = Arc::new(AtomicUsize::new(0));
+        let seen = creates.clone();
+        let broker = Hostile::start(move |mut peer| {
+            let (name, version, seen) = (name.clone(), version.clone(), seen.clone());
+            async move {
+                peer.handshake(None).await;
+                while let Some(frame) = peer.serve_until(|f| f.ty() == Type::Producer).await {
+                    seen.fetch_add(1, Ordering::SeqCst);
+                    let mut ok = peer.reply(&frame.cmd).unwrap();
+                    let s = ok.producer_success.as_mut().unwrap();
+                    s.producer_name = name.clone();
+                    s.schema_version = version.clone().map(Into::into);
+                    if peer.send(ok).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        })
+        .await;
+        let client = test_client(&broker.url()).build().unwrap();
+        let err = within("create", client.producer("t").create())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::Protocol(m) if m.contains(what) && m.contains("more than")),
+            "{what}: {err:?}"
+        );
+        assert_eq!(creates.load(Ordering::SeqCst), 1, "{what}: not retried");
+        within("client close", client.close()).await.unwrap();
+    }
+}
+
+/// Issue #31, section 5: the partition cap is the client's `max_partitions` (default 65,536):
+/// a count above it is refused before anything is created; a count within it is served.
+#[tokio::test]
+async fn max_partitions_bounds_what_a_broker_may_report() {
+    for (count, refused) in [(9u32, true), (8, false)] {
+        let broker = Hostile::start(move |mut peer| async move {
+            peer.handshake(None).await;
+            while let Some(f) = peer
+                .serve_until(|f| f.ty() == Type::PartitionedMetadata)
+                .await
+            {
+                let id = f.cmd.partition_metadata.as_ref().unwrap().request_id;
+                if peer
+                    .send(hostile::partitions_response(id, count))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        })
+        .await;
+        let client = test_client(&broker.url())
+            .max_partitions(8)
+            .build()
+            .unwrap();
+        let created = within("create", client.producer("t").create()).await;
+        if refused {
+            let err = created.unwrap_err();
+            assert!(
+                matches!(&err, Error::Protocol(m) if m.contains("9 partitions") && m.contains("max_partitions")),
+                "{err:?}"
+            );
+            assert_eq!(broker.accepted(), 1);
+        } else {
+            let p = created.unwrap();
+            within("close", p.close()).await.unwrap();
+        }
+        within("client close", client.close()).await.unwrap();
+    }
+    let e = test_client("pulsar://h:6650")
+        .max_partitions(0)
+        .build()
+        .unwrap_err();
+    assert!(matches!(e, Error::InvalidConfig(_)), "{e:?}");
 }

@@ -381,3 +381,184 @@ async fn a_fast_flood_has_a_bounded_peak() {
     assert!(is_flow_violation(&e), "{e}");
     mem.assert_peak_below("a fast flood", 64 * MB);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Poison Avro messages (issue #31, section 1): any producer on the topic can write them; the
+// consumer's decoder must refuse them as a decode error on that message, never abort.
+
+mod poison_avro {
+    use super::*;
+    use pulsar_sdk::mock::{MockBroker, MockSchemaCompatibility};
+    use pulsar_sdk::schema::{
+        AutoConsumeSchema, AvroSchema, GenericAvroSchema, Schema, SchemaError, SchemaInfo,
+        SchemaType,
+    };
+    use pulsar_sdk::InitialPosition;
+
+    /// Writes raw bytes as payloads under an Avro definition the SDK itself would refuse to
+    /// build a schema from: what a hostile (or buggy) producer of another client can do.
+    struct RawAvro(&'static str);
+
+    impl Schema for RawAvro {
+        type Type = Vec<u8>;
+        fn info(&self) -> Option<SchemaInfo> {
+            Some(SchemaInfo::new(SchemaType::Avro, "").with_definition(self.0))
+        }
+        fn encode(&self, v: &Vec<u8>) -> Result<bytes::Bytes, SchemaError> {
+            Ok(bytes::Bytes::copy_from_slice(v))
+        }
+        fn decode(&self, p: &[u8], _: Option<&SchemaInfo>) -> Result<Vec<u8>, SchemaError> {
+            Ok(p.to_vec())
+        }
+    }
+
+    const RECURSIVE: &str = r#"{"type":"record","name":"A","fields":[{"name":"a","type":"A"}]}"#;
+    /// An ordinary reader of another record.
+    const READER_A: &str = r#"{"type":"record","name":"A","fields":[{"name":"a","type":
+        ["null","string"],"default":null}]}"#;
+    /// An ordinary schema: a record with an array of optional strings.
+    const TAGS: &str = r#"{"type":"record","name":"Tags","fields":[{"name":"tags","type":
+        {"type":"array","items":["null","string"]}}]}"#;
+
+    #[derive(Debug, serde::Deserialize, serde::Serialize)]
+    struct Tags {
+        tags: Vec<Option<String>>,
+    }
+
+    /// A 5-byte payload claiming an array of 100 M items.
+    fn hundred_million_items() -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut v = 100_000_000u64 << 1;
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    /// Publishes `payload` under `definition` on a fresh topic of a mock broker.
+    async fn publish(
+        broker: &MockBroker,
+        client: &Client,
+        name: &str,
+        definition: &'static str,
+        payload: Vec<u8>,
+    ) -> String {
+        let topic = common::full(name);
+        // A hostile producer does not care for compatibility; nor, here, does the broker.
+        broker.set_schema_compatibility(MockSchemaCompatibility::AlwaysCompatible);
+        let p = client
+            .producer(&topic)
+            .schema(RawAvro(definition))
+            .create()
+            .await
+            .unwrap();
+        p.send_and_wait(&payload).await.unwrap();
+        topic
+    }
+
+    fn assert_decode_error(e: &SchemaError, what: &str) {
+        assert!(matches!(e, SchemaError::Decode { .. }), "{what}: {e}");
+    }
+
+    #[tokio::test]
+    async fn a_writer_schema_that_recurses_without_input_is_a_decode_error_not_a_stack_overflow() {
+        let broker = MockBroker::start().await.unwrap();
+        let client = common::test_client(&broker.service_url()).build().unwrap();
+        let topic = publish(&broker, &client, "poison-recursive", RECURSIVE, vec![0; 8]).await;
+        for (label, msg) in [
+            (
+                "AUTO_CONSUME",
+                client
+                    .consumer(&topic)
+                    .subscription("auto")
+                    .initial_position(InitialPosition::Earliest)
+                    .schema(AutoConsumeSchema)
+                    .subscribe()
+                    .await
+                    .unwrap()
+                    .recv()
+                    .await
+                    .unwrap()
+                    .into_parts()
+                    .0
+                    .map(drop),
+            ),
+            (
+                "generic Avro",
+                client
+                    .consumer(&topic)
+                    .subscription("generic")
+                    .initial_position(InitialPosition::Earliest)
+                    .schema(GenericAvroSchema::new(READER_A).unwrap())
+                    .subscribe()
+                    .await
+                    .unwrap()
+                    .recv()
+                    .await
+                    .unwrap()
+                    .into_parts()
+                    .0
+                    .map(drop),
+            ),
+        ] {
+            assert_decode_error(&msg.unwrap_err(), label);
+        }
+        // The SDK refuses to build such a schema itself, with a clear error.
+        let e = GenericAvroSchema::new(RECURSIVE).unwrap_err();
+        assert!(matches!(e, SchemaError::InvalidDefinition(_)), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_block_count_larger_than_the_payload_is_a_decode_error_with_a_bounded_peak() {
+        let _serial = hostile::serial().await;
+        let broker = MockBroker::start().await.unwrap();
+        let client = common::test_client(&broker.service_url()).build().unwrap();
+        let topic = publish(
+            &broker,
+            &client,
+            "poison-count",
+            TAGS,
+            hundred_million_items(),
+        )
+        .await;
+        let mut auto = client
+            .consumer(&topic)
+            .subscription("auto")
+            .initial_position(InitialPosition::Earliest)
+            .schema(AutoConsumeSchema)
+            .subscribe()
+            .await
+            .unwrap();
+        let mut typed = client
+            .consumer(&topic)
+            .subscription("typed")
+            .initial_position(InitialPosition::Earliest)
+            .schema(AvroSchema::<Tags>::new(TAGS).unwrap())
+            .subscribe()
+            .await
+            .unwrap();
+        // Both decodes happen in recv.
+        let mem = MemWatch::start();
+        let started = Instant::now();
+        let a = common::within("auto", auto.recv()).await.unwrap();
+        let t = common::within("typed", typed.recv()).await.unwrap();
+        let peak = mem.peak_growth();
+        eprintln!(
+            "100 M items claimed in 5 bytes, two consumers: peak {} KiB, {:?}",
+            peak / 1024,
+            started.elapsed()
+        );
+        assert_decode_error(&a.into_parts().0.unwrap_err(), "AUTO_CONSUME");
+        assert_decode_error(&t.into_parts().0.unwrap_err(), "the consumer's own schema");
+        mem.assert_peak_below("receiving a 5-byte payload claiming 100 M items", 8 * MB);
+        // The decode alone.
+        let mem = MemWatch::start();
+        let again = AvroSchema::<Tags>::new(TAGS)
+            .unwrap()
+            .decode(&hundred_million_items(), None);
+        assert_decode_error(&again.unwrap_err(), "decode");
+        mem.assert_peak_below("a 5-byte payload claiming 100 M items", 2 * MB);
+    }
+}

@@ -412,6 +412,37 @@ async fn sends_to_an_unresponsive_broker_time_out_and_later_sends_succeed() {
     assert_eq!(broker.topic_messages(topic), 5);
 }
 
+/// Issue #31, section 2: a pending message holds its key and properties too, not only its
+/// payload (a 100-byte payload with 800 bytes of properties took 100 bytes of the limit).
+#[tokio::test]
+async fn memory_limit_counts_a_messages_key_and_properties() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(1024)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("mem-metadata")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_millis(500));
+    let mut msg = ProducerMessage::new(vec![1u8; 100]);
+    msg.key = Some("k".repeat(100));
+    msg.properties.insert("p".into(), "v".repeat(700));
+    let first = producer.send(msg).await.unwrap();
+    // 100 + 100 + 701 + 8 bytes are held: 200 more do not fit.
+    match producer.send(vec![2u8; 200]).await {
+        Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+        other => panic!("expected ProducerQueueFull, got {other:?}"),
+    }
+    within("first receipt", first).await.unwrap();
+    broker.set_response_delay(Duration::ZERO);
+    producer.send_and_wait(vec![3u8; 1000]).await.unwrap();
+}
+
 #[tokio::test]
 async fn memory_limit_fails_sends_at_once_when_not_blocking() {
     let broker = MockBroker::start().await.unwrap();

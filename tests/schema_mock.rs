@@ -774,3 +774,71 @@ async fn undecodable_messages_are_dead_lettered_with_their_binary_key() {
     assert_eq!(letter.key.as_deref(), Some("AAAABw=="));
     assert!(letter.key_b64_encoded);
 }
+
+/// Issue #31, section 4: a broker that never answers GetSchema cost one operation timeout per
+/// distinct version, each blocking `recv`. After two timeouts in a row on a topic the consumer
+/// stops asking (for a minute): a third version is decoded at once without its writer schema.
+#[tokio::test]
+async fn a_broker_that_never_answers_get_schema_is_given_up_on_after_two_timeouts() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let topic = full("schema-silent-versions");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .schema(AutoConsumeSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    // Three versions, registered while the registry still answers.
+    const V4: &str = r#"{"type":"record","name":"User","fields":[{"name":"name","type":"string"},
+        {"name":"age","type":"int","default":0},{"name":"zip","type":"string","default":""}]}"#;
+    for def in [V1, V2, V4] {
+        let p = client
+            .producer(&topic)
+            .schema(AvroSchema::<UserV1>::new(def).unwrap())
+            .create()
+            .await
+            .unwrap();
+        // UserV1 is not every version's shape: send its payload raw under the version.
+        let payload = apache_avro::to_avro_datum(
+            &apache_avro::Schema::parse_str(def).unwrap(),
+            apache_avro::types::Value::Record(
+                apache_avro::Schema::parse_str(def)
+                    .map(|s| match s {
+                        apache_avro::Schema::Record(r) => r
+                            .fields
+                            .iter()
+                            .map(|f| {
+                                let v = match f.name.as_str() {
+                                    "age" => apache_avro::types::Value::Int(1),
+                                    _ => apache_avro::types::Value::String("x".into()),
+                                };
+                                (f.name.clone(), v)
+                            })
+                            .collect(),
+                        _ => unreachable!(),
+                    })
+                    .unwrap(),
+            ),
+        )
+        .unwrap();
+        p.inner().send_and_wait(payload).await.unwrap();
+        p.close().await.unwrap();
+    }
+    broker.set_schema_requests_unanswered(true);
+    for i in 0..3 {
+        let msg = within("recv", consumer.recv()).await.unwrap();
+        assert_eq!(msg.schema_version().unwrap().as_long(), Some(i));
+        consumer.ack(&msg).unwrap();
+    }
+    assert_eq!(
+        broker.received_of(Type::GetSchema).len(),
+        2,
+        "the third version is not asked for"
+    );
+}

@@ -310,10 +310,14 @@ impl PartitionProducer {
         Ok(held)
     }
 
-    /// The client memory a message holds while pending: its payload size (at least 1 byte,
-    /// at most the whole limit, so it can always be had eventually).
+    /// The client memory a message holds while pending: its payload and its own metadata
+    /// (key, ordering key, properties), at least 1 byte, at most the whole limit, so it can
+    /// always be had eventually. The producer's name and schema version, which every
+    /// unbatched frame also carries, are not counted: the broker may name them with at most
+    /// `MAX_PRODUCER_NAME` + `MAX_SCHEMA_VERSION` bytes (see `task::Created::parse`).
+    #[inline]
     fn memory_bytes(&self, msg: &Outgoing) -> u32 {
-        msg.payload.len().clamp(1, self.memory_limit) as u32
+        (msg.payload.len() + msg.metadata_len()).clamp(1, self.memory_limit) as u32
     }
 
     fn memory_full(&self) -> Error {

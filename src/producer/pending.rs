@@ -54,6 +54,24 @@ impl Outgoing {
     pub(crate) fn extras(&self) -> &Extras {
         self.extras.as_deref().unwrap_or(&NONE)
     }
+
+    /// The bytes the message holds while pending besides its payload and what its producer
+    /// adds to every message: the key, and the ordering key and properties when it has any
+    /// (each property also costs its two length prefixes and tags).
+    #[inline]
+    pub(crate) fn metadata_len(&self) -> usize {
+        let key = self.key.as_ref().map_or(0, String::len);
+        match &self.extras {
+            None => key,
+            Some(x) => {
+                key + x.ordering_key.as_ref().map_or(0, Bytes::len)
+                    + x.properties
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len() + 8)
+                        .sum::<usize>()
+            }
+        }
+    }
 }
 
 impl From<ProducerMessage> for Outgoing {

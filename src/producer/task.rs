@@ -63,11 +63,42 @@ pub(crate) struct Created {
     pub schema_version: Option<Bytes>,
 }
 
+/// The longest producer name the client takes from a broker's ProducerSuccess. Every message
+/// of an unbatched producer carries the name in its metadata while it is pending, so a broker
+/// naming it with megabytes would multiply them by the pending messages (4 MiB × 2,000 sends
+/// reached 1.1 GB). Upstream brokers name producers `<cluster>-<broker id>-<counter>` (tens of
+/// bytes); 1 KiB leaves room for long user-chosen names.
+pub(crate) const MAX_PRODUCER_NAME: usize = 1024;
+
+/// The longest schema version the client takes from a broker: it too is copied into every
+/// message's metadata. Upstream versions are an 8-byte long (`LongSchemaVersion`).
+pub(crate) const MAX_SCHEMA_VERSION: usize = 64;
+
 impl Created {
     pub(crate) fn parse(response: BaseCommand) -> Result<Created> {
         let ok = response.producer_success.ok_or_else(|| {
             Error::Protocol("producer create answered without ProducerSuccess".into())
         })?;
+        let too_long = |what: &str, n: usize, max: usize| {
+            Error::Protocol(format!(
+                "ProducerSuccess names the {what} with {n} bytes, more than the {max} the \
+                 client accepts (each pending message would carry it)"
+            ))
+        };
+        if ok.producer_name.len() > MAX_PRODUCER_NAME {
+            return Err(too_long(
+                "producer",
+                ok.producer_name.len(),
+                MAX_PRODUCER_NAME,
+            ));
+        }
+        if let Some(v) = ok
+            .schema_version
+            .as_ref()
+            .filter(|v| v.len() > MAX_SCHEMA_VERSION)
+        {
+            return Err(too_long("schema version", v.len(), MAX_SCHEMA_VERSION));
+        }
         // -1 (or absent) = nothing stored yet. A broker's i64::MAX must not overflow.
         let last = ok.last_sequence_id.unwrap_or(-1);
         let next_sequence_id = u64::try_from(last).map_or(0, |l| l + 1);

@@ -5,29 +5,96 @@
 
 use std::collections::HashMap;
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use apache_avro::types::Value;
 use bytes::Bytes;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::avro_guard::{Plan, RECURSES};
 use super::{Schema, SchemaError, SchemaInfo, SchemaType};
 
-/// Parsed writer schemas by definition: bounded, so a topic with many versions cannot grow it.
+/// How many parsed writer schemas a cache keeps.
 const WRITER_CACHE: usize = 64;
+
+/// How many bytes of definitions a cache of parsed writer schemas keeps (a parsed schema
+/// costs a few times its definition); a definition larger than this is parsed but not kept.
+const WRITER_CACHE_BYTES: usize = 64 << 20;
+
+/// A parsed Avro schema with its walk plan (see `avro_guard`): parsed and checked once.
+struct Parsed {
+    schema: apache_avro::Schema,
+    plan: Plan,
+}
+
+impl Parsed {
+    fn new(definition: &str) -> Result<Parsed, SchemaError> {
+        // apache-avro 0.20 panics on some invalid definitions (a record name that is not a
+        // valid Avro name unwraps an error); a definition comes from the broker, so that is
+        // an invalid definition, not a crash of the consumer.
+        // So names are checked first, and a panic that remains is caught.
+        let json: serde_json::Value = serde_json::from_str(definition)
+            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
+        super::avro_guard::check_names(&json)?;
+        let parsed = std::panic::catch_unwind(|| apache_avro::Schema::parse(&json))
+            .map_err(|_| SchemaError::InvalidDefinition("the Avro parser panicked".into()))?;
+        let schema = parsed.map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
+        let plan = Plan::new(&schema)?;
+        Ok(Parsed { schema, plan })
+    }
+}
+
+/// Writer schemas parsed once per definition (the outcome, so a definition that does not
+/// parse is not parsed again per message), bounded by [`WRITER_CACHE`] entries and
+/// [`WRITER_CACHE_BYTES`] of definitions; past either bound it starts over.
+#[derive(Default)]
+struct WriterCache {
+    entries: HashMap<Bytes, Result<Arc<Parsed>, SchemaError>>,
+    bytes: usize,
+}
+
+impl WriterCache {
+    fn get(cache: &Mutex<WriterCache>, definition: &Bytes) -> Result<Arc<Parsed>, SchemaError> {
+        if let Some(hit) = lock(cache).entries.get(definition) {
+            return hit.clone();
+        }
+        // Parse outside the lock: a large definition must not stall other consumers.
+        let parsed = std::str::from_utf8(definition)
+            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))
+            .and_then(Parsed::new)
+            .map(Arc::new);
+        let mut c = lock(cache);
+        if definition.len() <= WRITER_CACHE_BYTES {
+            if c.entries.len() >= WRITER_CACHE || c.bytes + definition.len() > WRITER_CACHE_BYTES {
+                c.entries.clear();
+                c.bytes = 0;
+            }
+            if c.entries
+                .insert(definition.clone(), parsed.clone())
+                .is_none()
+            {
+                c.bytes += definition.len();
+            }
+        }
+        parsed
+    }
+}
+
+fn lock(m: &Mutex<WriterCache>) -> std::sync::MutexGuard<'_, WriterCache> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// The Avro machinery shared by the typed and the generic schema.
 struct Core {
     info: SchemaInfo,
-    schema: Arc<apache_avro::Schema>,
-    writers: Mutex<HashMap<Bytes, Arc<apache_avro::Schema>>>,
+    schema: Arc<Parsed>,
+    writers: Mutex<WriterCache>,
 }
 
 impl Core {
     fn new(definition: &str) -> Result<Core, SchemaError> {
-        let schema = apache_avro::Schema::parse_str(definition)
-            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))?;
+        let schema = Parsed::new(definition)?;
         Ok(Core {
             // Java's `AvroSchema` properties (`SchemaDefinition` defaults).
             info: SchemaInfo::new(SchemaType::Avro, "")
@@ -35,26 +102,25 @@ impl Core {
                 .with_property("__alwaysAllowNull", "true")
                 .with_property("__jsr310ConversionEnabled", "false"),
             schema: Arc::new(schema),
-            writers: Mutex::new(HashMap::new()),
+            writers: Mutex::new(WriterCache::default()),
         })
     }
 
-    /// The writer's parsed schema, if `writer` is an Avro (or JSON) definition that parses.
-    fn writer(&self, writer: Option<&SchemaInfo>) -> Option<Arc<apache_avro::Schema>> {
-        let w = writer.filter(|w| w.schema_type.is_struct())?;
+    /// The writer's parsed schema, if `writer` is an Avro (or JSON) definition other than
+    /// ours; a definition that does not parse decodes with ours (as before), one that parses
+    /// but breaks a limit (recursion without input) is an error.
+    fn writer(&self, writer: Option<&SchemaInfo>) -> Result<Option<Arc<Parsed>>, SchemaError> {
+        let Some(w) = writer.filter(|w| w.schema_type.is_struct()) else {
+            return Ok(None);
+        };
         if w.definition == self.info.definition {
-            return None;
+            return Ok(None);
         }
-        let mut cache = self.writers.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(s) = cache.get(&w.definition) {
-            return Some(s.clone());
+        match WriterCache::get(&self.writers, &w.definition) {
+            Ok(p) => Ok(Some(p)),
+            Err(SchemaError::InvalidDefinition(reason)) if !reason.contains(RECURSES) => Ok(None),
+            Err(e) => Err(refused_writer(e)),
         }
-        let parsed = Arc::new(apache_avro::Schema::parse_str(w.definition_str()?).ok()?);
-        if cache.len() >= WRITER_CACHE {
-            cache.clear();
-        }
-        cache.insert(w.definition.clone(), parsed.clone());
-        Some(parsed)
     }
 
     fn encode_value(&self, value: Value) -> Result<Bytes, SchemaError> {
@@ -63,35 +129,52 @@ impl Core {
             reason: e.to_string(),
             source: Some(Arc::new(e)),
         };
-        let value = value.resolve(&self.schema).map_err(err)?;
-        apache_avro::to_avro_datum(&self.schema, value)
+        let value = value.resolve(&self.schema.schema).map_err(err)?;
+        apache_avro::to_avro_datum(&self.schema.schema, value)
             .map(Bytes::from)
             .map_err(err)
     }
 
     fn decode_value(
         &self,
-        mut payload: &[u8],
+        payload: &[u8],
         writer: Option<&SchemaInfo>,
     ) -> Result<Value, SchemaError> {
-        let err = |e: apache_avro::Error| SchemaError::Decode {
-            schema_type: SchemaType::Avro,
-            reason: e.to_string(),
-            source: Some(Arc::new(e)),
-        };
-        let value = match self.writer(writer) {
-            Some(w) => apache_avro::from_avro_datum(&w, &mut payload, Some(&self.schema)),
-            None => apache_avro::from_avro_datum(&self.schema, &mut payload, None),
+        match self.writer(writer)? {
+            Some(w) => decode_checked(&w, payload, Some(&self.schema.schema)),
+            None => decode_checked(&self.schema, payload, None),
         }
-        .map_err(err)?;
-        if !payload.is_empty() {
-            return Err(SchemaError::decode(
-                SchemaType::Avro,
-                format!("{} bytes left after the datum", payload.len()),
-            ));
-        }
-        Ok(value)
     }
+}
+
+/// A message whose writer schema is refused: a decode error on that message.
+fn refused_writer(e: SchemaError) -> SchemaError {
+    SchemaError::decode(
+        SchemaType::Avro,
+        format!("the writer schema is refused: {e}"),
+    )
+}
+
+/// Walks `payload` with the writer's plan (the limits of `avro_guard`), then decodes it.
+fn decode_checked(
+    writer: &Parsed,
+    mut payload: &[u8],
+    reader: Option<&apache_avro::Schema>,
+) -> Result<Value, SchemaError> {
+    let err = |e: apache_avro::Error| SchemaError::Decode {
+        schema_type: SchemaType::Avro,
+        reason: e.to_string(),
+        source: Some(Arc::new(e)),
+    };
+    writer.plan.check(payload)?;
+    let value = apache_avro::from_avro_datum(&writer.schema, &mut payload, reader).map_err(err)?;
+    if !payload.is_empty() {
+        return Err(SchemaError::decode(
+            SchemaType::Avro,
+            format!("{} bytes left after the datum", payload.len()),
+        ));
+    }
+    Ok(value)
 }
 
 /// Values of a serde type `T` as Avro binary datums, registered as an AVRO schema.
@@ -197,7 +280,7 @@ impl GenericAvroSchema {
 
     /// The parsed Avro schema.
     pub fn avro_schema(&self) -> &apache_avro::Schema {
-        &self.core.schema
+        &self.core.schema.schema
     }
 }
 
@@ -221,11 +304,43 @@ impl Schema for GenericAvroSchema {
     }
 }
 
-/// Decodes an Avro datum with the writer's definition only (AUTO_CONSUME).
+/// Decodes an Avro datum with the writer's definition only (AUTO_CONSUME). The writer schema
+/// is parsed once per definition, in a process-wide cache bounded like a schema's own
+/// (upstream's `AutoConsumeSchema` keeps one decoder per schema version).
 pub(crate) fn decode_with_writer(
     payload: &[u8],
     writer: &SchemaInfo,
 ) -> Result<Value, SchemaError> {
-    let core = Core::new(writer.definition_str().unwrap_or(""))?;
-    core.decode_value(payload, None)
+    static CACHE: OnceLock<Mutex<WriterCache>> = OnceLock::new();
+    let parsed = WriterCache::get(CACHE.get_or_init(Default::default), &writer.definition)
+        .map_err(refused_writer)?;
+    decode_checked(&parsed, payload, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEF: &str = r#"{"type":"record","name":"R","fields":[{"name":"a","type":"int"}]}"#;
+
+    #[test]
+    fn a_writer_definition_is_parsed_once_and_the_cache_is_bounded() {
+        let cache = Mutex::new(WriterCache::default());
+        let def = Bytes::from_static(DEF.as_bytes());
+        let a = WriterCache::get(&cache, &def).unwrap();
+        let b = WriterCache::get(&cache, &def).unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "parsed once");
+        // A definition that does not parse is remembered too (not parsed per message).
+        let bad = Bytes::from_static(b"{not json");
+        assert!(WriterCache::get(&cache, &bad).is_err());
+        assert_eq!(lock(&cache).entries.len(), 2);
+        // Count bound: past WRITER_CACHE entries it starts over.
+        for i in 0..WRITER_CACHE {
+            let d = DEF.replace("\"a\"", &format!("\"a{i}\""));
+            WriterCache::get(&cache, &Bytes::from(d)).unwrap();
+        }
+        let c = lock(&cache);
+        assert!(c.entries.len() <= WRITER_CACHE, "{}", c.entries.len());
+        assert!(c.bytes <= WRITER_CACHE_BYTES);
+    }
 }

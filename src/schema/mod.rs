@@ -32,6 +32,8 @@
 mod auto;
 #[cfg(feature = "avro")]
 mod avro;
+#[cfg(feature = "avro")]
+mod avro_guard;
 mod info;
 #[cfg(feature = "json")]
 mod json;

@@ -82,6 +82,11 @@ pub(crate) const WRITER_SCHEMA_CACHE: usize = 256;
 /// How long a version the broker could not give stays unknown before it is asked for again.
 pub(crate) const UNKNOWN_VERSION_RETRY: Duration = Duration::from_secs(60);
 
+/// After this many GetSchema timeouts in a row on a topic, the consumer stops asking for that
+/// topic's unknown versions for [`UNKNOWN_VERSION_RETRY`]: a broker that never answers
+/// GetSchema then costs two operation timeouts a minute, not one per version.
+pub(crate) const TIMEOUTS_BEFORE_GIVING_UP: u32 = 2;
+
 /// A writer schema, or when fetching it failed.
 #[derive(Debug, Clone)]
 enum Entry {
@@ -92,10 +97,13 @@ enum Entry {
 /// A consumer's writer schemas by topic and version. A version the broker could not give
 /// (an error or a timeout) is remembered as unknown for [`UNKNOWN_VERSION_RETRY`], so a broker
 /// without a registry costs one operation timeout per version and minute, not one per message,
-/// and a transient failure is retried later.
+/// and a transient failure is retried later; after [`TIMEOUTS_BEFORE_GIVING_UP`] timeouts in a
+/// row on a topic, no version of it is asked for during that time.
 #[derive(Debug, Default)]
 pub(crate) struct WriterSchemas {
     known: HashMap<(TopicName, Bytes), Entry>,
+    /// Per topic: GetSchema timeouts in a row, and since when it has given up asking.
+    silent: HashMap<TopicName, (u32, Option<Instant>)>,
 }
 
 impl WriterSchemas {
@@ -112,7 +120,30 @@ impl WriterSchemas {
             Some(Entry::Unknown(at)) if at.elapsed() < UNKNOWN_VERSION_RETRY => return None,
             _ => {}
         }
+        if let Some((_, Some(since))) = self.silent.get(topic) {
+            if since.elapsed() < UNKNOWN_VERSION_RETRY {
+                return None;
+            }
+            self.silent.remove(topic);
+        }
         let fetched = get_schema(core, topic, Some(&SchemaVersion(version.clone()))).await;
+        if self.silent.len() >= WRITER_SCHEMA_CACHE {
+            self.silent.clear();
+        }
+        match &fetched {
+            Err(Error::Timeout { .. }) => {
+                let (n, since) = self.silent.entry(topic.clone()).or_default();
+                *n += 1;
+                if *n >= TIMEOUTS_BEFORE_GIVING_UP {
+                    tracing::warn!(%topic, timeouts = *n,
+                        "the broker does not answer GetSchema; not asking again for a while");
+                    *since = Some(Instant::now());
+                }
+            }
+            _ => {
+                self.silent.remove(topic);
+            }
+        }
         let (entry, found) = match fetched {
             Ok((info, _)) => {
                 let info = Arc::new(info);
