@@ -229,10 +229,11 @@ impl LookupService {
         // unknown one) is a failure like `Failed` ("Empty lookup response" when it names no
         // error), never a count of 0, which would make a partitioned topic look plain.
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
-<<<<<<< HEAD
-            Some(MetadataResult::Success) => {
-                crate::partitions::check_partition_count(topic.as_str(), r.partitions.unwrap_or(0))
-            }
+            Some(MetadataResult::Success) => crate::partitions::check_partition_count(
+                topic.as_str(),
+                r.partitions.unwrap_or(0),
+                self.max_partitions,
+            ),
             Some(MetadataResult::Failed) | None => {
                 let code = ServerError::from_code(r.error.unwrap_or(0));
                 check_server_error(&conn, code);
@@ -334,19 +335,6 @@ impl<K: Eq + Hash, T> Drop for Leave<'_, K, T> {
         let mut calls = self.flight.calls.lock().unwrap_or_else(|e| e.into_inner());
         if calls.get(self.key).is_some_and(|(id, _)| *id == self.id) {
             calls.remove(self.key);
-=======
-            Some(MetadataResult::Failed) => Err(Error::Broker {
-                code: ServerError::from_code(r.error.unwrap_or(0)),
-                message: r
-                    .message
-                    .unwrap_or_else(|| "partitioned metadata failed".into()),
-            }),
-            _ => crate::partitions::check_partition_count(
-                topic.as_str(),
-                r.partitions.unwrap_or(0),
-                self.max_partitions,
-            ),
->>>>>>> h4-bounded
         }
     }
 }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, MockError, MockRequest};
 use pulsar_sdk::{
-    Client, CompressionType, ConsumerBuilder, Error, MessageId, Producer, ServerError,
+    Client, CompressionType, ConsumerBuilder, Error, MessageId, Producer, QueueLimit, ServerError,
     SubscriptionType,
 };
 
@@ -383,7 +383,12 @@ async fn the_memory_limit_and_pending_count_see_one_chunked_message_once() {
         .expect("room for a quarter");
     // ...and the count limit (2) is now reached.
     match p.send(vec![1u8; 10]).await {
-        Err(Error::ProducerQueueFull(e)) => assert!(e.contains("max_pending"), "{e}"),
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(
+                matches!(limit, QueueLimit::MaxPendingMessages { .. }),
+                "{limit}"
+            )
+        }
         other => panic!("a third pending message accepted: {:?}", other.map(|_| ())),
     }
     drop(small);
@@ -405,7 +410,9 @@ async fn the_memory_limit_and_pending_count_see_one_chunked_message_once() {
     broker.set_unresponsive(true);
     let _held = p2.send(noise(size, 10)).await.unwrap();
     match p2.send(vec![1u8; size / 2 + 1]).await {
-        Err(Error::ProducerQueueFull(e)) => assert!(e.contains("memory"), "{e}"),
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+        }
         other => panic!("over the memory limit accepted: {:?}", other.map(|_| ())),
     }
     broker.set_unresponsive(false);

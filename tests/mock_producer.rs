@@ -13,7 +13,9 @@ use prost::Message as _;
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, Received};
 use pulsar_sdk::producer::{BatchingOptions, ProducerAccessMode};
-use pulsar_sdk::{Client, Error, MessageId, ProducerMessage, ServerError, SubscriptionType};
+use pulsar_sdk::{
+    Client, Error, MessageId, ProducerMessage, QueueLimit, ServerError, SubscriptionType,
+};
 use pulsar_sdk::{InitialPosition, SendFuture};
 
 /// Bound on anything that should happen "soon"; far above what any step needs.
@@ -435,7 +437,9 @@ async fn memory_limit_counts_a_messages_key_and_properties() {
     let first = producer.send(msg).await.unwrap();
     // 100 + 100 + 701 + 8 bytes are held: 200 more do not fit.
     match producer.send(vec![2u8; 200]).await {
-        Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+        }
         other => panic!("expected ProducerQueueFull, got {other:?}"),
     }
     within("first receipt", first).await.unwrap();
@@ -461,7 +465,9 @@ async fn memory_limit_fails_sends_at_once_when_not_blocking() {
     broker.set_response_delay(Duration::from_millis(500));
     let first = producer.send(vec![1u8; 600]).await.unwrap();
     match producer.send(vec![2u8; 600]).await {
-        Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+        }
         other => panic!("expected ProducerQueueFull, got {other:?}"),
     }
     // A message that fits in what is left is accepted.
@@ -520,8 +526,11 @@ async fn max_pending_messages_limits_the_queue() {
     let a = producer.send("a").await.unwrap();
     let b = producer.send("b").await.unwrap();
     match producer.send("c").await {
-        Err(Error::ProducerQueueFull(why)) => {
-            assert!(why.contains("max_pending_messages"), "{why}")
+        Err(Error::ProducerQueueFull { limit }) => {
+            assert!(
+                matches!(limit, QueueLimit::MaxPendingMessages { .. }),
+                "{limit}"
+            )
         }
         other => panic!("expected ProducerQueueFull, got {other:?}"),
     }
@@ -1241,15 +1250,20 @@ async fn a_timed_out_batch_gives_back_its_memory_and_slots_exactly_once() {
         // 30 bytes of memory and one slot are left: 100 bytes do not fit (the slot it took
         // first, as upstream's `canEnqueueRequest` does, goes back)...
         match producer.send(vec![8u8; 100]).await {
-            Err(Error::ProducerQueueFull(why)) => assert!(why.contains("memory"), "{why}"),
+            Err(Error::ProducerQueueFull { limit }) => {
+                assert!(matches!(limit, QueueLimit::MemoryLimit { .. }), "{limit}")
+            }
             other => panic!("expected the memory limit, got {other:?}"),
         }
         // ... 1 byte does, in the last slot...
         held.push(producer.send(vec![9u8; 1]).await.unwrap());
         // ... and then no slot is left, even for 1 byte.
         match producer.send(vec![9u8; 1]).await {
-            Err(Error::ProducerQueueFull(why)) => {
-                assert!(why.contains("max_pending_messages"), "{why}")
+            Err(Error::ProducerQueueFull { limit }) => {
+                assert!(
+                    matches!(limit, QueueLimit::MaxPendingMessages { .. }),
+                    "{limit}"
+                )
             }
             other => panic!("expected max_pending_messages, got {other:?}"),
         }

@@ -409,7 +409,9 @@ async fn failed_chunked_sends_give_their_memory_back() {
         let mut msg = pulsar_sdk::ProducerMessage::from(noise(4000, i));
         msg.properties.insert("k".repeat(300), "v".into());
         match within("send", async { p.send(msg).await?.await }).await {
-            Err(Error::ProducerQueueFull(e)) => panic!("memory leaked by a failure: {e}"),
+            Err(Error::ProducerQueueFull { limit }) => {
+                panic!("memory leaked by a failure: {limit}")
+            }
             Err(_) => {}
             Ok(id) => panic!("sent? {id}"),
         }
