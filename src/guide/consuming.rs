@@ -213,6 +213,15 @@
 //! [`pattern_auto_discovery_period`](crate::ConsumerBuilder::pattern_auto_discovery_period)
 //! (1 minute) in any case.
 //!
+//! **A topic that joins starts at the consumer's initial position.** With the default,
+//! [`InitialPosition::Latest`], the subscription a pattern consumer creates on a new topic
+//! starts after what the topic already holds, so messages published to it before the consumer
+//! discovered it (up to one discovery period without a watcher) are not delivered. Java's
+//! pattern consumer does the same. Subscribe with
+//! [`initial_position(InitialPosition::Earliest)`](crate::ConsumerBuilder::initial_position) when
+//! a new topic's first messages matter: a topic the subscription already exists on resumes where
+//! it was either way.
+//!
 //! **Patterns, retry and dead-letter topics.** The default retry and dead-letter topics are
 //! named after the topic (`orders-eu-audit-RETRY`, `orders-eu-audit-DLQ`), so a pattern like
 //! `orders-.*` matches them too. With [`retry_enable`](crate::ConsumerBuilder::retry_enable)
