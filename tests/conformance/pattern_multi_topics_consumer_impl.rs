@@ -119,3 +119,67 @@ async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_let
     );
     within("close", consumer.close()).await.unwrap();
 }
+
+/// A pattern consumer subscribing a new topic when the application closes it. Java
+/// `PatternMultiTopicsConsumerImpl`/`MultiTopicsConsumerImpl.closeAsync`: Closing first, then
+/// every consumer it has closes; a subscribe still in flight completes into a consumer that is
+/// closed with the rest (`subscribeAsync` fails on a closing consumer and closes what it made).
+/// Nothing may stay attached on the broker after `close()` returns (here: the broker answers
+/// slowly, and `close()` is called while topic c's SUBSCRIBE waits for its answer).
+#[tokio::test]
+async fn close_while_discovery_subscribes_a_new_topic_leaves_nothing_attached() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, c) = (full("conf-close-race-a"), full("conf-close-race-c"));
+    broker.create_topic(&a);
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-close-race-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_millis(1500));
+    broker.create_topic(&c);
+    crate::common::wait_until("c's SUBSCRIBE reached the broker", || {
+        subscribes(&broker, &c) == 1
+    })
+    .await;
+    within("close", consumer.close()).await.unwrap();
+    broker.set_response_delay(Duration::ZERO);
+    crate::common::wait_until("nothing attached on c", || broker.consumers(&c, "s") == 0).await;
+    assert_eq!(broker.consumers(&a, "s"), 0);
+}
+
+/// The same on `unsubscribe()`: a topic whose SUBSCRIBE is in flight when the application
+/// unsubscribes must not keep the subscription (Java: Closing first; what the in-flight
+/// subscribe made is closed, and the subscription deleted with the others).
+#[tokio::test]
+async fn unsubscribe_while_discovery_subscribes_a_new_topic_leaves_no_subscription() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, c) = (full("conf-unsub-race-a"), full("conf-unsub-race-c"));
+    broker.create_topic(&a);
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-unsub-race-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_millis(1500));
+    broker.create_topic(&c);
+    crate::common::wait_until("c's SUBSCRIBE reached the broker", || {
+        subscribes(&broker, &c) == 1
+    })
+    .await;
+    let r = within("unsubscribe", consumer.unsubscribe()).await;
+    broker.set_response_delay(Duration::ZERO);
+    assert!(r.is_ok(), "{r:?}");
+    assert!(broker.subscriptions(&a).is_empty());
+    crate::common::wait_until("nothing attached on c", || broker.consumers(&c, "s") == 0).await;
+}
