@@ -183,3 +183,40 @@ async fn unsubscribe_while_discovery_subscribes_a_new_topic_leaves_no_subscripti
     assert!(broker.subscriptions(&a).is_empty());
     crate::common::wait_until("nothing attached on c", || broker.consumers(&c, "s") == 0).await;
 }
+
+/// What a pattern consumer leaves out as "its own letters" must be its own: upstream's
+/// pattern consumer leaves out nothing but system topics, so anything this one leaves out more
+/// is a difference that only its own retry / dead-letter topics justify. A consumer with a
+/// dead-letter policy that names its dead-letter topic, and no `retry_enable`, has no retry
+/// topic and no `<topic>-<sub>-DLQ` topic: `jobs-a-s-RETRY` and `jobs-a-s-DLQ` (made by another
+/// application, e.g. one with `retry_enable` on the same subscription name) are ordinary
+/// matching topics to it, consumed as Java's consumes them.
+#[tokio::test]
+async fn a_pattern_consumer_leaves_out_only_letters_that_are_its_own() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-own-jobs-a");
+    let retry_like = format!("{a}-s-RETRY");
+    let dlq_like = format!("{a}-s-DLQ");
+    for t in [&a, &retry_like, &dlq_like] {
+        broker.create_topic(t);
+    }
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-own-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .dead_letter_policy(
+            pulsar_sdk::DeadLetterPolicy::new(3)
+                .dead_letter_topic("persistent://public/default/elsewhere-dlq"),
+        )
+        .subscribe()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = consumer.topics().iter().map(|t| t.to_string()).collect();
+    names.sort();
+    let mut want = vec![a.clone(), dlq_like.clone(), retry_like.clone()];
+    want.sort();
+    assert_eq!(names, want);
+    within("close", consumer.close()).await.unwrap();
+}
