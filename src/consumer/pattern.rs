@@ -80,7 +80,8 @@ pub(crate) struct PatternConfig {
 /// deliver again what was dead-lettered. So they are left out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OwnLetters {
-    /// `-<subscription>-RETRY`, `-<subscription>-DLQ`.
+    /// `-<subscription>-RETRY` (with `retry_enable`), `-<subscription>-DLQ`: each only when
+    /// the policy does not name that topic.
     pub suffixes: Vec<String>,
     /// The policy's own retry and dead-letter topic names.
     pub names: Vec<String>,
@@ -104,10 +105,18 @@ impl OwnLetters {
                 }
             }
         }
-        OwnLetters {
-            suffixes: vec![format!("-{sub}-RETRY"), format!("-{sub}-DLQ")],
-            names,
+        // A default name only for a letter topic the consumer has and the policy does not
+        // name: anything else left out would be a topic upstream's consumer (which leaves
+        // out only system topics) consumes, with nothing of this consumer's to justify it.
+        let policy = options.dead_letter_policy.as_ref();
+        let mut suffixes = Vec::new();
+        if options.retry_enable && policy.and_then(|p| p.retry_letter_topic.as_ref()).is_none() {
+            suffixes.push(format!("-{sub}-RETRY"));
         }
+        if policy.and_then(|p| p.dead_letter_topic.as_ref()).is_none() {
+            suffixes.push(format!("-{sub}-DLQ"));
+        }
+        OwnLetters { suffixes, names }
     }
 
     /// Whether `topic` (a partition: its partitioned topic) is one of them.
