@@ -220,3 +220,36 @@ async fn a_pattern_consumer_leaves_out_only_letters_that_are_its_own() {
     assert_eq!(names, want);
     within("close", consumer.close()).await.unwrap();
 }
+
+/// A policy that names its own retry and dead-letter topics inside the pattern: those are the
+/// consumer's letters (the retry topic subscribed with each topic), never topics of their own.
+#[tokio::test]
+async fn a_pattern_consumer_leaves_out_the_letter_topics_its_policy_names() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-named-a");
+    let retry = full("conf-named-retry");
+    let dlq = full("conf-named-dlq");
+    for t in [&a, &retry, &dlq] {
+        broker.create_topic(t);
+    }
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-named-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .retry_enable(true)
+        .dead_letter_policy(
+            pulsar_sdk::DeadLetterPolicy::new(3)
+                .retry_letter_topic("conf-named-retry")
+                .dead_letter_topic("public/default/conf-named-dlq"),
+        )
+        .subscribe()
+        .await
+        .unwrap();
+    let names: Vec<String> = consumer.topics().iter().map(|t| t.to_string()).collect();
+    assert_eq!(names, vec![a.clone()]);
+    assert_eq!(subscribes(&broker, &retry), 1, "the retry topic subscribed twice");
+    assert_eq!(subscribes(&broker, &dlq), 0, "the dead-letter topic consumed");
+    within("close", consumer.close()).await.unwrap();
+}
