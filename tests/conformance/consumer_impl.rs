@@ -154,3 +154,42 @@ async fn a_consumer_at_the_end_of_its_topic_can_unsubscribe() {
     within("unsubscribe", consumer.unsubscribe()).await.unwrap();
     assert!(broker.subscriptions(&topic).is_empty());
 }
+
+/// Java `ConsumerImpl.seekAsync` clears the incoming queue, and `receive` never reports the
+/// end: after a seek back, the messages come again. A consumer whose end-of-topic notice was
+/// still queued when the application seeked back must hand out the messages from the new
+/// position, not the stale end first (a `while let Ok(m) = consumer.recv()` loop would stop
+/// there, with the whole topic to read again).
+#[tokio::test]
+async fn a_seek_back_before_taking_the_end_reads_again_without_a_stale_end() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-end-stale");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "m", 2).await;
+    broker.terminate_topic(&topic).unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .initial_position(InitialPosition::Earliest)
+        .ack_group_time(Duration::ZERO)
+        .subscribe()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        consumer.ack(&m).unwrap();
+    }
+    crate::common::wait_until("the end", || consumer.has_reached_end_of_topic()).await;
+    consumer
+        .seek(pulsar_sdk::MessageId::EARLIEST)
+        .await
+        .unwrap();
+    let again = within("recv after seek", consumer.recv()).await;
+    assert_eq!(
+        again.as_ref().ok().and_then(|m| m.payload_str()),
+        Some("m-0"),
+        "{again:?}"
+    );
+}
