@@ -192,4 +192,14 @@ async fn a_seek_back_before_taking_the_end_reads_again_without_a_stale_end() {
         Some("m-0"),
         "{again:?}"
     );
+    // At the end again (read and acked): the broker says so again, and `recv` reports it.
+    consumer.ack(&again.unwrap()).unwrap();
+    let m = within("recv", consumer.recv()).await.unwrap();
+    assert_eq!(m.payload_str(), Some("m-1"));
+    consumer.ack(&m).unwrap();
+    let end = within("the end again", consumer.recv()).await;
+    assert!(
+        matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+        "{end:?}"
+    );
 }
