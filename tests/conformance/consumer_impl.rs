@@ -203,3 +203,40 @@ async fn a_seek_back_before_taking_the_end_reads_again_without_a_stale_end() {
         "{end:?}"
     );
 }
+
+/// A consumer at the end is dropped without `close()` (or the client closes): Java's
+/// `ConsumerImpl` at the end is closed like any other (CloseConsumer), so the subscription is
+/// free for the next Exclusive consumer.
+#[tokio::test]
+async fn a_consumer_at_the_end_dropped_or_closed_with_the_client_detaches() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (t1, t2) = (full("conf-end-drop-1"), full("conf-end-drop-2"));
+    let mut consumers = Vec::new();
+    for t in [&t1, &t2] {
+        broker.create_topic(t);
+        let mut c = client
+            .consumer(t)
+            .subscription("s")
+            .subscription_type(SubscriptionType::Exclusive)
+            .subscribe()
+            .await
+            .unwrap();
+        broker.terminate_topic(t).unwrap();
+        let end = within("the end", c.recv()).await;
+        assert!(
+            matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+            "{end:?}"
+        );
+        consumers.push(c);
+    }
+    let kept = consumers.pop().unwrap();
+    drop(consumers);
+    crate::common::wait_until("the dropped consumer detached", || {
+        broker.consumers(&t1, "s") == 0
+    })
+    .await;
+    within("client close", client.close()).await.unwrap();
+    assert_eq!(broker.consumers(&t2, "s"), 0);
+    drop(kept);
+}
