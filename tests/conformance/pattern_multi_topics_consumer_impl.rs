@@ -249,7 +249,15 @@ async fn a_pattern_consumer_leaves_out_the_letter_topics_its_policy_names() {
         .unwrap();
     let names: Vec<String> = consumer.topics().iter().map(|t| t.to_string()).collect();
     assert_eq!(names, vec![a.clone()]);
-    assert_eq!(subscribes(&broker, &retry), 1, "the retry topic subscribed twice");
-    assert_eq!(subscribes(&broker, &dlq), 0, "the dead-letter topic consumed");
+    assert_eq!(
+        subscribes(&broker, &retry),
+        1,
+        "the retry topic subscribed twice"
+    );
+    assert_eq!(
+        subscribes(&broker, &dlq),
+        0,
+        "the dead-letter topic consumed"
+    );
     within("close", consumer.close()).await.unwrap();
 }
