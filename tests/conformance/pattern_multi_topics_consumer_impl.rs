@@ -261,3 +261,50 @@ async fn a_pattern_consumer_leaves_out_the_letter_topics_its_policy_names() {
     );
     within("close", consumer.close()).await.unwrap();
 }
+
+/// `recv` reports the end "once every partition of every topic reached it" (see
+/// `Consumer::recv`; Java's `hasReachedEndOfTopic`: all of its current consumers). A pattern
+/// consumer whose topic a has ended, and whose other topic b is then deleted (leaving the
+/// consumer), has reached the end: `has_reached_end_of_topic()` says so, and a `recv` waiting
+/// then must report it, not wait for ever.
+#[tokio::test]
+#[ignore = "fails (recv waits for ever): the handle took a's end-of-topic notice while b was current, so it reported nothing; b leaving (deleted, dropped by discovery) queues nothing, and nothing checks the end again. Needs discovery to tell the handle when a removal completes the end (not a small fix)"]
+async fn the_end_is_reported_when_the_last_topic_not_at_its_end_leaves() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("conf-end-leave-a"), full("conf-end-leave-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-end-leave-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    assert_eq!(consumer.topics().len(), 2);
+    // A second consumer of a's subscription: the broker tells both in one go.
+    let witness = client
+        .consumer(&a)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    broker.terminate_topic(&a).unwrap();
+    let delete_b = async {
+        crate::common::wait_until("a's end reached the witness", || {
+            witness.has_reached_end_of_topic()
+        })
+        .await;
+        broker.delete_topic(&b, true).unwrap();
+    };
+    let (end, ()) = tokio::join!(within("the end", consumer.recv()), delete_b);
+    assert!(
+        matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+        "{end:?}"
+    );
+    assert!(consumer.has_reached_end_of_topic());
+}
