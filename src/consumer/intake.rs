@@ -89,6 +89,10 @@ impl ConsumerTask {
             Ok(Type::ReachedEndOfTopic) => {
                 if !self.shared.reached_end.swap(true, Ordering::AcqRel) {
                     tracing::info!(topic = %self.entity.topic, "consumer reached the end of the topic");
+                }
+                // Queued until the handle took one (a notice queued before a seek is dropped
+                // there, and the broker's next one, at the end again, is queued instead).
+                if !self.shared.end_taken.load(Ordering::Acquire) {
                     self.emit(Item::EndOfTopic);
                 }
             }

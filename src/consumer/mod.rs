@@ -277,6 +277,8 @@ impl Consumer {
             // the end is reported once, when every one of them got there.
             // Counted once the handle took the notice, so every message the partitions queued
             // before their notices is handed out before the end is.
+            // A notice queued before a seek: the consumer is no longer at the end.
+            Item::EndOfTopic if epoch < p.end_epoch.load(Ordering::Acquire) => None,
             Item::EndOfTopic => {
                 p.end_taken.store(true, Ordering::Release);
                 let all_taken = self.every_current(|p| p.end_taken.load(Ordering::Acquire));

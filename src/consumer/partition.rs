@@ -90,6 +90,7 @@ pub(super) async fn spawn_partition(
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
         reached_end: std::sync::atomic::AtomicBool::new(false),
         end_taken: std::sync::atomic::AtomicBool::new(false),
+        end_epoch: AtomicU64::new(0),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
         acks: Mutex::new(Default::default()),

@@ -80,7 +80,8 @@ pub(crate) struct PatternConfig {
 /// deliver again what was dead-lettered. So they are left out.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OwnLetters {
-    /// `-<subscription>-RETRY`, `-<subscription>-DLQ`.
+    /// `-<subscription>-RETRY` (with `retry_enable`), `-<subscription>-DLQ`: each only when
+    /// the policy does not name that topic.
     pub suffixes: Vec<String>,
     /// The policy's own retry and dead-letter topic names.
     pub names: Vec<String>,
@@ -104,10 +105,18 @@ impl OwnLetters {
                 }
             }
         }
-        OwnLetters {
-            suffixes: vec![format!("-{sub}-RETRY"), format!("-{sub}-DLQ")],
-            names,
+        // A default name only for a letter topic the consumer has and the policy does not
+        // name: anything else left out would be a topic upstream's consumer (which leaves
+        // out only system topics) consumes, with nothing of this consumer's to justify it.
+        let policy = options.dead_letter_policy.as_ref();
+        let mut suffixes = Vec::new();
+        if options.retry_enable && policy.and_then(|p| p.retry_letter_topic.as_ref()).is_none() {
+            suffixes.push(format!("-{sub}-RETRY"));
         }
+        if policy.and_then(|p| p.dead_letter_topic.as_ref()).is_none() {
+            suffixes.push(format!("-{sub}-DLQ"));
+        }
+        OwnLetters { suffixes, names }
     }
 
     /// Whether `topic` (a partition: its partitioned topic) is one of them.
@@ -385,13 +394,14 @@ impl Task {
     }
 
     async fn run(mut self, mut stop: oneshot::Receiver<oneshot::Sender<()>>) {
-        // A stop interrupts whatever discovery is doing (a poll or a subscribe waiting for the
-        // broker, up to the operation timeout): like upstream's close, which does not wait for
-        // a pending GetTopicsOfNamespace; the consumer's close then closes every task it has.
-        let done = tokio::select! {
-            r = &mut stop => r.ok(),
-            () = self.serve() => None,
-        };
+        // A stop interrupts a poll waiting for the broker (like upstream's close, which does
+        // not wait for a pending GetTopicsOfNamespace), but not a subscribe or close of a
+        // topic: a SUBSCRIBE dropped while in flight leaves its consumer attached on the
+        // broker, out of the consumer's tasks, so the consumer's close or unsubscribe (which
+        // stop discovery first, then act on every task it has) would never detach it. Upstream
+        // closes such a consumer too (its `ConsumerImpl` is in the multi-topic consumer's map
+        // from the start, and one closed while subscribing sends CloseConsumer once answered).
+        let done = self.serve(&mut stop).await;
         self.close_watch().await;
         self.state.send_replace(State::Closed);
         if let Some(done) = done {
@@ -399,8 +409,12 @@ impl Task {
         }
     }
 
-    /// Discovery until the consumer's queue or the client closes.
-    async fn serve(&mut self) {
+    /// Discovery until the consumer's queue or the client closes (`None`), or until stopped
+    /// (with whom to tell once ended).
+    async fn serve(
+        &mut self,
+        stop: &mut oneshot::Receiver<oneshot::Sender<()>>,
+    ) -> Option<oneshot::Sender<()>> {
         let period = self.cfg.period;
         let mut ticks =
             tokio::time::interval_at(crate::util::later(Instant::now(), period), period);
@@ -412,12 +426,24 @@ impl Task {
         self.reconcile().await;
         loop {
             tokio::select! {
+                r = &mut *stop => return r.ok(),
                 _ = self._out.closed() => break,
                 // The client closes: its consumers close themselves; no topic joins any more,
                 // and the consumer's queue ends once they are gone.
                 _ = crate::core::shut_down(&mut shutdown) => break,
                 _ = ticks.tick() => {
-                    match self.poll().await {
+                    let listed = tokio::select! {
+                        r = &mut *stop => return r.ok(),
+                        l = self.list() => l,
+                    };
+                    let polled = match listed {
+                        Ok(listing) => {
+                            self.apply(listing).await;
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    };
+                    match polled {
                         Ok(()) => poll_failed_logged = false,
                         Err(e) => {
                             // Logged once per run of failures; the next tick retries.
@@ -449,17 +475,29 @@ impl Task {
                 ev = next_watch_event(&mut self.watch) => self.on_watch_event(ev).await,
             }
         }
+        None
     }
 
-    /// One poll: replaces the desired set if the broker's list changed.
+    /// One poll: lists and applies the listing.
     async fn poll(&mut self) -> Result<()> {
+        let listing = self.list().await?;
+        self.apply(listing).await;
+        Ok(())
+    }
+
+    /// One poll's listing (the periodic poll's is interrupted by a stop).
+    async fn list(&self) -> Result<Listing> {
         let conn = self.ctx.client.lookup_service_connection().await?;
         let timeout = self.ctx.client.operation_timeout();
         // Upstream `PatternMultiTopicsConsumerImpl` sends back the hash the broker gave last
         // (of its own list: the whole namespace when it does not filter), so an unchanged
         // namespace is answered `changed = false`; our own hash until the broker has given one.
         let hash = self.poll_hash.clone().unwrap_or_else(|| self.hash());
-        let listing = list_once(&conn, &self.cfg, Some(hash), timeout).await?;
+        list_once(&conn, &self.cfg, Some(hash), timeout).await
+    }
+
+    /// Applies one poll's listing: replaces the desired set if the broker's list changed.
+    async fn apply(&mut self, listing: Listing) {
         if listing.hash.is_some() {
             self.poll_hash = listing.hash;
         }
@@ -467,7 +505,6 @@ impl Task {
             self.desired = topics;
         }
         self.reconcile().await;
-        Ok(())
     }
 
     async fn start_watch(&mut self) {

@@ -368,6 +368,9 @@ impl Reader {
     /// topic only the partition of the id moves (earliest and latest move every partition).
     pub async fn seek(&mut self, id: MessageId) -> Result<()> {
         self.consumer.seek(id).await?;
+        // The end met before the seek is no longer where the reader is (Java's seek moves
+        // the reader; `hasMessageAvailable` asks the broker again).
+        self.end = None;
         let at = Position::Start {
             id,
             inclusive: id != MessageId::LATEST,
@@ -384,6 +387,7 @@ impl Reader {
     /// Moves the reader to the first message published at or after `publish_time_ms`.
     pub async fn seek_by_time(&mut self, publish_time_ms: u64) -> Result<()> {
         self.consumer.seek_by_time(publish_time_ms).await?;
+        self.end = None;
         self.partitions.clear();
         self.position = Position::AfterTimeSeek;
         Ok(())

@@ -309,6 +309,10 @@ impl ConsumerTask {
     fn after_seek(&mut self, target: SeekTarget) {
         let (epoch, _) = self.shared.new_epoch(true);
         self.shared.permit_epoch.store(epoch, Ordering::Release);
+        // An end-of-topic notice queued before the seek is stale (Java's seek clears the
+        // incoming queue): the consumer reads from the new position; the broker says the end
+        // again once it gets there.
+        self.shared.end_epoch.store(epoch, Ordering::Release);
         self.shared.room().consumed = 0;
         // Upstream `flushAndClean` (the acks were flushed when the seek was sent) and its
         // cleared unacked / negative-ack trackers: the rewound messages are delivered again

@@ -115,6 +115,9 @@ pub(crate) struct PartitionShared {
     pub reached_end: std::sync::atomic::AtomicBool,
     /// Set when the handle took this partition's end-of-topic notice out of the queue.
     pub end_taken: std::sync::atomic::AtomicBool,
+    /// The epoch from which an end-of-topic notice counts: one queued before a seek is
+    /// dropped (the seek moved the consumer away from the end).
+    pub end_epoch: AtomicU64,
     /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
     pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.

@@ -227,8 +227,9 @@
 //! `orders-.*` matches them too. With [`retry_enable`](crate::ConsumerBuilder::retry_enable)
 //! each matched topic is subscribed together with its retry topic, which is created if it does
 //! not exist yet; and a pattern consumer with `retry_enable` or a dead-letter policy leaves out
-//! of its topics those ending in `-<subscription>-RETRY` or `-<subscription>-DLQ` and those its
-//! policy names, so it neither consumes its retry topic twice nor consumes again what it
+//! of its topics its own letters: those its policy names, and those ending in
+//! `-<subscription>-RETRY` (with `retry_enable`, unless the policy names the retry topic) or
+//! `-<subscription>-DLQ` (unless the policy names the dead-letter topic), so it neither consumes its retry topic twice nor consumes again what it
 //! dead-lettered. Upstream's Java pattern consumer filters only system topics: there, an
 //! `orders-.*` pattern consumes its own `-DLQ` topic. Another subscription's letters (another
 //! `-<subscription>-` in the name) are ordinary topics to this one: name patterns (or the

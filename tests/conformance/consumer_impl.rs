@@ -1,12 +1,10 @@
 //! Upstream `ConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
 use crate::common;
-use crate::common::{
-    client, full, publish, publish_batch, recv, test_client, unbatched_producer, within,
-};
-use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::{wire, MockBroker};
+use crate::common::{client, full, publish, publish_batch, recv, test_client, unbatched_producer, within};
 use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
+use pulsar_sdk::mock::{MockBroker, wire};
+use pulsar_sdk::mock::wire::base_command::Type;
 use std::time::Duration;
 
 /// Java `ConsumerImpl.processPossibleToDLQ` sets ORIGIN_MESSAGE_ID to the message id's
@@ -710,4 +708,90 @@ async fn a_subscribe_that_times_out_is_closed_on_the_broker() {
         .subscribe()
         .await;
     assert!(next.is_ok(), "not ConsumerBusy: {:?}", next.err());
+}
+
+/// Java `ConsumerImpl.seekAsync` clears the incoming queue, and `receive` never reports the
+/// end: after a seek back, the messages come again. A consumer whose end-of-topic notice was
+/// still queued when the application seeked back must hand out the messages from the new
+/// position, not the stale end first (a `while let Ok(m) = consumer.recv()` loop would stop
+/// there, with the whole topic to read again).
+#[tokio::test]
+async fn a_seek_back_before_taking_the_end_reads_again_without_a_stale_end() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-end-stale");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "m", 2).await;
+    broker.terminate_topic(&topic).unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .initial_position(InitialPosition::Earliest)
+        .ack_group_time(Duration::ZERO)
+        .subscribe()
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        consumer.ack(&m).unwrap();
+    }
+    crate::common::wait_until("the end", || consumer.has_reached_end_of_topic()).await;
+    consumer
+        .seek(pulsar_sdk::MessageId::EARLIEST)
+        .await
+        .unwrap();
+    let again = within("recv after seek", consumer.recv()).await;
+    assert_eq!(
+        again.as_ref().ok().and_then(|m| m.payload_str()),
+        Some("m-0"),
+        "{again:?}"
+    );
+    // At the end again (read and acked): the broker says so again, and `recv` reports it.
+    consumer.ack(&again.unwrap()).unwrap();
+    let m = within("recv", consumer.recv()).await.unwrap();
+    assert_eq!(m.payload_str(), Some("m-1"));
+    consumer.ack(&m).unwrap();
+    let end = within("the end again", consumer.recv()).await;
+    assert!(
+        matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+        "{end:?}"
+    );
+}
+
+/// A consumer at the end is dropped without `close()` (or the client closes): Java's
+/// `ConsumerImpl` at the end is closed like any other (CloseConsumer), so the subscription is
+/// free for the next Exclusive consumer.
+#[tokio::test]
+async fn a_consumer_at_the_end_dropped_or_closed_with_the_client_detaches() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (t1, t2) = (full("conf-end-drop-1"), full("conf-end-drop-2"));
+    let mut consumers = Vec::new();
+    for t in [&t1, &t2] {
+        broker.create_topic(t);
+        let mut c = client
+            .consumer(t)
+            .subscription("s")
+            .subscription_type(SubscriptionType::Exclusive)
+            .subscribe()
+            .await
+            .unwrap();
+        broker.terminate_topic(t).unwrap();
+        let end = within("the end", c.recv()).await;
+        assert!(
+            matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+            "{end:?}"
+        );
+        consumers.push(c);
+    }
+    let kept = consumers.pop().unwrap();
+    drop(consumers);
+    crate::common::wait_until("the dropped consumer detached", || {
+        broker.consumers(&t1, "s") == 0
+    })
+    .await;
+    within("client close", client.close()).await.unwrap();
+    assert_eq!(broker.consumers(&t2, "s"), 0);
+    drop(kept);
 }

@@ -2,12 +2,10 @@
 //! ledger (`docs/conformance.md`) records for it.
 
 use crate::common::{client, full, wait_until, within};
+use pulsar_sdk::{Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType};
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::wire::command_get_topics_of_namespace::Mode;
-use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
-use pulsar_sdk::{
-    Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType,
-};
 use std::time::Duration;
 
 /// How many SUBSCRIBEs the broker got for `topic`.
@@ -209,4 +207,193 @@ async fn only_a_persistent_only_pattern_consumer_creates_a_watcher() {
     .await;
     assert_eq!(broker.received_of(Type::WatchTopicList).len(), 1);
     persistent.close().await.unwrap();
+}
+
+/// A pattern consumer subscribing a new topic when the application closes it. Java
+/// `PatternMultiTopicsConsumerImpl`/`MultiTopicsConsumerImpl.closeAsync`: Closing first, then
+/// every consumer it has closes; a subscribe still in flight completes into a consumer that is
+/// closed with the rest (`subscribeAsync` fails on a closing consumer and closes what it made).
+/// Nothing may stay attached on the broker after `close()` returns (here: the broker answers
+/// slowly, and `close()` is called while topic c's SUBSCRIBE waits for its answer).
+#[tokio::test]
+async fn close_while_discovery_subscribes_a_new_topic_leaves_nothing_attached() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, c) = (full("conf-close-race-a"), full("conf-close-race-c"));
+    broker.create_topic(&a);
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-close-race-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_millis(1500));
+    broker.create_topic(&c);
+    crate::common::wait_until("c's SUBSCRIBE reached the broker", || {
+        subscribes(&broker, &c) == 1
+    })
+    .await;
+    within("close", consumer.close()).await.unwrap();
+    broker.set_response_delay(Duration::ZERO);
+    crate::common::wait_until("nothing attached on c", || broker.consumers(&c, "s") == 0).await;
+    assert_eq!(broker.consumers(&a, "s"), 0);
+}
+
+/// The same on `unsubscribe()`: a topic whose SUBSCRIBE is in flight when the application
+/// unsubscribes must not keep the subscription (Java: Closing first; what the in-flight
+/// subscribe made is closed, and the subscription deleted with the others).
+#[tokio::test]
+async fn unsubscribe_while_discovery_subscribes_a_new_topic_leaves_no_subscription() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, c) = (full("conf-unsub-race-a"), full("conf-unsub-race-c"));
+    broker.create_topic(&a);
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-unsub-race-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_millis(1500));
+    broker.create_topic(&c);
+    crate::common::wait_until("c's SUBSCRIBE reached the broker", || {
+        subscribes(&broker, &c) == 1
+    })
+    .await;
+    let r = within("unsubscribe", consumer.unsubscribe()).await;
+    broker.set_response_delay(Duration::ZERO);
+    assert!(r.is_ok(), "{r:?}");
+    assert!(broker.subscriptions(&a).is_empty());
+    crate::common::wait_until("nothing attached on c", || broker.consumers(&c, "s") == 0).await;
+}
+
+/// What a pattern consumer leaves out as "its own letters" must be its own: upstream's
+/// pattern consumer leaves out nothing but system topics, so anything this one leaves out more
+/// is a difference that only its own retry / dead-letter topics justify. A consumer with a
+/// dead-letter policy that names its dead-letter topic, and no `retry_enable`, has no retry
+/// topic and no `<topic>-<sub>-DLQ` topic: `jobs-a-s-RETRY` and `jobs-a-s-DLQ` (made by another
+/// application, e.g. one with `retry_enable` on the same subscription name) are ordinary
+/// matching topics to it, consumed as Java's consumes them.
+#[tokio::test]
+async fn a_pattern_consumer_leaves_out_only_letters_that_are_its_own() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-own-jobs-a");
+    let retry_like = format!("{a}-s-RETRY");
+    let dlq_like = format!("{a}-s-DLQ");
+    for t in [&a, &retry_like, &dlq_like] {
+        broker.create_topic(t);
+    }
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-own-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .dead_letter_policy(
+            pulsar_sdk::DeadLetterPolicy::new(3)
+                .dead_letter_topic("persistent://public/default/elsewhere-dlq"),
+        )
+        .subscribe()
+        .await
+        .unwrap();
+    let mut names: Vec<String> = consumer.topics().iter().map(|t| t.to_string()).collect();
+    names.sort();
+    let mut want = vec![a.clone(), dlq_like.clone(), retry_like.clone()];
+    want.sort();
+    assert_eq!(names, want);
+    within("close", consumer.close()).await.unwrap();
+}
+
+/// A policy that names its own retry and dead-letter topics inside the pattern: those are the
+/// consumer's letters (the retry topic subscribed with each topic), never topics of their own.
+#[tokio::test]
+async fn a_pattern_consumer_leaves_out_the_letter_topics_its_policy_names() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-named-a");
+    let retry = full("conf-named-retry");
+    let dlq = full("conf-named-dlq");
+    for t in [&a, &retry, &dlq] {
+        broker.create_topic(t);
+    }
+    let consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-named-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .retry_enable(true)
+        .dead_letter_policy(
+            pulsar_sdk::DeadLetterPolicy::new(3)
+                .retry_letter_topic("conf-named-retry")
+                .dead_letter_topic("public/default/conf-named-dlq"),
+        )
+        .subscribe()
+        .await
+        .unwrap();
+    let names: Vec<String> = consumer.topics().iter().map(|t| t.to_string()).collect();
+    assert_eq!(names, vec![a.clone()]);
+    assert_eq!(
+        subscribes(&broker, &retry),
+        1,
+        "the retry topic subscribed twice"
+    );
+    assert_eq!(
+        subscribes(&broker, &dlq),
+        0,
+        "the dead-letter topic consumed"
+    );
+    within("close", consumer.close()).await.unwrap();
+}
+
+/// `recv` reports the end "once every partition of every topic reached it" (see
+/// `Consumer::recv`; Java's `hasReachedEndOfTopic`: all of its current consumers). A pattern
+/// consumer whose topic a has ended, and whose other topic b is then deleted (leaving the
+/// consumer), has reached the end: `has_reached_end_of_topic()` says so, and a `recv` waiting
+/// then must report it, not wait for ever.
+#[tokio::test]
+#[ignore = "fails (recv waits for ever): the handle took a's end-of-topic notice while b was current, so it reported nothing; b leaving (deleted, dropped by discovery) queues nothing, and nothing checks the end again. Needs discovery to tell the handle when a removal completes the end (not a small fix)"]
+async fn the_end_is_reported_when_the_last_topic_not_at_its_end_leaves() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let (a, b) = (full("conf-end-leave-a"), full("conf-end-leave-b"));
+    broker.create_topic(&a);
+    broker.create_topic(&b);
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-end-leave-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    assert_eq!(consumer.topics().len(), 2);
+    // A second consumer of a's subscription: the broker tells both in one go.
+    let witness = client
+        .consumer(&a)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .subscribe()
+        .await
+        .unwrap();
+    broker.terminate_topic(&a).unwrap();
+    let delete_b = async {
+        crate::common::wait_until("a's end reached the witness", || {
+            witness.has_reached_end_of_topic()
+        })
+        .await;
+        broker.delete_topic(&b, true).unwrap();
+    };
+    let (end, ()) = tokio::join!(within("the end", consumer.recv()), delete_b);
+    assert!(
+        matches!(end, Err(pulsar_sdk::Error::TopicTerminated { .. })),
+        "{end:?}"
+    );
+    assert!(consumer.has_reached_end_of_topic());
 }
