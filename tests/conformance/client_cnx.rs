@@ -97,3 +97,61 @@ async fn a_connection_reset_during_subscribe_or_create_is_retried() {
         client.close().await.unwrap();
     }
 }
+
+/// r-h1: a reset at the other stages before a create — the handshake (CONNECT), the partition
+/// metadata request and the lookup — is a lost connection too (`ClientCnx.channelInactive`
+/// fails the connect future and the pending requests as disconnected, retriable): the create
+/// succeeds on a new connection.
+#[tokio::test]
+async fn r_h1_a_reset_during_connect_or_lookup_is_retried() {
+    for reset_on in [Type::Connect, Type::PartitionedMetadata, Type::Lookup] {
+        let broker = MockBroker::start().await.unwrap();
+        let (relay, resets) = resetting_relay(broker.addr(), reset_on).await;
+        // Everything goes through the relay: service URL and topic owner.
+        broker.connect_lookups_to(&format!("pulsar://{relay}"));
+        let client = test_client(&format!("pulsar://{relay}")).build().unwrap();
+        let topic = full("reset-before-create");
+        let producer = within("create", client.producer(&topic).create()).await;
+        assert!(producer.is_ok(), "{reset_on:?}: {:?}", producer.err());
+        assert_eq!(resets.load(Ordering::SeqCst), 1, "{reset_on:?}: one reset");
+        client.close().await.unwrap();
+    }
+}
+
+/// r-h1: a bad frame as the answer to CONNECT ends that connection like any other loss
+/// (`ClientCnx.exceptionCaught` closes the channel; the connect future fails with a
+/// retriable `PulsarClientException`), so the create is retried on a new connection instead
+/// of failing for good with `Error::Codec`.
+#[tokio::test]
+async fn r_h1_a_bad_frame_answering_connect_is_retried() {
+    let broker = MockBroker::start().await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = listener.local_addr().unwrap();
+    let target = broker.addr();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((mut client, _)) = listener.accept().await {
+            if std::mem::take(&mut first) {
+                let mut buf = [0u8; 512];
+                let _ = client.read(&mut buf).await;
+                // total 8, command 4, then 4 bytes that are not a BaseCommand.
+                let _ = client
+                    .write_all(&[0, 0, 0, 8, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff])
+                    .await;
+                tokio::spawn(async move {
+                    let _ = client.read(&mut buf).await;
+                });
+                continue;
+            }
+            let mut upstream = TcpStream::connect(target).await.unwrap();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    broker.connect_lookups_to(&format!("pulsar://{front}"));
+    let client = test_client(&format!("pulsar://{front}")).build().unwrap();
+    let producer = within("create", client.producer(full("bad-connected")).create()).await;
+    assert!(producer.is_ok(), "{:?}", producer.err());
+    client.close().await.unwrap();
+}

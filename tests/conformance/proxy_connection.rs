@@ -125,3 +125,54 @@ async fn a_client_produces_through_the_proxy_to_the_owner() {
     assert_eq!(owner.received_of(Type::Send).len(), 1);
     client.close().await.unwrap();
 }
+
+/// r-h1: a lookup naming the broker by host name (`localhost`), as brokers advertise
+/// themselves: the client names it `localhost:port` and the proxy resolves and relays it.
+#[tokio::test]
+async fn r_h1_a_client_reaches_a_broker_named_by_host_name_through_the_proxy() {
+    let proxy = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    let port = owner.addr().port();
+    proxy.proxy_lookups_to(&format!("pulsar://localhost:{port}"));
+    let client = test_client(&proxy.service_url()).build().unwrap();
+    let producer = within("create via proxy", client.producer("by-name").create())
+        .await
+        .unwrap();
+    within("send via proxy", producer.send_and_wait("hello"))
+        .await
+        .unwrap();
+    let named: Vec<_> = proxy
+        .received_of(Type::Connect)
+        .iter()
+        .filter_map(|c| c.command.connect.as_ref()?.proxy_to_broker_url.clone())
+        .collect();
+    assert_eq!(named, vec![format!("localhost:{port}")]);
+    client.close().await.unwrap();
+}
+
+/// r-h1: the connection to the broker behind the proxy dropping (the broker restarts) is a
+/// lost connection: the producer reconnects through the proxy, naming the broker again, and
+/// sends go on.
+#[tokio::test]
+async fn r_h1_a_producer_reconnects_through_the_proxy_when_the_broker_drops_it() {
+    let proxy = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    proxy.proxy_lookups_to(&owner.service_url());
+    let client = test_client(&proxy.service_url()).build().unwrap();
+    let producer = within(
+        "create via proxy",
+        client.producer("reconnect-proxy").create(),
+    )
+    .await
+    .unwrap();
+    producer.send_and_wait("one").await.unwrap();
+    owner.drop_all_connections();
+    within("send after the drop", producer.send_and_wait("two"))
+        .await
+        .unwrap();
+    assert!(
+        owner.received_of(Type::Producer).len() >= 2,
+        "re-created on the owner"
+    );
+    client.close().await.unwrap();
+}
