@@ -155,3 +155,59 @@ async fn r_h1_a_bad_frame_answering_connect_is_retried() {
     assert!(producer.is_ok(), "{:?}", producer.err());
     client.close().await.unwrap();
 }
+
+/// r-h1: a bad frame on a live connection closes it (`ClientCnx.exceptionCaught`); the
+/// producer on it reconnects like after any loss (`ConnectionHandler.connectionClosed`), and
+/// a send issued after the bad frame is delivered.
+#[tokio::test]
+async fn r_h1_a_bad_frame_on_a_live_connection_is_followed_by_a_reconnect() {
+    let broker = MockBroker::start().await.unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let front = listener.local_addr().unwrap();
+    let target = broker.addr();
+    let poison = Arc::new(tokio::sync::Notify::new());
+    let trigger = poison.clone();
+    tokio::spawn(async move {
+        let mut first = true;
+        while let Ok((client, _)) = listener.accept().await {
+            let upstream = TcpStream::connect(target).await.unwrap();
+            let poisoned = std::mem::take(&mut first).then(|| trigger.clone());
+            tokio::spawn(async move {
+                let (mut from_client, mut to_client) = client.into_split();
+                let (mut from_broker, mut to_broker) = upstream.into_split();
+                let up = tokio::spawn(async move {
+                    let _ = tokio::io::copy(&mut from_client, &mut to_broker).await;
+                });
+                match poisoned {
+                    Some(poison) => {
+                        tokio::select! {
+                            _ = tokio::io::copy(&mut from_broker, &mut to_client) => {}
+                            _ = poison.notified() => {
+                                let _ = to_client
+                                    .write_all(&[0, 0, 0, 8, 0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff])
+                                    .await;
+                                // Keep the socket open: the client must end it on its own.
+                                std::future::pending::<()>().await;
+                            }
+                        }
+                    }
+                    None => {
+                        let _ = tokio::io::copy(&mut from_broker, &mut to_client).await;
+                    }
+                }
+                up.abort();
+            });
+        }
+    });
+    broker.connect_lookups_to(&format!("pulsar://{front}"));
+    let client = test_client(&format!("pulsar://{front}")).build().unwrap();
+    let producer = within("create", client.producer(full("bad-frame-live")).create())
+        .await
+        .unwrap();
+    producer.send_and_wait("before").await.unwrap();
+    poison.notify_one();
+    let sent = within("send after the bad frame", producer.send_and_wait("after")).await;
+    assert!(sent.is_ok(), "{:?}", sent.err());
+    assert!(broker.received_of(Type::Producer).len() >= 2, "re-created");
+    client.close().await.unwrap();
+}

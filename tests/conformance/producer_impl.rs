@@ -264,3 +264,39 @@ async fn r_h1_without_deduplication_a_recreated_producer_restarts_at_sequence_ze
         "deduplication is off by default: the broker answers last_sequence_id -1"
     );
 }
+
+/// r-h1: `PartitionedProducerImpl.start`: when one partition's create fails (here it times
+/// out: its answer comes after the operation timeout), the partitioned create fails and the
+/// partitions already created are closed, so an Exclusive partitioned producer created next
+/// is not fenced by a leftover partition producer.
+#[tokio::test(start_paused = true)]
+async fn r_h1_a_partitioned_create_with_a_partition_timing_out_leaves_nothing_behind() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    use pulsar_sdk::ServerError;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .operation_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let topic = full("partition-times-out");
+    broker.set_partitions(&topic, 2);
+    broker.push_error(
+        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "slow")
+            .after(TIMEOUT * 3)
+            .on_topic(&format!("{topic}-partition-1")),
+    );
+    let first = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await;
+    assert!(first.is_err(), "one partition never answered in time");
+    assert!(broker.pending_errors().is_empty(), "the one slow answer was used");
+    tokio::time::sleep(TIMEOUT * 5).await;
+    let next = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await;
+    assert!(next.is_ok(), "fenced by a leftover: {:?}", next.err());
+}
