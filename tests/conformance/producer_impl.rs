@@ -196,9 +196,6 @@ async fn r_h1_partitioned_wait_for_exclusive_waits_past_the_operation_timeout() 
 /// r-h1: the client closing while a WaitForExclusive create waits ends the create (with an
 /// error) instead of leaving the application waiting for a slot forever.
 #[tokio::test(start_paused = true)]
-#[ignore = "r-h1 finding: client.close() closes the Exclusive holder, the broker grants the \
-    waiting create, and create() returns Ok(producer) after close() returned; every send on \
-    it fails Closed. The create must fail (Java closeAsync closes producers being created)"]
 async fn r_h1_client_close_ends_a_waiting_wait_for_exclusive_create() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
