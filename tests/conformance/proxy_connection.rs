@@ -176,3 +176,43 @@ async fn r_h1_a_producer_reconnects_through_the_proxy_when_the_broker_drops_it()
     );
     client.close().await.unwrap();
 }
+
+/// r-h1: a broker advertised at an IPv6 address: the client names it `[::1]:port` (Java
+/// `ClientCnx.setTargetBroker`, `getHostString()` of a host from `URI.getHost()`), which the
+/// proxy's last-`:` split accepts, and the connection is relayed to it.
+#[tokio::test]
+async fn r_h1_a_client_reaches_an_ipv6_broker_through_the_proxy() {
+    let proxy = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    // The owner reached at [::1] (the mock binds 127.0.0.1): a plain TCP relay.
+    let Ok(v6) = tokio::net::TcpListener::bind("[::1]:0").await else {
+        eprintln!("no IPv6 loopback here; skipped");
+        return;
+    };
+    let port = v6.local_addr().unwrap().port();
+    let target = owner.addr();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = v6.accept().await {
+            let mut upstream = TcpStream::connect(target).await.unwrap();
+            tokio::spawn(async move {
+                let _ = tokio::io::copy_bidirectional(&mut client, &mut upstream).await;
+            });
+        }
+    });
+    proxy.proxy_lookups_to(&format!("pulsar://[::1]:{port}"));
+    let client = test_client(&proxy.service_url()).build().unwrap();
+    let producer = within("create via proxy", client.producer("ipv6").create())
+        .await
+        .unwrap();
+    within("send via proxy", producer.send_and_wait("hello"))
+        .await
+        .unwrap();
+    let named: Vec<_> = proxy
+        .received_of(Type::Connect)
+        .iter()
+        .filter_map(|c| c.command.connect.as_ref()?.proxy_to_broker_url.clone())
+        .collect();
+    assert_eq!(named, vec![format!("[::1]:{port}")]);
+    assert_eq!(owner.received_of(Type::Send).len(), 1);
+    client.close().await.unwrap();
+}
