@@ -288,7 +288,10 @@ async fn r_h1_a_partitioned_create_with_a_partition_timing_out_leaves_nothing_be
         .create()
         .await;
     assert!(first.is_err(), "one partition never answered in time");
-    assert!(broker.pending_errors().is_empty(), "the one slow answer was used");
+    assert!(
+        broker.pending_errors().is_empty(),
+        "the one slow answer was used"
+    );
     tokio::time::sleep(TIMEOUT * 5).await;
     let next = client
         .producer(&topic)

@@ -216,3 +216,59 @@ async fn r_h1_a_client_reaches_an_ipv6_broker_through_the_proxy() {
     assert_eq!(owner.received_of(Type::Send).len(), 1);
     client.close().await.unwrap();
 }
+
+/// Encodes a simple frame.
+fn r_h1_frame(cmd: &wire::BaseCommand) -> Vec<u8> {
+    let body = cmd.encode_to_vec();
+    let mut frame = Vec::new();
+    frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// r-h1: a connection to the proxy that names no target broker is a lookup connection
+/// (`ProxyConnection` state `ProxyLookupRequests`): it serves lookups, partition metadata,
+/// schemas and namespace topic lists only. Anything else, such as CommandProducer, is not
+/// handled (`PulsarDecoder.handleProducer` throws `UnsupportedOperationException`, and
+/// `ProxyConnection.exceptionCaught` closes the connection): no producer is created on the
+/// proxy.
+#[tokio::test]
+async fn r_h1_the_proxy_serves_no_producer_on_a_lookup_connection() {
+    let proxy = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    proxy.proxy_lookups_to(&owner.service_url());
+    let mut socket = TcpStream::connect(proxy.addr()).await.unwrap();
+    let connect = wire::BaseCommand {
+        r#type: Type::Connect as i32,
+        connect: Some(wire::CommandConnect {
+            client_version: "raw".into(),
+            protocol_version: Some(21),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    socket.write_all(&r_h1_frame(&connect)).await.unwrap();
+    let connected = within("CONNECTED", read_command(&mut socket))
+        .await
+        .unwrap();
+    assert_eq!(connected.r#type, Type::Connected as i32);
+    let producer = wire::BaseCommand {
+        r#type: Type::Producer as i32,
+        producer: Some(wire::CommandProducer {
+            topic: "persistent://public/default/on-the-proxy".into(),
+            producer_id: 1,
+            request_id: 1,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    socket.write_all(&r_h1_frame(&producer)).await.unwrap();
+    let answer = within("the proxy's answer", read_command(&mut socket)).await;
+    assert!(
+        answer
+            .as_ref()
+            .is_none_or(|a| a.r#type != Type::ProducerSuccess as i32),
+        "a producer created on the proxy itself: {answer:?}"
+    );
+}
