@@ -101,6 +101,17 @@ fn tls_hint(error: Error) -> Error {
     error
 }
 
+/// A bad frame answering CONNECT ends the connection before it is up: a failed connect,
+/// retried like any other (Java `ClientCnx.exceptionCaught` closes the channel and the connect
+/// future fails with a retriable `PulsarClientException`), not `Error::Codec`, which would fail
+/// a create or a subscribe for good. The TLS hint (a `pulsar://` URL at a TLS port) stays as is.
+fn lost_in_handshake(error: Error) -> Error {
+    match error {
+        Error::Codec(e) => Error::ConnectionLost(format!("bad frame answering CONNECT: {e}")),
+        other => other,
+    }
+}
+
 /// The two halves of a connection's socket, each with its codec.
 pub(crate) type Halves<S> = (
     FramedRead<ReadHalf<S>, PulsarCodec>,
@@ -128,7 +139,7 @@ where
     writer.send(Frame::simple(connect)).await?;
     loop {
         let frame = match reader.next().await {
-            Some(Err(e)) => return Err(tls_hint(Error::from(e))),
+            Some(Err(e)) => return Err(lost_in_handshake(tls_hint(Error::from(e)))),
             Some(Ok(frame)) => frame,
             None => {
                 return Err(Error::ConnectionLost(

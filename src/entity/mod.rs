@@ -144,7 +144,7 @@ impl Entity {
         let life = Lifecycle::new(kind_name(kind), topic.to_string());
         let mut backoff = core.backoff();
         let deadline = crate::util::deadline_after(core.operation_timeout());
-        let attached = attach_with_retry(
+        let attach = attach_with_retry(
             core.clone(),
             topic.clone(),
             slot,
@@ -152,8 +152,18 @@ impl Entity {
             &mut backoff,
             None,
             Retry::Until(deadline),
-        )
-        .await
+        );
+        // The client closing ends a create still in flight (Java `PulsarClientImpl.closeAsync`
+        // closes every producer and consumer, those being created too): dropping the attach
+        // closes the create on the broker. Without this a create the broker answers during
+        // the close (a WaitForExclusive slot freed by the close itself) would hand out an
+        // entity on a closed client.
+        let mut signal = core.shutdown_signal();
+        let attached = tokio::select! {
+            biased;
+            _ = crate::core::shut_down(&mut signal) => Err(Error::Closed),
+            attached = attach => attached,
+        }
         .map_err(|e| classify(e, &topic))?;
         life.apply(Event::Created);
         let entity = Entity {

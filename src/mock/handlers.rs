@@ -98,6 +98,32 @@ pub(crate) fn handle(
     if !session.connected && session.config.require_connect_first {
         return Step::Close(format!("{} received before CONNECT", ty.as_str_name()));
     }
+    // Proxy mode, a connection that named no target broker: upstream `ProxyConnection` in
+    // state `ProxyLookupRequests` serves only lookups, partition metadata, namespace topic
+    // lists and schemas; any other command reaches `PulsarDecoder`'s default handler, which
+    // throws `UnsupportedOperationException`, and `ProxyConnection.exceptionCaught` closes the
+    // connection. (A relayed connection never gets here: the relay passes its frames on.)
+    let lookup_only = matches!(
+        ty,
+        Type::Ping
+            | Type::Pong
+            | Type::AuthResponse
+            | Type::Lookup
+            | Type::PartitionedMetadata
+            | Type::GetTopicsOfNamespace
+            | Type::GetSchema
+    );
+    if !lookup_only
+        && state
+            .lookup
+            .get(session.service_url)
+            .is_some_and(|rules| rules.is_proxy())
+    {
+        return Step::Close(format!(
+            "proxy: {} is not served on a lookup connection",
+            ty.as_str_name()
+        ));
+    }
     match ty {
         Type::Ping => Step::Pong,
         Type::AuthResponse => auth_response(session, cmd),

@@ -795,3 +795,61 @@ async fn a_consumer_at_the_end_dropped_or_closed_with_the_client_detaches() {
     assert_eq!(broker.consumers(&t2, "s"), 0);
     drop(kept);
 }
+
+/// r-h1: a subscribe the application stops waiting for (its own timeout, shorter than the
+/// operation timeout) is closed on the broker as a timed-out one is
+/// (`ConsumerImpl.connectionOpened`), so the Exclusive subscription is free for the next one.
+#[tokio::test(start_paused = true)]
+async fn r_h1_a_subscribe_dropped_by_the_application_is_closed_on_the_broker() {
+    let lookup = MockBroker::start().await.unwrap();
+    let owner = MockBroker::start().await.unwrap();
+    lookup.connect_lookups_to(&owner.service_url());
+    let client = test_client(&lookup.service_url())
+        .operation_timeout(TIMEOUT * 10)
+        .build()
+        .unwrap();
+    let topic = full("subscribe-dropped");
+    owner.set_response_delay(TIMEOUT);
+    let subscribe = {
+        let (client, topic) = (client.clone(), topic.clone());
+        tokio::spawn(async move {
+            client
+                .consumer(&topic)
+                .subscription("s")
+                .subscription_type(SubscriptionType::Exclusive)
+                .subscribe()
+                .await
+        })
+    };
+    within(
+        "Subscribe",
+        owner.wait_for_command(Type::Subscribe, Duration::from_secs(30)),
+    )
+    .await
+    .expect("the subscribe reached the broker");
+    // The application gives up before the (slow) answer.
+    subscribe.abort();
+    let _ = subscribe.await;
+    let close = within(
+        "CloseConsumer",
+        owner.wait_for_command(Type::CloseConsumer, Duration::from_secs(30)),
+    )
+    .await
+    .expect("the dropped subscribe is closed on the broker");
+    let id = owner.received_of(Type::Subscribe)[0]
+        .command
+        .subscribe
+        .as_ref()
+        .unwrap()
+        .consumer_id;
+    assert_eq!(close.command.close_consumer.unwrap().consumer_id, id);
+    owner.set_response_delay(Duration::ZERO);
+    tokio::time::sleep(TIMEOUT * 2).await;
+    let next = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Exclusive)
+        .subscribe()
+        .await;
+    assert!(next.is_ok(), "not ConsumerBusy: {:?}", next.err());
+}

@@ -4,10 +4,10 @@ use crate::common;
 use crate::common::{client, full, publish, test_client, wait_until, within};
 use crate::server_cnx::sent_sequence_ids;
 use futures::future::join_all;
-use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::{wire, MockBroker, MockError, MockRequest};
-use pulsar_sdk::producer::{BatchingOptions, ProducerAccessMode};
 use pulsar_sdk::{Client, Error, ProducerMessage, ServerError, State};
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest, wire};
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::producer::{BatchingOptions, ProducerAccessMode};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -1029,4 +1029,152 @@ async fn a_timed_out_batch_counts_its_messages_and_lets_a_blocked_sender_in() {
     let stats = producer.stats().totals;
     assert_eq!(stats.send_errors.timeout, 4, "{stats:?}");
     assert_eq!((stats.pending_messages, stats.pending_bytes), (0, 0));
+}
+
+/// r-h1: `ProducerImpl.connectionOpened` takes the partitioned case through the same path
+/// (`PartitionedProducerImpl` creates one `ProducerImpl` per partition): a WaitForExclusive
+/// producer on a partitioned topic also waits past the operation timeout until granted.
+#[tokio::test(start_paused = true)]
+async fn r_h1_partitioned_wait_for_exclusive_waits_past_the_operation_timeout() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .operation_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let topic = full("wait-for-exclusive-partitioned");
+    broker.set_partitions(&topic, 2);
+    let holder = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await
+        .unwrap();
+    let waiting = {
+        let (client, topic) = (client.clone(), topic.clone());
+        tokio::spawn(async move {
+            client
+                .producer(&topic)
+                .access_mode(ProducerAccessMode::WaitForExclusive)
+                .create()
+                .await
+        })
+    };
+    broker
+        .wait_for_commands(Type::Producer, 4, Duration::from_secs(10))
+        .await
+        .expect("the waiting creates reached the broker");
+    tokio::time::sleep(TIMEOUT * 10).await;
+    assert!(!waiting.is_finished(), "{:?}", waiting.await);
+    holder.close().await.unwrap();
+    let granted = within("granted", waiting).await.unwrap();
+    let granted = granted.expect("granted the exclusive slot");
+    granted.send_and_wait("mine now").await.unwrap();
+}
+
+/// r-h1: the client closing while a WaitForExclusive create waits ends the create (with an
+/// error) instead of leaving the application waiting for a slot forever.
+#[tokio::test(start_paused = true)]
+async fn r_h1_client_close_ends_a_waiting_wait_for_exclusive_create() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .operation_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let topic = full("wait-then-close");
+    let _holder = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await
+        .unwrap();
+    let waiting = {
+        let (client, topic) = (client.clone(), topic.clone());
+        tokio::spawn(async move {
+            client
+                .producer(&topic)
+                .access_mode(ProducerAccessMode::WaitForExclusive)
+                .create()
+                .await
+        })
+    };
+    broker
+        .wait_for_commands(Type::Producer, 2, Duration::from_secs(10))
+        .await
+        .unwrap();
+    tokio::time::sleep(TIMEOUT * 3).await;
+    let _ = within("client close", client.close()).await;
+    let ended = within("the waiting create ends", waiting).await.unwrap();
+    // Java `PulsarClientImpl.closeAsync` closes every producer, the ones still being created
+    // too: a create still waiting when the client closes does not hand out a producer.
+    if let Ok(producer) = ended {
+        let sent = within("send", producer.send_and_wait("after close")).await;
+        panic!("the create succeeded after client.close(); a send on it: {sent:?}");
+    }
+}
+
+/// r-h1: upstream deduplication is off by default (`brokerDeduplicationEnabled=false`, per
+/// namespace), and then `ProducerSuccess.last_sequence_id` is -1 whatever was published
+/// (`MessageDeduplication.getLastPublishedSequenceId` only knows sequence ids when enabled).
+/// So a producer re-created with the same name starts again at sequence id 0, as Java's does
+/// (`ProducerImpl`: `lastSequenceIdPublished` from the broker's -1).
+#[tokio::test]
+#[ignore = "r-h1 finding: the mock has no per-namespace deduplication switch; it always \
+    answers the last stored sequence id (dedup on), so the re-created producer starts at 3; \
+    needs the mock's dedup setting (off by default) and its tests that assume it on updated"]
+async fn r_h1_without_deduplication_a_recreated_producer_restarts_at_sequence_zero() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url()).build().unwrap();
+    let topic = full("dedup-off");
+    let first = client.producer(&topic).name("same").create().await.unwrap();
+    for i in 0..3 {
+        first.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    first.close().await.unwrap();
+    let again = client.producer(&topic).name("same").create().await.unwrap();
+    again.send_and_wait("after").await.unwrap();
+    let sends = broker.received_of(Type::Send);
+    let last = sends.last().unwrap().command.send.as_ref().unwrap();
+    assert_eq!(
+        last.sequence_id, 0,
+        "deduplication is off by default: the broker answers last_sequence_id -1"
+    );
+}
+
+/// r-h1: `PartitionedProducerImpl.start`: when one partition's create fails (here it times
+/// out: its answer comes after the operation timeout), the partitioned create fails and the
+/// partitions already created are closed, so an Exclusive partitioned producer created next
+/// is not fenced by a leftover partition producer.
+#[tokio::test(start_paused = true)]
+async fn r_h1_a_partitioned_create_with_a_partition_timing_out_leaves_nothing_behind() {
+    use pulsar_sdk::mock::{MockError, MockRequest};
+    use pulsar_sdk::ServerError;
+    let broker = MockBroker::start().await.unwrap();
+    let client = test_client(&broker.service_url())
+        .operation_timeout(TIMEOUT)
+        .build()
+        .unwrap();
+    let topic = full("partition-times-out");
+    broker.set_partitions(&topic, 2);
+    broker.push_error(
+        MockError::new(MockRequest::Producer, ServerError::ServiceNotReady, "slow")
+            .after(TIMEOUT * 3)
+            .on_topic(&format!("{topic}-partition-1")),
+    );
+    let first = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await;
+    assert!(first.is_err(), "one partition never answered in time");
+    assert!(
+        broker.pending_errors().is_empty(),
+        "the one slow answer was used"
+    );
+    tokio::time::sleep(TIMEOUT * 5).await;
+    let next = client
+        .producer(&topic)
+        .access_mode(ProducerAccessMode::Exclusive)
+        .create()
+        .await;
+    assert!(next.is_ok(), "fenced by a leftover: {:?}", next.err());
 }
