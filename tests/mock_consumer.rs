@@ -867,9 +867,15 @@ async fn a_broker_ignoring_flow_permits_cannot_make_the_consumer_buffer_without_
         };
         assert!(broker.push_with_payload(conn, cmd, meta, bytes::Bytes::from_static(b"x")));
     }
-    // Let the flood arrive while the application reads nothing, then read what the client kept:
-    // at most the permits plus the bounded overshoot.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The application reads nothing until the client has caught the violation: it closes the
+    // flooded connection and subscribes again (an observable event; a client that buffered
+    // the flood never does). Reading while the flood arrives would grant permits as fast as it
+    // spends them, and no violation would be seen. Then read what the client kept: at most the
+    // permits plus the bounded overshoot.
+    eventually("the consumer re-subscribes", || {
+        subscribe_cmds(&broker).len() >= 2
+    })
+    .await;
     let mut accepted = 0;
     while tokio::time::timeout(Duration::from_millis(500), consumer.recv())
         .await
@@ -881,11 +887,6 @@ async fn a_broker_ignoring_flow_permits_cannot_make_the_consumer_buffer_without_
         accepted <= 10 + 10 * 10 + 10_000 + 10,
         "excess is dropped, not buffered: {accepted}"
     );
-    // The client subscribed again so that the broker redelivers within permits.
-    eventually("the consumer re-subscribes", || {
-        subscribe_cmds(&broker).len() >= 2
-    })
-    .await;
 }
 
 #[tokio::test]

@@ -1,9 +1,10 @@
 //! [`Acker`]: acknowledges a consumer's messages from any task.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
 
 use super::task::{ConsumerOp, PartitionShared};
-use super::{ended_error, Registry, SubscriptionType};
+use super::{ended_error, Registry, SubscriptionType, TopicGroup};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::message_id::MessageId;
@@ -51,6 +52,11 @@ struct AckerInner {
     subscription: String,
     subscription_type: SubscriptionType,
     registry: Registry,
+    /// The consumer's topics with their dead-letter / retry publishers (weak: an acker does
+    /// not keep its consumer's publishers alive).
+    groups: Weak<std::sync::Mutex<Vec<TopicGroup>>>,
+    /// Whether `reconsume_later` may publish to the retry topic.
+    retry_enable: bool,
 }
 
 impl Acker {
@@ -59,6 +65,8 @@ impl Acker {
         subscription: String,
         subscription_type: SubscriptionType,
         registry: Registry,
+        groups: Weak<std::sync::Mutex<Vec<TopicGroup>>>,
+        retry_enable: bool,
     ) -> Self {
         Acker {
             inner: Arc::new(AckerInner {
@@ -66,8 +74,54 @@ impl Acker {
                 subscription,
                 subscription_type,
                 registry,
+                groups,
+                retry_enable,
             }),
         }
+    }
+
+    /// [`Consumer::reconsume_later`](super::Consumer::reconsume_later) from any task: publishes
+    /// `msg` to the retry-letter topic, to be delivered again after `delay`, then acks it (past
+    /// the policy's maximum it goes to the dead-letter topic, counted as dead-lettered). The
+    /// receive loop goes on meanwhile. Needs `retry_enable` ([`Error::InvalidConfig`]
+    /// otherwise); fails with [`Error::Closed`] once the consumer is closed.
+    ///
+    /// Cancel safety: dropped after the copy was published but before the ack, the message is
+    /// also redelivered (at-least-once, never lost).
+    ///
+    /// ```no_run
+    /// # async fn demo(acker: pulsar_sdk::consumer::Acker, msg: pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
+    /// tokio::spawn(async move {
+    ///     // ... the work failed for now: try again in a minute.
+    ///     let _ = acker.reconsume_later(&msg, std::time::Duration::from_secs(60)).await;
+    /// });
+    /// # Ok(()) }
+    /// ```
+    pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
+        if !self.inner.retry_enable {
+            return Err(Error::InvalidConfig(
+                "reconsume_later needs retry_enable".into(),
+            ));
+        }
+        let (source, sink) = {
+            let tasks = super::registry::lock(&self.inner.registry);
+            let p = self.source_of(&tasks, msg)?;
+            Self::check_open(p)?;
+            let groups = self.inner.groups.upgrade().ok_or(Error::Closed)?;
+            let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
+            let sink = groups
+                .iter()
+                .find(|g| g.topic == p.base)
+                .and_then(|g| g.sink.clone())
+                .ok_or_else(|| Error::InvalidConfig("reconsume_later needs retry_enable".into()))?;
+            (p.clone(), sink)
+        };
+        let dead_lettered = Box::pin(sink.retry_later(msg, delay)).await?;
+        if dead_lettered {
+            // Every path into the dead-letter topic counts (stats and metrics).
+            source.stats.dead_lettered();
+        }
+        self.ack(msg)
     }
 
     /// Acknowledges one message. For a message of a batch, the broker is told once every

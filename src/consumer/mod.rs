@@ -82,8 +82,6 @@ pub struct Consumer {
     peeked: Option<Message>,
     /// The rest of the entry being handed out (see [`Item::Messages`]).
     buffered: queue::Buffered,
-    /// Whether `reconsume_later` may publish to the retry topic.
-    retry_enable: bool,
     /// The (first) topic's dead-letter / retry publisher, when a policy applies.
     dlq: Option<Arc<dlq::DeadLetterSink>>,
     /// Every partition task of every topic by index.
@@ -142,22 +140,24 @@ impl Consumer {
         count: watch::Receiver<usize>,
     ) -> Consumer {
         let options = &ctx.options;
+        let groups: Groups = Arc::new(Mutex::new(groups));
         Consumer {
             subscription: options.subscription.clone(),
             rx,
             peeked: None,
             buffered: queue::Buffered::default(),
-            retry_enable: options.retry_enable,
-            dlq: groups.first().and_then(|g| g.sink.clone()),
+            dlq: first_sink(&groups),
             acker: Acker::new(
                 topic.clone(),
                 options.subscription.clone(),
                 options.subscription_type,
                 ctx.registry.clone(),
+                Arc::downgrade(&groups),
+                options.retry_enable,
             ),
             topic,
             registry: ctx.registry.clone(),
-            groups: Arc::new(Mutex::new(groups)),
+            groups,
             count,
             discovery: None,
             end_reported: false,
@@ -695,24 +695,18 @@ impl Consumer {
     /// Publishes `msg` to the retry-letter topic, to be delivered again after `delay` (with
     /// RECONSUMETIMES and DELAY_TIME properties), then acks it. Past the policy's maximum it
     /// goes to the dead-letter topic instead (with the RECONSUMETIMES and DELAY_TIME of this
-    /// call).
+    /// call), and counts as dead-lettered in [`stats`](Self::stats) and metrics.
     ///
     /// Needs `retry_enable`; works on every subscription type, like Java and Go: on Exclusive
     /// and Failover the retry topic is subscribed with the same type, and the message is acked
     /// individually. Fails with [`Error::InvalidConfig`] without `retry_enable`.
+    ///
+    /// It waits for the broker to store the retry copy; to keep receiving meanwhile, call
+    /// [`Acker::reconsume_later`] from another task (the same code). Cancel safety: dropped
+    /// after the copy was published but before the ack, the message is also redelivered
+    /// (at-least-once, never lost).
     pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
-        let source = registry::lock(&self.registry).get(msg.source);
-        let sink = source
-            .and_then(|p| {
-                self.lock_groups()
-                    .iter()
-                    .find(|g| g.topic == p.base)
-                    .and_then(|g| g.sink.clone())
-            })
-            .filter(|_| self.retry_enable)
-            .ok_or_else(|| Error::InvalidConfig("reconsume_later needs retry_enable".into()))?;
-        Box::pin(sink.retry_later(msg, delay)).await?;
-        self.ack(msg)
+        self.acker.reconsume_later(msg, delay).await
     }
 
     /// Flushes pending acks and closes the consumer on the broker (and its dead-letter and
@@ -755,6 +749,12 @@ impl Consumer {
         }
         result
     }
+}
+
+/// The (first) topic's dead-letter / retry publisher.
+fn first_sink(groups: &Groups) -> Option<Arc<dlq::DeadLetterSink>> {
+    let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
+    groups.first().and_then(|g| g.sink.clone())
 }
 
 /// The error of an entity that ended in `state` (for calls made after it ended).

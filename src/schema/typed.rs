@@ -260,7 +260,69 @@ impl<S: Schema> TypedConsumer<S> {
         self.inner.nack(&msg.message)
     }
 
-    /// The byte consumer underneath (acks by id, seek, state, unsubscribe ...).
+    /// Acknowledges every message up to and including this one; see
+    /// [`Consumer::ack_cumulative`].
+    pub fn ack_cumulative(&self, msg: &TypedMessage<S::Type>) -> Result<()> {
+        self.inner.ack_cumulative(&msg.message)
+    }
+
+    /// A cheap, cloneable handle that acks this consumer's messages from any task; see
+    /// [`Consumer::acker`]. A [`TypedMessage`] is acked through its message
+    /// ([`TypedMessage::message`]).
+    pub fn acker(&self) -> crate::consumer::Acker {
+        self.inner.acker()
+    }
+
+    /// Publishes the message to the retry topic, to be delivered again after `delay`, then acks
+    /// it; see [`Consumer::reconsume_later`] (and [`Acker::reconsume_later`] to do it from
+    /// another task while this one keeps receiving).
+    ///
+    /// [`Acker::reconsume_later`]: crate::consumer::Acker::reconsume_later
+    pub async fn reconsume_later(
+        &self,
+        msg: &TypedMessage<S::Type>,
+        delay: std::time::Duration,
+    ) -> Result<()> {
+        self.inner.reconsume_later(&msg.message, delay).await
+    }
+
+    /// Deletes the subscription and closes the consumer; see [`Consumer::unsubscribe`].
+    pub async fn unsubscribe(&self) -> Result<()> {
+        self.inner.unsubscribe().await
+    }
+
+    /// The consumer's statistics; see [`Consumer::stats`].
+    pub fn stats(&self) -> crate::stats::ConsumerStats {
+        self.inner.stats()
+    }
+
+    /// The lifecycle state; see [`Consumer::state`].
+    pub fn state(&self) -> crate::State {
+        self.inner.state()
+    }
+
+    /// The lifecycle states as a stream; see [`Consumer::states`].
+    pub fn states(&self) -> crate::StateStream {
+        self.inner.states()
+    }
+
+    /// Resolves once the consumer ended, with its final state; see [`Consumer::closed`].
+    pub fn closed(&self) -> impl std::future::Future<Output = crate::State> + Send + 'static {
+        self.inner.closed()
+    }
+
+    /// The dead-letter topic, when this consumer publishes to one; see
+    /// [`Consumer::dead_letter_topic`].
+    pub fn dead_letter_topic(&self) -> Option<&str> {
+        self.inner.dead_letter_topic()
+    }
+
+    /// The last message id of each topic and partition; see [`Consumer::last_message_ids`].
+    pub async fn last_message_ids(&self) -> Result<Vec<MessageId>> {
+        self.inner.last_message_ids().await
+    }
+
+    /// The byte consumer underneath (acks by id, topic changes, active state ...).
     pub fn inner(&self) -> &Consumer {
         &self.inner
     }

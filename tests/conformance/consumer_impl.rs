@@ -853,3 +853,96 @@ async fn r_h1_a_subscribe_dropped_by_the_application_is_closed_on_the_broker() {
         .await;
     assert!(next.is_ok(), "not ConsumerBusy: {:?}", next.err());
 }
+
+/// `ConsumerImpl.reconsumeLaterAsync` is an async call the application may make from any
+/// thread; here through the [`Acker`](pulsar_sdk::consumer::Acker), so the receive loop goes
+/// on while the retry copy is stored. Past the maximum the message is dead-lettered, and that
+/// counts in the consumer's stats like any dead-lettering (Java counts DLQ sends on every path).
+#[tokio::test]
+async fn reconsume_later_from_an_acker_retries_then_dead_letters_and_counts_it() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-reconsume-acker");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .dead_letter_policy(DeadLetterPolicy::new(1))
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    let acker = consumer.acker();
+    // The first delivery and the one retry: each handed to another task.
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        let acker = acker.clone();
+        tokio::spawn(async move {
+            acker
+                .reconsume_later(&m, Duration::from_millis(10))
+                .await
+                .unwrap();
+        });
+    }
+    common::wait_until("the dead letter stored", || {
+        broker.topic_messages(&dlq) == 1
+    })
+    .await;
+    common::wait_until("the dead letter counted", || {
+        consumer.stats().totals.dlq_sends == 1
+    })
+    .await;
+}
+
+/// A typed consumer passes every consumer operation through: its acker and `reconsume_later`
+/// work on typed messages without reaching for the byte consumer.
+#[tokio::test]
+async fn a_typed_consumer_reconsumes_later_and_hands_out_its_acker() {
+    use pulsar_sdk::schema::StringSchema;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-typed-reconsume");
+    let producer = client
+        .producer(&topic)
+        .schema(StringSchema)
+        .create()
+        .await
+        .unwrap();
+    producer
+        .send_and_wait(&"once more".to_string())
+        .await
+        .unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .schema(StringSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let m = within("recv", consumer.recv()).await.unwrap();
+    assert_eq!(m.value().unwrap(), "once more");
+    consumer
+        .reconsume_later(&m, Duration::from_millis(10))
+        .await
+        .unwrap();
+    let again = within("the retried message", consumer.recv())
+        .await
+        .unwrap();
+    assert_eq!(again.value().unwrap(), "once more");
+    assert_eq!(
+        again
+            .message()
+            .properties
+            .get("RECONSUMETIMES")
+            .map(String::as_str),
+        Some("1")
+    );
+    consumer.acker().ack(again.message()).unwrap();
+    assert_eq!(consumer.stats().totals.dlq_sends, 0);
+}
