@@ -144,7 +144,9 @@ impl Entity {
         let life = Lifecycle::new(kind_name(kind), topic.to_string());
         let mut backoff = core.backoff();
         let deadline = crate::util::deadline_after(core.operation_timeout());
-        let attach = attach_with_retry(
+        // Boxed: the attach is a large future, and the create of a pattern consumer's topic
+        // runs deep in the discovery's (debug builds overflowed a test thread's stack).
+        let attach = Box::pin(attach_with_retry(
             core.clone(),
             topic.clone(),
             slot,
@@ -152,7 +154,7 @@ impl Entity {
             &mut backoff,
             None,
             Retry::Until(deadline),
-        );
+        ));
         // The client closing ends a create still in flight (Java `PulsarClientImpl.closeAsync`
         // closes every producer and consumer, those being created too): dropping the attach
         // closes the create on the broker. Without this a create the broker answers during

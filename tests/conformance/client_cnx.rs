@@ -2,16 +2,16 @@
 
 use crate::common;
 use crate::common::{full, test_client, within};
-use pulsar_sdk::{Client, Error, ServerError};
-use pulsar_sdk::mock::{ConnectionId, MockBroker, MockError, MockRequest, wire};
+use prost::Message as _;
 use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::{wire, ConnectionId, MockBroker, MockError, MockRequest};
+use pulsar_sdk::{Client, Error, ServerError};
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use prost::Message as _;
 
 /// A TCP relay in front of `broker` that resets (RST, `SO_LINGER` 0) the client's socket
 /// instead of passing on the first command of type `reset_on` it sees. Returns its address and
@@ -411,7 +411,7 @@ async fn a_checksum_error_re_sends_the_message() {
 /// fails the connect future and the pending requests as disconnected, retriable): the create
 /// succeeds on a new connection.
 #[tokio::test]
-async fn r_h1_a_reset_during_connect_or_lookup_is_retried() {
+async fn a_reset_during_connect_or_lookup_is_retried() {
     for reset_on in [Type::Connect, Type::PartitionedMetadata, Type::Lookup] {
         let broker = MockBroker::start().await.unwrap();
         let (relay, resets) = resetting_relay(broker.addr(), reset_on).await;
@@ -431,7 +431,7 @@ async fn r_h1_a_reset_during_connect_or_lookup_is_retried() {
 /// retriable `PulsarClientException`), so the create is retried on a new connection instead
 /// of failing for good with `Error::Codec`.
 #[tokio::test]
-async fn r_h1_a_bad_frame_answering_connect_is_retried() {
+async fn a_bad_frame_answering_connect_is_retried() {
     let broker = MockBroker::start().await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let front = listener.local_addr().unwrap();
@@ -468,7 +468,7 @@ async fn r_h1_a_bad_frame_answering_connect_is_retried() {
 /// producer on it reconnects like after any loss (`ConnectionHandler.connectionClosed`), and
 /// a send issued after the bad frame is delivered.
 #[tokio::test]
-async fn r_h1_a_bad_frame_on_a_live_connection_is_followed_by_a_reconnect() {
+async fn a_bad_frame_on_a_live_connection_is_followed_by_a_reconnect() {
     let broker = MockBroker::start().await.unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let front = listener.local_addr().unwrap();

@@ -1,10 +1,12 @@
 //! Upstream `ConsumerImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
 use crate::common;
-use crate::common::{client, full, publish, publish_batch, recv, test_client, unbatched_producer, within};
-use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
-use pulsar_sdk::mock::{MockBroker, wire};
+use crate::common::{
+    client, full, publish, publish_batch, recv, test_client, unbatched_producer, within,
+};
 use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::{wire, MockBroker};
+use pulsar_sdk::{ConsumerOptions, DeadLetterPolicy, Error, InitialPosition, SubscriptionType};
 use std::time::Duration;
 
 /// Java `ConsumerImpl.processPossibleToDLQ` sets ORIGIN_MESSAGE_ID to the message id's
@@ -800,7 +802,7 @@ async fn a_consumer_at_the_end_dropped_or_closed_with_the_client_detaches() {
 /// operation timeout) is closed on the broker as a timed-out one is
 /// (`ConsumerImpl.connectionOpened`), so the Exclusive subscription is free for the next one.
 #[tokio::test(start_paused = true)]
-async fn r_h1_a_subscribe_dropped_by_the_application_is_closed_on_the_broker() {
+async fn a_subscribe_dropped_by_the_application_is_closed_on_the_broker() {
     let lookup = MockBroker::start().await.unwrap();
     let owner = MockBroker::start().await.unwrap();
     lookup.connect_lookups_to(&owner.service_url());

@@ -2,10 +2,12 @@
 //! ledger (`docs/conformance.md`) records for it.
 
 use crate::common::{client, full, wait_until, within};
-use pulsar_sdk::{Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType};
-use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::wire::command_get_topics_of_namespace::Mode;
+use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
+use pulsar_sdk::{
+    Client, Consumer, InitialPosition, RegexSubscriptionMode, ServerError, SubscriptionType,
+};
 use std::time::Duration;
 
 /// How many SUBSCRIBEs the broker got for `topic`.

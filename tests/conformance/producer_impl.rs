@@ -4,10 +4,10 @@ use crate::common;
 use crate::common::{client, full, publish, test_client, wait_until, within};
 use crate::server_cnx::sent_sequence_ids;
 use futures::future::join_all;
-use pulsar_sdk::{Client, Error, ProducerMessage, ServerError, State};
-use pulsar_sdk::mock::{MockBroker, MockError, MockRequest, wire};
 use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::{wire, MockBroker, MockError, MockRequest};
 use pulsar_sdk::producer::{BatchingOptions, ProducerAccessMode};
+use pulsar_sdk::{Client, Error, ProducerMessage, ServerError, State};
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -1035,7 +1035,7 @@ async fn a_timed_out_batch_counts_its_messages_and_lets_a_blocked_sender_in() {
 /// (`PartitionedProducerImpl` creates one `ProducerImpl` per partition): a WaitForExclusive
 /// producer on a partitioned topic also waits past the operation timeout until granted.
 #[tokio::test(start_paused = true)]
-async fn r_h1_partitioned_wait_for_exclusive_waits_past_the_operation_timeout() {
+async fn partitioned_wait_for_exclusive_waits_past_the_operation_timeout() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
         .operation_timeout(TIMEOUT)
@@ -1059,10 +1059,13 @@ async fn r_h1_partitioned_wait_for_exclusive_waits_past_the_operation_timeout() 
                 .await
         })
     };
+    // The holder's two partitions, then the waiting producer's first partition: without a
+    // name set, the first partition is created first and the others take its name
+    // (`PartitionedProducerImpl`), so partition 1 waits behind partition 0's grant.
     broker
-        .wait_for_commands(Type::Producer, 4, Duration::from_secs(10))
+        .wait_for_commands(Type::Producer, 3, Duration::from_secs(10))
         .await
-        .expect("the waiting creates reached the broker");
+        .expect("the waiting create reached the broker");
     tokio::time::sleep(TIMEOUT * 10).await;
     assert!(!waiting.is_finished(), "{:?}", waiting.await);
     holder.close().await.unwrap();
@@ -1074,7 +1077,7 @@ async fn r_h1_partitioned_wait_for_exclusive_waits_past_the_operation_timeout() 
 /// r-h1: the client closing while a WaitForExclusive create waits ends the create (with an
 /// error) instead of leaving the application waiting for a slot forever.
 #[tokio::test(start_paused = true)]
-async fn r_h1_client_close_ends_a_waiting_wait_for_exclusive_create() {
+async fn client_close_ends_a_waiting_wait_for_exclusive_create() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
         .operation_timeout(TIMEOUT)
@@ -1118,10 +1121,7 @@ async fn r_h1_client_close_ends_a_waiting_wait_for_exclusive_create() {
 /// So a producer re-created with the same name starts again at sequence id 0, as Java's does
 /// (`ProducerImpl`: `lastSequenceIdPublished` from the broker's -1).
 #[tokio::test]
-#[ignore = "r-h1 finding: the mock has no per-namespace deduplication switch; it always \
-    answers the last stored sequence id (dedup on), so the re-created producer starts at 3; \
-    needs the mock's dedup setting (off by default) and its tests that assume it on updated"]
-async fn r_h1_without_deduplication_a_recreated_producer_restarts_at_sequence_zero() {
+async fn without_deduplication_a_recreated_producer_restarts_at_sequence_zero() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url()).build().unwrap();
     let topic = full("dedup-off");
@@ -1145,7 +1145,7 @@ async fn r_h1_without_deduplication_a_recreated_producer_restarts_at_sequence_ze
 /// partitions already created are closed, so an Exclusive partitioned producer created next
 /// is not fenced by a leftover partition producer.
 #[tokio::test(start_paused = true)]
-async fn r_h1_a_partitioned_create_with_a_partition_timing_out_leaves_nothing_behind() {
+async fn a_partitioned_create_with_a_partition_timing_out_leaves_nothing_behind() {
     use pulsar_sdk::mock::{MockError, MockRequest};
     use pulsar_sdk::ServerError;
     let broker = MockBroker::start().await.unwrap();

@@ -125,7 +125,7 @@ async fn a_client_produces_through_the_proxy_to_the_owner() {
 /// r-h1: a lookup naming the broker by host name (`localhost`), as brokers advertise
 /// themselves: the client names it `localhost:port` and the proxy resolves and relays it.
 #[tokio::test]
-async fn r_h1_a_client_reaches_a_broker_named_by_host_name_through_the_proxy() {
+async fn a_client_reaches_a_broker_named_by_host_name_through_the_proxy() {
     let proxy = MockBroker::start().await.unwrap();
     let owner = MockBroker::start().await.unwrap();
     let port = owner.addr().port();
@@ -150,7 +150,7 @@ async fn r_h1_a_client_reaches_a_broker_named_by_host_name_through_the_proxy() {
 /// lost connection: the producer reconnects through the proxy, naming the broker again, and
 /// sends go on.
 #[tokio::test]
-async fn r_h1_a_producer_reconnects_through_the_proxy_when_the_broker_drops_it() {
+async fn a_producer_reconnects_through_the_proxy_when_the_broker_drops_it() {
     let proxy = MockBroker::start().await.unwrap();
     let owner = MockBroker::start().await.unwrap();
     proxy.proxy_lookups_to(&owner.service_url());
@@ -177,7 +177,7 @@ async fn r_h1_a_producer_reconnects_through_the_proxy_when_the_broker_drops_it()
 /// `ClientCnx.setTargetBroker`, `getHostString()` of a host from `URI.getHost()`), which the
 /// proxy's last-`:` split accepts, and the connection is relayed to it.
 #[tokio::test]
-async fn r_h1_a_client_reaches_an_ipv6_broker_through_the_proxy() {
+async fn a_client_reaches_an_ipv6_broker_through_the_proxy() {
     let proxy = MockBroker::start().await.unwrap();
     let owner = MockBroker::start().await.unwrap();
     // The owner reached at [::1] (the mock binds 127.0.0.1): a plain TCP relay.
@@ -214,7 +214,7 @@ async fn r_h1_a_client_reaches_an_ipv6_broker_through_the_proxy() {
 }
 
 /// Encodes a simple frame.
-fn r_h1_frame(cmd: &wire::BaseCommand) -> Vec<u8> {
+fn frame(cmd: &wire::BaseCommand) -> Vec<u8> {
     let body = cmd.encode_to_vec();
     let mut frame = Vec::new();
     frame.extend_from_slice(&(body.len() as u32 + 4).to_be_bytes());
@@ -230,7 +230,7 @@ fn r_h1_frame(cmd: &wire::BaseCommand) -> Vec<u8> {
 /// `ProxyConnection.exceptionCaught` closes the connection): no producer is created on the
 /// proxy.
 #[tokio::test]
-async fn r_h1_the_proxy_serves_no_producer_on_a_lookup_connection() {
+async fn the_proxy_serves_no_producer_on_a_lookup_connection() {
     let proxy = MockBroker::start().await.unwrap();
     let owner = MockBroker::start().await.unwrap();
     proxy.proxy_lookups_to(&owner.service_url());
@@ -244,7 +244,7 @@ async fn r_h1_the_proxy_serves_no_producer_on_a_lookup_connection() {
         }),
         ..Default::default()
     };
-    socket.write_all(&r_h1_frame(&connect)).await.unwrap();
+    socket.write_all(&frame(&connect)).await.unwrap();
     let connected = within("CONNECTED", read_command(&mut socket))
         .await
         .unwrap();
@@ -259,7 +259,7 @@ async fn r_h1_the_proxy_serves_no_producer_on_a_lookup_connection() {
         }),
         ..Default::default()
     };
-    socket.write_all(&r_h1_frame(&producer)).await.unwrap();
+    socket.write_all(&frame(&producer)).await.unwrap();
     let answer = within("the proxy's answer", read_command(&mut socket)).await;
     assert!(
         answer

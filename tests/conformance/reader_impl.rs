@@ -1,9 +1,9 @@
 //! Upstream `ReaderImpl`: the behaviours the ledger (`docs/conformance.md`) records for it.
 
 use crate::common::{client, full, publish, unbatched_producer, wait_until, within};
-use pulsar_sdk::mock::{MockBroker, wire};
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::wire::command_subscribe::SubType;
+use pulsar_sdk::mock::{wire, MockBroker};
 
 /// Java `ReaderImpl.readNext` acks every message it returns cumulatively (grouped), so the
 /// broker's cursor follows the reader and, on a terminated topic, the broker tells it
