@@ -100,6 +100,10 @@ mod ledger {
             }
         }
         println!("ledger: {rows} rows, {differs} deliberate differences, {open} open");
-        assert!(problems.is_empty(), "ledger problems:\n{}", problems.join("\n"));
+        assert!(
+            problems.is_empty(),
+            "ledger problems:\n{}",
+            problems.join("\n")
+        );
     }
 }
