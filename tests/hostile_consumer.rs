@@ -562,3 +562,87 @@ mod poison_avro {
         mem.assert_peak_below("a 5-byte payload claiming 100 M items", 2 * MB);
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Review of the Avro guard (issue #31, section 1): legit schemas and payloads must still decode;
+// hostile ones are a decode error, never a crash.
+
+mod avro_guard_review {
+    use apache_avro::types::Value;
+    use pulsar_sdk::schema::{GenericAvroSchema, Schema};
+
+    /// A record field whose default is a record with a `name` field: the default's `name` is
+    /// data, not an Avro name. Java's `Schema.Parser` (and apache-avro) accept it; the guard's
+    /// name check walked into default values and refused "John Doe" as a type name.
+    #[test]
+    fn a_default_value_with_a_name_key_is_not_a_type_name() {
+        let def = r#"{"type":"record","name":"Outer","fields":[{"name":"person","type":
+            {"type":"record","name":"Person","fields":[{"name":"name","type":"string"}]},
+            "default":{"name":"John Doe"}}]}"#;
+        let s = GenericAvroSchema::new(def).expect("a legit schema parses");
+        let v = s.decode(&[4, b'J', b'o'], None).unwrap();
+        assert!(matches!(v, Value::Record(_)), "{v:?}");
+        // A map default with such a key, and a custom property object, are data too.
+        let def = r#"{"type":"record","name":"M","fields":[{"name":"m","type":
+            {"type":"map","values":"string"},"default":{"name":"a b"}}],
+            "x-meta":{"name":"not a name!"}}"#;
+        GenericAvroSchema::new(def).expect("a legit schema parses");
+    }
+
+    /// Legit shapes the guard must let through: negative block counts with byte sizes (Java's
+    /// `BlockingBinaryEncoder`), namespaced references, fixed decimals, a list that recurses
+    /// through an optional field, maps of arrays of maps.
+    #[test]
+    fn legit_shapes_still_decode() {
+        let arr = GenericAvroSchema::new(r#"{"type":"array","items":"int"}"#).unwrap();
+        // Block of -2 items, 2 bytes, items 1 and 2, then the end.
+        let v = arr.decode(&[3, 4, 2, 4, 0], None).unwrap();
+        assert_eq!(v, Value::Array(vec![Value::Int(1), Value::Int(2)]));
+
+        let ns = GenericAvroSchema::new(
+            r#"{"type":"record","name":"R","namespace":"n1","fields":[
+                {"name":"x","type":{"type":"record","name":"S","namespace":"n2","fields":[
+                    {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]}}]}},
+                {"name":"z","type":"n2.E"},{"name":"w","type":"n2.S"}]}"#,
+        )
+        .unwrap();
+        ns.decode(&[2, 0, 2], None).unwrap();
+        // Enum index out of range: an error.
+        assert!(ns.decode(&[2, 4, 2], None).is_err());
+
+        let dec = GenericAvroSchema::new(
+            r#"{"type":"fixed","name":"D","size":4,"logicalType":"decimal","precision":9,"scale":2}"#,
+        )
+        .unwrap();
+        dec.decode(&[0, 0, 1, 0], None).unwrap();
+        assert!(dec.decode(&[0, 0, 1], None).is_err());
+
+        let list = GenericAvroSchema::new(
+            r#"{"type":"record","name":"N","fields":[{"name":"v","type":"int"},
+                {"name":"next","type":["null","N"],"default":null}]}"#,
+        )
+        .unwrap();
+        // 10 elements: v=0, next=branch 1 ..., last next=null.
+        let mut p = Vec::new();
+        for _ in 0..9 {
+            p.extend([0, 2]);
+        }
+        p.extend([0, 0]);
+        list.decode(&p, None).unwrap();
+
+        let mam = GenericAvroSchema::new(
+            r#"{"type":"map","values":{"type":"array","items":{"type":"map","values":"long"}}}"#,
+        )
+        .unwrap();
+        // {"k": [{"a": 1}]}
+        mam.decode(&[2, 2, b'k', 2, 2, 2, b'a', 2, 0, 0, 0], None)
+            .unwrap();
+        // The same with the inner count claiming 2^62 entries: an error.
+        let mut bad = vec![2, 2, b'k', 2];
+        bad.extend([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01]);
+        assert!(mam.decode(&bad, None).is_err());
+        // A block count of i64::MIN (zig-zag 2^64 - 1): an error.
+        let min = [0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+        assert!(arr.decode(&min, None).is_err());
+    }
+}

@@ -1277,3 +1277,64 @@ async fn a_timed_out_batch_gives_back_its_memory_and_slots_exactly_once() {
     let again = check_limits(producer.clone()).await;
     drop(again);
 }
+
+/// Issue #31, section 2 (review): the ProducerSuccess cap is on what the *broker* chooses; a
+/// name the user chose and the broker echoes is the user's cost. Upstream's Java client takes
+/// any `producerName`; a 2,000-byte name the broker accepted must not fail the create.
+#[tokio::test]
+async fn a_long_user_chosen_producer_name_is_accepted() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let name = "p".repeat(2000);
+    let producer = within(
+        "create",
+        client
+            .producer("long-user-name")
+            .name(name.clone())
+            .create(),
+    )
+    .await
+    .expect("a name the user chose and the broker accepted");
+    assert_eq!(producer.name(), name);
+    within("send", producer.send_and_wait(vec![1u8]))
+        .await
+        .unwrap();
+}
+
+/// Issue #31, section 2 (review): "count the encoded bytes of pending messages, not only
+/// payloads". An unbatched message's frame carries the producer's name (here 1,000 bytes);
+/// with 1-byte payloads a 64 KiB limit let 1,000 messages (1 MB of frames) be pending.
+#[tokio::test]
+#[ignore = "defect, not fixed: memory_bytes counts payload + key + properties, not the producer \
+            name (<= 1 KiB from the broker, any length from the user) every unbatched frame \
+            carries; counting it breaks the exact-accounting tests of review_permit_counts / \
+            breaker40, which need adapting with the fix"]
+async fn memory_limit_counts_the_producer_name_each_unbatched_message_carries() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(64 * 1024)
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("mem-name")
+        .name("n".repeat(1000))
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    let mut accepted = 0usize;
+    for i in 0..1000u32 {
+        match producer.send(vec![i as u8]).await {
+            Ok(_receipt) => accepted += 1,
+            Err(Error::ProducerQueueFull(_)) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    // Each pending message holds at least 1,001 bytes: 65 fit in 64 KiB (slack for more).
+    assert!(
+        accepted <= 130,
+        "{accepted} messages of ~1 KB pending under a 64 KiB limit"
+    );
+}

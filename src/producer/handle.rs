@@ -131,7 +131,7 @@ impl PartitionProducer {
             },
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-        let created = task::Created::parse(response)?;
+        let created = task::Created::parse(response, options.name.as_deref())?;
         let max_message_size = entity
             .conn
             .as_ref()
@@ -314,7 +314,8 @@ impl PartitionProducer {
     /// (key, ordering key, properties), at least 1 byte, at most the whole limit, so it can
     /// always be had eventually. The producer's name and schema version, which every
     /// unbatched frame also carries, are not counted: the broker may name them with at most
-    /// `MAX_PRODUCER_NAME` + `MAX_SCHEMA_VERSION` bytes (see `task::Created::parse`).
+    /// `MAX_PRODUCER_NAME` + `MAX_SCHEMA_VERSION` bytes (see `task::Created::parse`); a name
+    /// the user chose may be longer, its own cost.
     #[inline]
     fn memory_bytes(&self, msg: &Outgoing) -> u32 {
         (msg.payload.len() + msg.metadata_len()).clamp(1, self.memory_limit) as u32

@@ -75,7 +75,9 @@ pub(crate) const MAX_PRODUCER_NAME: usize = 1024;
 pub(crate) const MAX_SCHEMA_VERSION: usize = 64;
 
 impl Created {
-    pub(crate) fn parse(response: BaseCommand) -> Result<Created> {
+    /// `requested` is the name the client asked for (the user's, or the one the broker chose
+    /// at the first create, on a re-create).
+    pub(crate) fn parse(response: BaseCommand, requested: Option<&str>) -> Result<Created> {
         let ok = response.producer_success.ok_or_else(|| {
             Error::Protocol("producer create answered without ProducerSuccess".into())
         })?;
@@ -85,7 +87,11 @@ impl Created {
                  client accepts (each pending message would carry it)"
             ))
         };
-        if ok.producer_name.len() > MAX_PRODUCER_NAME {
+        // The cap is on what the broker chooses: a name the client asked for and the broker
+        // echoes is the user's own cost (upstream's Java client takes any `producerName`).
+        if ok.producer_name.len() > MAX_PRODUCER_NAME
+            && requested != Some(ok.producer_name.as_str())
+        {
             return Err(too_long(
                 "producer",
                 ok.producer_name.len(),
@@ -322,6 +328,7 @@ impl ProducerTask {
                 Ok(())
             }
             Wake::Attached(response) => {
+<<<<<<< HEAD
                 let created = Created::parse(*response)?;
                 // Java `ProducerImpl.connectionOpened`: while no sequence id was handed out
                 // yet (`msgIdGenerator == 0`), every (re)connection adopts the broker's
@@ -332,6 +339,9 @@ impl ProducerTask {
                 if self.next_seq == 0 {
                     self.next_seq = created.next_sequence_id;
                 }
+=======
+                let created = Created::parse(*response, Some(&self.ctx.producer_name))?;
+>>>>>>> r-h4
                 self.epoch += 1;
                 if created.topic_epoch.is_some() {
                     self.topic_epoch = created.topic_epoch;

@@ -110,7 +110,11 @@ fn is_avro_name(name: &str) -> bool {
 }
 
 /// Refuses a definition with a `name` that is not an Avro name, before `apache-avro` parses
-/// it (0.20 unwraps that error, a panic). Iterative: the JSON is as deep as serde_json allows.
+/// it (0.20 unwraps that error, a panic). Only schema positions are walked (a named type's or
+/// a field's `name`, then `type`, `items`, `values`, `fields` and union branches): a default
+/// value or a custom property is data, and `{"name": "John Doe"}` there is legit (Java's
+/// `Schema.Parser` validates names only where a schema names a type or a field).
+/// Iterative: the JSON is as deep as serde_json allows.
 pub(crate) fn check_names(json: &serde_json::Value) -> Result<(), SchemaError> {
     let mut stack = vec![json];
     while let Some(v) = stack.pop() {
@@ -121,7 +125,12 @@ pub(crate) fn check_names(json: &serde_json::Value) -> Result<(), SchemaError> {
                         return Err(invalid(format!("{n:?} is not a valid Avro name")));
                     }
                 }
-                stack.extend(m.values());
+                for key in ["type", "items", "values"] {
+                    stack.extend(m.get(key));
+                }
+                if let Some(serde_json::Value::Array(fields)) = m.get("fields") {
+                    stack.extend(fields);
+                }
             }
             serde_json::Value::Array(a) => stack.extend(a),
             _ => {}
