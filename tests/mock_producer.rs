@@ -1328,7 +1328,7 @@ async fn memory_limit_counts_the_producer_name_each_unbatched_message_carries() 
     for i in 0..1000u32 {
         match producer.send(vec![i as u8]).await {
             Ok(_receipt) => accepted += 1,
-            Err(Error::ProducerQueueFull(_)) => break,
+            Err(Error::ProducerQueueFull { .. }) => break,
             Err(e) => panic!("{e}"),
         }
     }

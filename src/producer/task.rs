@@ -328,8 +328,7 @@ impl ProducerTask {
                 Ok(())
             }
             Wake::Attached(response) => {
-<<<<<<< HEAD
-                let created = Created::parse(*response)?;
+                let created = Created::parse(*response, Some(&self.ctx.producer_name))?;
                 // Java `ProducerImpl.connectionOpened`: while no sequence id was handed out
                 // yet (`msgIdGenerator == 0`), every (re)connection adopts the broker's
                 // `last_sequence_id + 1`, not only the first: a producer that re-attaches
@@ -339,9 +338,6 @@ impl ProducerTask {
                 if self.next_seq == 0 {
                     self.next_seq = created.next_sequence_id;
                 }
-=======
-                let created = Created::parse(*response, Some(&self.ctx.producer_name))?;
->>>>>>> r-h4
                 self.epoch += 1;
                 if created.topic_epoch.is_some() {
                     self.topic_epoch = created.topic_epoch;
