@@ -195,9 +195,12 @@ async fn a_failed_growth_is_reported_and_the_resend_succeeds() {
         .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
         .await
         .unwrap();
-    // The new partition cannot be looked up for now: creating its producer fails.
+    // The new partition cannot be looked up for now: creating its producer fails. (Not with
+    // ServiceNotReady: on that answer the client closes the connection, as Java's
+    // `ClientCnx.checkServerError` does, and the watcher's connection with it, so the failure
+    // could not be reported on it.)
     let p2 = format!("{TOPIC}-partition-2");
-    broker.set_lookup_error(Some(&p2), ServerError::ServiceNotReady, "not yet");
+    broker.set_lookup_error(Some(&p2), ServerError::MetadataError, "not yet");
     broker.update_partitions(TOPIC, 3).unwrap();
     let failure = broker
         .wait_for_command(Type::PartitionUpdateResult, Duration::from_secs(10))
