@@ -200,7 +200,7 @@ impl ClientBuilder {
     /// The most partitions a topic may have for this client (default 65,536): a partitioned
     /// producer or consumer creates one producer or consumer per partition, so a broker's
     /// count (its metadata, a poll, a partition update) above this is refused with
-    /// [`Error::Protocol`](crate::Error::Protocol) and nothing is created for it.
+    /// [`Error::Protocol`] and nothing is created for it.
     ///
     /// Cost, measured: about 20 KB of client memory per partition producer or consumer, so
     /// the default allows one topic to claim ~1.3 GB; 1,024 partitions cost ~20 MB. Lower it

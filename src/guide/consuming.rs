@@ -351,6 +351,7 @@
 //! [`Consumer::active_state`]: crate::Consumer::active_state
 //! [`Consumer::reconsume_later`]: crate::Consumer::reconsume_later
 //! [`Consumer::seek`]: crate::Consumer::seek
+//! [`Consumer::has_reached_end_of_topic`]: crate::Consumer::has_reached_end_of_topic
 //! [`Consumer::seek_by_time`]: crate::Consumer::seek_by_time
 //! [`Consumer::last_message_ids`]: crate::Consumer::last_message_ids
 //! [`Consumer::unsubscribe`]: crate::Consumer::unsubscribe
