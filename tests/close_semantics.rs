@@ -284,3 +284,17 @@ async fn a_client_close_within_a_deadline_against_a_stalled_broker_ends_at_the_d
     within("the consumer's end", consumer.closed()).await;
     within("the second consumer's end", consumer2.closed()).await;
 }
+
+/// Review r-38: `close_within(Duration::ZERO)` still closes the client: whatever it
+/// returns, the client is closed afterwards (Java `closeAsync` marks the client closed
+/// before waiting for anything) and a new producer is refused with `Error::Closed`.
+#[tokio::test]
+async fn review_r38_close_within_zero_still_closes_the_client() {
+    let broker = pulsar_sdk::mock::MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = "persistent://public/default/r38-close-zero";
+    let _p = client.producer(topic).create().await.unwrap();
+    let _ = client.close_within(Duration::ZERO).await;
+    let r = client.producer(topic).create().await;
+    assert!(matches!(r, Err(pulsar_sdk::Error::Closed)), "{:?}", r.err());
+}

@@ -948,3 +948,146 @@ async fn a_typed_consumer_reconsumes_later_and_hands_out_its_acker() {
     consumer.acker().ack(again.message()).unwrap();
     assert_eq!(consumer.stats().totals.dlq_sends, 0);
 }
+
+/// Review r-38: `Acker::reconsume_later` documents `Error::Closed` once the consumer is
+/// closed (Java `ConsumerBase.reconsumeLaterAsync` on a closed consumer fails with
+/// `AlreadyClosedException`); nothing is published to the retry topic.
+#[tokio::test]
+async fn review_r38_reconsume_later_from_an_acker_after_close_is_closed() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-r38-acker-closed");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let retry = format!("{topic}-s-RETRY");
+    let acker = consumer.acker();
+    let m = within("recv", consumer.recv()).await.unwrap();
+    within("close", consumer.close()).await.unwrap();
+    let r = within(
+        "reconsume",
+        acker.reconsume_later(&m, Duration::from_millis(10)),
+    )
+    .await;
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+    assert_eq!(broker.topic_messages(&retry), 0);
+}
+
+/// Review r-38: the same once the consumer was dropped (dropping closes it).
+#[tokio::test]
+async fn review_r38_reconsume_later_from_an_acker_after_drop_is_closed() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-r38-acker-dropped");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let acker = consumer.acker();
+    let m = within("recv", consumer.recv()).await.unwrap();
+    drop(consumer);
+    let r = within(
+        "reconsume",
+        acker.reconsume_later(&m, Duration::from_millis(10)),
+    )
+    .await;
+    assert!(matches!(r, Err(Error::Closed)), "{r:?}");
+}
+
+/// Review r-38: on a partitioned topic, the acker's reconsume_later retries then
+/// dead-letters past the maximum, and counts it (Java: a `MultiTopicsConsumerImpl`
+/// delegates reconsumeLater to the partition's consumer, which counts the DLQ send).
+#[tokio::test]
+async fn review_r38_reconsume_later_on_a_partitioned_topic_dead_letters_and_counts_it() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-r38-reconsume-part");
+    assert!(broker.create_partitioned_topic(&topic, 2));
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .dead_letter_policy(DeadLetterPolicy::new(1))
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    let acker = consumer.acker();
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        within(
+            "reconsume",
+            acker.reconsume_later(&m, Duration::from_millis(10)),
+        )
+        .await
+        .unwrap();
+    }
+    common::wait_until("the dead letter stored", || {
+        broker.topic_messages(&dlq) == 1
+    })
+    .await;
+    assert_eq!(consumer.stats().totals.dlq_sends, 1);
+}
+
+/// Review r-38: a typed consumer's reconsume_later past the maximum dead-letters and
+/// counts it in the typed consumer's stats.
+#[tokio::test]
+async fn review_r38_a_typed_consumer_reconsumes_past_the_maximum_into_the_dlq() {
+    use pulsar_sdk::schema::StringSchema;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("conf-r38-typed-dlq");
+    let producer = client
+        .producer(&topic)
+        .schema(StringSchema)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait(&"x".to_string()).await.unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .dead_letter_policy(DeadLetterPolicy::new(1))
+        .retry_enable(true)
+        .schema(StringSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        assert_eq!(m.value().unwrap(), "x");
+        within(
+            "reconsume",
+            consumer.reconsume_later(&m, Duration::from_millis(10)),
+        )
+        .await
+        .unwrap();
+    }
+    common::wait_until("the dead letter stored", || {
+        broker.topic_messages(&dlq) == 1
+    })
+    .await;
+    assert_eq!(consumer.stats().totals.dlq_sends, 1);
+}

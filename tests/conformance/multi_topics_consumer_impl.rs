@@ -224,3 +224,45 @@ async fn seeking_one_topic_keeps_the_other_topics_queued_messages() {
     assert_eq!(got, ["a-0", "a-0", "b-0", "b-1", "b-2"]);
     assert_eq!(subscribes_of(&broker, &b), 1, "b was not re-subscribed");
 }
+
+/// Review r-38: a multi-topic consumer's acker retries then dead-letters a message of its
+/// second topic into that topic's own `{topic}-{sub}-DLQ` (Java builds each inner
+/// `ConsumerImpl`'s default letter names from its own topic), counted once.
+#[tokio::test]
+async fn review_r38_a_multi_topic_acker_dead_letters_into_the_topics_own_dlq() {
+    use pulsar_sdk::DeadLetterPolicy;
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-r38-multi-a");
+    let b = full("conf-r38-multi-b");
+    broker.create_topic(&a);
+    let producer = unbatched_producer(&client, &b).await;
+    publish(&producer, "r", 1).await;
+    let mut consumer = client
+        .new_consumer()
+        .topics([a.clone(), b.clone()])
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .dead_letter_policy(DeadLetterPolicy::new(1))
+        .retry_enable(true)
+        .subscribe()
+        .await
+        .unwrap();
+    let acker = consumer.acker();
+    for _ in 0..2 {
+        let m = within("recv", consumer.recv()).await.unwrap();
+        within(
+            "reconsume",
+            acker.reconsume_later(&m, Duration::from_millis(10)),
+        )
+        .await
+        .unwrap();
+    }
+    let dlq = format!("{b}-s-DLQ");
+    wait_until("the dead letter stored", || {
+        broker.topic_messages(&dlq) == 1
+    })
+    .await;
+    assert_eq!(consumer.stats().totals.dlq_sends, 1);
+}

@@ -399,3 +399,46 @@ async fn the_end_is_reported_when_the_last_topic_not_at_its_end_leaves() {
     );
     assert!(consumer.has_reached_end_of_topic());
 }
+
+/// Review r-38: a topic a pattern consumer with `retry_enable` discovers at run time gets
+/// its retry topic too (Java `PatternMultiTopicsConsumerImpl` subscribes each new topic
+/// with the same configuration): an acker's reconsume_later of its message comes back
+/// through `{topic}-{sub}-RETRY`.
+#[tokio::test]
+async fn review_r38_a_topic_discovered_at_run_time_reconsumes_through_its_retry_topic() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let a = full("conf-r38-late-a");
+    let b = full("conf-r38-late-b");
+    broker.create_topic(&a);
+    let mut consumer = client
+        .new_consumer()
+        .topics_pattern("persistent://public/default/conf-r38-late-.*")
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .retry_enable(true)
+        .pattern_auto_discovery_period(Duration::from_millis(20))
+        .subscribe()
+        .await
+        .unwrap();
+    broker.create_topic(&b);
+    crate::common::wait_until("b discovered", || {
+        consumer.topics().iter().any(|t| t.to_string() == b)
+    })
+    .await;
+    let producer = crate::common::unbatched_producer(&client, &b).await;
+    crate::common::publish(&producer, "late", 1).await;
+    let m = within("recv", consumer.recv()).await.unwrap();
+    let acker = consumer.acker();
+    within(
+        "retry",
+        acker.reconsume_later(&m, Duration::from_millis(10)),
+    )
+    .await
+    .unwrap();
+    let again = within("recv the retry", consumer.recv()).await.unwrap();
+    assert_eq!(again.payload_str(), Some("late-0"));
+    assert_eq!(again.topic.to_string(), format!("{b}-s-RETRY"));
+    within("close", consumer.close()).await.unwrap();
+}
