@@ -289,7 +289,7 @@ async fn a_client_close_within_a_deadline_against_a_stalled_broker_ends_at_the_d
 /// returns, the client is closed afterwards (Java `closeAsync` marks the client closed
 /// before waiting for anything) and a new producer is refused with `Error::Closed`.
 #[tokio::test]
-async fn review_r38_close_within_zero_still_closes_the_client() {
+async fn close_within_zero_still_closes_the_client() {
     let broker = pulsar_sdk::mock::MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = "persistent://public/default/r38-close-zero";

@@ -953,7 +953,7 @@ async fn a_typed_consumer_reconsumes_later_and_hands_out_its_acker() {
 /// closed (Java `ConsumerBase.reconsumeLaterAsync` on a closed consumer fails with
 /// `AlreadyClosedException`); nothing is published to the retry topic.
 #[tokio::test]
-async fn review_r38_reconsume_later_from_an_acker_after_close_is_closed() {
+async fn reconsume_later_from_an_acker_after_close_is_closed() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = full("conf-r38-acker-closed");
@@ -983,7 +983,7 @@ async fn review_r38_reconsume_later_from_an_acker_after_close_is_closed() {
 
 /// Review r-38: the same once the consumer was dropped (dropping closes it).
 #[tokio::test]
-async fn review_r38_reconsume_later_from_an_acker_after_drop_is_closed() {
+async fn reconsume_later_from_an_acker_after_drop_is_closed() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = full("conf-r38-acker-dropped");
@@ -1013,7 +1013,7 @@ async fn review_r38_reconsume_later_from_an_acker_after_drop_is_closed() {
 /// dead-letters past the maximum, and counts it (Java: a `MultiTopicsConsumerImpl`
 /// delegates reconsumeLater to the partition's consumer, which counts the DLQ send).
 #[tokio::test]
-async fn review_r38_reconsume_later_on_a_partitioned_topic_dead_letters_and_counts_it() {
+async fn reconsume_later_on_a_partitioned_topic_dead_letters_and_counts_it() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let topic = full("conf-r38-reconsume-part");
@@ -1051,7 +1051,7 @@ async fn review_r38_reconsume_later_on_a_partitioned_topic_dead_letters_and_coun
 /// Review r-38: a typed consumer's reconsume_later past the maximum dead-letters and
 /// counts it in the typed consumer's stats.
 #[tokio::test]
-async fn review_r38_a_typed_consumer_reconsumes_past_the_maximum_into_the_dlq() {
+async fn a_typed_consumer_reconsumes_past_the_maximum_into_the_dlq() {
     use pulsar_sdk::schema::StringSchema;
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());

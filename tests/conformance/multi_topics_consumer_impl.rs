@@ -229,7 +229,7 @@ async fn seeking_one_topic_keeps_the_other_topics_queued_messages() {
 /// second topic into that topic's own `{topic}-{sub}-DLQ` (Java builds each inner
 /// `ConsumerImpl`'s default letter names from its own topic), counted once.
 #[tokio::test]
-async fn review_r38_a_multi_topic_acker_dead_letters_into_the_topics_own_dlq() {
+async fn a_multi_topic_acker_dead_letters_into_the_topics_own_dlq() {
     use pulsar_sdk::DeadLetterPolicy;
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());

@@ -405,7 +405,7 @@ async fn the_end_is_reported_when_the_last_topic_not_at_its_end_leaves() {
 /// with the same configuration): an acker's reconsume_later of its message comes back
 /// through `{topic}-{sub}-RETRY`.
 #[tokio::test]
-async fn review_r38_a_topic_discovered_at_run_time_reconsumes_through_its_retry_topic() {
+async fn a_topic_discovered_at_run_time_reconsumes_through_its_retry_topic() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let a = full("conf-r38-late-a");
