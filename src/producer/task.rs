@@ -251,7 +251,9 @@ impl ProducerTask {
                     self.flush_due_batches();
                     Ok(())
                 }
-                _ = tick.tick() => {
+                // Only while something is pending: an idle producer does not wake (a
+                // re-enabled interval that is overdue fires at once, so no check is late).
+                _ = tick.tick(), if !self.pending.is_empty() => {
                     self.check_send_timeout();
                     Ok(())
                 }
