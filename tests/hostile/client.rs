@@ -1,8 +1,8 @@
 //! Hostile-broker tests of the client-wide parts: reconnect pacing, partition counts, and the
 //! inputs the builders accept (issue: a hostile broker cannot crash, exhaust or spin the client).
 
-use support as common;
 use crate::hostile;
+use support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

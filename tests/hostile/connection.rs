@@ -2,8 +2,8 @@
 //! while never reading, an advertised maximum message size of 2 GB, a frame trickled in, and
 //! closing producers and consumers on a broker that stopped reading.
 
-use support as common;
 use crate::hostile;
+use support as common;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

@@ -3,9 +3,9 @@
 //! Each test asserts bounded memory (the counting allocator of `hostile`), a clear outcome and
 //! that nothing is lost without the application learning of it.
 
-use support as common;
-use common::client;
 use crate::hostile;
+use common::client;
+use support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! Tests marked `#[ignore = "review: ..."]` reproduce a defect found; the others held up and
 //! stay as cheap regression tests.
 
-use support as common;
 use crate::hostile;
+use support as common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -86,8 +86,10 @@ def _client(req):
     # TLS (pulsar+ssl:// URLs): the CA file from PULSAR_OFFICIAL_TLS_TRUST_CERTS, hostname
     # validated (tests/interop/tls.rs).
     tls = {}
+    # The variable is process-wide in the interop binary (other tests' children inherit it once
+    # tests/interop/tls.rs has set it): only a TLS URL uses it.
     trust = os.environ.get("PULSAR_OFFICIAL_TLS_TRUST_CERTS")
-    if trust:
+    if trust and req["url"].startswith("pulsar+ssl://"):
         tls = {"tls_trust_certs_file_path": trust, "tls_validate_hostname": True}
     return pulsar.Client(
         req["url"],

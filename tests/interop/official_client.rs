@@ -2,7 +2,6 @@
 //! real broker (pulsar-lite): what we produce it reads identically, and the other way round —
 //! batched and not, with every compression codec, keys, properties and event time.
 
-
 use std::time::Duration;
 
 use pulsar_sdk::{Client, CompressionType, InitialPosition, ProducerMessage, SubscriptionType};

@@ -6,7 +6,6 @@
 //! pulsar-lite keeps no schemas and never answers GetSchema: typed handles must work with their
 //! local schema there and never hang.
 
-
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::time::Duration;

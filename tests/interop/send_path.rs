@@ -3,7 +3,6 @@
 //! only) mixed with records that carry keys, ordering keys, properties and event times, read
 //! back by the official consumer field by field, with the ids our receipts gave.
 
-
 use std::time::Duration;
 
 use pulsar_sdk::producer::BatchingOptions;

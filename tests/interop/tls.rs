@@ -3,8 +3,8 @@
 //! and exchanges messages with this client. This proves the mock's TLS is standard TLS.
 //!
 //! The CA reaches `tests/interop/official.py` through `PULSAR_OFFICIAL_TLS_TRUST_CERTS`, set
-//! once for this test binary (it has this one test).
-
+//! once for the process; `official.py` reads it only for a `pulsar+ssl://` URL, so the other
+//! interop tests of this binary, whose children inherit it, are not affected.
 
 use std::time::Duration;
 

@@ -6,14 +6,13 @@
 //! As in `real_consumer.rs`, the two Key_Shared consumers share one client (pulsar-lite
 //! rejects a second client's consumer whose id is already used on the subscription).
 
-
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::future::join_all;
 use pulsar_sdk::producer::BatchingOptions;
 use pulsar_sdk::{Client, Consumer, Error, InitialPosition, Message, SubscriptionType};
-use support::{shared_broker, unique_name};
+use support::unique_name;
 
 /// How long one message may take to arrive.
 const STEP: Duration = Duration::from_secs(15);
@@ -21,13 +20,7 @@ const STEP: Duration = Duration::from_secs(15);
 const QUIET: Duration = Duration::from_millis(1000);
 const MIB: usize = 1024 * 1024;
 
-fn client() -> Client {
-    Client::builder()
-        .service_url(shared_broker().url())
-        .operation_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+use support::shared_client as client;
 
 async fn subscribe(
     client: &Client,
@@ -46,10 +39,7 @@ async fn subscribe(
 }
 
 async fn recv(consumer: &mut Consumer, what: &str) -> Message {
-    tokio::time::timeout(STEP, consumer.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing arrived within {STEP:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    support::recv_within(consumer, STEP, what).await
 }
 
 /// 16 keys × 2 messages through a key-based batching producer: each batch holds one key's two

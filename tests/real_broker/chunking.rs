@@ -8,7 +8,6 @@
 //! client's chunks, see `interop.rs`): while the consumer waits, a second producer publishes a
 //! small "nudge" message every 500 ms, after the messages under test; nudges are skipped.
 
-
 use std::time::Duration;
 
 use pulsar_sdk::{Client, CompressionType, Consumer, InitialPosition, Message, SubscriptionType};
@@ -27,10 +26,7 @@ fn client() -> Client {
 }
 
 async fn recv(consumer: &mut Consumer, what: &str) -> Message {
-    tokio::time::timeout(STEP, consumer.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing arrived within {STEP:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    support::recv_within(consumer, STEP, what).await
 }
 
 /// `n` bytes: the first half does not compress (xorshift), the second half is zeros, so a

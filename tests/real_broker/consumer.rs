@@ -14,36 +14,22 @@
 //! * Batch-index acks (`ack_set`) lose data: the client's default (off) is kept.
 //! * GetLastMessageId errors on an empty topic: the client must turn that into `Ok(false)`.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use pulsar_sdk::{
     Client, Consumer, InitialPosition, Message, MessageId, Producer, SubscriptionType,
 };
-use support::{shared_broker, unique_name};
+use support::unique_name;
 
 /// How long one message may take to arrive.
 const STEP: Duration = Duration::from_secs(15);
 /// How long we watch for messages that must not come.
 const QUIET: Duration = Duration::from_millis(1500);
 
-fn client() -> Client {
-    Client::builder()
-        .service_url(shared_broker().url())
-        .operation_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+use support::shared_client as client;
 
-async fn unbatched_producer(client: &Client, topic: &str) -> Producer {
-    client
-        .producer(topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap()
-}
+use support::unbatched_producer;
 
 /// Publishes `p0..p{n-1}` one at a time (each send waits for its receipt).
 async fn publish_sync(producer: &Producer, prefix: &str, n: usize) -> Vec<MessageId> {
@@ -77,10 +63,7 @@ async fn subscribe(
 }
 
 async fn recv(consumer: &mut Consumer, what: &str) -> Message {
-    tokio::time::timeout(STEP, consumer.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing arrived within {STEP:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    support::recv_within(consumer, STEP, what).await
 }
 
 /// Receives `n` messages (no acks).

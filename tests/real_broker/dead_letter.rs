@@ -1,9 +1,8 @@
 //! PIP-124: dead-letter and retry topics, with the initial subscription — against the mock
 //! broker, pulsar-lite, and read back by the official client.
 
-use support as common;
 use common::client;
-
+use support as common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

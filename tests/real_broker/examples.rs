@@ -6,7 +6,6 @@
 //! first. Each run has a hard time limit, so a hanging example fails the test instead of hanging
 //! it.
 
-
 use std::time::{Duration, Instant};
 
 use pulsar_sdk::MessageId;

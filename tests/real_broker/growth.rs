@@ -2,7 +2,6 @@
 //! client falls back to polling silently. Growth is done the only way pulsar-lite allows: stop
 //! the broker, raise the topic's `partitions` in `<db>.metadata.json`, start it again.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -6,7 +6,6 @@
 //! a producer touched a partition, see shared/design/pulsar-lite.md), then the broker restarts
 //! with `default_partitions = 0` for the three plain ones.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

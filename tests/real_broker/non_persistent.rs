@@ -1,7 +1,6 @@
 //! PIP-245: subscriptions on non-persistent topics are always non-durable; and non-persistent
 //! topics work for producers, consumers and readers — against the mock broker and pulsar-lite.
 
-
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -12,14 +12,12 @@
 //! subscriptions (Exclusive/Failover duplicate dispatch), and every test uses fresh topic and
 //! subscription names.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use pulsar_sdk::{
-    Client, Consumer, InitialPosition, Message, MessageId, Producer, ProducerMessage,
-    SubscriptionType,
+    Client, Consumer, InitialPosition, Message, MessageId, ProducerMessage, SubscriptionType,
 };
 use support::official::{self, OfficialMessage, ProduceOpts};
 use support::{unique_name, PulsarLite};
@@ -58,14 +56,7 @@ fn key_for(partition: i32) -> String {
         .unwrap()
 }
 
-async fn unbatched_producer(client: &Client, topic: &str) -> Producer {
-    client
-        .producer(topic)
-        .batching(false)
-        .create()
-        .await
-        .unwrap()
-}
+use support::unbatched_producer;
 
 async fn shared_consumer(client: &Client, topic: &str, sub: &str) -> Consumer {
     client
@@ -79,10 +70,7 @@ async fn shared_consumer(client: &Client, topic: &str, sub: &str) -> Consumer {
 }
 
 async fn recv(consumer: &mut Consumer, what: &str) -> Message {
-    tokio::time::timeout(STEP, consumer.recv())
-        .await
-        .unwrap_or_else(|_| panic!("{what}: nothing arrived within {STEP:?}"))
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
+    support::recv_within(consumer, STEP, what).await
 }
 
 async fn recv_n(consumer: &mut Consumer, n: usize, what: &str) -> Vec<Message> {

@@ -4,22 +4,13 @@
 //! duplicate deliveries under pipelined publishing, so exact-count tests use Shared or publish the
 //! backlog before subscribing; every test uses a fresh topic and subscription.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use pulsar_sdk::{
-    Client, CompressionType, InitialPosition, MessageId, ProducerMessage, SubscriptionType,
-};
-use support::{shared_broker, unique_name};
+use pulsar_sdk::{CompressionType, InitialPosition, MessageId, ProducerMessage, SubscriptionType};
+use support::unique_name;
 
-fn client() -> Client {
-    Client::builder()
-        .service_url(shared_broker().url())
-        .operation_timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
+use support::shared_client as client;
 
 async fn recv_n(consumer: &mut pulsar_sdk::Consumer, n: usize) -> Vec<pulsar_sdk::Message> {
     let mut out = Vec::new();

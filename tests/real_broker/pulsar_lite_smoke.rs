@@ -1,7 +1,6 @@
 //! Proves the integration-test harness (tests/support) against the real pulsar-lite broker and
 //! the official client, without using the SDK's producer or consumer.
 
-
 use std::collections::BTreeMap;
 use std::net::TcpStream;
 use std::process::Command;

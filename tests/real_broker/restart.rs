@@ -10,7 +10,6 @@
 //! stored again when the client re-sends it. Duplicates are therefore allowed (counted and
 //! printed), losses are not. Shared subscriptions only (Exclusive duplicates deliveries).
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -12,7 +12,6 @@
 //!
 //! Needs `stunnel4` (installed by `.ci/run`); without it the tests fail with that advice.
 
-
 use std::time::Duration;
 
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, MockTls};

@@ -2,8 +2,8 @@
 //! published raw (`MockBroker::publish_raw` stores them as given), as an official producer
 //! writes them.
 
-use support as common;
 use common::{client, recv};
+use support as common;
 
 use common::chunks::{now_ms, raw_small as small, wait_acked};
 use common::{full, within};

@@ -3,8 +3,8 @@
 //! receipt is one id spanning the chunks, and reconnects on either side lose nothing and
 //! duplicate nothing.
 
-use support as common;
 use common::{client, recv};
+use support as common;
 
 use common::chunks::{noise, wait_acked};
 use common::{full, wait_until, within};

@@ -1,7 +1,7 @@
 //! `Consumer::acker`: acks and nacks from other tasks, across reconnects, refused once closed.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -1,8 +1,8 @@
 //! Consumer and reader behaviour against the in-memory mock broker (protocol tier, loopback
 //! TCP, real time with generous timeouts).
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

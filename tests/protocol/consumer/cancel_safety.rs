@@ -1,8 +1,8 @@
 //! Cancel safety: `Consumer::recv`, `Reader::recv` and `Producer::send` futures dropped before
 //! they complete (as a losing `select!` branch does) lose nothing.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::time::Duration;
 

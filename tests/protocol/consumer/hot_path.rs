@@ -2,8 +2,8 @@
 //! out one message at a time, and acks gathered in a per-partition buffer. These check the
 //! behaviours the rewrite must keep, on entries (batches) partly taken when something happens.
 
-use support as common;
 use common::{client, publish_batch, recv};
+use support as common;
 
 use std::time::Duration;
 

@@ -2,8 +2,8 @@
 //! handle's bookkeeping under one lock, single-owner counters, the lock-free state. No
 //! behaviour may change; each test here pins one behaviour the change could have broken.
 
-use support as common;
 use common::{client, full, recv, within};
+use support as common;
 
 use std::time::Duration;
 

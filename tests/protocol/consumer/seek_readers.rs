@@ -3,8 +3,8 @@
 //! non-durable subscription across the disconnect a seek causes, like Apache Pulsar). Each test
 //! asserts what the Java client guarantees.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! State streams, `closed()` futures, and what a client close does to its producers and
 //! consumers.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::time::Duration;
 

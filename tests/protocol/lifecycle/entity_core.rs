@@ -1,8 +1,8 @@
 //! The broker semantics the entity core must get right (each a defect found by review), against
 //! the mock broker, which behaves like Apache Pulsar's broker for each of them.
 
-use support as common;
 use common::client;
+use support as common;
 
 use common::{full, within};
 

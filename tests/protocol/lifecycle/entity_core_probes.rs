@@ -3,8 +3,8 @@
 //! against and document a defect; the others are probes that held up and stay as regression
 //! tests.
 
-use support as common;
 use common::client;
+use support as common;
 
 use common::{full, within};
 

@@ -1,8 +1,8 @@
 //! The mock broker's fault-injection kit seen from the client: each fault does what it says,
 //! and the client handles it as it handles a real broker's.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::time::{Duration, Instant};
 

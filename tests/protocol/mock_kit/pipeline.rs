@@ -2,8 +2,8 @@
 //! through a broker restart: every valid input produces its output (at least once; duplicates
 //! counted), a malformed one goes to the dead-letter topic, and shutdown is graceful.
 
-use support as common;
 use common::client;
+use support as common;
 #[path = "../../../examples/common/pipeline.rs"]
 mod pipeline;
 

@@ -1,8 +1,8 @@
 //! `Producer::stats` / `Consumer::stats` against what the mock broker saw: messages stored,
 //! ack ids and redelivery requests received, creates after a broker restart, dead letters.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::time::Duration;
 

@@ -1,8 +1,8 @@
 //! Producer behaviour against the in-memory mock broker (protocol tier, loopback TCP, real
 //! time with generous timeouts).
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;

@@ -2,8 +2,8 @@
 //! message too big on its own fails alone with `MessageTooBig`, and key-based batches carry
 //! their key in the entry's metadata (what a Key_Shared broker routes by).
 
-use support as common;
 use common::client;
+use support as common;
 
 use common::within;
 

@@ -2,8 +2,8 @@
 //! slot taken before memory, a send that finds anything full giving back what it took), from
 //! the outside: the public producer API against the mock broker.
 
-use support as common;
 use common::{full, test_client, within};
+use support as common;
 
 use std::future::Future;
 use std::task::Poll;

@@ -2,8 +2,8 @@
 //! SmallVec, batched send timeout from the batch's flush), from the outside: the public API
 //! against the mock broker.
 
-use support as common;
 use common::{full, test_client, within};
+use support as common;
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime};

@@ -2,8 +2,8 @@
 //! groups, permits counted per entry, enqueue time in nanoseconds), from the outside: the
 //! public producer API against the mock broker.
 
-use support as common;
 use common::{full, test_client, within};
+use support as common;
 
 use std::time::Duration;
 

@@ -3,8 +3,8 @@
 //! topic, acks routed to the right topic, fairness between a busy and a quiet topic, nacks,
 //! ack timeout, seek by time, unsubscribe, state and close across all topics.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

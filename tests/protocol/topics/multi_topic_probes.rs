@@ -1,9 +1,9 @@
 //! Review probes of the multi-topic and pattern consumers (issue 14) against the mock broker:
 //! each test is a way a user could see them go wrong.
 
-use support as common;
-use common::client;
 use crate::hostile;
+use common::client;
+use support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,8 +3,8 @@
 //! appearing and disappearing, a reconnect in between, a failed poll and a failed subscribe
 //! (retried, never dropped for good), 100 matching topics, and deleted topics never re-created.
 
-use support as common;
 use common::client;
+use support as common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! `pulsar-client[avro]==3.13.0`: the `avro` extra brings fastavro, which `pulsar.schema.AvroSchema`
 //! needs).
 //!
-//! Use it from an integration test with `mod support;`.
+//! Re-exported at the root of the `support` crate (`use support::{shared_broker, unique_name};`).
 //!
 //! * [`shared_broker`]: one broker per test binary, killed when the test process exits.
 //! * [`PulsarLite`]: a private broker (own port and data dir) that can be stopped, restarted and
@@ -68,6 +68,28 @@ pub fn unique_name(prefix: &str) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     format!("{prefix}-{}-{n}-{nanos}", std::process::id())
+}
+
+/// A client of [`shared_broker`] with a 10 s operation timeout.
+pub fn shared_client() -> pulsar_sdk::Client {
+    pulsar_sdk::Client::builder()
+        .service_url(shared_broker().url())
+        .operation_timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+/// The consumer's next message within `step` (a real broker's patience), failing the test with
+/// `what` if none arrives or the consumer fails.
+pub async fn recv_within(
+    consumer: &mut pulsar_sdk::Consumer,
+    step: Duration,
+    what: &str,
+) -> pulsar_sdk::Message {
+    tokio::time::timeout(step, consumer.recv())
+        .await
+        .unwrap_or_else(|_| panic!("{what}: nothing arrived within {step:?}"))
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
 }
 
 // ---------------------------------------------------------------------------------------------

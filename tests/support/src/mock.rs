@@ -1,4 +1,5 @@
-//! Helpers shared by the mock-broker test files (`mod common;`).
+//! Helpers for tests against the mock broker (re-exported at the crate root; files of the
+//! mock tier import them as `use support as common;`).
 
 use std::time::Duration;
 
