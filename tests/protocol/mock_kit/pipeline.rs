@@ -4,6 +4,8 @@
 
 use common::client;
 use support as common;
+// The example's own loop, under its own name (so inside this module of the same name).
+#[allow(clippy::module_inception)]
 #[path = "../../../examples/common/pipeline.rs"]
 mod pipeline;
 
