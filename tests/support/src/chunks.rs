@@ -10,7 +10,6 @@ use pulsar_sdk::{Client, ConsumerBuilder, Producer, SubscriptionType};
 use super::wait_until;
 
 // The chunking probes glob-import this module.
-#[allow(unused_imports)]
 pub use super::{client, recv};
 
 pub fn consumer(client: &Client, topic: &str, t: SubscriptionType) -> ConsumerBuilder {
