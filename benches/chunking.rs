@@ -23,9 +23,6 @@
 //! both sides alike.
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::process::{Command, Stdio};
 use std::time::Duration;
 

@@ -31,9 +31,6 @@
 //!   until the traffic ends, minus VmRSS at the end of the stall (the burst of receipts).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
-
 use std::collections::BTreeMap;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

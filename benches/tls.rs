@@ -12,8 +12,7 @@
 //! (client and broker): the ratio is pessimistic for the client.
 #![allow(clippy::print_stdout)]
 
-#[path = "../tests/common/certs.rs"]
-mod certs;
+use support::certs;
 
 use std::time::{Duration, Instant};
 

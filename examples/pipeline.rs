@@ -12,7 +12,7 @@
 //!
 //! Anything that is not an order (e.g. what the `produce` example sends) ends in the
 //! dead-letter topic. The loop itself is in `examples/common/pipeline.rs`,
-//! which `tests/pipeline.rs` runs against the mock broker through a broker restart.
+//! which `tests/protocol/mock_kit/pipeline.rs` runs against the mock broker through a broker restart.
 
 mod common;
 #[path = "common/pipeline.rs"]

@@ -6,6 +6,7 @@
 //! The corpus is written by `write_corpus` (ignored): `cargo test --test fuzz_smoke --
 //! --ignored write_corpus`.
 
+#[path = "hostile/broker.rs"]
 mod hostile;
 
 use std::path::{Path, PathBuf};

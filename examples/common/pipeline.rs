@@ -1,5 +1,5 @@
 //! The consume → transform → produce loop of `examples/pipeline.rs`, shared with its test
-//! (`tests/pipeline.rs`), so the test runs exactly the code the example runs.
+//! (`tests/protocol/mock_kit/pipeline.rs`), so the test runs exactly the code the example runs.
 //!
 //! At-least-once: an input is acked only once its output's receipt arrived (the broker stored
 //! it), so a crash or a broker restart can repeat an output but never lose one. Work is

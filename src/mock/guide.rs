@@ -52,7 +52,7 @@
 //! A billing service consumes orders, writes one invoice per order and acknowledges the order
 //! once its invoice is stored. Its test runs it against the kit through a broker restart and a
 //! pushed storage error, and checks that every order is billed. This is
-//! `src/mock/guide_example.rs`, which `tests/mock_kit_guide.rs` runs with `cargo test`:
+//! `src/mock/guide_example.rs`, which `tests/protocol/mock_kit/guide.rs` runs with `cargo test`:
 //!
 //! ```ignore
 #![doc = include_str!("guide_example.rs")]

@@ -5,8 +5,7 @@
 //! names in its doc the upstream method whose behaviour it pins; `docs/conformance.md` (the
 //! ledger) maps every recorded behaviour to the test that pins it.
 
-#[path = "../common/mod.rs"]
-mod common;
+use support as common;
 
 mod binary_proto_lookup_service;
 mod client_cnx;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Interop helper: drive the official Pulsar client (pulsar-client 3.13, C++ client 4.2) for tests.
 
-Run by tests/support/mod.rs (module `official`) with the test venv's python:
+Run by tests/support/src/broker.rs (module `official`) with the test venv's python:
 
     python official.py produce < request.json
     python official.py consume < request.json
@@ -84,10 +84,12 @@ def _logger():
 
 def _client(req):
     # TLS (pulsar+ssl:// URLs): the CA file from PULSAR_OFFICIAL_TLS_TRUST_CERTS, hostname
-    # validated (tests/interop_tls.rs).
+    # validated (tests/interop/tls.rs).
     tls = {}
+    # The variable is process-wide in the interop binary (other tests' children inherit it once
+    # tests/interop/tls.rs has set it): only a TLS URL uses it.
     trust = os.environ.get("PULSAR_OFFICIAL_TLS_TRUST_CERTS")
-    if trust:
+    if trust and req["url"].startswith("pulsar+ssl://"):
         tls = {"tls_trust_certs_file_path": trust, "tls_validate_hostname": True}
     return pulsar.Client(
         req["url"],

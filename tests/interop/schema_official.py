@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Interop helper for typed messages: drive the official client's `pulsar.schema` for
-tests/interop_schema.rs.
+tests/interop/schema.rs.
 
     python schema_official.py info     < request.json
     python schema_official.py produce  < request.json
@@ -54,7 +54,7 @@ class User(Record):
 
 
 class Measurement(Record):
-    """Mirrored by `Measurement` in tests/interop_schema.rs (same name, namespace, field order
+    """Mirrored by `Measurement` in tests/interop/schema.rs (same name, namespace, field order
     and types; optional fields are ["null", T] unions, Python's default)."""
     _avro_namespace = "org.example.interop"
     id = Long(required=True)

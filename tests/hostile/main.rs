@@ -1,0 +1,13 @@
+//! A hostile broker cannot crash the client, exhaust its memory, spin it or make it lose
+//! messages silently. The broker is `broker.rs` (a bare TCP server scripted per test); it
+//! installs a counting global allocator, and the tests that assert on the heap take
+//! `hostile::serial()`. They need a process of their own: tests of other binaries running
+//! beside them would count in the heap's peak.
+
+#[path = "broker.rs"]
+mod hostile;
+
+mod client;
+mod connection;
+mod consumer;
+mod probes;
