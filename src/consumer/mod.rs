@@ -267,7 +267,7 @@ impl Consumer {
             Item::Discarded(e) => {
                 // Out of the queue: room for another message (see `QueueRoom`).
                 if let Some(n) = p.taken(epoch, p.refill_at, false) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
+                    let _ = p.send_op(ConsumerOp::Flow(n));
                 }
                 Some(Err(e))
             }
@@ -338,7 +338,7 @@ impl Consumer {
             }
             // Out of the queue: room for another message (see `QueueRoom`).
             if let Some(n) = p.taken(b.epoch, p.refill_at, true) {
-                let _ = p.ops.send(ConsumerOp::Flow(n));
+                let _ = p.send_op(ConsumerOp::Flow(n));
             }
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
@@ -521,7 +521,10 @@ impl Consumer {
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> ConsumerOp,
     ) -> Result<T> {
         let (tx, rx) = oneshot::channel();
-        shared.send_op(make(tx)).map_err(|_| Error::Closed)?;
+        shared
+            .send_control(make(tx))
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.await.unwrap_or(Err(Error::Closed))
     }
 

@@ -97,7 +97,7 @@ impl TopicGroup {
         let tasks = self.tasks(registry);
         let closes = tasks.iter().map(|(_, p)| async move {
             let (tx, rx) = oneshot::channel();
-            if p.send_op(ConsumerOp::Close(tx)).is_ok() {
+            if p.send_control(ConsumerOp::Close(tx)).await.is_ok() {
                 let _ = rx.await;
             }
         });
@@ -239,7 +239,7 @@ pub(crate) async fn subscribe_topic(
     if let Some(e) = failure {
         for s in &shared {
             let (t, _r) = oneshot::channel();
-            let _ = s.send_op(ConsumerOp::Close(t));
+            let _ = s.send_control(ConsumerOp::Close(t)).await;
         }
         {
             let mut r = registry::lock(&ctx.registry);

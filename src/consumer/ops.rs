@@ -1,98 +1,120 @@
-//! How the application's acks reach a partition's task: gathered in a buffer shared with the
-//! task, with one [`ConsumerOp::Acks`] wake-up per batch of them, instead of one channel
-//! message each (issue #18: the channel's push, pop, receive and the op's drop cost more than
-//! the rest of an ack).
+//! How the application's ops reach a partition's task: through its [`inbox`](crate::inbox)
+//! (the same small queue the producer uses).
 //!
-//! Order is kept as if every ack were its own op. Acks join the buffer and the first one of a
-//! batch sends `Acks(generation)`; every other op goes through [`PartitionShared::send_op`],
-//! which first sends the buffered acks as [`ConsumerOp::AckIds`] and starts a new generation.
-//! A stale `Acks` (of an older generation) then finds nothing to take, so no ack made after an
-//! op is applied before it. Flow permits (no order to keep with acks) are sent directly.
+//! Acks, negative acks, redeliveries and flow permits never take room in the inbox: they are
+//! folded into [`Folded`] under its lock (issue #18: one channel message per ack cost more
+//! than the rest of an ack), so a full inbox neither blocks an ack nor drops one, and the
+//! whole bound is kept for the control ops (seek, last message id, unsubscribe, close),
+//! which wait for room. Order is kept as if every op were queued on its own: the inbox hands
+//! the task what was folded in after the ops queued before it, and queues a control op only
+//! behind what was folded in before it; consecutive individual acks share one
+//! [`ConsumerOp::AckIds`] (the set of ids they end up in anyway). Flow permits, which keep
+//! no order with acks, are summed.
 
-use std::sync::MutexGuard;
+use std::collections::VecDeque;
 
 use super::task::{remove_if_any, ConsumerOp, ConsumerTask, PartitionShared};
+use crate::inbox::{Closed, Fold, InboxReceiver, InboxSender};
 use crate::message_id::MessageId;
 use crate::util::deadline_after;
 
-/// Acks made by the application and not yet taken by the task.
-#[derive(Debug, Default)]
-pub(crate) struct AckBuffer {
-    ids: Vec<MessageId>,
-    /// Bumped each time another op is sent behind the buffered acks.
-    generation: u64,
-    /// Whether an `Acks` of this generation is on its way to the task (then `ids` is not
-    /// empty, or about to be filled).
-    signalled: bool,
+/// The handle's end of a partition task's inbox.
+pub(crate) type OpSender = InboxSender<ConsumerOp, Folded>;
+/// The task's end of a partition task's inbox.
+pub(crate) type OpReceiver = InboxReceiver<ConsumerOp, Folded>;
+
+/// A new inbox for a partition's task.
+pub(crate) fn inbox() -> (OpSender, OpReceiver) {
+    crate::inbox::inbox(Folded::default())
 }
 
-type Ops = tokio::sync::mpsc::UnboundedSender<ConsumerOp>;
+/// What the application made that takes no room in the inbox, not yet taken by the task.
+#[derive(Debug, Default)]
+pub(crate) struct Folded {
+    /// Acks, negative acks and redeliveries in the order made (individual acks in a row
+    /// gathered in one [`ConsumerOp::AckIds`]).
+    ops: Vec<ConsumerOp>,
+    /// Flow permits to grant.
+    flow: u32,
+    /// An empty buffer the task gave back, for the next acks.
+    spare: Vec<MessageId>,
+}
 
-impl AckBuffer {
-    fn push(&mut self, ops: &Ops, id: MessageId) -> Result<(), ()> {
-        if self.signalled {
-            // The task takes it with the acks before it (unless it is gone).
-            if ops.is_closed() {
-                return Err(());
-            }
-        } else {
-            ops.send(ConsumerOp::Acks(self.generation))
-                .map_err(|_| ())?;
-            self.signalled = true;
+impl Folded {
+    /// Folds in an ack-like op (see [`ConsumerOp::folds`]).
+    fn push(&mut self, op: ConsumerOp) {
+        match op {
+            ConsumerOp::Ack(id) => match self.ops.last_mut() {
+                Some(ConsumerOp::AckIds(ids)) => ids.push(id),
+                _ => {
+                    let mut ids = std::mem::take(&mut self.spare);
+                    ids.push(id);
+                    self.ops.push(ConsumerOp::AckIds(ids));
+                }
+            },
+            ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
+            op => self.ops.push(op),
         }
-        self.ids.push(id);
-        Ok(())
+    }
+}
+
+impl Fold<ConsumerOp> for Folded {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.flow == 0
     }
 
-    fn send_op(
-        &mut self,
-        ops: &Ops,
-        op: ConsumerOp,
-    ) -> Result<(), tokio::sync::mpsc::error::SendError<ConsumerOp>> {
-        if self.signalled {
-            let ids = std::mem::take(&mut self.ids);
-            self.generation = self.generation.wrapping_add(1);
-            self.signalled = false;
-            if !ids.is_empty() {
-                // Fails only if the task is gone, and then so does `op` below.
-                let _ = ops.send(ConsumerOp::AckIds(ids));
-            }
+    fn drain_into(&mut self, ops: &mut VecDeque<ConsumerOp>) {
+        ops.extend(self.ops.drain(..));
+        if self.flow > 0 {
+            ops.push_back(ConsumerOp::Flow(std::mem::take(&mut self.flow)));
         }
-        ops.send(op)
     }
+}
 
-    fn take(&mut self, generation: u64, into: &mut Vec<MessageId>) {
-        if self.generation == generation && self.signalled {
-            std::mem::swap(&mut self.ids, into);
-            self.signalled = false;
-        }
+impl ConsumerOp {
+    /// Whether the op is folded into the inbox without taking room (never waits, never is
+    /// refused for room): acks, negative acks, redeliveries, flow permits.
+    fn folds(&self) -> bool {
+        matches!(
+            self,
+            ConsumerOp::Ack(_)
+                | ConsumerOp::AckIds(_)
+                | ConsumerOp::AckCumulative(_)
+                | ConsumerOp::Nack(..)
+                | ConsumerOp::Redeliver(_)
+                | ConsumerOp::Flow(_)
+        )
     }
 }
 
 impl PartitionShared {
-    fn ack_buffer(&self) -> MutexGuard<'_, AckBuffer> {
-        self.acks.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// Acks `id` (an individual ack). `Err` once the task is gone.
-    pub(crate) fn send_ack(&self, id: MessageId) -> Result<(), ()> {
-        self.ack_buffer().push(&self.ops, id)
+    #[inline]
+    pub(crate) fn send_ack(&self, id: MessageId) -> Result<(), Closed> {
+        self.ops.fold(|f| f.push(ConsumerOp::Ack(id)))
     }
 
-    /// Sends any other op to the task, after the acks made before it. `Err` (with the op)
+    /// Sends an ack, negative ack, redelivery or flow permit to the task, after the ops made
+    /// before it; never waits. `Err` once the task is gone.
+    pub(crate) fn send_op(&self, op: ConsumerOp) -> Result<(), Closed> {
+        debug_assert!(op.folds(), "a control op waits for room: {op:?}");
+        if op.folds() {
+            self.ops.fold(|f| f.push(op))
+        } else {
+            // Not reached (see the assertion): queued if there is room, as a control op.
+            self.ops.try_send(op).map_err(|_| Closed)
+        }
+    }
+
+    /// Sends a control op (seek, last message id, unsubscribe, close) to the task, after the
+    /// ops made before it, waiting for room. Dropped while waiting, nothing was sent. `Err`
     /// once the task is gone.
-    pub(crate) fn send_op(
-        &self,
-        op: ConsumerOp,
-    ) -> Result<(), tokio::sync::mpsc::error::SendError<ConsumerOp>> {
-        self.ack_buffer().send_op(&self.ops, op)
-    }
-
-    /// The task takes the acks an `Acks(generation)` signalled into `into` (nothing if the
-    /// generation is stale: they came with an `AckIds` already). The buffers are swapped, so
-    /// neither side allocates once they have grown to the usual batch.
-    fn take_acks(&self, generation: u64, into: &mut Vec<MessageId>) {
-        self.ack_buffer().take(generation, into);
+    pub(crate) async fn send_control(&self, op: ConsumerOp) -> Result<(), Closed> {
+        if op.folds() {
+            return self.ops.fold(|f| f.push(op));
+        }
+        self.ops.send(op).await.map_err(|_| Closed)
     }
 }
 
@@ -117,18 +139,23 @@ impl ConsumerTask {
         }
     }
 
-    /// `ConsumerOp::Acks`: applies the acks buffered in this generation, in order.
-    pub(super) fn on_buffered_acks(&mut self, generation: u64) {
-        let mut ids = std::mem::take(&mut self.ack_ids);
-        ids.clear();
-        self.shared.take_acks(generation, &mut ids);
+    /// `ConsumerOp::AckIds`: applies acks made in a row, in order, then gives their buffer
+    /// back for the next ones.
+    pub(super) fn on_ack_ids(&mut self, mut ids: Vec<MessageId>) {
         for id in ids.drain(..) {
             self.on_ack(id);
         }
         // Kept for the next batch, unless a burst grew it past the usual size: the channel
         // the buffer replaced gave its memory back once drained, so a burst's room is not
-        // kept for the consumer's lifetime either (it would ping-pong with the buffer's).
-        self.ack_ids = recycle(ids);
+        // kept for the consumer's lifetime either.
+        let ids = recycle(ids);
+        if ids.capacity() > 0 {
+            self.ops.with_folded(|f| {
+                if f.spare.capacity() == 0 {
+                    f.spare = ids;
+                }
+            });
+        }
     }
 }
 
@@ -155,13 +182,15 @@ mod tests {
 
     #[test]
     fn a_burst_of_acks_does_not_keep_its_buffer() {
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut b = AckBuffer::default();
+        let mut b = Folded::default();
         for e in 0..100_000 {
-            b.push(&tx, id(e)).unwrap();
+            b.push(ConsumerOp::Ack(id(e)));
         }
-        let mut taken = Vec::new();
-        b.take(0, &mut taken);
+        let mut taken = VecDeque::new();
+        b.drain_into(&mut taken);
+        let Some(ConsumerOp::AckIds(mut taken)) = taken.pop_front() else {
+            panic!("one batch of acks")
+        };
         assert_eq!(taken.len(), 100_000);
         taken.clear();
         // What the task keeps after applying them, and hands back to the buffer next time.
@@ -172,47 +201,79 @@ mod tests {
         assert_eq!(recycle(usual).capacity(), 1000, "the usual size is kept");
     }
 
-    #[test]
-    fn acks_keep_their_order_with_other_ops() {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut b = AckBuffer::default();
-        b.push(&tx, id(1)).unwrap();
-        b.push(&tx, id(2)).unwrap();
-        b.send_op(&tx, ConsumerOp::Redeliver(id(9))).unwrap();
-        b.push(&tx, id(3)).unwrap();
-        let mut taken = Vec::new();
-        // The first signal is stale: its acks came with the AckIds before the op.
-        let Ok(ConsumerOp::Acks(g)) = rx.try_recv() else {
-            panic!("signal first")
-        };
-        b.take(g, &mut taken);
-        assert!(taken.is_empty());
+    #[tokio::test]
+    async fn acks_keep_their_order_with_other_ops() {
+        let (tx, mut rx) = inbox();
+        let send_ack = |e| tx.fold(|f| f.push(ConsumerOp::Ack(id(e))));
+        send_ack(1).unwrap();
+        send_ack(2).unwrap();
+        tx.fold(|f| f.push(ConsumerOp::Redeliver(id(9)))).unwrap();
+        send_ack(3).unwrap();
+        let (seek, _r) = tokio::sync::oneshot::channel();
+        let target = super::super::task::SeekTarget::PublishTime(1);
+        tx.send(ConsumerOp::Seek(target, seek)).await.unwrap();
+        send_ack(4).unwrap();
+        send_ack(5).unwrap();
         match rx.try_recv() {
-            Ok(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(1), id(2)]),
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(1), id(2)]),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(rx.try_recv(), Ok(ConsumerOp::Redeliver(_))));
-        let Ok(ConsumerOp::Acks(g)) = rx.try_recv() else {
-            panic!("a new signal after the op")
-        };
-        b.take(g, &mut taken);
-        assert_eq!(taken, vec![id(3)]);
-        assert!(rx.try_recv().is_err());
-        // One signal per batch: the next ack signals again once the batch was taken.
-        b.push(&tx, id(4)).unwrap();
-        b.push(&tx, id(5)).unwrap();
-        let Ok(ConsumerOp::Acks(g)) = rx.try_recv() else {
-            panic!("signal")
-        };
-        assert!(rx.try_recv().is_err());
-        taken.clear();
-        b.take(g, &mut taken);
-        assert_eq!(taken, vec![id(4), id(5)]);
-        // An op with no acks buffered is sent alone.
-        b.send_op(&tx, ConsumerOp::Flow(1)).unwrap();
-        assert!(matches!(rx.try_recv(), Ok(ConsumerOp::Flow(1))));
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Redeliver(_))));
+        match rx.try_recv() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(3)]),
+            other => panic!("{other:?}"),
+        }
+        // The control op comes after the acks made before it, and before those made after.
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Seek(..))));
+        match rx.try_recv() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(4), id(5)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.try_recv().is_none());
+        // Flow permits are summed (no order to keep with acks).
+        tx.fold(|f| f.push(ConsumerOp::Flow(1))).unwrap();
+        tx.fold(|f| f.push(ConsumerOp::Flow(2))).unwrap();
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Flow(3))));
         drop(rx);
-        assert!(b.push(&tx, id(6)).is_err());
-        b.push(&tx, id(7)).unwrap_err();
+        assert!(send_ack(6).is_err());
+        send_ack(7).unwrap_err();
+    }
+
+    /// A full inbox (control ops queued up to the bound) neither blocks nor refuses an ack,
+    /// nor loses one: it comes after the control ops made before it.
+    #[tokio::test]
+    async fn a_full_inbox_still_takes_every_ack() {
+        let (tx, mut rx) = inbox();
+        for _ in 0..crate::inbox::CAPACITY {
+            let (t, _r) = tokio::sync::oneshot::channel();
+            tx.try_send(ConsumerOp::Unsubscribe(t)).unwrap();
+        }
+        let (t, _r) = tokio::sync::oneshot::channel();
+        assert!(matches!(
+            tx.try_send(ConsumerOp::Unsubscribe(t)),
+            Err(crate::inbox::TrySendError::Full(_))
+        ));
+        for e in 0..10_000 {
+            tx.fold(|f| f.push(ConsumerOp::Ack(id(e)))).unwrap();
+        }
+        tx.fold(|f| f.push(ConsumerOp::AckCumulative(id(20_000))))
+            .unwrap();
+        let mut controls = 0;
+        let mut acks = Vec::new();
+        let mut cumulative = None;
+        while let Some(op) = rx.try_recv() {
+            match op {
+                ConsumerOp::Unsubscribe(_) => {
+                    assert!(acks.is_empty(), "the acks come after the ops before them");
+                    controls += 1;
+                }
+                ConsumerOp::AckIds(ids) => acks.extend(ids),
+                ConsumerOp::AckCumulative(c) => cumulative = Some(c),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(controls, crate::inbox::CAPACITY);
+        assert_eq!(acks, (0..10_000).map(id).collect::<Vec<_>>());
+        assert_eq!(cumulative, Some(id(20_000)));
     }
 }

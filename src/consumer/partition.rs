@@ -64,7 +64,7 @@ pub(super) async fn spawn_partition(
         .unwrap_or(usize::MAX),
     };
     let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-    let (ops_tx, ops_rx) = mpsc::unbounded_channel();
+    let (ops_tx, ops_rx) = super::ops::inbox();
     let shared = Arc::new(PartitionShared {
         partition,
         main,
@@ -93,7 +93,6 @@ pub(super) async fn spawn_partition(
         end_epoch: AtomicU64::new(0),
         ended: super::registry::lock(registry).ended.clone(),
         room: Mutex::new(task::QueueRoom::default()),
-        acks: Mutex::new(Default::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -129,7 +128,6 @@ pub(super) async fn spawn_partition(
         ))
         .with_memory_limit(client.memory.clone()),
         chunk_ids: Default::default(),
-        ack_ids: Vec::new(),
     };
     task.start_flow();
     registry_insert(registry, index, shared.clone());

@@ -52,10 +52,9 @@ pub(crate) enum SeekTarget {
 /// Requests from the consumer handle to a partition's task.
 #[derive(Debug)]
 pub(crate) enum ConsumerOp {
+    /// An individual ack (folded into an `AckIds` on its way: see `ops`).
     Ack(MessageId),
-    /// Acks are waiting in the partition's ack buffer (of this generation: see `ops`).
-    Acks(u64),
-    /// Acks taken out of the ack buffer ahead of another op (see `ops`).
+    /// Individual acks made in a row (see `ops`).
     AckIds(Vec<MessageId>),
     AckCumulative(MessageId),
     /// A negative ack, with the message's redelivery count (for the backoff).
@@ -96,7 +95,8 @@ pub(crate) struct PartitionShared {
     /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
     /// its messages still queued are discarded.
     pub removed: std::sync::atomic::AtomicBool,
-    pub ops: mpsc::UnboundedSender<ConsumerOp>,
+    /// The task's inbox (see `ops`).
+    pub ops: super::ops::OpSender,
     /// Failover: whether this consumer is the active one (None until the broker says).
     pub active: tokio::sync::watch::Sender<Option<bool>>,
     /// The partition consumer's lifecycle state.
@@ -122,8 +122,6 @@ pub(crate) struct PartitionShared {
     pub ended: Arc<tokio::sync::Notify>,
     /// This partition's share of the queue.
     pub room: Mutex<QueueRoom>,
-    /// Acks on their way to the task (see `ops`).
-    pub acks: Mutex<super::ops::AckBuffer>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
     pub refill_at: u32,
 }
@@ -208,7 +206,7 @@ pub(crate) struct ConsumerTask {
     pub opts: Arc<ConsumerOptions>,
     pub consumer_name: String,
     pub durable: bool,
-    pub ops: mpsc::UnboundedReceiver<ConsumerOp>,
+    pub ops: super::ops::OpReceiver,
     pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
     pub shared: Arc<PartitionShared>,
     pub acks: AckTracker,
@@ -244,8 +242,6 @@ pub(crate) struct ConsumerTask {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
-    /// The acks taken from the ack buffer (kept to be reused).
-    pub ack_ids: Vec<MessageId>,
 }
 
 /// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
@@ -429,11 +425,11 @@ impl ConsumerTask {
                                 break;
                             }
                             r = match self.ops.try_recv() {
-                                Ok(ConsumerOp::Close(tx)) => {
+                                Some(ConsumerOp::Close(tx)) => {
                                     self.start_close(tx, &mut close_waiters, &mut requests)
                                 }
-                                Ok(op) => self.on_op(op, &mut requests),
-                                Err(_) => break,
+                                Some(op) => self.on_op(op, &mut requests),
+                                None => break,
                             };
                         }
                         r
@@ -604,8 +600,7 @@ impl ConsumerTask {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
             ConsumerOp::Ack(id) => self.on_ack(id),
-            ConsumerOp::Acks(generation) => self.on_buffered_acks(generation),
-            ConsumerOp::AckIds(ids) => ids.into_iter().for_each(|id| self.on_ack(id)),
+            ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
             ConsumerOp::AckCumulative(id) => {
                 self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);

@@ -23,7 +23,7 @@ use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
-use super::inbox::InboxReceiver;
+use super::queueing::OpReceiver;
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
 use crate::codec::EncodedFrame;
@@ -163,7 +163,7 @@ pub(crate) struct ProducerTask {
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
     pub unsent: VecDeque<EncodedFrame>,
-    pub ops: InboxReceiver,
+    pub ops: OpReceiver,
     pub next_seq: u64,
     /// Bumped on every re-create (CommandProducer.epoch).
     pub epoch: u64,
