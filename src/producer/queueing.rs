@@ -63,7 +63,8 @@ mod tests {
     async fn sends_get_their_own_receipts_in_order() {
         let (tx, mut rx) = inbox(Receipts::default());
         let msg = || Outgoing::from(crate::ProducerMessage::new("m"));
-        let mut receipts = vec![send_message(&tx, tx.try_room().unwrap(), msg(), Reservation::default).unwrap()];
+        let mut receipts =
+            vec![send_message(&tx, tx.try_room().unwrap(), msg(), Reservation::default).unwrap()];
         let room = tx.room().await.unwrap();
         receipts.push(send_message(&tx, room, msg(), Reservation::default).unwrap());
         for entry_id in 0..2u64 {
@@ -119,5 +120,4 @@ mod tests {
         assert!(matches!(send(room, 40), Err(TrySendError::Closed)));
         assert_eq!(available(), (100, Some(3)));
     }
-
 }

@@ -1,5 +1,6 @@
-//! How the application's ops reach a partition's task: through its [`inbox`](crate::inbox)
-//! (the same small queue the producer uses).
+//! The ops a consumer's handles send a partition's task, and the inbox they go through (the
+//! same small queue the producer uses: see [`crate::inbox`]).
+//!
 //!
 //! Acks, negative acks, redeliveries and flow permits never take room in the inbox: they are
 //! folded into [`Folded`] under its lock (issue #18: one channel message per ack cost more
@@ -13,10 +14,10 @@
 
 use std::collections::VecDeque;
 
-use super::task::{remove_if_any, ConsumerOp, ConsumerTask, PartitionShared};
-use crate::inbox::{Closed, Fold, InboxReceiver, InboxSender};
+use crate::error::{Error, Result};
+use crate::inbox::{Fold, InboxReceiver, InboxSender};
 use crate::message_id::MessageId;
-use crate::util::deadline_after;
+use tokio::sync::oneshot;
 
 /// The handle's end of a partition task's inbox.
 pub(crate) type OpSender = InboxSender<ConsumerOp, Folded>;
@@ -42,7 +43,7 @@ pub(crate) struct Folded {
 
 impl Folded {
     /// Folds in an ack-like op (see [`ConsumerOp::folds`]).
-    fn push(&mut self, op: ConsumerOp) {
+    pub(crate) fn push(&mut self, op: ConsumerOp) {
         match op {
             ConsumerOp::Ack(id) => match self.ops.last_mut() {
                 Some(ConsumerOp::AckIds(ids)) => ids.push(id),
@@ -54,6 +55,15 @@ impl Folded {
             },
             ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
             op => self.ops.push(op),
+        }
+    }
+}
+
+impl Folded {
+    /// Keeps `ids` (emptied by the task) for the next acks, unless a buffer is kept already.
+    pub(crate) fn give_back(&mut self, ids: Vec<MessageId>) {
+        if self.spare.capacity() == 0 {
+            self.spare = ids;
         }
     }
 }
@@ -75,7 +85,7 @@ impl Fold<ConsumerOp> for Folded {
 impl ConsumerOp {
     /// Whether the op is folded into the inbox without taking room (never waits, never is
     /// refused for room): acks, negative acks, redeliveries, flow permits.
-    fn folds(&self) -> bool {
+    pub(crate) fn folds(&self) -> bool {
         matches!(
             self,
             ConsumerOp::Ack(_)
@@ -88,73 +98,67 @@ impl ConsumerOp {
     }
 }
 
-impl PartitionShared {
-    /// Acks `id` (an individual ack). `Err` once the task is gone.
-    #[inline]
-    pub(crate) fn send_ack(&self, id: MessageId) -> Result<(), Closed> {
-        self.ops.fold(|f| f.push(ConsumerOp::Ack(id)))
-    }
-
-    /// Sends an ack, negative ack, redelivery or flow permit to the task, after the ops made
-    /// before it; never waits. `Err` once the task is gone.
-    pub(crate) fn send_op(&self, op: ConsumerOp) -> Result<(), Closed> {
-        debug_assert!(op.folds(), "a control op waits for room: {op:?}");
-        if op.folds() {
-            self.ops.fold(|f| f.push(op))
-        } else {
-            // Not reached (see the assertion): queued if there is room, as a control op.
-            self.ops.try_send(op).map_err(|_| Closed)
-        }
-    }
-
-    /// Sends a control op (seek, last message id, unsubscribe, close) to the task, after the
-    /// ops made before it, waiting for room. Dropped while waiting, nothing was sent. `Err`
-    /// once the task is gone.
-    pub(crate) async fn send_control(&self, op: ConsumerOp) -> Result<(), Closed> {
-        if op.folds() {
-            return self.ops.fold(|f| f.push(op));
-        }
-        self.ops.send(op).await.map_err(|_| Closed)
-    }
+/// Where a seek goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SeekTarget {
+    Id(MessageId),
+    PublishTime(u64),
 }
 
-impl ConsumerTask {
-    /// An individual ack from the application.
-    pub(super) fn on_ack(&mut self, id: MessageId) {
-        self.shared.stats.acked();
-        self.forget(&id);
-        if !self.persistent() {
-            return;
-        }
-        if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
-            // A chunked message: every chunk is acked (upstream acks each chunk of a
-            // `ChunkMessageIdImpl`).
-            self.ack_chunks(chunks);
-            return;
-        }
-        if self.acks.ack(id) || self.opts.ack_group_time.is_zero() {
-            self.flush_acks();
-        } else if self.ack_deadline.is_none() {
-            self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
+/// Requests from the consumer handle to a partition's task.
+#[derive(Debug)]
+pub(crate) enum ConsumerOp {
+    /// An individual ack (folded into an `AckIds` on its way: see `ops`).
+    Ack(MessageId),
+    /// Individual acks made in a row (see `ops`).
+    AckIds(Vec<MessageId>),
+    AckCumulative(MessageId),
+    /// A negative ack, with the message's redelivery count (for the backoff).
+    Nack(MessageId, u32),
+    /// Ask the broker to redeliver now (e.g. after a failed dead-letter publish).
+    Redeliver(MessageId),
+    Flow(u32),
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<LastIds>>),
+    Unsubscribe(oneshot::Sender<Result<()>>),
+    Close(oneshot::Sender<Result<()>>),
+}
+
+/// A partition's answer to get-last-message-id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastIds {
+    /// The id of the last stored message (for a batch, with the index of its last message);
+    /// entry -1 on an empty partition.
+    pub last: MessageId,
+    /// The subscription's mark-delete position (everything at or before it is acknowledged),
+    /// when the broker says.
+    pub mark_delete: Option<MessageId>,
+}
+
+/// A seek or get-last-message-id of the application, in flight or waiting for the consumer to
+/// be subscribed again.
+#[derive(Debug)]
+pub(crate) enum IdRequest {
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<LastIds>>),
+}
+
+impl IdRequest {
+    pub(crate) fn operation(&self) -> &'static str {
+        match self {
+            IdRequest::Seek(..) => "seek",
+            IdRequest::LastMessageId(_) => "get last message id",
         }
     }
 
-    /// `ConsumerOp::AckIds`: applies acks made in a row, in order, then gives their buffer
-    /// back for the next ones.
-    pub(super) fn on_ack_ids(&mut self, mut ids: Vec<MessageId>) {
-        for id in ids.drain(..) {
-            self.on_ack(id);
-        }
-        // Kept for the next batch, unless a burst grew it past the usual size: the channel
-        // the buffer replaced gave its memory back once drained, so a burst's room is not
-        // kept for the consumer's lifetime either.
-        let ids = recycle(ids);
-        if ids.capacity() > 0 {
-            self.ops.with_folded(|f| {
-                if f.spare.capacity() == 0 {
-                    f.spare = ids;
-                }
-            });
+    pub(crate) fn fail(self, e: Error) {
+        match self {
+            IdRequest::Seek(_, tx) => {
+                let _ = tx.send(Err(e));
+            }
+            IdRequest::LastMessageId(tx) => {
+                let _ = tx.send(Err(e));
+            }
         }
     }
 }
@@ -163,7 +167,7 @@ impl ConsumerTask {
 const KEPT_ACK_IDS: usize = 4096;
 
 /// `ids` (empty) to keep, or a new one if it grew past [`KEPT_ACK_IDS`].
-fn recycle(ids: Vec<MessageId>) -> Vec<MessageId> {
+pub(crate) fn recycle(ids: Vec<MessageId>) -> Vec<MessageId> {
     debug_assert!(ids.is_empty());
     if ids.capacity() > KEPT_ACK_IDS {
         Vec::new()
@@ -210,7 +214,7 @@ mod tests {
         tx.fold(|f| f.push(ConsumerOp::Redeliver(id(9)))).unwrap();
         send_ack(3).unwrap();
         let (seek, _r) = tokio::sync::oneshot::channel();
-        let target = super::super::task::SeekTarget::PublishTime(1);
+        let target = SeekTarget::PublishTime(1);
         tx.send(ConsumerOp::Seek(target, seek)).await.unwrap();
         send_ack(4).unwrap();
         send_ack(5).unwrap();
