@@ -10,7 +10,7 @@ use tokio_util::codec::Decoder;
 
 use crate::codec::{Payload, PulsarCodec, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::compression::CompressionType;
-use crate::consumer::decode;
+use crate::consumer::engine::decode;
 use crate::proto;
 use crate::topic::TopicName;
 

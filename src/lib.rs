@@ -98,6 +98,7 @@ pub mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guide;
+pub(crate) mod inbox;
 pub mod lifecycle;
 pub mod lookup;
 pub mod message;

@@ -3,23 +3,24 @@
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::task::{ConsumerOp, PartitionShared};
-use super::{ended_error, Registry, SubscriptionType, TopicGroup};
+use crate::consumer::handle::PartitionShared;
+use crate::consumer::op::ConsumerOp;
+use crate::consumer::{ended_error, Registry, SubscriptionType, TopicGroup};
 use crate::error::{Error, Result};
 use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-/// Acknowledges (or negatively acknowledges) the messages of one [`Consumer`](super::Consumer)
-/// from any task. Get one with [`Consumer::acker`](super::Consumer::acker).
+/// Acknowledges (or negatively acknowledges) the messages of one [`Consumer`](crate::consumer::Consumer)
+/// from any task. Get one with [`Consumer::acker`](crate::consumer::Consumer::acker).
 ///
 /// Cheap to clone (an `Arc`), `Send + Sync` and `'static`, so spawned workers can ack what
 /// they processed while one loop keeps receiving. It is the same code path as
-/// [`Consumer::ack`](super::Consumer::ack) and friends: acks are grouped and sent in the
+/// [`Consumer::ack`](crate::consumer::Consumer::ack) and friends: acks are grouped and sent in the
 /// background by the partition's task, and keep working across reconnects (acks made while
 /// the consumer re-subscribes are sent once it is back).
 ///
-/// Once the consumer is closing or closed (by [`Consumer::close`](super::Consumer::close), by
+/// Once the consumer is closing or closed (by [`Consumer::close`](crate::consumer::Consumer::close), by
 /// dropping it, or by [`Client::close`](crate::Client::close)) every call fails with
 /// [`Error::Closed`] and sends nothing. (Dropping a consumer starts its close in the
 /// background: an ack made in that instant, before the close began, still returns `Ok` and
@@ -80,7 +81,7 @@ impl Acker {
         }
     }
 
-    /// [`Consumer::reconsume_later`](super::Consumer::reconsume_later) from any task: publishes
+    /// [`Consumer::reconsume_later`](crate::consumer::Consumer::reconsume_later) from any task: publishes
     /// `msg` to the retry-letter topic, to be delivered again after `delay`, then acks it (past
     /// the policy's maximum it goes to the dead-letter topic, counted as dead-lettered). The
     /// receive loop goes on meanwhile. Needs `retry_enable` ([`Error::InvalidConfig`]
@@ -104,7 +105,7 @@ impl Acker {
             ));
         }
         let (source, sink) = {
-            let tasks = super::registry::lock(&self.inner.registry);
+            let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
             let p = self.source_of(&tasks, msg)?;
             Self::check_open(p)?;
             let groups = self.inner.groups.upgrade().ok_or(Error::Closed)?;
@@ -134,7 +135,7 @@ impl Acker {
     /// ```
     pub fn ack(&self, msg: &Message) -> Result<()> {
         // The hot path: straight into the source task's ack buffer (no op built and matched).
-        let tasks = super::registry::lock(&self.inner.registry);
+        let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         let p = self.source_of(&tasks, msg)?;
         Self::check_open(p)?;
         p.send_ack(msg.id).map_err(|_| Error::Closed)
@@ -170,7 +171,7 @@ impl Acker {
     /// delivered once (the id does not carry its redelivery count): prefer [`Acker::nack`]
     /// when the message is at hand.
     ///
-    /// [`negative_ack_backoff`]: super::ConsumerBuilder::negative_ack_backoff
+    /// [`negative_ack_backoff`]: crate::consumer::ConsumerBuilder::negative_ack_backoff
     ///
     /// ```no_run
     /// # fn demo(acker: &pulsar_sdk::consumer::Acker, msg: &pulsar_sdk::Message) -> pulsar_sdk::Result<()> {
@@ -224,7 +225,7 @@ impl Acker {
     /// Routes an op about a received message to the partition task it came from.
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
         // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.
-        let tasks = super::registry::lock(&self.inner.registry);
+        let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         self.send(self.source_of(&tasks, msg)?, op)
     }
 
@@ -233,7 +234,7 @@ impl Acker {
     #[inline(always)]
     fn source_of<'a>(
         &self,
-        tasks: &'a super::registry::Tasks,
+        tasks: &'a crate::consumer::topics::registry::Tasks,
         msg: &Message,
     ) -> Result<&'a Arc<PartitionShared>> {
         match tasks.get_ref(msg.source) {
@@ -258,7 +259,7 @@ impl Acker {
     /// Likewise on a multi-topic consumer, an id that several topics could own is refused;
     /// use [`Acker::ack_topic_id`] / [`Acker::nack_topic_id`], which name the topic.
     fn to_partition(&self, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let owners = super::registry::lock(&self.inner.registry).owners_of_id(id);
+        let owners = crate::consumer::topics::registry::lock(&self.inner.registry).owners_of_id(id);
         if owners.retry {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to the topic or to its retry topic \
@@ -280,7 +281,7 @@ impl Acker {
     /// Routes an op about an id of `topic` (the message's [`Message::topic`]: the partition's
     /// name for a partitioned topic) to the task that subscribes it.
     fn to_topic(&self, topic: &TopicName, id: &MessageId, op: ConsumerOp) -> Result<()> {
-        let p = super::registry::lock(&self.inner.registry)
+        let p = crate::consumer::topics::registry::lock(&self.inner.registry)
             .owner_of_topic(topic, id)
             .ok_or_else(|| {
                 Error::InvalidOperation(format!(

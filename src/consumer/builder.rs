@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{
+use crate::consumer::{
     Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, RedeliveryBackoff,
     SubscriptionMode, SubscriptionType,
 };
@@ -17,7 +17,7 @@ pub struct ConsumerBuilder {
     client: CoreRef,
     topics: Vec<String>,
     pattern: Option<String>,
-    pub(super) options: ConsumerOptions,
+    pub(crate) options: ConsumerOptions,
     mode: RegexSubscriptionMode,
     discovery_period: Duration,
 }
@@ -247,11 +247,11 @@ impl ConsumerBuilder {
                     "pattern_auto_discovery_period must not be zero".into(),
                 ));
             }
-            let cfg = super::pattern::PatternConfig {
+            let cfg = crate::consumer::topics::pattern::PatternConfig {
                 pattern: TopicsPattern::new(p)?,
                 mode: self.mode,
                 period: self.discovery_period,
-                own_letters: super::pattern::OwnLetters::of(&self.options),
+                own_letters: crate::consumer::topics::pattern::OwnLetters::of(&self.options),
             };
             return Box::pin(Consumer::subscribe_pattern(self.client, cfg, self.options)).await;
         }

@@ -7,26 +7,17 @@
 //! redeliver.
 
 mod acker;
-mod acks;
 mod builder;
-mod chunk_intake;
-mod chunks;
-pub(crate) mod decode;
 pub mod dlq;
+pub(crate) mod engine;
 mod entry;
-mod intake;
-pub(crate) mod multi;
-mod ops;
+pub(crate) mod handle;
+pub(crate) mod op;
 mod options;
-mod partition;
-mod pattern;
-mod queue;
+pub(crate) mod queue;
 mod reader;
-pub(crate) mod registry;
 mod seek;
-mod subscribe;
-mod task;
-mod unacked;
+pub(crate) mod topics;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,8 +34,8 @@ pub use dlq::DeadLetterPolicy;
 pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
-pub use pattern::TopicsChanged;
 pub use reader::{Reader, ReaderBuilder};
+pub use topics::pattern::TopicsChanged;
 
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
@@ -54,16 +45,18 @@ use crate::topic::TopicName;
 
 use crate::lifecycle::{aggregate_until_all_end, State, StateStream};
 use crate::topic_list::RegexSubscriptionMode;
-use multi::{SubscribeContext, TopicGroup};
-pub(crate) use registry::Registry;
+pub(crate) use topics::registry::Registry;
+use topics::topic::{SubscribeContext, TopicGroup};
 
 /// The topics of a consumer (shared with a pattern consumer's discovery, which adds and
 /// removes topics).
 pub(crate) type Groups = Arc<Mutex<Vec<TopicGroup>>>;
 
 #[cfg(feature = "fuzzing")]
-pub(crate) use task::overshoot_bound;
-use task::{ConsumerOp, Item, PartitionShared};
+pub(crate) use engine::flow::overshoot_bound;
+use handle::PartitionShared;
+use op::ConsumerOp;
+use queue::Item;
 
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the
 /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
@@ -83,7 +76,7 @@ pub struct Consumer {
     /// The rest of the entry being handed out (see [`Item::Messages`]).
     buffered: queue::Buffered,
     /// The (first) topic's dead-letter / retry publisher, when a policy applies.
-    dlq: Option<Arc<dlq::DeadLetterSink>>,
+    dlq: Option<Arc<engine::dlq::DeadLetterSink>>,
     /// Every partition task of every topic by index.
     registry: Registry,
     /// The topics, each with its partitions, dead-letter sink and partition registration.
@@ -93,7 +86,7 @@ pub struct Consumer {
     /// Acks and nacks (shared with [`Consumer::acker`]).
     acker: Acker,
     /// A pattern consumer's topic discovery.
-    discovery: Option<pattern::Discovery>,
+    discovery: Option<topics::pattern::Discovery>,
     /// Whether `recv` reported the end of the topics (once, see [`Consumer::recv`]).
     end_reported: bool,
     /// Set by [`Consumer::close`]: from then on nothing more is handed out (Java
@@ -124,7 +117,7 @@ impl Consumer {
             .cloned()
             .ok_or_else(|| Error::InvalidConfig("a consumer needs at least one topic".into()))?;
         let (ctx, tx, rx) = SubscribeContext::new(client, options);
-        let groups = multi::subscribe_all(&ctx, topics).await?;
+        let groups = topics::topic::subscribe_all(&ctx, topics).await?;
         let count = groups[0].count.clone();
         // The tasks hold the senders from now on: the queue ends once they all ended.
         drop(tx);
@@ -168,14 +161,14 @@ impl Consumer {
     /// A consumer of the topics matching `cfg` (see [`pattern`]).
     pub(crate) async fn subscribe_pattern(
         client: CoreRef,
-        cfg: pattern::PatternConfig,
+        cfg: topics::pattern::PatternConfig,
         mut options: ConsumerOptions,
     ) -> Result<Consumer> {
-        let initial = pattern::initial_topics(&client, &cfg).await?;
+        let initial = topics::pattern::initial_topics(&client, &cfg).await?;
         // A topic deleted while the consumer subscribes must not be re-created by it.
         options.force_topic_creation = false;
         let (ctx, tx, rx) = SubscribeContext::new(client, options);
-        let (groups, initial) = pattern::subscribe_initial(&ctx, initial).await?;
+        let (groups, initial) = topics::pattern::subscribe_initial(&ctx, initial).await?;
         let shown = TopicName::new(&format!(
             "{}://{}/{}",
             if cfg.mode == RegexSubscriptionMode::NonPersistentOnly {
@@ -188,7 +181,7 @@ impl Consumer {
         ))?;
         let count = watch::channel(0).1;
         let mut consumer = Self::assemble(ctx.clone(), shown, rx, groups, count);
-        consumer.discovery = Some(pattern::Discovery::start(
+        consumer.discovery = Some(topics::pattern::Discovery::start(
             ctx,
             consumer.groups.clone(),
             cfg,
@@ -244,7 +237,10 @@ impl Consumer {
 
     /// Every partition task of every topic, in index order.
     fn all(&self) -> Vec<Arc<PartitionShared>> {
-        registry::lock(&self.registry).iter().cloned().collect()
+        topics::registry::lock(&self.registry)
+            .iter()
+            .cloned()
+            .collect()
     }
 
     /// Accepts a queued item (only once the entry before it is handed out): discards messages
@@ -252,7 +248,7 @@ impl Consumer {
     /// position. `None` = discarded.
     fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
-        let p = registry::lock(&self.registry).get(index)?;
+        let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
             Item::Messages(entry) => {
                 debug_assert!(self.buffered.records.as_slice().is_empty());
@@ -267,7 +263,7 @@ impl Consumer {
             Item::Discarded(e) => {
                 // Out of the queue: room for another message (see `QueueRoom`).
                 if let Some(n) = p.taken(epoch, p.refill_at, false) {
-                    let _ = p.ops.send(ConsumerOp::Flow(n));
+                    let _ = p.send_op(ConsumerOp::Flow(n));
                 }
                 Some(Err(e))
             }
@@ -338,7 +334,7 @@ impl Consumer {
             }
             // Out of the queue: room for another message (see `QueueRoom`).
             if let Some(n) = p.taken(b.epoch, p.refill_at, true) {
-                let _ = p.ops.send(ConsumerOp::Flow(n));
+                let _ = p.send_op(ConsumerOp::Flow(n));
             }
             // A message queued before a reconnect, seek or redeliver-all is discarded (the
             // broker sends it again); its permit was counted above like upstream's
@@ -433,7 +429,7 @@ impl Consumer {
     /// The task of the main topic that owns `id`; `Err` when several topics could
     /// (a multi-topic consumer: an id names no topic).
     fn partition_of(&self, id: &MessageId) -> Result<Option<Arc<PartitionShared>>> {
-        let owners = registry::lock(&self.registry).owners_of_id(id);
+        let owners = topics::registry::lock(&self.registry).owners_of_id(id);
         if owners.mains > 1 {
             return Err(Error::InvalidOperation(format!(
                 "message id {id} may belong to any of this consumer's {} topics: an id \
@@ -521,7 +517,10 @@ impl Consumer {
         make: impl FnOnce(oneshot::Sender<Result<T>>) -> ConsumerOp,
     ) -> Result<T> {
         let (tx, rx) = oneshot::channel();
-        shared.send_op(make(tx)).map_err(|_| Error::Closed)?;
+        shared
+            .send_control(make(tx))
+            .await
+            .map_err(|_| Error::Closed)?;
         rx.await.unwrap_or(Err(Error::Closed))
     }
 
@@ -752,7 +751,7 @@ impl Consumer {
 }
 
 /// The (first) topic's dead-letter / retry publisher.
-fn first_sink(groups: &Groups) -> Option<Arc<dlq::DeadLetterSink>> {
+fn first_sink(groups: &Groups) -> Option<Arc<engine::dlq::DeadLetterSink>> {
     let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
     groups.first().and_then(|g| g.sink.clone())
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
 
-use super::dlq::DeadLetterPolicy;
+use crate::consumer::dlq::DeadLetterPolicy;
 
 /// Redelivery delays that grow with a message's redelivery count:
 /// `min_delay * multiplier^redelivery_count`, capped at `max_delay` (like Java's

@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
-use super::entry::{Entry, EntryHead, Record, Records};
+use crate::consumer::entry::{Entry, EntryHead, Record, Records};
 use crate::error::Error;
 
-use super::task::PartitionShared;
+use crate::consumer::handle::PartitionShared;
 
 /// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
 /// from before a reconnect, seek or redeliver-all can be discarded.
@@ -37,41 +37,6 @@ impl Item {
             Item::Messages(e) => e.records.len() as u64,
             Item::Discarded(_) => 1,
             Item::Error(_) | Item::EndOfTopic => 0,
-        }
-    }
-}
-
-/// A partition's share of the queue between its task and the application. Nothing is taken
-/// out of the queue when the partition re-subscribes (the handle discards stale items as it
-/// reads them), so unlike upstream, which clears its receiver queue before the new
-/// subscription's first FLOW, a new subscription is granted only the room that is free, and
-/// the rest as the stale items are taken out. Together with the flow-control check this
-/// bounds the queue by the receiver queue size, the overshoot tolerance and one batch, across
-/// any number of reconnects.
-#[derive(Debug, Default)]
-pub(crate) struct QueueRoom {
-    /// Counted items of this partition in the queue, of every epoch.
-    pub queued: u64,
-    /// Permits the current subscription's first FLOW left out because older items filled the
-    /// queue: granted one by one as those items are taken out.
-    pub withheld: u64,
-    /// Messages counted as consumed for flow control since the last FLOW refill (see
-    /// [`QueueRoom::consume`]).
-    pub consumed: u32,
-    /// Messages the application has taken from the queue (of any epoch): the ack timeout's
-    /// clock of a message starts then (see `unacked`).
-    pub taken: u64,
-}
-
-impl QueueRoom {
-    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
-    /// (once half the receiver queue, `refill_at`, is due).
-    pub(crate) fn consume(&mut self, n: u32, refill_at: u32) -> Option<u32> {
-        self.consumed = self.consumed.saturating_add(n);
-        if self.consumed >= refill_at {
-            Some(std::mem::take(&mut self.consumed))
-        } else {
-            None
         }
     }
 }

@@ -6,8 +6,10 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 
-use super::seek::LastIds;
-use super::{Consumer, ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType};
+use crate::consumer::op::LastIds;
+use crate::consumer::{
+    Consumer, ConsumerOptions, InitialPosition, SubscriptionMode, SubscriptionType,
+};
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::message::Message;
@@ -125,7 +127,7 @@ impl ReaderBuilder {
         let options = ConsumerOptions {
             subscription: self
                 .name
-                .unwrap_or_else(|| format!("reader-{:08x}", super::rand_u32())),
+                .unwrap_or_else(|| format!("reader-{:08x}", crate::consumer::rand_u32())),
             subscription_type: SubscriptionType::Exclusive,
             subscription_mode: Some(SubscriptionMode::NonDurable),
             initial_position: if self.start == MessageId::EARLIEST {

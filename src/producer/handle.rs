@@ -28,9 +28,11 @@ use crate::lifecycle::{GroupClose, State, StateNow};
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
-use super::inbox::{inbox, InboxSender, TrySendError};
+use crate::inbox::TrySendError;
+
 use super::limits::{slot_count, Held, Limits, Reservation};
 use super::pending::{Outgoing, PendingQueue};
+use super::queueing::{inbox, send_message, OpSender};
 use super::receipt::{Receipts, SendFuture};
 use super::task::{self, ProducerOp, ProducerTask};
 use super::ProducerOptions;
@@ -74,7 +76,7 @@ const UNLIMITED_PENDING_RECEIPT_BOUND: usize = 1_000_000;
 #[derive(Debug)]
 pub(super) struct PartitionProducer {
     pub(super) name: String,
-    ops: InboxSender,
+    ops: OpSender,
     /// What the producer's messages take while pending.
     limits: Arc<Limits>,
     memory_limit: usize,
@@ -265,10 +267,7 @@ impl PartitionProducer {
             }
             Err(TrySendError::Closed) => return Err(self.closed_error()),
         };
-        match self
-            .ops
-            .send_message(room, msg, || Reservation::of(memory, slot))
-        {
+        match send_message(&self.ops, room, msg, || Reservation::of(memory, slot)) {
             Ok(receipt) => Ok(Queued::Done(receipt)),
             Err(_) => Err(self.closed_error()),
         }
@@ -293,9 +292,7 @@ impl PartitionProducer {
         };
         // Dropped here (cancelled, or the task ended), `held` gives its counts back.
         let room = self.ops.room().await.map_err(|_| self.closed_error())?;
-        self.ops
-            .send_message(room, msg, || held.take())
-            .map_err(|_| self.closed_error())
+        send_message(&self.ops, room, msg, || held.take()).map_err(|_| self.closed_error())
     }
 
     /// Waits for `msg`'s memory, then holds it with `held`.

@@ -9,10 +9,10 @@
 mod batch_container;
 mod chunker;
 mod handle;
-mod inbox;
 mod limits;
 mod options;
 mod pending;
+mod queueing;
 mod receipt;
 mod task;
 

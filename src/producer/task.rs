@@ -23,10 +23,11 @@ use crate::stats::counters::SendFailure;
 use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
-use super::inbox::InboxReceiver;
 use super::options::ProducerOptions;
 use super::pending::{Completion, InFlight, Outgoing, PendingQueue, ReceiptOutcome};
+use super::receipt::Receipts;
 use crate::codec::EncodedFrame;
+use crate::inbox::InboxReceiver;
 
 /// Requests from producer handles to the task. A Send is about 110 bytes (an [`Outgoing`]
 /// boxes all but the payload and key, and only when there is more), so moving it through the
@@ -163,7 +164,7 @@ pub(crate) struct ProducerTask {
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.
     pub unsent: VecDeque<EncodedFrame>,
-    pub ops: InboxReceiver,
+    pub ops: InboxReceiver<ProducerOp, Receipts>,
     pub next_seq: u64,
     /// Bumped on every re-create (CommandProducer.epoch).
     pub epoch: u64,

@@ -35,7 +35,7 @@ use crate::proto;
 /// orphans); bounded, oldest forgotten first.
 const REFUSED_MEMORY: usize = 64;
 
-/// The reassembly knobs (from [`ConsumerOptions`](super::ConsumerOptions)).
+/// The reassembly knobs (from [`ConsumerOptions`](crate::consumer::ConsumerOptions)).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ChunkLimits {
     pub max_pending: usize,
@@ -45,7 +45,7 @@ pub(crate) struct ChunkLimits {
 }
 
 impl ChunkLimits {
-    pub(crate) fn from_options(o: &super::ConsumerOptions) -> Self {
+    pub(crate) fn from_options(o: &crate::consumer::ConsumerOptions) -> Self {
         ChunkLimits {
             max_pending: o.max_pending_chunked_messages.max(1),
             auto_ack_oldest: o.auto_ack_oldest_chunked_message_on_queue_full,

@@ -1,5 +1,5 @@
 //! Subscribing one topic of a consumer: the unit a single-topic, multi-topic
-//! ([`ConsumerBuilder::topics`](super::ConsumerBuilder::topics)) and pattern consumer are made
+//! ([`ConsumerBuilder::topics`](crate::consumer::ConsumerBuilder::topics)) and pattern consumer are made
 //! of. Each topic is a [`TopicGroup`]: its partition tasks (and its retry topic's), its
 //! dead-letter sink and its partition-growth registration. Every task of every topic feeds the
 //! consumer's one queue and sits in its one [`Registry`], so receiving, acking, seeking and
@@ -15,10 +15,14 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-use super::partition::{grow, spawn_partition, GrowContext};
-use super::registry::{self, Registry};
-use super::task::{self, ConsumerOp, Item, PartitionShared};
-use super::{dlq, ConsumerOptions, DeadLetterPolicy, SubscriptionType};
+use crate::consumer::engine::dlq::DeadLetterSink;
+use crate::consumer::engine::start::{grow, spawn_partition, GrowContext};
+use crate::consumer::engine::subscribe::effective_durable;
+use crate::consumer::handle::PartitionShared;
+use crate::consumer::op::ConsumerOp;
+use crate::consumer::queue::Item;
+use crate::consumer::topics::registry::{self, Registry};
+use crate::consumer::{dlq, ConsumerOptions, DeadLetterPolicy, SubscriptionType};
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
 use crate::lifecycle::GroupClose;
@@ -55,7 +59,7 @@ impl SubscribeContext {
         let consumer_name = options
             .consumer_name
             .clone()
-            .unwrap_or_else(|| format!("consumer-{:08x}", super::rand_u32()));
+            .unwrap_or_else(|| format!("consumer-{:08x}", crate::consumer::rand_u32()));
         let (tx, rx) = mpsc::unbounded_channel();
         let ctx = SubscribeContext {
             client,
@@ -73,7 +77,7 @@ impl SubscribeContext {
 pub(crate) struct TopicGroup {
     pub topic: TopicName,
     /// Dead-letter / retry publishing for this topic's messages.
-    pub sink: Option<Arc<dlq::DeadLetterSink>>,
+    pub sink: Option<Arc<DeadLetterSink>>,
     /// The topic's partition count (0 if not partitioned), growing with it.
     pub count: watch::Receiver<usize>,
     /// Keeps the topic registered for partition updates.
@@ -97,7 +101,7 @@ impl TopicGroup {
         let tasks = self.tasks(registry);
         let closes = tasks.iter().map(|(_, p)| async move {
             let (tx, rx) = oneshot::channel();
-            if p.send_op(ConsumerOp::Close(tx)).is_ok() {
+            if p.send_control(ConsumerOp::Close(tx)).await.is_ok() {
                 let _ = rx.await;
             }
         });
@@ -170,7 +174,7 @@ pub(crate) async fn subscribe_topic(
         .clone()
         .filter(|_| shared_type || options.retry_enable)
         .map(|policy| {
-            Arc::new(dlq::DeadLetterSink::new(
+            Arc::new(DeadLetterSink::new(
                 client.clone(),
                 &topic,
                 &options.subscription,
@@ -203,7 +207,7 @@ pub(crate) async fn subscribe_topic(
             names.extend((0..n).map(|i| (retry_topic.partition(i), i as i32)));
         }
     }
-    let durable = task::effective_durable(&topic, options);
+    let durable = effective_durable(&topic, options);
     let Some(out) = ctx.out.upgrade() else {
         return Err(Error::Closed);
     };
@@ -239,7 +243,7 @@ pub(crate) async fn subscribe_topic(
     if let Some(e) = failure {
         for s in &shared {
             let (t, _r) = oneshot::channel();
-            let _ = s.send_op(ConsumerOp::Close(t));
+            let _ = s.send_control(ConsumerOp::Close(t)).await;
         }
         {
             let mut r = registry::lock(&ctx.registry);

@@ -10,10 +10,12 @@ use crate::message_id::MessageId;
 use crate::proto::base_command::Type;
 use std::sync::atomic::Ordering;
 
-use super::acks::EntryAcks;
-use super::decode::decode;
-use super::entry::Entry;
-use super::task::{overshoot_bound, ConsumerTask, Item};
+use crate::consumer::engine::acks::EntryAcks;
+use crate::consumer::engine::decode::decode;
+use crate::consumer::engine::flow::overshoot_bound;
+use crate::consumer::engine::ConsumerTask;
+use crate::consumer::entry::Entry;
+use crate::consumer::queue::Item;
 
 impl ConsumerTask {
     /// The broker delivered beyond its flow permits, or into a queue already full: a
@@ -22,7 +24,7 @@ impl ConsumerTask {
     /// re-subscribes after the backoff (the broker redelivers every unacked message, within
     /// the new permits), and tells the application with an error item. The entry that
     /// crossed the line is not accepted; the broker redelivers it.
-    pub(super) fn flow_violation(&mut self, queued: u64) {
+    pub(crate) fn flow_violation(&mut self, queued: u64) {
         self.over_delivered += 1;
         let size = self.opts.receiver_queue_size;
         let error = Error::Protocol(format!(
@@ -41,7 +43,7 @@ impl ConsumerTask {
     }
 
     /// Gives back the permits of `n` messages the application will never consume.
-    pub(super) fn release_permits(&mut self, n: u32) {
+    pub(crate) fn release_permits(&mut self, n: u32) {
         if let Some(permits) = self.shared.consume(n, self.refill_at()) {
             if self.entity.conn.is_some() {
                 self.permits += i64::from(permits);
@@ -52,7 +54,7 @@ impl ConsumerTask {
     }
 
     /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
-    pub(super) fn on_inbound(&mut self, wake: Wake) -> Result<()> {
+    pub(crate) fn on_inbound(&mut self, wake: Wake) -> Result<()> {
         match wake {
             Wake::Message(m) => {
                 let crate::connection::MessageFrame { command, payload } = *m;
@@ -113,7 +115,7 @@ impl ConsumerTask {
         Ok(())
     }
 
-    pub(super) fn on_message(
+    pub(crate) fn on_message(
         &mut self,
         cmd: crate::proto::CommandMessage,
         payload: crate::codec::Payload,
@@ -123,7 +125,7 @@ impl ConsumerTask {
         // with chunking on) send a large payload that compression makes fit as one entry,
         // unchunked. So the cap on the declared size is also the largest message this consumer
         // accepts in chunks (`max_chunked_message_bytes`), not only twice the broker's limit.
-        let max = super::decode::max_decompressed(
+        let max = crate::consumer::engine::decode::max_decompressed(
             self.entity
                 .conn
                 .as_ref()
@@ -133,7 +135,7 @@ impl ConsumerTask {
         .max(self.opts.max_chunked_message_bytes);
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
-        let spent = super::decode::permits_spent(&cmd, &payload.metadata);
+        let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
         self.permits -= i64::from(spent);
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
         // delivering into a queue that older subscriptions' items (the application is not
@@ -159,7 +161,7 @@ impl ConsumerTask {
             id.partition = self.partition;
             id.entry()
         };
-        if let Some(header) = super::chunks::ChunkHeader::of(&payload.metadata) {
+        if let Some(header) = crate::consumer::engine::chunks::ChunkHeader::of(&payload.metadata) {
             self.on_chunk(header, entry, cmd, payload);
             return;
         }
@@ -190,7 +192,7 @@ impl ConsumerTask {
 
     /// Puts the decoded messages of an entry that spent `spent` permits in the queue, less
     /// those filtered out (whose permits come back), as one item.
-    pub(super) fn deliver(&mut self, entry: Entry, ack_set: &[i64], spent: u32) {
+    pub(crate) fn deliver(&mut self, entry: Entry, ack_set: &[i64], spent: u32) {
         let Entry {
             mut head,
             mut records,

@@ -12,10 +12,10 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::entry::{Entry, EntryHead, Extras, Record, Records};
 use crate::batch::BatchRecords;
 use crate::codec::Payload;
 use crate::compression::{self, CompressionType};
+use crate::consumer::entry::{Entry, EntryHead, Extras, Record, Records};
 use crate::error::Error;
 use crate::message_id::MessageId;
 use crate::proto;

@@ -8,7 +8,7 @@ use crate::message_id::MessageId;
 use crate::proto;
 use crate::topic::TopicName;
 
-use super::options::{ConsumerOptions, InitialPosition, SubscriptionMode};
+use crate::consumer::options::{ConsumerOptions, InitialPosition, SubscriptionMode};
 
 /// Whether subscriptions on `topic` are durable, applying PIP-245: on a non-persistent topic
 /// always non-durable, with one warning if the application explicitly asked for durable.
@@ -47,9 +47,11 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
     use crate::proto::command_subscribe::InitialPosition as Ip;
     let o = p.opts;
     let key_shared =
-        (o.subscription_type == super::SubscriptionType::KeyShared).then(|| proto::KeySharedMeta {
-            key_shared_mode: proto::KeySharedMode::AutoSplit as i32,
-            ..Default::default()
+        (o.subscription_type == crate::consumer::SubscriptionType::KeyShared).then(|| {
+            proto::KeySharedMeta {
+                key_shared_mode: proto::KeySharedMode::AutoSplit as i32,
+                ..Default::default()
+            }
         });
     let body = proto::CommandSubscribe {
         topic: p.topic.to_string(),
@@ -86,4 +88,56 @@ pub(crate) fn subscribe_command(p: &SubscribeParams<'_>) -> CreateCommand {
         ..Default::default()
     };
     Arc::new(move |request_id| commands::subscribe(body.clone(), request_id))
+}
+
+/// Delivering *from* a chunked message's id (which names its last chunk) starts at its first
+/// chunk, so the whole message is read (upstream `ConsumerImpl` seeks and starts inclusive
+/// readers at a `ChunkMessageIdImpl`'s first chunk); delivering *after* it needs nothing.
+fn from_first_chunk(s: MessageId, inclusive: bool) -> MessageId {
+    match s.first_chunk_id() {
+        Some(first) if inclusive => first,
+        _ => s,
+    }
+}
+
+/// The start position a SUBSCRIBE of a non-durable subscription carries to deliver from `s`
+/// (`inclusive`) or after it. The broker starts after a whole-entry id (upstream makes it the
+/// mark-delete position of the new cursor), and at the entry of an id with a batch index; the
+/// task's `skip_through` filter drops what precedes `s` in that entry.
+pub(crate) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
+    let s = from_first_chunk(s, inclusive);
+    if s.is_batch() || !inclusive || s == MessageId::EARLIEST || s == MessageId::LATEST {
+        s
+    } else {
+        // One entry earlier (entry -1 of the ledger for its first entry).
+        MessageId::new(s.ledger_id, s.entry_id.wrapping_sub(1), s.partition)
+    }
+}
+
+/// What the task skips (messages at or before it) to deliver from `s` (`inclusive`) or
+/// after it.
+pub(crate) fn skip_through(s: MessageId, inclusive: bool) -> Option<MessageId> {
+    let s = from_first_chunk(s, inclusive);
+    if s == MessageId::EARLIEST || s == MessageId::LATEST {
+        None
+    } else if inclusive {
+        previous_position(s)
+    } else {
+        Some(s)
+    }
+}
+
+/// The position just before `id` (so that `id` itself is not skipped).
+fn previous_position(id: MessageId) -> Option<MessageId> {
+    if id.is_batch() && id.batch_index > 0 {
+        Some(MessageId {
+            batch_index: id.batch_index - 1,
+            ..id
+        })
+    } else if id.entry_id > 0 {
+        // Every message of the previous entry sorts at or before its whole-entry id.
+        Some(MessageId::new(id.ledger_id, id.entry_id - 1, id.partition))
+    } else {
+        None
+    }
 }

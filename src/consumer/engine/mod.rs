@@ -2,9 +2,22 @@
 //! negative-ack and ack-timeout redelivery, seek, and what to clear when re-subscribing. The
 //! shared [`Entity`] driver owns its registration, reconnects and ending.
 
+pub(crate) mod acking;
+pub(crate) mod acks;
+pub(crate) mod chunk_intake;
+pub(crate) mod chunks;
+pub(crate) mod decode;
+pub(crate) mod dlq;
+pub(crate) mod flow;
+pub(crate) mod intake;
+pub(crate) mod seek;
+pub(crate) mod start;
+pub(crate) mod subscribe;
+pub(crate) mod unacked;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -17,180 +30,18 @@ use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
 use crate::util::{deadline_after, sleep_until_opt};
 
-use super::acks::{AckFlush, AckTracker, NackTracker};
+use crate::consumer::engine::acks::{AckFlush, AckTracker, NackTracker};
 
-use super::options::{ConsumerOptions, SubscriptionType};
-pub(crate) use super::queue::{Item, QueueRoom};
-use super::seek::{IdRequest, LastIds};
-pub(crate) use super::subscribe::{effective_durable, subscribe_command, SubscribeParams};
-use super::unacked::Unacked;
-
-/// How far beyond its flow permits a broker may push (in messages: this many receiver queues
-/// plus the slack) before the consumer treats it as a flow-control violation. Generous, so
-/// brokers that overshoot by batches (a Pulsar dispatcher may send several batched entries in
-/// one round against a per-entry estimate; pulsar-lite dispatches duplicates) keep flowing;
-/// bounded, so none can make the client buffer without limit.
-const OVERSHOOT_FACTOR: i64 = 10;
-const OVERSHOOT_SLACK: i64 = 10_000;
+use crate::consumer::engine::subscribe::{subscribe_command, SubscribeParams};
+use crate::consumer::engine::unacked::Unacked;
+use crate::consumer::handle::PartitionShared;
+use crate::consumer::op::{ConsumerOp, IdRequest};
+use crate::consumer::options::{ConsumerOptions, SubscriptionType};
+use crate::consumer::queue::Item;
 
 /// The most message ids one REDELIVER_UNACKNOWLEDGED_MESSAGES carries (Java
 /// `ConsumerImpl.MAX_REDELIVER_UNACKNOWLEDGED`).
 const MAX_REDELIVER_IDS: usize = 1000;
-
-/// The overshoot tolerated for a receiver queue of `receiver_queue_size`.
-pub(crate) fn overshoot_bound(receiver_queue_size: u32) -> i64 {
-    OVERSHOOT_FACTOR * i64::from(receiver_queue_size) + OVERSHOOT_SLACK
-}
-
-/// Where a seek goes.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum SeekTarget {
-    Id(MessageId),
-    PublishTime(u64),
-}
-
-/// Requests from the consumer handle to a partition's task.
-#[derive(Debug)]
-pub(crate) enum ConsumerOp {
-    Ack(MessageId),
-    /// Acks are waiting in the partition's ack buffer (of this generation: see `ops`).
-    Acks(u64),
-    /// Acks taken out of the ack buffer ahead of another op (see `ops`).
-    AckIds(Vec<MessageId>),
-    AckCumulative(MessageId),
-    /// A negative ack, with the message's redelivery count (for the backoff).
-    Nack(MessageId, u32),
-    /// Ask the broker to redeliver now (e.g. after a failed dead-letter publish).
-    Redeliver(MessageId),
-    Flow(u32),
-    Seek(SeekTarget, oneshot::Sender<Result<()>>),
-    LastMessageId(oneshot::Sender<Result<LastIds>>),
-    Unsubscribe(oneshot::Sender<Result<()>>),
-    Close(oneshot::Sender<Result<()>>),
-}
-
-/// State shared between a partition's task and the consumer handle.
-#[derive(Debug)]
-pub(crate) struct PartitionShared {
-    /// The partition index (-1 for a non-partitioned topic).
-    pub partition: i32,
-    /// Whether it is a partition of the consumer's topic (not of its retry topic).
-    pub main: bool,
-    /// The topic this task subscribes (a partition's own name for a partitioned topic).
-    pub topic: crate::topic::TopicName,
-    /// The topic the application asked for that this task serves (its main topic, also for
-    /// the tasks of its retry topic): routes a multi-topic consumer's acks and retries.
-    pub base: crate::topic::TopicName,
-    /// Items of another epoch are discarded by the handle.
-    pub epoch: AtomicU64,
-    /// The epoch at which the current subscription's permit accounting began. A discarded
-    /// item of an epoch at or after it used this subscription's permits: the handle counts it
-    /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes
-    /// back. Items from before it belonged to a subscription that is gone.
-    pub permit_epoch: AtomicU64,
-    /// The last message the application took (kept for a non-durable subscription only, which
-    /// resumes after it when subscribed again; a durable one resumes where the broker says).
-    pub last_dequeued: Mutex<Option<MessageId>>,
-    /// Whether the subscription is durable (then `last_dequeued` is not kept).
-    pub durable: bool,
-    /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
-    /// its messages still queued are discarded.
-    pub removed: std::sync::atomic::AtomicBool,
-    pub ops: mpsc::UnboundedSender<ConsumerOp>,
-    /// Failover: whether this consumer is the active one (None until the broker says).
-    pub active: tokio::sync::watch::Sender<Option<bool>>,
-    /// The partition consumer's lifecycle state.
-    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
-    /// The same state, read without a lock (every ack checks it).
-    pub state_now: crate::lifecycle::StateNow,
-    /// Entries discarded because they could not be decoded.
-    pub discarded: AtomicU64,
-    /// Statistics (read by `Consumer::stats`).
-    pub stats: crate::stats::ConsumerCounters,
-    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
-    /// it no longer counts in the consumer's state, and discovery drops it.
-    pub topic_deleted: std::sync::atomic::AtomicBool,
-    /// Set once the broker said REACHED_END_OF_TOPIC (Java `ConsumerImpl.setTerminated`: a
-    /// flag only; the consumer stays attached and usable).
-    pub reached_end: std::sync::atomic::AtomicBool,
-    /// Set when the handle took this partition's end-of-topic notice out of the queue.
-    pub end_taken: std::sync::atomic::AtomicBool,
-    /// The epoch from which an end-of-topic notice counts: one queued before a seek is
-    /// dropped (the seek moved the consumer away from the end).
-    pub end_epoch: AtomicU64,
-    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
-    pub ended: Arc<tokio::sync::Notify>,
-    /// This partition's share of the queue.
-    pub room: Mutex<QueueRoom>,
-    /// Acks on their way to the task (see `ops`).
-    pub acks: Mutex<super::ops::AckBuffer>,
-    /// Permits are granted once this many messages were taken (half the receiver queue).
-    pub refill_at: u32,
-}
-
-impl PartitionShared {
-    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
-    /// (once half the receiver queue is due).
-    pub(crate) fn consume(&self, n: u32, refill_at: u32) -> Option<u32> {
-        self.room().consume(n, refill_at)
-    }
-
-    pub(crate) fn room(&self) -> std::sync::MutexGuard<'_, QueueRoom> {
-        self.room.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn last_dequeued(&self) -> std::sync::MutexGuard<'_, Option<MessageId>> {
-        self.last_dequeued.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Starts a new epoch (a reconnect, a seek, a redeliver-all): the handle discards what
-    /// was queued before it. Returns the new epoch and the last message the application took
-    /// (cleared first with `forget_last`: a seek).
-    ///
-    /// Done under the `last_dequeued` lock, which the handle of a non-durable subscription
-    /// holds from its epoch check until it has recorded the message it hands out: so the id
-    /// returned is exactly where the application is. A message handed out is in it; one not
-    /// handed out yet is discarded and sent again by the broker. (With the epoch bumped
-    /// between the handle's check and its record, a reader resumed before a message it then
-    /// also delivered: twice. Upstream's `clearReceiverQueue` has the same window.)
-    pub(crate) fn new_epoch(&self, forget_last: bool) -> (u64, Option<MessageId>) {
-        let mut last = self.last_dequeued();
-        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
-        if forget_last {
-            *last = None;
-        }
-        (epoch, *last)
-    }
-
-    /// The handle took a counted item of `epoch` out of the queue; returns the permits to
-    /// grant now. An item of the current subscription counts as consumed (upstream
-    /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
-    /// room the current one was not granted yet.
-    ///
-    /// `message`: the item is a message (the task numbered it for the ack timeout, see
-    /// `unacked`), not a discarded entry's error item (which the task does not number:
-    /// counting it would start the clock of the next message while it is still queued).
-    pub(crate) fn taken(&self, epoch: u64, refill_at: u32, message: bool) -> Option<u32> {
-        // One lock per message for all of the handle's bookkeeping (room, ack-timeout count,
-        // flow permits): each was an atomic read-modify-write of its own (issue #18).
-        let mut room = self.room();
-        room.queued = room.queued.saturating_sub(1);
-        room.taken += u64::from(message);
-        let credit = if epoch >= self.permit_epoch.load(Ordering::Acquire) {
-            true
-        } else if room.withheld > 0 {
-            room.withheld -= 1;
-            true
-        } else {
-            false
-        };
-        if credit {
-            room.consume(1, refill_at)
-        } else {
-            None
-        }
-    }
-}
 
 /// What an in-flight request's answer is for.
 pub(crate) enum Pending {
@@ -208,7 +59,7 @@ pub(crate) struct ConsumerTask {
     pub opts: Arc<ConsumerOptions>,
     pub consumer_name: String,
     pub durable: bool,
-    pub ops: mpsc::UnboundedReceiver<ConsumerOp>,
+    pub ops: crate::consumer::op::OpReceiver,
     pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
     pub shared: Arc<PartitionShared>,
     pub acks: AckTracker,
@@ -221,7 +72,7 @@ pub(crate) struct ConsumerTask {
     /// The consumer epoch (Exclusive / Failover redeliver-all).
     pub consumer_epoch: u64,
     /// Dead-letter publishing (Shared / Key_Shared with a policy).
-    pub dlq: Option<Arc<super::dlq::DeadLetterSink>>,
+    pub dlq: Option<Arc<crate::consumer::engine::dlq::DeadLetterSink>>,
     /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
     pub dlq_candidates: HashMap<MessageId, Message>,
     /// Unacked messages, for the ack timeout.
@@ -239,19 +90,17 @@ pub(crate) struct ConsumerTask {
     /// their deadlines.
     pub deferred: Vec<(Instant, IdRequest)>,
     /// Chunked messages being reassembled.
-    pub chunks: super::chunks::ChunkAssembler,
+    pub chunks: crate::consumer::engine::chunks::ChunkAssembler,
     /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
-    /// The acks taken from the ack buffer (kept to be reused).
-    pub ack_ids: Vec<MessageId>,
 }
 
 /// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
 /// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
 /// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
-pub(super) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
+pub(crate) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
     if map.is_empty() {
         None
     } else {
@@ -267,13 +116,13 @@ const BURST: usize = 256;
 const METRICS_PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ConsumerTask {
-    pub(super) fn epoch(&self) -> u64 {
+    pub(crate) fn epoch(&self) -> u64 {
         self.shared.epoch.load(Ordering::Acquire)
     }
 
     /// Puts an item in the queue. The messages of an [`Item::Messages`] come with their
     /// `source` set and numbered in `queued_messages` (see `deliver`).
-    pub(super) fn emit(&mut self, item: Item) {
+    pub(crate) fn emit(&mut self, item: Item) {
         let counted = item.counted();
         if counted > 0 {
             self.shared.room().queued += counted;
@@ -287,21 +136,21 @@ impl ConsumerTask {
 
     /// Upstream keeps no ack state for non-persistent topics (a no-op ack tracker): their
     /// messages all carry the same id, and acks mean nothing to the broker.
-    pub(super) fn persistent(&self) -> bool {
+    pub(crate) fn persistent(&self) -> bool {
         self.entity.topic.is_persistent()
     }
 
     /// Exclusive and Failover subscriptions have one active consumer: the broker cannot
     /// redeliver single messages to it, only rewind (upstream ConsumerImpl redelivers all on
     /// those subscription types).
-    pub(super) fn single_active(&self) -> bool {
+    pub(crate) fn single_active(&self) -> bool {
         matches!(
             self.opts.subscription_type,
             SubscriptionType::Exclusive | SubscriptionType::Failover
         )
     }
 
-    pub(super) fn refill_at(&self) -> u32 {
+    pub(crate) fn refill_at(&self) -> u32 {
         (self.opts.receiver_queue_size / 2).max(1)
     }
 
@@ -429,11 +278,11 @@ impl ConsumerTask {
                                 break;
                             }
                             r = match self.ops.try_recv() {
-                                Ok(ConsumerOp::Close(tx)) => {
+                                Some(ConsumerOp::Close(tx)) => {
                                     self.start_close(tx, &mut close_waiters, &mut requests)
                                 }
-                                Ok(op) => self.on_op(op, &mut requests),
-                                Err(_) => break,
+                                Some(op) => self.on_op(op, &mut requests),
+                                None => break,
                             };
                         }
                         r
@@ -521,7 +370,7 @@ impl ConsumerTask {
     /// The connection is gone: what was queued will be redelivered, so the handle discards
     /// it; then subscribe again (a non-durable subscription resumes after what the
     /// application received).
-    pub(super) fn detached(&mut self) {
+    pub(crate) fn detached(&mut self) {
         let (epoch, last) = self.shared.new_epoch(false);
         self.shared.permit_epoch.store(epoch, Ordering::Release);
         {
@@ -547,9 +396,9 @@ impl ConsumerTask {
                 // message would be lost. Resume at that first chunk instead; the filter drops
                 // what the application already received (it ends at or before `last`).
                 // Beyond upstream, whose reader resumes after the last message dequeued.
-                (Some(last), Some(first)) if first < last => {
-                    Some(super::partition::start_position(first, true))
-                }
+                (Some(last), Some(first)) if first < last => Some(
+                    crate::consumer::engine::subscribe::start_position(first, true),
+                ),
                 _ => last.or(self.start),
             }
         };
@@ -566,11 +415,12 @@ impl ConsumerTask {
             rollback_secs: if last.is_none()
                 && held_from.is_none()
                 && self.start
-                    == self
-                        .opts
-                        .start_message_id
-                        .map(|s| super::partition::start_position(s, self.opts.start_inclusive))
-            {
+                    == self.opts.start_message_id.map(|s| {
+                        crate::consumer::engine::subscribe::start_position(
+                            s,
+                            self.opts.start_inclusive,
+                        )
+                    }) {
                 self.opts.start_message_rollback_secs
             } else {
                 0
@@ -604,8 +454,7 @@ impl ConsumerTask {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
         match op {
             ConsumerOp::Ack(id) => self.on_ack(id),
-            ConsumerOp::Acks(generation) => self.on_buffered_acks(generation),
-            ConsumerOp::AckIds(ids) => ids.into_iter().for_each(|id| self.on_ack(id)),
+            ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
             ConsumerOp::AckCumulative(id) => {
                 self.shared.stats.acked();
                 self.dlq_candidates.retain(|k, _| *k > id);
@@ -712,7 +561,7 @@ impl ConsumerTask {
         Ok(())
     }
 
-    pub(super) fn flush_acks(&mut self) {
+    pub(crate) fn flush_acks(&mut self) {
         self.ack_deadline = None;
         if self.entity.conn.is_none() {
             // Keep them for the next connection (the broker redelivers unacked messages; the
@@ -744,16 +593,20 @@ impl ConsumerTask {
     }
 
     /// Forgets a message the application acked.
-    pub(super) fn forget(&mut self, id: &MessageId) {
+    pub(crate) fn forget(&mut self, id: &MessageId) {
         remove_if_any(&mut self.dlq_candidates, id);
         self.unacked.remove(id);
     }
 
     /// Publishes a message to the dead-letter topic in the background; it is acked once
     /// published, or redelivered if publishing fails.
-    pub(super) fn dead_letter(&self, msg: Message) {
+    pub(crate) fn dead_letter(&self, msg: Message) {
         match &self.dlq {
-            Some(sink) => super::dlq::spawn_dead_letter(sink.clone(), msg, self.shared.clone()),
+            Some(sink) => crate::consumer::engine::dlq::spawn_dead_letter(
+                sink.clone(),
+                msg,
+                self.shared.clone(),
+            ),
             None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
         }
     }
@@ -784,7 +637,7 @@ impl ConsumerTask {
 
     /// Asks the broker to deliver these messages again: by id on Shared / Key_Shared; on
     /// Exclusive / Failover by rewinding everything unacked (redeliver-all).
-    pub(super) fn redeliver(&mut self, mut ids: Vec<MessageId>) {
+    pub(crate) fn redeliver(&mut self, mut ids: Vec<MessageId>) {
         if ids.is_empty() || !self.persistent() {
             return;
         }

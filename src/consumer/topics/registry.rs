@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
-use super::task::PartitionShared;
+use crate::consumer::handle::PartitionShared;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
@@ -23,7 +23,7 @@ pub(crate) struct Tasks {
     pub(crate) ended: Arc<tokio::sync::Notify>,
 }
 
-/// Shared between the consumer handle, its [`Acker`](super::Acker) and the tasks that add
+/// Shared between the consumer handle, its [`Acker`](crate::consumer::Acker) and the tasks that add
 /// partitions or topics.
 pub(crate) type Registry = Arc<Mutex<Tasks>>;
 

@@ -1,5 +1,5 @@
 //! The consumer task's side of chunked messages: each chunk goes to the
-//! [`ChunkAssembler`](super::chunks::ChunkAssembler), and its [`Outcome`] is acted on (acks,
+//! [`ChunkAssembler`](crate::consumer::engine::chunks::ChunkAssembler), and its [`Outcome`] is acted on (acks,
 //! redeliveries, permits, the reassembled message, an error item).
 
 use tokio::time::Instant;
@@ -8,14 +8,15 @@ use crate::codec::Payload;
 use crate::message_id::MessageId;
 use crate::proto;
 
-use super::chunks::{ChunkHeader, Outcome};
-use super::decode::decode;
-use super::task::{ConsumerTask, Item};
+use crate::consumer::engine::chunks::{ChunkHeader, Outcome};
+use crate::consumer::engine::decode::decode;
+use crate::consumer::engine::ConsumerTask;
+use crate::consumer::queue::Item;
 use crate::util::deadline_after;
 
 impl ConsumerTask {
     /// A chunk (stored at `entry`) of a chunked message.
-    pub(super) fn on_chunk(
+    pub(crate) fn on_chunk(
         &mut self,
         header: ChunkHeader,
         entry: MessageId,
@@ -70,7 +71,7 @@ impl ConsumerTask {
     }
 
     /// Acts on what the assembler decided, except a completed message.
-    pub(super) fn apply_chunk_outcome(&mut self, out: Outcome) {
+    pub(crate) fn apply_chunk_outcome(&mut self, out: Outcome) {
         let Outcome {
             ack,
             mut redeliver,
@@ -118,7 +119,7 @@ impl ConsumerTask {
     }
 
     /// Acks chunk entries individually.
-    pub(super) fn ack_chunks(&mut self, ids: Vec<MessageId>) {
+    pub(crate) fn ack_chunks(&mut self, ids: Vec<MessageId>) {
         if !self.persistent() {
             return;
         }
@@ -134,11 +135,11 @@ impl ConsumerTask {
     }
 }
 
-impl super::ConsumerBuilder {
+impl crate::consumer::ConsumerBuilder {
     /// Chunked messages reassembled at once (default 10, upstream's
     /// `maxPendingChunkedMessage`); see [`ConsumerOptions::max_pending_chunked_messages`].
     ///
-    /// [`ConsumerOptions::max_pending_chunked_messages`]: super::ConsumerOptions::max_pending_chunked_messages
+    /// [`ConsumerOptions::max_pending_chunked_messages`]: crate::consumer::ConsumerOptions::max_pending_chunked_messages
     pub fn max_pending_chunked_messages(mut self, n: usize) -> Self {
         self.options.max_pending_chunked_messages = n;
         self

@@ -1,13 +1,22 @@
-//! The bounded queue from a partition producer's handle into its task.
+//! The bounded queue from an entity's handles into its task, shared by producers and
+//! consumers (one implementation of both inboxes).
 //!
 //! A tokio bounded mpsc costs about 250 instructions per message here (a lock-free list push
 //! and pop, and a semaphore permit given back under the semaphore's lock for every message).
-//! This queue is a `VecDeque` behind a mutex that the task empties in one swap, so a message
+//! This queue is a `VecDeque` behind a mutex that the task empties in one swap, so an op
 //! costs one short uncontended lock on the handle's side and almost nothing on the task's.
 //! The bound works as the mpsc's does: a semaphore of [`CAPACITY`] permits, one taken per
 //! queued op (waiting for one, or failing fast with [`TrySendError::Full`]) and given back,
 //! in bulk, once the task has taken the ops out; tokio's semaphore hands released permits to
 //! queued waiters first, so waiting senders get room in order.
+//!
+//! Beside the ops, the queue holds a `F: Fold<Op>`, state the handles change under the
+//! queue's lock without taking room: the producer's receipts (handed out as a send is
+//! queued), the consumer's acks and permits (folded into the sets of ids they end up in
+//! anyway, so a full queue never blocks nor drops an ack; only control ops take room, and
+//! the whole bound is kept for them). What is folded in comes out as ops *after* the ops
+//! queued before it ([`Fold::drain_into`] runs when the task takes the queue, and before any
+//! op is queued behind it), so the task sees every op in the order it was made.
 //!
 //! The task is woken through a [`Notify`] when the queue goes from empty to non-empty (its
 //! stored permit covers a wake-up that comes before the task waits). Closing (the task ends)
@@ -20,18 +29,36 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use tokio::sync::{Notify, Semaphore, SemaphorePermit, TryAcquireError};
 
-use super::pending::{Completion, Outgoing, Reservation};
-use super::receipt::{Receipts, SendFuture};
-use super::task::ProducerOp;
-
 /// Ops queued at most (the task's backlog; beyond it senders wait or fail fast).
 pub(crate) const CAPACITY: usize = 4096;
 
+/// State kept beside the queued ops and changed by senders under the queue's lock, without
+/// taking room (see the module docs).
+pub(crate) trait Fold<Op> {
+    /// Whether nothing is folded in (then there is nothing for [`drain_into`](Self::drain_into)
+    /// to hand the task).
+    fn is_empty(&self) -> bool;
+    /// Hands what is folded in to the task as ops, appended to `ops`.
+    fn drain_into(&mut self, ops: &mut VecDeque<Op>);
+}
+
+/// Nothing folded (an inbox of ops only).
+impl<Op> Fold<Op> for () {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        true
+    }
+    #[inline]
+    fn drain_into(&mut self, _: &mut VecDeque<Op>) {}
+}
+
 #[derive(Debug)]
-struct Queue {
-    ops: VecDeque<ProducerOp>,
-    /// Each queued send's receipt is handed out here, under the lock that queues it.
-    receipts: Receipts,
+struct Queue<Op, F> {
+    ops: VecDeque<Op>,
+    /// What senders fold in without taking room.
+    folded: F,
+    /// How many of `ops` took room (those drained from `folded` did not).
+    with_room: usize,
     /// The task ended: sends are refused.
     closed: bool,
     /// The handle is gone: no op will come after those queued.
@@ -39,25 +66,26 @@ struct Queue {
 }
 
 #[derive(Debug)]
-struct Shared {
-    queue: Mutex<Queue>,
+struct Shared<Op, F> {
+    queue: Mutex<Queue<Op, F>>,
     wake_task: Notify,
     room: Semaphore,
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
+impl<Op, F> Shared<Op, F> {
+    fn lock(&self) -> MutexGuard<'_, Queue<Op, F>> {
         // Poisoned only by a panic while held; the queue is still consistent.
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// A new queue: the handle's end and the task's; the sends' receipts come from `receipts`.
-pub(crate) fn inbox(receipts: Receipts) -> (InboxSender, InboxReceiver) {
+/// A new queue: the handle's end and the task's, with `folded` kept beside the ops.
+pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxReceiver<Op, F>) {
     let shared = Arc::new(Shared {
         queue: Mutex::new(Queue {
             ops: VecDeque::new(),
-            receipts,
+            folded,
+            with_room: 0,
             closed: false,
             sender_gone: false,
         }),
@@ -86,13 +114,17 @@ pub(crate) enum TrySendError<T> {
     Closed,
 }
 
-/// The handle's end (one per partition producer; dropping it ends the task's input).
+/// The task ended: nothing more is taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
+
+/// The handle's end (dropping it ends the task's input).
 #[derive(Debug)]
-pub(crate) struct InboxSender {
-    shared: Arc<Shared>,
+pub(crate) struct InboxSender<Op, F> {
+    shared: Arc<Shared<Op, F>>,
 }
 
-impl InboxSender {
+impl<Op, F: Fold<Op>> InboxSender<Op, F> {
     /// Room for one op if the queue has some, without waiting.
     #[inline]
     pub(crate) fn try_room(&self) -> Result<Room<'_>, TrySendError<()>> {
@@ -111,32 +143,8 @@ impl InboxSender {
         }
     }
 
-    /// Queues a send of `msg` in `room`; returns its receipt. The op is built under the
-    /// queue's lock with both halves of what completes it: the receipt's responder, and the
-    /// counts of what the send holds (`held`, which forgets its permits into counts, is called
-    /// only once the send is sure to be queued; otherwise the permits it owns go back as it is
-    /// dropped). From then on the counts go back through the responder's receipt group.
-    #[inline]
-    pub(crate) fn send_message(
-        &self,
-        room: Room<'_>,
-        msg: Outgoing,
-        held: impl FnOnce() -> Reservation,
-    ) -> Result<SendFuture, TrySendError<()>> {
-        self.push(room, |receipts| {
-            let (responder, receipt) = receipts.next();
-            let completion = Completion {
-                reserved: held(),
-                responder: Some(responder),
-            };
-            (ProducerOp::Send { msg, completion }, receipt)
-        })
-    }
-
-    /// Queues `op` if there is room, without waiting (unit tests; the handle queues flushes
-    /// and closes with [`send`](Self::send)).
-    #[cfg(test)]
-    fn try_send(&self, op: ProducerOp) -> Result<(), TrySendError<ProducerOp>> {
+    /// Queues `op` if there is room, without waiting.
+    pub(crate) fn try_send(&self, op: Op) -> Result<(), TrySendError<Op>> {
         match self.try_room() {
             Ok(room) => self
                 .push(room, |_| (op, ()))
@@ -146,32 +154,57 @@ impl InboxSender {
         }
     }
 
-    /// Queues `op` (a flush or close), waiting for room. Dropped while waiting, nothing was
-    /// queued. Fails once the task ended.
-    pub(crate) async fn send(&self, op: ProducerOp) -> Result<(), TrySendError<()>> {
+    /// Queues `op`, waiting for room. Dropped while waiting, nothing was queued. Fails once
+    /// the task ended.
+    pub(crate) async fn send(&self, op: Op) -> Result<(), TrySendError<()>> {
         let room = self.room().await?;
         self.push(room, |_| (op, ()))
     }
 
-    /// Queues the op `make` builds (with a send's receipt, handed out here) in `room`, under
-    /// the queue's lock; once closed, `make` is dropped uncalled.
+    /// Queues the op `make` builds (it may change the folded state too, e.g. hand out a
+    /// send's receipt) in `room`, under the queue's lock, behind what is folded in; once
+    /// closed, `make` is dropped uncalled.
     #[inline]
-    fn push<R>(
+    pub(crate) fn push<R>(
         &self,
         room: Room<'_>,
-        make: impl FnOnce(&mut Receipts) -> (ProducerOp, R),
+        make: impl FnOnce(&mut F) -> (Op, R),
     ) -> Result<R, TrySendError<()>> {
-        let mut queue = self.shared.lock();
-        if queue.closed {
+        let mut guard = self.shared.lock();
+        if guard.closed {
             // `room` goes back to the (closed) bound.
             return Err(TrySendError::Closed);
         }
-        let was_empty = queue.ops.is_empty();
-        let (op, out) = make(&mut queue.receipts);
+        let queue = &mut *guard;
+        let was_empty = queue.ops.is_empty() && queue.folded.is_empty();
+        if !queue.folded.is_empty() {
+            // What was folded in before this op is taken before it.
+            queue.folded.drain_into(&mut queue.ops);
+        }
+        let (op, out) = make(&mut queue.folded);
         queue.ops.push_back(op);
-        drop(queue);
+        queue.with_room += 1;
+        drop(guard);
         room.0.forget(); // given back by the task once it took the op
         if was_empty {
+            self.shared.wake_task.notify_one();
+        }
+        Ok(out)
+    }
+
+    /// Changes the folded state with `f` under the queue's lock, taking no room (an ack, a
+    /// flow permit): never waits, never fails but once the task ended.
+    #[inline]
+    pub(crate) fn fold<R>(&self, f: impl FnOnce(&mut F) -> R) -> Result<R, Closed> {
+        let mut queue = self.shared.lock();
+        if queue.closed {
+            return Err(Closed);
+        }
+        let was_empty = queue.ops.is_empty() && queue.folded.is_empty();
+        let out = f(&mut queue.folded);
+        let now_empty = queue.folded.is_empty();
+        drop(queue);
+        if was_empty && !now_empty {
             self.shared.wake_task.notify_one();
         }
         Ok(out)
@@ -182,7 +215,7 @@ impl InboxSender {
 #[derive(Debug)]
 pub(crate) struct Room<'a>(SemaphorePermit<'a>);
 
-impl Drop for InboxSender {
+impl<Op, F> Drop for InboxSender<Op, F> {
     fn drop(&mut self) {
         self.shared.lock().sender_gone = true;
         self.shared.wake_task.notify_one();
@@ -191,10 +224,10 @@ impl Drop for InboxSender {
 
 /// The task's end.
 #[derive(Debug)]
-pub(crate) struct InboxReceiver {
-    shared: Arc<Shared>,
+pub(crate) struct InboxReceiver<Op, F: Fold<Op>> {
+    shared: Arc<Shared<Op, F>>,
     /// Ops taken from the queue in one swap, handed out one at a time.
-    taken: VecDeque<ProducerOp>,
+    taken: VecDeque<Op>,
     /// Room to give back once `taken` is empty (so queued plus taken ops never exceed
     /// [`CAPACITY`], as in a bounded channel).
     to_release: usize,
@@ -211,10 +244,10 @@ const SHRINK_ABOVE: usize = 1024;
 /// fresh pages (a page fault each: about a tenth of the produce run's faults in `perf`).
 const QUIET_SWAPS: u32 = 64;
 
-impl InboxReceiver {
+impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
     /// The next op; `None` once the handle is gone and nothing is queued. Cancel safe: an op
     /// is only taken out by a call that returns it.
-    pub(crate) async fn recv(&mut self) -> Option<ProducerOp> {
+    pub(crate) async fn recv(&mut self) -> Option<Op> {
         loop {
             if self.taken.is_empty() {
                 let gone = self.refill();
@@ -234,7 +267,7 @@ impl InboxReceiver {
     // Inlined into the task's drain loop, like `pop`: an op is ~110 bytes, and each function
     // boundary it crosses by value is another copy of it (~15 instructions).
     #[inline]
-    pub(crate) fn try_recv(&mut self) -> Option<ProducerOp> {
+    pub(crate) fn try_recv(&mut self) -> Option<Op> {
         if self.taken.is_empty() {
             self.refill();
         }
@@ -243,7 +276,7 @@ impl InboxReceiver {
 
     /// The next op of those taken, giving the room back once they are all out.
     #[inline]
-    fn pop(&mut self) -> Option<ProducerOp> {
+    fn pop(&mut self) -> Option<Op> {
         let op = self.taken.pop_front();
         if self.taken.is_empty() {
             self.release();
@@ -251,8 +284,8 @@ impl InboxReceiver {
         op
     }
 
-    /// Takes what is queued into the (empty) `taken`, in one swap; whether the handle is gone
-    /// (no op will be queued after those taken).
+    /// Takes what is queued into the (empty) `taken`, in one swap, and what is folded in
+    /// after it; whether the handle is gone (no op will be queued after those taken).
     fn refill(&mut self) -> bool {
         self.release();
         // After a burst (up to the bound of ops queued at once) the two buffers would keep
@@ -264,9 +297,13 @@ impl InboxReceiver {
         }
         let mut queue = self.shared.lock();
         std::mem::swap(&mut queue.ops, &mut self.taken);
+        // Only the ops queued with room give room back; what is folded in comes after them.
+        self.to_release = std::mem::take(&mut queue.with_room);
+        if !queue.folded.is_empty() {
+            queue.folded.drain_into(&mut self.taken);
+        }
         let gone = queue.sender_gone;
         drop(queue);
-        self.to_release = self.taken.len();
         if self.taken.len() < SHRINK_ABOVE / 4 {
             self.quiet_swaps = self.quiet_swaps.saturating_add(1);
         } else {
@@ -282,6 +319,12 @@ impl InboxReceiver {
         }
     }
 
+    /// Changes the folded state with `f` under the queue's lock (the task giving back a
+    /// buffer to reuse).
+    pub(crate) fn with_folded<R>(&self, f: impl FnOnce(&mut F) -> R) -> R {
+        f(&mut self.shared.lock().folded)
+    }
+
     /// Refuses later sends (and fails those waiting for room); what is queued stays for
     /// [`try_recv`](Self::try_recv).
     pub(crate) fn close(&mut self) {
@@ -290,7 +333,7 @@ impl InboxReceiver {
     }
 }
 
-impl Drop for InboxReceiver {
+impl<Op, F: Fold<Op>> Drop for InboxReceiver<Op, F> {
     fn drop(&mut self) {
         // However the task ends, a sender must not wait for room forever.
         self.close();
@@ -308,14 +351,22 @@ mod tests {
     use super::*;
     use tokio::sync::oneshot;
 
-    fn op() -> (ProducerOp, oneshot::Receiver<crate::Result<()>>) {
+    /// An op with a responder (like a flush), to see whether it was taken or dropped.
+    #[derive(Debug)]
+    struct Flush(oneshot::Sender<crate::Result<()>>);
+
+    fn inbox() -> (InboxSender<Flush, ()>, InboxReceiver<Flush, ()>) {
+        super::inbox(())
+    }
+
+    fn op() -> (Flush, oneshot::Receiver<crate::Result<()>>) {
         let (tx, rx) = oneshot::channel();
-        (ProducerOp::Flush(tx), rx)
+        (Flush(tx), rx)
     }
 
     #[tokio::test]
     async fn ops_arrive_in_order_and_room_comes_back() {
-        let (tx, mut rx) = inbox(Receipts::default());
+        let (tx, mut rx) = inbox();
         let mut kept = Vec::new();
         for _ in 0..CAPACITY {
             let (o, r) = op();
@@ -325,7 +376,7 @@ mod tests {
         let (o, _r) = op();
         assert!(matches!(tx.try_send(o), Err(TrySendError::Full(_))));
         for (i, sent) in kept.iter_mut().enumerate() {
-            let Some(ProducerOp::Flush(t)) = rx.recv().await else {
+            let Some(Flush(t)) = rx.recv().await else {
                 panic!("op {i}")
             };
             t.send(Ok(())).unwrap();
@@ -340,32 +391,9 @@ mod tests {
         assert!(rx.recv().await.is_none());
     }
 
-    /// Each queued send carries the responder of the receipt it returned.
-    #[tokio::test]
-    async fn sends_get_their_own_receipts_in_order() {
-        let (tx, mut rx) = inbox(Receipts::default());
-        let msg = || Outgoing::from(crate::ProducerMessage::new("m"));
-        let mut receipts = vec![tx
-            .send_message(tx.try_room().unwrap(), msg(), Reservation::default)
-            .unwrap()];
-        let room = tx.room().await.unwrap();
-        receipts.push(tx.send_message(room, msg(), Reservation::default).unwrap());
-        for entry_id in 0..2u64 {
-            let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
-                panic!("send {entry_id}")
-            };
-            completion.complete(Ok(crate::MessageId::new(1, entry_id, -1)));
-        }
-        for (entry_id, mut receipt) in receipts.into_iter().enumerate() {
-            let id = receipt.try_result().unwrap().unwrap();
-            assert_eq!(id.entry_id, entry_id as u64);
-        }
-    }
-
-    /// Both buffers give back the room a full burst grew them to once sends are few again.
     #[tokio::test]
     async fn buffers_shrink_after_a_burst() {
-        let (tx, mut rx) = inbox(Receipts::default());
+        let (tx, mut rx) = inbox();
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -395,7 +423,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_queue_makes_senders_wait_until_the_task_takes_ops() {
-        let (tx, mut rx) = inbox(Receipts::default());
+        let (tx, mut rx) = inbox();
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -415,7 +443,7 @@ mod tests {
 
     #[tokio::test]
     async fn closing_refuses_sends_and_fails_waiters() {
-        let (tx, mut rx) = inbox(Receipts::default());
+        let (tx, mut rx) = inbox();
         for _ in 0..CAPACITY {
             tx.try_send(op().0).unwrap();
         }
@@ -435,51 +463,10 @@ mod tests {
         assert_eq!(left, CAPACITY, "what was queued is still taken");
     }
 
-    /// What a send holds comes with it: its counts once queued (given back when its op is
-    /// dropped or completed), its permits when the queue refuses it (given back at once).
-    #[tokio::test]
-    async fn what_a_send_holds_goes_back_whether_or_not_it_is_queued() {
-        use crate::producer::limits::Limits;
-        let limits = Arc::new(Limits {
-            memory: Arc::new(Semaphore::new(100)),
-            slots: Some(Arc::new(Semaphore::new(3))),
-        });
-        let (tx, mut rx) = inbox(Receipts::new(-1, limits.clone()));
-        let available = || {
-            let slots = limits.slots.as_ref().map(|s| s.available_permits());
-            (limits.memory.available_permits(), slots)
-        };
-        let send = |room, bytes| {
-            let memory = limits.memory.try_acquire_many(bytes).unwrap();
-            let slot = limits.slots.as_ref().unwrap().try_acquire().unwrap();
-            let held = || Reservation::of(memory, Some(slot));
-            let msg = Outgoing::from(crate::ProducerMessage::new("m"));
-            tx.send_message(room, msg, held)
-        };
-        let mut first = send(tx.try_room().unwrap(), 30).unwrap();
-        let second = send(tx.try_room().unwrap(), 20).unwrap();
-        assert_eq!(available(), (50, Some(1)));
-        let Some(ProducerOp::Send { completion, .. }) = rx.recv().await else {
-            panic!("a send")
-        };
-        completion.complete(Ok(crate::MessageId::new(1, 1, -1)));
-        assert_eq!(available(), (80, Some(2)));
-        assert!(first.try_result().unwrap().is_ok());
-        // Dropped unprocessed: its counts go back, and its receipt resolves to `Closed`.
-        drop(rx.recv().await);
-        assert_eq!(available(), (100, Some(3)));
-        assert!(matches!(second.await, Err(crate::Error::Closed)));
-        // Refused (the task ended after the sender took room): its permits go back.
-        let room = tx.try_room().unwrap();
-        rx.close();
-        assert!(matches!(send(room, 40), Err(TrySendError::Closed)));
-        assert_eq!(available(), (100, Some(3)));
-    }
-
     #[tokio::test]
     async fn dropping_the_receiver_drops_what_it_never_took() {
         // As a tokio mpsc does: whoever waits on a queued op's result learns it is gone.
-        let (tx, rx) = inbox(Receipts::default());
+        let (tx, rx) = inbox();
         let (o, mut waiting) = op();
         tx.try_send(o).unwrap();
         drop(rx);

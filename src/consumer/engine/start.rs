@@ -6,26 +6,32 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::{mpsc, watch};
 
-use super::acks::{AckTracker, NackTracker};
-use super::task::{self, subscribe_command, ConsumerTask, Item, PartitionShared, SubscribeParams};
-use super::{dlq, ConsumerOptions, Registry};
 use crate::connection::EntityKind;
+use crate::consumer::engine::acks::{AckTracker, NackTracker};
+use crate::consumer::engine::dlq::DeadLetterSink;
+use crate::consumer::engine::flow::{overshoot_bound, QueueRoom};
+use crate::consumer::engine::subscribe::{
+    skip_through, start_position, subscribe_command, SubscribeParams,
+};
+use crate::consumer::engine::ConsumerTask;
+use crate::consumer::handle::PartitionShared;
+use crate::consumer::queue::Item;
+use crate::consumer::{ConsumerOptions, Registry};
 use crate::core::CoreRef;
 use crate::entity::Entity;
 use crate::error::Result;
 use crate::lifecycle::GroupClose;
-use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
 /// Puts a partition task in the registry at its index.
 fn registry_insert(registry: &Registry, index: usize, shared: Arc<PartitionShared>) {
-    super::registry::lock(registry).insert(index, shared);
+    crate::consumer::topics::registry::lock(registry).insert(index, shared);
 }
 
 /// Subscribes one (partition) consumer and starts its task. `options` are this partition's
 /// (its receiver queue already bounded across partitions).
 #[allow(clippy::too_many_arguments)]
-pub(super) async fn spawn_partition(
+pub(crate) async fn spawn_partition(
     client: &CoreRef,
     topic: TopicName,
     base: &TopicName,
@@ -36,7 +42,7 @@ pub(super) async fn spawn_partition(
     durable: bool,
     out: mpsc::UnboundedSender<(usize, u64, Item)>,
     group: &GroupClose,
-    dlq: Option<Arc<dlq::DeadLetterSink>>,
+    dlq: Option<Arc<DeadLetterSink>>,
     registry: &Registry,
     main: bool,
 ) -> Result<Arc<PartitionShared>> {
@@ -59,12 +65,12 @@ pub(super) async fn spawn_partition(
         id: consumer_id,
         // What the broker may push: the permits, plus the overshoot real dispatchers show.
         inbound_bound: (i64::from(options.receiver_queue_size)
-            + task::overshoot_bound(options.receiver_queue_size))
+            + overshoot_bound(options.receiver_queue_size))
         .try_into()
         .unwrap_or(usize::MAX),
     };
     let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-    let (ops_tx, ops_rx) = mpsc::unbounded_channel();
+    let (ops_tx, ops_rx) = crate::consumer::op::inbox();
     let shared = Arc::new(PartitionShared {
         partition,
         main,
@@ -91,9 +97,10 @@ pub(super) async fn spawn_partition(
         reached_end: std::sync::atomic::AtomicBool::new(false),
         end_taken: std::sync::atomic::AtomicBool::new(false),
         end_epoch: AtomicU64::new(0),
-        ended: super::registry::lock(registry).ended.clone(),
-        room: Mutex::new(task::QueueRoom::default()),
-        acks: Mutex::new(Default::default()),
+        ended: crate::consumer::topics::registry::lock(registry)
+            .ended
+            .clone(),
+        room: Mutex::new(QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -124,12 +131,11 @@ pub(super) async fn spawn_partition(
         start,
         start_from_next: false,
         deferred: Vec::new(),
-        chunks: super::chunks::ChunkAssembler::new(super::chunks::ChunkLimits::from_options(
-            options,
-        ))
+        chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
+            crate::consumer::engine::chunks::ChunkLimits::from_options(options),
+        )
         .with_memory_limit(client.memory.clone()),
         chunk_ids: Default::default(),
-        ack_ids: Vec::new(),
     };
     task.start_flow();
     registry_insert(registry, index, shared.clone());
@@ -141,22 +147,22 @@ pub(super) async fn spawn_partition(
 }
 
 /// What a consumer needs to add partition tasks when its topic grows.
-pub(super) struct GrowContext {
-    pub(super) client: CoreRef,
-    pub(super) topic: TopicName,
-    pub(super) options: Arc<ConsumerOptions>,
-    pub(super) consumer_name: String,
-    pub(super) durable: bool,
-    pub(super) out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
-    pub(super) group: GroupClose,
-    pub(super) dlq: Option<Arc<dlq::DeadLetterSink>>,
-    pub(super) registry: Registry,
-    pub(super) count: watch::Sender<usize>,
-    pub(super) current: u32,
+pub(crate) struct GrowContext {
+    pub(crate) client: CoreRef,
+    pub(crate) topic: TopicName,
+    pub(crate) options: Arc<ConsumerOptions>,
+    pub(crate) consumer_name: String,
+    pub(crate) durable: bool,
+    pub(crate) out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
+    pub(crate) group: GroupClose,
+    pub(crate) dlq: Option<Arc<DeadLetterSink>>,
+    pub(crate) registry: Registry,
+    pub(crate) count: watch::Sender<usize>,
+    pub(crate) current: u32,
 }
 
 /// Adds partition consumers when the topic grows (PIP-247 updates or polling).
-pub(super) async fn grow(
+pub(crate) async fn grow(
     mut ctx: GrowContext,
     mut rx: mpsc::UnboundedReceiver<crate::partitions::Grow>,
 ) {
@@ -165,7 +171,9 @@ pub(super) async fn grow(
         let Some(out) = ctx.out.upgrade() else { return };
         let mut result = Ok(());
         for i in ctx.current..req.partitions {
-            let index = super::registry::lock(&ctx.registry).reserve(1).start;
+            let index = crate::consumer::topics::registry::lock(&ctx.registry)
+                .reserve(1)
+                .start;
             let created = Box::pin(spawn_partition(
                 &ctx.client,
                 ctx.topic.partition(i),
@@ -194,57 +202,5 @@ pub(super) async fn grow(
         }
         ctx.count.send_replace(ctx.current as usize);
         let _ = req.done.send(result);
-    }
-}
-
-/// Delivering *from* a chunked message's id (which names its last chunk) starts at its first
-/// chunk, so the whole message is read (upstream `ConsumerImpl` seeks and starts inclusive
-/// readers at a `ChunkMessageIdImpl`'s first chunk); delivering *after* it needs nothing.
-fn from_first_chunk(s: MessageId, inclusive: bool) -> MessageId {
-    match s.first_chunk_id() {
-        Some(first) if inclusive => first,
-        _ => s,
-    }
-}
-
-/// The start position a SUBSCRIBE of a non-durable subscription carries to deliver from `s`
-/// (`inclusive`) or after it. The broker starts after a whole-entry id (upstream makes it the
-/// mark-delete position of the new cursor), and at the entry of an id with a batch index; the
-/// task's `skip_through` filter drops what precedes `s` in that entry.
-pub(super) fn start_position(s: MessageId, inclusive: bool) -> MessageId {
-    let s = from_first_chunk(s, inclusive);
-    if s.is_batch() || !inclusive || s == MessageId::EARLIEST || s == MessageId::LATEST {
-        s
-    } else {
-        // One entry earlier (entry -1 of the ledger for its first entry).
-        MessageId::new(s.ledger_id, s.entry_id.wrapping_sub(1), s.partition)
-    }
-}
-
-/// What the task skips (messages at or before it) to deliver from `s` (`inclusive`) or
-/// after it.
-pub(super) fn skip_through(s: MessageId, inclusive: bool) -> Option<MessageId> {
-    let s = from_first_chunk(s, inclusive);
-    if s == MessageId::EARLIEST || s == MessageId::LATEST {
-        None
-    } else if inclusive {
-        previous_position(s)
-    } else {
-        Some(s)
-    }
-}
-
-/// The position just before `id` (so that `id` itself is not skipped).
-fn previous_position(id: MessageId) -> Option<MessageId> {
-    if id.is_batch() && id.batch_index > 0 {
-        Some(MessageId {
-            batch_index: id.batch_index - 1,
-            ..id
-        })
-    } else if id.entry_id > 0 {
-        // Every message of the previous entry sorts at or before its whole-entry id.
-        Some(MessageId::new(id.ledger_id, id.entry_id - 1, id.partition))
-    } else {
-        None
     }
 }

@@ -32,12 +32,12 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::multi::{subscribe_all, SubscribeContext, TopicGroup};
-use super::task::Item;
-use super::Groups;
 use crate::backoff_policy::Backoff;
 use crate::commands;
 use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
+use crate::consumer::queue::Item;
+use crate::consumer::topics::topic::{subscribe_all, SubscribeContext, TopicGroup};
+use crate::consumer::Groups;
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::State;
@@ -89,7 +89,7 @@ pub(crate) struct OwnLetters {
 
 impl OwnLetters {
     /// What a consumer with these options leaves out (nothing without retry or DLQ).
-    pub(crate) fn of(options: &super::ConsumerOptions) -> OwnLetters {
+    pub(crate) fn of(options: &crate::consumer::ConsumerOptions) -> OwnLetters {
         if !options.retry_enable && options.dead_letter_policy.is_none() {
             return OwnLetters::default();
         }
@@ -421,7 +421,9 @@ impl Task {
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut poll_failed_logged = false;
         let mut shutdown = self.ctx.client.shutdown_signal();
-        let ended = super::registry::lock(&self.ctx.registry).ended.clone();
+        let ended = crate::consumer::topics::registry::lock(&self.ctx.registry)
+            .ended
+            .clone();
         // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
         self.reconcile().await;
         loop {

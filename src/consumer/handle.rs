@@ -1,0 +1,163 @@
+//! What a consumer's handles hold of each partition task: the few fields the hot path reads
+//! without a message (queue room, epochs, state), and the task's inbox, through which every
+//! other change goes as an op.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::consumer::engine::flow::QueueRoom;
+use crate::consumer::op::{ConsumerOp, OpSender};
+use crate::inbox::Closed;
+use crate::message_id::MessageId;
+
+/// State shared between a partition's task and the consumer handle.
+#[derive(Debug)]
+pub(crate) struct PartitionShared {
+    /// The partition index (-1 for a non-partitioned topic).
+    pub partition: i32,
+    /// Whether it is a partition of the consumer's topic (not of its retry topic).
+    pub main: bool,
+    /// The topic this task subscribes (a partition's own name for a partitioned topic).
+    pub topic: crate::topic::TopicName,
+    /// The topic the application asked for that this task serves (its main topic, also for
+    /// the tasks of its retry topic): routes a multi-topic consumer's acks and retries.
+    pub base: crate::topic::TopicName,
+    /// Items of another epoch are discarded by the handle.
+    pub epoch: AtomicU64,
+    /// The epoch at which the current subscription's permit accounting began. A discarded
+    /// item of an epoch at or after it used this subscription's permits: the handle counts it
+    /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes
+    /// back. Items from before it belonged to a subscription that is gone.
+    pub permit_epoch: AtomicU64,
+    /// The last message the application took (kept for a non-durable subscription only, which
+    /// resumes after it when subscribed again; a durable one resumes where the broker says).
+    pub last_dequeued: Mutex<Option<MessageId>>,
+    /// Whether the subscription is durable (then `last_dequeued` is not kept).
+    pub durable: bool,
+    /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
+    /// its messages still queued are discarded.
+    pub removed: std::sync::atomic::AtomicBool,
+    /// The task's inbox (see `ops`).
+    pub ops: OpSender,
+    /// Failover: whether this consumer is the active one (None until the broker says).
+    pub active: tokio::sync::watch::Sender<Option<bool>>,
+    /// The partition consumer's lifecycle state.
+    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
+    /// The same state, read without a lock (every ack checks it).
+    pub state_now: crate::lifecycle::StateNow,
+    /// Entries discarded because they could not be decoded.
+    pub discarded: AtomicU64,
+    /// Statistics (read by `Consumer::stats`).
+    pub stats: crate::stats::ConsumerCounters,
+    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
+    /// it no longer counts in the consumer's state, and discovery drops it.
+    pub topic_deleted: std::sync::atomic::AtomicBool,
+    /// Set once the broker said REACHED_END_OF_TOPIC (Java `ConsumerImpl.setTerminated`: a
+    /// flag only; the consumer stays attached and usable).
+    pub reached_end: std::sync::atomic::AtomicBool,
+    /// Set when the handle took this partition's end-of-topic notice out of the queue.
+    pub end_taken: std::sync::atomic::AtomicBool,
+    /// The epoch from which an end-of-topic notice counts: one queued before a seek is
+    /// dropped (the seek moved the consumer away from the end).
+    pub end_epoch: AtomicU64,
+    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
+    pub ended: Arc<tokio::sync::Notify>,
+    /// This partition's share of the queue.
+    pub room: Mutex<QueueRoom>,
+    /// Permits are granted once this many messages were taken (half the receiver queue).
+    pub refill_at: u32,
+}
+
+impl PartitionShared {
+    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
+    /// (once half the receiver queue is due).
+    pub(crate) fn consume(&self, n: u32, refill_at: u32) -> Option<u32> {
+        self.room().consume(n, refill_at)
+    }
+
+    pub(crate) fn room(&self) -> std::sync::MutexGuard<'_, QueueRoom> {
+        self.room.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn last_dequeued(&self) -> std::sync::MutexGuard<'_, Option<MessageId>> {
+        self.last_dequeued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts a new epoch (a reconnect, a seek, a redeliver-all): the handle discards what
+    /// was queued before it. Returns the new epoch and the last message the application took
+    /// (cleared first with `forget_last`: a seek).
+    ///
+    /// Done under the `last_dequeued` lock, which the handle of a non-durable subscription
+    /// holds from its epoch check until it has recorded the message it hands out: so the id
+    /// returned is exactly where the application is. A message handed out is in it; one not
+    /// handed out yet is discarded and sent again by the broker. (With the epoch bumped
+    /// between the handle's check and its record, a reader resumed before a message it then
+    /// also delivered: twice. Upstream's `clearReceiverQueue` has the same window.)
+    pub(crate) fn new_epoch(&self, forget_last: bool) -> (u64, Option<MessageId>) {
+        let mut last = self.last_dequeued();
+        let epoch = self.epoch.fetch_add(1, Ordering::AcqRel) + 1;
+        if forget_last {
+            *last = None;
+        }
+        (epoch, *last)
+    }
+
+    /// The handle took a counted item of `epoch` out of the queue; returns the permits to
+    /// grant now. An item of the current subscription counts as consumed (upstream
+    /// `messageProcessed`, also for a stale-epoch message); one of an older subscription frees
+    /// room the current one was not granted yet.
+    ///
+    /// `message`: the item is a message (the task numbered it for the ack timeout, see
+    /// `unacked`), not a discarded entry's error item (which the task does not number:
+    /// counting it would start the clock of the next message while it is still queued).
+    pub(crate) fn taken(&self, epoch: u64, refill_at: u32, message: bool) -> Option<u32> {
+        // One lock per message for all of the handle's bookkeeping (room, ack-timeout count,
+        // flow permits): each was an atomic read-modify-write of its own (issue #18).
+        let mut room = self.room();
+        room.queued = room.queued.saturating_sub(1);
+        room.taken += u64::from(message);
+        let credit = if epoch >= self.permit_epoch.load(Ordering::Acquire) {
+            true
+        } else if room.withheld > 0 {
+            room.withheld -= 1;
+            true
+        } else {
+            false
+        };
+        if credit {
+            room.consume(1, refill_at)
+        } else {
+            None
+        }
+    }
+}
+
+impl PartitionShared {
+    /// Acks `id` (an individual ack). `Err` once the task is gone.
+    #[inline]
+    pub(crate) fn send_ack(&self, id: MessageId) -> Result<(), Closed> {
+        self.ops.fold(|f| f.push(ConsumerOp::Ack(id)))
+    }
+
+    /// Sends an ack, negative ack, redelivery or flow permit to the task, after the ops made
+    /// before it; never waits. `Err` once the task is gone.
+    pub(crate) fn send_op(&self, op: ConsumerOp) -> Result<(), Closed> {
+        debug_assert!(op.folds(), "a control op waits for room: {op:?}");
+        if op.folds() {
+            self.ops.fold(|f| f.push(op))
+        } else {
+            // Not reached (see the assertion): queued if there is room, as a control op.
+            self.ops.try_send(op).map_err(|_| Closed)
+        }
+    }
+
+    /// Sends a control op (seek, last message id, unsubscribe, close) to the task, after the
+    /// ops made before it, waiting for room. Dropped while waiting, nothing was sent. `Err`
+    /// once the task is gone.
+    pub(crate) async fn send_control(&self, op: ConsumerOp) -> Result<(), Closed> {
+        if op.folds() {
+            return self.ops.fold(|f| f.push(op));
+        }
+        self.ops.send(op).await.map_err(|_| Closed)
+    }
+}

@@ -1,0 +1,283 @@
+//! The ops a consumer's handles send a partition's task, and the inbox they go through (the
+//! same small queue the producer uses: see [`crate::inbox`]).
+//!
+//!
+//! Acks, negative acks, redeliveries and flow permits never take room in the inbox: they are
+//! folded into [`Folded`] under its lock (issue #18: one channel message per ack cost more
+//! than the rest of an ack), so a full inbox neither blocks an ack nor drops one, and the
+//! whole bound is kept for the control ops (seek, last message id, unsubscribe, close),
+//! which wait for room. Order is kept as if every op were queued on its own: the inbox hands
+//! the task what was folded in after the ops queued before it, and queues a control op only
+//! behind what was folded in before it; consecutive individual acks share one
+//! [`ConsumerOp::AckIds`] (the set of ids they end up in anyway). Flow permits, which keep
+//! no order with acks, are summed.
+
+use std::collections::VecDeque;
+
+use crate::error::{Error, Result};
+use crate::inbox::{Fold, InboxReceiver, InboxSender};
+use crate::message_id::MessageId;
+use tokio::sync::oneshot;
+
+/// The handle's end of a partition task's inbox.
+pub(crate) type OpSender = InboxSender<ConsumerOp, Folded>;
+/// The task's end of a partition task's inbox.
+pub(crate) type OpReceiver = InboxReceiver<ConsumerOp, Folded>;
+
+/// A new inbox for a partition's task.
+pub(crate) fn inbox() -> (OpSender, OpReceiver) {
+    crate::inbox::inbox(Folded::default())
+}
+
+/// What the application made that takes no room in the inbox, not yet taken by the task.
+#[derive(Debug, Default)]
+pub(crate) struct Folded {
+    /// Acks, negative acks and redeliveries in the order made (individual acks in a row
+    /// gathered in one [`ConsumerOp::AckIds`]).
+    ops: Vec<ConsumerOp>,
+    /// Flow permits to grant.
+    flow: u32,
+    /// An empty buffer the task gave back, for the next acks.
+    spare: Vec<MessageId>,
+}
+
+impl Folded {
+    /// Folds in an ack-like op (see [`ConsumerOp::folds`]).
+    pub(crate) fn push(&mut self, op: ConsumerOp) {
+        match op {
+            ConsumerOp::Ack(id) => match self.ops.last_mut() {
+                Some(ConsumerOp::AckIds(ids)) => ids.push(id),
+                _ => {
+                    let mut ids = std::mem::take(&mut self.spare);
+                    ids.push(id);
+                    self.ops.push(ConsumerOp::AckIds(ids));
+                }
+            },
+            ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
+            op => self.ops.push(op),
+        }
+    }
+}
+
+impl Folded {
+    /// Keeps `ids` (emptied by the task) for the next acks, unless a buffer is kept already.
+    pub(crate) fn give_back(&mut self, ids: Vec<MessageId>) {
+        if self.spare.capacity() == 0 {
+            self.spare = ids;
+        }
+    }
+}
+
+impl Fold<ConsumerOp> for Folded {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.ops.is_empty() && self.flow == 0
+    }
+
+    fn drain_into(&mut self, ops: &mut VecDeque<ConsumerOp>) {
+        ops.extend(self.ops.drain(..));
+        if self.flow > 0 {
+            ops.push_back(ConsumerOp::Flow(std::mem::take(&mut self.flow)));
+        }
+    }
+}
+
+impl ConsumerOp {
+    /// Whether the op is folded into the inbox without taking room (never waits, never is
+    /// refused for room): acks, negative acks, redeliveries, flow permits.
+    pub(crate) fn folds(&self) -> bool {
+        matches!(
+            self,
+            ConsumerOp::Ack(_)
+                | ConsumerOp::AckIds(_)
+                | ConsumerOp::AckCumulative(_)
+                | ConsumerOp::Nack(..)
+                | ConsumerOp::Redeliver(_)
+                | ConsumerOp::Flow(_)
+        )
+    }
+}
+
+/// Where a seek goes.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum SeekTarget {
+    Id(MessageId),
+    PublishTime(u64),
+}
+
+/// Requests from the consumer handle to a partition's task.
+#[derive(Debug)]
+pub(crate) enum ConsumerOp {
+    /// An individual ack (folded into an `AckIds` on its way: see `ops`).
+    Ack(MessageId),
+    /// Individual acks made in a row (see `ops`).
+    AckIds(Vec<MessageId>),
+    AckCumulative(MessageId),
+    /// A negative ack, with the message's redelivery count (for the backoff).
+    Nack(MessageId, u32),
+    /// Ask the broker to redeliver now (e.g. after a failed dead-letter publish).
+    Redeliver(MessageId),
+    Flow(u32),
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<LastIds>>),
+    Unsubscribe(oneshot::Sender<Result<()>>),
+    Close(oneshot::Sender<Result<()>>),
+}
+
+/// A partition's answer to get-last-message-id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastIds {
+    /// The id of the last stored message (for a batch, with the index of its last message);
+    /// entry -1 on an empty partition.
+    pub last: MessageId,
+    /// The subscription's mark-delete position (everything at or before it is acknowledged),
+    /// when the broker says.
+    pub mark_delete: Option<MessageId>,
+}
+
+/// A seek or get-last-message-id of the application, in flight or waiting for the consumer to
+/// be subscribed again.
+#[derive(Debug)]
+pub(crate) enum IdRequest {
+    Seek(SeekTarget, oneshot::Sender<Result<()>>),
+    LastMessageId(oneshot::Sender<Result<LastIds>>),
+}
+
+impl IdRequest {
+    pub(crate) fn operation(&self) -> &'static str {
+        match self {
+            IdRequest::Seek(..) => "seek",
+            IdRequest::LastMessageId(_) => "get last message id",
+        }
+    }
+
+    pub(crate) fn fail(self, e: Error) {
+        match self {
+            IdRequest::Seek(_, tx) => {
+                let _ = tx.send(Err(e));
+            }
+            IdRequest::LastMessageId(tx) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    }
+}
+
+/// Acks a kept buffer has room for at most (a few batches of the default group size).
+const KEPT_ACK_IDS: usize = 4096;
+
+/// `ids` (empty) to keep, or a new one if it grew past [`KEPT_ACK_IDS`].
+pub(crate) fn recycle(ids: Vec<MessageId>) -> Vec<MessageId> {
+    debug_assert!(ids.is_empty());
+    if ids.capacity() > KEPT_ACK_IDS {
+        Vec::new()
+    } else {
+        ids
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(e: u64) -> MessageId {
+        MessageId::new(1, e, -1)
+    }
+
+    #[test]
+    fn a_burst_of_acks_does_not_keep_its_buffer() {
+        let mut b = Folded::default();
+        for e in 0..100_000 {
+            b.push(ConsumerOp::Ack(id(e)));
+        }
+        let mut taken = VecDeque::new();
+        b.drain_into(&mut taken);
+        let Some(ConsumerOp::AckIds(mut taken)) = taken.pop_front() else {
+            panic!("one batch of acks")
+        };
+        assert_eq!(taken.len(), 100_000);
+        taken.clear();
+        // What the task keeps after applying them, and hands back to the buffer next time.
+        assert!(recycle(taken).capacity() <= KEPT_ACK_IDS);
+        let mut usual = Vec::with_capacity(1000);
+        usual.push(id(1));
+        usual.clear();
+        assert_eq!(recycle(usual).capacity(), 1000, "the usual size is kept");
+    }
+
+    #[tokio::test]
+    async fn acks_keep_their_order_with_other_ops() {
+        let (tx, mut rx) = inbox();
+        let send_ack = |e| tx.fold(|f| f.push(ConsumerOp::Ack(id(e))));
+        send_ack(1).unwrap();
+        send_ack(2).unwrap();
+        tx.fold(|f| f.push(ConsumerOp::Redeliver(id(9)))).unwrap();
+        send_ack(3).unwrap();
+        let (seek, _r) = tokio::sync::oneshot::channel();
+        let target = SeekTarget::PublishTime(1);
+        tx.send(ConsumerOp::Seek(target, seek)).await.unwrap();
+        send_ack(4).unwrap();
+        send_ack(5).unwrap();
+        match rx.try_recv() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(1), id(2)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Redeliver(_))));
+        match rx.try_recv() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(3)]),
+            other => panic!("{other:?}"),
+        }
+        // The control op comes after the acks made before it, and before those made after.
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Seek(..))));
+        match rx.try_recv() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(4), id(5)]),
+            other => panic!("{other:?}"),
+        }
+        assert!(rx.try_recv().is_none());
+        // Flow permits are summed (no order to keep with acks).
+        tx.fold(|f| f.push(ConsumerOp::Flow(1))).unwrap();
+        tx.fold(|f| f.push(ConsumerOp::Flow(2))).unwrap();
+        assert!(matches!(rx.try_recv(), Some(ConsumerOp::Flow(3))));
+        drop(rx);
+        assert!(send_ack(6).is_err());
+        send_ack(7).unwrap_err();
+    }
+
+    /// A full inbox (control ops queued up to the bound) neither blocks nor refuses an ack,
+    /// nor loses one: it comes after the control ops made before it.
+    #[tokio::test]
+    async fn a_full_inbox_still_takes_every_ack() {
+        let (tx, mut rx) = inbox();
+        for _ in 0..crate::inbox::CAPACITY {
+            let (t, _r) = tokio::sync::oneshot::channel();
+            tx.try_send(ConsumerOp::Unsubscribe(t)).unwrap();
+        }
+        let (t, _r) = tokio::sync::oneshot::channel();
+        assert!(matches!(
+            tx.try_send(ConsumerOp::Unsubscribe(t)),
+            Err(crate::inbox::TrySendError::Full(_))
+        ));
+        for e in 0..10_000 {
+            tx.fold(|f| f.push(ConsumerOp::Ack(id(e)))).unwrap();
+        }
+        tx.fold(|f| f.push(ConsumerOp::AckCumulative(id(20_000))))
+            .unwrap();
+        let mut controls = 0;
+        let mut acks = Vec::new();
+        let mut cumulative = None;
+        while let Some(op) = rx.try_recv() {
+            match op {
+                ConsumerOp::Unsubscribe(_) => {
+                    assert!(acks.is_empty(), "the acks come after the ops before them");
+                    controls += 1;
+                }
+                ConsumerOp::AckIds(ids) => acks.extend(ids),
+                ConsumerOp::AckCumulative(c) => cumulative = Some(c),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(controls, crate::inbox::CAPACITY);
+        assert_eq!(acks, (0..10_000).map(id).collect::<Vec<_>>());
+        assert_eq!(cumulative, Some(id(20_000)));
+    }
+}
