@@ -57,7 +57,7 @@ pub(crate) enum LinkEvent {
     /// The broker lacks the feature: the link is idle.
     Unsupported,
     /// The watch (first or again) was answered: the answer, to apply.
-    Watching(BaseCommand),
+    Watching(Box<BaseCommand>),
     /// A command pushed to the watcher.
     Update(Box<Frame>),
     /// The watcher is gone or could not be had (no connection, the connection lost, a
@@ -296,7 +296,7 @@ impl WatchLink {
                 };
                 // Watching works again: the next loss starts from the initial delay.
                 self.retry.reset();
-                LinkEvent::Watching(answer)
+                LinkEvent::Watching(Box::new(answer))
             }
             Err(e @ Error::Broker { code, .. }) if !code.is_retriable() => {
                 self.phase = Phase::Idle;

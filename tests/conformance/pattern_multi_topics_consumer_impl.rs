@@ -456,8 +456,12 @@ async fn close_does_not_wait_for_a_topic_list_watch_in_flight() {
         .unwrap();
     broker.create_topic(&full("conf-slow-watch-a"));
     broker.push_error(
-        MockError::new(MockRequest::WatchTopicList, ServerError::ServiceNotReady, "slow")
-            .after(Duration::from_secs(30)),
+        MockError::new(
+            MockRequest::WatchTopicList,
+            ServerError::ServiceNotReady,
+            "slow",
+        )
+        .after(Duration::from_secs(30)),
     );
     let consumer = pattern(
         &client,
@@ -470,9 +474,12 @@ async fn close_does_not_wait_for_a_topic_list_watch_in_flight() {
         !broker.received_of(Type::WatchTopicList).is_empty()
     })
     .await;
-    within("close while the watch waits for its answer", consumer.close())
-        .await
-        .unwrap();
+    within(
+        "close while the watch waits for its answer",
+        consumer.close(),
+    )
+    .await
+    .unwrap();
     wait_until("the watcher is closed on the broker", || {
         !broker.received_of(Type::WatchTopicListClose).is_empty()
     })
