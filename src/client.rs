@@ -50,7 +50,7 @@ impl Default for ClientBuilder {
             service_url: None,
             connection: ConnectionConfig::default(),
             max_lookup_redirects: DEFAULT_MAX_LOOKUP_REDIRECTS,
-            max_partitions: crate::partitions::MAX_PARTITIONS,
+            max_partitions: crate::lookup::MAX_PARTITIONS,
             backoff: BackoffPolicy::default(),
             memory_limit: DEFAULT_MEMORY_LIMIT,
             auto_update_partitions_interval: Duration::from_secs(60),

@@ -14,6 +14,7 @@ use crate::connection::Connection;
 use crate::error::Result;
 use crate::lookup::LookupService;
 use crate::pool::ConnectionPool;
+use crate::retry::{retry, AtDeadline, Schedule, Verdict};
 use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
 
@@ -136,27 +137,22 @@ impl ClientCore {
     ) -> Result<u32> {
         let topic = TopicName::new(topic)?;
         let deadline = crate::util::deadline_after(self.operation_timeout);
-        let mut backoff = self.backoff();
-        loop {
-            match self
-                .lookup
-                .partitioned_metadata_with(&topic, auto_create)
-                .await
-            {
-                Err(e) if e.is_retriable() && !self.is_shut_down() => {
-                    let now = tokio::time::Instant::now();
-                    if now >= deadline {
-                        return Err(e);
-                    }
-                    // Never past the deadline: the last attempt is made at it.
-                    let delay = backoff.next_delay().min(deadline - now);
-                    tracing::debug!(%topic, error = %e, ?delay,
-                        "partitioned metadata failed; retrying");
-                    tokio::time::sleep(delay).await;
+        // Never past the deadline: the last attempt is made at it.
+        let schedule = Schedule::until(deadline, AtDeadline::LastAttemptAt);
+        retry(
+            &mut self.backoff(),
+            schedule,
+            || self.lookup.partitioned_metadata_with(&topic, auto_create),
+            |e| {
+                if e.is_retriable() && !self.is_shut_down() {
+                    tracing::debug!(%topic, error = %e, "partitioned metadata failed; retrying");
+                    Verdict::Retry
+                } else {
+                    Verdict::Fail
                 }
-                r => return r,
-            }
-        }
+            },
+        )
+        .await
     }
 
     /// A connection to one of the service URL's brokers (lookups, metadata, watchers).
@@ -204,6 +200,27 @@ impl ClientCore {
             .is_ok();
         self.pool.close_all();
         done
+    }
+}
+
+impl crate::watcher::WatchHost for ClientCore {
+    fn backoff_policy(&self) -> BackoffPolicy {
+        self.backoff
+    }
+
+    fn new_watcher_id(&self) -> u64 {
+        ClientCore::new_watcher_id(self)
+    }
+
+    fn service_connection(self: Arc<Self>) -> crate::watcher::Pending<Result<Connection>> {
+        Box::pin(async move { self.lookup_service_connection().await })
+    }
+
+    fn partitioned_metadata(
+        self: Arc<Self>,
+        topic: String,
+    ) -> crate::watcher::Pending<Result<u32>> {
+        Box::pin(async move { self.partitioned_topic_metadata(&topic).await })
     }
 }
 

@@ -110,6 +110,7 @@ pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;
 pub(crate) mod proto;
+pub(crate) mod retry;
 pub(crate) mod routing_hash;
 pub mod schema;
 pub mod service_url;
@@ -117,6 +118,7 @@ pub mod stats;
 pub mod topic;
 pub(crate) mod topic_list;
 pub(crate) mod util;
+pub(crate) mod watcher;
 
 #[cfg(feature = "mock-broker")]
 pub mod mock;

@@ -22,6 +22,29 @@ use crate::topic::TopicName;
 /// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
 pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
 
+/// The largest partition count a client accepts from a broker by default (partitioned
+/// metadata, a polled count, a PIP-247 update); `ClientBuilder::max_partitions` sets it.
+///
+/// Upstream brokers bound it only if configured: `maxNumPartitionsPerPartitionedTopic`
+/// defaults to 0 (no limit), and the count is a signed 32-bit int there. A client that took any
+/// count at face value would start that many concurrent creates (connections, lookups, memory)
+/// on one bad or hostile answer, so this is a hard client bound: 65,536 partitions is far above
+/// any deployment upstream documents (hundreds to a few thousand per topic) while keeping a
+/// topic's producers/consumers within what one process can hold.
+pub(crate) const MAX_PARTITIONS: u32 = 65_536;
+
+/// `partitions` for `topic` if within `max` (the client's `max_partitions`), otherwise an
+/// error naming both.
+pub(crate) fn check_partition_count(topic: &str, partitions: u32, max: u32) -> Result<u32> {
+    if partitions > max {
+        return Err(Error::Protocol(format!(
+            "topic {topic}: the broker reports {partitions} partitions, more than the client \
+             accepts ({max}, its max_partitions); refused"
+        )));
+    }
+    Ok(partitions)
+}
+
 /// What a failed lookup or metadata answer says about the connection it came on.
 ///
 /// Java `ClientCnx.checkServerError` (called from `handleLookupResponse` and
@@ -175,7 +198,7 @@ impl LookupService {
     }
 
     /// The number of partitions of `topic` (0 for a non-partitioned topic). A count above
-    /// [`MAX_PARTITIONS`](crate::partitions::MAX_PARTITIONS) is an error (never that many
+    /// [`MAX_PARTITIONS`] is an error (never that many
     /// creates).
     pub(crate) async fn partitioned_metadata(&self, topic: &TopicName) -> Result<u32> {
         self.partitioned_metadata_with(topic, true).await
@@ -229,7 +252,7 @@ impl LookupService {
         // unknown one) is a failure like `Failed` ("Empty lookup response" when it names no
         // error), never a count of 0, which would make a partitioned topic look plain.
         match r.response.and_then(|k| MetadataResult::try_from(k).ok()) {
-            Some(MetadataResult::Success) => crate::partitions::check_partition_count(
+            Some(MetadataResult::Success) => check_partition_count(
                 topic.as_str(),
                 r.partitions.unwrap_or(0),
                 self.max_partitions,

@@ -9,44 +9,28 @@
 //! applies the current state. Without the feature it polls partitioned metadata every
 //! `auto_update_partitions_interval` (60 s by default, like upstream), at a fixed rate that
 //! registrations do not reset. Counts never shrink: a smaller count is ignored with a warning.
-//! Counts above [`MAX_PARTITIONS`] are refused (never created).
+//! Counts above [`MAX_PARTITIONS`](crate::lookup::MAX_PARTITIONS) are refused (never created).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 
-use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
 use crate::commands;
-use crate::connection::{Connection, EntityEvent, EntityKind};
-use crate::core::CoreRef as Client;
+use crate::connection::EntityKind;
 use crate::error::{Error, Result};
+use crate::lookup::check_partition_count;
+#[cfg(test)]
+use crate::lookup::MAX_PARTITIONS;
+use crate::retry::RetryTimer;
 use crate::topic::TopicName;
+use crate::watcher::{LinkEvent, Pending, WatchHost, WatchLink};
 
-/// The largest partition count a client accepts from a broker by default (partitioned
-/// metadata, a polled count, a PIP-247 update); `ClientBuilder::max_partitions` sets it.
-///
-/// Upstream brokers bound it only if configured: `maxNumPartitionsPerPartitionedTopic`
-/// defaults to 0 (no limit), and the count is a signed 32-bit int there. A client that took any
-/// count at face value would start that many concurrent creates (connections, lookups, memory)
-/// on one bad or hostile answer, so this is a hard client bound: 65,536 partitions is far above
-/// any deployment upstream documents (hundreds to a few thousand per topic) while keeping a
-/// topic's producers/consumers within what one process can hold.
-pub(crate) const MAX_PARTITIONS: u32 = 65_536;
-
-/// `partitions` for `topic` if within `max` (the client's `max_partitions`), otherwise an
-/// error naming both.
-pub(crate) fn check_partition_count(topic: &str, partitions: u32, max: u32) -> Result<u32> {
-    if partitions > max {
-        return Err(Error::Protocol(format!(
-            "topic {topic}: the broker reports {partitions} partitions, more than the client \
-             accepts ({max}, its max_partitions); refused"
-        )));
-    }
-    Ok(partitions)
-}
+/// What the service holds of its client (not the whole core: see [`WatchHost`]).
+type Client = Arc<dyn WatchHost>;
 
 /// Splits a full state into the counts within the bound and an error naming the others.
 fn within_bound(update: Vec<(String, u32)>, max: u32) -> (Vec<(String, u32)>, Option<Error>) {
@@ -136,9 +120,9 @@ impl PartitionUpdates {
     }
 
     /// Registers an entity for growth notices of `topic`, which now has `partitions`.
-    pub(crate) fn register(
+    pub(crate) fn register<H: WatchHost>(
         self: &Arc<Self>,
-        client: &Client,
+        client: &Arc<H>,
         topic: &TopicName,
         partitions: u32,
     ) -> (Registration, mpsc::UnboundedReceiver<Grow>) {
@@ -160,7 +144,7 @@ impl PartitionUpdates {
         };
         if start {
             let service = Arc::downgrade(self);
-            let client = client.clone();
+            let client: Client = client.clone();
             tokio::spawn(async move { run(service, client).await });
         }
         self.changed.notify_one();
@@ -199,8 +183,10 @@ impl PartitionUpdates {
     }
 
     /// Applies a full state (topic, count) pairs: grows subscribers where a count increased.
-    /// Returns an error naming what failed.
-    async fn apply(&self, update: &[(String, u32)]) -> Result<()> {
+    /// The counts are taken at once (an update right after is compared with them); the
+    /// returned future waits until the new partitions are live and gives an error naming
+    /// what failed. It is a future the watcher's loop polls, never awaited inside it.
+    fn apply(self: &Arc<Self>, update: &[(String, u32)]) -> Pending<Result<()>> {
         let mut waits = Vec::new();
         let mut previous = HashMap::new();
         {
@@ -218,7 +204,7 @@ impl PartitionUpdates {
                     continue;
                 }
                 tracing::info!(%topic, from = *known, to = n, "topic gained partitions");
-                previous.insert(topic.clone(), *known);
+                previous.insert(topic.clone(), (*known, *n));
                 *known = *n;
                 for s in subs.iter() {
                     let (done, rx) = oneshot::channel();
@@ -234,100 +220,286 @@ impl PartitionUpdates {
                 }
             }
         }
-        let mut failures = Vec::new();
-        for (topic, rx) in waits {
-            match rx.await {
-                Ok(Ok(())) | Err(_) => {} // Err: the entity is gone, nothing to grow
-                Ok(Err(e)) => failures.push((topic, e)),
-            }
-        }
-        if failures.is_empty() {
-            return Ok(());
-        }
-        // Growth failed: go back to the old count so the next update (or poll) tries again;
-        // entities grow idempotently.
-        let mut st = self.lock();
-        for (topic, _) in &failures {
-            if let (Some((known, _)), Some(prev)) = (st.topics.get_mut(topic), previous.get(topic))
-            {
-                *known = *prev;
-            }
-        }
-        let text: Vec<String> = failures.iter().map(|(t, e)| format!("{t}: {e}")).collect();
-        Err(Error::Protocol(format!(
-            "creating new partitions failed: {}",
-            text.join("; ")
-        )))
-    }
-}
-
-async fn run(service: Weak<PartitionUpdates>, client: Client) {
-    let mut backoff = client.backoff();
-    loop {
-        let Some(s) = service.upgrade() else { return };
-        if s.snapshot().1.is_empty() {
-            // Nothing to watch: stop; a new registration starts the service again.
-            let mut st = s.lock();
-            if st.topics.is_empty() {
-                st.running = false;
-                return;
-            }
-            continue;
-        }
-        let conn = match client.lookup_service_connection().await {
-            Ok(c) => c,
-            Err(e) => {
-                drop(s);
-                let d = backoff.next_delay();
-                tracing::debug!(error = %e, ?d, "partition updates: no connection; retrying");
-                tokio::time::sleep(d).await;
-                continue;
-            }
-        };
-        let outcome = if conn.info().features.supports_partition_update_watchers {
-            watch(&s, &client, &conn, &mut backoff).await
-        } else {
-            poll(&s, &client).await
-        };
-        match outcome {
-            Ok(()) => return, // nothing left to watch
-            Err(e) => {
-                drop(s);
-                let d = backoff.next_delay();
-                tracing::debug!(error = %e, ?d, "partition updates: restarting");
-                tokio::time::sleep(d).await;
-            }
-        }
-    }
-}
-
-/// Polling fallback, until the topic set empties: every `interval` at a fixed rate. The
-/// schedule is not reset by registrations (an application that creates or drops producers more
-/// often than the interval still gets polled); a newly registered topic is checked at the next
-/// tick.
-async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
-    let mut ticks = tokio::time::interval_at(crate::util::deadline_after(s.interval), s.interval);
-    // A tick missed (a slow poll) is not made up for with a burst.
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            _ = s.changed.notified() => {
-                if s.snapshot().1.is_empty() && stop_if_empty(s) {
-                    return Ok(());
+        let service = Arc::downgrade(self);
+        Box::pin(async move {
+            let mut failures = Vec::new();
+            for (topic, rx) in waits {
+                match rx.await {
+                    Ok(Ok(())) | Err(_) => {} // Err: the entity is gone, nothing to grow
+                    Ok(Err(e)) => failures.push((topic, e)),
                 }
-                continue;
             }
+            if failures.is_empty() {
+                return Ok(());
+            }
+            // Growth failed: go back to the old count so the next update (or poll) tries
+            // again (entities grow idempotently); unless a newer count was taken meanwhile.
+            if let Some(service) = service.upgrade() {
+                let mut st = service.lock();
+                for (topic, _) in &failures {
+                    if let (Some((known, _)), Some((prev, set))) =
+                        (st.topics.get_mut(topic), previous.get(topic))
+                    {
+                        if *known == *set {
+                            *known = *prev;
+                        }
+                    }
+                }
+            }
+            let text: Vec<String> = failures.iter().map(|(t, e)| format!("{t}: {e}")).collect();
+            Err(Error::Protocol(format!(
+                "creating new partitions failed: {}",
+                text.join("; ")
+            )))
+        })
+    }
+}
+
+/// What the watcher's loop was waiting for, finished.
+enum Done {
+    /// A state applied: the watch's answer (no result to send) or an update's, to be
+    /// answered on watcher `watcher_id` for `version`, with the counts refused (if any).
+    Applied {
+        answer: Option<(u64, u64, Option<Error>)>,
+        result: Result<()>,
+    },
+    /// A poll ended (its counts applied or its failures logged).
+    Polled,
+}
+
+/// How the service learns of new counts, decided by the first connection's features.
+#[derive(PartialEq, Eq)]
+enum Mode {
+    /// Not known yet (no connection).
+    Unknown,
+    /// PIP-247 watcher.
+    Watch,
+    /// The polling fallback: every `interval` at a fixed rate.
+    Poll,
+}
+
+/// The service's loop, until the topic set empties. An event loop over the one watcher
+/// mechanism ([`WatchLink`]): it never awaits inside; growth, polls, the watch and its close
+/// are futures it polls and whose results it handles as events.
+///
+/// Each watcher the link registers has its own id, event channel and version state: after a
+/// close (when a topic came back while closing) a new watcher starts, so the closed one's last
+/// version cannot make the new one's first updates (versions from 1 again on the broker) look
+/// stale, and late events of the closed watcher are not delivered to it.
+async fn run(service: Weak<PartitionUpdates>, client: Client) {
+    let Some(s) = service.upgrade() else { return };
+    drop(service);
+    // One update per version the broker pushes; a backlog this deep is a broker that
+    // ignores the results we send.
+    let mut link = WatchLink::new(
+        client.clone(),
+        EntityKind::PartitionWatcher,
+        |f| f.supports_partition_update_watchers,
+        1024,
+    );
+    link.connect_now();
+    let mut mode = Mode::Unknown;
+    let mut work: FuturesUnordered<Pending<Done>> = FuturesUnordered::new();
+    let mut polling = false;
+    // Polling: the schedule is not reset by registrations (an application that creates or
+    // drops producers more often than the interval still gets polled); a newly registered
+    // topic is checked at the next tick. A tick missed (a slow poll) is not made up for.
+    let mut ticks = tokio::time::interval_at(crate::util::deadline_after(s.interval), s.interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Watching: the generation of the topic set last sent, the last version applied.
+    let mut watched_generation: Option<u64> = None;
+    let mut last_version: Option<u64> = None;
+    // A failure answer to an update refused for its counts, sent after a delay: the broker
+    // resends at once after a failure, and a refused count would refuse again, so answering at
+    // once would make the two sides ping-pong as fast as the network allows.
+    let mut refusal: Option<(tokio::time::Instant, Frame)> = None;
+    let mut refusal_delay = RetryTimer::new(client.backoff_policy());
+    let mut closing = false;
+    loop {
+        let (generation, topics) = s.snapshot();
+        if topics.is_empty() {
+            if mode != Mode::Watch || (link.watcher_id().is_none() && !closing) {
+                // Nothing to watch and no watcher to close: stop; a new registration starts
+                // the service again.
+                if stop_if_empty(&s) {
+                    return;
+                }
+            } else if link.is_settled() && !closing {
+                // Close the watcher (a watch in flight is let answer first); stopped once the
+                // close is answered, unless a topic came back meanwhile.
+                link.close(
+                    commands::watch_partition_update_close,
+                    "close partition watcher",
+                );
+                closing = true;
+            }
+        } else if mode == Mode::Watch && link.is_settled() && watched_generation != Some(generation)
+        {
+            // Re-watch on the same watcher with the full topic list; the answer is applied.
+            link.send_watch(
+                |request_id, watcher_id| {
+                    commands::watch_partition_update(
+                        request_id,
+                        watcher_id,
+                        topics.iter().map(|(t, _)| t.clone()),
+                    )
+                },
+                "watch partitions",
+            );
+            watched_generation = Some(generation);
         }
-        let (_, topics) = s.snapshot();
-        if topics.is_empty() && stop_if_empty(s) {
-            return Ok(());
+        let refusal_due = refusal.as_ref().map(|(at, _)| *at);
+        tokio::select! {
+            ev = link.next() => match ev {
+                LinkEvent::Ready => {
+                    mode = Mode::Watch;
+                    closing = false;
+                    let (generation, topics) = s.snapshot();
+                    if topics.is_empty() {
+                        link.close(commands::watch_partition_update_close, "close partition watcher");
+                        continue;
+                    }
+                    last_version = None;
+                    refusal = None;
+                    link.send_watch(
+                        |request_id, watcher_id| {
+                            commands::watch_partition_update(
+                                request_id,
+                                watcher_id,
+                                topics.iter().map(|(t, _)| t.clone()),
+                            )
+                        },
+                        "watch partitions",
+                    );
+                    watched_generation = Some(generation);
+                }
+                LinkEvent::Unsupported => {
+                    mode = Mode::Poll;
+                    ticks = tokio::time::interval_at(
+                        crate::util::deadline_after(s.interval),
+                        s.interval,
+                    );
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                LinkEvent::Watching(response) => {
+                    let Some(ok) = response.watch_partition_update_success else {
+                        tracing::debug!("watch answered without WatchPartitionUpdateSuccess; restarting");
+                        link.retry_later();
+                        continue;
+                    };
+                    let (state, refused) =
+                        within_bound(pairs(&ok.topics, &ok.partitions), s.max_partitions);
+                    if let Some(e) = refused {
+                        tracing::warn!(error = %e, "partition counts refused after watching");
+                    }
+                    let growth = s.apply(&state);
+                    work.push(Box::pin(async move {
+                        Done::Applied { answer: None, result: growth.await }
+                    }));
+                }
+                LinkEvent::Update(frame) => {
+                    let Some(update) = frame.command.partition_update else { continue };
+                    let Some(watcher_id) = link.watcher_id() else { continue };
+                    if last_version.is_some_and(|v| update.version <= v) {
+                        tracing::debug!(version = update.version, "stale partition update ignored");
+                        continue;
+                    }
+                    last_version = Some(update.version);
+                    // A newer update replaces a refusal not yet answered (the broker ignores
+                    // results for older versions anyway).
+                    refusal = None;
+                    let (state, refused) = within_bound(
+                        pairs(&update.topics, &update.partitions),
+                        s.max_partitions,
+                    );
+                    let growth = s.apply(&state);
+                    let version = update.version;
+                    work.push(Box::pin(async move {
+                        Done::Applied {
+                            answer: Some((watcher_id, version, refused)),
+                            result: growth.await,
+                        }
+                    }));
+                }
+                LinkEvent::Lost(e) | LinkEvent::Refused(e) => {
+                    tracing::debug!(error = %e, "partition updates: restarting");
+                    if link.is_idle() {
+                        link.retry_later();
+                    }
+                    watched_generation = None;
+                    refusal = None;
+                    refusal_delay.reset();
+                    closing = false;
+                }
+                LinkEvent::Closed => {
+                    closing = false;
+                    if stop_if_empty(&s) {
+                        return;
+                    }
+                    tracing::debug!("topics registered while closing; watching anew");
+                    link.connect_now();
+                }
+            },
+            Some(done) = work.next(), if !work.is_empty() => match done {
+                Done::Polled => polling = false,
+                Done::Applied { answer: None, result } => {
+                    if let Err(e) = result {
+                        tracing::warn!(error = %e, "partition growth failed after watching");
+                    }
+                }
+                Done::Applied { answer: Some((watcher_id, version, refused)), result } => {
+                    if link.watcher_id() != Some(watcher_id) || last_version != Some(version) {
+                        continue; // an older watcher's, or a newer update came
+                    }
+                    match refused {
+                        None => {
+                            refusal_delay.reset();
+                            if let Err(e) = link.send_control(result_frame(watcher_id, version, &result)) {
+                                tracing::debug!(error = %e, "partition update result not sent");
+                            }
+                        }
+                        Some(refused) => {
+                            let why = match result {
+                                Ok(()) => refused,
+                                Err(e) => Error::Protocol(format!("{refused}; {e}")),
+                            };
+                            let at = refusal_delay.failed(tokio::time::Instant::now());
+                            refusal = Some((at, result_frame(watcher_id, version, &Err(why))));
+                        }
+                    }
+                }
+            },
+            _ = ticks.tick(), if mode == Mode::Poll && !polling => {
+                let (_, topics) = s.snapshot();
+                if topics.is_empty() {
+                    continue; // stopped at the top
+                }
+                polling = true;
+                work.push(poll_once(s.clone(), client.clone(), topics));
+            }
+            _ = crate::util::sleep_until_opt(refusal_due) => {
+                if let Some((_, frame)) = refusal.take() {
+                    if let Err(e) = link.send_control(frame) {
+                        tracing::debug!(error = %e, "partition update result not sent");
+                    }
+                }
+            }
+            _ = s.changed.notified() => {}
         }
+    }
+}
+
+/// One poll of the fallback: the counts of `topics`, one after the other, then applied.
+fn poll_once(
+    s: Arc<PartitionUpdates>,
+    client: Client,
+    topics: Vec<(String, u32)>,
+) -> Pending<Done> {
+    Box::pin(async move {
         let mut update = Vec::new();
         for (topic, _) in &topics {
-            let t = TopicName::new(topic)?;
-            // `partitioned_topic_metadata` refuses a count above MAX_PARTITIONS.
-            match client.partitioned_topic_metadata(t.as_str()).await {
+            // The metadata refuses a count above the client's max_partitions.
+            match client.clone().partitioned_metadata(topic.clone()).await {
                 Ok(n) => update.push((topic.clone(), n)),
                 Err(e @ Error::Protocol(_)) => {
                     tracing::warn!(%topic, error = %e, "partition poll refused")
@@ -339,7 +511,8 @@ async fn poll(s: &Arc<PartitionUpdates>, client: &Client) -> Result<()> {
         if let Err(e) = s.apply(&update).await {
             tracing::warn!(error = %e, "partition growth failed; retrying at the next poll");
         }
-    }
+        Done::Polled
+    })
 }
 
 fn stop_if_empty(s: &PartitionUpdates) -> bool {
@@ -365,156 +538,6 @@ fn pairs(topics: &[String], partitions: &[u32]) -> Vec<(String, u32)> {
         .cloned()
         .zip(partitions.iter().copied())
         .collect()
-}
-
-/// How one watcher ended without a connection failure.
-enum WatchEnd {
-    /// No topic left: the service stopped.
-    Stopped,
-    /// The watcher was closed (no topic left) but a topic was registered meanwhile.
-    Closed,
-}
-
-/// Watcher mode on `conn`, until the topic set empties (Ok) or the connection fails (Err).
-///
-/// Each watcher gets its own id, event channel and version state: after a close (when a topic
-/// came back while closing) a new watcher starts, so the closed one's last version cannot make
-/// the new one's first updates (versions from 1 again on the broker) look stale, and late
-/// events of the closed watcher are not delivered to it.
-async fn watch(
-    s: &Arc<PartitionUpdates>,
-    client: &Client,
-    conn: &Connection,
-    backoff: &mut Backoff,
-) -> Result<()> {
-    loop {
-        let watcher_id = client.new_watcher_id();
-        // One update per version the broker pushes; a backlog this deep is a broker that
-        // ignores the results we send.
-        let mut slot = crate::connection::WatchSlot::register(
-            conn,
-            EntityKind::PartitionWatcher,
-            watcher_id,
-            1024,
-        )?;
-        let result = watch_on(s, client, conn, watcher_id, &mut slot.events, backoff).await;
-        drop(slot);
-        match result? {
-            WatchEnd::Stopped => return Ok(()),
-            WatchEnd::Closed => {
-                tracing::debug!(watcher_id, "topics registered while closing; watching anew")
-            }
-        }
-    }
-}
-
-async fn watch_on(
-    s: &Arc<PartitionUpdates>,
-    client: &Client,
-    conn: &Connection,
-    watcher_id: u64,
-    events: &mut crate::connection::EntityReceiver,
-    backoff: &mut Backoff,
-) -> Result<WatchEnd> {
-    let mut last_version: Option<u64> = None;
-    let mut watched_generation = None;
-    // A failure answer to an update refused for its counts, sent after a delay: the broker
-    // resends at once after a failure, and a refused count would refuse again, so answering at
-    // once would make the two sides ping-pong as fast as the network allows.
-    let mut refusal: Option<(tokio::time::Instant, Frame)> = None;
-    let mut refusal_backoff: Option<Backoff> = None;
-    loop {
-        let (generation, topics) = s.snapshot();
-        if topics.is_empty() {
-            let request_id = conn.new_request_id();
-            let close = commands::watch_partition_update_close(request_id, watcher_id);
-            let _ = conn
-                .request(request_id, close, "close partition watcher")
-                .await;
-            return Ok(if stop_if_empty(s) {
-                WatchEnd::Stopped
-            } else {
-                WatchEnd::Closed
-            });
-        }
-        if watched_generation != Some(generation) {
-            // (Re-)watch with the full topic list; apply the state in the answer.
-            let request_id = conn.new_request_id();
-            let response = conn
-                .request(
-                    request_id,
-                    commands::watch_partition_update(
-                        request_id,
-                        watcher_id,
-                        topics.iter().map(|(t, _)| t.clone()),
-                    ),
-                    "watch partitions",
-                )
-                .await?;
-            let ok = response.watch_partition_update_success.ok_or_else(|| {
-                Error::Protocol("watch answered without WatchPartitionUpdateSuccess".into())
-            })?;
-            // Watching works again: the next connection loss starts from the initial delay.
-            *backoff = client.backoff();
-            watched_generation = Some(generation);
-            let (state, refused) =
-                within_bound(pairs(&ok.topics, &ok.partitions), s.max_partitions);
-            if let Some(e) = refused {
-                tracing::warn!(error = %e, "partition counts refused after watching");
-            }
-            if let Err(e) = s.apply(&state).await {
-                tracing::warn!(error = %e, "partition growth failed after watching");
-            }
-            continue;
-        }
-        let refusal_due = refusal.as_ref().map(|(at, _)| *at);
-        tokio::select! {
-            ev = events.recv() => match ev {
-                None => return Err(Error::ConnectionLost("watcher channel closed".into())),
-                Some(EntityEvent::ConnectionClosed(e)) => return Err(e),
-                Some(EntityEvent::Message(_) | EntityEvent::Receipt(_)) => continue,
-                Some(EntityEvent::Command(frame)) => {
-                    let Some(update) = frame.command.partition_update else { continue };
-                    if last_version.is_some_and(|v| update.version <= v) {
-                        tracing::debug!(version = update.version, "stale partition update ignored");
-                        continue;
-                    }
-                    last_version = Some(update.version);
-                    // A newer update replaces a refusal not yet answered (the broker ignores
-                    // results for older versions anyway).
-                    refusal = None;
-                    let (state, refused) = within_bound(
-                        pairs(&update.topics, &update.partitions),
-                        s.max_partitions,
-                    );
-                    let result = s.apply(&state).await;
-                    match refused {
-                        None => {
-                            refusal_backoff = None;
-                            conn.send_control(result_frame(watcher_id, update.version, &result))?;
-                        }
-                        Some(refused) => {
-                            let why = match result {
-                                Ok(()) => refused,
-                                Err(e) => Error::Protocol(format!("{refused}; {e}")),
-                            };
-                            let delay = refusal_backoff
-                                .get_or_insert_with(|| client.backoff())
-                                .next_delay();
-                            let frame = result_frame(watcher_id, update.version, &Err(why));
-                            refusal = Some((crate::util::deadline_after(delay), frame));
-                        }
-                    }
-                }
-            },
-            _ = crate::util::sleep_until_opt(refusal_due) => {
-                if let Some((_, frame)) = refusal.take() {
-                    conn.send_control(frame)?;
-                }
-            }
-            _ = s.changed.notified() => {}
-        }
-    }
 }
 
 #[cfg(test)]

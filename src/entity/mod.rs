@@ -30,6 +30,7 @@ use crate::core::{CoreRef, TaskGuard};
 use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::{terminal_event, Event, GroupClose, Lifecycle, State};
 use crate::proto::BaseCommand;
+use crate::retry::{AtDeadline, Schedule, Verdict};
 use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
 
@@ -563,7 +564,8 @@ impl Retry {
     }
 }
 
-/// Attaches (register + create) with retries; the one loop for creates and reconnects.
+/// Attaches (register + create) with retries, through the one retry driver
+/// ([`crate::retry`]) for creates and reconnects.
 async fn attach_with_retry(
     core: CoreRef,
     topic: TopicName,
@@ -573,37 +575,41 @@ async fn attach_with_retry(
     mut direct: Option<ServiceUrl>,
     retry: Retry,
 ) -> Result<Attached> {
-    let mut refused = false;
-    let mut first = true;
-    loop {
-        if let Retry::Forever { lost_at, immediate } = retry {
-            if !(first && immediate) {
-                let delay = if refused && lost_at.elapsed() < FAST_RETRY_WINDOW {
-                    core.backoff_policy().initial.min(FAST_RETRY_DELAY)
-                } else {
-                    backoff.next_delay()
-                };
-                tokio::time::sleep(delay).await;
+    let schedule = match retry {
+        // A first create hears of its failure before the deadline, never after one more
+        // attempt that could itself take the whole operation timeout.
+        Retry::Until(deadline) => Schedule::until(deadline, AtDeadline::NoAttemptPast),
+        Retry::Forever { immediate, .. } => Schedule {
+            wait_first: !immediate,
+            deadline: None,
+        },
+    };
+    crate::retry::retry(
+        backoff,
+        schedule,
+        || {
+            let target = direct.take();
+            let (core, topic, command) = (&core, &topic, &command);
+            async move { attach_once(core, topic, slot, command, target.as_ref()).await }
+        },
+        |e| {
+            if !retry.retries(e) || core.is_shut_down() {
+                return Verdict::Fail;
             }
-        }
-        first = false;
-        let target = direct.take();
-        match attach_once(&core, &topic, slot, &command, target.as_ref()).await {
-            Ok(a) => return Ok(a),
-            Err(e) if retry.retries(&e) && !core.is_shut_down() => {
-                refused = matches!(e, Error::Connect { .. });
-                tracing::debug!(%topic, kind = kind_name(slot.kind), error = %e, "create failed; retrying");
-                if let Retry::Until(deadline) = retry {
-                    let delay = backoff.next_delay();
-                    if crate::util::deadline_after(delay) >= deadline {
-                        return Err(e);
-                    }
-                    tokio::time::sleep(delay).await;
+            tracing::debug!(%topic, kind = kind_name(slot.kind), error = %e, "create failed; retrying");
+            match retry {
+                // While the broker refuses connections (restarting), the next reconnect
+                // attempt comes fast for a while: it costs nothing.
+                Retry::Forever { lost_at, .. }
+                    if matches!(e, Error::Connect { .. }) && lost_at.elapsed() < FAST_RETRY_WINDOW =>
+                {
+                    Verdict::RetryAfter(core.backoff_policy().initial.min(FAST_RETRY_DELAY))
                 }
+                _ => Verdict::Retry,
             }
-            Err(e) => return Err(e),
-        }
-    }
+        },
+    )
+    .await
 }
 
 /// One attempt: the connection (direct, or by lookup), the registration, the create command.

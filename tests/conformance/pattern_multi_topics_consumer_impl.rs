@@ -442,3 +442,46 @@ async fn a_topic_discovered_at_run_time_reconsumes_through_its_retry_topic() {
     assert_eq!(again.topic.to_string(), format!("{b}-s-RETRY"));
     within("close", consumer.close()).await.unwrap();
 }
+
+/// Java `PatternMultiTopicsConsumerImpl.closeAsync` closes its `TopicListWatcher` without
+/// waiting for a WatchTopicList still in flight. Here the broker answers the watch only after
+/// 30 s (within the client's 60 s operation timeout): the consumer's close must not wait for
+/// it, and the watcher that may exist on the broker is closed.
+#[tokio::test]
+async fn close_does_not_wait_for_a_topic_list_watch_in_flight() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = crate::common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    broker.create_topic(&full("conf-slow-watch-a"));
+    broker.push_error(
+        MockError::new(
+            MockRequest::WatchTopicList,
+            ServerError::ServiceNotReady,
+            "slow",
+        )
+        .after(Duration::from_secs(30)),
+    );
+    let consumer = pattern(
+        &client,
+        "persistent://public/default/conf-slow-watch-.*",
+        RegexSubscriptionMode::PersistentOnly,
+        "s",
+    )
+    .await;
+    wait_until("the watch was sent", || {
+        !broker.received_of(Type::WatchTopicList).is_empty()
+    })
+    .await;
+    within(
+        "close while the watch waits for its answer",
+        consumer.close(),
+    )
+    .await
+    .unwrap();
+    wait_until("the watcher is closed on the broker", || {
+        !broker.received_of(Type::WatchTopicListClose).is_empty()
+    })
+    .await;
+}

@@ -32,17 +32,18 @@ use futures::StreamExt;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::backoff_policy::Backoff;
 use crate::commands;
-use crate::connection::{Connection, EntityEvent, EntityKind, WatchSlot};
+use crate::connection::{Connection, EntityKind};
 use crate::consumer::queue::Item;
 use crate::consumer::topics::topic::{subscribe_all, SubscribeContext, TopicGroup};
 use crate::consumer::Groups;
 use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::State;
+use crate::retry::{retry, AtDeadline, RetryTimer, Schedule, Verdict};
 use crate::topic::TopicName;
 use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::watcher::{LinkEvent, WatchLink};
 
 /// The topics a pattern consumer gained and lost in one change (see
 /// [`Consumer::topic_changes`](crate::Consumer::topic_changes)).
@@ -207,31 +208,26 @@ fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
 /// naming GetTopicsOfNamespace) once the operation timeout has passed.
 pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Result<Vec<String>> {
     let deadline = crate::util::deadline_after(client.operation_timeout());
-    let mut backoff = client.backoff();
-    loop {
-        let attempt = async {
+    let listing = retry(
+        &mut client.backoff(),
+        Schedule::until(deadline, AtDeadline::LastAttemptAt),
+        || async {
             let conn = client.lookup_service_connection().await?;
             let left = deadline.saturating_duration_since(Instant::now());
             list_once(&conn, cfg, None, left).await
-        };
-        match attempt.await {
-            Ok(l) => return Ok(l.topics.unwrap_or_default().into_iter().collect()),
-            // A timeout used the whole operation time; other retriable errors are retried
-            // (not once the client is closing, like `partitioned_topic_metadata_with`).
-            Err(e)
-                if e.is_retriable()
-                    && !matches!(e, Error::Timeout { .. })
-                    && !client.is_shut_down() =>
-            {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(e);
-                }
-                tokio::time::sleep(backoff.next_delay().min(deadline - now)).await;
+        },
+        // A timeout used the whole operation time; other retriable errors are retried (not
+        // once the client is closing, like `partitioned_topic_metadata_with`).
+        |e| {
+            if e.is_retriable() && !matches!(e, Error::Timeout { .. }) && !client.is_shut_down() {
+                Verdict::Retry
+            } else {
+                Verdict::Fail
             }
-            Err(e) => return Err(e),
-        }
-    }
+        },
+    )
+    .await?;
+    Ok(listing.topics.unwrap_or_default().into_iter().collect())
 }
 
 /// Subscribes a pattern consumer's first topics, several at a time. A topic deleted since it
@@ -305,9 +301,20 @@ impl Discovery {
         let (stop, stop_rx) = oneshot::channel();
         let (events, _) = broadcast::channel(CHANGE_EVENTS);
         let (state_tx, state) = watch::channel(State::Ready);
+        // One update per topic change; a backlog this deep is a broker flooding us.
+        let mut link = WatchLink::new(
+            ctx.client.clone(),
+            EntityKind::TopicListWatcher,
+            |f| f.supports_topic_watchers,
+            1024,
+        );
+        // Upstream creates a watcher only for a persistent-only pattern consumer.
+        if cfg.mode == RegexSubscriptionMode::PersistentOnly {
+            link.connect_now();
+        }
         let task = Task {
             state: state_tx,
-            backoff: ctx.client.backoff(),
+            retry: RetryTimer::new(*ctx.client.backoff_policy()),
             ctx,
             groups,
             desired: initial.into_iter().collect(),
@@ -315,9 +322,8 @@ impl Discovery {
             events: events.clone(),
             failed: HashSet::new(),
             retry_at: None,
-            watch: None,
-            watch_retry_at: Some(Instant::now()),
-            watch_backoff: None,
+            link,
+            watching: false,
             rewatch: false,
             poll_hash: None,
             _out: out,
@@ -352,9 +358,6 @@ impl Discovery {
     }
 }
 
-/// A registered PIP-145 watcher (unregistered when dropped).
-type Watch = WatchSlot;
-
 struct Task {
     /// Set to `Closed` when the task ends.
     state: watch::Sender<State>,
@@ -368,24 +371,18 @@ struct Task {
     failed: HashSet<String>,
     /// When to retry failed subscribes.
     retry_at: Option<Instant>,
-    backoff: Backoff,
-    watch: Option<Watch>,
-    /// When to (re-)create the watcher; `None` while one works or none can be had.
-    watch_retry_at: Option<Instant>,
-    watch_backoff: Option<Backoff>,
+    retry: RetryTimer,
+    /// The PIP-145 watcher (the one watcher mechanism, [`crate::watcher`]): idle when the
+    /// mode is not persistent-only, the broker lacks the feature or refused it.
+    link: WatchLink,
+    /// Whether the watch was answered (and not lost since).
+    watching: bool,
     /// Whether a watcher was lost: the next one is followed by a poll.
     rewatch: bool,
     /// The broker's hash from the last poll answer (sent back on the next poll).
     poll_hash: Option<String>,
     /// Keeps the consumer's queue open.
     _out: mpsc::UnboundedSender<(usize, u64, Item)>,
-}
-
-async fn next_watch_event(watch: &mut Option<Watch>) -> Option<EntityEvent> {
-    match watch {
-        Some(w) => w.events.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 impl Task {
@@ -458,9 +455,10 @@ impl Task {
                             }
                         }
                     }
-                    if self.watch.is_none() && self.watch_retry_at.is_none() {
-                        // A broker that refused the watcher may serve one on a new connection.
-                        self.watch_retry_at = Some(Instant::now());
+                    if self.link.is_idle() && self.cfg.mode == RegexSubscriptionMode::PersistentOnly {
+                        // A broker that refused the watcher (or had none) may serve one on a
+                        // new connection.
+                        self.link.connect_now();
                     }
                 }
                 // A topic was deleted under its consumer: drop it now (and subscribe it again if
@@ -470,11 +468,7 @@ impl Task {
                     self.retry_at = None;
                     self.reconcile().await;
                 }
-                _ = crate::util::sleep_until_opt(self.watch_retry_at) => {
-                    self.watch_retry_at = None;
-                    self.start_watch().await;
-                }
-                ev = next_watch_event(&mut self.watch) => self.on_watch_event(ev).await,
+                ev = self.link.next() => self.on_link_event(ev).await,
             }
         }
         None
@@ -487,15 +481,20 @@ impl Task {
         Ok(())
     }
 
-    /// One poll's listing (the periodic poll's is interrupted by a stop).
-    async fn list(&self) -> Result<Listing> {
-        let conn = self.ctx.client.lookup_service_connection().await?;
-        let timeout = self.ctx.client.operation_timeout();
+    /// One poll's listing (the periodic poll's is interrupted by a stop). It holds nothing of
+    /// the task while it waits (the task's watcher link is `Send`, not `Sync`).
+    fn list(&self) -> impl std::future::Future<Output = Result<Listing>> + Send + 'static {
+        let client = self.ctx.client.clone();
+        let cfg = self.cfg.clone();
+        let timeout = client.operation_timeout();
         // Upstream `PatternMultiTopicsConsumerImpl` sends back the hash the broker gave last
         // (of its own list: the whole namespace when it does not filter), so an unchanged
         // namespace is answered `changed = false`; our own hash until the broker has given one.
         let hash = self.poll_hash.clone().unwrap_or_else(|| self.hash());
-        list_once(&conn, &self.cfg, Some(hash), timeout).await
+        async move {
+            let conn = client.lookup_service_connection().await?;
+            list_once(&conn, &cfg, Some(hash), timeout).await
+        }
     }
 
     /// Applies one poll's listing: replaces the desired set if the broker's list changed.
@@ -509,47 +508,36 @@ impl Task {
         self.reconcile().await;
     }
 
-    async fn start_watch(&mut self) {
-        if self.cfg.mode != RegexSubscriptionMode::PersistentOnly {
-            return;
-        }
-        let conn = match self.ctx.client.lookup_service_connection().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(error = %e, "topic list watcher: no connection");
-                self.schedule_rewatch();
-                return;
+    /// Handles what happened to the watcher: its connection and watch are futures the link
+    /// keeps, never awaited here.
+    async fn on_link_event(&mut self, ev: LinkEvent) {
+        match ev {
+            LinkEvent::Ready => {
+                let (ns, text, hash) = (
+                    &self.cfg.pattern.namespace,
+                    &self.cfg.pattern.text,
+                    self.hash(),
+                );
+                self.link.send_watch(
+                    |request_id, id| {
+                        commands::watch_topic_list(request_id, id, ns, text, Some(hash))
+                    },
+                    "watch topic list",
+                );
             }
-        };
-        if !conn.info().features.supports_topic_watchers {
             // Polling only (checked again after the next poll, on whatever connection).
-            return;
-        }
-        let id = self.ctx.client.new_watcher_id();
-        // One update per topic change; a backlog this deep is a broker flooding us.
-        let Ok(slot) = WatchSlot::register(&conn, EntityKind::TopicListWatcher, id, 1024) else {
-            self.schedule_rewatch();
-            return;
-        };
-        let request_id = conn.new_request_id();
-        let cmd = commands::watch_topic_list(
-            request_id,
-            id,
-            &self.cfg.pattern.namespace,
-            &self.cfg.pattern.text,
-            Some(self.hash()),
-        );
-        match conn.request(request_id, cmd, "watch topic list").await {
-            Ok(resp) => {
+            LinkEvent::Unsupported => {}
+            LinkEvent::Watching(resp) => {
                 let Some(ok) = resp.watch_topic_list_success else {
-                    self.schedule_rewatch();
+                    self.link.retry_later();
                     return;
                 };
                 tracing::debug!(
-                    watcher_id = id,
+                    watcher_id = self.link.watcher_id(),
                     topics = ok.topic.len(),
                     "topic list watcher registered"
                 );
+                self.watching = true;
                 // The broker sends the list only if it differs from the hash we sent.
                 if !(ok.topic.is_empty() && ok.topics_hash == self.hash()) {
                     self.desired = ok
@@ -558,8 +546,6 @@ impl Task {
                         .filter(|t| admits(&self.cfg, t, false))
                         .collect();
                 }
-                self.watch = Some(slot);
-                self.watch_backoff = None;
                 self.reconcile().await;
                 if std::mem::take(&mut self.rewatch) {
                     // Like upstream's `recheckTopicsChangeAfterReconnect`: after a watcher was
@@ -570,40 +556,20 @@ impl Task {
                     }
                 }
             }
-            Err(e) => {
-                drop(slot);
-                match e {
-                    Error::Broker { code, .. } if !code.is_retriable() => {
-                        // Refused (e.g. NotAllowed): polling carries on; tried again after the
-                        // next poll.
-                        tracing::debug!(error = %e, "topic list watcher refused; polling");
-                    }
-                    e => {
-                        tracing::debug!(error = %e, "topic list watcher failed; retrying");
-                        self.schedule_rewatch();
-                    }
+            LinkEvent::Lost(e) => {
+                // Watched again (with the hash of what we hold) after the backoff.
+                tracing::debug!(error = %e, "topic list watcher lost or failed; retrying");
+                if std::mem::take(&mut self.watching) {
+                    self.rewatch = true;
                 }
             }
-        }
-    }
-
-    fn schedule_rewatch(&mut self) {
-        let delay = self
-            .watch_backoff
-            .get_or_insert_with(|| self.ctx.client.backoff())
-            .next_delay();
-        self.watch_retry_at = Some(crate::util::later(Instant::now(), delay));
-    }
-
-    async fn on_watch_event(&mut self, ev: Option<EntityEvent>) {
-        match ev {
-            None | Some(EntityEvent::ConnectionClosed(_)) => {
-                // Watch again (with the hash of what we hold) once a connection is back.
-                self.watch = None;
-                self.rewatch = true;
-                self.schedule_rewatch();
+            // Refused (e.g. NotAllowed): polling carries on; tried again after the next poll.
+            LinkEvent::Refused(e) => {
+                tracing::debug!(error = %e, "topic list watcher refused; polling");
+                self.watching = false;
             }
-            Some(EntityEvent::Command(frame)) => {
+            LinkEvent::Closed => self.watching = false,
+            LinkEvent::Update(frame) => {
                 let Some(update) = frame.command.watch_topic_update else {
                     return;
                 };
@@ -625,18 +591,16 @@ impl Task {
                     }
                 }
             }
-            Some(_) => {}
         }
     }
 
+    /// Closes the watcher (a watch in flight too: the broker may have made it) and waits for
+    /// the answer.
     async fn close_watch(&mut self) {
-        if let Some(w) = self.watch.take() {
-            let request_id = w.conn().new_request_id();
-            let close = commands::watch_topic_list_close(request_id, w.id());
-            let _ = w
-                .conn()
-                .request(request_id, close, "close topic list watcher")
-                .await;
+        if self.link.watcher_id().is_some() {
+            self.link
+                .close(commands::watch_topic_list_close, "close topic list watcher");
+            let _ = self.link.next().await;
         }
     }
 
@@ -732,12 +696,9 @@ impl Task {
         let desired = &self.desired;
         self.failed.retain(|t| desired.contains(t));
         if retry {
-            self.retry_at = Some(crate::util::later(
-                Instant::now(),
-                self.backoff.next_delay(),
-            ));
+            self.retry_at = Some(self.retry.failed(Instant::now()));
         } else {
-            self.backoff = self.ctx.client.backoff();
+            self.retry.reset();
         }
         if !added_names.is_empty() || !removed_names.is_empty() {
             tracing::info!(pattern = %self.cfg.pattern.text, added = added_names.len(),
