@@ -16,6 +16,9 @@ use tokio::sync::mpsc;
 use super::ConnectionId;
 use crate::codec::Frame;
 
+/// The role of a connection that sent no auth data (see [`super::permissions`]).
+pub(crate) const ANONYMOUS: &str = "anonymous";
+
 /// A producer registered on a connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ProducerRef {
@@ -66,7 +69,7 @@ impl Conns {
                 producers: HashMap::new(),
                 closed_producers: HashSet::new(),
                 consumers: HashMap::new(),
-                role: super::permissions::ANONYMOUS.to_owned(),
+                role: ANONYMOUS.to_owned(),
             },
         );
     }

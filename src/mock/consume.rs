@@ -4,9 +4,10 @@
 
 use super::conns::ConsumerRef;
 use super::dispatch;
-use super::handlers::{error, success, SessionView, Step};
+use super::namespace::canonical_topic;
 use super::permissions::{self, MockAction};
-use super::state::{canonical_topic, BrokerState};
+use super::reply::{error, success, SessionView, Step};
+use super::state::BrokerState;
 use super::subscription::{Consumer, ConsumerKey, SubType, Subscription};
 use super::topic::Topic;
 use super::wire::{self, base_command::Type, command_ack::AckType};
@@ -32,9 +33,14 @@ pub(crate) fn subscribe(
     let Some(conn) = state.conns.get(view.conn) else {
         return Step::Ignore;
     };
-    if let Some(refusal) =
-        permissions::refusal(state, view.conn, &topic_name, MockAction::Consume, rid)
-    {
+    if let Some(refusal) = permissions::refusal(
+        &state.conns,
+        &state.permissions,
+        view.conn,
+        &topic_name,
+        MockAction::Consume,
+        rid,
+    ) {
         return refusal;
     }
     if let Some(existing) = conn.consumers.get(&cmd.consumer_id) {

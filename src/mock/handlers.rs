@@ -8,48 +8,13 @@
 //! [`super::consume`]; new broker features add an arm to [`handle`] and state to
 //! [`super::state`].
 
+use super::proxy::{check_target, Target};
+use super::reply::{error, request_id, SessionView, Step, MAX_PROTOCOL_VERSION};
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{
-    consume, permissions, produce, schemas, topic_lists, watchers, ConnectionId, MockBrokerConfig,
-};
+use super::{consume, permissions, produce, schemas, topic_lists, watchers, ConnectionId};
 use crate::codec::Payload;
 use crate::error::ServerError;
-
-/// The highest protocol version the mock broker speaks (upstream `v21`).
-pub(crate) const MAX_PROTOCOL_VERSION: i32 = 21;
-
-/// What the session does after a command.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Step {
-    /// The handshake succeeded: send this CONNECTED and mark the session connected.
-    Handshake(wire::BaseCommand),
-    /// Send this response (subject to the configured delay).
-    Reply(wire::BaseCommand),
-    /// Answer a PING (never delayed).
-    Pong,
-    /// Nothing to send.
-    Ignore,
-    /// Close the connection, as a real broker does on a protocol violation.
-    Close(String),
-    /// Send this (an ERROR) and close the connection: refused credentials.
-    Refuse(wire::BaseCommand, String),
-    /// Proxy mode: relay this connection to the target broker ([`super::proxy`]).
-    Forward(Box<super::proxy::Target>),
-}
-
-/// Per-connection facts a handler needs.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SessionView<'a> {
-    /// The broker's configuration.
-    pub(crate) config: &'a MockBrokerConfig,
-    /// This broker's own service URL (the answer to a lookup it serves itself).
-    pub(crate) service_url: &'a str,
-    /// Whether CONNECT has been answered on this connection.
-    pub(crate) connected: bool,
-    /// The connection the command arrived on.
-    pub(crate) conn: ConnectionId,
-}
 
 /// Decides the broker's answer to one received command.
 pub(crate) fn handle(
@@ -76,7 +41,7 @@ pub(crate) fn handle(
                 .get(session.service_url)
                 .is_some_and(|rules| rules.is_proxy());
             if is_proxy && !session.connected {
-                return super::proxy::connect(target, cmd);
+                return proxy_connect(target, cmd);
             }
         }
         let mut step = connect(session, cmd);
@@ -416,79 +381,26 @@ fn partition_metadata_response(
     }
 }
 
-/// A SUCCESS response.
-pub(crate) fn success(request_id: u64) -> wire::BaseCommand {
-    wire::BaseCommand {
-        r#type: Type::Success as i32,
-        success: Some(wire::CommandSuccess {
-            request_id,
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
+/// The request id of the proxy's ERROR answers (upstream `Commands.newError(-1, ...)`).
+const NO_REQUEST: u64 = u64::MAX;
 
-/// An ERROR response.
-pub(crate) fn error(request_id: u64, code: ServerError, message: &str) -> wire::BaseCommand {
-    wire::BaseCommand {
-        r#type: Type::Error as i32,
-        error: Some(wire::CommandError {
-            request_id,
-            error: code.code(),
-            message: message.to_owned(),
-        }),
-        ..Default::default()
-    }
-}
-
-/// A PING or PONG.
-pub(crate) fn ping_or_pong(ty: Type) -> wire::BaseCommand {
-    let mut cmd = wire::BaseCommand {
-        r#type: ty as i32,
-        ..Default::default()
-    };
-    match ty {
-        Type::Ping => cmd.ping = Some(wire::CommandPing::default()),
-        _ => cmd.pong = Some(wire::CommandPong::default()),
-    }
-    cmd
-}
-
-/// The request id of a client-to-broker request, if the command is one and carries it.
-pub(crate) fn request_id(cmd: &wire::BaseCommand) -> Option<u64> {
-    macro_rules! rid {
-        ($field:ident) => {
-            cmd.$field.as_ref().map(|c| c.request_id)
-        };
-    }
-    let ty = Type::try_from(cmd.r#type).ok()?;
-    match ty {
-        Type::Subscribe => rid!(subscribe),
-        Type::Producer => rid!(producer),
-        Type::Unsubscribe => rid!(unsubscribe),
-        Type::CloseProducer => rid!(close_producer),
-        Type::CloseConsumer => rid!(close_consumer),
-        Type::PartitionedMetadata => rid!(partition_metadata),
-        Type::Lookup => rid!(lookup_topic),
-        Type::ConsumerStats => rid!(consumer_stats),
-        Type::Seek => rid!(seek),
-        Type::GetLastMessageId => rid!(get_last_message_id),
-        Type::GetTopicsOfNamespace => rid!(get_topics_of_namespace),
-        Type::GetSchema => rid!(get_schema),
-        Type::GetOrCreateSchema => rid!(get_or_create_schema),
-        Type::Ack => cmd.ack.as_ref().and_then(|a| a.request_id),
-        Type::NewTxn => rid!(new_txn),
-        Type::AddPartitionToTxn => rid!(add_partition_to_txn),
-        Type::AddSubscriptionToTxn => rid!(add_subscription_to_txn),
-        Type::EndTxn => rid!(end_txn),
-        Type::EndTxnOnPartition => rid!(end_txn_on_partition),
-        Type::EndTxnOnSubscription => rid!(end_txn_on_subscription),
-        Type::TcClientConnectRequest => rid!(tc_client_connect_request),
-        Type::WatchTopicList => rid!(watch_topic_list),
-        Type::WatchTopicListClose => rid!(watch_topic_list_close),
-        Type::ScalableTopicSubscribe => rid!(scalable_topic_subscribe),
-        Type::WatchPartitionUpdate => rid!(watch_partition_update),
-        Type::WatchPartitionUpdateClose => rid!(watch_partition_update_close),
-        _ => None,
+/// What the proxy does with a CONNECT naming `target` (see [`super::proxy`]).
+fn proxy_connect(target: &str, cmd: &wire::BaseCommand) -> Step {
+    match check_target(target) {
+        Ok((host, port)) => {
+            let mut connect = cmd.clone();
+            if let Some(c) = connect.connect.as_mut() {
+                c.proxy_to_broker_url = None;
+            }
+            Step::Forward(Box::new(Target {
+                host,
+                port,
+                connect,
+            }))
+        }
+        Err((code, message)) => Step::Refuse(
+            error(NO_REQUEST, code, message),
+            format!("proxy refused target broker {target:?}: {message}"),
+        ),
     }
 }

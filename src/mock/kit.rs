@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::inject::{ConsumedError, MockError, MockRequest};
+use super::injected::{ConsumedError, MockError, MockRequest};
 use super::session::Pushed;
 use super::{lock, ConnectionId, MockBroker};
 use crate::error::ServerError;

@@ -5,9 +5,9 @@
 use std::io;
 use std::time::Duration;
 
-use super::admin::MockAdminError;
-use super::inject::{ConsumedError, MockError};
-use super::state::canonical_topic;
+use super::admin_error::MockAdminError;
+use super::injected::{ConsumedError, MockError};
+use super::namespace::canonical_topic;
 use super::{lock, MockBroker};
 
 /// How [`MockCluster::move_topic`] tells the clients where the topic went.

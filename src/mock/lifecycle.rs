@@ -3,10 +3,11 @@
 //! topics. Pure functions of the state, like the handlers; the admin methods (`ops`) call them
 //! under the state lock, so no command handler ever sees a half-done step.
 
-use super::admin::MockAdminError;
+use super::admin_error::MockAdminError;
 use super::conns::Conns;
 use super::dispatch;
-use super::state::{canonical_topic, BrokerState};
+use super::namespace::canonical_topic;
+use super::state::BrokerState;
 use super::topic::Topic;
 use super::wire::{self, base_command::Type};
 use crate::codec::Frame;

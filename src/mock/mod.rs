@@ -62,16 +62,24 @@
 //! [`MockBroker::shutdown`]) stops it and closes every connection. Methods that start tasks
 //! ([`MockBroker::start`], [`MockBroker::connect_duplex`]) must run inside a tokio runtime.
 //!
-//! Layout: `session` (one task per connection), `handlers` (what a broker answers, as pure
-//! functions; producers in `produce`, consumers in `consume`), `state` (what the broker knows:
-//! topics, lookup rules, connections), `namespace` (tenants and namespaces), `topic` and
-//! `subscription` (stored entries, cursors), `dispatch` (messages to consumers), `conns` (the
-//! registry of live connections and their producers and consumers), `lifecycle` (unload,
-//! termination, deletion on the state), `admin` and `ops` (the test-facing view and admin
-//! operations), `cluster` (shared storage, restart, counters), `record` (the command log),
-//! `permissions` (roles and grants), `watchers` (PIP-247), `timers` (deadlines).
+//! Layout, bottom up (each layer imports only those below it; no import cycle):
+//! - leaf state, importing no handler: `conns` (the registry of live connections and their
+//!   producers and consumers), `namespace` (tenants, namespaces, topic names), `permissions`
+//!   (roles and grants), `schemas` (the registry), `topic` and `subscription` (stored entries,
+//!   cursors), `timers` (deadlines), `topic_list_watchers` (PIP-145) and `partition_watchers`
+//!   (PIP-247), `injected` (pushed errors), `admin_error`; `state` gathers them (what the
+//!   broker knows: topics, lookup rules, connections);
+//! - `reply`: what every handler answers with (`Step`, `SessionView`, SUCCESS/ERROR);
+//! - handlers, pure functions of (state, command): `produce`, `consume`, `dispatch` (messages
+//!   to consumers), `topic_lists`, `watchers`, `inject` (what a pushed error answers),
+//!   `lifecycle` (unload, termination, deletion on the state), `timer_task` (firing what is
+//!   due);
+//! - `handlers`, the one dispatcher (what a broker answers to each command), and `session`
+//!   (one task per connection) on top; `admin` and `ops` (the test-facing view and admin
+//!   operations), `cluster` (shared storage, restart, counters), `record` (the command log).
 
 mod admin;
+mod admin_error;
 mod cluster;
 mod conns;
 mod consume;
@@ -80,15 +88,18 @@ pub mod guide;
 mod handlers;
 mod hashing;
 mod inject;
+mod injected;
 mod kit;
 mod kit_cluster;
 mod lifecycle;
 mod namespace;
 mod ops;
+mod partition_watchers;
 mod permissions;
 mod produce;
 mod proxy;
 mod record;
+mod reply;
 mod schemas;
 mod secure;
 mod session;
@@ -110,8 +121,10 @@ mod tests_produce;
 mod tests_support;
 #[cfg(test)]
 mod tests_watchers;
+mod timer_task;
 mod timers;
 mod topic;
+mod topic_list_watchers;
 mod topic_lists;
 mod watchers;
 
@@ -126,8 +139,9 @@ use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
-pub use admin::{MockAdminError, MockBrokerStats};
-pub use inject::{ConsumedError, MockError, MockRequest};
+pub use admin::MockBrokerStats;
+pub use admin_error::MockAdminError;
+pub use injected::{ConsumedError, MockError, MockRequest};
 pub use kit_cluster::{MockCluster, TopicMove};
 pub use permissions::MockAction;
 pub use record::Received;
@@ -210,7 +224,7 @@ impl Default for MockBrokerConfig {
             keepalive_interval: None,
             require_connect_first: true,
             allow_auto_subscription_creation: true,
-            partition_update_resend_timeout: watchers::DEFAULT_RESEND_TIMEOUT,
+            partition_update_resend_timeout: partition_watchers::DEFAULT_RESEND_TIMEOUT,
             auth: None,
             #[cfg(feature = "tls")]
             tls: None,
@@ -263,7 +277,7 @@ pub(crate) struct Shared {
     pub(crate) log: CommandLog,
     pub(crate) connections: Mutex<Registry>,
     /// Lookups and metadata requests answered.
-    pub(crate) served: watchers::Served,
+    pub(crate) served: partition_watchers::Served,
     /// Wraps accepted connections in TLS.
     #[cfg(feature = "tls")]
     pub(crate) tls: Option<tokio_rustls::TlsAcceptor>,
@@ -320,7 +334,7 @@ impl MockBroker {
             service_url.clone(),
             state::BrokerSettings::from_config(&config),
         );
-        let timer_task = timers::spawn(Arc::clone(&state));
+        let timer_task = timer_task::spawn(Arc::clone(&state));
         let shared = Arc::new(Shared {
             config,
             addr,
@@ -329,7 +343,7 @@ impl MockBroker {
             faults: Mutex::new(Faults::default()),
             log: CommandLog::new(),
             connections: Mutex::new(Registry::default()),
-            served: watchers::Served::default(),
+            served: partition_watchers::Served::default(),
             #[cfg(feature = "tls")]
             tls,
         });
@@ -518,7 +532,7 @@ impl MockBroker {
     /// The schemas registered on `topic` (a partition reads its topic's), oldest version
     /// first: version `n` is index `n`.
     pub fn schemas(&self, topic: &str) -> Vec<crate::schema::SchemaInfo> {
-        let topic = state::canonical_topic(topic);
+        let topic = namespace::canonical_topic(topic);
         lock(&self.shared().state)
             .schemas
             .versions(&topic)

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::admin::MockAdminError;
+use super::admin_error::MockAdminError;
 
 /// The namespace of canonical topic `topic` (`scheme://tenant/ns/local` → `tenant/ns`).
 pub(crate) fn namespace_of(topic: &str) -> String {
@@ -165,6 +165,19 @@ impl Namespaces {
     /// The tenants, sorted.
     pub(crate) fn tenants(&self) -> Vec<String> {
         self.tenants.iter().cloned().collect()
+    }
+}
+
+/// Completes a short topic name the way brokers and clients do: `t` →
+/// `persistent://public/default/t`, `tenant/ns/t` → `persistent://tenant/ns/t`; full names are
+/// kept as they are.
+pub(crate) fn canonical_topic(topic: &str) -> String {
+    if topic.contains("://") {
+        topic.to_owned()
+    } else if topic.contains('/') {
+        format!("persistent://{topic}")
+    } else {
+        format!("persistent://public/default/{topic}")
     }
 }
 

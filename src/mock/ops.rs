@@ -12,10 +12,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::admin::MockAdminError;
+use super::admin_error::MockAdminError;
 use super::lifecycle::{self, CloseNotice};
+use super::namespace::canonical_topic;
 use super::namespace::parse_namespace;
-use super::state::{canonical_topic, BrokerState};
+use super::state::BrokerState;
 use super::{lock, MockBroker};
 use crate::message_id::MessageId;
 

@@ -16,16 +16,14 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use super::admin::MockAdminError;
-use super::handlers::{error, Step};
+use super::admin_error::MockAdminError;
+use super::conns::{Conns, ANONYMOUS};
+use super::namespace::canonical_topic;
 use super::namespace::{namespace_of, parse_namespace};
-use super::state::{canonical_topic, BrokerState};
+use super::reply::{error, Step};
 use super::wire;
 use super::{lock, ConnectionId, MockBroker};
 use crate::error::ServerError;
-
-/// The role of a connection that sent no auth data.
-pub(crate) const ANONYMOUS: &str = "anonymous";
 
 /// What a role may do on a namespace (see [`MockBroker::grant_permission`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -92,31 +90,33 @@ pub(crate) fn role_of(connect: &wire::CommandConnect) -> String {
 }
 
 /// The role of connection `conn` ([`ANONYMOUS`] if unknown or not authenticated).
-pub(crate) fn role(state: &BrokerState, conn: ConnectionId) -> &str {
-    state.conns.get(conn).map_or(ANONYMOUS, |c| c.role.as_str())
+pub(crate) fn role(conns: &Conns, conn: ConnectionId) -> &str {
+    conns.get(conn).map_or(ANONYMOUS, |c| c.role.as_str())
 }
 
 /// Whether connection `conn` may do `action` on `topic` (any form).
 pub(crate) fn may(
-    state: &BrokerState,
+    conns: &Conns,
+    permissions: &Permissions,
     conn: ConnectionId,
     topic: &str,
     action: MockAction,
 ) -> bool {
     let ns = namespace_of(&canonical_topic(topic));
-    state.permissions.allows(&ns, role(state, conn), action)
+    permissions.allows(&ns, role(conns, conn), action)
 }
 
 /// The ERROR AuthorizationError answer to request `request_id` if connection `conn` may not do
 /// `action` on `topic`.
 pub(crate) fn refusal(
-    state: &BrokerState,
+    conns: &Conns,
+    permissions: &Permissions,
     conn: ConnectionId,
     topic: &str,
     action: MockAction,
     request_id: u64,
 ) -> Option<Step> {
-    if may(state, conn, topic, action) {
+    if may(conns, permissions, conn, topic, action) {
         return None;
     }
     let verb = match action {
@@ -125,7 +125,7 @@ pub(crate) fn refusal(
     };
     let message = format!(
         "Client with role '{}' is not authorized to {verb} {}",
-        role(state, conn),
+        role(conns, conn),
         canonical_topic(topic)
     );
     Some(Step::Reply(error(

@@ -36,10 +36,11 @@
 
 use super::conns::ProducerRef;
 use super::dispatch;
-use super::handlers::{error, success, SessionView, Step};
+use super::namespace::canonical_topic;
 use super::namespace::namespace_of;
 use super::permissions::{self, MockAction};
-use super::state::{canonical_topic, BrokerState};
+use super::reply::{error, success, SessionView, Step};
+use super::state::BrokerState;
 use super::subscription::{SubType, Subscription};
 use super::topic::{delivery_due, ProducerInfo, ProducerKey, StoredEntry, Topic, WaitingProducer};
 use super::wire::{self, base_command::Type, ProducerAccessMode};
@@ -75,9 +76,14 @@ pub(crate) fn producer(
     let Some(conn) = state.conns.get(view.conn) else {
         return Step::Ignore;
     };
-    if let Some(refusal) =
-        permissions::refusal(state, view.conn, &topic_name, MockAction::Produce, rid)
-    {
+    if let Some(refusal) = permissions::refusal(
+        &state.conns,
+        &state.permissions,
+        view.conn,
+        &topic_name,
+        MockAction::Produce,
+        rid,
+    ) {
         return refusal;
     }
     if let Some(existing) = conn.producers.get(&cmd.producer_id) {
@@ -139,7 +145,13 @@ pub(crate) fn producer(
             let allowed = state
                 .settings(view.service_url, view.config)
                 .allow_auto_subscription_creation
-                && permissions::may(state, view.conn, &topic_name, MockAction::Consume);
+                && permissions::may(
+                    &state.conns,
+                    &state.permissions,
+                    view.conn,
+                    &topic_name,
+                    MockAction::Consume,
+                );
             if !allowed {
                 tracing::debug!(topic = %topic_name, "mock broker: initial subscription not created");
             }

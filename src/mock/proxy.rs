@@ -23,7 +23,6 @@
 
 use std::net::IpAddr;
 
-use super::handlers::{error, Step};
 use super::wire;
 use crate::error::ServerError;
 
@@ -35,30 +34,6 @@ pub(crate) struct Target {
     pub(crate) port: u16,
     /// The CONNECT to send to the target (the client's, without `proxy_to_broker_url`).
     pub(crate) connect: wire::BaseCommand,
-}
-
-/// The request id of the proxy's ERROR answers (upstream `Commands.newError(-1, ...)`).
-const NO_REQUEST: u64 = u64::MAX;
-
-/// What the proxy does with a CONNECT naming `target` (see the module docs).
-pub(crate) fn connect(target: &str, cmd: &wire::BaseCommand) -> Step {
-    match check_target(target) {
-        Ok((host, port)) => {
-            let mut connect = cmd.clone();
-            if let Some(c) = connect.connect.as_mut() {
-                c.proxy_to_broker_url = None;
-            }
-            Step::Forward(Box::new(Target {
-                host,
-                port,
-                connect,
-            }))
-        }
-        Err((code, message)) => Step::Refuse(
-            error(NO_REQUEST, code, message),
-            format!("proxy refused target broker {target:?}: {message}"),
-        ),
-    }
 }
 
 /// `BrokerProxyValidator.resolveAndCheckTargetAddress`'s checks, without the allow-lists.

@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use bytes::Bytes;
 
-use super::handlers::Step;
+use super::reply::Step;
 use super::wire::{self, base_command::Type};
 use crate::error::ServerError;
 
@@ -235,7 +235,7 @@ pub(crate) fn get_schema(registry: &Registry, cmd: &wire::CommandGetSchema) -> S
     if registry.unanswered {
         return Step::Ignore;
     }
-    let versions = registry.versions(&super::state::canonical_topic(&cmd.topic));
+    let versions = registry.versions(&super::namespace::canonical_topic(&cmd.topic));
     let wanted = match cmd.schema_version.as_ref().filter(|v| !v.is_empty()) {
         None => versions.len().checked_sub(1),
         Some(v) => <[u8; 8]>::try_from(&v[..])
@@ -270,7 +270,7 @@ pub(crate) fn get_or_create_schema(
     if registry.unanswered {
         return Step::Ignore;
     }
-    let topic = super::state::canonical_topic(&cmd.topic);
+    let topic = super::namespace::canonical_topic(&cmd.topic);
     let mut resp = wire::CommandGetOrCreateSchemaResponse {
         request_id: cmd.request_id,
         ..Default::default()

@@ -97,7 +97,7 @@ pub(crate) fn refresh_challenge(auth: &MockAuth, server_version: &str) -> wire::
                 auth_method_name: Some(auth.method.clone()),
                 auth_data: Some(REFRESH_AUTH_DATA.to_vec().into()),
             }),
-            protocol_version: Some(super::handlers::MAX_PROTOCOL_VERSION),
+            protocol_version: Some(super::reply::MAX_PROTOCOL_VERSION),
         }),
         ..Default::default()
     }

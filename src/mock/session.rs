@@ -23,9 +23,10 @@ use tokio_util::codec::Encoder;
 use tokio_util::codec::Framed;
 use tracing::Instrument;
 
-use super::handlers::{self, SessionView, Step};
+use super::handlers;
 use super::inject::{self, Injection};
 use super::record::Received;
+use super::reply::{self, SessionView, Step};
 use super::wire::base_command::Type;
 use super::{consume, lock, ConnectionId, Shared};
 use crate::codec::{Frame, PulsarCodec};
@@ -287,7 +288,7 @@ where
                 if faults.unresponsive {
                     return Ok(());
                 }
-                let pong = Frame::simple(handlers::ping_or_pong(Type::Pong));
+                let pong = Frame::simple(reply::ping_or_pong(Type::Pong));
                 self.send_after(pong, faults.round_trip_time).await
             }
             Step::Ignore => Ok(()),
@@ -371,7 +372,7 @@ where
                 Due::Send(frame) => Some((**frame).clone()),
                 Due::Flow(_) => None,
             })
-            .unwrap_or_else(|| Frame::simple(handlers::ping_or_pong(Type::Ping)));
+            .unwrap_or_else(|| Frame::simple(reply::ping_or_pong(Type::Ping)));
         let mut bytes = BytesMut::new();
         if let Err(e) = self.framed.codec_mut().encode(frame, &mut bytes) {
             return Err(format!("cut mid-frame: encoding failed: {e}"));
@@ -413,7 +414,7 @@ where
             return Err("no PONG within the keepalive interval".into());
         }
         k.awaiting_pong = true;
-        self.write(Frame::simple(handlers::ping_or_pong(Type::Ping)))
+        self.write(Frame::simple(reply::ping_or_pong(Type::Ping)))
             .await
     }
 

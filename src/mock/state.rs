@@ -10,6 +10,10 @@
 //! producers and consumers) in [`Conns`]. What is per broker (lookup rules) is keyed by the
 //! broker's service URL.
 //!
+//! Each feature's part of the state is a leaf module that imports no handler (`conns`,
+//! `namespace`, `permissions`, `schemas`, `timers`, `topic_list_watchers`,
+//! `partition_watchers`, `injected`), so the handlers can import this state without a cycle.
+//!
 //! Lock order: the registry of sessions (`Shared::connections`) may be held while taking this
 //! state's lock, never the reverse.
 
@@ -17,12 +21,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use super::conns::Conns;
-use super::inject::Injected;
-use super::namespace::{namespace_of, Namespaces};
+use super::injected::Injected;
+use super::namespace::{canonical_topic, namespace_of, Namespaces};
+use super::partition_watchers::Watchers;
 use super::permissions::Permissions;
 use super::timers::Timers;
 use super::topic::Topic;
-use super::watchers::Watchers;
+use super::topic_list_watchers::TopicListWatchers;
 use super::{ConnectionId, MockBrokerConfig};
 use crate::error::ServerError;
 
@@ -47,7 +52,7 @@ pub(crate) struct BrokerState {
     /// PIP-247 partition update watchers, of every broker's connections.
     pub(crate) watchers: Watchers,
     /// PIP-145 topic-list watchers, of every broker's connections.
-    pub(crate) topic_lists: super::topic_lists::TopicListWatchers,
+    pub(crate) topic_lists: TopicListWatchers,
     /// Deadlines (delayed deliveries), served by each broker's timer task.
     pub(crate) timers: Timers,
     /// Runtime broker settings, per broker (by service URL).
@@ -425,19 +430,6 @@ pub(crate) struct Faults {
     /// How long a namespace deletion takes between closing the clients and deleting the
     /// topics.
     pub(crate) deletion_delay: Duration,
-}
-
-/// Completes a short topic name the way brokers and clients do: `t` →
-/// `persistent://public/default/t`, `tenant/ns/t` → `persistent://tenant/ns/t`; full names are
-/// kept as they are.
-pub(crate) fn canonical_topic(topic: &str) -> String {
-    if topic.contains("://") {
-        topic.to_owned()
-    } else if topic.contains('/') {
-        format!("persistent://{topic}")
-    } else {
-        format!("persistent://public/default/{topic}")
-    }
 }
 
 #[cfg(test)]

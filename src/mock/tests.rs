@@ -141,7 +141,7 @@ pub(super) fn partitioned_metadata(topic: &str, request_id: u64) -> wire::BaseCo
 }
 
 pub(super) fn ping() -> wire::BaseCommand {
-    handlers::ping_or_pong(Type::Ping)
+    reply::ping_or_pong(Type::Ping)
 }
 
 fn consumer_stats(request_id: u64) -> wire::BaseCommand {
@@ -524,7 +524,7 @@ async fn keepalive_pings_idle_connections_and_closes_silent_ones() {
     let start = tokio::time::Instant::now();
     client.expect(Type::Ping).await;
     assert!(start.elapsed() >= Duration::from_secs(30));
-    client.send(handlers::ping_or_pong(Type::Pong)).await;
+    client.send(reply::ping_or_pong(Type::Pong)).await;
     client.expect(Type::Ping).await; // the next idle interval
     assert!(start.elapsed() >= Duration::from_secs(60));
     // No PONG this time: closed one interval later.

@@ -16,38 +16,17 @@
 //! - WATCH_TOPIC_LIST_CLOSE removes the watcher (Success, also for an unknown one). Watchers go
 //!   with their connection.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
-use super::handlers::{error, success, SessionView, Step};
+use super::reply::{error, success, SessionView, Step};
 use super::state::BrokerState;
+use super::topic_list_watchers::Watcher;
 use super::wire::{self, base_command::Type};
 use super::{lock, ConnectionId, MockBroker};
 use crate::codec::Frame;
 use crate::error::ServerError;
 use crate::topic::TopicName;
 use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
-
-/// One registered topic-list watcher.
-#[derive(Debug)]
-struct Watcher {
-    namespace: String,
-    pattern: TopicsPattern,
-    /// What the client was last told (the matching topics).
-    topics: BTreeSet<String>,
-}
-
-/// The topic-list watchers of every connection of the brokers sharing the state.
-#[derive(Debug, Default)]
-pub(crate) struct TopicListWatchers {
-    map: BTreeMap<(ConnectionId, u64), Watcher>,
-    /// The topic table version the watchers were last brought up to date with.
-    seen: u64,
-    /// Updates sent (for tests and benchmarks).
-    updates_sent: u64,
-    /// Updates still to lose (fault injection: the watcher's view moves on, the client hears
-    /// nothing).
-    drop_updates: usize,
-}
 
 /// The existing topics of `namespace` in `mode`, sorted.
 fn listing(state: &BrokerState, namespace: &str, mode: RegexSubscriptionMode) -> Vec<String> {

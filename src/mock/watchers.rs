@@ -22,77 +22,21 @@
 //! - WATCH_PARTITION_UPDATE_CLOSE removes the watcher (Success, also for an unknown one).
 //!   Watchers go with their connection, so a restart drops them all.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
-
-use std::collections::BTreeMap;
 
 use tokio::time::Instant;
 
-use super::admin::MockAdminError;
-use super::handlers::{error, success, SessionView, Step};
+use super::admin_error::MockAdminError;
+use super::namespace::canonical_topic;
 use super::namespace::namespace_of;
-use super::state::{canonical_topic, BrokerState, TopicTable};
+use super::partition_watchers::{InFlight, Watcher, WatcherKey, DEFAULT_RESEND_TIMEOUT};
+use super::reply::{error, success, SessionView, Step};
+use super::state::{BrokerState, TopicTable};
 use super::wire::{self, base_command::Type};
 use super::{lock, ConnectionId, MockBroker};
 use crate::codec::Frame;
 use crate::error::ServerError;
-
-/// The default resend timeout of a partition update.
-pub(crate) const DEFAULT_RESEND_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// A watcher: (connection, watcher id).
-type WatcherKey = (ConnectionId, u64);
-
-/// The update a watcher has not acknowledged yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct InFlight {
-    version: u64,
-    sent_at: Instant,
-    resend_at: Instant,
-}
-
-/// One registered watcher.
-#[derive(Debug)]
-struct Watcher {
-    /// The broker it was registered on (by service URL): its resend timeout applies.
-    service_url: String,
-    /// The topics, as the client named them.
-    topics: Vec<String>,
-    /// The last version sent (0: none yet).
-    version: u64,
-    in_flight: Option<InFlight>,
-    /// Every version sent, in order.
-    versions_sent: Vec<u64>,
-}
-
-/// The watchers of every connection of the brokers sharing the state.
-#[derive(Debug, Default)]
-pub(crate) struct Watchers {
-    map: BTreeMap<WatcherKey, Watcher>,
-    /// Results still to drop (fault injection: the client's ack was lost).
-    drop_results: usize,
-    /// Results ignored (stale, unexpected, or dropped).
-    ignored: u64,
-}
-
-/// Lookups and partitioned-metadata requests a broker answered.
-#[derive(Debug, Default)]
-pub(crate) struct Served {
-    lookups: AtomicU64,
-    metadata: AtomicU64,
-}
-
-impl Served {
-    /// Counts a command of type `ty` answered.
-    pub(crate) fn record(&self, ty: i32) {
-        if ty == Type::Lookup as i32 {
-            self.lookups.fetch_add(1, Ordering::Relaxed);
-        } else if ty == Type::PartitionedMetadata as i32 {
-            self.metadata.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-}
 
 fn counts(topics: &TopicTable, names: &[String]) -> Vec<u32> {
     names.iter().map(|t| topics.partitions(t)).collect()

@@ -18,6 +18,7 @@
 
 use std::sync::{Arc, OnceLock};
 
+use bytes::Bytes;
 use tokio::sync::{oneshot, watch, Semaphore, TryAcquireError};
 
 use crate::connection::EntityKind;
@@ -80,6 +81,9 @@ pub(super) struct PartitionProducer {
     /// What the producer's messages take while pending.
     limits: Arc<Limits>,
     memory_limit: usize,
+    /// What every message of this producer carries besides its payload and own metadata,
+    /// counted against the memory limit with it (see [`Self::memory_bytes`]).
+    per_message: usize,
     /// `max_pending_messages` (0: none), for the error that says it was reached.
     max_pending: usize,
     block: bool,
@@ -189,11 +193,14 @@ impl PartitionProducer {
         let shutdown = client.shutdown_signal();
         let shutdown_at_start = *shutdown.borrow();
         let state_now = entity_state_now;
+        let per_message =
+            per_message_bytes(options, &created.name, created.schema_version.as_ref());
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
             limits,
             memory_limit: client.memory_limit,
+            per_message,
             max_pending: options.max_pending_messages,
             block: options.block_if_queue_full,
             terminal,
@@ -307,15 +314,14 @@ impl PartitionProducer {
         Ok(held)
     }
 
-    /// The client memory a message holds while pending: its payload and its own metadata
-    /// (key, ordering key, properties), at least 1 byte, at most the whole limit, so it can
-    /// always be had eventually. The producer's name and schema version, which every
-    /// unbatched frame also carries, are not counted: the broker may name them with at most
-    /// `MAX_PRODUCER_NAME` + `MAX_SCHEMA_VERSION` bytes (see `task::Created::parse`); a name
-    /// the user chose may be longer, its own cost.
+    /// The client memory a message holds while pending: its payload, its own metadata (key,
+    /// ordering key, properties) and, unbatched, the producer name and schema version its
+    /// frame carries (`per_message`); at least 1 byte, at most the whole limit, so it can
+    /// always be had eventually.
     #[inline]
     fn memory_bytes(&self, msg: &Outgoing) -> u32 {
-        (msg.payload.len() + msg.metadata_len()).clamp(1, self.memory_limit) as u32
+        (msg.payload.len() + msg.metadata_len() + self.per_message).clamp(1, self.memory_limit)
+            as u32
     }
 
     fn memory_full(&self) -> Error {
@@ -356,4 +362,24 @@ impl PartitionProducer {
         }
         rx.await.unwrap_or_else(|_| ended(self.closed_error()))
     }
+}
+
+/// The bytes every unbatched message of a producer carries in its metadata besides what the
+/// application gave it: the producer name (the broker's, at most `MAX_PRODUCER_NAME`, or the
+/// application's, any length) and the schema version (at most `MAX_SCHEMA_VERSION`), as
+/// attached (issue #31: a broker naming the producer with megabytes made every pending
+/// message carry them, uncounted). A batched message shares its batch's copy, so it counts
+/// none. Java's `ProducerImpl.sendAsync` reserves only the payload's `readableBytes()`
+/// (`canEnqueueRequest(.., uncompressedSize)`); this counts what the pending message holds.
+/// A schema version that changes on a re-attach (at most `MAX_SCHEMA_VERSION` bytes) is not
+/// re-counted.
+fn per_message_bytes(
+    options: &ProducerOptions,
+    name: &str,
+    schema_version: Option<&Bytes>,
+) -> usize {
+    if options.batching.is_some() {
+        return 0;
+    }
+    name.len() + schema_version.map_or(0, Bytes::len)
 }

@@ -3,7 +3,7 @@
 //! client's `fastavro.schemaless_writer`. A payload is decoded with the schema it was written
 //! with when the consumer knows that version (Avro schema resolution), else with the reader's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -15,12 +15,16 @@ use serde::Serialize;
 use super::avro_guard::{Plan, RECURSES};
 use super::{Schema, SchemaError, SchemaInfo, SchemaType};
 
-/// How many parsed writer schemas a cache keeps.
-const WRITER_CACHE: usize = 64;
-
-/// How many bytes of definitions a cache of parsed writer schemas keeps (a parsed schema
-/// costs a few times its definition); a definition larger than this is parsed but not kept.
+/// How many bytes a cache of parsed writer schemas keeps, counted as each definition's length
+/// plus [`ENTRY_OVERHEAD`] (a parsed schema costs a few times its definition); a definition
+/// larger than this is parsed but not kept. The bound is in bytes, not in entries, so a
+/// working set of many small versions stays parsed while a flood of versions stays bounded.
 const WRITER_CACHE_BYTES: usize = 64 << 20;
+
+/// What each cached entry is charged on top of its definition: the map slot, the parsed
+/// schema's fixed part and its walk plan, so a flood of tiny definitions is bounded too
+/// (at most `WRITER_CACHE_BYTES / ENTRY_OVERHEAD` = 65,536 entries).
+const ENTRY_OVERHEAD: usize = 1 << 10;
 
 /// A parsed Avro schema with its walk plan (see `avro_guard`): parsed and checked once.
 struct Parsed {
@@ -46,15 +50,39 @@ impl Parsed {
 }
 
 /// Writer schemas parsed once per definition (the outcome, so a definition that does not
-/// parse is not parsed again per message), bounded by [`WRITER_CACHE`] entries and
-/// [`WRITER_CACHE_BYTES`] of definitions; past either bound it starts over.
-#[derive(Default)]
+/// parse is not parsed again per message), bounded by `budget` bytes (see
+/// [`WRITER_CACHE_BYTES`]); past the bound the oldest entries go first, one by one, so a
+/// working set that fits is never parsed again (upstream's `AutoConsumeSchema` keeps one
+/// decoder per version, unbounded; this keeps the same once-per-version work within a bound).
 struct WriterCache {
     entries: HashMap<Bytes, Result<Arc<Parsed>, SchemaError>>,
+    /// Keys in insertion order, oldest first: the eviction order.
+    order: VecDeque<Bytes>,
+    /// What the entries are charged: definitions plus `ENTRY_OVERHEAD` each.
     bytes: usize,
+    budget: usize,
+}
+
+impl Default for WriterCache {
+    fn default() -> Self {
+        WriterCache::with_budget(WRITER_CACHE_BYTES)
+    }
 }
 
 impl WriterCache {
+    fn with_budget(budget: usize) -> WriterCache {
+        WriterCache {
+            entries: HashMap::new(),
+            order: VecDeque::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    fn charge(definition: &Bytes) -> usize {
+        definition.len().saturating_add(ENTRY_OVERHEAD)
+    }
+
     fn get(cache: &Mutex<WriterCache>, definition: &Bytes) -> Result<Arc<Parsed>, SchemaError> {
         if let Some(hit) = lock(cache).entries.get(definition) {
             return hit.clone();
@@ -64,20 +92,27 @@ impl WriterCache {
             .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))
             .and_then(Parsed::new)
             .map(Arc::new);
-        let mut c = lock(cache);
-        if definition.len() <= WRITER_CACHE_BYTES {
-            if c.entries.len() >= WRITER_CACHE || c.bytes + definition.len() > WRITER_CACHE_BYTES {
-                c.entries.clear();
-                c.bytes = 0;
-            }
-            if c.entries
-                .insert(definition.clone(), parsed.clone())
-                .is_none()
-            {
-                c.bytes += definition.len();
+        lock(cache).insert(definition, &parsed);
+        parsed
+    }
+
+    fn insert(&mut self, definition: &Bytes, parsed: &Result<Arc<Parsed>, SchemaError>) {
+        let charge = WriterCache::charge(definition);
+        // Another consumer may have parsed the same definition meanwhile; keep one entry.
+        if charge > self.budget || self.entries.contains_key(definition) {
+            return;
+        }
+        while self.bytes + charge > self.budget {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if self.entries.remove(&oldest).is_some() {
+                self.bytes -= WriterCache::charge(&oldest);
             }
         }
-        parsed
+        self.entries.insert(definition.clone(), parsed.clone());
+        self.order.push_back(definition.clone());
+        self.bytes += charge;
     }
 }
 
@@ -334,14 +369,67 @@ mod tests {
         let bad = Bytes::from_static(b"{not json");
         assert!(WriterCache::get(&cache, &bad).is_err());
         assert_eq!(lock(&cache).entries.len(), 2);
-        // Count bound: past WRITER_CACHE entries it starts over.
-        for i in 0..WRITER_CACHE {
+        // Byte bound: the entries stay within the cache's bytes (definitions plus a per-entry
+        // allowance), whatever their count.
+        for i in 0..OLD_ENTRY_BOUND {
             let d = DEF.replace("\"a\"", &format!("\"a{i}\""));
             WriterCache::get(&cache, &Bytes::from(d)).unwrap();
         }
         let c = lock(&cache);
-        assert!(c.entries.len() <= WRITER_CACHE, "{}", c.entries.len());
+        assert!(
+            c.entries.len() <= OLD_ENTRY_BOUND + 2,
+            "{}",
+            c.entries.len()
+        );
         assert!(c.bytes <= WRITER_CACHE_BYTES);
+    }
+
+    /// The entry bound the cache had before it was bounded in bytes (issue #31).
+    const OLD_ENTRY_BOUND: usize = 64;
+
+    /// A hostile flood of writer versions (a producer may register as many as it likes) stays
+    /// within the cache's byte budget at every step, evicts the oldest first, and keeps what
+    /// it was charged equal to what it holds.
+    #[test]
+    fn a_flood_of_writer_versions_stays_within_the_byte_bound() {
+        let budget = 16 * (ENTRY_OVERHEAD + 1024);
+        let cache = Mutex::new(WriterCache::with_budget(budget));
+        let pad = "x".repeat(900);
+        let version =
+            |i: usize| Bytes::from(DEF.replace("\"a\"", &format!("\"a{i}\",\"doc\":\"{pad}\"")));
+        for i in 0..1_000 {
+            WriterCache::get(&cache, &version(i)).unwrap();
+            let c = lock(&cache);
+            assert!(
+                c.bytes <= budget,
+                "{} bytes held past a budget of {budget}",
+                c.bytes
+            );
+            let held: usize = c.entries.keys().map(WriterCache::charge).sum();
+            assert_eq!(held, c.bytes, "charged bytes match the entries held");
+            assert_eq!(c.order.len(), c.entries.len());
+        }
+        let c = lock(&cache);
+        assert!(
+            c.entries.len() >= 8,
+            "the budget is used: {}",
+            c.entries.len()
+        );
+        assert!(c.entries.contains_key(&version(999)), "the newest is kept");
+        assert!(
+            !c.entries.contains_key(&version(0)),
+            "the oldest went first"
+        );
+        drop(c);
+        // A definition larger than the whole budget is parsed but not kept.
+        let huge = Bytes::from(DEF.replace(
+            "\"a\"",
+            &format!("\"a\",\"doc\":\"{}\"", "y".repeat(budget)),
+        ));
+        let a = WriterCache::get(&cache, &huge).unwrap();
+        let b = WriterCache::get(&cache, &huge).unwrap();
+        assert!(!Arc::ptr_eq(&a, &b), "not cached");
+        assert!(lock(&cache).bytes <= budget);
     }
 
     /// Review (issue #31 section 4, "parse once per version"): AUTO_CONSUME's cache is one per
@@ -350,12 +438,9 @@ mod tests {
     /// definition ~37 ms each. Upstream's `AutoConsumeSchema` keeps a decoder per version
     /// per consumer, unbounded.
     #[test]
-    #[ignore = "defect, not fixed: a process-wide cache of 64 entries that clears when full \
-                thrashes on a working set of 65 versions; needs per-consumer caches or a \
-                bound from the consumer's topics, a design choice"]
     fn a_working_set_just_over_the_cache_is_parsed_once_per_version() {
         let cache = Mutex::new(WriterCache::default());
-        let defs: Vec<Bytes> = (0..=WRITER_CACHE)
+        let defs: Vec<Bytes> = (0..=OLD_ENTRY_BOUND)
             .map(|i| Bytes::from(DEF.replace("\"a\"", &format!("\"a{i}\""))))
             .collect();
         let first: Vec<_> = defs

@@ -1305,10 +1305,6 @@ async fn a_long_user_chosen_producer_name_is_accepted() {
 /// payloads". An unbatched message's frame carries the producer's name (here 1,000 bytes);
 /// with 1-byte payloads a 64 KiB limit let 1,000 messages (1 MB of frames) be pending.
 #[tokio::test]
-#[ignore = "defect, not fixed: memory_bytes counts payload + key + properties, not the producer \
-            name (<= 1 KiB from the broker, any length from the user) every unbatched frame \
-            carries; counting it breaks the exact-accounting tests of review_permit_counts / \
-            breaker40, which need adapting with the fix"]
 async fn memory_limit_counts_the_producer_name_each_unbatched_message_carries() {
     let broker = MockBroker::start().await.unwrap();
     let client = Client::builder()

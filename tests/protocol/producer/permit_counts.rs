@@ -15,6 +15,20 @@ use pulsar_sdk::{Error, QueueLimit, SendFuture};
 /// The task's queue bound (`producer::inbox::CAPACITY`).
 const INBOX: usize = 4096;
 
+/// The name of the unbatched producers below. Each of their pending messages holds its
+/// payload plus this name (which its frame carries) of the client memory limit (#31 §2).
+const NAME: &str = "p";
+
+/// What a pending unbatched message of `payload` bytes holds of the client memory limit.
+const fn held(payload: usize) -> usize {
+    payload + NAME.len()
+}
+
+/// The payload of an unbatched message that holds `bytes` of the client memory limit.
+const fn payload_holding(bytes: usize) -> usize {
+    bytes - NAME.len()
+}
+
 /// Spends the calling task's coop budget for this poll (the next tokio operation that
 /// checks it, e.g. a semaphore's `acquire`, is then pending until the task is polled again).
 fn spend_budget(cx: &mut std::task::Context<'_>) {
@@ -39,13 +53,14 @@ async fn a_send_without_block_if_queue_full_never_waits_for_memory_it_had_taken(
     let broker = MockBroker::start().await.unwrap();
     // The queue's worth of 1-byte messages, plus 100 bytes.
     let client = test_client(&broker.service_url())
-        .memory_limit(INBOX + 100)
+        .memory_limit(INBOX * held(1) + held(100))
         .build()
         .unwrap();
     // With a `max_pending_messages` above the queue's bound: the slot is taken first.
     let make = |topic: &str| {
         client
             .producer(full(topic))
+            .name(NAME)
             .batching(false)
             .block_if_queue_full(false)
             .max_pending_messages(2 * INBOX)
@@ -107,11 +122,12 @@ async fn a_send_without_block_if_queue_full_never_waits_for_memory_it_had_taken(
 async fn a_later_blocking_send_does_not_overtake_one_waiting_for_room() {
     let broker = MockBroker::start().await.unwrap();
     let client = test_client(&broker.service_url())
-        .memory_limit(INBOX + 100)
+        .memory_limit(INBOX * held(1) + held(100))
         .build()
         .unwrap();
     let producer = client
         .producer(full("review-permits-block-order"))
+        .name(NAME)
         .batching(false)
         .block_if_queue_full(true)
         .max_pending_messages(2 * INBOX)
@@ -453,6 +469,7 @@ async fn a_send_dropped_while_it_waits_gives_back_exactly_what_it_held() {
         .unwrap();
     let producer = client
         .producer(full("review-permits-cancel"))
+        .name(NAME)
         .batching(false)
         .block_if_queue_full(true)
         .max_pending_messages(2)
@@ -478,7 +495,7 @@ async fn a_send_dropped_while_it_waits_gives_back_exactly_what_it_held() {
         // Exactly 2 slots and 100 bytes: two sends of 50 are queued at once, a third waits.
         let mut held = Vec::new();
         for i in 0..2 {
-            match producer.send(vec![4u8; 50]).now_or_never() {
+            match producer.send(vec![4u8; payload_holding(50)]).now_or_never() {
                 Some(Ok(f)) => held.push(f),
                 other => panic!("round {round}: send {i}: {other:?}"),
             }
@@ -497,12 +514,13 @@ async fn a_send_dropped_while_it_waits_gives_back_exactly_what_it_held() {
     broker.set_response_delay(Duration::ZERO);
     let other = client
         .producer(full("review-permits-cancel-other"))
+        .name(NAME)
         .batching(false)
         .block_if_queue_full(false)
         .create()
         .await
         .unwrap();
-    let f = other.send(vec![6u8; 100]).await.unwrap();
+    let f = other.send(vec![6u8; payload_holding(100)]).await.unwrap();
     match other.send(vec![6u8; 1]).await {
         Err(Error::ProducerQueueFull {
             limit: QueueLimit::MemoryLimit { .. },

@@ -469,10 +469,15 @@ async fn a_send_re_sent_across_reconnects_times_out_on_time() {
         .memory_limit(LIMIT)
         .build()
         .unwrap();
+    // A pending unbatched message holds its payload plus the producer name its frame carries
+    // (#31 §2), a batched one its payload: each fill message below holds 100 bytes.
+    const NAME: &str = "p";
     for batched in [false, true] {
         let topic = full(&format!("breaker40-timeout-reconnects-{batched}"));
+        let fill = if batched { 100 } else { 100 - NAME.len() };
         let mut b = client
             .producer(&topic)
+            .name(NAME)
             .send_timeout(Duration::from_millis(500))
             .block_if_queue_full(false);
         b = if batched {
@@ -511,7 +516,7 @@ async fn a_send_re_sent_across_reconnects_times_out_on_time() {
         // All the memory is back: 1000 bytes fit once more, and not a byte beyond.
         let mut held = Vec::new();
         for _ in 0..10 {
-            held.push(producer.send(vec![0u8; 100]).await.unwrap());
+            held.push(producer.send(vec![0u8; fill]).await.unwrap());
         }
         assert!(
             matches!(

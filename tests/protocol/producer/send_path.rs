@@ -128,11 +128,17 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
         .memory_limit(300)
         .build()
         .unwrap();
+    // A pending unbatched message holds its payload plus the producer name its frame carries
+    // (#31 §2); a batched one shares its batch's. Each message below holds 100 bytes.
+    const NAME: &str = "p";
+    let payload = |batched: bool| if batched { 100 } else { 100 - NAME.len() };
     for round in 0..3 {
         let topic = full(&format!("review-dropped-producer-memory-{round}"));
+        let batched = round % 2 == 1;
         let producer = client
             .producer(&topic)
-            .batching(round % 2 == 1)
+            .name(NAME)
+            .batching(batched)
             .send_timeout(Duration::ZERO)
             .create()
             .await
@@ -140,7 +146,7 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
         broker.set_unresponsive(true);
         let mut futs = Vec::new();
         for _ in 0..3 {
-            futs.push(producer.send(vec![1u8; 100]).await.unwrap());
+            futs.push(producer.send(vec![1u8; payload(batched)]).await.unwrap());
         }
         match producer.send(vec![2u8; 1]).await {
             Err(Error::ProducerQueueFull { limit }) => {
@@ -159,6 +165,7 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
     // Every round gave its 300 bytes back: a last producer fills exactly 300 bytes.
     let producer = client
         .producer(full("review-dropped-producer-memory-last"))
+        .name(NAME)
         .batching(false)
         .create()
         .await
@@ -166,7 +173,7 @@ async fn a_dropped_producer_resolves_its_sends_and_gives_back_client_memory() {
     broker.set_unresponsive(true);
     let mut held = Vec::new();
     for i in 0..3 {
-        match producer.send(vec![3u8; 100]).await {
+        match producer.send(vec![3u8; payload(false)]).await {
             Ok(f) => held.push(f),
             Err(e) => panic!("send {i}: memory not given back: {e:?}"),
         }
