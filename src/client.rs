@@ -8,10 +8,10 @@ use crate::consumer::{ConsumerBuilder, ReaderBuilder};
 use crate::core::{ClientCore, CoreRef};
 use crate::producer::ProducerBuilder;
 
-use crate::auth::{AuthenticationProvider, SharedAuthProvider, TokenAuth};
+use crate::auth::{Authentication, AuthenticationProvider, SharedAuthProvider, TokenAuth};
 #[cfg(feature = "tls")]
 use crate::connection::tls::{TlsConnector, TlsOptions};
-use crate::connection::{Authentication, ConnectionConfig};
+use crate::connection::ConnectionConfig;
 
 use crate::error::{Error, Result};
 use crate::lookup::{BrokerLookup, LookupService, DEFAULT_MAX_LOOKUP_REDIRECTS};

@@ -120,11 +120,11 @@ pub(crate) mod util;
 #[cfg(feature = "mock-broker")]
 pub mod mock;
 
-pub use auth::{AuthenticationProvider, BasicAuth, TlsAuth, TokenAuth};
+pub use auth::{Authentication, AuthenticationProvider, BasicAuth, TlsAuth, TokenAuth};
 pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
-pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
+pub use connection::{BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,

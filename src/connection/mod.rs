@@ -44,38 +44,6 @@ use crate::proto::BaseCommand;
 pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender, WatchSlot};
 pub(crate) use routing::EntityKind;
 
-/// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method
-/// `token` with the token as data). For credentials that change (rotated tokens, OAuth2) use an
-/// [`AuthenticationProvider`](crate::auth::AuthenticationProvider).
-///
-/// Its `Debug` output never shows the data.
-#[derive(Clone)]
-pub struct Authentication {
-    /// The auth method name, e.g. `"token"`.
-    pub method: String,
-    /// The credentials.
-    pub data: Bytes,
-}
-
-impl Authentication {
-    /// Token authentication (`method = "token"`).
-    pub fn token(token: impl Into<String>) -> Self {
-        Authentication {
-            method: "token".to_string(),
-            data: Bytes::from(token.into()),
-        }
-    }
-}
-
-impl fmt::Debug for Authentication {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Authentication")
-            .field("method", &self.method)
-            .field("data", &"<redacted>")
-            .finish()
-    }
-}
-
 /// Settings of each broker connection.
 #[derive(Debug, Clone)]
 pub struct ConnectionConfig {
