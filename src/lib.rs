@@ -115,6 +115,7 @@ pub mod service_url;
 pub mod stats;
 pub mod topic;
 pub(crate) mod topic_list;
+pub(crate) mod updates;
 pub(crate) mod util;
 
 #[cfg(feature = "mock-broker")]
@@ -141,6 +142,7 @@ pub use service_url::ServiceUrl;
 pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
+pub use updates::{TopicUpdates, Updates};
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

@@ -737,8 +737,8 @@ async fn failover_has_one_active_consumer_and_hands_over_on_close() {
     // The mock (like a broker on a non-partitioned topic) makes the first by name active.
     let a = subscribe("consumer-a").await.unwrap();
     let mut b = subscribe("consumer-b").await.unwrap();
-    let mut a_state = a.active_state();
-    let mut b_state = b.active_state();
+    let mut a_state = a.active_updates();
+    let mut b_state = b.active_updates();
     within("a active", a_state.wait_for(|s| *s == Some(true)))
         .await
         .unwrap();

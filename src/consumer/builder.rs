@@ -42,8 +42,7 @@ impl ConsumerBuilder {
     /// ```no_run
     /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
     /// let mut consumer = client
-    ///     .new_consumer()
-    ///     .topics(["orders", "payments", "refunds"])
+    ///     .multi_topic_consumer(["orders", "payments", "refunds"])
     ///     .subscription("billing")
     ///     .subscribe()
     ///     .await?;
@@ -195,7 +194,7 @@ impl ConsumerBuilder {
     /// match, like upstream), including topics created later, which join on their own; deleted
     /// topics leave. Discovery uses the broker's PIP-145 topic-list watcher when it has one and
     /// polls GetTopicsOfNamespace every [`pattern_auto_discovery_period`] in any case; see
-    /// [`Consumer::topic_changes`]. Replaces a topic list given before.
+    /// [`Consumer::topic_updates`]. Replaces a topic list given before.
     ///
     /// A broker that answers neither (pulsar-lite) makes `subscribe` fail after the operation
     /// timeout with [`Error::Timeout`] naming GetTopicsOfNamespace.
@@ -205,12 +204,11 @@ impl ConsumerBuilder {
     /// ```no_run
     /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
     /// let mut consumer = client
-    ///     .new_consumer()
-    ///     .topics_pattern("persistent://public/default/orders-.*")
+    ///     .pattern_consumer("persistent://public/default/orders-.*")
     ///     .subscription("audit")
     ///     .subscribe()
     ///     .await?;
-    /// let mut changes = consumer.topic_changes();
+    /// let mut changes = consumer.topic_updates();
     /// # let _ = &mut changes;
     /// let msg = consumer.recv().await?;
     /// consumer.ack(&msg)?;
