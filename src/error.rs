@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::codec::CodecError;
+pub use crate::codec::CodecError;
 use crate::schema::error::SchemaError;
 
 /// The error kept as the source of [`Error::Tls`] and [`Error::Authentication`].

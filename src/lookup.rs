@@ -20,7 +20,7 @@ use crate::service_url::{BrokerAddress, ServiceUrl};
 use crate::topic::TopicName;
 
 /// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
-pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
+pub(crate) const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
 
 /// What a failed lookup or metadata answer says about the connection it came on.
 ///

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use common::certs::{fresh_dir, Ca};
 use pulsar_sdk::auth::oauth2::OAuth2ClientCredentials;
-use pulsar_sdk::connection::{Connection, ConnectionConfig};
+use pulsar_sdk::mock::{Connection, ConnectionConfig};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
 use pulsar_sdk::mock::{MockAuth, MockBroker, MockBrokerConfig, MockTls, REFRESH_AUTH_DATA};
 use pulsar_sdk::{AuthenticationProvider, Error, SubscriptionType, TlsFailure, TokenAuth};

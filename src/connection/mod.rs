@@ -21,7 +21,7 @@ mod handshake;
 pub(crate) mod routing;
 mod task;
 #[cfg(feature = "tls")]
-pub mod tls;
+pub(crate) mod tls;
 mod writer;
 
 #[cfg(test)]
@@ -44,8 +44,10 @@ use crate::proto::BaseCommand;
 pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender, WatchSlot};
 pub(crate) use routing::EntityKind;
 
-/// Settings of each broker connection.
+/// Settings of each broker connection (`pub` for `mock::ConnectionConfig`, as
+/// [`Connection`]).
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 pub struct ConnectionConfig {
     /// Timeout of one request (lookup, producer create, ...): it fails only that request.
     /// Default 30 s, like upstream's operation timeout.
@@ -188,7 +190,11 @@ struct Shared {
 
 /// A handle to one broker connection. Cloning is cheap; the connection lives while its task
 /// runs (until the broker goes away, the keep-alive fails, or [`Connection::close`]).
+///
+/// `pub` for the mock broker's protocol tests (`mock::Connection`, feature `mock-broker`);
+/// crate-private otherwise.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 pub struct Connection {
     ops: mpsc::Sender<Op>,
     control: mpsc::UnboundedSender<Op>,
@@ -206,6 +212,7 @@ impl fmt::Debug for Connection {
     }
 }
 
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 impl Connection {
     /// Opens a TCP connection to `host:port` (wrapped in TLS with `tls`) and performs the
     /// handshake. `broker_url` is the logical broker URL; `proxy_to_broker_url` is set when
@@ -309,6 +316,7 @@ impl Connection {
     }
 
     /// Waits until the connection closes and returns why.
+    #[cfg_attr(not(feature = "mock-broker"), allow(dead_code))] // used by the mock's tests
     pub async fn closed(&self) -> Error {
         let mut rx = self.closed.clone();
         let result = match rx.wait_for(|c| c.is_some()).await {

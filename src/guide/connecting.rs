@@ -218,7 +218,7 @@
 [`tls_options`]: crate::ClientBuilder::tls_options
 [`tls_cert_file_path`]: crate::ClientBuilder::tls_cert_file_path
 [`tls_key_file_path`]: crate::ClientBuilder::tls_key_file_path
-[`TlsOptions`]: crate::connection::tls::TlsOptions"
+[`TlsOptions`]: crate::TlsOptions"
 )]
 #![cfg_attr(
     not(feature = "tls"),
