@@ -113,9 +113,8 @@ pub struct ConnectionInfo {
     pub server_version: String,
     /// The negotiated protocol version.
     pub protocol_version: i32,
-    /// The broker's maximum message size: its advertised value capped at
-    /// [`MAX_MESSAGE_SIZE_LIMIT`](crate::codec::MAX_MESSAGE_SIZE_LIMIT), or 5 MiB when it says
-    /// nothing.
+    /// The broker's maximum message size: its advertised value capped at 128 MiB, or 5 MiB
+    /// when it says nothing.
     pub max_message_size: usize,
     /// The broker's feature flags.
     pub features: BrokerFeatures,
