@@ -33,7 +33,9 @@
 //!   `impl Into<String>` and paths as `impl Into<PathBuf>`, durations as [`Duration`](std::time::Duration),
 //!   and switches as `bool`: `.subscription("s")`, `.connect_timeout(d)`, `.batching(false)`.
 //!   Names follow the Java client's where it has one (`receiver_queue_size`,
-//!   `ack_timeout`), in snake case.
+//!   `ack_timeout`), in snake case, without the builder's own noun or a `_name` suffix:
+//!   `ProducerBuilder::name` and `ConsumerBuilder::name` (Java's `producerName`,
+//!   `consumerName`), `subscription` on consumer and reader builders alike.
 //! - **Reads are nouns** (`state()`, `partitions()`, `topics()`, `stats()`); **streams of
 //!   changes are plural nouns** returning a crate type that is a
 //!   [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html), never a tokio

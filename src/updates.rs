@@ -205,6 +205,54 @@ mod tests {
         assert_eq!(updates.current(), 0);
     }
 
+    /// #32: no tokio channel type in a public signature (`AsyncRead + AsyncWrite` transport
+    /// bounds are fine). Reads every `pub fn` of the crate but the mock's.
+    #[test]
+    fn no_public_fn_returns_or_takes_a_tokio_channel() {
+        fn visit(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+            for e in std::fs::read_dir(dir).unwrap() {
+                let path = e.unwrap().path();
+                if path.is_dir() {
+                    if !path.ends_with("mock") {
+                        visit(&path, out);
+                    }
+                } else if path.extension().is_some_and(|x| x == "rs") {
+                    out.push(path);
+                }
+            }
+        }
+        let mut files = Vec::new();
+        visit(
+            &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+            &mut files,
+        );
+        let banned = ["watch::", "broadcast::", "mpsc::", "oneshot::", "tokio::sync", "Notify"];
+        let mut found = Vec::new();
+        for file in &files {
+            let text = std::fs::read_to_string(file).unwrap();
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let t = line.trim_start();
+                if !(t.starts_with("pub fn ") || t.starts_with("pub async fn ")) {
+                    continue;
+                }
+                // The signature, up to its body or its end.
+                let mut sig = String::new();
+                for l in &lines[i..] {
+                    sig.push_str(l);
+                    if l.contains('{') || l.trim_end().ends_with(';') {
+                        break;
+                    }
+                }
+                let sig = sig.split('{').next().unwrap_or_default();
+                if banned.iter().any(|b| sig.contains(b)) {
+                    found.push(format!("{}:{}: {}", file.display(), i + 1, sig.trim()));
+                }
+            }
+        }
+        assert!(found.is_empty(), "tokio types in public signatures:\n{}", found.join("\n"));
+    }
+
     #[tokio::test]
     async fn a_topic_stream_that_fell_behind_says_how_many_changes_it_missed() {
         let (tx, rx) = broadcast::channel(2);

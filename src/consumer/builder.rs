@@ -85,10 +85,17 @@ impl ConsumerBuilder {
         self
     }
 
-    /// The consumer name.
-    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
+    /// The consumer's name (Java's `consumerName`; the noun alone, like
+    /// [`ProducerBuilder::name`](crate::ProducerBuilder::name)).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
         self.options.consumer_name = Some(name.into());
         self
+    }
+
+    /// Renamed [`name`](Self::name).
+    #[deprecated(note = "use `name`")]
+    pub fn consumer_name(self, name: impl Into<String>) -> Self {
+        self.name(name)
     }
 
     /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
