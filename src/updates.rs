@@ -15,9 +15,24 @@ use std::task::{Context, Poll};
 use futures::Stream;
 use tokio::sync::{broadcast, watch};
 
-use crate::consumer::TopicsChanged;
+use crate::topic::TopicName;
 
 type Wait = Pin<Box<dyn Future<Output = bool> + Send>>;
+
+/// The topics a pattern consumer gained and lost in one change (see
+/// [`Consumer::topic_updates`](crate::Consumer::topic_updates)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicsChanged {
+    /// Topics now subscribed (partitions by their own names, as the broker lists them).
+    pub added: Vec<TopicName>,
+    /// Topics no longer subscribed (deleted, or no longer matching).
+    pub removed: Vec<TopicName>,
+    /// How many changes just before this one the stream dropped because it fell more than
+    /// 256 changes behind (0 normally); [`Consumer::topics`](crate::Consumer::topics) is the
+    /// current set either way.
+    pub missed: u64,
+}
 
 /// A value that changes over time, and a [`Stream`] of its values: the value when the stream
 /// was made first, then each new one. Values set in quick succession may be folded into the

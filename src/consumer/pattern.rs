@@ -44,20 +44,7 @@ use crate::lifecycle::State;
 use crate::topic::TopicName;
 use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 
-/// The topics a pattern consumer gained and lost in one change (see
-/// [`Consumer::topic_updates`](crate::Consumer::topic_updates)).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TopicsChanged {
-    /// Topics now subscribed (partitions by their own names, as the broker lists them).
-    pub added: Vec<TopicName>,
-    /// Topics no longer subscribed (deleted, or no longer matching).
-    pub removed: Vec<TopicName>,
-    /// How many changes just before this one the stream dropped because it fell more than
-    /// 256 changes behind (0 normally); [`Consumer::topics`](crate::Consumer::topics) is the
-    /// current set either way.
-    pub missed: u64,
-}
+pub use crate::updates::TopicsChanged;
 
 /// How many change events a slow observer may lag behind before it misses some.
 pub(crate) const CHANGE_EVENTS: usize = 256;
