@@ -84,13 +84,15 @@ async fn main() {
     let builder = match (topic, topics, pattern) {
         (Some(t), _, _) => client.consumer(t),
         (_, Some(list), _) => client.multi_topic_consumer(list),
-        (_, _, Some(p)) => client
-            .pattern_consumer(p)
-            .pattern_auto_discovery_period(Duration::from_secs(args.number(
-                USAGE,
-                "discovery-secs",
-                60,
-            ))),
+        (_, _, Some(p)) => {
+            client
+                .pattern_consumer(p)
+                .pattern_auto_discovery_period(Duration::from_secs(args.number(
+                    USAGE,
+                    "discovery-secs",
+                    60,
+                )))
+        }
         _ => unreachable!("checked above"),
     };
     let mut consumer = builder

@@ -402,10 +402,7 @@ impl Client {
     }
 
     /// A consumer builder with no topic yet.
-    #[deprecated(
-
-        note = "use `multi_topic_consumer(topics)` or `pattern_consumer(pattern)`"
-    )]
+    #[deprecated(note = "use `multi_topic_consumer(topics)` or `pattern_consumer(pattern)`")]
     pub fn new_consumer(&self) -> ConsumerBuilder {
         ConsumerBuilder::new(self.core.clone(), Vec::new())
     }

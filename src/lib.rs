@@ -156,10 +156,10 @@ pub use auth::{Authentication, AuthenticationProvider, BasicAuth, TlsAuth, Token
 pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
-pub use connection::{BrokerFeatures, ConnectionInfo, ConnectionStats};
 #[cfg(feature = "tls")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
 pub use connection::tls::TlsOptions;
+pub use connection::{BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,

@@ -94,7 +94,11 @@ impl<T: Clone + Send + Sync + 'static> Updates<T> {
     pub async fn wait_for(&mut self, mut accept: impl FnMut(&T) -> bool) -> Option<T> {
         self.first = false;
         self.wait = None;
-        self.rx.wait_for(|v| accept(v)).await.ok().map(|v| v.clone())
+        self.rx
+            .wait_for(|v| accept(v))
+            .await
+            .ok()
+            .map(|v| v.clone())
     }
 }
 
@@ -241,7 +245,14 @@ mod tests {
             &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
             &mut files,
         );
-        let banned = ["watch::", "broadcast::", "mpsc::", "oneshot::", "tokio::sync", "Notify"];
+        let banned = [
+            "watch::",
+            "broadcast::",
+            "mpsc::",
+            "oneshot::",
+            "tokio::sync",
+            "Notify",
+        ];
         let mut found = Vec::new();
         for file in &files {
             let text = std::fs::read_to_string(file).unwrap();
@@ -265,7 +276,11 @@ mod tests {
                 }
             }
         }
-        assert!(found.is_empty(), "tokio types in public signatures:\n{}", found.join("\n"));
+        assert!(
+            found.is_empty(),
+            "tokio types in public signatures:\n{}",
+            found.join("\n")
+        );
     }
 
     #[tokio::test]

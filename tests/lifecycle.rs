@@ -211,7 +211,10 @@ async fn unloads_and_a_restart_lose_nothing_and_keep_order() {
     );
     // The producer went through reconnects and becomes ready again (the last
     // unload can land after the final receipt, so wait for it to re-attach).
-    wait_until("the producer is ready again", || producer.state() == State::Ready).await;
+    wait_until("the producer is ready again", || {
+        producer.state() == State::Ready
+    })
+    .await;
     assert!(
         broker.received_of(Type::Producer).len() >= 4,
         "re-created after each fault"

@@ -333,7 +333,9 @@ async fn pattern_consumer_stats_follow_topics_coming_and_going() {
     .await;
 
     broker.delete_topic(&t("p-2"), true).unwrap();
-    within("topic removed", changes.next_change()).await.unwrap();
+    within("topic removed", changes.next_change())
+        .await
+        .unwrap();
     wait_until("the removed member is gone from the stats", || {
         consumer.stats().partitions.len() == 1
     })

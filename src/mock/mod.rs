@@ -126,6 +126,11 @@ use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// One raw client connection (CONNECT handshake, keep-alive, close) over any
+/// `AsyncRead + AsyncWrite`, for protocol tests that talk to a broker below the producer and
+/// consumer layer ([`Connection::connect_with_stream`]). Not needed by applications: the
+/// client opens and pools its connections itself.
+pub use crate::connection::{Connection, ConnectionConfig};
 pub use admin::{MockAdminError, MockBrokerStats};
 pub use inject::{ConsumedError, MockError, MockRequest};
 pub use kit_cluster::{MockCluster, TopicMove};
@@ -135,11 +140,6 @@ pub use schemas::MockSchemaCompatibility;
 #[cfg(feature = "tls")]
 pub use secure::MockTls;
 pub use secure::{MockAuth, REFRESH_AUTH_DATA};
-/// One raw client connection (CONNECT handshake, keep-alive, close) over any
-/// `AsyncRead + AsyncWrite`, for protocol tests that talk to a broker below the producer and
-/// consumer layer ([`Connection::connect_with_stream`]). Not needed by applications: the
-/// client opens and pools its connections itself.
-pub use crate::connection::{Connection, ConnectionConfig};
 
 use crate::codec::Frame;
 use crate::error::ServerError;

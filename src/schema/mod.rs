@@ -46,9 +46,9 @@ mod registry;
 mod typed;
 
 pub use auto::{AutoConsumeSchema, GenericValue};
-pub use error::SchemaError;
 #[cfg(feature = "avro")]
 pub use avro::{AvroSchema, GenericAvroSchema};
+pub use error::SchemaError;
 pub use info::{SchemaInfo, SchemaType, SchemaVersion};
 #[cfg(feature = "json")]
 pub use json::JsonSchema;
