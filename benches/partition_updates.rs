@@ -46,7 +46,7 @@ async fn run(watchers: bool) -> serde_json::Value {
     let (m1, l1) = (broker.metadata_requests_served(), broker.lookups_served());
     let per_minute = |n: u64| n as f64 * 60.0 / WINDOW.as_secs_f64();
     // One growth, observed by the producer.
-    let mut changes = producers[0].partition_changes();
+    let mut changes = producers[0].partition_updates();
     let started = Instant::now();
     broker
         .update_partitions("persistent://public/default/bench-0", 2)

@@ -33,8 +33,7 @@ async fn run(watcher: bool) -> serde_json::Value {
         .unwrap();
     let started = Instant::now();
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/bench-.*")
+        .pattern_consumer("persistent://public/default/bench-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)

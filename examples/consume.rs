@@ -83,15 +83,16 @@ async fn main() {
     let client = args.client_builder().build().unwrap_or_else(|e| die(e));
     let builder = match (topic, topics, pattern) {
         (Some(t), _, _) => client.consumer(t),
-        (_, Some(list), _) => client.new_consumer().topics(list),
-        (_, _, Some(p)) => client
-            .new_consumer()
-            .topics_pattern(p)
-            .pattern_auto_discovery_period(Duration::from_secs(args.number(
-                USAGE,
-                "discovery-secs",
-                60,
-            ))),
+        (_, Some(list), _) => client.multi_topic_consumer(list),
+        (_, _, Some(p)) => {
+            client
+                .pattern_consumer(p)
+                .pattern_auto_discovery_period(Duration::from_secs(args.number(
+                    USAGE,
+                    "discovery-secs",
+                    60,
+                )))
+        }
         _ => unreachable!("checked above"),
     };
     let mut consumer = builder
@@ -102,29 +103,24 @@ async fn main() {
         .subscribe()
         .await
         .unwrap_or_else(|e| die(e));
-    common::print_partition_changes(consumer.topic().to_string(), consumer.partition_changes());
-    let mut changes = consumer.topic_changes();
+    common::print_partition_changes(consumer.topic().to_string(), consumer.partition_updates());
+    let mut changes = consumer.topic_updates();
     tokio::spawn(async move {
-        loop {
-            match changes.recv().await {
-                Ok(c) => {
-                    let names = |v: &[pulsar_sdk::TopicName]| -> Vec<String> {
-                        v.iter().map(|t| t.to_string()).collect()
-                    };
-                    println!(
-                        "{}",
-                        serde_json::json!({
-                            "event": "topics_changed",
-                            "added": names(&c.added),
-                            "removed": names(&c.removed),
-                        })
-                    );
-                }
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                    eprintln!("warning: {n} topic changes not shown");
-                }
-                Err(_) => return,
+        while let Some(c) = changes.next_change().await {
+            if c.missed > 0 {
+                eprintln!("warning: {} topic changes not shown", c.missed);
             }
+            let names = |v: &[pulsar_sdk::TopicName]| -> Vec<String> {
+                v.iter().map(|t| t.to_string()).collect()
+            };
+            println!(
+                "{}",
+                serde_json::json!({
+                    "event": "topics_changed",
+                    "added": names(&c.added),
+                    "removed": names(&c.removed),
+                })
+            );
         }
     });
     let deadline = tokio::time::Instant::now() + timeout;

@@ -85,7 +85,7 @@ async fn main() {
         .create()
         .await
         .unwrap_or_else(|e| die(e));
-    common::print_partition_changes(producer.topic().to_string(), producer.partition_changes());
+    common::print_partition_changes(producer.topic().to_string(), producer.partition_updates());
     let mut pending = Vec::new();
     let mut payloads = Vec::new();
     for i in 0..count {

@@ -8,10 +8,10 @@ use crate::consumer::{ConsumerBuilder, ReaderBuilder};
 use crate::core::{ClientCore, CoreRef};
 use crate::producer::ProducerBuilder;
 
-use crate::auth::{AuthenticationProvider, SharedAuthProvider, TokenAuth};
+use crate::auth::{Authentication, AuthenticationProvider, SharedAuthProvider, TokenAuth};
 #[cfg(feature = "tls")]
 use crate::connection::tls::{TlsConnector, TlsOptions};
-use crate::connection::{Authentication, ConnectionConfig};
+use crate::connection::ConnectionConfig;
 
 use crate::error::{Error, Result};
 use crate::lookup::{BrokerLookup, LookupService, DEFAULT_MAX_LOOKUP_REDIRECTS};
@@ -75,10 +75,17 @@ impl ClientBuilder {
         self
     }
 
-    /// Timeout for opening a connection, handshake included. Default 10 s.
-    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+    /// Timeout for opening a connection, handshake included (Java's `connectionTimeout`).
+    /// Default 10 s.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connection.connect_timeout = timeout;
         self
+    }
+
+    /// Renamed [`connect_timeout`](Self::connect_timeout).
+    #[deprecated(note = "use `connect_timeout`")]
+    pub fn connection_timeout(self, timeout: Duration) -> Self {
+        self.connect_timeout(timeout)
     }
 
     /// Keep-alive interval of broker connections. Default 30 s.
@@ -109,8 +116,8 @@ impl ClientBuilder {
     /// Token authentication, with the Java client's parameter syntax: `file:PATH` reads the
     /// token from the file on every connection and auth challenge; `token:VALUE` or a bare value
     /// is the token itself (see [`TokenAuth`]).
-    pub fn auth_token(self, token: &str) -> Self {
-        self.auth_provider(TokenAuth::from_param(token))
+    pub fn auth_token(self, token: impl Into<String>) -> Self {
+        self.auth_provider(TokenAuth::from_param(&token.into()))
     }
 
     /// TLS client authentication (method `tls`): the client certificate and key (PEM files)
@@ -244,7 +251,7 @@ impl ClientBuilder {
         let c = &self.connection;
         for (name, d) in [
             ("operation_timeout", c.operation_timeout),
-            ("connection_timeout", c.connect_timeout),
+            ("connect_timeout", c.connect_timeout),
             ("keepalive_interval", c.keepalive_interval),
         ] {
             if d.is_zero() {
@@ -378,8 +385,24 @@ impl Client {
         ConsumerBuilder::new(self.core.clone(), vec![topic.into()])
     }
 
-    /// Starts building a consumer of several topics (name them with
-    /// [`ConsumerBuilder::topics`]) or of a pattern ([`ConsumerBuilder::topics_pattern`]).
+    /// Starts building a consumer of several topics, merged into one stream (Java's
+    /// `newConsumer().topics(..)`; see [`ConsumerBuilder::topics`]).
+    pub fn multi_topic_consumer<I, T>(&self, topics: I) -> ConsumerBuilder
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<String>,
+    {
+        ConsumerBuilder::new(self.core.clone(), Vec::new()).topics(topics)
+    }
+
+    /// Starts building a consumer of every topic of a namespace whose name matches `pattern`
+    /// (Java's `newConsumer().topicsPattern(..)`; see [`ConsumerBuilder::topics_pattern`]).
+    pub fn pattern_consumer(&self, pattern: impl Into<String>) -> ConsumerBuilder {
+        ConsumerBuilder::new(self.core.clone(), Vec::new()).topics_pattern(pattern)
+    }
+
+    /// A consumer builder with no topic yet.
+    #[deprecated(note = "use `multi_topic_consumer(topics)` or `pattern_consumer(pattern)`")]
     pub fn new_consumer(&self) -> ConsumerBuilder {
         ConsumerBuilder::new(self.core.clone(), Vec::new())
     }

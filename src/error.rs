@@ -8,7 +8,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::codec::CodecError;
+pub use crate::codec::CodecError;
+use crate::schema::error::SchemaError;
 
 /// The error kept as the source of [`Error::Tls`] and [`Error::Authentication`].
 pub type SourceError = Arc<dyn std::error::Error + Send + Sync>;
@@ -174,7 +175,7 @@ pub enum Error {
 
     /// A value could not be encoded with the producer's schema (nothing was sent).
     #[error(transparent)]
-    Schema(#[from] crate::schema::SchemaError),
+    Schema(#[from] SchemaError),
 }
 
 impl From<CodecError> for Error {

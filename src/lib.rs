@@ -4,17 +4,47 @@
 //!
 //! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. New here?
 //! The [`guide`] walks through connecting, producing, consuming, partitioned topics, errors,
-//! testing with the mock broker and the differences from the Java client. The crate is
-//! layered:
-//! - [`codec`]: the frame codec (simple and payload frames, CRC32C, size limits);
-//! - [`connection`]: one multiplexed connection per broker (a ClientCnx in upstream terms), over
-//!   TCP or TLS (cargo feature `tls`, on by default: rustls, no OpenSSL);
-//! - [`auth`]: authentication providers (token, basic, TLS, OAuth2 with the `oauth2` feature);
-//! - the connection pool and [`lookup`] (topic lookup with redirects, partitioned metadata);
-//! - [`producer`] and [`consumer`]: one task per partition, each with its [`lifecycle`];
-//! - [`topic`] and [`service_url`]: topic-name normalisation and service URL parsing;
-//! - `mock` (cargo feature `mock-broker`): a scriptable in-memory broker for tests.
+//! testing with the mock broker and the differences from the Java client.
 //!
+//! ## The public API, and how it is named
+//!
+//! Public modules are the ones an application uses: [`client`], [`producer`], [`consumer`]
+//! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
+//! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
+//! [`topic`], [`service_url`] and, behind cargo features, `metrics` and `mock` (a scriptable
+//! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
+//! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
+//! internal; the few types of theirs an application meets are re-exported here
+//! ([`BackoffPolicy`], [`BrokerLookup`], [`ConnectionStats`], [`TlsOptions`], ...).
+//!
+//! One naming rule, for the builders and entry points there are and those to come:
+//! - **An entry point is the noun of what it builds, and takes what that needs first**:
+//!   `client.producer(topic)`, `client.consumer(topic)`, `client.reader(topic)` return
+//!   builders; a variant says how it differs, before the noun:
+//!   [`Client::multi_topic_consumer`]`(topics)`, [`Client::pattern_consumer`]`(regex)`. A
+//!   type with no parent to build it from has `Type::builder()` ([`Client::builder`]). The
+//!   builders of transactions, table views and failover service-URL providers follow it:
+//!   `client.transaction()`, `client.table_view(topic)`, `ServiceUrlProvider`-style types
+//!   with `AutoClusterFailover::builder()`, set on the client with a noun setter
+//!   (`ClientBuilder::service_url_provider(..)`).
+//! - **A builder ends with the verb of the broker operation**: `create()` (producer, reader),
+//!   `subscribe()` (consumer), `build()` (a client, or anything made without the broker).
+//! - **Setters are the noun, without `set_` or `with_`**, take strings as
+//!   `impl Into<String>` and paths as `impl Into<PathBuf>`, durations as [`Duration`](std::time::Duration),
+//!   and switches as `bool`: `.subscription("s")`, `.connect_timeout(d)`, `.batching(false)`.
+//!   Names follow the Java client's where it has one (`receiver_queue_size`,
+//!   `ack_timeout`), in snake case, without the builder's own noun or a `_name` suffix:
+//!   `ProducerBuilder::name` and `ConsumerBuilder::name` (Java's `producerName`,
+//!   `consumerName`), `subscription` on consumer and reader builders alike.
+//! - **Reads are nouns** (`state()`, `partitions()`, `topics()`, `stats()`); **streams of
+//!   changes are plural nouns** returning a crate type that is a
+//!   [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html), never a tokio
+//!   channel: `states()` ([`StateStream`]), `partition_updates()` and `active_updates()`
+//!   ([`Updates`]: the current value, `changed().await`, `wait_for(..)`), `topic_updates()`
+//!   ([`TopicUpdates`]).
+//! - A renamed item keeps its old name for a while as a `#[deprecated]` forwarder where that
+//!   is free, and every rename is listed in `CHANGELOG.md`.
+
 //! ## Closing, and when things end
 //!
 //! Every producer, consumer and reader has a lifecycle [`State`]; `state()` reads it,
@@ -78,18 +108,19 @@
 //! upstream's PIP-342 metrics through the [`metrics`](https://docs.rs/metrics) facade for the
 //! application's exporter (see `pulsar_sdk::metrics` and `examples/prometheus.rs`).
 #![warn(missing_docs)]
+#![deny(unreachable_pub)]
 // On docs.rs (nightly, `--cfg docsrs`), items behind a cargo feature say which one.
 #![cfg_attr(docsrs, feature(doc_cfg))]
 #![forbid(unsafe_code)]
 
 pub mod auth;
-pub mod backoff_policy;
+pub(crate) mod backoff_policy;
 pub(crate) mod batch;
 pub mod client;
-pub mod codec;
+pub(crate) mod codec;
 pub(crate) mod commands;
 pub mod compression;
-pub mod connection;
+pub(crate) mod connection;
 pub mod consumer;
 pub(crate) mod core;
 pub(crate) mod entity;
@@ -100,7 +131,7 @@ pub mod fuzzing;
 pub mod guide;
 pub(crate) mod inbox;
 pub mod lifecycle;
-pub mod lookup;
+pub(crate) mod lookup;
 pub mod message;
 pub mod message_id;
 #[cfg(feature = "metrics")]
@@ -117,17 +148,21 @@ pub mod service_url;
 pub mod stats;
 pub mod topic;
 pub(crate) mod topic_list;
+pub(crate) mod updates;
 pub(crate) mod util;
 pub(crate) mod watcher;
 
 #[cfg(feature = "mock-broker")]
 pub mod mock;
 
-pub use auth::{AuthenticationProvider, BasicAuth, TlsAuth, TokenAuth};
+pub use auth::{Authentication, AuthenticationProvider, BasicAuth, TlsAuth, TokenAuth};
 pub use backoff_policy::BackoffPolicy;
 pub use client::{Client, ClientBuilder};
 pub use compression::CompressionType;
-pub use connection::{Authentication, BrokerFeatures, ConnectionInfo, ConnectionStats};
+#[cfg(feature = "tls")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tls")))]
+pub use connection::tls::TlsOptions;
+pub use connection::{BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::TopicsChanged;
 pub use consumer::{
     Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
@@ -144,6 +179,7 @@ pub use service_url::ServiceUrl;
 pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
+pub use updates::{TopicUpdates, Updates};
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).
 pub const PROTOCOL_VERSION: i32 = 21;

@@ -379,6 +379,28 @@ impl StateStream {
         }
     }
 
+    /// Resolves with the first state the stream yields from now on (the current one first,
+    /// if not yet taken) for which `accept` is true; `None` if the stream ends before.
+    ///
+    /// ```no_run
+    /// # async fn demo(producer: pulsar_sdk::Producer) {
+    /// use pulsar_sdk::State;
+    /// let mut states = producer.states();
+    /// if states.wait_for(|s| *s == State::Reconnecting).await.is_some() {
+    ///     eprintln!("the producer lost its connection");
+    /// }
+    /// # }
+    /// ```
+    pub async fn wait_for(&mut self, mut accept: impl FnMut(&State) -> bool) -> Option<State> {
+        use futures::StreamExt;
+        while let Some(s) = self.next().await {
+            if accept(&s) {
+                return Some(s);
+            }
+        }
+        None
+    }
+
     /// Resolves with the first terminal state (or the last state, if nothing can change any
     /// more).
     pub(crate) async fn terminal(mut self) -> State {

@@ -20,7 +20,7 @@ use crate::service_url::{BrokerAddress, ServiceUrl};
 use crate::topic::TopicName;
 
 /// Upstream's default bound on lookup redirects (`maxLookupRedirects`).
-pub const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
+pub(crate) const DEFAULT_MAX_LOOKUP_REDIRECTS: u32 = 20;
 
 /// The largest partition count a client accepts from a broker by default (partitioned
 /// metadata, a polled count, a PIP-247 update); `ClientBuilder::max_partitions` sets it.

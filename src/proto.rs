@@ -3,5 +3,8 @@
 //! Crate-private for the client API (prost types never appear in the public client API); the
 //! `mock-broker` feature re-exports them as [`crate::mock::wire`] for scripting the mock broker.
 #![allow(missing_docs, clippy::all, clippy::pedantic)]
+// Generated code, `pub` throughout: reachable as `mock::wire` with `mock-broker`, crate-private
+// without it.
+#![cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 
 include!(concat!(env!("OUT_DIR"), "/pulsar.proto.rs"));

@@ -184,11 +184,9 @@ pub fn die(error: impl std::fmt::Display) -> ! {
 }
 
 /// Prints `{"event":"partitions_changed","topic":...,"partitions":n}` whenever the topic grows.
-pub fn print_partition_changes(topic: String, mut changes: tokio::sync::watch::Receiver<usize>) {
+pub fn print_partition_changes(topic: String, mut changes: pulsar_sdk::Updates<usize>) {
     tokio::spawn(async move {
-        changes.borrow_and_update();
-        while changes.changed().await.is_ok() {
-            let n = *changes.borrow_and_update();
+        while let Some(n) = changes.changed().await {
             println!(
                 "{}",
                 serde_json::json!({"event": "partitions_changed", "topic": topic, "partitions": n})

@@ -9,7 +9,7 @@
 //!
 //! Built in: [`TokenAuth`] (method `token`; a static token, a supplier closure, or a file read
 //! again on each request), [`BasicAuth`] (method `basic`), [`TlsAuth`] (method `tls`: the
-//! client certificate is the credential), the static [`Authentication`](crate::Authentication),
+//! client certificate is the credential), the static [`Authentication`],
 //! and with the cargo feature `oauth2` the OAuth2 client-credentials flow (`oauth2` module).
 //!
 //! No provider shows its secrets in `Debug` output, and the client never logs them.
@@ -48,6 +48,38 @@ pub trait AuthenticationProvider: fmt::Debug + Send + Sync {
     fn auth_data(&self) -> BoxFuture<'_, Result<Bytes, AuthError>>;
 }
 
+/// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method
+/// `token` with the token as data). For credentials that change (rotated tokens, OAuth2) use an
+/// [`AuthenticationProvider`].
+///
+/// Its `Debug` output never shows the data.
+#[derive(Clone)]
+pub struct Authentication {
+    /// The auth method name, e.g. `"token"`.
+    pub method: String,
+    /// The credentials.
+    pub data: Bytes,
+}
+
+impl Authentication {
+    /// Token authentication (`method = "token"`).
+    pub fn token(token: impl Into<String>) -> Self {
+        Authentication {
+            method: "token".to_string(),
+            data: Bytes::from(token.into()),
+        }
+    }
+}
+
+impl fmt::Debug for Authentication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Authentication")
+            .field("method", &self.method)
+            .field("data", &"<redacted>")
+            .finish()
+    }
+}
+
 /// A shared provider, as the client and its connections hold it.
 pub type SharedAuthProvider = Arc<dyn AuthenticationProvider>;
 
@@ -69,7 +101,7 @@ impl AuthenticationProvider for TlsAuth {
     }
 }
 
-impl AuthenticationProvider for crate::connection::Authentication {
+impl AuthenticationProvider for Authentication {
     fn method_name(&self) -> &str {
         &self.method
     }

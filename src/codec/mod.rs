@@ -26,14 +26,14 @@ use crate::proto;
 
 /// The default maximum message size (upstream's `maxMessageSize` default: 5 MiB), used until
 /// the broker announces its own in CONNECTED.
-pub const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
+pub(crate) const DEFAULT_MAX_MESSAGE_SIZE: usize = 5 * 1024 * 1024;
 
 /// The largest maximum message size this client accepts from a broker's CONNECTED, in bytes
 /// (128 MiB). A broker may advertise any `max_message_size` up to 2^31-1; above this limit the
 /// client uses the limit instead (for what it accepts and what it sends), so a hostile or
 /// misconfigured broker cannot make one frame claim gigabytes. Upstream's Java client trusts the
 /// advertised value; this cap is deliberately stricter.
-pub const MAX_MESSAGE_SIZE_LIMIT: usize = 128 * 1024 * 1024;
+pub(crate) const MAX_MESSAGE_SIZE_LIMIT: usize = 128 * 1024 * 1024;
 
 /// How much read-buffer room is reserved ahead of the bytes received while a large frame is
 /// arriving: the buffer grows with what actually arrives, never by the size a frame header
@@ -42,7 +42,7 @@ const READ_CHUNK: usize = 64 * 1024;
 
 /// Extra room allowed on top of the maximum message size for a whole frame (command, metadata
 /// and headers), as upstream's `Commands.MESSAGE_SIZE_FRAME_PADDING`.
-pub const FRAME_HEADROOM: usize = 10 * 1024;
+pub(crate) const FRAME_HEADROOM: usize = 10 * 1024;
 
 /// Magic number introducing the CRC32C checksum section of a payload frame.
 const MAGIC_CRC32C: u16 = 0x0e01;
@@ -135,7 +135,7 @@ pub(crate) struct Payload {
 
 impl Frame {
     /// A frame carrying only a command.
-    pub fn simple(command: proto::BaseCommand) -> Self {
+    pub(crate) fn simple(command: proto::BaseCommand) -> Self {
         Frame {
             command,
             payload: None,
@@ -147,7 +147,7 @@ impl Frame {
         dead_code,
         reason = "payload frames are built by the mock broker, tests and future producers"
     )]
-    pub fn with_payload(
+    pub(crate) fn with_payload(
         command: proto::BaseCommand,
         metadata: proto::MessageMetadata,
         data: Bytes,
@@ -178,25 +178,25 @@ impl Default for PulsarCodec {
 
 impl PulsarCodec {
     /// A codec allowing messages of up to [`DEFAULT_MAX_MESSAGE_SIZE`].
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::with_max_message_size(DEFAULT_MAX_MESSAGE_SIZE)
     }
 
     /// A codec allowing messages of up to `max_message_size` bytes (frames of up to
     /// `max_message_size + FRAME_HEADROOM`).
-    pub fn with_max_message_size(max_message_size: usize) -> Self {
+    pub(crate) fn with_max_message_size(max_message_size: usize) -> Self {
         PulsarCodec {
             max_frame_size: max_message_size.saturating_add(FRAME_HEADROOM),
         }
     }
 
     /// The largest frame this codec accepts or writes, length prefix included.
-    pub fn max_frame_size(&self) -> usize {
+    pub(crate) fn max_frame_size(&self) -> usize {
         self.max_frame_size
     }
 
     /// Changes the maximum message size (e.g. to the broker's, from CONNECTED).
-    pub fn set_max_message_size(&mut self, max_message_size: usize) {
+    pub(crate) fn set_max_message_size(&mut self, max_message_size: usize) {
         self.max_frame_size = max_message_size.saturating_add(FRAME_HEADROOM);
     }
 }

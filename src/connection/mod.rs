@@ -21,7 +21,7 @@ mod handshake;
 pub(crate) mod routing;
 mod task;
 #[cfg(feature = "tls")]
-pub mod tls;
+pub(crate) mod tls;
 mod writer;
 
 #[cfg(test)]
@@ -44,40 +44,10 @@ use crate::proto::BaseCommand;
 pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender, WatchSlot};
 pub(crate) use routing::EntityKind;
 
-/// Fixed authentication data sent in CONNECT and in answers to auth challenges (e.g. method
-/// `token` with the token as data). For credentials that change (rotated tokens, OAuth2) use an
-/// [`AuthenticationProvider`](crate::auth::AuthenticationProvider).
-///
-/// Its `Debug` output never shows the data.
-#[derive(Clone)]
-pub struct Authentication {
-    /// The auth method name, e.g. `"token"`.
-    pub method: String,
-    /// The credentials.
-    pub data: Bytes,
-}
-
-impl Authentication {
-    /// Token authentication (`method = "token"`).
-    pub fn token(token: impl Into<String>) -> Self {
-        Authentication {
-            method: "token".to_string(),
-            data: Bytes::from(token.into()),
-        }
-    }
-}
-
-impl fmt::Debug for Authentication {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Authentication")
-            .field("method", &self.method)
-            .field("data", &"<redacted>")
-            .finish()
-    }
-}
-
-/// Settings of each broker connection.
+/// Settings of each broker connection (`pub` for `mock::ConnectionConfig`, as
+/// [`Connection`]).
 #[derive(Debug, Clone)]
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 pub struct ConnectionConfig {
     /// Timeout of one request (lookup, producer create, ...): it fails only that request.
     /// Default 30 s, like upstream's operation timeout.
@@ -143,9 +113,8 @@ pub struct ConnectionInfo {
     pub server_version: String,
     /// The negotiated protocol version.
     pub protocol_version: i32,
-    /// The broker's maximum message size: its advertised value capped at
-    /// [`MAX_MESSAGE_SIZE_LIMIT`](crate::codec::MAX_MESSAGE_SIZE_LIMIT), or 5 MiB when it says
-    /// nothing.
+    /// The broker's maximum message size: its advertised value capped at 128 MiB, or 5 MiB
+    /// when it says nothing.
     pub max_message_size: usize,
     /// The broker's feature flags.
     pub features: BrokerFeatures,
@@ -220,7 +189,11 @@ struct Shared {
 
 /// A handle to one broker connection. Cloning is cheap; the connection lives while its task
 /// runs (until the broker goes away, the keep-alive fails, or [`Connection::close`]).
+///
+/// `pub` for the mock broker's protocol tests (`mock::Connection`, feature `mock-broker`);
+/// crate-private otherwise.
 #[derive(Clone)]
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 pub struct Connection {
     ops: mpsc::Sender<Op>,
     control: mpsc::UnboundedSender<Op>,
@@ -238,6 +211,7 @@ impl fmt::Debug for Connection {
     }
 }
 
+#[cfg_attr(not(feature = "mock-broker"), allow(unreachable_pub))]
 impl Connection {
     /// Opens a TCP connection to `host:port` (wrapped in TLS with `tls`) and performs the
     /// handshake. `broker_url` is the logical broker URL; `proxy_to_broker_url` is set when
@@ -341,6 +315,7 @@ impl Connection {
     }
 
     /// Waits until the connection closes and returns why.
+    #[cfg_attr(not(feature = "mock-broker"), allow(dead_code))] // used by the mock's tests
     pub async fn closed(&self) -> Error {
         let mut rx = self.closed.clone();
         let result = match rx.wait_for(|c| c.is_some()).await {

@@ -154,7 +154,9 @@ async fn handshake_without_flags_or_max_size_uses_defaults() {
 #[tokio::test]
 async fn handshake_sends_auth_and_hides_it_from_debug() {
     let mut cfg = config();
-    cfg.auth = Some(std::sync::Arc::new(Authentication::token("s3cret-token")));
+    cfg.auth = Some(std::sync::Arc::new(crate::auth::Authentication::token(
+        "s3cret-token",
+    )));
     assert!(!format!("{cfg:?}").contains("s3cret"));
     let (_conn, _peer, connect) = connect_with(connected(None, false), cfg).await;
     let c = connect.connect.unwrap();

@@ -72,7 +72,7 @@ impl Default for TlsOptions {
 
 /// Wraps TCP streams in TLS, configured once from [`TlsOptions`].
 #[derive(Clone)]
-pub struct TlsConnector {
+pub(crate) struct TlsConnector {
     inner: tokio_rustls::TlsConnector,
 }
 
@@ -83,7 +83,7 @@ impl std::fmt::Debug for TlsConnector {
 }
 
 /// The TLS stream of one connection, recording the TLS error that ends it.
-pub type TlsStream = ErrorRecorder<tokio_rustls::client::TlsStream<TcpStream>>;
+pub(crate) type TlsStream = ErrorRecorder<tokio_rustls::client::TlsStream<TcpStream>>;
 
 fn config_error(what: String) -> Error {
     Error::InvalidConfig(what)
@@ -112,7 +112,7 @@ static NO_HOSTNAME_WARNING: Once = Once::new();
 impl TlsConnector {
     /// Builds the connector: reads the trust store and the client certificate and key.
     /// Fails with [`Error::InvalidConfig`] if a file cannot be read or holds nothing usable.
-    pub fn new(options: &TlsOptions) -> Result<TlsConnector> {
+    pub(crate) fn new(options: &TlsOptions) -> Result<TlsConnector> {
         Self::build(options, false)
     }
 
@@ -345,7 +345,7 @@ impl ServerCertVerifier for Verifier {
 
 /// A stream that remembers the first TLS error it returned (see the module docs).
 #[derive(Debug)]
-pub struct ErrorRecorder<S> {
+pub(crate) struct ErrorRecorder<S> {
     inner: S,
     error: Arc<Mutex<Option<rustls::Error>>>,
 }

@@ -42,8 +42,7 @@ impl ConsumerBuilder {
     /// ```no_run
     /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
     /// let mut consumer = client
-    ///     .new_consumer()
-    ///     .topics(["orders", "payments", "refunds"])
+    ///     .multi_topic_consumer(["orders", "payments", "refunds"])
     ///     .subscription("billing")
     ///     .subscribe()
     ///     .await?;
@@ -86,10 +85,17 @@ impl ConsumerBuilder {
         self
     }
 
-    /// The consumer name.
-    pub fn consumer_name(mut self, name: impl Into<String>) -> Self {
+    /// The consumer's name (Java's `consumerName`; the noun alone, like
+    /// [`ProducerBuilder::name`](crate::ProducerBuilder::name)).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
         self.options.consumer_name = Some(name.into());
         self
+    }
+
+    /// Renamed [`name`](Self::name).
+    #[deprecated(note = "use `name`")]
+    pub fn consumer_name(self, name: impl Into<String>) -> Self {
+        self.name(name)
     }
 
     /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
@@ -195,7 +201,7 @@ impl ConsumerBuilder {
     /// match, like upstream), including topics created later, which join on their own; deleted
     /// topics leave. Discovery uses the broker's PIP-145 topic-list watcher when it has one and
     /// polls GetTopicsOfNamespace every [`pattern_auto_discovery_period`] in any case; see
-    /// [`Consumer::topic_changes`]. Replaces a topic list given before.
+    /// [`Consumer::topic_updates`]. Replaces a topic list given before.
     ///
     /// A broker that answers neither (pulsar-lite) makes `subscribe` fail after the operation
     /// timeout with [`Error::Timeout`] naming GetTopicsOfNamespace.
@@ -205,12 +211,11 @@ impl ConsumerBuilder {
     /// ```no_run
     /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
     /// let mut consumer = client
-    ///     .new_consumer()
-    ///     .topics_pattern("persistent://public/default/orders-.*")
+    ///     .pattern_consumer("persistent://public/default/orders-.*")
     ///     .subscription("audit")
     ///     .subscribe()
     ///     .await?;
-    /// let mut changes = consumer.topic_changes();
+    /// let mut changes = consumer.topic_updates();
     /// # let _ = &mut changes;
     /// let msg = consumer.recv().await?;
     /// consumer.ack(&msg)?;

@@ -192,13 +192,13 @@ impl Consumer {
     }
 
     /// A pattern consumer's topic changes: one [`TopicsChanged`] each time topics were
-    /// subscribed or closed, from now on. A receiver that falls more than 256 changes behind
-    /// misses the oldest (`Lagged`). Other consumers' receiver is closed at once.
-    pub fn topic_changes(&self) -> tokio::sync::broadcast::Receiver<TopicsChanged> {
-        match &self.discovery {
+    /// subscribed or closed, from now on (see [`TopicUpdates`](crate::TopicUpdates) for a
+    /// stream that falls behind). Other consumers' stream ends at once.
+    pub fn topic_updates(&self) -> crate::updates::TopicUpdates {
+        crate::updates::TopicUpdates::new(match &self.discovery {
             Some(d) => d.subscribe(),
             None => tokio::sync::broadcast::channel(1).1,
-        }
+        })
     }
 
     /// The topics this consumer receives from, in the order given (a pattern consumer's
@@ -229,10 +229,10 @@ impl Consumer {
         *self.count.borrow()
     }
 
-    /// Watches the number of partitions: it changes once the consumer also receives from
-    /// partitions the topic gained (like Java's `onTopicsExtended`).
-    pub fn partition_changes(&self) -> watch::Receiver<usize> {
-        self.count.clone()
+    /// The number of partitions, and its changes: it changes once the consumer also receives
+    /// from partitions the topic gained (like Java's `onTopicsExtended`).
+    pub fn partition_updates(&self) -> crate::updates::Updates<usize> {
+        crate::updates::Updates::new(self.count.clone())
     }
 
     /// Every partition task of every topic, in index order.
@@ -638,25 +638,15 @@ impl Consumer {
         self.states().terminal()
     }
 
-    /// Watches the lifecycle state (of the first partition; partitions close together).
-    /// Prefer [`Consumer::states`] and [`Consumer::closed`], which hide the channel type.
-    /// (A pattern consumer with no topic yet: a receiver of the current state that never
-    /// changes.)
-    pub fn state_changes(&self) -> watch::Receiver<State> {
-        match self.all().first() {
-            Some(p) => p.state.clone(),
-            None => watch::channel(self.state()).1,
-        }
-    }
-
     /// Failover subscriptions: whether this consumer is the active one (`None` until the
-    /// broker says). Wait for changes with `changed().await` on the receiver. (Of the first
-    /// partition of the first topic.)
-    pub fn active_state(&self) -> watch::Receiver<Option<bool>> {
-        match self.all().first() {
+    /// broker says), and its changes: [`Updates::current`](crate::Updates::current),
+    /// [`Updates::changed`](crate::Updates::changed) or the stream. (Of the first partition of
+    /// the first topic; a pattern consumer with no topic yet: `None`, never changing.)
+    pub fn active_updates(&self) -> crate::updates::Updates<Option<bool>> {
+        crate::updates::Updates::new(match self.all().first() {
             Some(p) => p.active.subscribe(),
             None => watch::channel(None).1,
-        }
+        })
     }
 
     /// Deletes the subscription (the consumer must be its only one) on every topic and

@@ -115,10 +115,17 @@ impl ReaderBuilder {
         self
     }
 
-    /// The reader's subscription name (random by default).
-    pub fn subscription_name(mut self, name: impl Into<String>) -> Self {
+    /// The reader's subscription name (random by default; Java's `subscriptionName`, named
+    /// like [`ConsumerBuilder::subscription`](crate::ConsumerBuilder::subscription)).
+    pub fn subscription(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
         self
+    }
+
+    /// Renamed [`subscription`](Self::subscription).
+    #[deprecated(note = "use `subscription`")]
+    pub fn subscription_name(self, name: impl Into<String>) -> Self {
+        self.subscription(name)
     }
 
     /// Creates the reader.

@@ -13,7 +13,7 @@
 //!     // One broker, or several to bootstrap from: `pulsar://h1:6650,h2:6650`.
 //!     .service_url("pulsar://localhost:6650")
 //!     .operation_timeout(Duration::from_secs(30)) // lookups, creates, closes (default 30 s)
-//!     .connection_timeout(Duration::from_secs(10)) // TCP + TLS + handshake (default 10 s)
+//!     .connect_timeout(Duration::from_secs(10)) // TCP + TLS + handshake (default 10 s)
 //!     .build()?;
 //! # let _ = client; Ok(()) }
 //! ```
@@ -218,7 +218,7 @@
 [`tls_options`]: crate::ClientBuilder::tls_options
 [`tls_cert_file_path`]: crate::ClientBuilder::tls_cert_file_path
 [`tls_key_file_path`]: crate::ClientBuilder::tls_key_file_path
-[`TlsOptions`]: crate::connection::tls::TlsOptions"
+[`TlsOptions`]: crate::TlsOptions"
 )]
 #![cfg_attr(
     not(feature = "tls"),

@@ -48,7 +48,7 @@
 //! | [`SubscriptionType`] | Who gets what | Cumulative acks |
 //! |---|---|---|
 //! | `Exclusive` (default) | one consumer; a second one is refused (`ConsumerBusy`) | yes |
-//! | `Failover` | one active consumer, the others take over when it leaves ([`Consumer::active_state`]) | yes |
+//! | `Failover` | one active consumer, the others take over when it leaves ([`Consumer::active_updates`]) | yes |
 //! | `Shared` | messages spread round-robin over every consumer; no ordering | no |
 //! | `KeyShared` | messages of one key always go to the same consumer, in order | no |
 //!
@@ -199,16 +199,16 @@
 //!
 //! ## Many topics, and patterns
 //!
-//! [`Client::new_consumer`] with [`ConsumerBuilder::topics`] receives from several topics
+//! [`Client::multi_topic_consumer`] receives from several topics
 //! (partitioned or not) as one stream; [`Message::topic`](crate::Message::topic) says where a
 //! message came from, and acks, nacks, the ack timeout, dead-lettering (one dead-letter topic per
 //! topic), [`Consumer::seek_by_time`], [`Consumer::unsubscribe`] and close cover every topic. A
 //! bare [`MessageId`](crate::MessageId) names no topic: ack the [`Message`], or use
 //! [`Acker::ack_topic_id`] with its topic.
 //!
-//! [`ConsumerBuilder::topics_pattern`] follows every topic of a namespace whose name matches a
+//! [`Client::pattern_consumer`] follows every topic of a namespace whose name matches a
 //! regex: topics created later join, deleted ones leave, and
-//! [`Consumer::topic_changes`] tells each change. The client asks the broker for a PIP-145
+//! [`Consumer::topic_updates`] tells each change. The client asks the broker for a PIP-145
 //! topic-list watcher when it has one, and polls the namespace's topic list every
 //! [`pattern_auto_discovery_period`](crate::ConsumerBuilder::pattern_auto_discovery_period)
 //! (1 minute) in any case.
@@ -244,14 +244,13 @@
 //! ```no_run
 //! # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
 //! let mut consumer = client
-//!     .new_consumer()
-//!     .topics_pattern("persistent://public/default/orders-.*")
+//!     .pattern_consumer("persistent://public/default/orders-.*")
 //!     .subscription("audit")
 //!     .subscribe()
 //!     .await?;
-//! let mut changes = consumer.topic_changes();
+//! let mut changes = consumer.topic_updates();
 //! tokio::spawn(async move {
-//!     while let Ok(change) = changes.recv().await {
+//!     while let Some(change) = changes.next_change().await {
 //!         println!("joined {:?}, left {:?}", change.added, change.removed);
 //!     }
 //! });
@@ -348,7 +347,7 @@
 //! [`Consumer::ack_cumulative`]: crate::Consumer::ack_cumulative
 //! [`Consumer::acker`]: crate::Consumer::acker
 //! [`Consumer::nack`]: crate::Consumer::nack
-//! [`Consumer::active_state`]: crate::Consumer::active_state
+//! [`Consumer::active_updates`]: crate::Consumer::active_updates
 //! [`Consumer::reconsume_later`]: crate::Consumer::reconsume_later
 //! [`Consumer::seek`]: crate::Consumer::seek
 //! [`Consumer::has_reached_end_of_topic`]: crate::Consumer::has_reached_end_of_topic
@@ -359,10 +358,9 @@
 //! [`Consumer::close`]: crate::Consumer::close
 //! [`Acker`]: crate::Acker
 //! [`Acker::ack_topic_id`]: crate::Acker::ack_topic_id
-//! [`Client::new_consumer`]: crate::Client::new_consumer
-//! [`ConsumerBuilder::topics`]: crate::ConsumerBuilder::topics
-//! [`ConsumerBuilder::topics_pattern`]: crate::ConsumerBuilder::topics_pattern
-//! [`Consumer::topic_changes`]: crate::Consumer::topic_changes
+//! [`Client::multi_topic_consumer`]: crate::Client::multi_topic_consumer
+//! [`Client::pattern_consumer`]: crate::Client::pattern_consumer
+//! [`Consumer::topic_updates`]: crate::Consumer::topic_updates
 //! [`Acker::nack`]: crate::Acker::nack
 //! [`Message`]: crate::Message
 //! [`MessageId::EARLIEST`]: crate::MessageId::EARLIEST

@@ -60,8 +60,8 @@
 //!   partition, batch index); its order puts the messages of a batch before the id of the
 //!   whole entry, the order Java itself calls correct but does not use for compatibility
 //!   (apache/pulsar#18981).
-//! - **Failover active state** is a `tokio::sync::watch` ([`Consumer::active_state`]), not a
-//!   listener callback; lifecycle changes are a stream ([`Consumer::states`]).
+//! - **Failover active state** is an [`Updates`](crate::Updates) value and stream
+//!   ([`Consumer::active_updates`]), not a listener callback; lifecycle changes are a stream ([`Consumer::states`]).
 //!
 //! Same as Java, and sometimes surprising: cumulative acks are refused on Shared and
 //! Key_Shared subscriptions; a seek by id on a partitioned consumer moves only the partition
@@ -85,7 +85,7 @@
 //! [`Producer::flush`]: crate::Producer::flush
 //! [`SendFuture`]: crate::SendFuture
 //! [`Consumer`]: crate::Consumer
-//! [`Consumer::active_state`]: crate::Consumer::active_state
+//! [`Consumer::active_updates`]: crate::Consumer::active_updates
 //! [`Consumer::states`]: crate::Consumer::states
 //! [`Reader`]: crate::Reader
 //! [`MessageId`]: crate::MessageId

@@ -42,8 +42,9 @@
 //!   [`auto_update_partitions_interval`](crate::ClientBuilder::auto_update_partitions_interval)
 //!   (60 s by default, like the Java client).
 //!
-//! `partition_changes()` ([`Producer::partition_changes`], [`Consumer::partition_changes`]) is
-//! a `tokio::sync::watch` of the count, which changes once the producer publishes to (or the
+//! `partition_updates()` ([`Producer::partition_updates`], [`Consumer::partition_updates`]) is
+//! an [`Updates`](crate::Updates) of the count (its current value, `changed().await`,
+//! `wait_for(..)`, or a stream), which changes once the producer publishes to (or the
 //! consumer receives from) the new partitions. A count that shrinks is ignored with a warning
 //! (Pulsar cannot remove partitions).
 //!
@@ -65,9 +66,10 @@
 //! assert_eq!(a.partition, b.partition);
 //!
 //! // An operator adds two partitions; the producer follows.
-//! let mut count = producer.partition_changes();
+//! let mut count = producer.partition_updates();
 //! broker.update_partitions("orders", 4)?;
-//! tokio::time::timeout(Duration::from_secs(10), count.wait_for(|n| *n == 4)).await??;
+//! let grown = tokio::time::timeout(Duration::from_secs(10), count.wait_for(|n| *n == 4)).await?;
+//! assert_eq!(grown, Some(4));
 //! assert_eq!(producer.partitions(), 4);
 //! # Ok(()) }
 //! ```
@@ -75,8 +77,8 @@
 //! [`Client::partitioned_topic_metadata`]: crate::Client::partitioned_topic_metadata
 //! [`Client::partitions_for_topic`]: crate::Client::partitions_for_topic
 //! [`Producer`]: crate::Producer
-//! [`Producer::partition_changes`]: crate::Producer::partition_changes
+//! [`Producer::partition_updates`]: crate::Producer::partition_updates
 //! [`Consumer`]: crate::Consumer
-//! [`Consumer::partition_changes`]: crate::Consumer::partition_changes
+//! [`Consumer::partition_updates`]: crate::Consumer::partition_updates
 //! [`Reader`]: crate::Reader
 //! [`MessageId::partition`]: crate::MessageId::partition

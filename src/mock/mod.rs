@@ -139,6 +139,11 @@ use tokio::io::DuplexStream;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 
+/// One raw client connection (CONNECT handshake, keep-alive, close) over any
+/// `AsyncRead + AsyncWrite`, for protocol tests that talk to a broker below the producer and
+/// consumer layer ([`Connection::connect_with_stream`]). Not needed by applications: the
+/// client opens and pools its connections itself.
+pub use crate::connection::{Connection, ConnectionConfig};
 pub use admin::MockBrokerStats;
 pub use admin_error::MockAdminError;
 pub use injected::{ConsumedError, MockError, MockRequest};

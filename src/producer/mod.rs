@@ -382,10 +382,10 @@ impl Producer {
         }
     }
 
-    /// Watches the number of partitions: it changes when the topic gains partitions and the
-    /// producer has started producing to them (like Java's `onTopicsExtended`).
-    pub fn partition_changes(&self) -> watch::Receiver<usize> {
-        self.inner.count.subscribe()
+    /// The number of partitions, and its changes: it changes when the topic gains partitions
+    /// and the producer has started producing to them (like Java's `onTopicsExtended`).
+    pub fn partition_updates(&self) -> crate::updates::Updates<usize> {
+        crate::updates::Updates::new(self.inner.count.subscribe())
     }
 
     /// The producer's lifecycle state. For a partitioned producer: a terminal state if any
@@ -464,13 +464,6 @@ impl Producer {
     /// ```
     pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
         self.states().terminal()
-    }
-
-    /// Watches the lifecycle state of the producer (of its first partition, for a partitioned
-    /// producer; partitions close together). Prefer [`Producer::states`] and
-    /// [`Producer::closed`], which hide the channel type.
-    pub fn state_changes(&self) -> watch::Receiver<State> {
-        self.inner.snapshot()[0].state.clone()
     }
 
     /// Which partition `msg` goes to, of `n`.

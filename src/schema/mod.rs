@@ -34,6 +34,7 @@ mod auto;
 mod avro;
 #[cfg(feature = "avro")]
 mod avro_guard;
+pub(crate) mod error;
 mod info;
 #[cfg(feature = "json")]
 mod json;
@@ -47,6 +48,7 @@ mod typed;
 pub use auto::{AutoConsumeSchema, GenericValue};
 #[cfg(feature = "avro")]
 pub use avro::{AvroSchema, GenericAvroSchema};
+pub use error::SchemaError;
 pub use info::{SchemaInfo, SchemaType, SchemaVersion};
 #[cfg(feature = "json")]
 pub use json::JsonSchema;
@@ -70,85 +72,7 @@ pub(crate) use registry::{
 
 use bytes::Bytes;
 
-use crate::error::SourceError;
 use crate::message::{Message, ProducerMessage};
-
-/// Why a value could not be encoded or a payload decoded.
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum SchemaError {
-    /// The value could not be encoded with the schema.
-    #[error("cannot encode a {schema_type} value: {reason}")]
-    Encode {
-        /// The schema's type.
-        schema_type: SchemaType,
-        /// What went wrong.
-        reason: String,
-        /// The encoder's error, if any.
-        #[source]
-        source: Option<SourceError>,
-    },
-    /// The payload could not be decoded with the schema.
-    #[error("cannot decode a {schema_type} payload: {reason}")]
-    Decode {
-        /// The schema's type.
-        schema_type: SchemaType,
-        /// What went wrong.
-        reason: String,
-        /// The decoder's error, if any.
-        #[source]
-        source: Option<SourceError>,
-    },
-    /// The message has no value (a tombstone: upstream `null_value`, Java's `value(null)`,
-    /// whose `getValue()` is null); its payload is not decoded.
-    #[error("the message has no value (null_value)")]
-    NullValue,
-    /// A schema definition is not valid (for example not an Avro schema).
-    #[error("invalid schema definition: {0}")]
-    InvalidDefinition(String),
-}
-
-impl SchemaError {
-    pub(crate) fn encode(schema_type: SchemaType, reason: impl Into<String>) -> Self {
-        SchemaError::Encode {
-            schema_type,
-            reason: reason.into(),
-            source: None,
-        }
-    }
-
-    pub(crate) fn decode(schema_type: SchemaType, reason: impl Into<String>) -> Self {
-        SchemaError::Decode {
-            schema_type,
-            reason: reason.into(),
-            source: None,
-        }
-    }
-
-    #[cfg(feature = "json")]
-    pub(crate) fn decode_from(
-        schema_type: SchemaType,
-        e: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        SchemaError::Decode {
-            schema_type,
-            reason: e.to_string(),
-            source: Some(std::sync::Arc::new(e)),
-        }
-    }
-
-    #[cfg(feature = "json")]
-    pub(crate) fn encode_from(
-        schema_type: SchemaType,
-        e: impl std::error::Error + Send + Sync + 'static,
-    ) -> Self {
-        SchemaError::Encode {
-            schema_type,
-            reason: e.to_string(),
-            source: Some(std::sync::Arc::new(e)),
-        }
-    }
-}
 
 /// A schema: how values of [`Schema::Type`] become payloads and back, and what the broker
 /// registers for them ([`Schema::info`]).

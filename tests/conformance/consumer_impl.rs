@@ -626,7 +626,7 @@ async fn the_dead_letter_producer_is_named_after_topic_subscription_and_consumer
     let mut consumer = client
         .consumer(&topic)
         .subscription("s")
-        .consumer_name("worker-1")
+        .name("worker-1")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
         .negative_ack_delay(Duration::from_millis(20))

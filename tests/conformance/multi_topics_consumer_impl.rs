@@ -18,8 +18,7 @@ async fn one_topic_ending_is_no_error_and_the_end_is_reached_once_all_have() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -65,8 +64,7 @@ async fn one_topic_ending_is_no_error_and_the_end_is_reached_once_all_have() {
 
 async fn two_topics(client: &Client, a: &str, b: &str, t: SubscriptionType) -> Consumer {
     client
-        .new_consumer()
-        .topics([a.to_string(), b.to_string()])
+        .multi_topic_consumer([a.to_string(), b.to_string()])
         .subscription("s")
         .subscription_type(t)
         .initial_position(InitialPosition::Earliest)
@@ -102,8 +100,7 @@ async fn a_consumer_without_a_topic_is_refused() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
     let r = client
-        .new_consumer()
-        .topics(Vec::<String>::new())
+        .multi_topic_consumer(Vec::<String>::new())
         .subscription("s")
         .subscribe()
         .await;
@@ -141,8 +138,7 @@ async fn a_nack_on_exclusive_rewinds_only_the_messages_topic() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .initial_position(InitialPosition::Earliest)
         .ack_group_time(Duration::ZERO)
@@ -239,8 +235,7 @@ async fn a_multi_topic_acker_dead_letters_into_the_topics_own_dlq() {
     let producer = unbatched_producer(&client, &b).await;
     publish(&producer, "r", 1).await;
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)

@@ -36,8 +36,7 @@ async fn unsubscribe_stops_discovery_first_so_no_subscription_is_created_again()
     broker.create_topic(&a);
     broker.create_topic(&b);
     let consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-unsub-.*")
+        .pattern_consumer("persistent://public/default/conf-unsub-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -77,8 +76,7 @@ async fn a_pattern_consumer_with_retry_subscribes_its_topics_and_not_its_own_let
     let retry = format!("{a}-s-RETRY");
     broker.create_topic(&a);
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-retry-p-.*")
+        .pattern_consumer("persistent://public/default/conf-retry-p-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -128,8 +126,7 @@ async fn pattern(
     sub: &str,
 ) -> Consumer {
     client
-        .new_consumer()
-        .topics_pattern(pattern)
+        .pattern_consumer(pattern)
         .subscription_topics_mode(mode)
         .subscription(sub)
         .subscription_type(SubscriptionType::Shared)
@@ -224,8 +221,7 @@ async fn close_while_discovery_subscribes_a_new_topic_leaves_nothing_attached() 
     let (a, c) = (full("conf-close-race-a"), full("conf-close-race-c"));
     broker.create_topic(&a);
     let consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-close-race-.*")
+        .pattern_consumer("persistent://public/default/conf-close-race-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .pattern_auto_discovery_period(Duration::from_millis(20))
@@ -254,8 +250,7 @@ async fn unsubscribe_while_discovery_subscribes_a_new_topic_leaves_no_subscripti
     let (a, c) = (full("conf-unsub-race-a"), full("conf-unsub-race-c"));
     broker.create_topic(&a);
     let consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-unsub-race-.*")
+        .pattern_consumer("persistent://public/default/conf-unsub-race-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .pattern_auto_discovery_period(Duration::from_millis(20))
@@ -293,8 +288,7 @@ async fn a_pattern_consumer_leaves_out_only_letters_that_are_its_own() {
         broker.create_topic(t);
     }
     let consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-own-.*")
+        .pattern_consumer("persistent://public/default/conf-own-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .dead_letter_policy(
@@ -325,8 +319,7 @@ async fn a_pattern_consumer_leaves_out_the_letter_topics_its_policy_names() {
         broker.create_topic(t);
     }
     let consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-named-.*")
+        .pattern_consumer("persistent://public/default/conf-named-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .retry_enable(true)
@@ -367,8 +360,7 @@ async fn the_end_is_reported_when_the_last_topic_not_at_its_end_leaves() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-end-leave-.*")
+        .pattern_consumer("persistent://public/default/conf-end-leave-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .pattern_auto_discovery_period(Duration::from_millis(20))
@@ -412,8 +404,7 @@ async fn a_topic_discovered_at_run_time_reconsumes_through_its_retry_topic() {
     let b = full("conf-r38-late-b");
     broker.create_topic(&a);
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/conf-r38-late-.*")
+        .pattern_consumer("persistent://public/default/conf-r38-late-.*")
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)

@@ -83,7 +83,7 @@ async fn a_reader_is_an_exclusive_non_durable_subscription_with_a_generated_name
         .unwrap();
     let _named = client
         .reader(&topic)
-        .subscription_name("my-reader")
+        .subscription("my-reader")
         .start_latest()
         .create()
         .await

@@ -131,7 +131,7 @@ async fn extreme_option_values_are_refused_or_work() {
     const MAX: Duration = Duration::MAX;
     let mut cases: Vec<(&str, _, _, _)> = vec![
         ("operation_timeout", c().operation_timeout(MAX), p(), s()),
-        ("connection_timeout", c().connection_timeout(MAX), p(), s()),
+        ("connect_timeout", c().connect_timeout(MAX), p(), s()),
         ("keepalive_interval", c().keepalive_interval(MAX), p(), s()),
         (
             "partitions_interval",

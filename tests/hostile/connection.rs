@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use common::{test_client, within};
 use hostile::{encode, Hostile, MemWatch};
-use pulsar_sdk::codec::CodecError;
-use pulsar_sdk::connection::{Connection, ConnectionConfig};
+use pulsar_sdk::error::CodecError;
 use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::{Connection, ConnectionConfig};
 use pulsar_sdk::{Error, State};
 use tokio::net::TcpStream;
 

@@ -588,7 +588,7 @@ async fn tiny_frame_headers_close_the_connection() {
         let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
         let conn = common::within(
             "handshake",
-            pulsar_sdk::connection::Connection::connect_with_stream(
+            pulsar_sdk::mock::Connection::connect_with_stream(
                 stream,
                 &broker.url(),
                 None,
@@ -634,7 +634,7 @@ async fn an_auth_challenge_flood_without_reading_is_bounded() {
     let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
     let conn = common::within(
         "handshake",
-        pulsar_sdk::connection::Connection::connect_with_stream(
+        pulsar_sdk::mock::Connection::connect_with_stream(
             stream,
             &broker.url(),
             None,

@@ -193,8 +193,7 @@ async fn pattern_consumer_stats_follow_topics_coming_and_going() {
     broker.create_topic(&t("p-2"));
     let client = test_client(&broker.service_url()).build().unwrap();
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern(format!("persistent://public/{ns}/p-.*"))
+        .pattern_consumer(format!("persistent://public/{ns}/p-.*"))
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -202,7 +201,7 @@ async fn pattern_consumer_stats_follow_topics_coming_and_going() {
         .subscribe()
         .await
         .unwrap();
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     for topic in ["p-1", "p-2"] {
         let p = common::unbatched_producer(&client, &t(topic)).await;
         common::publish(&p, topic, 3).await;
@@ -225,7 +224,9 @@ async fn pattern_consumer_stats_follow_topics_coming_and_going() {
     .await;
 
     broker.delete_topic(&t("p-2"), true).unwrap();
-    within("topic removed", changes.recv()).await.unwrap();
+    within("topic removed", changes.next_change())
+        .await
+        .unwrap();
     wait_until("the removed member is gone from the stats", || {
         consumer.stats().partitions.len() == 1
     })
@@ -244,7 +245,7 @@ async fn pattern_consumer_stats_follow_topics_coming_and_going() {
     );
 
     broker.create_topic(&t("p-3"));
-    within("topic added", changes.recv()).await.unwrap();
+    within("topic added", changes.next_change()).await.unwrap();
     let p = common::unbatched_producer(&client, &t("p-3")).await;
     common::publish(&p, "p-3", 2).await;
     for _ in 0..2 {

@@ -84,12 +84,12 @@ async fn a_grown_topic_is_picked_up_by_polling_after_a_restart() {
     broker.start_again();
 
     // The client reconnects by itself and its poll finds 4 partitions.
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     tokio::time::timeout(Duration::from_secs(30), changes.wait_for(|n| *n == 4))
         .await
         .expect("the producer grew to 4 partitions")
         .unwrap();
-    let mut c_changes = consumer.partition_changes();
+    let mut c_changes = consumer.partition_updates();
     tokio::time::timeout(Duration::from_secs(30), c_changes.wait_for(|n| *n == 4))
         .await
         .expect("the consumer grew to 4 partitions")

@@ -54,8 +54,7 @@ async fn five_topics_two_partitioned_each_message_exactly_once() {
 
     let client = client(&broker.url());
     let mut consumer = client
-        .new_consumer()
-        .topics(names.iter().cloned())
+        .multi_topic_consumer(names.iter().cloned())
         .subscription(unique_name("s"))
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -128,8 +127,7 @@ async fn a_pattern_consumer_fails_clearly_on_pulsar_lite() {
     let r = tokio::time::timeout(
         Duration::from_secs(60),
         client
-            .new_consumer()
-            .topics_pattern("persistent://public/default/lite-pattern-.*")
+            .pattern_consumer("persistent://public/default/lite-pattern-.*")
             .subscription(unique_name("s"))
             .subscribe(),
     )

@@ -20,7 +20,7 @@ use pulsar_sdk::{
     SendFuture, State, SubscriptionType,
 };
 use support::{unique_name, PulsarLite};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Messages per test, sent at a steady [`RATE`]: 2.5 s of traffic.
@@ -73,12 +73,14 @@ fn slot(id: &MessageId) -> (u64, u64, i32, i32) {
 }
 
 /// Records every state a producer or consumer goes through.
-fn record_states(mut rx: watch::Receiver<State>) -> Arc<Mutex<Vec<State>>> {
-    let seen = Arc::new(Mutex::new(vec![*rx.borrow_and_update()]));
+fn record_states(mut states: pulsar_sdk::StateStream) -> Arc<Mutex<Vec<State>>> {
+    use futures::{FutureExt, StreamExt};
+    // The stream yields the state it was made with at once.
+    let first = states.next().now_or_never().flatten();
+    let seen = Arc::new(Mutex::new(first.into_iter().collect::<Vec<State>>()));
     let out = seen.clone();
     tokio::spawn(async move {
-        while rx.changed().await.is_ok() {
-            let s = *rx.borrow_and_update();
+        while let Some(s) = states.next().await {
             let mut seen = seen.lock().unwrap();
             if seen.last() != Some(&s) {
                 seen.push(s);
@@ -149,8 +151,8 @@ async fn restart_twice_mid_stream(batching: bool) {
         .subscribe()
         .await
         .unwrap();
-    let producer_states = record_states(producer.state_changes());
-    let consumer_states = record_states(consumer.state_changes());
+    let producer_states = record_states(producer.states());
+    let consumer_states = record_states(consumer.states());
 
     // Receipts, awaited in send order by one task (a single producer's receipts come in order).
     let (fut_tx, mut fut_rx) = mpsc::unbounded_channel::<(usize, SendFuture)>();
@@ -460,7 +462,7 @@ async fn one_reconnect_and_no_extra_duplicates_with_many_pending() {
         .create()
         .await
         .unwrap();
-    let states = record_states(producer.state_changes());
+    let states = record_states(producer.states());
     let receipted_at = Arc::new(Mutex::new(vec![None::<Instant>; N]));
     let (fut_tx, mut fut_rx) = mpsc::unbounded_channel::<(usize, SendFuture)>();
     let collector = {

@@ -45,16 +45,7 @@ use crate::topic::TopicName;
 use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
 use crate::watcher::{LinkEvent, WatchLink};
 
-/// The topics a pattern consumer gained and lost in one change (see
-/// [`Consumer::topic_changes`](crate::Consumer::topic_changes)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct TopicsChanged {
-    /// Topics now subscribed (partitions by their own names, as the broker lists them).
-    pub added: Vec<TopicName>,
-    /// Topics no longer subscribed (deleted, or no longer matching).
-    pub removed: Vec<TopicName>,
-}
+pub use crate::updates::TopicsChanged;
 
 /// How many change events a slow observer may lag behind before it misses some.
 pub(crate) const CHANGE_EVENTS: usize = 256;
@@ -706,6 +697,7 @@ impl Task {
             let _ = self.events.send(TopicsChanged {
                 added: added_names,
                 removed: removed_names,
+                missed: 0,
             });
         }
     }

@@ -459,12 +459,12 @@ async fn key_shared_consumers_each_get_whole_chunked_messages() {
     let client = client(&broker.service_url());
     let topic = full("review-chunk-key-shared");
     let mut c1 = consumer(&client, &topic, SubscriptionType::KeyShared)
-        .consumer_name("c1")
+        .name("c1")
         .subscribe()
         .await
         .unwrap();
     let mut c2 = consumer(&client, &topic, SubscriptionType::KeyShared)
-        .consumer_name("c2")
+        .name("c2")
         .subscribe()
         .await
         .unwrap();

@@ -102,7 +102,7 @@ async fn subscribe_sends_type_position_durability_and_properties() {
                 .subscription(*name)
                 .subscription_type(*ty)
                 .initial_position(position)
-                .consumer_name(format!("consumer-{name}"))
+                .name(format!("consumer-{name}"))
                 .subscription_property("team", *name)
                 .subscription_property("env", "test")
                 .subscribe()
@@ -731,14 +731,14 @@ async fn failover_has_one_active_consumer_and_hands_over_on_close() {
             .consumer(topic)
             .subscription("fo")
             .subscription_type(SubscriptionType::Failover)
-            .consumer_name(name)
+            .name(name)
             .subscribe()
     };
     // The mock (like a broker on a non-partitioned topic) makes the first by name active.
     let a = subscribe("consumer-a").await.unwrap();
     let mut b = subscribe("consumer-b").await.unwrap();
-    let mut a_state = a.active_state();
-    let mut b_state = b.active_state();
+    let mut a_state = a.active_updates();
+    let mut b_state = b.active_updates();
     within("a active", a_state.wait_for(|s| *s == Some(true)))
         .await
         .unwrap();

@@ -228,8 +228,7 @@ async fn a_removed_topics_partly_taken_batch_is_not_handed_out() {
     broker.create_topic(a);
     broker.create_topic(b);
     let mut consumer = client
-        .new_consumer()
-        .topics_pattern("persistent://public/default/rm-orders-.*")
+        .pattern_consumer("persistent://public/default/rm-orders-.*")
         .subscription("s")
         .subscription_type(pulsar_sdk::SubscriptionType::Shared)
         .initial_position(pulsar_sdk::InitialPosition::Earliest)
@@ -237,13 +236,13 @@ async fn a_removed_topics_partly_taken_batch_is_not_handed_out() {
         .subscribe()
         .await
         .unwrap();
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     eventually("a watcher", || broker.topic_list_watchers().len() == 1).await;
     let ids = publish_batch(&client, a, 5).await;
     let first = recv(&mut consumer).await;
     assert_eq!(first.id, ids[0]);
     broker.delete_topic(a, true).unwrap();
-    let c = tokio::time::timeout(WAIT, changes.recv())
+    let c = tokio::time::timeout(WAIT, changes.next_change())
         .await
         .unwrap()
         .unwrap();

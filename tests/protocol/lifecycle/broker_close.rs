@@ -431,7 +431,7 @@ async fn a_partitioned_producer_closes_as_a_whole() {
         ..Default::default()
     };
     assert!(broker.push(conns[0], close));
-    let mut changes = producer.state_changes();
+    let mut changes = producer.states();
     tokio::time::timeout(
         Duration::from_secs(5),
         changes.wait_for(|s| *s == State::ClosedByBroker),
@@ -562,7 +562,7 @@ async fn closing_the_client_ends_its_producers_and_consumers_without_reconnectin
     .await
     .expect("the consumer ends");
     assert!(!ended.is_retriable(), "{ended:?}");
-    let mut states = producer.state_changes();
+    let mut states = producer.states();
     tokio::time::timeout(Duration::from_secs(5), states.wait_for(|s| s.is_terminal()))
         .await
         .expect("the producer ends")

@@ -376,7 +376,7 @@ async fn dropping_a_consumer_or_reader_closes_it() {
     let p = consumer(&client, &parted, "s", SubscriptionType::Shared).await;
     let r = client
         .reader(&plain)
-        .subscription_name("reader-sub")
+        .subscription("reader-sub")
         .start_earliest()
         .create()
         .await

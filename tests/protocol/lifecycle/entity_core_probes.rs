@@ -434,7 +434,7 @@ async fn dropping_a_partitioned_reader_closes_it() {
     broker.create_partitioned_topic(&topic, 3);
     let r = client
         .reader(&topic)
-        .subscription_name("rd")
+        .subscription("rd")
         .start_earliest()
         .create()
         .await

@@ -595,7 +595,7 @@ async fn receipts_of_a_partitioned_producer_name_what_the_consumer_sees() {
 /// the runtime never went idle again. Observed from the broker: the connection must go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_whose_handles_are_all_dropped_ends() {
-    use pulsar_sdk::connection::{Connection, ConnectionConfig};
+    use pulsar_sdk::mock::{Connection, ConnectionConfig};
     let broker = MockBroker::start().await.unwrap();
     let stream = tokio::net::TcpStream::connect(broker.addr()).await.unwrap();
     let conn = within(

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use pulsar_sdk::connection::{Connection, ConnectionConfig};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::{Connection, ConnectionConfig};
 use pulsar_sdk::mock::{MockAuth, MockBroker, MockBrokerConfig, REFRESH_AUTH_DATA};
 use pulsar_sdk::{Error, ServerError, SubscriptionType, TokenAuth};
 

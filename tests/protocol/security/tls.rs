@@ -28,7 +28,7 @@ fn serve(pem: &Pem) -> MockTls {
 }
 
 fn client(broker: &MockBroker) -> ClientBuilder {
-    common::test_client(&broker.service_url()).connection_timeout(Duration::from_secs(5))
+    common::test_client(&broker.service_url()).connect_timeout(Duration::from_secs(5))
 }
 
 /// Produces one message and consumes it back over `client`.

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 use common::certs::{fresh_dir, Ca};
 use pulsar_sdk::auth::oauth2::OAuth2ClientCredentials;
-use pulsar_sdk::connection::{Connection, ConnectionConfig};
 use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::mock::{Connection, ConnectionConfig};
 use pulsar_sdk::mock::{MockAuth, MockBroker, MockBrokerConfig, MockTls, REFRESH_AUTH_DATA};
 use pulsar_sdk::{AuthenticationProvider, Error, SubscriptionType, TlsFailure, TokenAuth};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -607,7 +607,7 @@ async fn plain_client_to_tls_broker_says_tls() {
     let tls = tls_broker(&ca).await;
     let plain_url = tls.service_url().replace("pulsar+ssl://", "pulsar://");
     let client = common::test_client(&plain_url)
-        .connection_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
         .build()
         .unwrap();
     let err = client.lookup_topic("t").await.unwrap_err().to_string();
@@ -621,7 +621,7 @@ async fn plain_client_to_tls_broker_and_tls_client_to_plain_broker_fail_fast() {
     let tls = tls_broker(&ca).await;
     let plain_url = tls.service_url().replace("pulsar+ssl://", "pulsar://");
     let client = common::test_client(&plain_url)
-        .connection_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
         .build()
         .unwrap();
     let started = Instant::now();
@@ -632,7 +632,7 @@ async fn plain_client_to_tls_broker_and_tls_client_to_plain_broker_fail_fast() {
     let plain = MockBroker::start().await.unwrap();
     let tls_url = plain.service_url().replace("pulsar://", "pulsar+ssl://");
     let client = common::test_client(&tls_url)
-        .connection_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
         .tls_trust_certs_file_path(&ca.pem.cert_path)
         .build()
         .unwrap();

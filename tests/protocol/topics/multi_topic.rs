@@ -32,8 +32,7 @@ async fn setup(broker: &MockBroker, base: &str) -> Vec<String> {
 
 async fn multi(client: &Client, topics: &[String], sub: &str, t: SubscriptionType) -> Consumer {
     client
-        .new_consumer()
-        .topics(topics.iter().cloned())
+        .multi_topic_consumer(topics.iter().cloned())
         .subscription(sub)
         .subscription_type(t)
         .initial_position(InitialPosition::Earliest)
@@ -126,8 +125,7 @@ async fn a_busy_topic_does_not_starve_a_quiet_one() {
     let p = unbatched_producer(&client, &busy).await;
     publish(&p, "busy", 300).await;
     let mut consumer = client
-        .new_consumer()
-        .topics([busy.clone(), quiet.clone()])
+        .multi_topic_consumer([busy.clone(), quiet.clone()])
         .subscription("s")
         .initial_position(InitialPosition::Earliest)
         .receiver_queue_size(10)
@@ -160,8 +158,7 @@ async fn nack_and_ack_timeout_redeliver_on_the_right_topic() {
     let client = client(&broker.service_url());
     let topics = setup(&broker, "redeliver").await;
     let mut consumer = client
-        .new_consumer()
-        .topics(topics.iter().cloned())
+        .multi_topic_consumer(topics.iter().cloned())
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -247,8 +244,7 @@ async fn seek_by_time_unsubscribe_and_failures_cover_every_topic() {
     );
     let bad = vec![topics[0].clone(), refused];
     let r = client
-        .new_consumer()
-        .topics(bad)
+        .multi_topic_consumer(bad)
         .subscription("s2")
         .subscribe()
         .await;
@@ -259,8 +255,7 @@ async fn seek_by_time_unsubscribe_and_failures_cover_every_topic() {
     .await;
     let none: Vec<String> = Vec::new();
     assert!(client
-        .new_consumer()
-        .topics(none)
+        .multi_topic_consumer(none)
         .subscription("s3")
         .subscribe()
         .await
@@ -273,8 +268,7 @@ async fn each_topic_dead_letters_to_its_own_dlq_and_retries_on_its_own_retry_top
     let client = client(&broker.service_url());
     let topics = setup(&broker, "dlq").await;
     let mut consumer = client
-        .new_consumer()
-        .topics(topics[..2].iter().cloned())
+        .multi_topic_consumer(topics[..2].iter().cloned())
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)

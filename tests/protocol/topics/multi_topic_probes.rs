@@ -14,7 +14,6 @@ use pulsar_sdk::mock::{MockBroker, MockError, MockRequest};
 use pulsar_sdk::{
     Client, Consumer, InitialPosition, Message, ServerError, State, SubscriptionType, TopicsChanged,
 };
-use tokio::sync::broadcast;
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")
@@ -22,8 +21,7 @@ async fn recv(consumer: &mut Consumer) -> Message {
 
 async fn pattern_consumer(client: &Client, pattern: &str, period: Duration) -> Consumer {
     client
-        .new_consumer()
-        .topics_pattern(pattern)
+        .pattern_consumer(pattern)
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -33,8 +31,8 @@ async fn pattern_consumer(client: &Client, pattern: &str, period: Duration) -> C
         .expect("pattern consumer")
 }
 
-async fn next_change(changes: &mut broadcast::Receiver<TopicsChanged>) -> TopicsChanged {
-    within("a topics change", changes.recv())
+async fn next_change(changes: &mut pulsar_sdk::TopicUpdates) -> TopicsChanged {
+    within("a topics change", changes.next_change())
         .await
         .expect("a change")
 }
@@ -70,8 +68,7 @@ async fn one_topic_ending_for_good_does_not_end_a_multi_topic_consumer() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -132,7 +129,7 @@ async fn a_watcher_update_with_topics_outside_the_mode_or_namespace_is_ignored()
         Duration::from_secs(3600),
     )
     .await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     assert_eq!(topics_of(&consumer), BTreeSet::from([one.clone()]));
     wait_until("a watcher is registered", || {
         broker.topic_list_watchers().len() == 1
@@ -177,7 +174,7 @@ async fn a_watcher_update_for_an_unknown_watcher_is_harmless() {
         Duration::from_secs(3600),
     )
     .await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     wait_until("a watcher is registered", || {
         broker.topic_list_watchers().len() == 1
     })
@@ -261,8 +258,7 @@ async fn a_cumulative_ack_covers_only_the_messages_topic() {
     broker.create_topic(&b);
     let subscribe = || {
         client
-            .new_consumer()
-            .topics([a.clone(), b.clone()])
+            .multi_topic_consumer([a.clone(), b.clone()])
             .subscription("s")
             .subscription_type(SubscriptionType::Failover)
             .initial_position(InitialPosition::Earliest)
@@ -381,8 +377,7 @@ async fn seek_to_a_received_message_rewinds_only_its_topic() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Exclusive)
         .initial_position(InitialPosition::Earliest)
@@ -461,8 +456,7 @@ async fn chunked_messages_of_two_topics_are_reassembled_per_topic() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -500,7 +494,7 @@ async fn a_topic_deleted_and_created_again_is_followed_by_the_watcher() {
         Duration::from_secs(3600),
     )
     .await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     wait_until("a watcher is registered", || {
         broker.topic_list_watchers().len() == 1
     })
@@ -559,8 +553,7 @@ async fn a_typed_consumer_decodes_each_topic_with_its_own_writer_schema() {
         .await
         .unwrap();
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), b.clone()])
+        .multi_topic_consumer([a.clone(), b.clone()])
         .subscription("s")
         .initial_position(InitialPosition::Earliest)
         .schema(AvroSchema::<UserV2>::new(V2).unwrap())
@@ -719,8 +712,7 @@ async fn a_topic_named_twice_is_subscribed_once() {
     broker.create_topic(&a);
     broker.create_topic(&b);
     let mut consumer = client
-        .new_consumer()
-        .topics([a.clone(), "rv-2-a".to_string(), b.clone(), a.clone()])
+        .multi_topic_consumer([a.clone(), "rv-2-a".to_string(), b.clone(), a.clone()])
         .subscription("s")
         .subscription_type(SubscriptionType::Exclusive)
         .initial_position(InitialPosition::Earliest)
@@ -753,7 +745,7 @@ async fn acking_a_message_of_a_dropped_topic_does_not_reach_another_topic() {
         Duration::from_secs(3600),
     )
     .await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     let p1 = unbatched_producer(&client, &t1).await;
     // A first message, so that t1's next one has an entry id t2's first one cannot have.
     p1.send_and_wait("zero".to_string()).await.unwrap();

@@ -39,7 +39,7 @@ async fn setup(broker: &MockBroker, poll: Duration) -> (Client, Producer, Consum
     (client, producer, consumer)
 }
 
-async fn wait_partitions(rx: &mut tokio::sync::watch::Receiver<usize>, n: usize) {
+async fn wait_partitions(rx: &mut pulsar_sdk::Updates<usize>, n: usize) {
     tokio::time::timeout(Duration::from_secs(10), rx.wait_for(|v| *v == n))
         .await
         .unwrap_or_else(|_| panic!("did not reach {n} partitions"))
@@ -86,8 +86,8 @@ async fn growth_is_pushed_and_applied_within_one_notification() {
         .await
         .expect("the client watches the partitioned topic");
 
-    let mut p_changes = producer.partition_changes();
-    let mut c_changes = consumer.partition_changes();
+    let mut p_changes = producer.partition_updates();
+    let mut c_changes = consumer.partition_updates();
     broker.update_partitions(TOPIC, 5).unwrap();
     wait_partitions(&mut p_changes, 5).await;
     wait_partitions(&mut c_changes, 5).await;
@@ -133,7 +133,7 @@ async fn after_a_broker_restart_the_client_watches_again_and_sees_the_current_co
     broker.restart().await.unwrap();
     // Grown while the client reconnects: the re-watch's answer carries the count.
     broker.update_partitions(TOPIC, 3).unwrap();
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     wait_partitions(&mut changes, 3).await;
     assert!(broker.received_of(Type::WatchPartitionUpdate).len() > watches_before);
     assert_eq!(produce(&producer, "x", 9).await.len(), 3);
@@ -157,7 +157,7 @@ async fn a_lost_ack_is_resent_by_the_broker_and_applied_idempotently() {
         .await
         .unwrap();
     broker.drop_next_partition_update_results(1);
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     broker.update_partitions(TOPIC, 4).unwrap();
     wait_partitions(&mut changes, 4).await;
     // The broker resends (new version, same state); the client acks it without growing twice.
@@ -214,7 +214,7 @@ async fn a_failed_growth_is_reported_and_the_resend_succeeds() {
     // succeeds.
     broker.clear_topic_lookup(&p2);
     broker.clear_lookup_errors();
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     wait_partitions(&mut changes, 3).await;
     // ... and is acknowledged with success (sent right after the partitions are live).
     let mut ok = false;
@@ -241,7 +241,7 @@ async fn a_stale_update_is_ignored_by_the_client() {
         .await
         .unwrap();
     let watcher_id = watch.command.watch_partition_update.unwrap().watcher_id;
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     broker.update_partitions(TOPIC, 3).unwrap();
     wait_partitions(&mut changes, 3).await;
     broker
@@ -278,7 +278,7 @@ async fn without_the_feature_growth_is_polled_and_nothing_is_watched() {
     .await
     .unwrap();
     let (_client, producer, mut consumer) = setup(&broker, Duration::from_millis(300)).await;
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     broker.update_partitions(TOPIC, 4).unwrap();
     wait_partitions(&mut changes, 4).await;
     assert_eq!(produce(&producer, "p", 8).await.len(), 4);
@@ -306,7 +306,7 @@ async fn auto_update_can_be_turned_off_and_a_shrink_is_ignored() {
         .await
         .unwrap();
     let growing = client.producer(TOPIC).create().await.unwrap();
-    let mut changes = growing.partition_changes();
+    let mut changes = growing.partition_updates();
     broker.update_partitions(TOPIC, 3).unwrap();
     wait_partitions(&mut changes, 3).await;
     assert_eq!(fixed.partitions(), 2);
@@ -349,7 +349,7 @@ async fn polling_keeps_its_rate_while_registrations_keep_changing() {
         .unwrap();
     let started = tokio::time::Instant::now();
     broker.update_partitions(TOPIC, 3).unwrap();
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     // An application creating and dropping a partitioned producer every 10 s (6 times per
     // poll interval).
     let churn = async {
@@ -415,7 +415,7 @@ async fn the_rewatch_backoff_is_reset_after_a_successful_watch() {
             });
     }
     // The last watcher works.
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     broker.update_partitions(TOPIC, 3).unwrap();
     wait_partitions(&mut changes, 3).await;
 }
@@ -440,7 +440,7 @@ async fn a_watch_started_while_the_watcher_closes_starts_from_fresh_versions() {
         .await
         .unwrap();
     // Version 1 of the first watcher is applied and acknowledged.
-    let mut changes = first.partition_changes();
+    let mut changes = first.partition_updates();
     broker.update_partitions(TOPIC, 3).unwrap();
     wait_partitions(&mut changes, 3).await;
     broker
@@ -499,7 +499,7 @@ async fn a_watch_started_while_the_watcher_closes_starts_from_fresh_versions() {
         .watcher_id;
     broker.set_response_delay(Duration::ZERO);
     let results_before = broker.received_of(Type::PartitionUpdateResult).len();
-    let mut changes = second.partition_changes();
+    let mut changes = second.partition_updates();
     broker.update_partitions(TOPIC, 4).unwrap();
     tokio::time::timeout(Duration::from_secs(10), changes.wait_for(|n| *n == 4))
         .await
@@ -565,7 +565,7 @@ async fn a_pushed_partition_count_above_the_bound_is_refused() {
         "no partition producer was created"
     );
     // A later, sensible count is applied.
-    let mut changes = producer.partition_changes();
+    let mut changes = producer.partition_updates();
     broker.set_partitions(TOPIC, 3);
     wait_partitions(&mut changes, 3).await;
 }

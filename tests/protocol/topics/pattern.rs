@@ -16,7 +16,6 @@ use pulsar_sdk::{
     Client, Consumer, InitialPosition, Message, RegexSubscriptionMode, ServerError,
     SubscriptionType, TopicsChanged,
 };
-use tokio::sync::broadcast;
 
 async fn recv(consumer: &mut Consumer) -> Message {
     within("recv", consumer.recv()).await.expect("a message")
@@ -24,8 +23,7 @@ async fn recv(consumer: &mut Consumer) -> Message {
 
 async fn pattern_consumer(client: &Client, pattern: &str, period: Duration) -> Consumer {
     client
-        .new_consumer()
-        .topics_pattern(pattern)
+        .pattern_consumer(pattern)
         .subscription("s")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
@@ -35,8 +33,8 @@ async fn pattern_consumer(client: &Client, pattern: &str, period: Duration) -> C
         .expect("pattern consumer")
 }
 
-async fn next_change(changes: &mut broadcast::Receiver<TopicsChanged>) -> TopicsChanged {
-    within("a topics change", changes.recv())
+async fn next_change(changes: &mut pulsar_sdk::TopicUpdates) -> TopicsChanged {
+    within("a topics change", changes.next_change())
         .await
         .expect("a change")
 }
@@ -77,7 +75,7 @@ async fn watcher_adds_new_topics_and_closes_deleted_ones() {
         Duration::from_secs(3600),
     )
     .await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     assert_eq!(
         topics_of(&consumer),
         BTreeSet::from([full("w-orders-1"), full("w-orders-2")])
@@ -138,7 +136,7 @@ async fn polling_finds_topics_when_the_broker_has_no_watcher() {
     broker.create_topic(&full("p-a"));
     let mut consumer =
         pattern_consumer(&client, "public/default/p-.*", Duration::from_millis(200)).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     assert_eq!(topics_of(&consumer), BTreeSet::from([full("p-a")]));
     broker.create_topic(&full("p-b"));
     let c = next_change(&mut changes).await;
@@ -170,7 +168,7 @@ async fn a_reconnect_rewatches_with_the_hash_and_catches_up() {
     broker.create_topic(&full("r-1"));
     let mut consumer =
         pattern_consumer(&client, "public/default/r-.*", Duration::from_secs(3600)).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     wait_until("watching", || broker.topic_list_watchers().len() == 1).await;
     broker.set_unresponsive(true);
     broker.drop_all_connections();
@@ -205,7 +203,7 @@ async fn a_failed_poll_and_a_failed_subscribe_are_retried() {
     let mut consumer =
         pattern_consumer(&client, "public/default/f-.*", Duration::from_millis(200)).await;
     assert!(consumer.topics().is_empty());
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     broker.push_error(
         MockError::new(
             MockRequest::GetTopicsOfNamespace,
@@ -253,7 +251,7 @@ async fn a_hundred_matching_topics() {
     broker.create_topic(&full("not-h"));
     let mut consumer =
         pattern_consumer(&client, "public/default/h-.*", Duration::from_secs(3600)).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     assert_eq!(consumer.topics().len(), 60);
     for i in 60..100 {
         broker.create_topic(&full(&format!("h-{i}")));
@@ -284,8 +282,7 @@ async fn modes_and_bad_patterns() {
     broker.create_topic(&full("m-p"));
     broker.create_topic("non-persistent://public/default/m-np");
     let np = client
-        .new_consumer()
-        .topics_pattern("public/default/m-.*")
+        .pattern_consumer("public/default/m-.*")
         .subscription_topics_mode(RegexSubscriptionMode::NonPersistentOnly)
         .subscription("s")
         .subscribe()
@@ -296,8 +293,7 @@ async fn modes_and_bad_patterns() {
         BTreeSet::from(["non-persistent://public/default/m-np".to_string()])
     );
     let all = client
-        .new_consumer()
-        .topics_pattern("public/default/m-.*")
+        .pattern_consumer("public/default/m-.*")
         .subscription_topics_mode(RegexSubscriptionMode::AllTopics)
         .subscription("s2")
         .subscribe()
@@ -306,8 +302,7 @@ async fn modes_and_bad_patterns() {
     assert_eq!(all.topics().len(), 2);
     for bad in ["public/default/(", "m-.*", "public/.*/m"] {
         let r = client
-            .new_consumer()
-            .topics_pattern(bad)
+            .pattern_consumer(bad)
             .subscription("s3")
             .subscribe()
             .await;
@@ -330,7 +325,7 @@ async fn a_topic_deleted_and_created_again_between_polls_is_subscribed_again() {
     broker.create_topic(&full("d-1"));
     let mut consumer =
         pattern_consumer(&client, "public/default/d-.*", Duration::from_millis(300)).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     broker.delete_topic(&full("d-1"), true).unwrap();
     // The consumer's reconnect finds no topic and ends (without creating it, and without an
     // error for the application); the next poll (or the ended consumer, noticed then) drops it.
@@ -485,7 +480,7 @@ async fn a_deleted_topic_leaves_at_once_even_between_polls() {
     // No poll is due for an hour and there is no watcher.
     let mut consumer =
         pattern_consumer(&client, "public/default/q-.*", Duration::from_secs(3600)).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     broker.delete_topic(&full("q-1"), true).unwrap();
     // The consumer of q-1 finds its topic gone when it reconnects: the topic leaves.
     let c = next_change(&mut changes).await;
@@ -534,7 +529,7 @@ async fn polls_send_back_the_brokers_hash_when_the_broker_does_not_filter() {
         "our hash covers only the matching topics"
     );
     // Still filtered on our side, and a new matching topic still joins.
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     broker.create_topic(&full("h-b"));
     let c = next_change(&mut changes).await;
     assert_eq!(names(&c), (vec![full("h-b")], vec![]));
@@ -553,7 +548,7 @@ async fn a_huge_discovery_period_does_not_break_discovery() {
     let client = client(&broker.service_url());
     broker.create_topic(&full("big-a"));
     let mut consumer = pattern_consumer(&client, "public/default/big-.*", Duration::MAX).await;
-    let mut changes = consumer.topic_changes();
+    let mut changes = consumer.topic_updates();
     broker.create_topic(&full("big-b"));
     // The watcher still reports new topics.
     let c = next_change(&mut changes).await;
