@@ -171,10 +171,23 @@ async fn python_consume(topic: &str, schema: &str, count: usize) -> Vec<Value> {
 
 /// Subscribes from the start with `schema` (Shared: pulsar-lite may dispatch duplicates on
 /// Exclusive), and decodes `count` messages.
-async fn consume<S: Schema>(topic: &str, schema: S, count: usize) -> Vec<S::Type> {
-    let client = client();
-    let consumer = subscribe(&client, topic, schema).await;
-    receive(consumer, count).await
+///
+/// Runs in a task of its own: a debug build's poll frames are large, and this test's body
+/// (seven schemas in one async block) plus a subscribe nested under it outgrow a test thread's
+/// 2 MiB stack (a subscribe's poll chain takes about 1.6 MB of it in a debug build).
+async fn consume<S>(topic: &str, schema: S, count: usize) -> Vec<S::Type>
+where
+    S: Schema + Send + Sync + 'static,
+    S::Type: Send,
+{
+    let topic = topic.to_string();
+    tokio::spawn(async move {
+        let client = client();
+        let consumer = subscribe(&client, &topic, schema).await;
+        receive(consumer, count).await
+    })
+    .await
+    .expect("the consume task")
 }
 
 async fn subscribe<S: Schema>(client: &Client, topic: &str, schema: S) -> TypedConsumer<S> {
@@ -205,7 +218,19 @@ async fn receive<S: Schema>(mut consumer: TypedConsumer<S>, count: usize) -> Vec
     out
 }
 
-async fn produce<S: Schema>(topic: &str, schema: S, values: &[S::Type]) {
+async fn produce<S>(topic: &str, schema: S, values: &[S::Type])
+where
+    S: Schema + Send + Sync + 'static,
+    S::Type: Clone + Send + Sync,
+{
+    // In a task of its own, as `consume` (stack use of debug builds).
+    let (topic, values) = (topic.to_string(), values.to_vec());
+    tokio::spawn(async move { produce_here(&topic, schema, &values).await })
+        .await
+        .expect("the produce task")
+}
+
+async fn produce_here<S: Schema>(topic: &str, schema: S, values: &[S::Type]) {
     let client = client();
     let producer = client
         .producer(topic)
