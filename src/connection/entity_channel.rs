@@ -7,7 +7,7 @@
 //! the protocol, and the connection closes with an error naming the violation, so the entities
 //! reconnect and the broker redelivers.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -20,13 +20,19 @@ use crate::error::Error;
 pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
+    let overflowed = Arc::new(AtomicBool::new(false));
     (
         EntitySender {
             tx,
             queued: queued.clone(),
             bound: bound.max(1),
+            overflowed: overflowed.clone(),
         },
-        EntityReceiver { rx, queued },
+        EntityReceiver {
+            rx,
+            queued,
+            overflowed,
+        },
     )
 }
 
@@ -36,6 +42,8 @@ pub(crate) struct EntitySender {
     tx: mpsc::UnboundedSender<EntityEvent>,
     queued: Arc<AtomicUsize>,
     bound: usize,
+    /// Set when this entity's bound was crossed: the connection closes because of it.
+    overflowed: Arc<AtomicBool>,
 }
 
 /// What became of a command handed to an entity.
@@ -54,6 +62,7 @@ pub(crate) enum Delivery {
 impl EntitySender {
     pub(super) fn deliver(&self, frame: Inbound) -> Delivery {
         if self.queued.load(Ordering::Acquire) >= self.bound {
+            self.overflowed.store(true, Ordering::Release);
             return Delivery::Overflow { bound: self.bound };
         }
         self.queued.fetch_add(1, Ordering::AcqRel);
@@ -93,6 +102,7 @@ impl EntitySender {
 pub(crate) struct EntityReceiver {
     rx: mpsc::UnboundedReceiver<EntityEvent>,
     queued: Arc<AtomicUsize>,
+    overflowed: Arc<AtomicBool>,
 }
 
 impl EntityReceiver {
@@ -108,6 +118,12 @@ impl EntityReceiver {
         let ev = self.rx.try_recv();
         self.taken(ev.as_ref().ok());
         ev
+    }
+
+    /// Whether the broker sent this entity more than its bound, so that the connection
+    /// closed because of this entity (the others on it only lost their connection).
+    pub(crate) fn overflowed(&self) -> bool {
+        self.overflowed.load(Ordering::Acquire)
     }
 
     fn taken(&self, ev: Option<&EntityEvent>) {

@@ -128,10 +128,19 @@ pub(crate) struct Entity {
     group_closed: Pin<Box<dyn Future<Output = Error> + Send>>,
     /// Resolves when the client shuts down (`None` once seen). Kept like `group_closed`.
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
+    /// Why the last connection closed, when it was this entity's flow-control violation
+    /// (see [`Entity::take_violation`]).
+    violation: Option<Error>,
     _guard: TaskGuard,
 }
 
 impl Entity {
+    /// The flow-control violation that ended the last connection, if the broker broke it
+    /// towards this entity (taken once).
+    pub(crate) fn take_violation(&mut self) -> Option<Error> {
+        self.violation.take()
+    }
+
     /// Creates the entity on the broker for the first time: retriable failures are retried
     /// with backoff within the operation timeout, others fail at once.
     pub(crate) async fn create(
@@ -197,6 +206,7 @@ impl Entity {
                     crate::core::shut_down(&mut signal).await
                 }))
             },
+            violation: None,
             _guard: core.task_started(),
         };
         Ok((entity, attached.response))
@@ -295,6 +305,12 @@ impl Entity {
                 }
             },
             Some(EntityEvent::ConnectionClosed(e)) => {
+                // The connection closed because the broker broke flow control towards this
+                // entity: kept for the task to report (a consumer hands it to the
+                // application as an error item, as when it notices the violation itself).
+                if self.events.as_ref().is_some_and(|ev| ev.overflowed()) {
+                    self.violation = Some(e.clone());
+                }
                 self.lose_connection(&e.to_string());
                 Wake::Detached
             }

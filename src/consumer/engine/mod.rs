@@ -218,6 +218,13 @@ impl ConsumerTask {
                     Wake::Detached if closing => Err(Error::Closed),
                     Wake::Detached => {
                         self.detached();
+                        // The connection noticed first that the broker delivered beyond
+                        // this consumer's bound (see `flow_violation` for the other way):
+                        // the application hears of it the same way, after the epoch changed.
+                        if let Some(e) = self.entity.take_violation() {
+                            self.over_delivered += 1;
+                            self.emit(Item::Error(e));
+                        }
                         Ok(())
                     }
                     Wake::Attached(_) => {
