@@ -278,6 +278,20 @@ enum Mode {
     Poll,
 }
 
+/// Watches (or re-watches, on the same watcher) every topic of `topics`, named in full.
+fn send_watch(link: &mut WatchLink, topics: &[(String, u32)]) {
+    link.send_watch(
+        |request_id, watcher_id| {
+            commands::watch_partition_update(
+                request_id,
+                watcher_id,
+                topics.iter().map(|(t, _)| t.clone()),
+            )
+        },
+        "watch partitions",
+    );
+}
+
 /// The service's loop, until the topic set empties. An event loop over the one watcher
 /// mechanism ([`WatchLink`]): it never awaits inside; growth, polls, the watch and its close
 /// are futures it polls and whose results it handles as events.
@@ -336,16 +350,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
         } else if mode == Mode::Watch && link.is_settled() && watched_generation != Some(generation)
         {
             // Re-watch on the same watcher with the full topic list; the answer is applied.
-            link.send_watch(
-                |request_id, watcher_id| {
-                    commands::watch_partition_update(
-                        request_id,
-                        watcher_id,
-                        topics.iter().map(|(t, _)| t.clone()),
-                    )
-                },
-                "watch partitions",
-            );
+            send_watch(&mut link, &topics);
             watched_generation = Some(generation);
         }
         let refusal_due = refusal.as_ref().map(|(at, _)| *at);
@@ -361,16 +366,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     }
                     last_version = None;
                     refusal = None;
-                    link.send_watch(
-                        |request_id, watcher_id| {
-                            commands::watch_partition_update(
-                                request_id,
-                                watcher_id,
-                                topics.iter().map(|(t, _)| t.clone()),
-                            )
-                        },
-                        "watch partitions",
-                    );
+                    send_watch(&mut link, &topics);
                     watched_generation = Some(generation);
                 }
                 LinkEvent::Unsupported => {
