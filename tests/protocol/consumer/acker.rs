@@ -264,7 +264,10 @@ async fn an_ack_made_once_close_began_is_refused_or_sent() {
         .received_of(pulsar_sdk::mock::wire::base_command::Type::Ack)
         .len();
     match acked {
-        Ok(()) => assert!(sent > 0, "ack() returned Ok once close() began, and was never sent"),
+        Ok(()) => assert!(
+            sent > 0,
+            "ack() returned Ok once close() began, and was never sent"
+        ),
         Err(e) => assert!(matches!(e, Error::Closed), "{e:?}"),
     }
 }
