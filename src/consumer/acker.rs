@@ -319,6 +319,11 @@ impl Acker {
         if state.refuses_work() {
             return Err(ended_error(state, &p.base));
         }
+        // `close()` began (its Close op may not be taken yet): refused as on a Closing
+        // consumer (Java `closeAsync` sets Closing before it flushes and closes).
+        if p.close_requested.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
         Ok(())
     }
 

@@ -66,6 +66,11 @@ pub(crate) struct PartitionShared {
     pub room: Mutex<QueueRoom>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
     pub refill_at: u32,
+    /// Set by `Consumer::close` before it queues its Close op: acks made from then on are
+    /// refused (Java `ConsumerImpl.closeAsync` sets the state to Closing first, and acks on a
+    /// closing consumer fail), instead of being folded in behind the Close and dropped with
+    /// the task once the CloseConsumer went out.
+    pub close_requested: std::sync::atomic::AtomicBool,
 }
 
 impl PartitionShared {

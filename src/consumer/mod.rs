@@ -706,6 +706,11 @@ impl Consumer {
     /// Dropping the consumer closes it too, in the background.
     pub async fn close(&self) -> Result<()> {
         self.closed_by_app.store(true, Ordering::Relaxed);
+        // Acks are refused from now on (Java `closeAsync`: Closing first), before any Close
+        // op is queued: one folded in behind the Close would never be sent.
+        for p in self.all() {
+            p.close_requested.store(true, Ordering::Release);
+        }
         if let Some(d) = &self.discovery {
             // No topic joins or leaves from now on.
             d.stop().await;

@@ -102,6 +102,7 @@ pub(crate) async fn spawn_partition(
             .clone(),
         room: Mutex::new(QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
+        close_requested: std::sync::atomic::AtomicBool::new(false),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options

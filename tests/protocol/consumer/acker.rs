@@ -232,3 +232,42 @@ async fn ids_that_may_name_a_retry_topic_message_are_refused_and_the_message_ack
     })
     .await;
 }
+
+/// Java `ConsumerImpl.closeAsync` moves the consumer to Closing before anything else, so an
+/// ack made once `close()` has begun fails (`AlreadyClosedException`), and the acks made
+/// before it are flushed (`acknowledgmentsGroupingTracker.flushAndClean`). Here `close()`
+/// queued its Close op on its first poll, but the state only changes when the task takes it:
+/// an ack made in between returned `Ok`, was folded in behind the Close, grouped for the ack
+/// group time after the CloseConsumer went out, and dropped with the task. An ack that
+/// returns `Ok` must reach the broker; one made after `close()` began should be refused.
+#[tokio::test]
+async fn an_ack_made_once_close_began_is_refused_or_sent() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("acker-ack-during-close");
+    publish(&client, &topic, "x", 1).await;
+    let mut c = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .ack_group_time(Duration::from_millis(100))
+        .subscribe()
+        .await
+        .unwrap();
+    let m = within("recv", c.recv()).await.unwrap();
+    let acker = c.acker();
+    let mut close = std::pin::pin!(c.close());
+    assert!(futures::poll!(close.as_mut()).is_pending());
+    let acked = acker.ack(&m);
+    within("close", close).await.unwrap();
+    let sent = broker
+        .received_of(pulsar_sdk::mock::wire::base_command::Type::Ack)
+        .len();
+    match acked {
+        Ok(()) => assert!(
+            sent > 0,
+            "ack() returned Ok once close() began, and was never sent"
+        ),
+        Err(e) => assert!(matches!(e, Error::Closed), "{e:?}"),
+    }
+}
