@@ -45,7 +45,10 @@ async fn a_closed_consumers_partition_and_active_streams_end() {
     assert_eq!(partitions.next().await, Some(2));
     active.next().await;
     consumer.close().await.unwrap();
-    assert_eq!(within("partition stream end", partitions.next()).await, None);
+    assert_eq!(
+        within("partition stream end", partitions.next()).await,
+        None
+    );
     // Values set while closing may still come; then the end.
     within("active stream end", async {
         while active.next().await.is_some() {}
