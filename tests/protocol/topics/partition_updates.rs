@@ -687,3 +687,29 @@ async fn a_resent_update_during_a_pending_growth_is_not_acked_before_the_partiti
     let mut changes = producer.partition_updates();
     wait_partitions(&mut changes, 3).await;
 }
+
+/// A broker that advertises PIP-247 but refuses the watch for good (NotAllowed, not retriable):
+/// the link reports `Refused` and the service only re-watches, forever, so growth is never
+/// seen. The pattern consumer's topic-list watcher falls back to polling on a refusal (as
+/// upstream clients poll anyway); partition updates should too (the design's "otherwise it
+/// polls partitioned metadata every `auto_update_partitions_interval`").
+#[tokio::test]
+async fn a_watch_refused_for_good_falls_back_to_polling() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.push_error(
+        pulsar_sdk::mock::MockError::new(
+            pulsar_sdk::mock::MockRequest::WatchPartitionUpdate,
+            ServerError::NotAllowed,
+            "watchers disabled here",
+        )
+        .times(usize::MAX),
+    );
+    let (_client, producer, _consumer) = setup(&broker, Duration::from_millis(200)).await;
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut changes = producer.partition_updates();
+    broker.update_partitions(TOPIC, 3).unwrap();
+    wait_partitions(&mut changes, 3).await;
+}
