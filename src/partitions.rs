@@ -458,7 +458,22 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                         }
                     }));
                 }
-                LinkEvent::Lost(e) | LinkEvent::Refused(e) => {
+                LinkEvent::Refused(e) => {
+                    // Refused for good (a non-retriable error, e.g. NotAllowed): poll instead,
+                    // as without the feature, and as the pattern consumer's topic-list watcher
+                    // does on a refusal (upstream clients poll partitioned metadata anyway).
+                    tracing::debug!(error = %e, "partition watcher refused; polling");
+                    mode = Mode::Poll;
+                    watched_generation = None;
+                    refusal = None;
+                    closing = false;
+                    ticks = tokio::time::interval_at(
+                        crate::util::deadline_after(s.interval),
+                        s.interval,
+                    );
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                LinkEvent::Lost(e) => {
                     tracing::debug!(error = %e, "partition updates: restarting");
                     if link.is_idle() {
                         link.retry_later();
