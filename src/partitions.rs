@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures::future::{FutureExt, Shared};
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::sync::{mpsc, oneshot, Notify};
 
@@ -267,6 +268,38 @@ enum Done {
     Polled,
 }
 
+/// A state's growth as the watcher's loop keeps it: shared, so that a later update can wait
+/// for it too (the error as text, a shared output being cloned).
+type Growth = Shared<Pending<std::result::Result<(), String>>>;
+
+/// The growth of a state, joined with the growth of an earlier state that is still pending.
+/// A state that repeats counts an earlier one already took (the broker's resend with a new
+/// version, after its resend timeout, of an update whose growth is slow) starts no growth of
+/// its own, yet its partitions are live only once the earlier growth is: PIP-247 answers
+/// success "once the new partitions are live" (protocol-extensions.md), and the earlier
+/// update's own result is never sent (only the newest version is answered). A failure of the
+/// earlier growth fails this one, so the broker sends again and the growth is retried.
+fn join_pending(pending: Option<&Growth>, growth: Pending<Result<()>>) -> Growth {
+    let before = pending.filter(|g| g.peek().is_none()).cloned();
+    let joined: Pending<std::result::Result<(), String>> = Box::pin(async move {
+        let before = match before {
+            Some(g) => g.await,
+            None => Ok(()),
+        };
+        let now = growth.await.map_err(|e| match e {
+            Error::Protocol(text) => text,
+            e => e.to_string(),
+        });
+        match (before, now) {
+            (Ok(()), r) => r,
+            (Err(a), Ok(())) => Err(a),
+            (Err(a), Err(b)) if a == b => Err(a),
+            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+        }
+    });
+    joined.shared()
+}
+
 /// How the service learns of new counts, decided by the first connection's features.
 #[derive(PartialEq, Eq)]
 enum Mode {
@@ -329,6 +362,8 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
     let mut refusal: Option<(tokio::time::Instant, Frame)> = None;
     let mut refusal_delay = RetryTimer::new(client.backoff_policy());
     let mut closing = false;
+    // The growth of the last state applied from the watcher, while other states may join it.
+    let mut growing: Option<Growth> = None;
     loop {
         let (generation, topics) = s.snapshot();
         if topics.is_empty() {
@@ -388,9 +423,10 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     if let Some(e) = refused {
                         tracing::warn!(error = %e, "partition counts refused after watching");
                     }
-                    let growth = s.apply(&state);
+                    let growth = join_pending(growing.as_ref(), s.apply(&state));
+                    growing = Some(growth.clone());
                     work.push(Box::pin(async move {
-                        Done::Applied { answer: None, result: growth.await }
+                        Done::Applied { answer: None, result: growth.await.map_err(Error::Protocol) }
                     }));
                 }
                 LinkEvent::Update(frame) => {
@@ -408,16 +444,32 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                         pairs(&update.topics, &update.partitions),
                         s.max_partitions,
                     );
-                    let growth = s.apply(&state);
+                    let growth = join_pending(growing.as_ref(), s.apply(&state));
+                    growing = Some(growth.clone());
                     let version = update.version;
                     work.push(Box::pin(async move {
                         Done::Applied {
                             answer: Some((watcher_id, version, refused)),
-                            result: growth.await,
+                            result: growth.await.map_err(Error::Protocol),
                         }
                     }));
                 }
-                LinkEvent::Lost(e) | LinkEvent::Refused(e) => {
+                LinkEvent::Refused(e) => {
+                    // Refused for good (a non-retriable error, e.g. NotAllowed): poll instead,
+                    // as without the feature, and as the pattern consumer's topic-list watcher
+                    // does on a refusal (upstream clients poll partitioned metadata anyway).
+                    tracing::debug!(error = %e, "partition watcher refused; polling");
+                    mode = Mode::Poll;
+                    watched_generation = None;
+                    refusal = None;
+                    closing = false;
+                    ticks = tokio::time::interval_at(
+                        crate::util::deadline_after(s.interval),
+                        s.interval,
+                    );
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                }
+                LinkEvent::Lost(e) => {
                     tracing::debug!(error = %e, "partition updates: restarting");
                     if link.is_idle() {
                         link.retry_later();

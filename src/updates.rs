@@ -18,6 +18,8 @@ use tokio::sync::{broadcast, watch};
 use crate::topic::TopicName;
 
 type Wait = Pin<Box<dyn Future<Output = bool> + Send>>;
+/// Resolves once the entity whose value this is reached a terminal state.
+type Ended = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The topics a pattern consumer gained and lost in one change (see
 /// [`Consumer::topic_updates`](crate::Consumer::topic_updates)).
@@ -58,6 +60,12 @@ pub struct Updates<T> {
     first: bool,
     /// The stream's wait for a change (on a clone of `rx`, which sees what `rx` has seen).
     wait: Option<Wait>,
+    /// The entity's end (closed, unsubscribed, failed for good): after it the value no longer
+    /// changes, though its sender may live on in the handle. `None` once it happened (or for
+    /// a value without an entity).
+    ended: Option<Ended>,
+    /// The end happened: no wait any more, only a value set before it.
+    over: bool,
 }
 
 impl<T> fmt::Debug for Updates<T> {
@@ -67,12 +75,48 @@ impl<T> fmt::Debug for Updates<T> {
 }
 
 impl<T: Clone + Send + Sync + 'static> Updates<T> {
+    /// Values that end when `rx`'s sender goes.
     pub(crate) fn new(rx: watch::Receiver<T>) -> Self {
         Updates {
             rx,
             first: true,
             wait: None,
+            ended: None,
+            over: false,
         }
+    }
+
+    /// Values of an entity: they also end once `ended` resolves (the entity reached a terminal
+    /// state), as the docs promise ("its producer or consumer is gone"), even while the
+    /// handle, which holds the sender, is kept.
+    pub(crate) fn until<S>(
+        rx: watch::Receiver<T>,
+        ended: impl Future<Output = S> + Send + 'static,
+    ) -> Self {
+        Updates {
+            ended: Some(Box::pin(async move {
+                ended.await;
+            })),
+            ..Updates::new(rx)
+        }
+    }
+
+    /// Polls the entity's end; true once it happened.
+    fn poll_over(&mut self, cx: &mut Context<'_>) -> bool {
+        if let Some(ended) = &mut self.ended {
+            if ended.as_mut().poll(cx).is_ready() {
+                self.ended = None;
+                self.over = true;
+                self.wait = None;
+            }
+        }
+        self.over
+    }
+
+    /// After the end: a value set before it and not yet seen, once.
+    fn last_unseen(&mut self) -> Option<T> {
+        let unseen = self.rx.borrow().has_changed();
+        unseen.then(|| self.rx.borrow_and_update().clone())
     }
 
     /// The value now (it does not count as seen for [`changed`](Self::changed)).
@@ -85,8 +129,27 @@ impl<T: Clone + Send + Sync + 'static> Updates<T> {
     pub async fn changed(&mut self) -> Option<T> {
         self.first = false;
         self.wait = None;
-        self.rx.changed().await.ok()?;
-        Some(self.rx.borrow_and_update().clone())
+        let changed = match self.ended.as_mut() {
+            _ if self.over => false,
+            None => self.rx.changed().await.is_ok(),
+            // Both kept in `self` or cancel safe: so is this.
+            Some(ended) => tokio::select! {
+                biased;
+                _ = ended.as_mut() => None,
+                r = self.rx.changed() => Some(r.is_ok()),
+            }
+            .unwrap_or_else(|| {
+                self.ended = None;
+                self.over = true;
+                false
+            }),
+        };
+        if changed {
+            Some(self.rx.borrow_and_update().clone())
+        } else {
+            // The end, or the sender gone: a value set before it is still seen, once.
+            self.last_unseen()
+        }
     }
 
     /// Resolves with the first value, the current one included, for which `accept` is true;
@@ -94,11 +157,31 @@ impl<T: Clone + Send + Sync + 'static> Updates<T> {
     pub async fn wait_for(&mut self, mut accept: impl FnMut(&T) -> bool) -> Option<T> {
         self.first = false;
         self.wait = None;
-        self.rx
-            .wait_for(|v| accept(v))
-            .await
-            .ok()
-            .map(|v| v.clone())
+        let found = match self.ended.as_mut() {
+            _ if self.over => None,
+            None => Some(
+                self.rx
+                    .wait_for(|v| accept(v))
+                    .await
+                    .ok()
+                    .map(|v| v.clone()),
+            ),
+            Some(ended) => tokio::select! {
+                biased;
+                _ = ended.as_mut() => None,
+                r = self.rx.wait_for(|v| accept(v)) => Some(r.ok().map(|v| v.clone())),
+            },
+        };
+        match found {
+            Some(found) => found,
+            None => {
+                // The end: the value is final; it is the one if it is accepted.
+                self.ended = None;
+                self.over = true;
+                let last = self.rx.borrow_and_update().clone();
+                accept(&last).then_some(last)
+            }
+        }
     }
 }
 
@@ -110,6 +193,9 @@ impl<T: Clone + Send + Sync + 'static> Stream for Updates<T> {
         if this.first {
             this.first = false;
             return Poll::Ready(Some(this.rx.borrow_and_update().clone()));
+        }
+        if this.poll_over(cx) {
+            return Poll::Ready(this.last_unseen());
         }
         let wait = this.wait.get_or_insert_with(|| {
             let mut rx = this.rx.clone();
@@ -146,14 +232,40 @@ impl fmt::Debug for TopicUpdates {
 }
 
 impl TopicUpdates {
-    pub(crate) fn new(rx: broadcast::Receiver<TopicsChanged>) -> Self {
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
+    /// Changes until `rx`'s sender goes or `ended` resolves (the consumer stopped
+    /// discovering: closed, unsubscribed), whichever is first; changes sent before the end are
+    /// still yielded.
+    pub(crate) fn new<S>(
+        rx: broadcast::Receiver<TopicsChanged>,
+        ended: impl Future<Output = S> + Send + 'static,
+    ) -> Self {
+        let ended: Option<Ended> = Some(Box::pin(async move {
+            ended.await;
+        }));
+        let stream = futures::stream::unfold((rx, ended), |(mut rx, mut ended)| async move {
             let mut missed = 0u64;
             loop {
-                match rx.recv().await {
+                let next = match ended.as_mut() {
+                    Some(end) => tokio::select! {
+                        biased;
+                        r = rx.recv() => r,
+                        _ = end.as_mut() => {
+                            ended = None;
+                            continue;
+                        }
+                    },
+                    // After the end: only what was sent before it.
+                    None => rx.try_recv().map_err(|e| match e {
+                        broadcast::error::TryRecvError::Lagged(n) => {
+                            broadcast::error::RecvError::Lagged(n)
+                        }
+                        _ => broadcast::error::RecvError::Closed,
+                    }),
+                };
+                match next {
                     Ok(mut change) => {
                         change.missed = change.missed.saturating_add(missed);
-                        return Some((change, rx));
+                        return Some((change, (rx, ended)));
                     }
                     Err(broadcast::error::RecvError::Lagged(n)) => {
                         missed = missed.saturating_add(n);
@@ -286,7 +398,7 @@ mod tests {
     #[tokio::test]
     async fn a_topic_stream_that_fell_behind_says_how_many_changes_it_missed() {
         let (tx, rx) = broadcast::channel(2);
-        let mut updates = TopicUpdates::new(rx);
+        let mut updates = TopicUpdates::new(rx, futures::future::pending::<()>());
         for _ in 0..5 {
             tx.send(TopicsChanged::default()).unwrap();
         }
@@ -295,5 +407,36 @@ mod tests {
         assert_eq!(updates.next_change().await.unwrap().missed, 0);
         drop(tx);
         assert!(updates.next_change().await.is_none());
+    }
+
+    /// An entity's values end at its end though the sender lives on; a value set before the
+    /// end is still seen once; `changed` dropped while pending loses nothing.
+    #[tokio::test]
+    async fn values_of_an_entity_end_at_its_end_and_changed_is_cancel_safe() {
+        let (tx, rx) = watch::channel(1usize);
+        let (end_tx, end_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut updates = Updates::until(rx.clone(), end_rx);
+        let mut stream = Updates::until(rx, futures::future::pending::<()>());
+        assert!(futures::FutureExt::now_or_never(updates.changed()).is_none());
+        tx.send(2).unwrap();
+        assert_eq!(
+            updates.changed().await,
+            Some(2),
+            "the cancelled wait lost nothing"
+        );
+        tx.send(3).unwrap();
+        end_tx.send(()).unwrap();
+        assert_eq!(updates.changed().await, Some(3), "set before the end");
+        assert_eq!(updates.changed().await, None);
+        assert_eq!(
+            updates.wait_for(|n| *n == 3).await,
+            Some(3),
+            "the final value"
+        );
+        assert_eq!(updates.wait_for(|n| *n == 4).await, None);
+        assert_eq!(updates.next().await, None);
+        assert_eq!(stream.next().await, Some(3));
+        drop(tx);
+        assert_eq!(stream.next().await, None);
     }
 }

@@ -195,10 +195,13 @@ impl Consumer {
     /// subscribed or closed, from now on (see [`TopicUpdates`](crate::TopicUpdates) for a
     /// stream that falls behind). Other consumers' stream ends at once.
     pub fn topic_updates(&self) -> crate::updates::TopicUpdates {
-        crate::updates::TopicUpdates::new(match &self.discovery {
-            Some(d) => d.subscribe(),
-            None => tokio::sync::broadcast::channel(1).1,
-        })
+        crate::updates::TopicUpdates::new(
+            match &self.discovery {
+                Some(d) => d.subscribe(),
+                None => tokio::sync::broadcast::channel(1).1,
+            },
+            self.closed(),
+        )
     }
 
     /// The topics this consumer receives from, in the order given (a pattern consumer's
@@ -232,7 +235,7 @@ impl Consumer {
     /// The number of partitions, and its changes: it changes once the consumer also receives
     /// from partitions the topic gained (like Java's `onTopicsExtended`).
     pub fn partition_updates(&self) -> crate::updates::Updates<usize> {
-        crate::updates::Updates::new(self.count.clone())
+        crate::updates::Updates::until(self.count.clone(), self.closed())
     }
 
     /// Every partition task of every topic, in index order.
@@ -643,10 +646,13 @@ impl Consumer {
     /// [`Updates::changed`](crate::Updates::changed) or the stream. (Of the first partition of
     /// the first topic; a pattern consumer with no topic yet: `None`, never changing.)
     pub fn active_updates(&self) -> crate::updates::Updates<Option<bool>> {
-        crate::updates::Updates::new(match self.all().first() {
-            Some(p) => p.active.subscribe(),
-            None => watch::channel(None).1,
-        })
+        crate::updates::Updates::until(
+            match self.all().first() {
+                Some(p) => p.active.subscribe(),
+                None => watch::channel(None).1,
+            },
+            self.closed(),
+        )
     }
 
     /// Deletes the subscription (the consumer must be its only one) on every topic and

@@ -170,7 +170,9 @@ fn request_topic(
             .close_producer
             .as_ref()
             .map_or(Subject::NotMatchable, |c| producer(c.producer_id)),
-        MockRequest::GetTopicsOfNamespace | MockRequest::WatchTopicList => Subject::None,
+        MockRequest::GetTopicsOfNamespace
+        | MockRequest::WatchTopicList
+        | MockRequest::WatchPartitionUpdate => Subject::None,
     }
 }
 

@@ -51,6 +51,9 @@ pub enum MockRequest {
     GetTopicsOfNamespace,
     /// WATCH_TOPIC_LIST (PIP-145): answered ERROR; no watcher is registered. Names no topic.
     WatchTopicList,
+    /// WATCH_PARTITION_UPDATE (PIP-247): answered ERROR; no watcher is registered. Names no
+    /// topic.
+    WatchPartitionUpdate,
 }
 
 impl MockRequest {
@@ -71,6 +74,7 @@ impl MockRequest {
             Type::CloseConsumer => MockRequest::CloseConsumer,
             Type::GetTopicsOfNamespace => MockRequest::GetTopicsOfNamespace,
             Type::WatchTopicList => MockRequest::WatchTopicList,
+            Type::WatchPartitionUpdate => MockRequest::WatchPartitionUpdate,
             _ => return None,
         })
     }

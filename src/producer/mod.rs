@@ -385,7 +385,7 @@ impl Producer {
     /// The number of partitions, and its changes: it changes when the topic gains partitions
     /// and the producer has started producing to them (like Java's `onTopicsExtended`).
     pub fn partition_updates(&self) -> crate::updates::Updates<usize> {
-        crate::updates::Updates::new(self.inner.count.subscribe())
+        crate::updates::Updates::until(self.inner.count.subscribe(), self.closed())
     }
 
     /// The producer's lifecycle state. For a partitioned producer: a terminal state if any

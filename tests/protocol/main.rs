@@ -54,6 +54,7 @@ mod lifecycle {
     mod close_semantics;
     mod entity_core;
     mod entity_core_probes;
+    mod update_streams;
 }
 
 /// Typed messages and the schema registry.

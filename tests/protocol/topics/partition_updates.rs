@@ -626,3 +626,90 @@ async fn a_metadata_partition_count_above_the_bound_is_an_error() {
         "only the first create"
     );
 }
+
+/// PIP-247 contract (protocol-extensions.md): "success=true once the new partitions are live".
+/// A growth slower than the broker's resend timeout makes the broker send the same state again
+/// with a newer version; that update needs no *new* growth (the count was taken by the first),
+/// but the partitions are still not live, so it must not be answered with success. Answering
+/// it at once tells the broker it is done; the first growth then fails and nobody retries it.
+#[tokio::test]
+async fn a_resent_update_during_a_pending_growth_is_not_acked_before_the_partitions_are_live() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_partition_update_resend_timeout(Duration::from_millis(200));
+    broker.create_partitioned_topic(TOPIC, 2);
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .operation_timeout(Duration::from_secs(2))
+        .auto_update_partitions_interval(Duration::from_secs(3600))
+        .build()
+        .unwrap();
+    let producer = client
+        .producer(TOPIC)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let watch = broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let watcher_id = watch.command.watch_partition_update.unwrap().watcher_id;
+    // The new partition cannot be looked up (retriable): its producer cannot be created yet.
+    let p2 = format!("{TOPIC}-partition-2");
+    broker.set_lookup_error(Some(&p2), ServerError::MetadataError, "not yet");
+    broker.update_partitions(TOPIC, 3).unwrap();
+    // The broker resends the update (new version) while the growth is pending.
+    tokio::time::timeout(Duration::from_secs(10), async {
+        while broker
+            .partition_update_versions_sent(watch.connection, watcher_id)
+            .len()
+            < 2
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the broker resends the update");
+    let first = broker
+        .wait_for_command(Type::PartitionUpdateResult, Duration::from_secs(10))
+        .await
+        .unwrap();
+    let r = first.command.partition_update_result.unwrap();
+    assert!(
+        !r.success,
+        "version {} acked as a success while partition 2 cannot be created (producer has {})",
+        r.version,
+        producer.partitions()
+    );
+    // Once the lookup works, the broker's resend after the failure grows the producer.
+    broker.clear_topic_lookup(&p2);
+    broker.clear_lookup_errors();
+    let mut changes = producer.partition_updates();
+    wait_partitions(&mut changes, 3).await;
+}
+
+/// A broker that advertises PIP-247 but refuses the watch for good (NotAllowed, not retriable):
+/// the link reports `Refused` and the service only re-watches, forever, so growth is never
+/// seen. The pattern consumer's topic-list watcher falls back to polling on a refusal (as
+/// upstream clients poll anyway); partition updates should too (the design's "otherwise it
+/// polls partitioned metadata every `auto_update_partitions_interval`").
+#[tokio::test]
+async fn a_watch_refused_for_good_falls_back_to_polling() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.push_error(
+        pulsar_sdk::mock::MockError::new(
+            pulsar_sdk::mock::MockRequest::WatchPartitionUpdate,
+            ServerError::NotAllowed,
+            "watchers disabled here",
+        )
+        .times(usize::MAX),
+    );
+    let (_client, producer, _consumer) = setup(&broker, Duration::from_millis(200)).await;
+    broker
+        .wait_for_command(Type::WatchPartitionUpdate, Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut changes = producer.partition_updates();
+    broker.update_partitions(TOPIC, 3).unwrap();
+    wait_partitions(&mut changes, 3).await;
+}
