@@ -160,9 +160,21 @@ async fn unloads_and_a_restart_lose_nothing_and_keep_order() {
     const N: usize = 10_000;
     let faults = {
         let broker = broker.clone();
+        let producer = producer.clone();
         tokio::spawn(async move {
             for i in 0..4 {
                 tokio::time::sleep(Duration::from_millis(60)).await;
+                // Each fault hits an attached producer: the one before it has been answered
+                // by a re-create (faults 60 ms apart could otherwise land while the producer
+                // is still reconnecting, and two faults would make one re-create).
+                wait_until(
+                    "the producer is attached again before the next fault",
+                    || {
+                        broker.received_of(Type::Producer).len() > i
+                            && producer.state() == State::Ready
+                    },
+                )
+                .await;
                 if i == 2 {
                     broker.restart().await.unwrap();
                 } else {
@@ -211,13 +223,14 @@ async fn unloads_and_a_restart_lose_nothing_and_keep_order() {
     );
     // The producer went through reconnects and becomes ready again (the last
     // unload can land after the final receipt, so wait for it to re-attach).
-    wait_until("the producer is ready again", || {
-        producer.state() == State::Ready
-    })
+    wait_until(
+        "the producer is re-created after the last fault and ready",
+        || broker.received_of(Type::Producer).len() >= 5 && producer.state() == State::Ready,
+    )
     .await;
     assert!(
-        broker.received_of(Type::Producer).len() >= 4,
-        "re-created after each fault"
+        broker.received_of(Type::Producer).len() >= 5,
+        "created once, then re-created after each of the 4 faults"
     );
 }
 
