@@ -46,6 +46,9 @@ impl Folded {
     pub(crate) fn push(&mut self, op: ConsumerOp) {
         match op {
             ConsumerOp::Ack(id) => match self.ops.last_mut() {
+                // The same id again (an application acking in a loop while the task is busy)
+                // adds nothing: the folded acks grow with distinct ids only in that case.
+                Some(ConsumerOp::AckIds(ids)) if ids.last() == Some(&id) => {}
                 Some(ConsumerOp::AckIds(ids)) => ids.push(id),
                 _ => {
                     let mut ids = std::mem::take(&mut self.spare);
@@ -54,6 +57,13 @@ impl Folded {
                 }
             },
             ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
+            // Cumulative acks in a row keep only the furthest (Java
+            // `PersistentAcknowledgmentsGroupingTracker.doCumulativeAck` keeps the greater id),
+            // so a stream of them folds into one entry.
+            ConsumerOp::AckCumulative(id) => match self.ops.last_mut() {
+                Some(ConsumerOp::AckCumulative(last)) => *last = (*last).max(id),
+                _ => self.ops.push(ConsumerOp::AckCumulative(id)),
+            },
             op => self.ops.push(op),
         }
     }
@@ -182,6 +192,33 @@ mod tests {
 
     fn id(e: u64) -> MessageId {
         MessageId::new(1, e, -1)
+    }
+
+    #[test]
+    fn repeated_acks_fold_into_one_entry() {
+        let mut b = Folded::default();
+        for _ in 0..10_000 {
+            b.push(ConsumerOp::Ack(id(7)));
+        }
+        for e in [3, 9, 5] {
+            b.push(ConsumerOp::AckCumulative(id(e)));
+        }
+        b.push(ConsumerOp::Ack(id(8)));
+        let mut taken = VecDeque::new();
+        b.drain_into(&mut taken);
+        assert_eq!(taken.len(), 3, "{taken:?}");
+        match (&taken[0], &taken[1], &taken[2]) {
+            (
+                ConsumerOp::AckIds(first),
+                ConsumerOp::AckCumulative(furthest),
+                ConsumerOp::AckIds(after),
+            ) => {
+                assert_eq!(first, &vec![id(7)]);
+                assert_eq!(*furthest, id(9));
+                assert_eq!(after, &vec![id(8)]);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]
