@@ -269,8 +269,8 @@ enum Done {
 }
 
 /// A state's growth as the watcher's loop keeps it: shared, so that a later update can wait
-/// for it too (the error as text, a shared output being cloned).
-type Growth = Shared<Pending<std::result::Result<(), String>>>;
+/// for it too.
+type Growth = Shared<Pending<Result<()>>>;
 
 /// The growth of a state, joined with the growth of an earlier state that is still pending.
 /// A state that repeats counts an earlier one already took (the broker's resend with a new
@@ -278,24 +278,17 @@ type Growth = Shared<Pending<std::result::Result<(), String>>>;
 /// its own, yet its partitions are live only once the earlier growth is: PIP-247 answers
 /// success "once the new partitions are live" (protocol-extensions.md), and the earlier
 /// update's own result is never sent (only the newest version is answered). A failure of the
-/// earlier growth fails this one, so the broker sends again and the growth is retried.
+/// earlier growth fails this one (its error first), so the broker sends again and the growth
+/// is retried.
 fn join_pending(pending: Option<&Growth>, growth: Pending<Result<()>>) -> Growth {
     let before = pending.filter(|g| g.peek().is_none()).cloned();
-    let joined: Pending<std::result::Result<(), String>> = Box::pin(async move {
+    let joined: Pending<Result<()>> = Box::pin(async move {
         let before = match before {
             Some(g) => g.await,
             None => Ok(()),
         };
-        let now = growth.await.map_err(|e| match e {
-            Error::Protocol(text) => text,
-            e => e.to_string(),
-        });
-        match (before, now) {
-            (Ok(()), r) => r,
-            (Err(a), Ok(())) => Err(a),
-            (Err(a), Err(b)) if a == b => Err(a),
-            (Err(a), Err(b)) => Err(format!("{a}; {b}")),
-        }
+        let now = growth.await;
+        before.and(now)
     });
     joined.shared()
 }
@@ -426,7 +419,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     let growth = join_pending(growing.as_ref(), s.apply(&state));
                     growing = Some(growth.clone());
                     work.push(Box::pin(async move {
-                        Done::Applied { answer: None, result: growth.await.map_err(Error::Protocol) }
+                        Done::Applied { answer: None, result: growth.await }
                     }));
                 }
                 LinkEvent::Update(frame) => {
@@ -450,7 +443,7 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     work.push(Box::pin(async move {
                         Done::Applied {
                             answer: Some((watcher_id, version, refused)),
-                            result: growth.await.map_err(Error::Protocol),
+                            result: growth.await,
                         }
                     }));
                 }
