@@ -318,11 +318,12 @@ impl Connection {
     #[cfg_attr(not(feature = "mock-broker"), allow(dead_code))] // used by the mock's tests
     pub async fn closed(&self) -> Error {
         let mut rx = self.closed.clone();
-        let result = match rx.wait_for(|c| c.is_some()).await {
+        // The watch's borrow guard is a tail-expression temporary: edition 2024 drops it
+        // before `rx`.
+        match rx.wait_for(|c| c.is_some()).await {
             Ok(reason) => reason.clone().unwrap_or(Error::Closed),
             Err(_) => Error::ConnectionLost("connection task ended".into()),
-        };
-        result
+        }
     }
 
     /// Closes the connection: pending requests fail and registered entities are told.

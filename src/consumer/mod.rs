@@ -637,7 +637,7 @@ impl Consumer {
     /// }
     /// # Ok(()) }
     /// ```
-    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static + use<> {
         self.states().terminal()
     }
 

@@ -433,7 +433,7 @@ impl Reader {
     /// ```
     pub fn closed(
         &self,
-    ) -> impl std::future::Future<Output = crate::lifecycle::State> + Send + 'static {
+    ) -> impl std::future::Future<Output = crate::lifecycle::State> + Send + 'static + use<> {
         self.consumer.closed()
     }
 

@@ -425,7 +425,7 @@ impl Entity {
     /// during the close is still seen; [`Entity::end`] (or a detach) drops the registration.
     pub(crate) fn close_request(
         &self,
-    ) -> Option<impl Future<Output = Result<BaseCommand>> + Send + 'static> {
+    ) -> Option<impl Future<Output = Result<BaseCommand>> + Send + 'static + use<>> {
         let conn = self.conn.clone()?;
         let (kind, id) = (self.kind, self.id);
         Some(async move {

@@ -462,7 +462,7 @@ impl Producer {
     /// });
     /// # }
     /// ```
-    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static {
+    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static + use<> {
         self.states().terminal()
     }
 

@@ -307,7 +307,9 @@ impl<S: Schema> TypedConsumer<S> {
     }
 
     /// Resolves once the consumer ended, with its final state; see [`Consumer::closed`].
-    pub fn closed(&self) -> impl std::future::Future<Output = crate::State> + Send + 'static {
+    pub fn closed(
+        &self,
+    ) -> impl std::future::Future<Output = crate::State> + Send + 'static + use<S> {
         self.inner.closed()
     }
 

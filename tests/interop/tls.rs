@@ -2,9 +2,9 @@
 //! mock broker, validating its certificate and host name against a CA generated at run time,
 //! and exchanges messages with this client. This proves the mock's TLS is standard TLS.
 //!
-//! The CA reaches `tests/interop/official.py` through `PULSAR_OFFICIAL_TLS_TRUST_CERTS`, set
-//! once for the process; `official.py` reads it only for a `pulsar+ssl://` URL, so the other
-//! interop tests of this binary, whose children inherit it, are not affected.
+//! The CA reaches `tests/interop/official.py` through `PULSAR_OFFICIAL_TLS_TRUST_CERTS` in the
+//! children's environment (`official::trust_tls_ca`); `official.py` reads it only for a
+//! `pulsar+ssl://` URL, so the other interop tests of this binary are not affected.
 
 use std::time::Duration;
 
@@ -28,7 +28,7 @@ async fn official_client_speaks_tls_to_the_mock_broker() {
     .unwrap();
     let url = broker.service_url();
     assert!(url.starts_with("pulsar+ssl://localhost:"));
-    std::env::set_var("PULSAR_OFFICIAL_TLS_TRUST_CERTS", &ca.pem.cert_path);
+    official::trust_tls_ca(&ca.pem.cert_path);
     let topic = format!(
         "persistent://public/default/{}",
         support::unique_name("interop-tls")

@@ -474,7 +474,7 @@ impl Task {
 
     /// One poll's listing (the periodic poll's is interrupted by a stop). It holds nothing of
     /// the task while it waits (the task's watcher link is `Send`, not `Sync`).
-    fn list(&self) -> impl std::future::Future<Output = Result<Listing>> + Send + 'static {
+    fn list(&self) -> impl std::future::Future<Output = Result<Listing>> + Send + 'static + use<> {
         let client = self.ctx.client.clone();
         let cfg = self.cfg.clone();
         let timeout = client.operation_timeout();

@@ -924,9 +924,23 @@ pub mod official {
         ))
     }
 
+    /// The CA file `official.py` trusts for `pulsar+ssl://` URLs (it reads it from
+    /// `PULSAR_OFFICIAL_TLS_TRUST_CERTS` only for such URLs, so other runs are not affected).
+    /// Passed to each child's environment, not set in this process's (which other test
+    /// threads read concurrently).
+    static TLS_TRUST: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+    /// Makes every later run of the official client trust `ca_file` for TLS.
+    pub fn trust_tls_ca(ca_file: impl Into<PathBuf>) {
+        *TLS_TRUST.lock().unwrap_or_else(|e| e.into_inner()) = Some(ca_file.into());
+    }
+
     fn command(verb: &str) -> Command {
         let mut cmd = Command::new(super::venv_python());
         cmd.arg(script()).arg(verb);
+        if let Some(ca) = TLS_TRUST.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            cmd.env("PULSAR_OFFICIAL_TLS_TRUST_CERTS", ca);
+        }
         cmd
     }
 
