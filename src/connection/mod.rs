@@ -25,6 +25,8 @@ pub(crate) mod tls;
 mod writer;
 
 #[cfg(test)]
+mod deadline_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -139,20 +141,24 @@ pub(crate) enum EntityEvent {
 
 /// Messages from handles into the connection task.
 pub(crate) enum Op {
-    /// Send a request and deliver its response (or error) to the responder.
-    Request {
+    /// Register a request the moment it is issued, on the control lane (which the task
+    /// always drains, even while the writer is stalled): from then on the router alone times
+    /// it out, queueing included. Its frame follows on the ops lane as [`Op::Request`].
+    Issue {
         request_id: u64,
-        frame: Box<Frame>,
         operation: &'static str,
         timeout: Duration,
-        /// The request's one deadline (`timeout` after it was issued): the caller's while the
-        /// request waits in the queue, the router's once the task has taken it.
+        /// `timeout` after the request was issued (upstream's `RequestTime` starts when
+        /// `ClientCnx.sendRequestAndHandleTimeout` registers it, before the write).
         deadline: tokio::time::Instant,
-        /// Raised by the task when it takes the request: from then on only the router ends
-        /// it (it may drop the deadline: WaitForExclusive).
-        taken: Arc<std::sync::atomic::AtomicBool>,
         responder: oneshot::Sender<Result<BaseCommand>>,
     },
+    /// The frame of a request already issued ([`Op::Issue`]): written if the request is still
+    /// pending, dropped if it timed out or its caller left while it was queued.
+    Request { request_id: u64, frame: Box<Frame> },
+    /// The caller of a request stopped waiting: its pending entry goes (if still pending
+    /// for that caller: the router checks that the responder is closed).
+    Cancel { request_id: u64 },
     /// Send a frame that gets no response (boxed: a command is several KiB).
     Send(Box<Frame>),
     /// Send an already encoded frame (producers encode each entry once).
@@ -392,43 +398,43 @@ impl Connection {
                 }));
             }
         }
+        // One deadline per request, kept by the router from the moment the request is issued
+        // (Java `ClientCnx.sendRequestAndHandleTimeout` registers it in `pendingRequests` and
+        // `requestTimeoutQueue` before the write; `checkRequestTimeout` fails it). The
+        // registration goes on the control lane, which the task drains even while the
+        // broker does not read, so a request queued behind a stalled writer still times out
+        // at its deadline; and the router may drop the deadline of a request the broker
+        // answered "wait" (`ClientCnx.handleProducerSuccess` with `producer_ready = false`).
+        // This caller keeps no clock of its own: it waits for the answer.
         let (tx, rx) = oneshot::channel();
-        let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let timed_out = || Error::Timeout {
-            operation,
-            after: timeout,
+        self.control
+            .send(Op::Issue {
+                request_id,
+                operation,
+                timeout,
+                deadline,
+                responder: tx,
+            })
+            .map_err(|_| self.close_reason())?;
+        let mut answer = Answer {
+            rx,
+            request_id,
+            control: &self.control,
+            answered: false,
         };
-        let submitted = self.submit(Op::Request {
+        let queued = self.submit(Op::Request {
             request_id,
             frame: Box::new(frame),
-            operation,
-            timeout,
-            deadline,
-            taken: taken.clone(),
-            responder: tx,
         });
-        match tokio::time::timeout_at(deadline, submitted).await {
-            Ok(sent) => sent?,
-            Err(_) => return Err(timed_out()),
+        // Waiting for room in the queue ends when the router answers (a timeout) first.
+        // A refused submit means the task is ending: it fails the issued request.
+        tokio::select! {
+            biased;
+            result = &mut answer.rx => return answer.finish(result, self),
+            _ = queued => {}
         }
-        // One deadline per request. Until the task takes the request, it is this caller's;
-        // once taken, the router's: it fails the request at that deadline, or keeps it
-        // without one when the broker answered "wait" (Java `ClientCnx.handleProducerSuccess`
-        // marks a `producer_ready = false` request as responded, so it never times out).
-        let mut rx = rx;
-        let answer = tokio::select! {
-            answer = &mut rx => answer,
-            _ = tokio::time::sleep_until(deadline) => {
-                if !taken.load(std::sync::atomic::Ordering::Acquire) {
-                    return Err(timed_out());
-                }
-                rx.await
-            }
-        };
-        match answer {
-            Ok(result) => result,
-            Err(_) => Err(self.close_reason()),
-        }
+        let result = (&mut answer.rx).await;
+        answer.finish(result, self)
     }
 
     /// Sends a control command that gets no response (flow, ack, redeliver) on the control
@@ -481,5 +487,42 @@ impl Connection {
             .borrow()
             .clone()
             .unwrap_or_else(|| Error::ConnectionLost("connection closed".into()))
+    }
+}
+
+/// The caller's side of an issued request. Dropped before its answer (the caller gave up),
+/// it tells the router, which removes the pending entry at once rather than at its deadline
+/// (or never, for a request the broker answered "wait").
+struct Answer<'a> {
+    rx: oneshot::Receiver<Result<BaseCommand>>,
+    request_id: u64,
+    control: &'a mpsc::UnboundedSender<Op>,
+    answered: bool,
+}
+
+impl Answer<'_> {
+    fn finish(
+        &mut self,
+        result: std::result::Result<Result<BaseCommand>, oneshot::error::RecvError>,
+        conn: &Connection,
+    ) -> Result<BaseCommand> {
+        self.answered = true;
+        match result {
+            Ok(result) => result,
+            Err(_) => Err(conn.close_reason()),
+        }
+    }
+}
+
+impl Drop for Answer<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            // Closed first: the router removes an entry only once its responder is closed,
+            // so a Cancel can never remove a newer request that reused the id.
+            self.rx.close();
+            let _ = self.control.send(Op::Cancel {
+                request_id: self.request_id,
+            });
+        }
     }
 }

@@ -20,6 +20,7 @@ fn request(
         operation: "create",
         timeout: Duration::from_secs(1),
         deadline,
+        sent: true,
     };
     (req, rx)
 }
