@@ -30,6 +30,8 @@ mod deadline_tests;
 mod tests;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -124,6 +126,13 @@ pub struct ConnectionInfo {
 
 pub(crate) use crate::codec::MessageFrame;
 
+/// The answer to a request: the broker's response, boxed (a `BaseCommand` is several KB, and
+/// request answers travel up through lookups, creates and subscribes).
+pub(crate) type Response = Result<Box<BaseCommand>>;
+
+/// A request in flight ([`Connection::request`]), boxed: a pointer in its caller's state.
+pub(crate) type ResponseFuture<'a> = Pin<Box<dyn Future<Output = Response> + Send + 'a>>;
+
 /// Something the connection delivers to a registered entity.
 // Producers and consumers (built on this) consume these; until then only tests do.
 #[derive(Debug)]
@@ -151,7 +160,7 @@ pub(crate) enum Op {
         /// `timeout` after the request was issued (upstream's `RequestTime` starts when
         /// `ClientCnx.sendRequestAndHandleTimeout` registers it, before the write).
         deadline: tokio::time::Instant,
-        responder: oneshot::Sender<Result<BaseCommand>>,
+        responder: oneshot::Sender<Response>,
     },
     /// The frame of a request already issued ([`Op::Issue`]): written if the request is still
     /// pending, dropped if it timed out or its caller left while it was queued.
@@ -252,13 +261,24 @@ impl Connection {
                         after: config.connect_timeout,
                     })??;
             let slot = stream.error_slot();
-            return Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config)
-                .await
-                .map_err(|e| tls::explain(&slot, &addr, e));
+            return Box::pin(Self::connect_with_stream(
+                stream,
+                broker_url,
+                proxy_to_broker_url,
+                config,
+            ))
+            .await
+            .map_err(|e| tls::explain(&slot, &addr, e));
         }
         #[cfg(not(feature = "tls"))]
         let _: Option<&Connector> = tls;
-        Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config).await
+        Box::pin(Self::connect_with_stream(
+            stream,
+            broker_url,
+            proxy_to_broker_url,
+            config,
+        ))
+        .await
     }
 
     /// Runs the handshake over an already open transport and spawns the connection task.
@@ -271,9 +291,16 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
+        // Boxed, as the connect below: a handshake's state is large, and a debug build copies
+        // it into every poll frame that holds it.
         let ((reader, writer), info) = tokio::time::timeout(
             config.connect_timeout,
-            handshake::handshake(stream, broker_url, proxy_to_broker_url, config),
+            Box::pin(handshake::handshake(
+                stream,
+                broker_url,
+                proxy_to_broker_url,
+                config,
+            )),
         )
         .await
         .map_err(|_| Error::Timeout {
@@ -356,29 +383,33 @@ impl Connection {
 
     /// Sends a request and waits for its response, within the operation timeout.
     /// A broker `CommandError` response becomes [`Error::Broker`].
-    pub(crate) async fn request(
+    pub(crate) fn request(
         &self,
         request_id: u64,
         command: BaseCommand,
         operation: &'static str,
-    ) -> Result<BaseCommand> {
+    ) -> ResponseFuture<'_> {
         self.request_with_timeout(
             request_id,
             Frame::simple(command),
             operation,
             self.shared.operation_timeout,
         )
-        .await
     }
 
     /// Like [`Connection::request`] with an explicit frame and timeout.
-    pub(crate) async fn request_with_timeout(
+    ///
+    /// The command is boxed before anything waits and the future is boxed too: a request's
+    /// state is a pointer in its caller's, whatever the command's size, so the lookups,
+    /// creates and subscribes that await requests deep in their chains stay small (a debug
+    /// build copies every value a poll holds into its stack frame).
+    pub(crate) fn request_with_timeout(
         &self,
         request_id: u64,
         frame: Frame,
         operation: &'static str,
         timeout: Duration,
-    ) -> Result<BaseCommand> {
+    ) -> ResponseFuture<'_> {
         // The timeout covers the whole request, queueing included: a broker that stops
         // reading stalls the queue, and the caller must still hear back in time (upstream's
         // operation timeout starts when the request is issued too).
@@ -392,12 +423,22 @@ impl Connection {
                 .max_message_size
                 .saturating_add(crate::codec::FRAME_HEADROOM);
             if size > max {
-                return Err(Error::Codec(crate::codec::CodecError::FrameTooLarge {
-                    size,
-                    max,
-                }));
+                return Box::pin(std::future::ready(Err(Error::Codec(
+                    crate::codec::CodecError::FrameTooLarge { size, max },
+                ))));
             }
         }
+        Box::pin(self.issue(request_id, Box::new(frame), operation, timeout, deadline))
+    }
+
+    async fn issue(
+        &self,
+        request_id: u64,
+        frame: Box<Frame>,
+        operation: &'static str,
+        timeout: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Response {
         // One deadline per request, kept by the router from the moment the request is issued
         // (Java `ClientCnx.sendRequestAndHandleTimeout` registers it in `pendingRequests` and
         // `requestTimeoutQueue` before the write; `checkRequestTimeout` fails it). The
@@ -422,10 +463,7 @@ impl Connection {
             control: &self.control,
             answered: false,
         };
-        let queued = self.submit(Op::Request {
-            request_id,
-            frame: Box::new(frame),
-        });
+        let queued = self.submit(Op::Request { request_id, frame });
         // Waiting for room in the queue ends when the router answers (a timeout) first.
         // A refused submit means the task is ending: it fails the issued request.
         tokio::select! {
@@ -494,7 +532,7 @@ impl Connection {
 /// it tells the router, which removes the pending entry at once rather than at its deadline
 /// (or never, for a request the broker answered "wait").
 struct Answer<'a> {
-    rx: oneshot::Receiver<Result<BaseCommand>>,
+    rx: oneshot::Receiver<Response>,
     request_id: u64,
     control: &'a mpsc::UnboundedSender<Op>,
     answered: bool,
@@ -503,9 +541,9 @@ struct Answer<'a> {
 impl Answer<'_> {
     fn finish(
         &mut self,
-        result: std::result::Result<Result<BaseCommand>, oneshot::error::RecvError>,
+        result: std::result::Result<Response, oneshot::error::RecvError>,
         conn: &Connection,
-    ) -> Result<BaseCommand> {
+    ) -> Response {
         self.answered = true;
         match result {
             Ok(result) => result,

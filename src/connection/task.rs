@@ -88,7 +88,7 @@ impl Hasher for IdHasher {
 }
 
 struct PendingRequest {
-    responder: oneshot::Sender<Result<BaseCommand>>,
+    responder: oneshot::Sender<super::Response>,
     operation: &'static str,
     timeout: Duration,
     deadline: Instant,
@@ -186,7 +186,7 @@ impl Router {
         self.waiting.remove(&id);
     }
 
-    fn complete(&mut self, id: u64, cmd: BaseCommand) {
+    fn complete(&mut self, id: u64, cmd: Box<BaseCommand>) {
         if cmd
             .producer_success
             .as_ref()
@@ -777,7 +777,7 @@ fn handle_inbound(
         Inbound::Other(frame) => frame,
     };
     match routing::route(&frame.command) {
-        Route::Request(id) => router.complete(id, frame.command),
+        Route::Request(id) => router.complete(id, Box::new(frame.command)),
         Route::Entity(kind, id) => return router.deliver(kind, id, Inbound::Other(frame)),
         Route::Ping => {
             let pending = out.pong_pending.clone();
