@@ -238,7 +238,7 @@ where
             }
             _ => {
                 tracing::warn!(
-                    command = %routing::type_name(&cmd),
+                    command = %routing::type_name(cmd),
                     "unexpected command during the handshake; ignored"
                 );
             }
