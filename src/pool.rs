@@ -117,13 +117,12 @@ impl ConnectionPool {
                 .get_or_try_init(|| async {
                     let proxy_to =
                         (logical.first_host() != physical).then(|| proxy_target(logical));
-                    let conn = Connection::connect(
-                        &physical.host,
-                        physical.port,
-                        &key.logical,
-                        proxy_to.as_deref(),
-                        &self.config,
-                        tls,
+                    let conn = open(
+                        physical.clone(),
+                        key.logical.clone(),
+                        proxy_to,
+                        self.config.clone(),
+                        tls.cloned(),
                     )
                     .await;
                     crate::stats::sink::connection_attempt(conn.is_ok());
@@ -177,6 +176,46 @@ impl ConnectionPool {
                 conn.close();
             }
         }
+    }
+}
+
+/// Opens a connection (TCP, TLS, the CONNECT handshake) in a task of its own, so its deep
+/// chain of futures is polled on that task's stack, not under the lookup or create that asked
+/// for it (a debug build's handshake alone takes ~100 KB of stack). The attempt is aborted if
+/// the caller stops waiting, as it was when it ran inline.
+async fn open(
+    physical: BrokerAddress,
+    logical: String,
+    proxy_to: Option<String>,
+    config: ConnectionConfig,
+    tls: Option<Connector>,
+) -> Result<Connection> {
+    let task = tokio::spawn(async move {
+        Connection::connect(
+            &physical.host,
+            physical.port,
+            &logical,
+            proxy_to.as_deref(),
+            &config,
+            tls.as_ref(),
+        )
+        .await
+    });
+    let _abort = AbortOnDrop(task.abort_handle());
+    match task.await {
+        Ok(result) => result,
+        Err(e) => Err(Error::ConnectionLost(format!(
+            "the connection attempt failed: {e}"
+        ))),
+    }
+}
+
+/// Aborts a task when dropped (never blocks, never spawns).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -76,13 +76,13 @@ enum Phase {
     Connected(Connection),
     Requesting {
         slot: WatchSlot,
-        request: Pending<Result<BaseCommand>>,
+        request: Pending<Result<Box<BaseCommand>>>,
     },
     Watching {
         slot: WatchSlot,
-        rewatch: Option<Pending<Result<BaseCommand>>>,
+        rewatch: Option<Pending<Result<Box<BaseCommand>>>>,
     },
-    Closing(Pending<Result<BaseCommand>>),
+    Closing(Pending<Result<Box<BaseCommand>>>),
 }
 
 /// One watcher's registration (see the module docs).
@@ -110,7 +110,7 @@ fn request(
     cmd: BaseCommand,
     request_id: u64,
     what: &'static str,
-) -> Pending<Result<BaseCommand>> {
+) -> Pending<Result<Box<BaseCommand>>> {
     let conn = conn.clone();
     Box::pin(async move { conn.request(request_id, cmd, what).await })
 }
@@ -282,7 +282,7 @@ impl WatchLink {
     }
 
     /// A watch request's answer (first or again).
-    fn answered(&mut self, result: Result<BaseCommand>) -> LinkEvent {
+    fn answered(&mut self, result: Result<Box<BaseCommand>>) -> LinkEvent {
         match result {
             Ok(answer) => {
                 self.phase = match std::mem::replace(&mut self.phase, Phase::Idle) {
@@ -296,7 +296,7 @@ impl WatchLink {
                 };
                 // Watching works again: the next loss starts from the initial delay.
                 self.retry.reset();
-                LinkEvent::Watching(Box::new(answer))
+                LinkEvent::Watching(answer)
             }
             Err(e @ Error::Broker { code, .. }) if !code.is_retriable() => {
                 self.phase = Phase::Idle;

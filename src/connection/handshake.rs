@@ -118,6 +118,28 @@ pub(crate) type Halves<S> = (
     FramedWrite<WriteHalf<S>, PulsarCodec>,
 );
 
+/// The handshake's decoder: frames come out boxed, so the handshake's state (and a debug
+/// build's poll frame, which copies every value it handles) holds a pointer per frame, not a
+/// several-KB `BaseCommand`.
+struct BoxedFrames(PulsarCodec);
+
+impl tokio_util::codec::Decoder for BoxedFrames {
+    type Item = Box<Frame>;
+    type Error = CodecError;
+
+    fn decode(
+        &mut self,
+        src: &mut bytes::BytesMut,
+    ) -> std::result::Result<Option<Box<Frame>>, CodecError> {
+        Ok(self.0.decode(src)?.map(Box::new))
+    }
+}
+
+/// Builds a frame out of the async handshake's body (see [`BoxedFrames`]).
+fn boxed(command: impl FnOnce() -> BaseCommand) -> Box<Frame> {
+    Box::new(Frame::simple(command()))
+}
+
 /// Sends CONNECT and waits for CONNECTED, answering PINGs and auth challenges meanwhile.
 pub(crate) async fn handshake<S>(
     stream: S,
@@ -129,16 +151,17 @@ where
     S: AsyncRead + AsyncWrite,
 {
     let (r, w) = tokio::io::split(stream);
-    let mut reader = FramedRead::new(r, PulsarCodec::new());
+    let mut reader = FramedRead::new(r, BoxedFrames(PulsarCodec::new()));
     let mut writer = FramedWrite::new(w, PulsarCodec::new());
     let credentials = match &config.auth {
         Some(provider) => Some(crate::auth::fetch(provider.as_ref()).await?),
         None => None,
     };
-    let connect = connect_command(proxy_to_broker_url, credentials.as_ref());
-    writer.send(Frame::simple(connect)).await?;
+    let connect = boxed(|| connect_command(proxy_to_broker_url, credentials.as_ref()));
+    writer.send(&*connect).await?;
+    drop(connect);
     loop {
-        let frame = match reader.next().await {
+        let mut frame = match reader.next().await {
             Some(Err(e)) => return Err(lost_in_handshake(tls_hint(Error::from(e)))),
             Some(Ok(frame)) => frame,
             None => {
@@ -147,11 +170,12 @@ where
                 ))
             }
         };
-        let cmd = frame.command;
+        let cmd = &mut frame.command;
         match Type::try_from(cmd.r#type) {
             Ok(Type::Connected) => {
                 let connected = cmd
                     .connected
+                    .take()
                     .ok_or_else(|| Error::Protocol("CONNECTED frame without its body".into()))?;
                 let advertised = connected
                     .max_message_size
@@ -168,7 +192,10 @@ where
                         "broker advertised a max message size above the client's limit; capped"
                     );
                 }
-                reader.decoder_mut().set_max_message_size(max_message_size);
+                reader
+                    .decoder_mut()
+                    .0
+                    .set_max_message_size(max_message_size);
                 writer.encoder_mut().set_max_message_size(max_message_size);
                 let info = ConnectionInfo {
                     broker_url: broker_url.to_string(),
@@ -188,17 +215,17 @@ where
                     features = ?info.features,
                     "connected"
                 );
-                return Ok(((reader, writer), info));
+                return Ok(((reader.map_decoder(|BoxedFrames(c)| c), writer), info));
             }
             Ok(Type::Error) => {
-                let e = cmd.error.unwrap_or_default();
+                let e = cmd.error.take().unwrap_or_default();
                 return Err(Error::Broker {
                     code: ServerError::from_code(e.error),
                     message: e.message,
                 });
             }
             Ok(Type::Ping) => {
-                writer.send(Frame::simple(crate::commands::pong())).await?;
+                writer.send(&*boxed(crate::commands::pong)).await?;
             }
             Ok(Type::AuthChallenge) => {
                 let fresh = match &config.auth {
@@ -206,12 +233,12 @@ where
                     None => None,
                 };
                 writer
-                    .send(Frame::simple(auth_response(fresh.as_ref())))
+                    .send(&*boxed(|| auth_response(fresh.as_ref())))
                     .await?;
             }
             _ => {
                 tracing::warn!(
-                    command = %routing::type_name(&cmd),
+                    command = %routing::type_name(cmd),
                     "unexpected command during the handshake; ignored"
                 );
             }

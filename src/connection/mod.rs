@@ -25,9 +25,13 @@ pub(crate) mod tls;
 mod writer;
 
 #[cfg(test)]
+mod deadline_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -122,6 +126,13 @@ pub struct ConnectionInfo {
 
 pub(crate) use crate::codec::MessageFrame;
 
+/// The answer to a request: the broker's response, boxed (a `BaseCommand` is several KB, and
+/// request answers travel up through lookups, creates and subscribes).
+pub(crate) type Response = Result<Box<BaseCommand>>;
+
+/// A request in flight ([`Connection::request`]), boxed: a pointer in its caller's state.
+pub(crate) type ResponseFuture<'a> = Pin<Box<dyn Future<Output = Response> + Send + 'a>>;
+
 /// Something the connection delivers to a registered entity.
 // Producers and consumers (built on this) consume these; until then only tests do.
 #[derive(Debug)]
@@ -139,20 +150,24 @@ pub(crate) enum EntityEvent {
 
 /// Messages from handles into the connection task.
 pub(crate) enum Op {
-    /// Send a request and deliver its response (or error) to the responder.
-    Request {
+    /// Register a request the moment it is issued, on the control lane (which the task
+    /// always drains, even while the writer is stalled): from then on the router alone times
+    /// it out, queueing included. Its frame follows on the ops lane as [`Op::Request`].
+    Issue {
         request_id: u64,
-        frame: Box<Frame>,
         operation: &'static str,
         timeout: Duration,
-        /// The request's one deadline (`timeout` after it was issued): the caller's while the
-        /// request waits in the queue, the router's once the task has taken it.
+        /// `timeout` after the request was issued (upstream's `RequestTime` starts when
+        /// `ClientCnx.sendRequestAndHandleTimeout` registers it, before the write).
         deadline: tokio::time::Instant,
-        /// Raised by the task when it takes the request: from then on only the router ends
-        /// it (it may drop the deadline: WaitForExclusive).
-        taken: Arc<std::sync::atomic::AtomicBool>,
-        responder: oneshot::Sender<Result<BaseCommand>>,
+        responder: oneshot::Sender<Response>,
     },
+    /// The frame of a request already issued ([`Op::Issue`]): written if the request is still
+    /// pending, dropped if it timed out or its caller left while it was queued.
+    Request { request_id: u64, frame: Box<Frame> },
+    /// The caller of a request stopped waiting: its pending entry goes (if still pending
+    /// for that caller: the router checks that the responder is closed).
+    Cancel { request_id: u64 },
     /// Send a frame that gets no response (boxed: a command is several KiB).
     Send(Box<Frame>),
     /// Send an already encoded frame (producers encode each entry once).
@@ -246,13 +261,24 @@ impl Connection {
                         after: config.connect_timeout,
                     })??;
             let slot = stream.error_slot();
-            return Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config)
-                .await
-                .map_err(|e| tls::explain(&slot, &addr, e));
+            return Box::pin(Self::connect_with_stream(
+                stream,
+                broker_url,
+                proxy_to_broker_url,
+                config,
+            ))
+            .await
+            .map_err(|e| tls::explain(&slot, &addr, e));
         }
         #[cfg(not(feature = "tls"))]
         let _: Option<&Connector> = tls;
-        Self::connect_with_stream(stream, broker_url, proxy_to_broker_url, config).await
+        Box::pin(Self::connect_with_stream(
+            stream,
+            broker_url,
+            proxy_to_broker_url,
+            config,
+        ))
+        .await
     }
 
     /// Runs the handshake over an already open transport and spawns the connection task.
@@ -265,9 +291,16 @@ impl Connection {
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
+        // Boxed, as the connect below: a handshake's state is large, and a debug build copies
+        // it into every poll frame that holds it.
         let ((reader, writer), info) = tokio::time::timeout(
             config.connect_timeout,
-            handshake::handshake(stream, broker_url, proxy_to_broker_url, config),
+            Box::pin(handshake::handshake(
+                stream,
+                broker_url,
+                proxy_to_broker_url,
+                config,
+            )),
         )
         .await
         .map_err(|_| Error::Timeout {
@@ -351,29 +384,33 @@ impl Connection {
 
     /// Sends a request and waits for its response, within the operation timeout.
     /// A broker `CommandError` response becomes [`Error::Broker`].
-    pub(crate) async fn request(
+    pub(crate) fn request(
         &self,
         request_id: u64,
         command: BaseCommand,
         operation: &'static str,
-    ) -> Result<BaseCommand> {
+    ) -> ResponseFuture<'_> {
         self.request_with_timeout(
             request_id,
             Frame::simple(command),
             operation,
             self.shared.operation_timeout,
         )
-        .await
     }
 
     /// Like [`Connection::request`] with an explicit frame and timeout.
-    pub(crate) async fn request_with_timeout(
+    ///
+    /// The command is boxed before anything waits and the future is boxed too: a request's
+    /// state is a pointer in its caller's, whatever the command's size, so the lookups,
+    /// creates and subscribes that await requests deep in their chains stay small (a debug
+    /// build copies every value a poll holds into its stack frame).
+    pub(crate) fn request_with_timeout(
         &self,
         request_id: u64,
         frame: Frame,
         operation: &'static str,
         timeout: Duration,
-    ) -> Result<BaseCommand> {
+    ) -> ResponseFuture<'_> {
         // The timeout covers the whole request, queueing included: a broker that stops
         // reading stalls the queue, and the caller must still hear back in time (upstream's
         // operation timeout starts when the request is issued too).
@@ -387,49 +424,56 @@ impl Connection {
                 .max_message_size
                 .saturating_add(crate::codec::FRAME_HEADROOM);
             if size > max {
-                return Err(Error::Codec(crate::codec::CodecError::FrameTooLarge {
-                    size,
-                    max,
-                }));
+                return Box::pin(std::future::ready(Err(Error::Codec(
+                    crate::codec::CodecError::FrameTooLarge { size, max },
+                ))));
             }
         }
+        Box::pin(self.issue(request_id, Box::new(frame), operation, timeout, deadline))
+    }
+
+    async fn issue(
+        &self,
+        request_id: u64,
+        frame: Box<Frame>,
+        operation: &'static str,
+        timeout: Duration,
+        deadline: tokio::time::Instant,
+    ) -> Response {
+        // One deadline per request, kept by the router from the moment the request is issued
+        // (Java `ClientCnx.sendRequestAndHandleTimeout` registers it in `pendingRequests` and
+        // `requestTimeoutQueue` before the write; `checkRequestTimeout` fails it). The
+        // registration goes on the control lane, which the task drains even while the
+        // broker does not read, so a request queued behind a stalled writer still times out
+        // at its deadline; and the router may drop the deadline of a request the broker
+        // answered "wait" (`ClientCnx.handleProducerSuccess` with `producer_ready = false`).
+        // This caller keeps no clock of its own: it waits for the answer.
         let (tx, rx) = oneshot::channel();
-        let taken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let timed_out = || Error::Timeout {
-            operation,
-            after: timeout,
-        };
-        let submitted = self.submit(Op::Request {
+        self.control
+            .send(Op::Issue {
+                request_id,
+                operation,
+                timeout,
+                deadline,
+                responder: tx,
+            })
+            .map_err(|_| self.close_reason())?;
+        let mut answer = Answer {
+            rx,
             request_id,
-            frame: Box::new(frame),
-            operation,
-            timeout,
-            deadline,
-            taken: taken.clone(),
-            responder: tx,
-        });
-        match tokio::time::timeout_at(deadline, submitted).await {
-            Ok(sent) => sent?,
-            Err(_) => return Err(timed_out()),
-        }
-        // One deadline per request. Until the task takes the request, it is this caller's;
-        // once taken, the router's: it fails the request at that deadline, or keeps it
-        // without one when the broker answered "wait" (Java `ClientCnx.handleProducerSuccess`
-        // marks a `producer_ready = false` request as responded, so it never times out).
-        let mut rx = rx;
-        let answer = tokio::select! {
-            answer = &mut rx => answer,
-            _ = tokio::time::sleep_until(deadline) => {
-                if !taken.load(std::sync::atomic::Ordering::Acquire) {
-                    return Err(timed_out());
-                }
-                rx.await
-            }
+            control: &self.control,
+            answered: false,
         };
-        match answer {
-            Ok(result) => result,
-            Err(_) => Err(self.close_reason()),
+        let queued = self.submit(Op::Request { request_id, frame });
+        // Waiting for room in the queue ends when the router answers (a timeout) first.
+        // A refused submit means the task is ending: it fails the issued request.
+        tokio::select! {
+            biased;
+            result = &mut answer.rx => return answer.finish(result, self),
+            _ = queued => {}
         }
+        let result = (&mut answer.rx).await;
+        answer.finish(result, self)
     }
 
     /// Sends a control command that gets no response (flow, ack, redeliver) on the control
@@ -482,5 +526,42 @@ impl Connection {
             .borrow()
             .clone()
             .unwrap_or_else(|| Error::ConnectionLost("connection closed".into()))
+    }
+}
+
+/// The caller's side of an issued request. Dropped before its answer (the caller gave up),
+/// it tells the router, which removes the pending entry at once rather than at its deadline
+/// (or never, for a request the broker answered "wait").
+struct Answer<'a> {
+    rx: oneshot::Receiver<Response>,
+    request_id: u64,
+    control: &'a mpsc::UnboundedSender<Op>,
+    answered: bool,
+}
+
+impl Answer<'_> {
+    fn finish(
+        &mut self,
+        result: std::result::Result<Response, oneshot::error::RecvError>,
+        conn: &Connection,
+    ) -> Response {
+        self.answered = true;
+        match result {
+            Ok(result) => result,
+            Err(_) => Err(conn.close_reason()),
+        }
+    }
+}
+
+impl Drop for Answer<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            // Closed first: the router removes an entry only once its responder is closed,
+            // so a Cancel can never remove a newer request that reused the id.
+            self.rx.close();
+            let _ = self.control.send(Op::Cancel {
+                request_id: self.request_id,
+            });
+        }
     }
 }

@@ -12,7 +12,7 @@ fn request(
     deadline: Instant,
 ) -> (
     PendingRequest,
-    oneshot::Receiver<crate::error::Result<BaseCommand>>,
+    oneshot::Receiver<crate::connection::Response>,
 ) {
     let (responder, rx) = oneshot::channel();
     let req = PendingRequest {
@@ -20,12 +20,13 @@ fn request(
         operation: "create",
         timeout: Duration::from_secs(1),
         deadline,
+        sent: true,
     };
     (req, rx)
 }
 
-fn producer_success(request_id: u64, ready: bool) -> BaseCommand {
-    BaseCommand {
+fn producer_success(request_id: u64, ready: bool) -> Box<BaseCommand> {
+    Box::new(BaseCommand {
         r#type: Type::ProducerSuccess as i32,
         producer_success: Some(CommandProducerSuccess {
             request_id,
@@ -33,7 +34,7 @@ fn producer_success(request_id: u64, ready: bool) -> BaseCommand {
             ..Default::default()
         }),
         ..Default::default()
-    }
+    })
 }
 
 /// Java `ClientCnx.handleProducerSuccess`: `producer_ready = false` marks the request

@@ -88,15 +88,19 @@ impl Hasher for IdHasher {
 }
 
 struct PendingRequest {
-    responder: oneshot::Sender<Result<BaseCommand>>,
+    responder: oneshot::Sender<super::Response>,
     operation: &'static str,
     timeout: Duration,
     deadline: Instant,
+    /// Its frame has been handed to the writer (until then it waits in the ops queue).
+    sent: bool,
 }
 
 /// The routing state: pending requests and registered entities. No I/O, so it is testable.
 #[derive(Default)]
 pub(super) struct Router {
+    /// Every request from the moment it is issued (its frame may still wait in the ops queue)
+    /// until it is answered, times out, or its caller leaves: the one owner of its deadline.
     pending: HashMap<u64, PendingRequest>,
     deadlines: BTreeSet<(Instant, u64)>,
     /// Pending requests the broker answered "wait" (`producer_ready = false`): no deadline.
@@ -139,7 +143,50 @@ impl Router {
         }
     }
 
-    fn complete(&mut self, id: u64, cmd: BaseCommand) {
+    /// Whether the frame of request `id`, taken from the ops queue, is to be written: only
+    /// while the request is pending, not yet sent, and its caller still waits. A request that
+    /// timed out (or whose caller left) while its frame was queued is never sent.
+    fn take_frame(&mut self, id: u64) -> bool {
+        let Some(req) = self.pending.get_mut(&id) else {
+            return false;
+        };
+        if req.responder.is_closed() {
+            self.forget(id);
+            return false;
+        }
+        if req.sent {
+            // A second frame for one issued request (a caller bug): the first one stands.
+            return false;
+        }
+        req.sent = true;
+        true
+    }
+
+    /// Whether request `id` is pending (issued, not yet answered or expired).
+    fn is_pending(&self, id: u64) -> bool {
+        self.pending.contains_key(&id)
+    }
+
+    /// The caller of request `id` left: its entry goes, if it is that caller's (a reused id's
+    /// newer request has an open responder and stays).
+    fn cancel(&mut self, id: u64) {
+        if self
+            .pending
+            .get(&id)
+            .is_some_and(|req| req.responder.is_closed())
+        {
+            self.forget(id);
+        }
+    }
+
+    fn forget(&mut self, id: u64) {
+        if let Some(req) = self.pending.remove(&id) {
+            self.deadlines.remove(&(req.deadline, id));
+        }
+        self.waiting.remove(&id);
+    }
+
+    fn complete(&mut self, id: u64, cmd: Box<BaseCommand>) {
         if cmd
             .producer_success
             .as_ref()
@@ -454,7 +501,7 @@ where
         let step = tokio::select! {
             biased;
             op = control.recv(), if control_open => match op {
-                Some(op) => handle_op(op, &mut router, &mut out),
+                Some(op) => handle_op(op, &mut router, &mut out, &mut control),
                 // Every handle is gone (each holds both channels): a closed channel answers
                 // `None` at once on every poll, so it is not polled again (polled first, it
                 // would keep this loop spinning and hide the ops branch that ends it).
@@ -484,7 +531,7 @@ where
                         // socket readable it would never run, and sends and requests from
                         // handles would wait behind the whole inbound stream. Take a few of
                         // those already queued after each frame.
-                        Step::Continue => take_ready_ops(&mut ops, &mut router, &mut out, OPS_PER_FRAME),
+                        Step::Continue => take_ready_ops(&mut ops, &mut control, &mut router, &mut out, OPS_PER_FRAME),
                         stop => stop,
                     }
                 }
@@ -499,8 +546,8 @@ where
                 Err(_) => Step::Stop(Error::ConnectionLost("connection writer stopped".into())),
             },
             op = ops.recv(), if !backlogged => match op {
-                Some(op) => match handle_op(op, &mut router, &mut out) {
-                    Step::Continue => take_ready_ops(&mut ops, &mut router, &mut out, WRITE_BATCH - 1),
+                Some(op) => match handle_op(op, &mut router, &mut out, &mut control) {
+                    Step::Continue => take_ready_ops(&mut ops, &mut control, &mut router, &mut out, WRITE_BATCH - 1),
                     stop => stop,
                 },
                 // Every handle is gone: nobody can use this connection any more.
@@ -555,6 +602,7 @@ where
 /// takes frames (none while frames wait in the backlog: that is the backpressure).
 fn take_ready_ops(
     ops: &mut mpsc::Receiver<Op>,
+    control: &mut mpsc::UnboundedReceiver<Op>,
     router: &mut Router,
     out: &mut Outbox,
     limit: usize,
@@ -566,7 +614,21 @@ fn take_ready_ops(
         let Ok(op) = ops.try_recv() else {
             break;
         };
-        if let Step::Stop(reason) = handle_op(op, router, out) {
+        if let Step::Stop(reason) = handle_op(op, router, out, control) {
+            return Step::Stop(reason);
+        }
+    }
+    Step::Continue
+}
+
+/// Handles every op waiting on the control lane, without waiting.
+fn drain_control(
+    control: &mut mpsc::UnboundedReceiver<Op>,
+    router: &mut Router,
+    out: &mut Outbox,
+) -> Step {
+    while let Ok(op) = control.try_recv() {
+        if let Step::Stop(reason) = handle_op(op, router, out, control) {
             return Step::Stop(reason);
         }
     }
@@ -575,7 +637,7 @@ fn take_ready_ops(
 
 fn fail_op(op: Op, reason: &Error) {
     match op {
-        Op::Request { responder, .. } => {
+        Op::Issue { responder, .. } => {
             let _ = responder.send(Err(lost_for_requests(reason)));
         }
         Op::Register { sender, .. } => sender.notify_closed(reason),
@@ -624,31 +686,55 @@ impl KeepAlive {
     }
 }
 
-fn handle_op(op: Op, router: &mut Router, out: &mut Outbox) -> Step {
+fn handle_op(
+    op: Op,
+    router: &mut Router,
+    out: &mut Outbox,
+    control: &mut mpsc::UnboundedReceiver<Op>,
+) -> Step {
     let frame = match op {
-        Op::Request {
+        Op::Issue {
             request_id,
-            frame,
             operation,
             timeout,
             deadline,
-            taken,
             responder,
         } => {
-            if responder.is_closed() {
-                return Step::Continue; // the caller gave up before it was sent
+            if !responder.is_closed() {
+                router.add_request(
+                    request_id,
+                    PendingRequest {
+                        responder,
+                        operation,
+                        timeout,
+                        deadline,
+                        sent: false,
+                    },
+                );
             }
-            taken.store(true, Ordering::Release);
-            router.add_request(
-                request_id,
-                PendingRequest {
-                    responder,
-                    operation,
-                    timeout,
-                    deadline,
-                },
-            );
+            return Step::Continue;
+        }
+        Op::Request { request_id, frame } => {
+            if !router.is_pending(request_id) {
+                // Its Issue went on the control lane before this frame went on the ops lane,
+                // but this loop may have polled the control lane just before it arrived: take
+                // what is there first (`try_recv` does not miss a completed send).
+                if let Step::Stop(reason) = drain_control(control, router, out) {
+                    return Step::Stop(reason);
+                }
+            }
+            if !router.take_frame(request_id) {
+                tracing::debug!(
+                    request_id,
+                    "request timed out or given up before it was sent; not sent"
+                );
+                return Step::Continue;
+            }
             frame
+        }
+        Op::Cancel { request_id } => {
+            router.cancel(request_id);
+            return Step::Continue;
         }
         Op::Send(frame) => frame,
         Op::SendRaw(bytes) => return out.push(Outgoing::Raw(bytes)),
@@ -691,7 +777,7 @@ fn handle_inbound(
         Inbound::Other(frame) => frame,
     };
     match routing::route(&frame.command) {
-        Route::Request(id) => router.complete(id, frame.command),
+        Route::Request(id) => router.complete(id, Box::new(frame.command)),
         Route::Entity(kind, id) => return router.deliver(kind, id, Inbound::Other(frame)),
         Route::Ping => {
             let pending = out.pong_pending.clone();

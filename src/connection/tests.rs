@@ -11,16 +11,16 @@ use super::*;
 use crate::codec::PulsarCodec;
 use crate::proto::{self, base_command::Type};
 
-type Peer = Framed<DuplexStream, PulsarCodec>;
+pub(super) type Peer = Framed<DuplexStream, PulsarCodec>;
 
-fn cmd(ty: Type) -> BaseCommand {
+pub(super) fn cmd(ty: Type) -> BaseCommand {
     BaseCommand {
         r#type: ty as i32,
         ..Default::default()
     }
 }
 
-fn connected(max_message_size: Option<i32>, watchers: bool) -> BaseCommand {
+pub(super) fn connected(max_message_size: Option<i32>, watchers: bool) -> BaseCommand {
     let mut c = cmd(Type::Connected);
     c.connected = Some(proto::CommandConnected {
         server_version: "scripted-broker".into(),
@@ -35,7 +35,7 @@ fn connected(max_message_size: Option<i32>, watchers: bool) -> BaseCommand {
     c
 }
 
-fn config() -> ConnectionConfig {
+pub(super) fn config() -> ConnectionConfig {
     ConnectionConfig {
         keepalive_interval: Duration::from_secs(30),
         operation_timeout: Duration::from_secs(5),
@@ -51,7 +51,7 @@ async fn connect_with(
     connect_over(tokio::io::duplex(1 << 20), answer, config).await
 }
 
-async fn connect_over(
+pub(super) async fn connect_over(
     (client_io, broker_io): (DuplexStream, DuplexStream),
     answer: BaseCommand,
     config: ConnectionConfig,
@@ -71,12 +71,12 @@ async fn connect_over(
     (conn, peer, connect)
 }
 
-async fn connect() -> (Connection, Peer) {
+pub(super) async fn connect() -> (Connection, Peer) {
     let (conn, peer, _) = connect_with(connected(Some(1 << 20), true), config()).await;
     (conn, peer)
 }
 
-async fn next_command(peer: &mut Peer) -> BaseCommand {
+pub(super) async fn next_command(peer: &mut Peer) -> BaseCommand {
     tokio::time::timeout(Duration::from_secs(60), peer.next())
         .await
         .expect("a command within 60 s")
@@ -85,7 +85,7 @@ async fn next_command(peer: &mut Peer) -> BaseCommand {
         .command
 }
 
-fn lookup_request(conn: &Connection, topic: &str) -> (u64, BaseCommand) {
+pub(super) fn lookup_request(conn: &Connection, topic: &str) -> (u64, BaseCommand) {
     let id = conn.new_request_id();
     let mut c = cmd(Type::Lookup);
     c.lookup_topic = Some(proto::CommandLookupTopic {
@@ -96,7 +96,7 @@ fn lookup_request(conn: &Connection, topic: &str) -> (u64, BaseCommand) {
     (id, c)
 }
 
-fn success(request_id: u64) -> BaseCommand {
+pub(super) fn success(request_id: u64) -> BaseCommand {
     let mut c = cmd(Type::Success);
     c.success = Some(proto::CommandSuccess {
         request_id,
@@ -517,7 +517,7 @@ async fn control_commands_are_never_blocked_or_dropped_by_a_full_queue() {
 
 /// Fills every buffer between the handles and a broker that does not read, until the
 /// bounded queue refuses a data frame.
-async fn fill_until_full(conn: &Connection) {
+pub(super) async fn fill_until_full(conn: &Connection) {
     let mut queued = 0u64;
     loop {
         let mut b = bytes::BytesMut::new();

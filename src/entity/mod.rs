@@ -11,6 +11,8 @@
 //! sends while running (seek, close ...) are futures in [`Requests`], polled by the same loop:
 //! a task never stops listening to its broker.
 
+#[cfg(test)]
+mod future_sizes;
 mod requests;
 
 use std::future::Future;
@@ -24,7 +26,7 @@ use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
 use crate::commands;
 use crate::connection::{
-    entity_channel, Connection, EntityEvent, EntityKind, EntityReceiver, MessageFrame,
+    entity_channel, Connection, EntityEvent, EntityKind, EntityReceiver, MessageFrame, Response,
 };
 use crate::core::{CoreRef, TaskGuard};
 use crate::error::{Error, Result, ServerError};
@@ -66,7 +68,7 @@ pub(crate) struct Attached {
     pub conn: Connection,
     pub events: EntityReceiver,
     /// The broker's answer to the create command (ProducerSuccess / Success).
-    pub response: BaseCommand,
+    pub response: Box<BaseCommand>,
 }
 
 /// What woke an entity's driver, for the entity task to act on.
@@ -149,7 +151,7 @@ impl Entity {
         slot: Slot,
         command: CreateCommand,
         group: &GroupClose,
-    ) -> Result<(Entity, BaseCommand)> {
+    ) -> Result<(Entity, Box<BaseCommand>)> {
         let Slot { kind, id, .. } = slot;
         let life = Lifecycle::new(kind_name(kind), topic.to_string());
         let mut backoff = core.backoff();
@@ -236,7 +238,7 @@ impl Entity {
                         self.attached_at = Instant::now();
                         self.link.reattached();
                         tracing::info!(topic = %self.topic, kind = kind_name(self.kind), "re-created");
-                        Wake::Attached(Box::new(a.response))
+                        Wake::Attached(a.response)
                     }
                     Err(e) if acted_on_refusal(&e) && !self.core.is_shut_down() => {
                         match self.reconnect_command.clone() {
@@ -425,7 +427,7 @@ impl Entity {
     /// during the close is still seen; [`Entity::end`] (or a detach) drops the registration.
     pub(crate) fn close_request(
         &self,
-    ) -> Option<impl Future<Output = Result<BaseCommand>> + Send + 'static + use<>> {
+    ) -> Option<impl Future<Output = Response> + Send + 'static + use<>> {
         let conn = self.conn.clone()?;
         let (kind, id) = (self.kind, self.id);
         Some(async move {
@@ -677,7 +679,7 @@ async fn attach_once(
     }
 }
 
-type CreateRequest = Pin<Box<dyn Future<Output = Result<BaseCommand>> + Send>>;
+type CreateRequest = Pin<Box<dyn Future<Output = Response> + Send>>;
 
 /// A create (CommandProducer / CommandSubscribe) in flight. If it is given up — it timed out,
 /// or the caller dropped it (the application stopped waiting, the entity closed while
@@ -697,7 +699,7 @@ struct PendingCreate {
 }
 
 impl PendingCreate {
-    async fn answer(&mut self) -> Result<BaseCommand> {
+    async fn answer(&mut self) -> Response {
         match self.request.as_mut() {
             Some(request) => {
                 let result = request.await;

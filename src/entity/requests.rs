@@ -6,11 +6,10 @@ use std::pin::Pin;
 
 use futures::stream::{FuturesUnordered, StreamExt};
 
-use crate::connection::Connection;
-use crate::error::Result;
+use crate::connection::{Connection, Response};
 use crate::proto::BaseCommand;
 
-type InFlight<T> = Pin<Box<dyn Future<Output = (T, Result<BaseCommand>)> + Send>>;
+type InFlight<T> = Pin<Box<dyn Future<Output = (T, Response)> + Send>>;
 
 /// Requests in flight, each tagged with what to do with its answer.
 pub(crate) struct Requests<T> {
@@ -43,11 +42,7 @@ impl<T: Send + 'static> Requests<T> {
     }
 
     /// Tracks any future whose answer belongs to this task.
-    pub(crate) fn push(
-        &mut self,
-        tag: T,
-        fut: impl Future<Output = Result<BaseCommand>> + Send + 'static,
-    ) {
+    pub(crate) fn push(&mut self, tag: T, fut: impl Future<Output = Response> + Send + 'static) {
         self.inflight
             .push(Box::pin(async move { (tag, fut.await) }));
     }
@@ -58,7 +53,7 @@ impl<T: Send + 'static> Requests<T> {
     }
 
     /// The next answer; waits forever while nothing is in flight.
-    pub(crate) async fn next(&mut self) -> (T, Result<BaseCommand>) {
+    pub(crate) async fn next(&mut self) -> (T, Response) {
         match self.inflight.next().await {
             Some(done) => done,
             None => futures::future::pending().await,

@@ -137,7 +137,7 @@ impl PartitionProducer {
             },
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-        let created = task::Created::parse(response, options.name.as_deref())?;
+        let created = task::Created::parse(*response, options.name.as_deref())?;
         let max_message_size = entity
             .conn
             .as_ref()

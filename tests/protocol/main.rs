@@ -54,6 +54,7 @@ mod lifecycle {
     mod close_semantics;
     mod entity_core;
     mod entity_core_probes;
+    mod stack_depth;
     mod update_streams;
 }
 

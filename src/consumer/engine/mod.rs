@@ -270,10 +270,10 @@ impl ConsumerTask {
                         Err(Error::Closed)
                     }
                     (Pending::Id(req, deadline), r) => {
-                        self.on_id_answer(req, deadline, r);
+                        self.on_id_answer(req, deadline, r.map(|b| *b));
                         Ok(())
                     }
-                    (pending, r) => self.on_answer(pending, r),
+                    (pending, r) => self.on_answer(pending, r.map(|b| *b)),
                 },
                 op = self.ops.recv() => match op {
                     Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
