@@ -2,7 +2,7 @@
 //! without a message (queue room, epochs, state), and the task's inbox, through which every
 //! other change goes as an op.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::consumer::engine::flow::QueueRoom;
@@ -66,11 +66,10 @@ pub(crate) struct PartitionShared {
     pub room: Mutex<QueueRoom>,
     /// Permits are granted once this many messages were taken (half the receiver queue).
     pub refill_at: u32,
-    /// Set by `Consumer::close` before it queues its Close op: acks made from then on are
-    /// refused (Java `ConsumerImpl.closeAsync` sets the state to Closing first, and acks on a
-    /// closing consumer fail), instead of being folded in behind the Close and dropped with
-    /// the task once the CloseConsumer went out.
-    pub close_requested: std::sync::atomic::AtomicBool,
+    /// Whether acks are refused because `close()` began (see [`CloseGate`]). Written by the
+    /// handle only, read by `Acker`: a flag, not an op, because it must hold from the moment
+    /// `close` is called, before its Close op found room in the inbox.
+    pub close_gate: CloseGate,
 }
 
 impl PartitionShared {
@@ -164,5 +163,64 @@ impl PartitionShared {
             return self.ops.fold(|f| f.push(op));
         }
         self.ops.send(op).await.map_err(|_| Closed)
+    }
+}
+
+/// Refuses acks from the start of `Consumer::close` (Java `ConsumerImpl.closeAsync` sets the
+/// state to Closing first, and acks on a closing consumer fail), instead of folding them in
+/// behind the Close op, to be dropped with the task once the CloseConsumer went out.
+///
+/// Counts the closes waiting for room for their Close op, plus a mark once one was queued
+/// (for good: the task closes). A `close()` future dropped while its op still waited (see
+/// [`CloseAttempt`]) closed nothing, and takes its count back: acks are taken again.
+#[derive(Debug, Default)]
+pub(crate) struct CloseGate(AtomicU32);
+
+/// Set in [`CloseGate`] once a Close op was queued.
+const CLOSE_QUEUED: u32 = 1 << 31;
+
+impl CloseGate {
+    /// Whether acks are refused.
+    pub(crate) fn refuses(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
+    }
+}
+
+/// One `close()`'s hold on a partition's [`CloseGate`], from its first poll until its Close
+/// op is queued (or dropped with the future, unqueued).
+#[derive(Debug)]
+pub(crate) struct CloseAttempt {
+    part: Arc<PartitionShared>,
+    /// The Close op was queued (or the task was gone): the gate stays shut.
+    done: bool,
+}
+
+impl CloseAttempt {
+    /// Shuts `part`'s gate until this attempt is queued or dropped.
+    pub(crate) fn begin(part: Arc<PartitionShared>) -> Self {
+        part.close_gate.0.fetch_add(1, Ordering::AcqRel);
+        CloseAttempt { part, done: false }
+    }
+
+    /// The partition this attempt closes.
+    pub(crate) fn part(&self) -> &Arc<PartitionShared> {
+        &self.part
+    }
+
+    /// The Close op was queued, or could not be (the task is gone): the gate stays shut for
+    /// good.
+    pub(crate) fn queued(mut self) {
+        let gate = &self.part.close_gate.0;
+        gate.fetch_or(CLOSE_QUEUED, Ordering::AcqRel);
+        gate.fetch_sub(1, Ordering::AcqRel);
+        self.done = true;
+    }
+}
+
+impl Drop for CloseAttempt {
+    fn drop(&mut self) {
+        if !self.done {
+            self.part.close_gate.0.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }

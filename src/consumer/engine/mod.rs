@@ -86,9 +86,8 @@ pub(crate) struct ConsumerTask {
     pub start: Option<MessageId>,
     /// After a time seek: the next message queued sets `start`.
     pub start_from_next: bool,
-    /// Seeks and get-last-message-ids waiting for the consumer to be subscribed again, with
-    /// their deadlines.
-    pub deferred: Vec<(Instant, IdRequest)>,
+    /// Seeks in flight or waiting for a re-subscribe, and the acks held behind them.
+    pub seeks: crate::consumer::engine::seek::Seeks,
     /// Chunked messages being reassembled.
     pub chunks: crate::consumer::engine::chunks::ChunkAssembler,
     /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
@@ -195,7 +194,7 @@ impl ConsumerTask {
         let final_error = loop {
             let ack_deadline = self.ack_deadline;
             let nack_deadline = self.nacks.next_deadline();
-            let deferred_deadline = self.deferred_deadline();
+            let deferred_deadline = self.seeks.deferred_deadline();
             let chunk_deadline = self.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
             let step: Result<()> = tokio::select! {
@@ -217,7 +216,13 @@ impl ConsumerTask {
                     Wake::Refused(_) => Ok(()), // a producer's (the driver retries)
                     Wake::Detached if closing => Err(Error::Closed),
                     Wake::Detached => {
+                        let held = self.seeks.reattaching();
                         self.detached();
+                        if held {
+                            // Acks made during a seek waited for this: now they wait (as any
+                            // kept while detached) for the new subscription.
+                            self.flush_acks();
+                        }
                         // The connection noticed first that the broker delivered beyond
                         // this consumer's bound (see `flow_violation` for the other way):
                         // the application hears of it the same way, after the epoch changed.
@@ -230,6 +235,7 @@ impl ConsumerTask {
                     Wake::Attached(_) => {
                         tracing::info!(topic = %self.entity.topic, "consumer re-subscribed");
                         self.start_flow();
+                        self.seeks.reattaching();
                         self.replay_deferred(&mut requests);
                         Ok(())
                     }
@@ -363,6 +369,11 @@ impl ConsumerTask {
         self.entity
             .life
             .apply(crate::lifecycle::Event::CloseRequested);
+        // Acks held behind a seek in flight go before the CloseConsumer too: after it they
+        // would be dropped by the broker (Java `closeAsync` flushes its tracker at once).
+        for op in self.seeks.release_all() {
+            self.on_folded(op);
+        }
         self.flush_acks();
         self.entity.stop_reconnecting();
         match self.entity.close_request() {
@@ -459,6 +470,42 @@ impl ConsumerTask {
 
     fn on_op(&mut self, op: ConsumerOp, requests: &mut Requests<Pending>) -> Result<()> {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
+        // Behind a seek not answered yet, acks wait (see `seek::Seeks`).
+        let Some(op) = self.seeks.hold(op) else {
+            return Ok(());
+        };
+        match op {
+            ConsumerOp::Seek(target, tx) => {
+                self.seeks.begin();
+                let deadline = deadline_after(self.entity.core.operation_timeout());
+                self.id_request(IdRequest::Seek(target, tx), deadline, requests);
+            }
+            ConsumerOp::LastMessageId(tx) => {
+                let deadline = deadline_after(self.entity.core.operation_timeout());
+                self.id_request(IdRequest::LastMessageId(tx), deadline, requests);
+            }
+            ConsumerOp::Unsubscribe(tx) => match &self.entity.conn {
+                Some(conn) => {
+                    let cid = self.entity.id;
+                    requests.send(
+                        conn,
+                        Pending::Unsubscribe(tx),
+                        |rid| commands::unsubscribe(cid, rid),
+                        "unsubscribe",
+                    );
+                }
+                None => {
+                    let _ = tx.send(Err(no_conn()));
+                }
+            },
+            ConsumerOp::Close(_) => unreachable!("handled by the loop"),
+            op => self.on_folded(op),
+        }
+        Ok(())
+    }
+
+    /// An ack, negative ack, redelivery or flow permit of the application.
+    pub(crate) fn on_folded(&mut self, op: ConsumerOp) {
         match op {
             ConsumerOp::Ack(id) => self.on_ack(id),
             ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
@@ -478,7 +525,7 @@ impl ConsumerTask {
                     .collect();
                 self.unacked.remove_through(id);
                 if !self.persistent() {
-                    return Ok(());
+                    return;
                 }
                 match self
                     .chunks
@@ -541,35 +588,25 @@ impl ConsumerTask {
                     self.entity.send_control(commands::flow(self.entity.id, n));
                 }
             }
-            ConsumerOp::Seek(target, tx) => {
-                let deadline = deadline_after(self.entity.core.operation_timeout());
-                self.id_request(IdRequest::Seek(target, tx), deadline, requests);
+            // Control ops are taken by `on_op`.
+            ConsumerOp::Seek(..)
+            | ConsumerOp::LastMessageId(_)
+            | ConsumerOp::Unsubscribe(_)
+            | ConsumerOp::Close(_) => {
+                debug_assert!(false, "a control op among the folded ones: {op:?}")
             }
-            ConsumerOp::LastMessageId(tx) => {
-                let deadline = deadline_after(self.entity.core.operation_timeout());
-                self.id_request(IdRequest::LastMessageId(tx), deadline, requests);
-            }
-            ConsumerOp::Unsubscribe(tx) => match &self.entity.conn {
-                Some(conn) => {
-                    let cid = self.entity.id;
-                    requests.send(
-                        conn,
-                        Pending::Unsubscribe(tx),
-                        |rid| commands::unsubscribe(cid, rid),
-                        "unsubscribe",
-                    );
-                }
-                None => {
-                    let _ = tx.send(Err(no_conn()));
-                }
-            },
-            ConsumerOp::Close(_) => unreachable!("handled by the loop"),
         }
-        Ok(())
     }
 
     pub(crate) fn flush_acks(&mut self) {
         self.ack_deadline = None;
+        if let Some(until) = self.seeks.acks_wait(Instant::now()) {
+            // After a seek, on the subscription the broker makes us create again.
+            if self.acks.has_pending() {
+                self.ack_deadline = Some(until);
+            }
+            return;
+        }
         if self.entity.conn.is_none() {
             // Keep them for the next connection (the broker redelivers unacked messages; the
             // acks still apply after re-subscribing).

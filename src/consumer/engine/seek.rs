@@ -10,7 +10,7 @@ use crate::commands;
 use crate::consumer::engine::acks::{AckTracker, NackTracker};
 use crate::consumer::engine::subscribe::{skip_through, start_position};
 use crate::consumer::engine::{ConsumerTask, Pending};
-use crate::consumer::op::{IdRequest, LastIds, SeekTarget};
+use crate::consumer::op::{ConsumerOp, IdRequest, LastIds, SeekTarget};
 use crate::entity::Requests;
 use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
@@ -36,6 +36,128 @@ fn wait_for_resubscribe(e: &Error) -> bool {
     }
 }
 
+/// The task's seeks as a small state machine: requests deferred until the consumer is
+/// subscribed again, how many seeks are begun and not answered yet, the acks made meanwhile
+/// (held back so that none overtakes a seek), and after a seek, how long acks wait for the
+/// re-subscribe the broker forces.
+///
+/// Why acks are held: the task writes acks on the connection's control lane, which the
+/// connection drains before the ops lane carrying the SEEK request, so an ack applied after
+/// the Seek op could reach the broker first, and the broker's reset of the cursor would undo
+/// it. Java `ConsumerImpl.seekAsync` writes the SEEK in the caller's thread, so later acks
+/// follow it on the same channel; here an ack-like op taken while a seek is begun is kept,
+/// in order, and applied once every seek is answered, after what a successful seek resets
+/// (so the reset does not wipe it either).
+///
+/// Why acks then wait for the re-subscribe: the broker disconnects every consumer of the
+/// subscription on a seek (`PersistentSubscription.resetCursor` calls
+/// `disconnectAllConsumers` before it resets the cursor; `ServerCnx.handleSeek` answers once
+/// that is done) and ignores an ack for a consumer it no longer has (`ServerCnx.handleAck`).
+/// An ack sent between the seek's answer and our noticing the CLOSE_CONSUMER would be lost;
+/// it goes on the new subscription instead. A broker that does not disconnect gets it after
+/// [`DISCONNECT_WAIT`].
+#[derive(Debug, Default)]
+pub(crate) struct Seeks {
+    /// Seeks and get-last-message-ids waiting for the consumer to be subscribed again, with
+    /// their deadlines.
+    deferred: Vec<(Instant, IdRequest)>,
+    /// Seeks taken from the inbox and not answered (or given up) yet.
+    begun: usize,
+    /// Ack-like ops (acks, negative acks, redeliveries) taken while a seek was begun, in the
+    /// order made. Bounded by what the application makes while a seek waits for its answer
+    /// (at most the operation timeout); consecutive acks share a buffer in the inbox already.
+    held: Vec<ConsumerOp>,
+    /// After a successful seek answered while still attached: acks are kept until the
+    /// consumer is detached or subscribed again, at most until then.
+    acks_wait_until: Option<Instant>,
+}
+
+/// How long acks made during a seek wait, after its answer, for the broker to disconnect the
+/// consumer (upstream brokers always do, right behind or before the answer).
+pub(crate) const DISCONNECT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl Seeks {
+    /// A seek was taken from the inbox: acks are held from now on.
+    pub(crate) fn begin(&mut self) {
+        self.begun += 1;
+    }
+
+    /// Keeps `op` when a seek is begun (an ack-like op: see the type); returns it to be
+    /// applied now otherwise. Flow permits are never held (they keep no order with acks).
+    pub(crate) fn hold(&mut self, op: ConsumerOp) -> Option<ConsumerOp> {
+        if self.begun == 0 || !op.folds() || matches!(op, ConsumerOp::Flow(_)) {
+            return Some(op);
+        }
+        self.held.push(op);
+        None
+    }
+
+    /// A seek was answered or given up. Returns the ops held, to apply now, once no seek is
+    /// begun any more.
+    pub(crate) fn end(&mut self) -> Vec<ConsumerOp> {
+        self.begun = self.begun.saturating_sub(1);
+        if self.begun == 0 {
+            std::mem::take(&mut self.held)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// Everything held, whatever is begun (the consumer closes: its acks go before the
+    /// CloseConsumer, as Java's `closeAsync` flushes the tracker).
+    pub(crate) fn release_all(&mut self) -> Vec<ConsumerOp> {
+        self.acks_wait_until = None;
+        std::mem::take(&mut self.held)
+    }
+
+    /// A seek succeeded while the consumer is attached, after `held` ops were applied: acks
+    /// wait for the disconnect (see the type).
+    pub(crate) fn wait_for_disconnect(&mut self, now: Instant) {
+        self.acks_wait_until = Some(now + DISCONNECT_WAIT);
+    }
+
+    /// Until when a flush keeps the acks (`None`: send them now).
+    pub(crate) fn acks_wait(&mut self, now: Instant) -> Option<Instant> {
+        match self.acks_wait_until {
+            Some(t) if now < t => Some(t),
+            _ => {
+                self.acks_wait_until = None;
+                None
+            }
+        }
+    }
+
+    /// The consumer was detached or subscribed again: acks no longer wait for it. Returns
+    /// whether they did.
+    pub(crate) fn reattaching(&mut self) -> bool {
+        self.acks_wait_until.take().is_some()
+    }
+
+    /// Keeps `req` until the consumer is subscribed again.
+    pub(crate) fn defer(&mut self, deadline: Instant, req: IdRequest) {
+        self.deferred.push((deadline, req));
+    }
+
+    /// The deferred requests, to send again (the consumer is subscribed again).
+    pub(crate) fn take_deferred(&mut self) -> Vec<(Instant, IdRequest)> {
+        std::mem::take(&mut self.deferred)
+    }
+
+    /// When the first deferred request times out.
+    pub(crate) fn deferred_deadline(&self) -> Option<Instant> {
+        self.deferred.iter().map(|(d, _)| *d).min()
+    }
+
+    /// Takes the deferred requests whose time is up.
+    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<IdRequest> {
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
+            .into_iter()
+            .partition(|(d, _)| *d <= now);
+        self.deferred = keep;
+        due.into_iter().map(|(_, req)| req).collect()
+    }
+}
+
 impl ConsumerTask {
     /// Sends a seek or get-last-message-id now, or keeps it until the consumer is subscribed
     /// again (upstream `ConsumerImpl.internalGetLastMessageIdAsync` retries with backoff while
@@ -48,7 +170,7 @@ impl ConsumerTask {
         requests: &mut Requests<Pending>,
     ) {
         let Some(conn) = self.entity.conn.clone() else {
-            self.deferred.push((deadline, req));
+            self.seeks.defer(deadline, req);
             return;
         };
         let cid = self.entity.id;
@@ -90,11 +212,15 @@ impl ConsumerTask {
             (req, Err(e)) if wait_for_resubscribe(&e) && Instant::now() < deadline => {
                 tracing::debug!(topic = %self.entity.topic, error = %e,
                     operation = req.operation(), "sent again once re-subscribed");
-                self.deferred.push((deadline, req));
+                self.seeks.defer(deadline, req);
             }
             (IdRequest::Seek(target, tx), r) => {
-                let r = r.map(|_| self.after_seek(target));
-                let _ = tx.send(r);
+                let ok = r.is_ok();
+                if ok {
+                    self.after_seek(target);
+                }
+                self.seek_ended(ok);
+                let _ = tx.send(r.map(|_| ()));
             }
             (IdRequest::LastMessageId(tx), r) => {
                 let _ = tx.send(r.and_then(|resp| self.last_ids(resp)));
@@ -116,29 +242,41 @@ impl ConsumerTask {
         })
     }
 
+    /// A seek was answered (`ok`: it succeeded, and its reset is done) or given up: the acks
+    /// made since it began are applied now, after the reset (see [`Seeks`]), before anything
+    /// else the task takes.
+    fn seek_ended(&mut self, ok: bool) {
+        let held = self.seeks.end();
+        if held.is_empty() {
+            return;
+        }
+        if ok && self.entity.conn.is_some() {
+            // Not on the subscription the broker is dropping: on the next one.
+            self.seeks.wait_for_disconnect(Instant::now());
+        }
+        for op in held {
+            self.on_folded(op);
+        }
+        self.flush_acks();
+    }
+
     /// Subscribed again: sends what waited for it.
     pub(crate) fn replay_deferred(&mut self, requests: &mut Requests<Pending>) {
-        for (deadline, req) in std::mem::take(&mut self.deferred) {
+        for (deadline, req) in self.seeks.take_deferred() {
             self.id_request(req, deadline, requests);
         }
     }
 
-    /// When the first deferred request times out.
-    pub(crate) fn deferred_deadline(&self) -> Option<Instant> {
-        self.deferred.iter().map(|(d, _)| *d).min()
-    }
-
     /// Fails the deferred requests whose time is up.
     pub(crate) fn expire_deferred(&mut self) {
-        let now = Instant::now();
         let after = self.entity.core.operation_timeout();
-        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.deferred)
-            .into_iter()
-            .partition(|(d, _)| *d <= now);
-        self.deferred = keep;
-        for (_, req) in due {
+        for req in self.seeks.take_expired(Instant::now()) {
             let operation = req.operation();
+            let seek = matches!(req, IdRequest::Seek(..));
             req.fail(Error::Timeout { operation, after });
+            if seek {
+                self.seek_ended(false);
+            }
         }
     }
 

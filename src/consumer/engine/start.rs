@@ -102,7 +102,7 @@ pub(crate) async fn spawn_partition(
             .clone(),
         room: Mutex::new(QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
-        close_requested: std::sync::atomic::AtomicBool::new(false),
+        close_gate: Default::default(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options
@@ -131,7 +131,7 @@ pub(crate) async fn spawn_partition(
         over_delivered: 0,
         start,
         start_from_next: false,
-        deferred: Vec::new(),
+        seeks: Default::default(),
         chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
             crate::consumer::engine::chunks::ChunkLimits::from_options(options),
         )
