@@ -2,16 +2,10 @@
 //! consumer re-subscribes, and what a successful seek resets (the handle's side is
 //! `consumer::seek`).
 
-use std::sync::atomic::Ordering;
-
 use tokio::time::Instant;
 
-use crate::commands;
-use crate::consumer::engine::acks::{AckTracker, NackTracker};
 use crate::consumer::engine::subscribe::{skip_through, start_position};
-use crate::consumer::engine::{ConsumerTask, Pending};
 use crate::consumer::op::{ConsumerOp, IdRequest, LastIds, SeekTarget};
-use crate::entity::Requests;
 use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
@@ -21,7 +15,7 @@ use crate::proto::BaseCommand;
 /// every consumer of the subscription on a seek, and answers a request that crossed its
 /// CLOSE_CONSUMER with "Consumer not found": upstream `ServerCnx` sends that as a MetadataError,
 /// other brokers as ConsumerNotFound).
-fn wait_for_resubscribe(e: &Error) -> bool {
+pub(crate) fn wait_for_resubscribe(e: &Error) -> bool {
     match e {
         Error::ConnectionLost(_) => true,
         Error::Broker {
@@ -158,175 +152,35 @@ impl Seeks {
     }
 }
 
-impl ConsumerTask {
-    /// Sends a seek or get-last-message-id now, or keeps it until the consumer is subscribed
-    /// again (upstream `ConsumerImpl.internalGetLastMessageIdAsync` retries with backoff while
-    /// the consumer is not connected, until the operation timeout; a seek made right after
-    /// another finds the consumer re-subscribing the same way). `deadline` bounds the wait.
-    pub(crate) fn id_request(
-        &mut self,
-        req: IdRequest,
-        deadline: Instant,
-        requests: &mut Requests<Pending>,
-    ) {
-        let Some(conn) = self.entity.conn.clone() else {
-            self.seeks.defer(deadline, req);
-            return;
-        };
-        let cid = self.entity.id;
-        let operation = req.operation();
-        match &req {
-            IdRequest::Seek(target, _) => {
-                // Upstream flushes the ack tracker around a seek (`flushAndClean`): acks the
-                // application made before the seek are sent first, so they apply to the
-                // position they were made at; the seek then decides what is unacknowledged.
-                self.flush_acks();
-                let (id, time) = match *target {
-                    SeekTarget::Id(id) => (Some(id), None),
-                    SeekTarget::PublishTime(t) => (None, Some(t)),
-                };
-                requests.send(
-                    &conn,
-                    Pending::Id(req, deadline),
-                    |rid| commands::seek(cid, rid, id, time),
-                    operation,
-                );
-            }
-            IdRequest::LastMessageId(_) => requests.send(
-                &conn,
-                Pending::Id(req, deadline),
-                |rid| commands::get_last_message_id(cid, rid),
-                operation,
-            ),
-        }
-    }
+/// The answer to a get-last-message-id, with the ids of partition `partition`.
+pub(crate) fn last_ids(resp: BaseCommand, partition: i32) -> Result<LastIds> {
+    let r = resp
+        .get_last_message_id_response
+        .ok_or_else(|| Error::Protocol("GetLastMessageId answered without its response".into()))?;
+    let with_partition = |id| MessageId {
+        partition,
+        ..MessageId::from_proto(id)
+    };
+    Ok(LastIds {
+        last: with_partition(&r.last_message_id),
+        mark_delete: r.consumer_mark_delete_position.as_ref().map(with_partition),
+    })
+}
 
-    /// The broker's answer to a seek or get-last-message-id.
-    pub(crate) fn on_id_answer(
-        &mut self,
-        req: IdRequest,
-        deadline: Instant,
-        r: Result<BaseCommand>,
-    ) {
-        match (req, r) {
-            (req, Err(e)) if wait_for_resubscribe(&e) && Instant::now() < deadline => {
-                tracing::debug!(topic = %self.entity.topic, error = %e,
-                    operation = req.operation(), "sent again once re-subscribed");
-                self.seeks.defer(deadline, req);
-            }
-            (IdRequest::Seek(target, tx), r) => {
-                let ok = r.is_ok();
-                if ok {
-                    self.after_seek(target);
-                }
-                self.seek_ended(ok);
-                let _ = tx.send(r.map(|_| ()));
-            }
-            (IdRequest::LastMessageId(tx), r) => {
-                let _ = tx.send(r.and_then(|resp| self.last_ids(resp)));
-            }
-        }
-    }
-
-    fn last_ids(&self, resp: BaseCommand) -> Result<LastIds> {
-        let r = resp.get_last_message_id_response.ok_or_else(|| {
-            Error::Protocol("GetLastMessageId answered without its response".into())
-        })?;
-        let with_partition = |id| MessageId {
-            partition: self.partition,
-            ..MessageId::from_proto(id)
-        };
-        Ok(LastIds {
-            last: with_partition(&r.last_message_id),
-            mark_delete: r.consumer_mark_delete_position.as_ref().map(with_partition),
-        })
-    }
-
-    /// A seek was answered (`ok`: it succeeded, and its reset is done) or given up: the acks
-    /// made since it began are applied now, after the reset (see [`Seeks`]), before anything
-    /// else the task takes.
-    fn seek_ended(&mut self, ok: bool) {
-        let held = self.seeks.end();
-        if held.is_empty() {
-            return;
-        }
-        if ok && self.entity.conn.is_some() {
-            // Not on the subscription the broker is dropping: on the next one.
-            self.seeks.wait_for_disconnect(Instant::now());
-        }
-        for op in held {
-            self.on_folded(op);
-        }
-        self.flush_acks();
-    }
-
-    /// Subscribed again: sends what waited for it.
-    pub(crate) fn replay_deferred(&mut self, requests: &mut Requests<Pending>) {
-        for (deadline, req) in self.seeks.take_deferred() {
-            self.id_request(req, deadline, requests);
-        }
-    }
-
-    /// Fails the deferred requests whose time is up.
-    pub(crate) fn expire_deferred(&mut self) {
-        let after = self.entity.core.operation_timeout();
-        for req in self.seeks.take_expired(Instant::now()) {
-            let operation = req.operation();
-            let seek = matches!(req, IdRequest::Seek(..));
-            req.fail(Error::Timeout { operation, after });
-            if seek {
-                self.seek_ended(false);
-            }
-        }
-    }
-
-    /// After a successful seek: discard what is queued, clean the ack bookkeeping, make the
-    /// seek position the start of a non-durable re-subscribe, and ask for messages again (a
-    /// broker that does not disconnect the consumer after a seek waits for new permits).
-    fn after_seek(&mut self, target: SeekTarget) {
-        let (epoch, _) = self.shared.new_epoch(true);
-        self.shared.permit_epoch.store(epoch, Ordering::Release);
-        // An end-of-topic notice queued before the seek is stale (Java's seek clears the
-        // incoming queue): the consumer reads from the new position; the broker says the end
-        // again once it gets there.
-        self.shared.end_epoch.store(epoch, Ordering::Release);
-        self.shared.room().consumed = 0;
-        // Upstream `flushAndClean` (the acks were flushed when the seek was sent) and its
-        // cleared unacked / negative-ack trackers: the rewound messages are delivered again
-        // even if they were acked, negatively acked or counted for the ack timeout before.
-        self.acks = AckTracker::new(self.opts.ack_group_max)
-            .with_batch_index_ack(self.opts.batch_index_ack);
-        self.ack_deadline = None;
-        self.nacks = NackTracker::default();
-        self.unacked.clear();
-        self.chunks.clear();
-        self.dlq_candidates.clear();
-        match target {
-            // Upstream sets `startMessageId` to the seek id: a non-durable subscription that
-            // must be created again (connection lost) starts there, not at its first start.
-            SeekTarget::Id(id) => {
-                self.start = Some(start_position(id, true));
-                self.skip_through = skip_through(id, true);
-                self.start_from_next = false;
-            }
-            // Upstream restarts from earliest after a time seek; here the first message the
-            // broker sends after it fixes the start (see `note_delivered`), and earliest only
-            // covers a loss before any arrived.
-            SeekTarget::PublishTime(_) => {
-                self.start = Some(MessageId::EARLIEST);
-                self.skip_through = None;
-                self.start_from_next = true;
-            }
-        }
-        self.start_flow();
-    }
-
-    /// A message is queued for the application: after a time seek, the first one is where a
-    /// non-durable re-subscribe starts.
-    pub(crate) fn note_delivered(&mut self, id: MessageId) {
-        if self.start_from_next {
-            self.start_from_next = false;
-            self.start = Some(start_position(id, true));
-        }
+/// After a successful seek to `target`: where a non-durable subscription created again
+/// starts, what the task skips up to, and whether the next message queued sets the start.
+pub(crate) fn start_after(target: SeekTarget) -> (Option<MessageId>, Option<MessageId>, bool) {
+    match target {
+        // Upstream sets `startMessageId` to the seek id: a non-durable subscription that
+        // must be created again (connection lost) starts there, not at its first start.
+        SeekTarget::Id(id) => (
+            Some(start_position(id, true)),
+            skip_through(id, true),
+            false,
+        ),
+        // Upstream restarts from earliest after a time seek; here the first message the
+        // broker sends after it fixes the start (see `note_delivered`), and earliest only
+        // covers a loss before any arrived.
+        SeekTarget::PublishTime(_) => (Some(MessageId::EARLIEST), None, true),
     }
 }

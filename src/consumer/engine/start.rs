@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 
 use crate::connection::EntityKind;
-use crate::consumer::engine::acks::{AckTracker, NackTracker};
+use crate::consumer::engine::acks::Acks;
 use crate::consumer::engine::dlq::DeadLetterSink;
 use crate::consumer::engine::flow::{overshoot_bound, QueueRoom};
 use crate::consumer::engine::subscribe::{
@@ -118,15 +118,12 @@ pub(crate) async fn spawn_partition(
         ops: ops_rx,
         out,
         shared: shared.clone(),
-        acks: AckTracker::new(options.ack_group_max).with_batch_index_ack(options.batch_index_ack),
-        nacks: NackTracker::default(),
-        ack_deadline: None,
+        acks: Acks::new(options),
         skip_through,
         permits: 0,
         consumer_epoch: 0,
         dlq: dlq.clone(),
         dlq_candidates: Default::default(),
-        unacked: Default::default(),
         queued_messages: 0,
         over_delivered: 0,
         start,
