@@ -1,8 +1,9 @@
-//! What a consumer's handles hold of each partition task: the few fields the hot path reads
-//! without a message (queue room, epochs, state), and the task's inbox, through which every
-//! other change goes as an op.
+//! What a consumer's handles hold of each partition task: its identity, the few fields the
+//! hot path reads without a message (queue room, epochs, state), the few the handles write
+//! (each justified where it is declared), and the task's inbox, through which every other
+//! change goes as an op.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::consumer::engine::flow::QueueRoom;
@@ -10,9 +11,25 @@ use crate::consumer::op::{ConsumerOp, OpSender};
 use crate::inbox::Closed;
 use crate::message_id::MessageId;
 
-/// State shared between a partition's task and the consumer handle.
+/// What a partition's task and the consumer's handles (`Consumer`, `Acker`, the registry)
+/// share. The task owns its state; this holds only what cannot go as an op, in three kinds:
+///
+/// 1. **Identity**, fixed at creation: no synchronisation (`partition`, `main`, `topic`,
+///    `base`, `durable`, `refill_at`, `ops`, `ended`).
+/// 2. **Written by the task, read by the handles without a message** (lock-free where the
+///    hot path reads them): the epochs (`epoch`, `permit_epoch`, `end_epoch`), the state
+///    (`state`, `state_now`), `active`, `reached_end`, `topic_deleted`, `discarded`.
+/// 3. **Written by the handles.** Each says who writes, who reads, and why it is no op:
+///    `room` (flow and queue accounting, one lock per message), `last_dequeued`, `stats`
+///    (counters of the hot path), `end_taken`, `removed`, `close_gate`. Everything else the
+///    handles change (acks, negative acks, redeliveries, flow permits, seek, last message
+///    id, unsubscribe, close) goes to the task as a [`ConsumerOp`] through `ops`.
+///
+/// The hot path (`Consumer::recv`) takes one lock per message (`room`), plus
+/// `last_dequeued` on a non-durable subscription only, as before.
 #[derive(Debug)]
 pub(crate) struct PartitionShared {
+    // 1. Identity.
     /// The partition index (-1 for a non-partitioned topic).
     pub partition: i32,
     /// Whether it is a partition of the consumer's topic (not of its retry topic).
@@ -22,55 +39,72 @@ pub(crate) struct PartitionShared {
     /// The topic the application asked for that this task serves (its main topic, also for
     /// the tasks of its retry topic): routes a multi-topic consumer's acks and retries.
     pub base: crate::topic::TopicName,
-    /// Items of another epoch are discarded by the handle.
+    /// Whether the subscription is durable (then `last_dequeued` is not kept).
+    pub durable: bool,
+    /// Permits are granted once this many messages were taken (half the receiver queue).
+    pub refill_at: u32,
+    /// The task's inbox: every change of the handles that is not listed below.
+    pub ops: OpSender,
+    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens); shared by
+    /// every task of the consumer.
+    pub ended: Arc<tokio::sync::Notify>,
+
+    // 2. Written by the task, read by the handles.
+    /// The task's epoch (bumped on a reconnect, seek, redeliver-all): the handle discards
+    /// items of another one. Read for every message.
     pub epoch: AtomicU64,
     /// The epoch at which the current subscription's permit accounting began. A discarded
     /// item of an epoch at or after it used this subscription's permits: the handle counts it
     /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes
     /// back. Items from before it belonged to a subscription that is gone.
     pub permit_epoch: AtomicU64,
-    /// The last message the application took (kept for a non-durable subscription only, which
-    /// resumes after it when subscribed again; a durable one resumes where the broker says).
-    pub last_dequeued: Mutex<Option<MessageId>>,
-    /// Whether the subscription is durable (then `last_dequeued` is not kept).
-    pub durable: bool,
-    /// Set when the task left the consumer's registry (a pattern consumer's topic removed):
-    /// its messages still queued are discarded.
-    pub removed: std::sync::atomic::AtomicBool,
-    /// The task's inbox (see `ops`).
-    pub ops: OpSender,
-    /// Failover: whether this consumer is the active one (None until the broker says).
-    pub active: tokio::sync::watch::Sender<Option<bool>>,
-    /// The partition consumer's lifecycle state.
-    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
-    /// The same state, read without a lock (every ack checks it).
-    pub state_now: crate::lifecycle::StateNow,
-    /// Entries discarded because they could not be decoded.
-    pub discarded: AtomicU64,
-    /// Statistics (read by `Consumer::stats`).
-    pub stats: crate::stats::ConsumerCounters,
-    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
-    /// it no longer counts in the consumer's state, and discovery drops it.
-    pub topic_deleted: std::sync::atomic::AtomicBool,
-    /// Set once the broker said REACHED_END_OF_TOPIC (Java `ConsumerImpl.setTerminated`: a
-    /// flag only; the consumer stays attached and usable).
-    pub reached_end: std::sync::atomic::AtomicBool,
-    /// Set when the handle took this partition's end-of-topic notice out of the queue.
-    pub end_taken: std::sync::atomic::AtomicBool,
     /// The epoch from which an end-of-topic notice counts: one queued before a seek is
     /// dropped (the seek moved the consumer away from the end).
     pub end_epoch: AtomicU64,
-    /// Woken when `topic_deleted` is set (a pattern consumer's discovery listens).
-    pub ended: Arc<tokio::sync::Notify>,
-    /// This partition's share of the queue.
+    /// The partition consumer's lifecycle state (written by its entity driver).
+    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
+    /// The same state, read without a lock (every ack checks it).
+    pub state_now: crate::lifecycle::StateNow,
+    /// Failover: whether this consumer is the active one (None until the broker says). The
+    /// task sends; `Consumer::active_updates` subscribes.
+    pub active: tokio::sync::watch::Sender<Option<bool>>,
+    /// Set once the broker said REACHED_END_OF_TOPIC (Java `ConsumerImpl.setTerminated`: a
+    /// flag only; the consumer stays attached and usable).
+    pub reached_end: std::sync::atomic::AtomicBool,
+    /// Set when the task ended because its topic was deleted (a pattern consumer's topic):
+    /// it no longer counts in the consumer's state, and discovery drops it.
+    pub topic_deleted: std::sync::atomic::AtomicBool,
+    /// Entries discarded because they could not be decoded (read by `Consumer::stats`).
+    pub discarded: AtomicU64,
+
+    // 3. Written by the handles.
+    /// This partition's share of the queue. Written by the task as it queues items and by the
+    /// handle as it takes them (one lock per message for room, flow permits and the ack
+    /// timeout's count): an op per message would cost more than the message (issue #18).
     pub room: Mutex<QueueRoom>,
-    /// Permits are granted once this many messages were taken (half the receiver queue).
-    pub refill_at: u32,
-    /// Set by `Consumer::close` before it queues its Close op: acks made from then on are
-    /// refused (Java `ConsumerImpl.closeAsync` sets the state to Closing first, and acks on a
-    /// closing consumer fail), instead of being folded in behind the Close and dropped with
-    /// the task once the CloseConsumer went out.
-    pub close_requested: std::sync::atomic::AtomicBool,
+    /// The last message the application took (kept for a non-durable subscription only, which
+    /// resumes after it when subscribed again; a durable one resumes where the broker says).
+    /// Written by the handle as it hands a message out, read by the task when the epoch
+    /// changes, under one lock with the epoch check (see [`PartitionShared::new_epoch`]): an
+    /// op would arrive after the epoch changed, and the reader would resume before a message
+    /// it already handed out.
+    pub last_dequeued: Mutex<Option<MessageId>>,
+    /// Statistics: counters written by both sides (the handle counts what it hands out, on
+    /// the hot path), read by `Consumer::stats` and the metrics facade.
+    pub stats: crate::stats::ConsumerCounters,
+    /// Set by the handle when it took this partition's end-of-topic notice out of the queue;
+    /// read by the handle (is every partition at the end?) and by the task (no second notice
+    /// is queued while one was not taken). Set once per notice, read by both sides: a flag,
+    /// where an op would leave the handle without the answer it needs.
+    pub end_taken: std::sync::atomic::AtomicBool,
+    /// Set by the registry (handle side) when the task left the consumer (a pattern
+    /// consumer's topic removed): its messages still queued are discarded. Read by the
+    /// handle only (the task never reads it: the removed topic's consumer is closed).
+    pub removed: std::sync::atomic::AtomicBool,
+    /// Whether acks are refused because `close()` began (see [`CloseGate`]). Written by the
+    /// handle only, read by `Acker`: a flag, not an op, because it must hold from the moment
+    /// `close` is called, before its Close op found room in the inbox.
+    pub close_gate: CloseGate,
 }
 
 impl PartitionShared {
@@ -164,5 +198,64 @@ impl PartitionShared {
             return self.ops.fold(|f| f.push(op));
         }
         self.ops.send(op).await.map_err(|_| Closed)
+    }
+}
+
+/// Refuses acks from the start of `Consumer::close` (Java `ConsumerImpl.closeAsync` sets the
+/// state to Closing first, and acks on a closing consumer fail), instead of folding them in
+/// behind the Close op, to be dropped with the task once the CloseConsumer went out.
+///
+/// Counts the closes waiting for room for their Close op, plus a mark once one was queued
+/// (for good: the task closes). A `close()` future dropped while its op still waited (see
+/// [`CloseAttempt`]) closed nothing, and takes its count back: acks are taken again.
+#[derive(Debug, Default)]
+pub(crate) struct CloseGate(AtomicU32);
+
+/// Set in [`CloseGate`] once a Close op was queued.
+const CLOSE_QUEUED: u32 = 1 << 31;
+
+impl CloseGate {
+    /// Whether acks are refused.
+    pub(crate) fn refuses(&self) -> bool {
+        self.0.load(Ordering::Acquire) != 0
+    }
+}
+
+/// One `close()`'s hold on a partition's [`CloseGate`], from its first poll until its Close
+/// op is queued (or dropped with the future, unqueued).
+#[derive(Debug)]
+pub(crate) struct CloseAttempt {
+    part: Arc<PartitionShared>,
+    /// The Close op was queued (or the task was gone): the gate stays shut.
+    done: bool,
+}
+
+impl CloseAttempt {
+    /// Shuts `part`'s gate until this attempt is queued or dropped.
+    pub(crate) fn begin(part: Arc<PartitionShared>) -> Self {
+        part.close_gate.0.fetch_add(1, Ordering::AcqRel);
+        CloseAttempt { part, done: false }
+    }
+
+    /// The partition this attempt closes.
+    pub(crate) fn part(&self) -> &Arc<PartitionShared> {
+        &self.part
+    }
+
+    /// The Close op was queued, or could not be (the task is gone): the gate stays shut for
+    /// good.
+    pub(crate) fn queued(mut self) {
+        let gate = &self.part.close_gate.0;
+        gate.fetch_or(CLOSE_QUEUED, Ordering::AcqRel);
+        gate.fetch_sub(1, Ordering::AcqRel);
+        self.done = true;
+    }
+}
+
+impl Drop for CloseAttempt {
+    fn drop(&mut self) {
+        if !self.done {
+            self.part.close_gate.0.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }

@@ -8,6 +8,7 @@
 
 mod acker;
 mod builder;
+mod close;
 pub mod dlq;
 pub(crate) mod engine;
 mod entry;
@@ -702,52 +703,6 @@ impl Consumer {
     /// (at-least-once, never lost).
     pub async fn reconsume_later(&self, msg: &Message, delay: Duration) -> Result<()> {
         self.acker.reconsume_later(msg, delay).await
-    }
-
-    /// Flushes pending acks and closes the consumer on the broker (and its dead-letter and
-    /// retry producers). Returns `Ok` once it is closed by the application (closing twice is
-    /// fine), or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the
-    /// broker closed it for good before or during the close.
-    ///
-    /// Dropping the consumer closes it too, in the background.
-    pub async fn close(&self) -> Result<()> {
-        self.closed_by_app.store(true, Ordering::Relaxed);
-        // Acks are refused from now on (Java `closeAsync`: Closing first), before any Close
-        // op is queued: one folded in behind the Close would never be sent.
-        for p in self.all() {
-            p.close_requested.store(true, Ordering::Release);
-        }
-        if let Some(d) = &self.discovery {
-            // No topic joins or leaves from now on.
-            d.stop().await;
-        }
-        let mut result = Ok(());
-        let all = self.all();
-        // Every task at once (a multi-topic consumer has many), like upstream's closeAsync.
-        let closes = all.iter().map(|p| async move {
-            match Self::ask(p, ConsumerOp::Close).await {
-                // The task is gone: it ended before; its state says how.
-                Err(Error::Closed) => match *p.state.borrow() {
-                    State::Closed => Ok(()),
-                    other => Err(ended_error(other, &p.base)),
-                },
-                r => r,
-            }
-        });
-        for r in futures::future::join_all(closes).await {
-            if result.is_ok() {
-                result = r;
-            }
-        }
-        let sinks: Vec<_> = self
-            .lock_groups()
-            .iter()
-            .filter_map(|g| g.sink.clone())
-            .collect();
-        for sink in sinks {
-            sink.close().await;
-        }
-        result
     }
 }
 

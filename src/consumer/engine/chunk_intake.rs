@@ -12,7 +12,6 @@ use crate::consumer::engine::chunks::{ChunkHeader, Outcome};
 use crate::consumer::engine::decode::decode;
 use crate::consumer::engine::ConsumerTask;
 use crate::consumer::queue::Item;
-use crate::util::deadline_after;
 
 impl ConsumerTask {
     /// A chunk (stored at `entry`) of a chunked message.
@@ -95,7 +94,7 @@ impl ConsumerTask {
             if !unassembled.is_empty() && self.persistent() && !expire.is_zero() {
                 let now = Instant::now();
                 for id in unassembled {
-                    self.nacks.add(id, now, expire);
+                    self.acks.nacks.add(id, now, expire);
                 }
             }
         } else {
@@ -106,7 +105,7 @@ impl ConsumerTask {
             // evicted message redelivered at once would be evicted again).
             let now = Instant::now();
             for id in redeliver {
-                self.nacks.add(id, now, self.opts.negative_ack_delay);
+                self.acks.nacks.add(id, now, self.opts.negative_ack_delay);
             }
         }
         if let Some(e) = error {
@@ -123,14 +122,12 @@ impl ConsumerTask {
         if !self.persistent() {
             return;
         }
-        let mut flush = self.opts.ack_group_time.is_zero();
+        let mut full = false;
         for id in ids {
-            flush |= self.acks.ack(id.entry());
+            full |= self.acks.ack(id.entry());
         }
-        if flush {
+        if self.acks.after_ack(full) {
             self.flush_acks();
-        } else if self.ack_deadline.is_none() {
-            self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
         }
     }
 }

@@ -228,7 +228,7 @@ impl ConsumerTask {
                 }
             }
             if track_unacked {
-                self.unacked.queued(self.queued_messages, id);
+                self.acks.unacked.queued(self.queued_messages, id);
             }
             // Numbered like the handle counts them in `QueueRoom::taken`.
             self.queued_messages += 1;

@@ -2,7 +2,6 @@
 //! negative-ack and ack-timeout redelivery, seek, and what to clear when re-subscribing. The
 //! shared [`Entity`] driver owns its registration, reconnects and ending.
 
-pub(crate) mod acking;
 pub(crate) mod acks;
 pub(crate) mod chunk_intake;
 pub(crate) mod chunks;
@@ -13,7 +12,6 @@ pub(crate) mod intake;
 pub(crate) mod seek;
 pub(crate) mod start;
 pub(crate) mod subscribe;
-pub(crate) mod unacked;
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -30,18 +28,15 @@ use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
 use crate::util::{deadline_after, sleep_until_opt};
 
-use crate::consumer::engine::acks::{AckFlush, AckTracker, NackTracker};
-
-use crate::consumer::engine::subscribe::{subscribe_command, SubscribeParams};
-use crate::consumer::engine::unacked::Unacked;
+use crate::consumer::engine::acks::{
+    remove_if_any, AckFlush, Acks, NackTracker, MAX_REDELIVER_IDS,
+};
+use crate::consumer::engine::seek::{last_ids, start_after, wait_for_resubscribe};
+use crate::consumer::engine::subscribe::{resubscribe_start, subscribe_command, SubscribeParams};
 use crate::consumer::handle::PartitionShared;
-use crate::consumer::op::{ConsumerOp, IdRequest};
+use crate::consumer::op::{ConsumerOp, IdRequest, SeekTarget};
 use crate::consumer::options::{ConsumerOptions, SubscriptionType};
 use crate::consumer::queue::Item;
-
-/// The most message ids one REDELIVER_UNACKNOWLEDGED_MESSAGES carries (Java
-/// `ConsumerImpl.MAX_REDELIVER_UNACKNOWLEDGED`).
-const MAX_REDELIVER_IDS: usize = 1000;
 
 /// What an in-flight request's answer is for.
 pub(crate) enum Pending {
@@ -62,9 +57,8 @@ pub(crate) struct ConsumerTask {
     pub ops: crate::consumer::op::OpReceiver,
     pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
     pub shared: Arc<PartitionShared>,
-    pub acks: AckTracker,
-    pub nacks: NackTracker,
-    pub ack_deadline: Option<Instant>,
+    /// Ack trackers, negative acks, the ack timeout's bookkeeping and the grouping timer.
+    pub acks: Acks,
     /// Messages at or before this position are skipped (reader start, non-durable resume).
     pub skip_through: Option<MessageId>,
     /// Flow permits granted to the broker minus messages it delivered.
@@ -75,8 +69,6 @@ pub(crate) struct ConsumerTask {
     pub dlq: Option<Arc<crate::consumer::engine::dlq::DeadLetterSink>>,
     /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
     pub dlq_candidates: HashMap<MessageId, Message>,
-    /// Unacked messages, for the ack timeout.
-    pub unacked: Unacked,
     /// How many messages this task has put in the queue (numbers them for `unacked`).
     pub queued_messages: u64,
     /// Flow-control violations seen (each closed its connection).
@@ -86,26 +78,14 @@ pub(crate) struct ConsumerTask {
     pub start: Option<MessageId>,
     /// After a time seek: the next message queued sets `start`.
     pub start_from_next: bool,
-    /// Seeks and get-last-message-ids waiting for the consumer to be subscribed again, with
-    /// their deadlines.
-    pub deferred: Vec<(Instant, IdRequest)>,
+    /// Seeks in flight or waiting for a re-subscribe, and the acks held behind them.
+    pub seeks: crate::consumer::engine::seek::Seeks,
     /// Chunked messages being reassembled.
     pub chunks: crate::consumer::engine::chunks::ChunkAssembler,
     /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
-}
-
-/// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
-/// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
-/// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
-pub(crate) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
-    if map.is_empty() {
-        None
-    } else {
-        map.remove(key)
-    }
 }
 
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
@@ -193,9 +173,9 @@ impl ConsumerTask {
         let out_closed = out.closed();
         tokio::pin!(out_closed);
         let final_error = loop {
-            let ack_deadline = self.ack_deadline;
-            let nack_deadline = self.nacks.next_deadline();
-            let deferred_deadline = self.deferred_deadline();
+            let ack_deadline = self.acks.deadline;
+            let nack_deadline = self.acks.nacks.next_deadline();
+            let deferred_deadline = self.seeks.deferred_deadline();
             let chunk_deadline = self.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
             let step: Result<()> = tokio::select! {
@@ -217,7 +197,13 @@ impl ConsumerTask {
                     Wake::Refused(_) => Ok(()), // a producer's (the driver retries)
                     Wake::Detached if closing => Err(Error::Closed),
                     Wake::Detached => {
+                        let held = self.seeks.reattaching();
                         self.detached();
+                        if held {
+                            // Acks made during a seek waited for this: now they wait (as any
+                            // kept while detached) for the new subscription.
+                            self.flush_acks();
+                        }
                         // The connection noticed first that the broker delivered beyond
                         // this consumer's bound (see `flow_violation` for the other way):
                         // the application hears of it the same way, after the epoch changed.
@@ -230,6 +216,7 @@ impl ConsumerTask {
                     Wake::Attached(_) => {
                         tracing::info!(topic = %self.entity.topic, "consumer re-subscribed");
                         self.start_flow();
+                        self.seeks.reattaching();
                         self.replay_deferred(&mut requests);
                         Ok(())
                     }
@@ -307,7 +294,7 @@ impl ConsumerTask {
                     Ok(())
                 }
                 _ = sleep_until_opt(nack_deadline) => {
-                    let due = self.nacks.take_due(Instant::now());
+                    let due = self.acks.nacks.take_due(Instant::now());
                     self.redeliver(due);
                     Ok(())
                 }
@@ -363,6 +350,11 @@ impl ConsumerTask {
         self.entity
             .life
             .apply(crate::lifecycle::Event::CloseRequested);
+        // Acks held behind a seek in flight go before the CloseConsumer too: after it they
+        // would be dropped by the broker (Java `closeAsync` flushes its tracker at once).
+        for op in self.seeks.release_all() {
+            self.on_folded(op);
+        }
         self.flush_acks();
         self.entity.stop_reconnecting();
         match self.entity.close_request() {
@@ -388,27 +380,13 @@ impl ConsumerTask {
         // The broker redelivers every unacked chunk to the new subscription.
         let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
-        let start = if self.durable {
-            None
-        } else {
+        if !self.durable {
             if let Some(last) = last {
                 self.skip_through = Some(last);
             }
-            // (A batch message id keeps its index: the broker then starts at that entry and
-            // the filter drops what was already received.)
-            match (last, held_from) {
-                // An incomplete chunked message whose first chunk came before the last message
-                // received (chunks of messages from several producers interleave): resuming
-                // after that message would never deliver the first chunk again, and the
-                // message would be lost. Resume at that first chunk instead; the filter drops
-                // what the application already received (it ends at or before `last`).
-                // Beyond upstream, whose reader resumes after the last message dequeued.
-                (Some(last), Some(first)) if first < last => Some(
-                    crate::consumer::engine::subscribe::start_position(first, true),
-                ),
-                _ => last.or(self.start),
-            }
-        };
+        }
+        let (start, rollback_secs) =
+            resubscribe_start(&self.opts, self.durable, last, held_from, self.start);
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.entity.topic,
             consumer_id: self.entity.id,
@@ -416,22 +394,7 @@ impl ConsumerTask {
             opts: &self.opts,
             durable: self.durable,
             start,
-            // Only while nothing was received and no seek moved the start (upstream
-            // `ConsumerImpl.connectionOpened`: while `startMessageId` is still the initial
-            // one); afterwards the reader resumes after what it received.
-            rollback_secs: if last.is_none()
-                && held_from.is_none()
-                && self.start
-                    == self.opts.start_message_id.map(|s| {
-                        crate::consumer::engine::subscribe::start_position(
-                            s,
-                            self.opts.start_inclusive,
-                        )
-                    }) {
-                self.opts.start_message_rollback_secs
-            } else {
-                0
-            },
+            rollback_secs,
             consumer_epoch: self.consumer_epoch,
         });
         self.entity.reconnect(cmd);
@@ -459,89 +422,13 @@ impl ConsumerTask {
 
     fn on_op(&mut self, op: ConsumerOp, requests: &mut Requests<Pending>) -> Result<()> {
         let no_conn = || Error::ConnectionLost("consumer is reconnecting".into());
+        // Behind a seek not answered yet, acks wait (see `seek::Seeks`).
+        let Some(op) = self.seeks.hold(op) else {
+            return Ok(());
+        };
         match op {
-            ConsumerOp::Ack(id) => self.on_ack(id),
-            ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
-            ConsumerOp::AckCumulative(id) => {
-                self.shared.stats.acked();
-                self.dlq_candidates.retain(|k, _| *k > id);
-                // The cumulative ack of a chunked message's last chunk covers its chunks.
-                let done: Vec<MessageId> = self
-                    .chunk_ids
-                    .keys()
-                    .filter(|k| **k <= id)
-                    .copied()
-                    .collect();
-                let covered: Vec<(MessageId, Vec<MessageId>)> = done
-                    .into_iter()
-                    .filter_map(|k| self.chunk_ids.remove_entry(&k))
-                    .collect();
-                self.unacked.remove_through(id);
-                if !self.persistent() {
-                    return Ok(());
-                }
-                match self
-                    .chunks
-                    .earliest_first_chunk()
-                    .filter(|f| *f < id.entry())
-                {
-                    // An incomplete chunked message has its first chunk before `id` (chunks of
-                    // several producers interleave): a cumulative ack through `id` would ack
-                    // that first chunk, and after a reconnect the rest of the message would
-                    // come without it (lost). Like an unfinished batch, the cumulative ack
-                    // stops before it; the chunked messages delivered after it (and `id`) are
-                    // acked entry by entry. Other messages in between stay unacked until a
-                    // later cumulative ack (redelivered after a reconnect: at least once).
-                    // Beyond upstream, whose cumulative ack loses the incomplete message.
-                    Some(first) => {
-                        if first.entry_id > 0 {
-                            self.acks.ack_cumulative(MessageId::new(
-                                first.ledger_id,
-                                first.entry_id - 1,
-                                first.partition,
-                            ));
-                        }
-                        let mut entries: Vec<MessageId> = covered
-                            .into_iter()
-                            .filter(|(k, _)| *k > first)
-                            .flat_map(|(_, chunks)| chunks)
-                            .collect();
-                        if !id.is_chunked() && !id.is_batch() {
-                            entries.push(id.entry());
-                        }
-                        self.ack_chunks(entries);
-                    }
-                    None => {
-                        self.acks.ack_cumulative(id);
-                    }
-                }
-                if self.opts.ack_group_time.is_zero() {
-                    self.flush_acks();
-                } else if self.ack_deadline.is_none() {
-                    self.ack_deadline = Some(deadline_after(self.opts.ack_group_time));
-                }
-            }
-            ConsumerOp::Nack(id, redelivery_count) => {
-                self.shared.stats.nacked();
-                self.unacked.remove(&id);
-                if let Some(msg) = self.dlq_candidates.remove(&id) {
-                    self.dead_letter(msg);
-                } else {
-                    let delay = match &self.opts.negative_ack_backoff {
-                        Some(b) => b.delay(redelivery_count),
-                        None => self.opts.negative_ack_delay,
-                    };
-                    self.nacks.add(id, Instant::now(), delay);
-                }
-            }
-            ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
-            ConsumerOp::Flow(n) => {
-                if self.entity.conn.is_some() {
-                    self.permits += i64::from(n);
-                    self.entity.send_control(commands::flow(self.entity.id, n));
-                }
-            }
             ConsumerOp::Seek(target, tx) => {
+                self.seeks.begin();
                 let deadline = deadline_after(self.entity.core.operation_timeout());
                 self.id_request(IdRequest::Seek(target, tx), deadline, requests);
             }
@@ -564,29 +451,84 @@ impl ConsumerTask {
                 }
             },
             ConsumerOp::Close(_) => unreachable!("handled by the loop"),
+            op => self.on_folded(op),
         }
         Ok(())
     }
 
-    pub(crate) fn flush_acks(&mut self) {
-        self.ack_deadline = None;
-        if self.entity.conn.is_none() {
-            // Keep them for the next connection (the broker redelivers unacked messages; the
-            // acks still apply after re-subscribing).
-            if self.acks.has_pending() {
-                self.ack_deadline = Some(deadline_after(
-                    self.opts
-                        .ack_group_time
-                        .max(std::time::Duration::from_millis(100)),
-                ));
+    /// An ack, negative ack, redelivery or flow permit of the application.
+    pub(crate) fn on_folded(&mut self, op: ConsumerOp) {
+        match op {
+            ConsumerOp::Ack(id) => self.on_ack(id),
+            ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
+            ConsumerOp::AckCumulative(id) => {
+                self.shared.stats.acked();
+                self.dlq_candidates.retain(|k, _| *k > id);
+                // The cumulative ack of a chunked message's last chunk covers its chunks.
+                let covered = acks::take_chunks_through(&mut self.chunk_ids, id);
+                self.acks.unacked.remove_through(id);
+                if !self.persistent() {
+                    return;
+                }
+                let first_chunk = self.chunks.earliest_first_chunk();
+                let (through, entries) = acks::cumulative_plan(id, first_chunk, covered);
+                if let Some(through) = through {
+                    self.acks.tracker.ack_cumulative(through);
+                }
+                if !entries.is_empty() {
+                    self.ack_chunks(entries);
+                }
+                if self.acks.after_ack(false) {
+                    self.flush_acks();
+                }
             }
-            return;
+            ConsumerOp::Nack(id, redelivery_count) => {
+                self.shared.stats.nacked();
+                self.acks.unacked.remove(&id);
+                if let Some(msg) = self.dlq_candidates.remove(&id) {
+                    self.dead_letter(msg);
+                } else {
+                    let delay = match &self.opts.negative_ack_backoff {
+                        Some(b) => b.delay(redelivery_count),
+                        None => self.opts.negative_ack_delay,
+                    };
+                    self.acks.nacks.add(id, Instant::now(), delay);
+                }
+            }
+            ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
+            ConsumerOp::Flow(n) => {
+                if self.entity.conn.is_some() {
+                    self.permits += i64::from(n);
+                    self.entity.send_control(commands::flow(self.entity.id, n));
+                }
+            }
+            // Control ops are taken by `on_op`.
+            ConsumerOp::Seek(..)
+            | ConsumerOp::LastMessageId(_)
+            | ConsumerOp::Unsubscribe(_)
+            | ConsumerOp::Close(_) => {
+                debug_assert!(false, "a control op among the folded ones: {op:?}")
+            }
         }
-        let AckFlush {
+    }
+
+    /// Sends the acks waiting, unless they are kept: no connection (the broker redelivers
+    /// unacked messages; the acks still apply after re-subscribing), or a seek's disconnect
+    /// awaited (see `seek::Seeks`).
+    pub(crate) fn flush_acks(&mut self) {
+        let keep = match self.seeks.acks_wait(Instant::now()) {
+            Some(until) => Some(until),
+            None if self.entity.conn.is_none() => Some(self.acks.detached_retry()),
+            None => None,
+        };
+        let Some(AckFlush {
             individual,
             cumulative,
             partial,
-        } = self.acks.take_flush();
+        }) = self.acks.flush(keep)
+        else {
+            return;
+        };
         let id = self.entity.id;
         let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
         self.shared.stats.acks_sent(sent);
@@ -599,10 +541,44 @@ impl ConsumerTask {
         }
     }
 
+    /// An individual ack from the application.
+    pub(crate) fn on_ack(&mut self, id: MessageId) {
+        self.shared.stats.acked();
+        self.forget(&id);
+        if !self.persistent() {
+            return;
+        }
+        if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
+            // A chunked message: every chunk is acked (upstream acks each chunk of a
+            // `ChunkMessageIdImpl`).
+            self.ack_chunks(chunks);
+            return;
+        }
+        let full = self.acks.ack(id);
+        if self.acks.after_ack(full) {
+            self.flush_acks();
+        }
+    }
+
+    /// `ConsumerOp::AckIds`: applies acks made in a row, in order, then gives their buffer
+    /// back for the next ones.
+    pub(crate) fn on_ack_ids(&mut self, mut ids: Vec<MessageId>) {
+        for id in ids.drain(..) {
+            self.on_ack(id);
+        }
+        // Kept for the next batch, unless a burst grew it past the usual size: the channel
+        // the buffer replaced gave its memory back once drained, so a burst's room is not
+        // kept for the consumer's lifetime either.
+        let ids = crate::consumer::op::recycle(ids);
+        if ids.capacity() > 0 {
+            self.ops.with_folded(|f| f.give_back(ids));
+        }
+    }
+
     /// Forgets a message the application acked.
     pub(crate) fn forget(&mut self, id: &MessageId) {
         remove_if_any(&mut self.dlq_candidates, id);
-        self.unacked.remove(id);
+        self.acks.unacked.remove(id);
     }
 
     /// Publishes a message to the dead-letter topic in the background; it is acked once
@@ -621,13 +597,13 @@ impl ConsumerTask {
     /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout after the
     /// application took them.
     fn on_ack_timeout_tick(&mut self) {
-        if self.unacked.is_empty() {
+        if self.acks.unacked.is_empty() {
             return;
         }
         let now = Instant::now();
         let taken = self.shared.room().taken;
-        self.unacked.taken(taken, now);
-        let expired = self.unacked.expired(now, self.opts.ack_timeout);
+        self.acks.unacked.taken(taken, now);
+        let expired = self.acks.unacked.expired(now, self.opts.ack_timeout);
         self.shared.stats.ack_timed_out(expired.len());
         let mut redeliver = Vec::new();
         for id in expired {
@@ -644,7 +620,7 @@ impl ConsumerTask {
 
     /// Asks the broker to deliver these messages again: by id on Shared / Key_Shared; on
     /// Exclusive / Failover by rewinding everything unacked (redeliver-all).
-    pub(crate) fn redeliver(&mut self, mut ids: Vec<MessageId>) {
+    pub(crate) fn redeliver(&mut self, ids: Vec<MessageId>) {
         if ids.is_empty() || !self.persistent() {
             return;
         }
@@ -653,18 +629,7 @@ impl ConsumerTask {
             return;
         }
         // A chunked message is redelivered whole: all its chunks.
-        let chunks: Vec<MessageId> = ids
-            .iter()
-            .filter_map(|id| self.chunk_ids.get(id))
-            .flatten()
-            .copied()
-            .collect();
-        ids.extend(chunks);
-        for id in &mut ids {
-            *id = id.entry();
-        }
-        ids.sort();
-        ids.dedup();
+        let ids = acks::redelivery_entries(ids, &self.chunk_ids);
         // Java ConsumerImpl.redeliverUnacknowledgedMessages(Set): at most
         // MAX_REDELIVER_UNACKNOWLEDGED (1000) ids per command, so a large redelivery (an ack
         // timeout expiring a long backlog) never builds one oversized frame.
@@ -687,10 +652,146 @@ impl ConsumerTask {
         self.flush_acks();
         self.consumer_epoch += 1;
         self.shared.new_epoch(false);
-        self.unacked.clear();
-        self.nacks = NackTracker::default();
+        self.acks.unacked.clear();
+        self.acks.nacks = NackTracker::default();
         self.shared.stats.redelivery_requested();
         let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
         self.entity.send_control(frame);
+    }
+
+    // The task's side of seek and get-last-message-id (the state is `seek::Seeks`).
+
+    /// Sends a seek or get-last-message-id now, or keeps it until the consumer is subscribed
+    /// again (upstream `ConsumerImpl.internalGetLastMessageIdAsync` retries with backoff while
+    /// the consumer is not connected, until the operation timeout; a seek made right after
+    /// another finds the consumer re-subscribing the same way). `deadline` bounds the wait.
+    pub(crate) fn id_request(
+        &mut self,
+        req: IdRequest,
+        deadline: Instant,
+        requests: &mut Requests<Pending>,
+    ) {
+        let Some(conn) = self.entity.conn.clone() else {
+            self.seeks.defer(deadline, req);
+            return;
+        };
+        let cid = self.entity.id;
+        let operation = req.operation();
+        match &req {
+            IdRequest::Seek(target, _) => {
+                // Upstream flushes the ack tracker around a seek (`flushAndClean`): acks the
+                // application made before the seek are sent first, so they apply to the
+                // position they were made at; the seek then decides what is unacknowledged.
+                self.flush_acks();
+                let (id, time) = match *target {
+                    SeekTarget::Id(id) => (Some(id), None),
+                    SeekTarget::PublishTime(t) => (None, Some(t)),
+                };
+                requests.send(
+                    &conn,
+                    Pending::Id(req, deadline),
+                    |rid| commands::seek(cid, rid, id, time),
+                    operation,
+                );
+            }
+            IdRequest::LastMessageId(_) => requests.send(
+                &conn,
+                Pending::Id(req, deadline),
+                |rid| commands::get_last_message_id(cid, rid),
+                operation,
+            ),
+        }
+    }
+
+    /// The broker's answer to a seek or get-last-message-id.
+    pub(crate) fn on_id_answer(
+        &mut self,
+        req: IdRequest,
+        deadline: Instant,
+        r: Result<BaseCommand>,
+    ) {
+        match (req, r) {
+            (req, Err(e)) if wait_for_resubscribe(&e) && Instant::now() < deadline => {
+                tracing::debug!(topic = %self.entity.topic, error = %e,
+                    operation = req.operation(), "sent again once re-subscribed");
+                self.seeks.defer(deadline, req);
+            }
+            (IdRequest::Seek(target, tx), r) => {
+                let ok = r.is_ok();
+                if ok {
+                    self.after_seek(target);
+                }
+                self.seek_ended(ok);
+                let _ = tx.send(r.map(|_| ()));
+            }
+            (IdRequest::LastMessageId(tx), r) => {
+                let _ = tx.send(r.and_then(|resp| last_ids(resp, self.partition)));
+            }
+        }
+    }
+
+    /// A seek was answered (`ok`: it succeeded, and its reset is done) or given up: the acks
+    /// made since it began are applied now, after the reset (see [`Seeks`]), before anything
+    /// else the task takes.
+    fn seek_ended(&mut self, ok: bool) {
+        let held = self.seeks.end();
+        if held.is_empty() {
+            return;
+        }
+        if ok && self.entity.conn.is_some() {
+            // Not on the subscription the broker is dropping: on the next one.
+            self.seeks.wait_for_disconnect(Instant::now());
+        }
+        for op in held {
+            self.on_folded(op);
+        }
+        self.flush_acks();
+    }
+
+    /// Subscribed again: sends what waited for it.
+    pub(crate) fn replay_deferred(&mut self, requests: &mut Requests<Pending>) {
+        for (deadline, req) in self.seeks.take_deferred() {
+            self.id_request(req, deadline, requests);
+        }
+    }
+
+    /// Fails the deferred requests whose time is up.
+    pub(crate) fn expire_deferred(&mut self) {
+        let after = self.entity.core.operation_timeout();
+        for req in self.seeks.take_expired(Instant::now()) {
+            let operation = req.operation();
+            let seek = matches!(req, IdRequest::Seek(..));
+            req.fail(Error::Timeout { operation, after });
+            if seek {
+                self.seek_ended(false);
+            }
+        }
+    }
+
+    /// After a successful seek: discard what is queued, clean the ack bookkeeping, make the
+    /// seek position the start of a non-durable re-subscribe, and ask for messages again (a
+    /// broker that does not disconnect the consumer after a seek waits for new permits).
+    fn after_seek(&mut self, target: SeekTarget) {
+        let (epoch, _) = self.shared.new_epoch(true);
+        self.shared.permit_epoch.store(epoch, Ordering::Release);
+        // An end-of-topic notice queued before the seek is stale (Java's seek clears the
+        // incoming queue): the consumer reads from the new position; the broker says the end
+        // again once it gets there.
+        self.shared.end_epoch.store(epoch, Ordering::Release);
+        self.shared.room().consumed = 0;
+        self.acks.reset();
+        self.chunks.clear();
+        self.dlq_candidates.clear();
+        (self.start, self.skip_through, self.start_from_next) = start_after(target);
+        self.start_flow();
+    }
+
+    /// A message is queued for the application: after a time seek, the first one is where a
+    /// non-durable re-subscribe starts.
+    pub(crate) fn note_delivered(&mut self, id: MessageId) {
+        if self.start_from_next {
+            self.start_from_next = false;
+            self.start = Some(subscribe::start_position(id, true));
+        }
     }
 }

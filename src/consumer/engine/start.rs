@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, watch};
 
 use crate::connection::EntityKind;
-use crate::consumer::engine::acks::{AckTracker, NackTracker};
+use crate::consumer::engine::acks::Acks;
 use crate::consumer::engine::dlq::DeadLetterSink;
 use crate::consumer::engine::flow::{overshoot_bound, QueueRoom};
 use crate::consumer::engine::subscribe::{
@@ -102,7 +102,7 @@ pub(crate) async fn spawn_partition(
             .clone(),
         room: Mutex::new(QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
-        close_requested: std::sync::atomic::AtomicBool::new(false),
+        close_gate: Default::default(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options
@@ -118,20 +118,17 @@ pub(crate) async fn spawn_partition(
         ops: ops_rx,
         out,
         shared: shared.clone(),
-        acks: AckTracker::new(options.ack_group_max).with_batch_index_ack(options.batch_index_ack),
-        nacks: NackTracker::default(),
-        ack_deadline: None,
+        acks: Acks::new(options),
         skip_through,
         permits: 0,
         consumer_epoch: 0,
         dlq: dlq.clone(),
         dlq_candidates: Default::default(),
-        unacked: Default::default(),
         queued_messages: 0,
         over_delivered: 0,
         start,
         start_from_next: false,
-        deferred: Vec::new(),
+        seeks: Default::default(),
         chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
             crate::consumer::engine::chunks::ChunkLimits::from_options(options),
         )

@@ -100,6 +100,46 @@ fn from_first_chunk(s: MessageId, inclusive: bool) -> MessageId {
     }
 }
 
+/// Where a subscription created again after a lost connection starts, and the rollback it
+/// asks for: `last` is the last message the application took, `held_from` the first chunk
+/// of the earliest incomplete chunked message, `start` the start kept since the first
+/// subscribe or the last seek. A durable subscription resumes where the broker says.
+pub(crate) fn resubscribe_start(
+    opts: &ConsumerOptions,
+    durable: bool,
+    last: Option<MessageId>,
+    held_from: Option<MessageId>,
+    start: Option<MessageId>,
+) -> (Option<MessageId>, u64) {
+    // Only while nothing was received and no seek moved the start (upstream
+    // `ConsumerImpl.connectionOpened`: while `startMessageId` is still the initial one);
+    // afterwards the reader resumes after what it received.
+    let initial = opts
+        .start_message_id
+        .map(|s| start_position(s, opts.start_inclusive));
+    let rollback_secs = if last.is_none() && held_from.is_none() && start == initial {
+        opts.start_message_rollback_secs
+    } else {
+        0
+    };
+    if durable {
+        return (None, rollback_secs);
+    }
+    // (A batch message id keeps its index: the broker then starts at that entry and the
+    // filter drops what was already received.)
+    let at = match (last, held_from) {
+        // An incomplete chunked message whose first chunk came before the last message
+        // received (chunks of messages from several producers interleave): resuming after
+        // that message would never deliver the first chunk again, and the message would be
+        // lost. Resume at that first chunk instead; the filter drops what the application
+        // already received (it ends at or before `last`). Beyond upstream, whose reader
+        // resumes after the last message dequeued.
+        (Some(last), Some(first)) if first < last => Some(start_position(first, true)),
+        _ => last.or(start),
+    };
+    (at, rollback_secs)
+}
+
 /// The start position a SUBSCRIBE of a non-durable subscription carries to deliver from `s`
 /// (`inclusive`) or after it. The broker starts after a whole-entry id (upstream makes it the
 /// mark-delete position of the new cursor), and at the entry of an id with a batch index; the

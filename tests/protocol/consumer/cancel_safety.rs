@@ -158,3 +158,63 @@ async fn a_dropped_send_future_sends_nothing_and_a_dropped_receipt_still_sends()
         "the dropped send was never sent"
     );
 }
+
+/// A `close()` future dropped while its Close op still waits for room in the partition task's
+/// inbox (full of control ops) closed nothing: the consumer lives on, so acks made afterwards
+/// are accepted and sent, and `recv` goes on. (Before, `close` refused acks from its first
+/// poll on, and a dropped future left them refused for the consumer's lifetime.)
+#[tokio::test]
+async fn a_close_future_dropped_before_its_close_was_queued_leaves_the_consumer_usable() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("cancel-close");
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..2 {
+        producer.send_and_wait(i.to_string()).await.unwrap();
+    }
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let m = within("a message", consumer.recv()).await.unwrap();
+    // The test runs on one thread: the consumer's task does not run while the futures below
+    // are only polled, so their control ops fill its inbox (more than it has room for; with
+    // more room the Close would be queued, the consumer closed, and this test would fail).
+    let mut asks: Vec<_> = (0..5_000)
+        .map(|_| Box::pin(consumer.last_message_ids()))
+        .collect();
+    for ask in &mut asks {
+        assert!(futures::poll!(ask.as_mut()).is_pending());
+    }
+    {
+        let mut close = std::pin::pin!(consumer.close());
+        assert!(futures::poll!(close.as_mut()).is_pending());
+    }
+    for r in within("the queued requests", futures::future::join_all(asks)).await {
+        r.unwrap();
+    }
+    consumer
+        .acker()
+        .ack(&m)
+        .expect("acks are taken: nothing was closed");
+    within(
+        "the ack",
+        broker.wait_for_command(
+            pulsar_sdk::mock::wire::base_command::Type::Ack,
+            Duration::from_secs(10),
+        ),
+    )
+    .await
+    .expect("the ack reached the broker");
+    let next = within("the next message", consumer.recv()).await.unwrap();
+    assert_eq!(index(&next), 1);
+    consumer.close().await.unwrap();
+}

@@ -593,18 +593,20 @@ async fn the_receiver_queue_is_bounded_across_partitions() {
 
 /// Java `ConsumerImpl.seekAsync` writes the SEEK on the connection in the caller's thread, so
 /// an ack made after `seek` began (from another task, through an `Acker`) reaches the broker
-/// after the seek, and the broker's reset of the cursor does not undo it. Here the Seek op
-/// only builds its request future; the request goes out when the task next polls it, while
-/// an ack folded in behind the Seek is written at once in the same drain (ack group time
-/// zero): the broker receives the ack first and the seek then clears it.
+/// after the seek, and the broker's reset of the cursor does not undo it. Here the task writes
+/// acks on the connection's control lane, drained before the ops lane carrying the SEEK: an
+/// ack applied behind the Seek op overtook it (ack group time zero) and the seek cleared it.
+/// It must also go on the subscription made again after the seek (the broker disconnects the
+/// consumer and ignores acks for it, `ServerCnx.handleAck`), so it takes effect.
 #[tokio::test]
-#[ignore = "larger: the task writes acks on the connection's control lane, which the \
-connection task drains before the ops lane carrying the SEEK request, so an ack applied after \
-the Seek op overtakes it; withholding acks until the seek's answer loses them instead (the \
-broker disconnects the consumer before it answers, and the seek's reset wipes the tracker, as \
-Java's flushAndClean does with no connection). Needs acks and requests on one ordered lane."]
 async fn an_ack_made_after_a_seek_began_reaches_the_broker_after_the_seek() {
     ack_made_after_a_seek_began(Duration::ZERO, "seek-then-ack-order").await;
+}
+
+/// The same with acks grouped: the group's timer does not send it early either.
+#[tokio::test]
+async fn a_grouped_ack_made_after_a_seek_began_reaches_the_broker_after_the_seek() {
+    ack_made_after_a_seek_began(Duration::from_millis(5), "seek-then-grouped-ack-order").await;
 }
 
 async fn ack_made_after_a_seek_began(group: Duration, name: &str) {
@@ -643,4 +645,22 @@ async fn ack_made_after_a_seek_began(group: Duration, name: &str) {
         seek_at < ack_at,
         "the ack made after seek() began reached the broker before the seek"
     );
+    let resubscribed_at = log
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is(Type::Subscribe))
+        .nth(1)
+        .map(|(i, _)| i)
+        .expect("subscribed again after the seek");
+    assert!(
+        resubscribed_at < ack_at,
+        "the ack went to the consumer the broker dropped for the seek, not the new one"
+    );
+    // It took effect: of the two messages, only the unacked one is left.
+    within("the ack applied", async {
+        while broker.subscription_backlog(&topic, "s") != 1 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
 }
