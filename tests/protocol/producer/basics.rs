@@ -1301,6 +1301,73 @@ async fn a_long_user_chosen_producer_name_is_accepted() {
         .unwrap();
 }
 
+/// Issue #31 (leftover): a batching producer's batch of one carries the producer name in its
+/// own frame like an unbatched message; it was charged nothing for it (1,000 batches of one
+/// with a 1,000-byte name were pending under a 64 KiB limit).
+#[tokio::test]
+async fn memory_limit_counts_the_producer_name_of_a_batch_of_one() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(64 * 1024)
+        .build()
+        .unwrap();
+    let mut batching = BatchingOptions::default();
+    batching.max_messages = 1;
+    let producer = client
+        .producer("mem-name-batch-of-one")
+        .name("n".repeat(1000))
+        .batching_options(batching)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    let mut accepted = 0usize;
+    for i in 0..1000u32 {
+        match producer.send(vec![i as u8]).await {
+            Ok(_receipt) => accepted += 1,
+            Err(Error::ProducerQueueFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(
+        accepted <= 130,
+        "{accepted} batches of one of ~1 KB pending under a 64 KiB limit"
+    );
+}
+
+/// The name a full batch carries once is charged once: what its other messages were charged
+/// for it comes back when the batch is built, so 1,000 one-byte messages in batches of 50 fit
+/// under a 256 KiB limit with a 1,000-byte name (20 copies of it and one open batch's, not
+/// 1,000).
+#[tokio::test]
+async fn a_full_batch_is_charged_the_producer_name_once() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = Client::builder()
+        .service_url(broker.service_url())
+        .memory_limit(256 * 1024)
+        .build()
+        .unwrap();
+    let mut batching = BatchingOptions::default();
+    batching.max_messages = 50;
+    let producer = client
+        .producer("mem-name-full-batch")
+        .name("n".repeat(1000))
+        .batching_options(batching)
+        .block_if_queue_full(true)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    // A send waits for memory (blocking) while the task builds batches: charged 1,000 name
+    // copies it would wait for good.
+    for i in 0..1000u32 {
+        if let Err(e) = within("send", producer.send(vec![i as u8])).await {
+            panic!("message {i}: {e}");
+        }
+    }
+}
+
 /// Issue #31, section 2 (review): "count the encoded bytes of pending messages, not only
 /// payloads". An unbatched message's frame carries the producer's name (here 1,000 bytes);
 /// with 1-byte payloads a 64 KiB limit let 1,000 messages (1 MB of frames) be pending.
