@@ -18,22 +18,60 @@ use crate::error::Error;
 
 /// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver.
 pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
+    channel(bound, None)
+}
+
+/// A watcher's channel (PIP-145 topic lists, PIP-247 partition updates): bounded by `bound`
+/// commands and by `bytes` of them (their encoded size; one command is always taken), the
+/// smaller of the two. A command past either bound is dropped, not queued, and the receiver
+/// is told ([`EntityReceiver::take_dropped`]) so its owner re-reads the whole state (a
+/// re-listing), as upstream does on an update whose hash does not match. A broker pushing
+/// huge topic lists then costs at most `bytes`, and the connection (shared with producers
+/// and consumers) is not closed over a watcher's backlog.
+pub(crate) fn watcher_channel(bound: usize, bytes: usize) -> (EntitySender, EntityReceiver) {
+    channel(bound, Some(bytes))
+}
+
+fn channel(bound: usize, bytes: Option<usize>) -> (EntitySender, EntityReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let overflowed = Arc::new(AtomicBool::new(false));
+    let lossy = bytes.map(|bound| {
+        Arc::new(Lossy {
+            bound,
+            bytes: AtomicUsize::new(0),
+            dropped: AtomicBool::new(false),
+        })
+    });
     (
         EntitySender {
             tx,
             queued: queued.clone(),
             bound: bound.max(1),
             overflowed: overflowed.clone(),
+            lossy: lossy.clone(),
         },
         EntityReceiver {
             rx,
             queued,
             overflowed,
+            lossy,
         },
     )
+}
+
+/// The byte bound of a watcher's channel, and whether it dropped something.
+#[derive(Debug)]
+struct Lossy {
+    bound: usize,
+    bytes: AtomicUsize,
+    dropped: AtomicBool,
+}
+
+/// The bytes a watcher's command holds while queued: its encoded size.
+fn held_bytes(frame: &crate::codec::Frame) -> usize {
+    use prost::Message as _;
+    frame.command.encoded_len() + frame.payload.as_ref().map_or(0, |p| p.data.len())
 }
 
 /// The connection's end of an entity channel.
@@ -44,6 +82,8 @@ pub(crate) struct EntitySender {
     bound: usize,
     /// Set when this entity's bound was crossed: the connection closes because of it.
     overflowed: Arc<AtomicBool>,
+    /// A watcher's channel: bounded in bytes too, and dropping past its bounds.
+    lossy: Option<Arc<Lossy>>,
 }
 
 /// What became of a command handed to an entity.
@@ -61,6 +101,18 @@ pub(crate) enum Delivery {
 
 impl EntitySender {
     pub(super) fn deliver(&self, frame: Inbound) -> Delivery {
+        if let (Some(lossy), Inbound::Other(f)) = (&self.lossy, &frame) {
+            // Only what becomes a command (what a watcher is sent) is counted in bytes.
+            let command = f.command.message.is_none() && f.command.send_receipt.is_none();
+            let size = if command { held_bytes(f) } else { 0 };
+            let queued = self.queued.load(Ordering::Acquire);
+            let held = lossy.bytes.load(Ordering::Acquire);
+            if queued >= self.bound || (queued > 0 && held.saturating_add(size) > lossy.bound) {
+                lossy.dropped.store(true, Ordering::Release);
+                return Delivery::Delivered;
+            }
+            lossy.bytes.fetch_add(size, Ordering::AcqRel);
+        }
         if self.queued.load(Ordering::Acquire) >= self.bound {
             self.overflowed.store(true, Ordering::Release);
             return Delivery::Overflow { bound: self.bound };
@@ -84,8 +136,11 @@ impl EntitySender {
                 }
             }
         };
-        if self.tx.send(event).is_err() {
+        if let Err(mpsc::error::SendError(event)) = self.tx.send(event) {
             self.queued.fetch_sub(1, Ordering::AcqRel);
+            if let (Some(lossy), EntityEvent::Command(f)) = (&self.lossy, &event) {
+                lossy.bytes.fetch_sub(held_bytes(f), Ordering::AcqRel);
+            }
             return Delivery::Gone;
         }
         Delivery::Delivered
@@ -103,9 +158,26 @@ pub(crate) struct EntityReceiver {
     rx: mpsc::UnboundedReceiver<EntityEvent>,
     queued: Arc<AtomicUsize>,
     overflowed: Arc<AtomicBool>,
+    lossy: Option<Arc<Lossy>>,
 }
 
 impl EntityReceiver {
+    /// Whether a watcher's channel dropped a command since this was last asked (see
+    /// [`watcher_channel`]); always false for other channels.
+    pub(crate) fn take_dropped(&self) -> bool {
+        self.lossy
+            .as_ref()
+            .is_some_and(|l| l.dropped.swap(false, Ordering::AcqRel))
+    }
+
+    /// The bytes of the commands queued in a watcher's channel (0 for other channels).
+    #[cfg(test)]
+    pub(crate) fn queued_bytes(&self) -> usize {
+        self.lossy
+            .as_ref()
+            .map_or(0, |l| l.bytes.load(Ordering::Acquire))
+    }
+
     /// The next event; `None` once the connection dropped its sender.
     pub(crate) async fn recv(&mut self) -> Option<EntityEvent> {
         let ev = self.rx.recv().await;
@@ -132,6 +204,9 @@ impl EntityReceiver {
         {
             self.queued.fetch_sub(1, Ordering::AcqRel);
         }
+        if let (Some(lossy), Some(EntityEvent::Command(f))) = (&self.lossy, ev) {
+            lossy.bytes.fetch_sub(held_bytes(f), Ordering::AcqRel);
+        }
     }
 }
 
@@ -147,14 +222,16 @@ pub(crate) struct WatchSlot {
 }
 
 impl WatchSlot {
-    /// Registers watcher `id` of `kind` on `conn`, with a channel of `bound` events.
+    /// Registers watcher `id` of `kind` on `conn`, with a channel of `bound` events and
+    /// `bytes` of them ([`watcher_channel`]).
     pub(crate) fn register(
         conn: &super::Connection,
         kind: super::EntityKind,
         id: u64,
         bound: usize,
+        bytes: usize,
     ) -> crate::error::Result<WatchSlot> {
-        let (tx, events) = entity_channel(bound);
+        let (tx, events) = watcher_channel(bound, bytes);
         conn.register(kind, id, tx)?;
         Ok(WatchSlot {
             conn: conn.clone(),
