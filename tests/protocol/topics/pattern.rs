@@ -582,9 +582,13 @@ async fn close_is_prompt_while_a_new_topics_subscribe_is_stuck() {
     .await;
     // The new topic's SUBSCRIBE is answered (with an error) only after two minutes.
     broker.push_error(
-        MockError::new(MockRequest::Subscribe, ServerError::ServiceNotReady, "stuck")
-            .on_topic(&stuck)
-            .after(Duration::from_secs(120)),
+        MockError::new(
+            MockRequest::Subscribe,
+            ServerError::ServiceNotReady,
+            "stuck",
+        )
+        .on_topic(&stuck)
+        .after(Duration::from_secs(120)),
     );
     broker.create_topic(&stuck);
     let subscribing = || {
@@ -593,7 +597,11 @@ async fn close_is_prompt_while_a_new_topics_subscribe_is_stuck() {
             .iter()
             .any(|r| r.command.subscribe.as_ref().unwrap().topic == stuck)
     };
-    wait_until("the stuck topic's SUBSCRIBE reached the broker", subscribing).await;
+    wait_until(
+        "the stuck topic's SUBSCRIBE reached the broker",
+        subscribing,
+    )
+    .await;
     within("close", consumer.close()).await.unwrap();
     assert_eq!(broker.consumers(&a, "s"), 0);
 }
