@@ -257,3 +257,83 @@ impl Drop for WatchSlot {
         self.conn.unregister(self.kind, self.id);
     }
 }
+
+#[cfg(test)]
+mod watcher_channel_tests {
+    use super::*;
+    use crate::codec::Frame;
+    use crate::proto;
+
+    /// A WATCH_TOPIC_UPDATE listing `n` new topics of ~100 bytes each.
+    fn update(n: usize) -> Inbound {
+        let cmd = proto::BaseCommand {
+            r#type: proto::base_command::Type::WatchTopicUpdate as i32,
+            watch_topic_update: Some(proto::CommandWatchTopicUpdate {
+                watcher_id: 1,
+                new_topics: (0..n)
+                    .map(|i| format!("persistent://public/default/{i:0>72}"))
+                    .collect(),
+                deleted_topics: Vec::new(),
+                topics_hash: String::new(),
+            }),
+            ..Default::default()
+        };
+        Inbound::Other(Box::new(Frame::simple(cmd)))
+    }
+
+    /// Issue #31 §3: the watcher's update queue was bounded in items only (1,024 updates of
+    /// any size: 5 GiB of 5 MiB topic lists). Ten updates of ~1 MiB against a 4 MiB bound:
+    /// the first ones are queued up to the bound, the rest are dropped (delivered as far as
+    /// the connection is concerned: it is not closed) and the receiver is told once.
+    #[test]
+    fn a_watcher_channel_is_bounded_in_bytes_and_says_it_dropped() {
+        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024);
+        for _ in 0..10 {
+            assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
+        }
+        let held = rx.queued_bytes();
+        assert!(held <= 4 * 1024 * 1024, "{held} bytes queued");
+        assert!(rx.take_dropped());
+        assert!(!rx.take_dropped(), "told once");
+        let mut taken = 0;
+        while rx.try_recv().is_ok() {
+            taken += 1;
+        }
+        assert!((1..10).contains(&taken), "{taken} queued");
+        assert_eq!(
+            rx.queued_bytes(),
+            0,
+            "the bytes come back as updates are taken"
+        );
+        // A single update larger than the whole bound is still taken when the queue is empty.
+        assert_eq!(tx.deliver(update(50_000)), Delivery::Delivered);
+        assert!(rx.try_recv().is_ok());
+        assert!(!rx.take_dropped());
+    }
+
+    /// The count bound of a watcher's channel drops too (it closed the connection before).
+    #[test]
+    fn a_watcher_channel_past_its_count_drops_instead_of_overflowing() {
+        let (tx, mut rx) = watcher_channel(3, usize::MAX);
+        for _ in 0..5 {
+            assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
+        }
+        assert!(rx.take_dropped());
+        assert!(!rx.overflowed());
+        let mut taken = 0;
+        while rx.try_recv().is_ok() {
+            taken += 1;
+        }
+        assert_eq!(taken, 3);
+    }
+
+    /// Other entities' channels are unchanged: past the count, an overflow.
+    #[test]
+    fn an_entity_channel_still_overflows() {
+        let (tx, rx) = entity_channel(1);
+        assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
+        assert_eq!(tx.deliver(update(1)), Delivery::Overflow { bound: 1 });
+        assert!(rx.overflowed());
+        assert!(!rx.take_dropped());
+    }
+}

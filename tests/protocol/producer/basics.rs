@@ -1312,8 +1312,10 @@ async fn memory_limit_counts_the_producer_name_of_a_batch_of_one() {
         .memory_limit(64 * 1024)
         .build()
         .unwrap();
-    let mut batching = BatchingOptions::default();
-    batching.max_messages = 1;
+    let batching = BatchingOptions {
+        max_messages: 1,
+        ..Default::default()
+    };
     let producer = client
         .producer("mem-name-batch-of-one")
         .name("n".repeat(1000))
@@ -1348,8 +1350,10 @@ async fn a_full_batch_is_charged_the_producer_name_once() {
         .memory_limit(256 * 1024)
         .build()
         .unwrap();
-    let mut batching = BatchingOptions::default();
-    batching.max_messages = 50;
+    let batching = BatchingOptions {
+        max_messages: 50,
+        ..Default::default()
+    };
     let producer = client
         .producer("mem-name-full-batch")
         .name("n".repeat(1000))
