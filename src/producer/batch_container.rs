@@ -22,10 +22,6 @@ pub(crate) struct FrameContext {
     pub max_message_size: usize,
     /// The schema version of ProducerSuccess, carried by every message.
     pub schema_version: Option<Bytes>,
-    /// What each message was charged of the memory limit for the producer name and schema
-    /// version a frame carries (fixed at creation, see `handle::per_message_bytes`): a batch
-    /// carries one copy, so building a batch of `n` gives back `n - 1` of them.
-    pub name_charge: usize,
 }
 
 fn properties(msg: &Outgoing) -> Vec<proto::KeyValue> {
@@ -237,30 +233,6 @@ fn fail_batch(b: &mut OpenBatch, error: &Error, failed: &mut Vec<(Error, Complet
         };
         (error.clone(), completion)
     }));
-}
-
-/// Every message of a batching producer was charged the producer name (and schema version)
-/// that a frame carries, since any may end up in a frame of its own (a batch of one, a message
-/// too big to batch); a batch of `n` carries one copy, so `n - 1` charges come back as it is
-/// built. Each message keeps at least one byte (a charge was clamped to the limit).
-fn give_back_name_charges(ctx: &FrameContext, b: &mut OpenBatch, n: usize) {
-    if n < 2 || ctx.name_charge == 0 {
-        return;
-    }
-    let held = b.reserved.memory as usize;
-    let surplus = ctx
-        .name_charge
-        .saturating_mul(n - 1)
-        .min(held.saturating_sub(n));
-    // At most `held`, a u32.
-    let surplus = surplus as u32;
-    if surplus > 0 {
-        b.reserved.memory -= surplus;
-        b.receipts.release(Reservation {
-            memory: surplus,
-            slots: 0,
-        });
-    }
 }
 
 /// One open batch.
@@ -554,7 +526,6 @@ impl BatchContainer {
         failed: &mut Vec<(Error, Completion)>,
     ) {
         let n = b.receipts.len();
-        give_back_name_charges(ctx, &mut b, n);
         let raw = b.builder.take();
         // Empty now; its allocation comes back once `raw` (and what shares it) is dropped.
         self.spare = std::mem::take(&mut b.builder);

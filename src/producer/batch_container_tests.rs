@@ -13,7 +13,6 @@ fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
         compression,
         max_message_size,
         schema_version: None,
-        name_charge: 0,
     }
 }
 

@@ -141,7 +141,6 @@ mod tests {
             compression,
             max_message_size: max,
             schema_version: None,
-            name_charge: 0,
         }
     }
 

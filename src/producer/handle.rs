@@ -151,14 +151,12 @@ impl PartitionProducer {
         });
         let (ops_tx, ops_rx) = inbox(Receipts::new(partition, limits.clone()));
         let terminal = Arc::new(OnceLock::new());
-        let per_message = per_message_bytes(&created.name, created.schema_version.as_ref());
         let ctx = FrameContext {
             producer_id,
             producer_name: created.name.clone(),
             compression: options.compression,
             max_message_size,
             schema_version: created.schema_version.clone(),
-            name_charge: per_message,
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");
@@ -195,6 +193,8 @@ impl PartitionProducer {
         let shutdown = client.shutdown_signal();
         let shutdown_at_start = *shutdown.borrow();
         let state_now = entity_state_now;
+        let per_message =
+            per_message_bytes(options, &created.name, created.schema_version.as_ref());
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
@@ -364,17 +364,22 @@ impl PartitionProducer {
     }
 }
 
-/// The bytes every frame of a producer carries in its metadata besides what the application
-/// gave its message: the producer name (the broker's, at most `MAX_PRODUCER_NAME`, or the
+/// The bytes every unbatched message of a producer carries in its metadata besides what the
+/// application gave it: the producer name (the broker's, at most `MAX_PRODUCER_NAME`, or the
 /// application's, any length) and the schema version (at most `MAX_SCHEMA_VERSION`), as
 /// attached (issue #31: a broker naming the producer with megabytes made every pending
-/// message carry them, uncounted). Every message is charged them when sent, batching or not:
-/// any message may go in a frame of its own (unbatched, a batch of one, too big to batch);
-/// a batch of `n` carries one copy, and the container gives back the other `n - 1` charges
-/// as it builds the batch. Java's `ProducerImpl.sendAsync` reserves only the payload's
-/// `readableBytes()` (`canEnqueueRequest(.., uncompressedSize)`); this counts what the
-/// pending message holds. A schema version that changes on a re-attach (at most
-/// `MAX_SCHEMA_VERSION` bytes) is not re-counted.
-fn per_message_bytes(name: &str, schema_version: Option<&Bytes>) -> usize {
+/// message carry them, uncounted). A batched message shares its batch's copy, so it counts
+/// none. Java's `ProducerImpl.sendAsync` reserves only the payload's `readableBytes()`
+/// (`canEnqueueRequest(.., uncompressedSize)`); this counts what the pending message holds.
+/// A schema version that changes on a re-attach (at most `MAX_SCHEMA_VERSION` bytes) is not
+/// re-counted.
+fn per_message_bytes(
+    options: &ProducerOptions,
+    name: &str,
+    schema_version: Option<&Bytes>,
+) -> usize {
+    if options.batching.is_some() {
+        return 0;
+    }
     name.len() + schema_version.map_or(0, Bytes::len)
 }
