@@ -335,7 +335,8 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
         client.clone(),
         EntityKind::PartitionWatcher,
         |f| f.supports_partition_update_watchers,
-        1024,
+        crate::watcher::UPDATE_QUEUE,
+        crate::watcher::UPDATE_QUEUE_BYTES,
     );
     link.connect_now();
     let mut mode = Mode::Unknown;
@@ -471,6 +472,13 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     refusal = None;
                     refusal_delay.reset();
                     closing = false;
+                }
+                // Updates were dropped (the queue's count or byte bound): watch again on the
+                    // same watcher with the full topic list (at the loop's top), whose answer
+                    // carries every count; the broker also re-sends an update left unanswered.
+                LinkEvent::Lagged => {
+                    tracing::debug!("partition updates dropped; watching again");
+                    watched_generation = None;
                 }
                 LinkEvent::Closed => {
                     closing = false;

@@ -34,6 +34,11 @@ pub struct TopicsChanged {
     /// 256 changes behind (0 normally); [`Consumer::topics`](crate::Consumer::topics) is the
     /// current set either way.
     pub missed: u64,
+    /// How many topics matching the pattern are not subscribed, as of this change, because
+    /// the consumer has `pattern_max_topics` of them already (0 normally). A change of this
+    /// count alone is a change too (`added` and `removed` empty). The current count is
+    /// [`Consumer::pattern_topics_skipped`](crate::Consumer::pattern_topics_skipped).
+    pub skipped: u64,
 }
 
 /// A value that changes over time, and a [`Stream`] of its values: the value when the stream

@@ -31,6 +31,17 @@ use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
 use crate::retry::RetryTimer;
 
+/// How many pushed commands a watcher queues untaken (one update per topic change or
+/// partition version; a backlog this deep is a broker flooding us).
+pub(crate) const UPDATE_QUEUE: usize = 1024;
+
+/// How many bytes of pushed commands a watcher queues untaken (at least one command is
+/// always taken, however large: at most the max frame size). A queue's bound is the smaller
+/// of this and [`UPDATE_QUEUE`]; past it, updates are dropped and the owner re-reads
+/// ([`LinkEvent::Lagged`]) instead of the queue growing: 1,024 updates of 5 MiB topic lists
+/// were 5 GiB (issue #31 §3).
+pub(crate) const UPDATE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
+
 /// A boxed future a watcher keeps while it runs.
 pub(crate) type Pending<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -60,6 +71,11 @@ pub(crate) enum LinkEvent {
     Watching(Box<BaseCommand>),
     /// A command pushed to the watcher.
     Update(Box<Frame>),
+    /// Commands pushed to the watcher were dropped: more than its queue holds, in count or in
+    /// bytes (see [`WatchLink::new`]). The owner re-reads the whole state (a re-listing, the
+    /// partition counts); what was queued before the drop was dropped with them (it is older
+    /// than what the re-reading finds).
+    Lagged,
     /// The watcher is gone or could not be had (no connection, the connection lost, a
     /// retriable failure of the watch); a new one is attempted after the backoff.
     Lost(Error),
@@ -90,8 +106,10 @@ pub(crate) struct WatchLink {
     host: Arc<dyn WatchHost>,
     kind: EntityKind,
     supports: fn(&BrokerFeatures) -> bool,
-    /// How many pushed commands the watcher may hold untaken (more is a flooding broker).
+    /// How many pushed commands the watcher may hold untaken, and how many bytes of them:
+    /// past either, they are dropped and the owner re-reads ([`LinkEvent::Lagged`]).
     bound: usize,
+    bytes: usize,
     phase: Phase,
     retry: RetryTimer,
 }
@@ -116,11 +134,14 @@ fn request(
 }
 
 impl WatchLink {
+    /// A link for watchers of `kind` on brokers that `supports` them, whose pushed commands
+    /// queue up to `bound` commands and `bytes` of them (the smaller bound applies).
     pub(crate) fn new(
         host: Arc<dyn WatchHost>,
         kind: EntityKind,
         supports: fn(&BrokerFeatures) -> bool,
         bound: usize,
+        bytes: usize,
     ) -> Self {
         let retry = RetryTimer::new(host.backoff_policy());
         WatchLink {
@@ -128,6 +149,7 @@ impl WatchLink {
             kind,
             supports,
             bound,
+            bytes,
             phase: Phase::Idle,
             retry,
         }
@@ -172,7 +194,8 @@ impl WatchLink {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Connected(conn) => {
                 let id = self.host.new_watcher_id();
-                let Ok(slot) = WatchSlot::register(&conn, self.kind, id, self.bound) else {
+                let Ok(slot) = WatchSlot::register(&conn, self.kind, id, self.bound, self.bytes)
+                else {
                     // The connection closed meanwhile.
                     self.retry_later();
                     return;
@@ -251,6 +274,21 @@ impl WatchLink {
                     return self.answered(result);
                 }
                 Phase::Watching { slot, rewatch } => {
+                    if slot.events.take_dropped() {
+                        // What is still queued is older than what the owner re-reads: drop
+                        // it too (a connection loss among it is reported after).
+                        let mut closed = None;
+                        while let Ok(ev) = slot.events.try_recv() {
+                            if let EntityEvent::ConnectionClosed(e) = ev {
+                                closed = Some(e);
+                            }
+                        }
+                        if let Some(e) = closed {
+                            self.retry_later();
+                            return LinkEvent::Lost(e);
+                        }
+                        return LinkEvent::Lagged;
+                    }
                     let ev = tokio::select! {
                         r = async { rewatch.as_mut().expect("guarded").await }, if rewatch.is_some() => {
                             return self.answered(r);

@@ -20,6 +20,7 @@ pub struct ConsumerBuilder {
     pub(crate) options: ConsumerOptions,
     mode: RegexSubscriptionMode,
     discovery_period: Duration,
+    max_topics: usize,
 }
 
 impl ConsumerBuilder {
@@ -31,6 +32,7 @@ impl ConsumerBuilder {
             options: ConsumerOptions::default(),
             mode: RegexSubscriptionMode::default(),
             discovery_period: Duration::from_secs(60),
+            max_topics: crate::consumer::topics::pattern::DEFAULT_MAX_TOPICS,
         }
     }
 
@@ -241,6 +243,18 @@ impl ConsumerBuilder {
         self
     }
 
+    /// The most topics a pattern consumer subscribes at once (default 10,000; each costs a
+    /// consumer per partition, ~21 KB each). Matching topics beyond it are not subscribed:
+    /// they are counted in [`TopicsChanged::skipped`](crate::TopicsChanged::skipped) and
+    /// [`Consumer::pattern_topics_skipped`], logged as a warning, and subscribed once room
+    /// frees (a subscribed topic deleted or no longer matching). The first ones in name order
+    /// are taken at subscribe time; later, the first found. Upstream has no such bound.
+    /// Must not be zero.
+    pub fn pattern_max_topics(mut self, max: usize) -> Self {
+        self.max_topics = max;
+        self
+    }
+
     /// Subscribes (on every partition of a partitioned topic, on every topic of a
     /// [`topics`](Self::topics) list). Fails if any topic cannot be subscribed (nothing is
     /// left subscribed then).
@@ -252,11 +266,17 @@ impl ConsumerBuilder {
                     "pattern_auto_discovery_period must not be zero".into(),
                 ));
             }
+            if self.max_topics == 0 {
+                return Err(Error::InvalidConfig(
+                    "pattern_max_topics must not be zero".into(),
+                ));
+            }
             let cfg = crate::consumer::topics::pattern::PatternConfig {
                 pattern: TopicsPattern::new(p)?,
                 mode: self.mode,
                 period: self.discovery_period,
                 own_letters: crate::consumer::topics::pattern::OwnLetters::of(&self.options),
+                max_topics: self.max_topics,
             };
             return Box::pin(Consumer::subscribe_pattern(self.client, cfg, self.options)).await;
         }

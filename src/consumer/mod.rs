@@ -169,7 +169,8 @@ impl Consumer {
         // A topic deleted while the consumer subscribes must not be re-created by it.
         options.force_topic_creation = false;
         let (ctx, tx, rx) = SubscribeContext::new(client, options);
-        let (groups, initial) = topics::pattern::subscribe_initial(&ctx, initial).await?;
+        let (groups, initial) =
+            topics::pattern::subscribe_initial(&ctx, initial, cfg.max_topics).await?;
         let shown = TopicName::new(&format!(
             "{}://{}/{}",
             if cfg.mode == RegexSubscriptionMode::NonPersistentOnly {
@@ -203,6 +204,13 @@ impl Consumer {
             },
             self.closed(),
         )
+    }
+
+    /// How many topics matching a pattern consumer's pattern are not subscribed because it has
+    /// [`pattern_max_topics`](crate::ConsumerBuilder::pattern_max_topics) of them (0 for
+    /// other consumers); each change is also in [`TopicsChanged::skipped`].
+    pub fn pattern_topics_skipped(&self) -> usize {
+        self.discovery.as_ref().map_or(0, |d| d.skipped())
     }
 
     /// The topics this consumer receives from, in the order given (a pattern consumer's
@@ -666,8 +674,9 @@ impl Consumer {
             // Java PatternMultiTopicsConsumerImpl: the consumer is Closing before it
             // unsubscribes, and topic changes are ignored from then on. Discovery left running
             // would see the unsubscribed topics' consumers end and subscribe them again,
-            // re-creating the subscription.
-            d.stop().await;
+            // re-creating the subscription. A subscribe in flight is waited for: its topic
+            // is unsubscribed with the others.
+            d.stop_settled().await;
         }
         // Concurrently, like upstream's MultiTopicsConsumerImpl.unsubscribeAsync.
         let all = self.all();

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use super::info::SchemaType;
+use super::info::{SchemaType, SchemaVersion};
 
 /// The encoder's or decoder's own error (the same type as
 /// [`error::SourceError`](crate::error::SourceError), spelled out so this leaf does not import
@@ -45,6 +45,22 @@ pub enum SchemaError {
     /// A schema definition is not valid (for example not an Avro schema).
     #[error("invalid schema definition: {0}")]
     InvalidDefinition(String),
+    /// The message names a writer schema version the consumer could not get from the broker
+    /// (GetSchema failed or timed out, or the consumer gave up asking this topic after
+    /// repeated timeouts), so it was not decoded: it can be nacked (redelivered and decoded
+    /// once the broker answers again) or dead-lettered like any message that fails to decode.
+    /// Upstream's `AutoConsumeSchema` and multi-version readers fail the message's `getValue`
+    /// the same way when the schema lookup fails.
+    #[error("the writer schema {version:?} of the message is unavailable: {reason}")]
+    WriterSchemaUnavailable {
+        /// The version the message names.
+        version: SchemaVersion,
+        /// Why it is unavailable.
+        reason: String,
+        /// The lookup's error.
+        #[source]
+        source: Option<Source>,
+    },
 }
 
 impl SchemaError {

@@ -87,23 +87,44 @@ pub(crate) const UNKNOWN_VERSION_RETRY: Duration = Duration::from_secs(60);
 /// GetSchema then costs two operation timeouts a minute, not one per version.
 pub(crate) const TIMEOUTS_BEFORE_GIVING_UP: u32 = 2;
 
-/// A writer schema, or when fetching it failed.
+/// A writer schema, or when fetching it failed (and how).
 #[derive(Debug, Clone)]
 enum Entry {
     Known(Arc<SchemaInfo>),
-    Unknown(Instant),
+    /// The broker said it has no such schema (upstream answers TopicNotFound).
+    Missing(Instant),
+    /// The lookup failed otherwise (a timeout, a lost connection, another refusal).
+    Failed(Instant, Error),
+}
+
+/// What a consumer knows of a message's writer schema ([`WriterSchemas::get`]).
+#[derive(Debug, Clone)]
+pub(crate) enum Writer {
+    /// Fetched (or cached).
+    Known(Arc<SchemaInfo>),
+    /// The broker has no schema of that version: the message decodes with the consumer's own
+    /// schema (upstream `MultiVersionGenericAvroReader.loadReader` falls back to the reader's
+    /// schema when the provider finds none).
+    Missing,
+    /// The lookup failed or was given up: the message is an error item
+    /// ([`SchemaError::WriterSchemaUnavailable`](super::SchemaError)), like upstream's
+    /// `AutoConsumeSchema.fetchSchemaIfNeeded` and `AbstractMultiVersionReader.read`, which
+    /// throw when the schema lookup fails.
+    Unavailable(Error),
 }
 
 /// A consumer's writer schemas by topic and version. A version the broker could not give
-/// (an error or a timeout) is remembered as unknown for [`UNKNOWN_VERSION_RETRY`], so a broker
-/// without a registry costs one operation timeout per version and minute, not one per message,
-/// and a transient failure is retried later; after [`TIMEOUTS_BEFORE_GIVING_UP`] timeouts in a
-/// row on a topic, no version of it is asked for during that time.
+/// (an error or a timeout) is remembered for [`UNKNOWN_VERSION_RETRY`], so a broker without a
+/// registry costs one operation timeout per version and minute, not one per message, and a
+/// transient failure is retried later; after [`TIMEOUTS_BEFORE_GIVING_UP`] timeouts in a row
+/// on a topic, no version of it is asked for during that time (each message naming one is an
+/// error item at once). Each fetch is one GetSchema (after one lookup of the topic's broker).
 #[derive(Debug, Default)]
 pub(crate) struct WriterSchemas {
     known: HashMap<(TopicName, Bytes), Entry>,
-    /// Per topic: GetSchema timeouts in a row, and since when it has given up asking.
-    silent: HashMap<TopicName, (u32, Option<Instant>)>,
+    /// Per topic: GetSchema timeouts in a row, and since when it has given up asking (with
+    /// the last timeout, which the messages skipped meanwhile report).
+    silent: HashMap<TopicName, (u32, Option<(Instant, Error)>)>,
 }
 
 impl WriterSchemas {
@@ -113,16 +134,21 @@ impl WriterSchemas {
         core: &CoreRef,
         topic: &TopicName,
         version: &Bytes,
-    ) -> Option<Arc<SchemaInfo>> {
+    ) -> Writer {
         let key = (topic.clone(), version.clone());
         match self.known.get(&key) {
-            Some(Entry::Known(info)) => return Some(info.clone()),
-            Some(Entry::Unknown(at)) if at.elapsed() < UNKNOWN_VERSION_RETRY => return None,
+            Some(Entry::Known(info)) => return Writer::Known(info.clone()),
+            Some(Entry::Missing(at)) if at.elapsed() < UNKNOWN_VERSION_RETRY => {
+                return Writer::Missing
+            }
+            Some(Entry::Failed(at, e)) if at.elapsed() < UNKNOWN_VERSION_RETRY => {
+                return Writer::Unavailable(e.clone())
+            }
             _ => {}
         }
-        if let Some((_, Some(since))) = self.silent.get(topic) {
+        if let Some((_, Some((since, e)))) = self.silent.get(topic) {
             if since.elapsed() < UNKNOWN_VERSION_RETRY {
-                return None;
+                return Writer::Unavailable(e.clone());
             }
             self.silent.remove(topic);
         }
@@ -131,13 +157,13 @@ impl WriterSchemas {
             self.silent.clear();
         }
         match &fetched {
-            Err(Error::Timeout { .. }) => {
+            Err(e @ Error::Timeout { .. }) => {
                 let (n, since) = self.silent.entry(topic.clone()).or_default();
                 *n += 1;
                 if *n >= TIMEOUTS_BEFORE_GIVING_UP {
                     tracing::warn!(%topic, timeouts = *n,
                         "the broker does not answer GetSchema; not asking again for a while");
-                    *since = Some(Instant::now());
+                    *since = Some((Instant::now(), e.clone()));
                 }
             }
             _ => {
@@ -147,12 +173,22 @@ impl WriterSchemas {
         let (entry, found) = match fetched {
             Ok((info, _)) => {
                 let info = Arc::new(info);
-                (Entry::Known(info.clone()), Some(info))
+                (Entry::Known(info.clone()), Writer::Known(info))
+            }
+            Err(Error::Broker {
+                code: ServerError::TopicNotFound,
+                ..
+            }) => {
+                tracing::debug!(%topic, "the broker has no writer schema of this version; decoding with the local one");
+                (Entry::Missing(Instant::now()), Writer::Missing)
             }
             Err(e) => {
                 tracing::warn!(%topic, error = %e,
-                    "could not fetch a message's writer schema; decoding with the local one");
-                (Entry::Unknown(Instant::now()), None)
+                    "could not fetch a message's writer schema; the message is an error item");
+                (
+                    Entry::Failed(Instant::now(), e.clone()),
+                    Writer::Unavailable(e),
+                )
             }
         };
         if self.known.len() >= WRITER_SCHEMA_CACHE {

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::registry::Writer;
 use super::{Schema, SchemaError, SchemaInfo, SchemaVersion, WriterSchemas};
 use crate::consumer::{Consumer, ConsumerBuilder, Reader, ReaderBuilder};
 use crate::core::CoreRef;
@@ -86,16 +87,29 @@ impl<S: Schema> Decoder<S> {
     }
 
     /// Decodes the held message with the schema, fetching the writer's schema by version when
-    /// the schema needs it (an unknown or unreachable version decodes with the local schema).
+    /// the schema needs it. A version the broker has not (it says so) decodes with the local
+    /// schema; one that could not be had (GetSchema failed or timed out, or was given up on)
+    /// makes the message an error item ([`SchemaError::WriterSchemaUnavailable`]).
     async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
         let msg = self.held.as_ref()?;
         let mut writer: Option<Arc<SchemaInfo>> = None;
+        let mut unavailable = None;
         if self.schema.needs_writer_schema() && !msg.null_value {
             if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
                 // Schemas belong to the topic, not a partition (upstream keys them by the
                 // partitioned topic's name): one fetch per version for all partitions.
                 let topic = msg.topic.partitioned_topic();
-                writer = self.writers.get(&self.core, &topic, &v).await;
+                match self.writers.get(&self.core, &topic, &v).await {
+                    Writer::Known(info) => writer = Some(info),
+                    Writer::Missing => {}
+                    Writer::Unavailable(e) => {
+                        unavailable = Some(SchemaError::WriterSchemaUnavailable {
+                            version: SchemaVersion(v),
+                            reason: e.to_string(),
+                            source: Some(Arc::new(e)),
+                        })
+                    }
+                }
             }
         }
         let msg = self.held.take()?;
@@ -103,6 +117,8 @@ impl<S: Schema> Decoder<S> {
         // decoding its (empty) payload.
         let value = if msg.null_value {
             Err(SchemaError::NullValue)
+        } else if let Some(e) = unavailable {
+            Err(e)
         } else {
             self.schema.decode_message(&msg, writer.as_deref())
         };

@@ -10,4 +10,5 @@ mod hostile;
 mod client;
 mod connection;
 mod consumer;
+mod pattern;
 mod probes;

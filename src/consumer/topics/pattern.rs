@@ -26,6 +26,8 @@
 //! Every applied change is published as a [`TopicsChanged`] event.
 
 use std::collections::{BTreeSet, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -33,17 +35,19 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::commands;
-use crate::connection::{Connection, EntityKind};
+use crate::connection::EntityKind;
 use crate::consumer::queue::Item;
 use crate::consumer::topics::topic::{subscribe_all, SubscribeContext, TopicGroup};
 use crate::consumer::Groups;
-use crate::core::CoreRef;
 use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::State;
-use crate::retry::{retry, AtDeadline, RetryTimer, Schedule, Verdict};
+use crate::retry::RetryTimer;
 use crate::topic::TopicName;
-use crate::topic_list::{is_system_topic, topics_hash, RegexSubscriptionMode, TopicsPattern};
-use crate::watcher::{LinkEvent, WatchLink};
+use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::watcher::{LinkEvent, Pending, WatchLink};
+
+use super::listing::{admits, list_once, Listing};
+pub(crate) use super::listing::{initial_topics, OwnLetters};
 
 pub use crate::updates::TopicsChanged;
 
@@ -58,176 +62,26 @@ pub(crate) struct PatternConfig {
     pub period: Duration,
     /// The consumer's own retry and dead-letter topics, which never join as topics.
     pub own_letters: OwnLetters,
+    /// The most topics subscribed at once (`ConsumerBuilder::pattern_max_topics`).
+    pub max_topics: usize,
 }
 
-/// The retry and dead-letter topics of a pattern consumer that has them (`retry_enable`, or a
-/// dead-letter policy): those of every matched topic (`<topic>-<subscription>-RETRY` and
-/// `-DLQ`, the default names) and those the policy names.
-///
-/// Upstream's pattern consumer filters only system topics (`TopicList.filterSystemTopic`), so
-/// a pattern like `orders-.*` also matches its own `orders-x-sub-RETRY` and `-DLQ` topics.
-/// Here each topic's retry topic is already subscribed with it (as Java does for a consumer
-/// of named topics), so matching it again would subscribe it twice and then, with its own
-/// retry topic, `…-RETRY-sub-RETRY` without end; and consuming the dead-letter topic would
-/// deliver again what was dead-lettered. So they are left out.
-#[derive(Debug, Clone, Default)]
-pub(crate) struct OwnLetters {
-    /// `-<subscription>-RETRY` (with `retry_enable`), `-<subscription>-DLQ`: each only when
-    /// the policy does not name that topic.
-    pub suffixes: Vec<String>,
-    /// The policy's own retry and dead-letter topic names.
-    pub names: Vec<String>,
-}
-
-impl OwnLetters {
-    /// What a consumer with these options leaves out (nothing without retry or DLQ).
-    pub(crate) fn of(options: &crate::consumer::ConsumerOptions) -> OwnLetters {
-        if !options.retry_enable && options.dead_letter_policy.is_none() {
-            return OwnLetters::default();
-        }
-        let sub = &options.subscription;
-        let mut names = Vec::new();
-        if let Some(p) = &options.dead_letter_policy {
-            for t in [&p.retry_letter_topic, &p.dead_letter_topic]
-                .into_iter()
-                .flatten()
-            {
-                if let Ok(name) = TopicName::new(t) {
-                    names.push(name.to_string());
-                }
-            }
-        }
-        // A default name only for a letter topic the consumer has and the policy does not
-        // name: anything else left out would be a topic upstream's consumer (which leaves
-        // out only system topics) consumes, with nothing of this consumer's to justify it.
-        let policy = options.dead_letter_policy.as_ref();
-        let mut suffixes = Vec::new();
-        if options.retry_enable && policy.and_then(|p| p.retry_letter_topic.as_ref()).is_none() {
-            suffixes.push(format!("-{sub}-RETRY"));
-        }
-        if policy.and_then(|p| p.dead_letter_topic.as_ref()).is_none() {
-            suffixes.push(format!("-{sub}-DLQ"));
-        }
-        OwnLetters { suffixes, names }
-    }
-
-    /// Whether `topic` (a partition: its partitioned topic) is one of them.
-    fn contains(&self, topic: &TopicName) -> bool {
-        let base = topic.partitioned_topic_name();
-        self.suffixes.iter().any(|s| base.ends_with(s.as_str()))
-            || self.names.iter().any(|n| n == base)
-    }
-}
-
-/// The matching topics of one GetTopicsOfNamespace answer: `None` if unchanged since `hash`.
-async fn list_once(
-    conn: &Connection,
-    cfg: &PatternConfig,
-    hash: Option<String>,
-    timeout: Duration,
-) -> Result<Listing> {
-    let request_id = conn.new_request_id();
-    let cmd = commands::get_topics_of_namespace(
-        request_id,
-        &cfg.pattern.namespace,
-        cfg.mode.to_proto(),
-        &cfg.pattern.text,
-        hash,
-    );
-    let resp = conn
-        .request_with_timeout(
-            request_id,
-            crate::codec::Frame::simple(cmd),
-            "list the namespace's topics for a pattern consumer (GetTopicsOfNamespace)",
-            timeout,
-        )
-        .await?;
-    let r = resp.get_topics_of_namespace_response.ok_or_else(|| {
-        Error::Protocol("GetTopicsOfNamespace answered without its response".into())
-    })?;
-    let hash = r.topics_hash.clone();
-    if !r.changed.unwrap_or(true) {
-        return Ok(Listing { topics: None, hash });
-    }
-    let filtered = r.filtered.unwrap_or(false);
-    let topics = r
-        .topics
-        .into_iter()
-        // Upstream filters on the client when the broker did not (`filtered = false`),
-        // and the mode is checked on both sides.
-        .filter(|t| admits(cfg, t, filtered))
-        .collect();
-    Ok(Listing {
-        topics: Some(topics),
-        hash,
-    })
-}
-
-/// One GetTopicsOfNamespace answer.
-struct Listing {
-    /// The matching topics; `None` when the broker says nothing changed.
-    topics: Option<BTreeSet<String>>,
-    /// The broker's hash of its list (over what it listed: the whole namespace when it did not
-    /// filter), sent back on the next poll like upstream's `topicsHash`.
-    hash: Option<String>,
-}
-
-/// Whether a listed topic joins a pattern consumer: it matches the pattern (unless the broker
-/// already filtered, `filtered`: upstream trusts that and filters only otherwise), is no
-/// system topic and is of the mode's domain. One check for the poll's answer and both of the
-/// watcher's: a watcher update is checked as much as a listing (upstream's broker only
-/// watches persistent topics; a broker that pushes a non-persistent one into a
-/// persistent-only consumer must not get it subscribed).
-///
-/// Whatever `filtered` says, the name must be a full topic name (as brokers list them; a short
-/// name would be expanded into `public/default`) of the pattern's namespace: an honest broker
-/// lists nothing else, and a topic of another namespace must never join (the regex may be
-/// trusted to the broker, the namespace costs nothing to check).
-fn admits(cfg: &PatternConfig, topic: &str, filtered: bool) -> bool {
-    let Ok(name) = TopicName::new(topic) else {
-        return false;
-    };
-    name.as_str() == topic
-        && name.namespace() == cfg.pattern.namespace
-        && (filtered || cfg.pattern.matches(topic))
-        && !is_system_topic(topic)
-        && cfg.mode.admits(&name)
-        && !cfg.own_letters.contains(&name)
-}
-
-/// The first listing of a pattern consumer: fails (with the broker's error, or a timeout
-/// naming GetTopicsOfNamespace) once the operation timeout has passed.
-pub(crate) async fn initial_topics(client: &CoreRef, cfg: &PatternConfig) -> Result<Vec<String>> {
-    let deadline = crate::util::deadline_after(client.operation_timeout());
-    let listing = retry(
-        &mut client.backoff(),
-        Schedule::until(deadline, AtDeadline::LastAttemptAt),
-        || async {
-            let conn = client.lookup_service_connection().await?;
-            let left = deadline.saturating_duration_since(Instant::now());
-            list_once(&conn, cfg, None, left).await
-        },
-        // A timeout used the whole operation time; other retriable errors are retried (not
-        // once the client is closing, like `partitioned_topic_metadata_with`).
-        |e| {
-            if e.is_retriable() && !matches!(e, Error::Timeout { .. }) && !client.is_shut_down() {
-                Verdict::Retry
-            } else {
-                Verdict::Fail
-            }
-        },
-    )
-    .await?;
-    Ok(listing.topics.unwrap_or_default().into_iter().collect())
-}
+/// The default of `ConsumerBuilder::pattern_max_topics`. Upstream has no bound: a pattern
+/// matching a million topics subscribes a million consumers (~21 KB each here, issue #31).
+pub(crate) const DEFAULT_MAX_TOPICS: usize = 10_000;
 
 /// Subscribes a pattern consumer's first topics, several at a time. A topic deleted since it
 /// was listed (TopicNotFound: it is never re-created) is left out; any other failure fails the
-/// subscribe, closing what was subscribed. Returns the groups and the topics they cover.
+/// subscribe, closing what was subscribed. Returns the groups and the topics discovery starts
+/// from: those they cover, and those left out because of `max_topics`.
 pub(crate) async fn subscribe_initial(
     ctx: &SubscribeContext,
-    topics: Vec<String>,
+    mut topics: Vec<String>,
+    max_topics: usize,
 ) -> Result<(Vec<TopicGroup>, Vec<String>)> {
+    // At most `max_topics` (the first in name order); the rest stays desired, and discovery's
+    // first reconcile reports it as skipped.
+    let skipped = topics.split_off(max_topics.min(topics.len()));
     let attempts = futures::stream::iter(topics.into_iter().map(|t| async move {
         let result = match TopicName::new(&t) {
             Ok(name) => subscribe_all(ctx, vec![name]).await,
@@ -265,13 +119,24 @@ pub(crate) async fn subscribe_initial(
     }
     // In name order (what `Consumer::topics` shows first).
     groups.sort_by(|a, b| a.topic.as_str().cmp(b.topic.as_str()));
+    kept.extend(skipped);
     Ok((groups, kept))
+}
+
+/// A stop of discovery: whether to wait for the reconcile in flight (`settle`, for
+/// `unsubscribe`), and whom to tell once the task ended.
+#[derive(Debug)]
+struct StopRequest {
+    settle: bool,
+    done: oneshot::Sender<()>,
 }
 
 /// The running discovery of one pattern consumer; dropping it stops the task.
 #[derive(Debug)]
 pub(crate) struct Discovery {
-    stop: std::sync::Mutex<Option<oneshot::Sender<oneshot::Sender<()>>>>,
+    stop: std::sync::Mutex<Option<oneshot::Sender<StopRequest>>>,
+    /// Matching topics not subscribed because of `max_topics`, as of the last reconcile.
+    skipped: Arc<AtomicUsize>,
     events: broadcast::Sender<TopicsChanged>,
     /// `Ready` while discovery runs, `Closed` once it ended (the consumer closed or dropped,
     /// or the client closed): a pattern consumer is open while it has no topic, like
@@ -297,14 +162,21 @@ impl Discovery {
             ctx.client.clone(),
             EntityKind::TopicListWatcher,
             |f| f.supports_topic_watchers,
-            1024,
+            crate::watcher::UPDATE_QUEUE,
+            crate::watcher::UPDATE_QUEUE_BYTES,
         );
         // Upstream creates a watcher only for a persistent-only pattern consumer.
         if cfg.mode == RegexSubscriptionMode::PersistentOnly {
             link.connect_now();
         }
+        let skipped = Arc::new(AtomicUsize::new(0));
         let task = Task {
             state: state_tx,
+            work: None,
+            again: false,
+            polling: None,
+            poll_again: false,
+            skipped: skipped.clone(),
             retry: RetryTimer::new(*ctx.client.backoff_policy()),
             ctx,
             groups,
@@ -322,6 +194,7 @@ impl Discovery {
         tokio::spawn(task.run(stop_rx));
         Discovery {
             stop: std::sync::Mutex::new(Some(stop)),
+            skipped,
             events,
             state,
         }
@@ -337,12 +210,29 @@ impl Discovery {
         self.events.subscribe()
     }
 
-    /// Stops the task (closing its watcher) and waits until it ended.
+    /// Matching topics not subscribed because of `max_topics`.
+    pub(crate) fn skipped(&self) -> usize {
+        self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Stops the task (closing its watcher) and waits until it ended. A reconcile in flight
+    /// is finished in the background (what it subscribes is closed once answered): for
+    /// `close`.
     pub(crate) async fn stop(&self) {
+        self.stop_with(false).await
+    }
+
+    /// Stops the task like [`stop`](Self::stop), but waits for the reconcile in flight, whose
+    /// topics then join the consumer: for `unsubscribe`, which must unsubscribe them too.
+    pub(crate) async fn stop_settled(&self) {
+        self.stop_with(true).await
+    }
+
+    async fn stop_with(&self, settle: bool) {
         let stop = self.stop.lock().unwrap_or_else(|e| e.into_inner()).take();
         if let Some(stop) = stop {
             let (done, wait) = oneshot::channel();
-            if stop.send(done).is_ok() {
+            if stop.send(StopRequest { settle, done }).is_ok() {
                 let _ = wait.await;
             }
         }
@@ -372,8 +262,32 @@ struct Task {
     rewatch: bool,
     /// The broker's hash from the last poll answer (sent back on the next poll).
     poll_hash: Option<String>,
+    /// The reconcile in flight (its closes and subscribes), a future the loop polls: one at a
+    /// time, in order (upstream's `PatternConsumerUpdateQueue`).
+    work: Option<Pending<Reconciled>>,
+    /// A reconcile was asked for while one ran: another one follows it.
+    again: bool,
+    /// The poll in flight (the loop polls it).
+    polling: Option<Pending<Result<Listing>>>,
+    /// A poll was asked for while one ran (a hash mismatch, a lag): another one follows it.
+    poll_again: bool,
+    /// Matching topics not subscribed because of `max_topics` (shared with the handle).
+    skipped: Arc<AtomicUsize>,
     /// Keeps the consumer's queue open.
     _out: mpsc::UnboundedSender<(usize, u64, Item)>,
+}
+
+/// What one reconcile did: the topics it closed, and each subscribe's outcome.
+struct Reconciled {
+    removed: Vec<TopicName>,
+    results: Vec<(String, Result<Vec<TopicGroup>>)>,
+}
+
+/// How many names the desired set may hold from watcher updates before the watcher's view is
+/// dropped for a full re-listing (which replaces the set; one listing is bounded by the frame
+/// size). Far above `max_topics` (the topics subscribed), so the hash stays meaningful.
+fn desired_bound(max_topics: usize) -> usize {
+    max_topics.saturating_mul(2).max(10_000)
 }
 
 impl Task {
@@ -381,28 +295,45 @@ impl Task {
         topics_hash(&self.desired.iter().collect::<Vec<_>>())
     }
 
-    async fn run(mut self, mut stop: oneshot::Receiver<oneshot::Sender<()>>) {
+    async fn run(mut self, mut stop: oneshot::Receiver<StopRequest>) {
+        let stopped = self.serve(&mut stop).await;
         // A stop interrupts a poll waiting for the broker (like upstream's close, which does
         // not wait for a pending GetTopicsOfNamespace), but not a subscribe or close of a
         // topic: a SUBSCRIBE dropped while in flight leaves its consumer attached on the
-        // broker, out of the consumer's tasks, so the consumer's close or unsubscribe (which
-        // stop discovery first, then act on every task it has) would never detach it. Upstream
-        // closes such a consumer too (its `ConsumerImpl` is in the multi-topic consumer's map
-        // from the start, and one closed while subscribing sends CloseConsumer once answered).
-        let done = self.serve(&mut stop).await;
+        // broker, out of the consumer's tasks. On `close` (and drop, and the client's close)
+        // the reconcile in flight is finished in the background and what it subscribed is
+        // closed once the broker answers, like upstream's `ConsumerImpl` closed while
+        // subscribing (it sends CloseConsumer once answered): the close does not wait for
+        // an unresponsive broker's SUBSCRIBE. On `unsubscribe` it is waited for, so the
+        // topics it adds are unsubscribed with the others.
+        self.polling = None;
+        if let Some(work) = self.work.take() {
+            if stopped.as_ref().is_some_and(|s| s.settle) {
+                let done = work.await;
+                self.reconciled(done);
+            } else {
+                let registry = self.ctx.registry.clone();
+                tokio::spawn(async move {
+                    let done = work.await;
+                    for (_, result) in done.results {
+                        for g in result.into_iter().flatten() {
+                            g.close(&registry).await;
+                        }
+                    }
+                });
+            }
+        }
         self.close_watch().await;
         self.state.send_replace(State::Closed);
-        if let Some(done) = done {
-            let _ = done.send(());
+        if let Some(s) = stopped {
+            let _ = s.done.send(());
         }
     }
 
-    /// Discovery until the consumer's queue or the client closes (`None`), or until stopped
-    /// (with whom to tell once ended).
-    async fn serve(
-        &mut self,
-        stop: &mut oneshot::Receiver<oneshot::Sender<()>>,
-    ) -> Option<oneshot::Sender<()>> {
+    /// Discovery until the consumer's queue or the client closes (`None`), or until stopped.
+    /// Nothing is awaited here but the `select!`: the link, the poll and the reconcile in
+    /// flight are futures the loop polls (issue #32: no await inside an event loop).
+    async fn serve(&mut self, stop: &mut oneshot::Receiver<StopRequest>) -> Option<StopRequest> {
         let period = self.cfg.period;
         let mut ticks =
             tokio::time::interval_at(crate::util::later(Instant::now(), period), period);
@@ -412,8 +343,8 @@ impl Task {
         let ended = crate::consumer::topics::registry::lock(&self.ctx.registry)
             .ended
             .clone();
-        // Anything listed at subscribe time but not subscribed (none) is reconciled at once.
-        self.reconcile().await;
+        // Anything listed at subscribe time but not subscribed (skipped) is reconciled at once.
+        self.want_reconcile();
         loop {
             tokio::select! {
                 r = &mut *stop => return r.ok(),
@@ -422,19 +353,20 @@ impl Task {
                 // and the consumer's queue ends once they are gone.
                 _ = crate::core::shut_down(&mut shutdown) => break,
                 _ = ticks.tick() => {
-                    let listed = tokio::select! {
-                        r = &mut *stop => return r.ok(),
-                        l = self.list() => l,
-                    };
-                    let polled = match listed {
+                    self.start_poll();
+                    if self.link.is_idle() && self.cfg.mode == RegexSubscriptionMode::PersistentOnly {
+                        // A broker that refused the watcher (or had none) may serve one on a
+                        // new connection.
+                        self.link.connect_now();
+                    }
+                }
+                listed = async { self.polling.as_mut().expect("guarded").await }, if self.polling.is_some() => {
+                    self.polling = None;
+                    match listed {
                         Ok(listing) => {
-                            self.apply(listing).await;
-                            Ok(())
+                            poll_failed_logged = false;
+                            self.apply(listing);
                         }
-                        Err(e) => Err(e),
-                    };
-                    match polled {
-                        Ok(()) => poll_failed_logged = false,
                         Err(e) => {
                             // Logged once per run of failures; the next tick retries.
                             if !poll_failed_logged {
@@ -446,34 +378,48 @@ impl Task {
                             }
                         }
                     }
-                    if self.link.is_idle() && self.cfg.mode == RegexSubscriptionMode::PersistentOnly {
-                        // A broker that refused the watcher (or had none) may serve one on a
-                        // new connection.
-                        self.link.connect_now();
+                    if std::mem::take(&mut self.poll_again) {
+                        self.start_poll();
+                    }
+                }
+                done = async { self.work.as_mut().expect("guarded").await }, if self.work.is_some() => {
+                    self.work = None;
+                    self.reconciled(done);
+                    if std::mem::take(&mut self.again) {
+                        self.want_reconcile();
                     }
                 }
                 // A topic was deleted under its consumer: drop it now (and subscribe it again if
                 // the broker still lists it).
-                _ = ended.notified() => self.reconcile().await,
+                _ = ended.notified() => self.want_reconcile(),
                 _ = crate::util::sleep_until_opt(self.retry_at) => {
                     self.retry_at = None;
-                    self.reconcile().await;
+                    self.want_reconcile();
                 }
-                ev = self.link.next() => self.on_link_event(ev).await,
+                ev = self.link.next() => self.on_link_event(ev),
             }
         }
         None
     }
 
-    /// One poll: lists and applies the listing.
-    async fn poll(&mut self) -> Result<()> {
-        let listing = self.list().await?;
-        self.apply(listing).await;
-        Ok(())
+    /// Starts a poll, unless one is in flight.
+    fn start_poll(&mut self) {
+        if self.polling.is_some() {
+            return;
+        }
+        self.polling = Some(Box::pin(self.list()));
     }
 
-    /// One poll's listing (the periodic poll's is interrupted by a stop). It holds nothing of
-    /// the task while it waits (the task's watcher link is `Send`, not `Sync`).
+    /// Asks for a poll now: after the one in flight, if any.
+    fn poll_soon(&mut self) {
+        if self.polling.is_some() {
+            self.poll_again = true;
+        } else {
+            self.start_poll();
+        }
+    }
+
+    /// One poll's listing. It holds nothing of the task while it waits.
     fn list(&self) -> impl std::future::Future<Output = Result<Listing>> + Send + 'static + use<> {
         let client = self.ctx.client.clone();
         let cfg = self.cfg.clone();
@@ -489,19 +435,19 @@ impl Task {
     }
 
     /// Applies one poll's listing: replaces the desired set if the broker's list changed.
-    async fn apply(&mut self, listing: Listing) {
+    fn apply(&mut self, listing: Listing) {
         if listing.hash.is_some() {
             self.poll_hash = listing.hash;
         }
         if let Some(topics) = listing.topics {
             self.desired = topics;
         }
-        self.reconcile().await;
+        self.want_reconcile();
     }
 
     /// Handles what happened to the watcher: its connection and watch are futures the link
     /// keeps, never awaited here.
-    async fn on_link_event(&mut self, ev: LinkEvent) {
+    fn on_link_event(&mut self, ev: LinkEvent) {
         match ev {
             LinkEvent::Ready => {
                 let (ns, text, hash) = (
@@ -537,14 +483,12 @@ impl Task {
                         .filter(|t| admits(&self.cfg, t, false))
                         .collect();
                 }
-                self.reconcile().await;
+                self.want_reconcile();
                 if std::mem::take(&mut self.rewatch) {
                     // Like upstream's `recheckTopicsChangeAfterReconnect`: after a watcher was
                     // lost, list the topics once more (apache/pulsar#21853 lost messages when
                     // only the watcher's answer was trusted after a reconnect).
-                    if let Err(e) = self.poll().await {
-                        tracing::debug!(error = %e, "poll after re-watching failed");
-                    }
+                    self.poll_soon();
                 }
             }
             LinkEvent::Lost(e) => {
@@ -560,10 +504,28 @@ impl Task {
                 self.watching = false;
             }
             LinkEvent::Closed => self.watching = false,
+            LinkEvent::Lagged => {
+                // Updates were dropped (more than the watcher's queue holds, in count or
+                // bytes): what we hold may miss some, so list the namespace again, as
+                // upstream does when an update's hash does not match.
+                tracing::debug!("topic list watcher: updates dropped; polling");
+                self.poll_soon();
+            }
             LinkEvent::Update(frame) => {
                 let Some(update) = frame.command.watch_topic_update else {
                     return;
                 };
+                let bound = desired_bound(self.cfg.max_topics);
+                let grows = update
+                    .new_topics
+                    .len()
+                    .saturating_sub(update.deleted_topics.len());
+                if self.desired.len().saturating_add(grows) > bound {
+                    // Past the bound of what updates may add: re-list rather than grow.
+                    tracing::debug!(bound, "topic list watcher: too many topics; polling");
+                    self.poll_soon();
+                    return;
+                }
                 for t in &update.deleted_topics {
                     self.desired.remove(t);
                 }
@@ -573,20 +535,18 @@ impl Task {
                     }
                 }
                 let drift = update.topics_hash != self.hash();
-                self.reconcile().await;
+                self.want_reconcile();
                 if drift {
                     // The set we hold differs from the broker's: list again now.
                     tracing::debug!("topic list watcher: hash mismatch; polling");
-                    if let Err(e) = self.poll().await {
-                        tracing::debug!(error = %e, "poll after a hash mismatch failed");
-                    }
+                    self.poll_soon();
                 }
             }
         }
     }
 
     /// Closes the watcher (a watch in flight too: the broker may have made it) and waits for
-    /// the answer.
+    /// the answer (after the loop: nothing else is served any more).
     async fn close_watch(&mut self) {
         if self.link.watcher_id().is_some() {
             self.link
@@ -595,63 +555,102 @@ impl Task {
         }
     }
 
-    /// Subscribes the desired topics not subscribed, closes the subscribed ones not desired.
-    async fn reconcile(&mut self) {
+    /// Starts a reconcile, or asks for another one after the one in flight.
+    fn want_reconcile(&mut self) {
+        if self.work.is_some() {
+            self.again = true;
+            return;
+        }
+        self.work = self.start_reconcile();
+    }
+
+    /// Works out what to subscribe and close (now, from the sets) and returns the future that
+    /// does it; `None` when there is nothing to do.
+    fn start_reconcile(&mut self) -> Option<Pending<Reconciled>> {
         // A topic whose consumers all ended (deleted on the broker, which ends them without an
         // error) is no longer subscribed: if the broker lists it again it is subscribed anew,
         // never left out for good.
-        let dead: Vec<TopicGroup> = {
+        let registry = self.ctx.registry.clone();
+        let mut leaving: Vec<TopicGroup> = {
             let mut groups = lock(&self.groups);
-            let registry = &self.ctx.registry;
             let (dead, live): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut *groups).into_iter().partition(|g| {
-                    g.tasks(registry)
+                    g.tasks(&registry)
                         .iter()
                         .all(|(_, p)| p.state.borrow().is_terminal())
                 });
             *groups = live;
+            for g in &dead {
+                tracing::debug!(topic = %g.topic, "pattern consumer: topic's consumer ended");
+            }
             dead
         };
-        let mut removed_names = Vec::new();
-        for g in dead {
-            tracing::debug!(topic = %g.topic, "pattern consumer: topic's consumer ended");
-            removed_names.push(g.topic.clone());
-            g.close(&self.ctx.registry).await;
-        }
         let current: BTreeSet<String> = lock(&self.groups)
             .iter()
             .map(|g| g.topic.to_string())
             .collect();
-        let removed: Vec<String> = current.difference(&self.desired).cloned().collect();
-        let wanted: Vec<String> = self.desired.difference(&current).cloned().collect();
+        let removed: HashSet<String> = current.difference(&self.desired).cloned().collect();
         if !removed.is_empty() {
-            let gone: Vec<TopicGroup> = {
-                let mut groups = lock(&self.groups);
-                let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *groups)
-                    .into_iter()
-                    .partition(|g| removed.contains(&g.topic.to_string()));
-                *groups = keep;
-                gone
-            };
-            for g in gone {
-                removed_names.push(g.topic.clone());
-                g.close(&self.ctx.registry).await;
+            let mut groups = lock(&self.groups);
+            let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut *groups)
+                .into_iter()
+                .partition(|g| removed.contains(g.topic.as_str()));
+            *groups = keep;
+            leaving.extend(gone);
+        }
+        let staying = current.len() - removed.len();
+        let mut wanted: Vec<String> = self.desired.difference(&current).cloned().collect();
+        // `max_topics`: never more topics subscribed than that; the rest is reported.
+        let room = self.cfg.max_topics.saturating_sub(staying);
+        let skipped = wanted.len().saturating_sub(room);
+        wanted.truncate(room);
+        let before = self.skipped.swap(skipped, Ordering::Relaxed);
+        if skipped != before {
+            if before == 0 {
+                tracing::warn!(pattern = %self.cfg.pattern.text, skipped,
+                    max_topics = self.cfg.max_topics,
+                    "pattern consumer: more matching topics than max_topics; not subscribing the rest");
+            }
+            if leaving.is_empty() && wanted.is_empty() {
+                // Nothing else changes: the count alone is the news.
+                let _ = self.events.send(TopicsChanged {
+                    skipped: skipped as u64,
+                    ..Default::default()
+                });
             }
         }
+        if leaving.is_empty() && wanted.is_empty() {
+            return None;
+        }
+        let ctx = self.ctx.clone();
+        Some(Box::pin(async move {
+            let mut removed = Vec::new();
+            for g in leaving {
+                removed.push(g.topic.clone());
+                g.close(&ctx.registry).await;
+            }
+            // Several at a time (like the first subscribe), applied in the order they finish.
+            let ctx = &ctx;
+            let attempts = futures::stream::iter(wanted.into_iter().map(|t| async move {
+                let result = match TopicName::new(&t) {
+                    Ok(name) => subscribe_all(ctx, vec![name]).await,
+                    Err(e) => Err(e),
+                };
+                (t, result)
+            }))
+            .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
+            let results = attempts.collect().await;
+            Reconciled { removed, results }
+        }))
+    }
+
+    /// Applies what a reconcile did: the new topics join, failures are retried later, and the
+    /// change is published.
+    fn reconciled(&mut self, done: Reconciled) {
+        let removed_names = done.removed;
         let mut added_names = Vec::new();
         let mut retry = false;
-        // Several at a time (like the first subscribe), applied in the order they finish.
-        let ctx = &self.ctx;
-        let attempts = futures::stream::iter(wanted.into_iter().map(|t| async move {
-            let result = match TopicName::new(&t) {
-                Ok(name) => subscribe_all(ctx, vec![name]).await,
-                Err(e) => Err(e),
-            };
-            (t, result)
-        }))
-        .buffer_unordered(crate::entity::MAX_CONCURRENT_CREATES);
-        let results: Vec<(String, Result<Vec<TopicGroup>>)> = attempts.collect().await;
-        for (t, result) in results {
+        for (t, result) in done.results {
             match result {
                 Ok(mut g) => {
                     self.failed.remove(&t);
@@ -698,6 +697,7 @@ impl Task {
                 added: added_names,
                 removed: removed_names,
                 missed: 0,
+                skipped: self.skipped.load(Ordering::Relaxed) as u64,
             });
         }
     }

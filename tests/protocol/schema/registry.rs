@@ -555,11 +555,15 @@ async fn recv_cancelled_while_fetching_a_writer_schema_loses_nothing() {
     }
     let msg = within("after cancel", consumer.recv()).await.unwrap();
     assert_eq!(msg.id(), sent);
-    assert_eq!(
-        msg.value().unwrap(),
-        &UserV1 {
-            name: "kept".into()
-        }
+    // Its writer schema could not be had (GetSchema timed out): an error item, to nack or
+    // dead-letter (it decoded with the local schema before issue #31 §4's error item).
+    assert!(
+        matches!(
+            msg.value(),
+            Err(pulsar_sdk::schema::SchemaError::WriterSchemaUnavailable { .. })
+        ),
+        "{:?}",
+        msg.value()
     );
 }
 
@@ -840,5 +844,69 @@ async fn a_broker_that_never_answers_get_schema_is_given_up_on_after_two_timeout
         broker.received_of(Type::GetSchema).len(),
         2,
         "the third version is not asked for"
+    );
+}
+
+/// Issue #31, section 4 (leftover): a GetSchema that times out (or was given up on) left the
+/// application with nothing to tell: AUTO_CONSUME handed the payload out as bytes, a typed
+/// consumer decoded it with its own schema. The message is now an error item
+/// (`WriterSchemaUnavailable`), which can be nacked and comes back (an error again at once:
+/// the failed lookup is remembered, not repeated per message), and each GetSchema costs one
+/// lookup of the topic's broker.
+#[tokio::test]
+async fn a_get_schema_given_up_makes_the_message_an_error_item() {
+    use pulsar_sdk::schema::SchemaError;
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let topic = full("schema-given-up-error-item");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .negative_ack_delay(Duration::from_millis(50))
+        .initial_position(InitialPosition::Earliest)
+        .schema(AutoConsumeSchema)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .schema(AvroSchema::<UserV1>::new(V1).unwrap())
+        .create()
+        .await
+        .unwrap();
+    producer
+        .send_and_wait(&UserV1 { name: "x".into() })
+        .await
+        .unwrap();
+    broker.set_schema_requests_unanswered(true);
+    let lookups_before = broker.received_of(Type::Lookup).len();
+    let msg = within("recv", consumer.recv()).await.unwrap();
+    assert!(
+        matches!(
+            msg.value(),
+            Err(SchemaError::WriterSchemaUnavailable { .. })
+        ),
+        "an error item, not {:?}",
+        msg.value()
+    );
+    consumer.nack(&msg).unwrap();
+    let again = within("redelivered", consumer.recv()).await.unwrap();
+    assert_eq!(again.id(), msg.id());
+    assert!(
+        matches!(
+            again.value(),
+            Err(SchemaError::WriterSchemaUnavailable { .. })
+        ),
+        "{:?}",
+        again.value()
+    );
+    assert_eq!(broker.received_of(Type::GetSchema).len(), 1);
+    assert!(
+        broker.received_of(Type::Lookup).len() - lookups_before <= 1,
+        "one lookup per GetSchema"
     );
 }

@@ -555,3 +555,123 @@ async fn a_huge_discovery_period_does_not_break_discovery() {
     assert_eq!(names(&c), (vec![full("big-b")], vec![]));
     round_trip(&client, &mut consumer, &full("big-b"), "still discovering").await;
 }
+
+/// Issue #32 item 2: the discovery loop awaited its reconcile, so `close()` (which stops
+/// discovery first) waited for a new topic's SUBSCRIBE at an unresponsive broker: here two
+/// minutes. The loop now only polls the reconcile in flight: the close is prompt, and what the
+/// late SUBSCRIBE makes is closed once it is answered (upstream `ConsumerImpl` closed while
+/// subscribing), so nothing stays attached.
+#[tokio::test]
+async fn close_is_prompt_while_a_new_topics_subscribe_is_stuck() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(300))
+        .build()
+        .unwrap();
+    let (a, stuck) = (full("pr-stuck-a"), full("pr-stuck-b"));
+    broker.create_topic(&a);
+    let consumer = pattern_consumer(
+        &client,
+        "persistent://public/default/pr-stuck-.*",
+        Duration::from_secs(3600),
+    )
+    .await;
+    wait_until("a watcher is registered", || {
+        broker.topic_list_watchers().len() == 1
+    })
+    .await;
+    // The new topic's SUBSCRIBE is answered (with an error) only after two minutes.
+    broker.push_error(
+        MockError::new(
+            MockRequest::Subscribe,
+            ServerError::ServiceNotReady,
+            "stuck",
+        )
+        .on_topic(&stuck)
+        .after(Duration::from_secs(120)),
+    );
+    broker.create_topic(&stuck);
+    let subscribing = || {
+        broker
+            .received_of(Type::Subscribe)
+            .iter()
+            .any(|r| r.command.subscribe.as_ref().unwrap().topic == stuck)
+    };
+    wait_until(
+        "the stuck topic's SUBSCRIBE reached the broker",
+        subscribing,
+    )
+    .await;
+    within("close", consumer.close()).await.unwrap();
+    assert_eq!(broker.consumers(&a, "s"), 0);
+}
+
+/// `pattern_max_topics`: a pattern matching more topics than the bound subscribes only that
+/// many and says how many it skipped (`Consumer::pattern_topics_skipped`, and
+/// `TopicsChanged::skipped` on each change); a topic leaving makes room for a skipped one.
+#[tokio::test]
+async fn max_topics_bounds_the_subscribed_topics_and_reports_the_skipped() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topics: Vec<String> = (0..5).map(|i| full(&format!("pr-max-{i}"))).collect();
+    for t in &topics {
+        broker.create_topic(t);
+    }
+    let consumer = client
+        .pattern_consumer("persistent://public/default/pr-max-.*")
+        .subscription("s")
+        .pattern_max_topics(3)
+        .subscribe()
+        .await
+        .unwrap();
+    let mut changes = consumer.topic_updates();
+    // The first three in name order.
+    assert_eq!(
+        topics_of(&consumer),
+        topics[..3].iter().cloned().collect::<BTreeSet<_>>()
+    );
+    within(
+        "the skipped count",
+        wait_until("two skipped", || consumer.pattern_topics_skipped() == 2),
+    )
+    .await;
+    let subscribed = |t: &str| broker.consumers(t, "s");
+    assert_eq!(subscribed(&topics[3]) + subscribed(&topics[4]), 0);
+    // A new matching topic is skipped too (the count goes up), a deleted one makes room.
+    let extra = full("pr-max-9");
+    broker.create_topic(&extra);
+    loop {
+        let c = next_change(&mut changes).await;
+        if c.skipped == 3 {
+            assert!(c.added.is_empty(), "{c:?}");
+            break;
+        }
+    }
+    broker.delete_topic(&topics[0], true).unwrap();
+    let c = loop {
+        let c = next_change(&mut changes).await;
+        if !c.added.is_empty() {
+            break c;
+        }
+    };
+    assert_eq!(c.added.len(), 1, "{c:?}");
+    assert_eq!(c.skipped, 2, "{c:?}");
+    assert_eq!(consumer.topics().len(), 3);
+    assert_eq!(consumer.pattern_topics_skipped(), 2);
+    consumer.close().await.unwrap();
+}
+
+/// A zero bound is refused.
+#[tokio::test]
+async fn max_topics_of_zero_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let err = client
+        .pattern_consumer("persistent://public/default/pr-zero-.*")
+        .subscription("s")
+        .pattern_max_topics(0)
+        .subscribe()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, pulsar_sdk::Error::InvalidConfig(_)), "{err}");
+}
