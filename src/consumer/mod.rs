@@ -253,13 +253,14 @@ impl Consumer {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
         let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
-            Item::Messages(entry) => {
+            Item::Messages(entry, charge) => {
                 debug_assert!(self.buffered.records.as_slice().is_empty());
                 self.buffered = queue::Buffered {
                     part: Some(p),
                     epoch,
                     head: Some(entry.head),
                     records: entry.records.into_iter(),
+                    charge: Some(charge),
                 };
                 self.take_buffered().map(Ok)
             }

@@ -11,11 +11,22 @@ use crate::proto::base_command::Type;
 use std::sync::atomic::Ordering;
 
 use crate::consumer::engine::acks::EntryAcks;
-use crate::consumer::engine::decode::decode;
+use crate::consumer::engine::budget::entry_cost;
+use crate::consumer::engine::decode::decode_sized;
 use crate::consumer::engine::flow::overshoot_bound;
 use crate::consumer::engine::ConsumerTask;
 use crate::consumer::entry::Entry;
 use crate::consumer::queue::Item;
+
+/// The most bytes a consumer holds before a broker delivering beyond its permits is in
+/// violation: twice its budget `limit` (the client memory limit) plus four maximum-size
+/// messages (two decompressed), so a Pulsar dispatcher overshooting its permits by a batch
+/// never trips it.
+pub(crate) fn byte_overshoot_bound(limit: usize, max_message_size: usize) -> usize {
+    limit.saturating_mul(2).saturating_add(
+        crate::consumer::engine::decode::max_decompressed(max_message_size).saturating_mul(2),
+    )
+}
 
 impl ConsumerTask {
     /// The broker delivered beyond its flow permits, or into a queue already full: a
@@ -27,13 +38,17 @@ impl ConsumerTask {
     pub(crate) fn flow_violation(&mut self, queued: u64) {
         self.over_delivered += 1;
         let size = self.opts.receiver_queue_size;
+        let budget = self.bytes.budget();
         let error = Error::Protocol(format!(
             "flow control violated by the broker for {}: {} messages delivered beyond the \
-             permits granted and {queued} queued, above the bound of {} for a receiver queue \
-             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
+             permits granted and {queued} queued ({} bytes held), above the bound of {} \
+             for a receiver queue of {size} (or {} bytes); connection closed, re-subscribing \
+             (unacked messages are redelivered)",
             self.entity.topic,
             (-self.permits).max(0),
+            budget.used(),
             i64::from(size) + overshoot_bound(size),
+            byte_overshoot_bound(budget.limit(), self.max_message_size()),
         ));
         tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
         self.entity.drop_connection(&error.to_string());
@@ -45,12 +60,18 @@ impl ConsumerTask {
     /// Gives back the permits of `n` messages the application will never consume.
     pub(crate) fn release_permits(&mut self, n: u32) {
         if let Some(permits) = self.shared.consume(n, self.refill_at()) {
-            if self.entity.conn.is_some() {
-                self.permits += i64::from(permits);
-                self.entity
-                    .send_control(commands::flow(self.entity.id, permits));
-            }
+            self.grant(permits);
         }
+    }
+
+    /// The broker's maximum message size (the client's default before it said).
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.entity
+            .conn
+            .as_ref()
+            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
+                c.info().max_message_size
+            })
     }
 
     /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
@@ -144,8 +165,15 @@ impl ConsumerTask {
         let size = self.opts.receiver_queue_size;
         let bound = overshoot_bound(size);
         let queued = self.shared.room().queued;
+        // In bytes too: beyond its permits, a broker may not push the consumer's held bytes
+        // past the byte bound (twice its budget, which is the client memory limit, plus a few
+        // maximum-size messages), however few messages that takes.
+        let over_bytes = self.permits < 0 && {
+            let budget = self.bytes.budget();
+            budget.used() > byte_overshoot_bound(budget.limit(), self.max_message_size())
+        };
         if self.entity.conn.is_some()
-            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
+            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64 || over_bytes)
         {
             self.flow_violation(queued);
             return;
@@ -165,34 +193,37 @@ impl ConsumerTask {
             self.on_chunk(header, entry, cmd, payload);
             return;
         }
-        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
-            Ok(messages) => messages,
-            Err(bad) => {
-                // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
-                // error so it is not redelivered forever, and give its permits back (all the
-                // messages the broker counted, where upstream returns one).
-                tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
+        let (messages, held) =
+            match decode_sized(&self.entity.topic, self.partition, &cmd, payload, max) {
+                Ok(decoded) => decoded,
+                Err(bad) => {
+                    // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
+                    // error so it is not redelivered forever, and give its permits back (all the
+                    // messages the broker counted, where upstream returns one).
+                    tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
                     "undecodable entry discarded");
-                self.shared.discarded.fetch_add(1, Ordering::Relaxed);
-                if self.persistent() {
-                    self.entity.send_control(commands::ack_discarded(
-                        self.entity.id,
-                        entry,
-                        bad.validation,
-                    ));
+                    self.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                    if self.persistent() {
+                        self.entity.send_control(commands::ack_discarded(
+                            self.entity.id,
+                            entry,
+                            bad.validation,
+                        ));
+                    }
+                    // One permit comes back when the application takes the error item.
+                    self.release_permits(spent - 1);
+                    self.emit(Item::Discarded(bad.error));
+                    return;
                 }
-                // One permit comes back when the application takes the error item.
-                self.release_permits(spent - 1);
-                self.emit(Item::Discarded(bad.error));
-                return;
-            }
-        };
-        self.deliver(messages, &cmd.ack_set, spent);
+            };
+        self.bytes.observe(held, spent);
+        self.deliver(messages, held, &cmd.ack_set, spent);
     }
 
     /// Puts the decoded messages of an entry that spent `spent` permits in the queue, less
-    /// those filtered out (whose permits come back), as one item.
-    pub(crate) fn deliver(&mut self, entry: Entry, ack_set: &[i64], spent: u32) {
+    /// those filtered out (whose permits come back), as one item charged with its bytes
+    /// (`held`: the payload bytes its messages keep alive) in the consumer's budget.
+    pub(crate) fn deliver(&mut self, entry: Entry, held: usize, ack_set: &[i64], spent: u32) {
         let Entry {
             mut head,
             mut records,
@@ -237,12 +268,18 @@ impl ConsumerTask {
         });
         let emitted = records.len() as u32;
         if emitted > 0 {
-            self.emit(Item::Messages(Entry { head, records }));
+            let entry = Entry { head, records };
+            let charge = self.bytes.budget().charge(entry_cost(&entry, held), true);
+            self.emit(Item::Messages(entry, charge));
         }
         // Whatever the broker counted and the application will never consume by receiving
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.
         if spent > emitted {
             self.release_permits(spent - emitted);
+        }
+        // Withholding permits for want of room: what arrived may have changed the estimate.
+        if self.bytes.owed > 0 {
+            self.grant_owed();
         }
     }
 }

@@ -1,0 +1,304 @@
+//! One consumer's byte budget: what all its partition tasks (of every topic, for a multi-topic
+//! or pattern consumer) hold for the application, in bytes, drawn from the client memory limit
+//! within the consumers' share of it ([`ConsumerShare`]).
+//!
+//! What counts: every entry in the queue to the application (its decompressed payload and what
+//! the queue keeps per message) until the application has taken its last message, and the
+//! chunks of incomplete chunked messages. Each is held as a [`Charge`], which gives its bytes
+//! back when dropped, whichever way the item leaves (taken, discarded as stale, dropped with a
+//! removed topic or the consumer).
+//!
+//! The budget is enforced through flow permits, never by dropping or failing a message: a task
+//! grants the broker only the permits whose messages fit in what is free of the budget (see
+//! `flow`), so a consumer over its budget stops granting until the application takes messages
+//! out. A message larger than the whole budget is still delivered (upstream's force
+//! reservation): a consumer whose queue is empty always has one permit out.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::consumer::entry::{Entry, Record};
+use crate::core::ConsumerShare;
+
+/// The budget's reservation of the client memory limit grows and shrinks in steps of this
+/// size (or the budget, if smaller), so that the limit's semaphore is not touched per entry.
+const RESERVE_STEP: usize = 256 * 1024;
+
+/// What the queue keeps per message besides its payload (its compact record), in bytes.
+pub(crate) const RECORD_COST: usize = std::mem::size_of::<Record>();
+
+/// What the queue keeps per entry besides its records (the shared head, the channel slot).
+pub(crate) const ENTRY_COST: usize = 256;
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct ConsumerBudget {
+    /// The budget in bytes: the consumers' share of the client memory limit.
+    limit: usize,
+    /// Bytes held: queued entries and incomplete chunked messages.
+    used: AtomicUsize,
+    /// Of `used`, the bytes of queued entries (not of chunks).
+    queued: AtomicUsize,
+    /// Set by a task that withholds permits for want of room; the next release wakes it.
+    waiting: AtomicBool,
+    /// Bumped to wake the tasks waiting for room.
+    freed: watch::Sender<u64>,
+    /// The consumer's live partition tasks (each plans for its part of the free room).
+    tasks: AtomicUsize,
+    share: Arc<ConsumerShare>,
+    /// Bytes this budget holds of the client memory limit (within `share`).
+    reserved: Mutex<usize>,
+}
+
+impl ConsumerBudget {
+    pub(crate) fn new(share: Arc<ConsumerShare>) -> Arc<Self> {
+        Arc::new(ConsumerBudget {
+            limit: share.bytes,
+            used: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            waiting: AtomicBool::new(false),
+            freed: watch::Sender::new(0),
+            tasks: AtomicUsize::new(0),
+            share,
+            reserved: Mutex::new(0),
+        })
+    }
+
+    /// The budget in bytes.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes held now.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of queued entries held now.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// The live partition tasks sharing the budget (at least 1).
+    pub(crate) fn tasks(&self) -> usize {
+        self.tasks.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Counts a partition task in until the returned guard drops.
+    pub(crate) fn task(self: &Arc<Self>) -> TaskShare {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        TaskShare(self.clone())
+    }
+
+    /// A receiver woken whenever held bytes are released while a task waits for room.
+    pub(crate) fn freed(&self) -> watch::Receiver<u64> {
+        self.freed.subscribe()
+    }
+
+    /// Says a task withholds permits until bytes are released (call before reading the room
+    /// once more, so a release in between is not missed).
+    pub(crate) fn wait_for_room(&self) {
+        self.waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// Charges `bytes` of a queued entry (`queued`) or of chunks.
+    pub(crate) fn charge(self: &Arc<Self>, bytes: usize, queued: bool) -> Charge {
+        let mut c = Charge {
+            budget: self.clone(),
+            bytes: 0,
+            queued,
+        };
+        c.grow(bytes);
+        c
+    }
+
+    fn release(&self, bytes: usize, queued: bool) {
+        if bytes == 0 {
+            return;
+        }
+        if queued {
+            self.queued.fetch_sub(bytes, Ordering::SeqCst);
+        }
+        self.used.fetch_sub(bytes, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) && self.waiting.swap(false, Ordering::SeqCst) {
+            self.freed.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// The bytes free for what `extra` more bytes of permits may bring: the budget's
+    /// reservation of the client memory limit is grown towards `used + extra` (never beyond
+    /// the budget, never waiting: it takes what is free of the consumers' share) or shrunk
+    /// when well above it, and what it leaves beyond `used` is returned.
+    pub(crate) fn room_for(&self, extra: usize) -> usize {
+        let used = self.used();
+        let want = used.saturating_add(extra).min(self.limit);
+        let step = RESERVE_STEP.min(self.limit);
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        if want > *reserved {
+            // Rounded up to a step, so that the semaphore is not touched per grant.
+            let target = want.saturating_add(step - 1) / step * step;
+            let target = target.min(self.limit);
+            *reserved += self.share.take(target - *reserved);
+        } else if *reserved > want.saturating_add(2 * step) {
+            let keep = want.saturating_add(step);
+            self.share.give_back(*reserved - keep);
+            *reserved = keep;
+        }
+        reserved.saturating_sub(used)
+    }
+}
+
+impl Drop for ConsumerBudget {
+    fn drop(&mut self) {
+        let reserved = *self.reserved.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.share.give_back(reserved);
+    }
+}
+
+/// Counts a partition task in its consumer's budget (see [`ConsumerBudget::task`]).
+#[derive(Debug)]
+pub(crate) struct TaskShare(Arc<ConsumerBudget>);
+
+impl TaskShare {
+    pub(crate) fn budget(&self) -> &Arc<ConsumerBudget> {
+        &self.0
+    }
+}
+
+impl Drop for TaskShare {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Bytes held in a consumer's budget, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    budget: Arc<ConsumerBudget>,
+    bytes: usize,
+    queued: bool,
+}
+
+impl Charge {
+    /// Adds `bytes` to what this charge holds.
+    pub(crate) fn grow(&mut self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        if self.queued {
+            self.budget.queued.fetch_add(bytes, Ordering::SeqCst);
+        }
+        self.budget.used.fetch_add(bytes, Ordering::SeqCst);
+        self.bytes += bytes;
+    }
+
+    /// The bytes held.
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes, self.queued);
+    }
+}
+
+/// What a queued entry holds: `held` bytes of payload (the decompressed buffer its records
+/// share, which any of them keeps alive) and what the queue keeps per message.
+pub(crate) fn entry_cost(entry: &Entry, held: usize) -> usize {
+    let extras: usize = entry
+        .records
+        .iter()
+        .filter_map(|r| r.extras.as_ref())
+        .map(|e| {
+            e.key.as_ref().map_or(0, String::len)
+                + e.ordering_key.as_ref().map_or(0, |k| k.len())
+                + e.properties
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 48)
+                    .sum::<usize>()
+                + 64
+        })
+        .sum();
+    ENTRY_COST
+        + entry.head.producer_name.len()
+        + entry.head.schema_version.as_ref().map_or(0, |v| v.len())
+        + held
+        + entry.records.len() * RECORD_COST
+        + extras
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::Semaphore;
+
+    fn budget(limit: usize) -> (Arc<Semaphore>, Arc<ConsumerBudget>) {
+        let memory = Arc::new(Semaphore::new(limit));
+        let share = Arc::new(ConsumerShare::new(memory.clone(), limit));
+        (memory, ConsumerBudget::new(share))
+    }
+
+    #[test]
+    fn charges_are_given_back_when_dropped() {
+        let (_, b) = budget(4 << 20);
+        let mut c = b.charge(100, true);
+        c.grow(50);
+        let d = b.charge(10, false);
+        assert_eq!((b.used(), b.queued()), (160, 150));
+        drop(c);
+        assert_eq!((b.used(), b.queued()), (10, 0));
+        drop(d);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn consumers_take_at_most_their_share_of_the_limit_and_give_it_back() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        assert_eq!(b.limit(), limit / 2);
+        // Asking for more than the share takes the share, no more.
+        assert_eq!(b.room_for(usize::MAX), limit / 2);
+        assert_eq!(memory.available_permits(), limit / 2, "producers keep half");
+        // A second consumer of the same client gets nothing more.
+        let other = ConsumerBudget::new(b.share.clone());
+        assert_eq!(other.room_for(1 << 20), 0);
+        // Room used, then released: the reservation shrinks back.
+        let c = b.charge(limit / 2, true);
+        assert_eq!(b.room_for(0), 0);
+        drop(c);
+        b.room_for(0);
+        assert!(memory.available_permits() >= limit - 2 * RESERVE_STEP);
+        assert!(other.room_for(1 << 20) >= 1 << 20);
+        drop((b, other));
+        assert_eq!(memory.available_permits(), limit);
+    }
+
+    #[test]
+    fn producers_holding_the_limit_leave_the_budget_no_room() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        let held = memory.clone().try_acquire_many_owned(limit as u32).unwrap();
+        assert_eq!(b.room_for(1 << 20), 0, "never waits, takes what is free");
+        drop(held);
+        assert_eq!(b.room_for(1 << 20), 1 << 20);
+    }
+
+    #[test]
+    fn a_release_wakes_a_waiting_task_once() {
+        let (_, b) = budget(4 << 20);
+        let mut rx = b.freed();
+        let c = b.charge(10, true);
+        b.wait_for_room();
+        drop(c);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        let c = b.charge(10, true);
+        drop(c);
+        assert!(!rx.has_changed().unwrap(), "no task was waiting");
+    }
+}
