@@ -141,6 +141,15 @@ impl ConsumerTask {
         cmd: crate::proto::CommandMessage,
         payload: crate::codec::Payload,
     ) {
+        self.take_message(cmd, payload);
+        // Withholding permits for want of room: what arrived may have changed the estimate
+        // (whatever became of it: queued, filtered, refused, a chunk).
+        if self.bytes.owed > 0 {
+            self.grant_owed();
+        }
+    }
+
+    fn take_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
         // Upstream's consumer checks only the compressed size against the broker's limit and
         // decompresses whatever size the metadata declares; producers (upstream's and ours,
         // with chunking on) send a large payload that compression makes fit as one entry,
@@ -276,10 +285,6 @@ impl ConsumerTask {
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.
         if spent > emitted {
             self.release_permits(spent - emitted);
-        }
-        // Withholding permits for want of room: what arrived may have changed the estimate.
-        if self.bytes.owed > 0 {
-            self.grant_owed();
         }
     }
 }
