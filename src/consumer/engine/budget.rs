@@ -50,6 +50,11 @@ pub(crate) struct ConsumerBudget {
     share: Arc<ConsumerShare>,
     /// Bytes this budget holds of the client memory limit (within `share`).
     reserved: Mutex<usize>,
+    /// The incomplete chunked messages of every task, oldest first (a number each, and the
+    /// task holding it): with the budget full, only the task holding the oldest one is
+    /// granted a permit (see [`ConsumerBudget::may_force`]).
+    chunked: Mutex<std::collections::BTreeMap<u64, usize>>,
+    next_chunked: std::sync::atomic::AtomicU64,
 }
 
 impl ConsumerBudget {
@@ -63,7 +68,37 @@ impl ConsumerBudget {
             tasks: AtomicUsize::new(0),
             share,
             reserved: Mutex::new(0),
+            chunked: Mutex::new(Default::default()),
+            next_chunked: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    fn chunked(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, usize>> {
+        self.chunked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers an incomplete chunked message of task `task` until the ticket drops.
+    pub(crate) fn chunked_message(self: &Arc<Self>, task: usize) -> ChunkedTicket {
+        let n = self.next_chunked.fetch_add(1, Ordering::Relaxed);
+        self.chunked().insert(n, task);
+        ChunkedTicket {
+            budget: self.clone(),
+            n,
+        }
+    }
+
+    /// Whether task `task` may have one permit out though the budget is full: only with
+    /// nothing queued (the application has taken everything), and only the task holding the
+    /// consumer's oldest incomplete chunked message, if there is one. So a message larger
+    /// than the whole budget is still delivered, and chunked messages that fill the budget
+    /// complete one after the other (the others' partitions wait, their chunks kept) instead
+    /// of all growing at once; never a deadlock.
+    pub(crate) fn may_force(&self, task: usize) -> bool {
+        self.queued() == 0
+            && self
+                .chunked()
+                .first_key_value()
+                .is_none_or(|(_, owner)| *owner == task)
     }
 
     /// The budget in bytes.
@@ -170,6 +205,20 @@ impl TaskShare {
 impl Drop for TaskShare {
     fn drop(&mut self) {
         self.0.tasks.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An incomplete chunked message in its consumer's budget (see
+/// [`ConsumerBudget::chunked_message`]).
+#[derive(Debug)]
+pub(crate) struct ChunkedTicket {
+    budget: Arc<ConsumerBudget>,
+    n: u64,
+}
+
+impl Drop for ChunkedTicket {
+    fn drop(&mut self) {
+        self.budget.chunked().remove(&self.n);
     }
 }
 

@@ -7,8 +7,9 @@
 //!   most `max_chunked_message_bytes` claimed by them in all; a claim above that is refused
 //!   before anything is allocated for it. Memory follows what arrived, not what a first chunk
 //!   claims (the buffer grows with the chunks), and it is charged to the consumer's byte
-//!   budget (see `budget`), with what each chunk costs besides its bytes: a first chunk that
-//!   finds the budget full evicts the oldest context, as a full `max_pending` does; at most
+//!   budget (see `budget`), with what each chunk costs besides its bytes: with the budget
+//!   full, only the task holding the consumer's oldest incomplete message gets permits, so
+//!   incomplete messages complete one after the other instead of all growing; at most
 //!   [`MAX_CHUNKS_PER_MESSAGE`] chunks per message;
 //! - constant work per chunk: a duplicate is recognised by its chunk id's slot, not by a scan
 //!   of the chunks held;
@@ -32,7 +33,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::time::Instant;
 
-use crate::consumer::engine::budget::{Charge, ConsumerBudget};
+use crate::consumer::engine::budget::{Charge, ChunkedTicket, ConsumerBudget};
 
 use crate::error::Error;
 use crate::message_id::{ChunkStart, MessageId};
@@ -83,6 +84,9 @@ struct Ctx {
     /// The entry ids of the chunks appended so far, in chunk order.
     ids: Vec<MessageId>,
     created: Instant,
+    /// Its place among the consumer's incomplete chunked messages (dropped before `charge`,
+    /// so the release that `charge` wakes tasks with already sees it gone).
+    _ticket: Option<ChunkedTicket>,
     /// The bytes this message holds in the consumer's budget (its buffer's capacity and
     /// [`CHUNK_COST`] per chunk); given back when the context goes (completed, evicted,
     /// expired, refused or cleared), by dropping it.
@@ -170,8 +174,9 @@ pub(crate) struct ChunkAssembler {
     /// Bytes claimed by the contexts (their `total_size`s).
     claimed: usize,
     refused: VecDeque<String>,
-    /// The consumer's byte budget, which incomplete messages count in.
-    budget: Option<Arc<ConsumerBudget>>,
+    /// The consumer's byte budget, which incomplete messages count in, and this task's
+    /// index in it.
+    budget: Option<(Arc<ConsumerBudget>, usize)>,
 }
 
 fn now_millis() -> u64 {
@@ -195,16 +200,11 @@ impl ChunkAssembler {
     /// Counts the bytes of incomplete messages in the consumer's byte budget (drawn from the
     /// client memory limit within the consumers' share: see `budget`). Like upstream's
     /// `MemoryLimitController.forceReserveMemory` for received messages, charging never waits
-    /// and never fails; a full budget makes the task withhold permits, and a new message's
-    /// first chunk evict the oldest incomplete one.
-    pub(crate) fn with_budget(mut self, budget: Arc<ConsumerBudget>) -> Self {
-        self.budget = Some(budget);
+    /// and never fails; a full budget makes the tasks withhold permits, except the one
+    /// holding the consumer's oldest incomplete message (`ConsumerBudget::may_force`).
+    pub(crate) fn with_budget(mut self, budget: Arc<ConsumerBudget>, task: usize) -> Self {
+        self.budget = Some((budget, task));
         self
-    }
-
-    /// Whether the consumer's budget is full.
-    fn budget_full(&self) -> bool {
-        self.budget.as_ref().is_some_and(|b| b.used() >= b.limit())
     }
 
     /// Incomplete chunked messages held.
@@ -364,14 +364,16 @@ impl ChunkAssembler {
             }
             while self.contexts.len() >= self.limits.max_pending
                 || self.claimed.saturating_add(total) > self.limits.max_bytes
-                || self.budget_full()
             {
                 if self.order.is_empty() {
                     break;
                 }
                 self.evict_oldest(&mut out);
             }
-            let charge = self.budget.as_ref().map(|b| b.charge(0, false));
+            let (ticket, charge) = match &self.budget {
+                Some((b, task)) => (Some(b.chunked_message(*task)), Some(b.charge(0, false))),
+                None => (None, None),
+            };
             self.contexts.insert(
                 uuid.to_owned(),
                 Ctx {
@@ -380,6 +382,7 @@ impl ChunkAssembler {
                     buf: Vec::new(),
                     ids: Vec::new(),
                     created: now,
+                    _ticket: ticket,
                     charge,
                 },
             );

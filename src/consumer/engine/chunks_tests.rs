@@ -162,7 +162,7 @@ fn incomplete_messages_hold_the_consumer_budget_until_they_leave() {
     let memory = Arc::new(tokio::sync::Semaphore::new(1 << 20));
     let share = Arc::new(crate::core::ConsumerShare::new(memory, 1 << 20));
     let budget = ConsumerBudget::new(share);
-    let mut a = ChunkAssembler::new(limits()).with_budget(budget.clone());
+    let mut a = ChunkAssembler::new(limits()).with_budget(budget.clone(), 0);
     let now = Instant::now();
     let out = a.add(
         &header("a", 0, 2, 600),
@@ -208,12 +208,12 @@ fn incomplete_messages_hold_the_consumer_budget_until_they_leave() {
     assert_eq!(budget.used(), 0, "clear gives c's and d's back");
 }
 
-/// #31: a first chunk that finds the consumer's budget full evicts the oldest incomplete
-/// message (as a full `max_pending_chunked_messages` does), so partial chunks cannot hold
-/// more than the budget and the message being assembled; a message alone larger than the
-/// budget is still assembled.
+/// #31: with the consumer's budget full, only the task holding its oldest incomplete chunked
+/// message may be forced a permit (and only with nothing queued): incomplete messages complete
+/// one after the other instead of all growing; a message alone larger than the budget is still
+/// assembled.
 #[test]
-fn a_full_budget_evicts_the_oldest_incomplete_message() {
+fn a_full_budget_lets_the_oldest_incomplete_message_go_on() {
     let memory = Arc::new(tokio::sync::Semaphore::new(2000));
     // The consumers' share is half the limit: 1000 bytes.
     let share = Arc::new(crate::core::ConsumerShare::new(memory, 2000));
@@ -223,37 +223,56 @@ fn a_full_budget_evicts_the_oldest_incomplete_message() {
         max_bytes: 1 << 20,
         ..limits()
     };
-    let mut a = ChunkAssembler::new(big).with_budget(budget.clone());
+    let mut first = ChunkAssembler::new(big).with_budget(budget.clone(), 0);
+    let mut second = ChunkAssembler::new(big).with_budget(budget.clone(), 1);
     let now = Instant::now();
-    for (i, u) in ["a", "b", "c", "d"].into_iter().enumerate() {
-        let out = a.add(
-            &header(u, 0, 2, 1200),
-            id(i as u64),
-            Bytes::from(vec![1; 300]),
-            now,
-        );
-        if i < 3 {
-            assert!(out.redeliver.is_empty(), "{u}: room left");
-        } else {
-            assert_eq!(out.redeliver, vec![id(0)], "{u}: the oldest goes");
-        }
-    }
-    assert_eq!(a.pending(), 3);
+    assert!(budget.may_force(0) && budget.may_force(1), "no chunks held");
+    second.add(
+        &header("a", 0, 2, 1200),
+        id(1),
+        Bytes::from(vec![1; 600]),
+        now,
+    );
+    first.add(
+        &header("b", 0, 2, 1200),
+        id(2),
+        Bytes::from(vec![1; 600]),
+        now,
+    );
+    assert!(budget.used() >= budget.limit());
+    assert!(
+        budget.may_force(1) && !budget.may_force(0),
+        "the oldest message's task"
+    );
+    let queued = budget.charge(10, true);
+    assert!(
+        !budget.may_force(1),
+        "not while the application has messages to take"
+    );
+    drop(queued);
+    let out = second.add(
+        &header("a", 1, 2, 1200),
+        id(3),
+        Bytes::from(vec![1; 600]),
+        now,
+    );
+    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(1200));
+    assert!(budget.may_force(0), "then the next oldest's");
     // One message larger than the whole budget, alone: assembled.
-    a.clear();
-    a.add(
+    first.clear();
+    first.add(
         &header("e", 0, 3, 1500),
         id(10),
         Bytes::from(vec![1; 500]),
         now,
     );
-    a.add(
+    first.add(
         &header("e", 1, 3, 1500),
         id(11),
         Bytes::from(vec![1; 500]),
         now,
     );
-    let out = a.add(
+    let out = first.add(
         &header("e", 2, 3, 1500),
         id(12),
         Bytes::from(vec![1; 500]),

@@ -65,7 +65,9 @@ const MIN_PERMIT_BYTES: usize = 256;
 /// any message the estimate is the broker's maximum message size, so the first FLOW of a
 /// consumer whose budget cannot hold a receiver queue of maximum-size messages is smaller than
 /// the receiver queue (a slow start; the rest follows the first messages). When the queue is
-/// empty one permit is always out, so a message larger than the whole budget is delivered.
+/// empty one permit is always out (for the task holding the consumer's oldest incomplete chunked
+/// message, if any: see `ConsumerBudget::may_force`), so a message larger than the whole budget
+/// is delivered.
 #[derive(Debug)]
 pub(crate) struct ByteFlow {
     share: super::budget::TaskShare,
@@ -107,7 +109,7 @@ impl ByteFlow {
 
     /// How many permits this task may have out now, given `max_message` (the broker's limit,
     /// the estimate before any message).
-    pub(crate) fn cap(&self, max_message: usize, extra_permits: u32) -> u64 {
+    pub(crate) fn cap(&self, task: usize, max_message: usize, extra_permits: u32) -> u64 {
         let budget = self.budget();
         let per_permit = if self.estimate == 0 {
             max_message.max(MIN_PERMIT_BYTES)
@@ -118,7 +120,7 @@ impl ByteFlow {
         let want = per_permit.saturating_mul(extra_permits as usize);
         let room = budget.room_for(want.saturating_mul(tasks));
         let cap = (room / tasks / per_permit) as u64;
-        if cap == 0 && budget.queued() == 0 {
+        if cap == 0 && budget.may_force(task) {
             // Never a deadlock: with nothing queued, one message always comes, whatever its
             // size (upstream force-reserves memory for what it receives).
             1
@@ -152,7 +154,7 @@ impl super::ConsumerTask {
             }
             self.bytes.freed.borrow_and_update();
             let out = self.permits.max(0) as u64;
-            let cap = self.bytes.cap(max_message, owed);
+            let cap = self.bytes.cap(self.index, max_message, owed);
             let fits = cap.saturating_sub(out).min(u64::from(owed)) as u32;
             let worth = fits == owed || u64::from(fits) * 2 >= cap.max(1);
             if fits > 0 && worth {

@@ -137,7 +137,7 @@ pub(crate) async fn spawn_partition(
         chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
             crate::consumer::engine::chunks::ChunkLimits::from_options(options),
         )
-        .with_budget(budget.clone()),
+        .with_budget(budget.clone(), index),
         chunk_ids: Default::default(),
     };
     task.start_flow();
