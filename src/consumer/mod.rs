@@ -360,6 +360,11 @@ impl Consumer {
                 p.stats.received(r.payload.len());
                 let head = b.head.as_ref()?;
                 let r = b.records.next()?;
+                if b.records.as_slice().is_empty() {
+                    // The entry's last message: its bytes leave the consumer's budget now,
+                    // not at the next `recv` (a task waiting for room must not wait for it).
+                    b.charge = None;
+                }
                 return Some(head.message(r));
             }
             b.records.next();

@@ -54,9 +54,8 @@ pub(crate) struct Buffered {
     /// What the messages share (`Some` whenever `part` is).
     pub head: Option<EntryHead>,
     pub records: smallvec::IntoIter<[Record; 1]>,
-    /// The entry's bytes in the consumer's budget, given back once it is handed out (held
-    /// for its drop only).
-    #[allow(dead_code)]
+    /// The entry's bytes in the consumer's budget, given back once its last message is
+    /// handed out.
     pub charge: Option<Charge>,
 }
 
