@@ -242,12 +242,6 @@ impl Charge {
         self.budget.used.fetch_add(bytes, Ordering::SeqCst);
         self.bytes += bytes;
     }
-
-    /// The bytes held.
-    #[cfg(test)]
-    pub(crate) fn bytes(&self) -> usize {
-        self.bytes
-    }
 }
 
 impl Drop for Charge {
