@@ -102,6 +102,7 @@ impl ConsumerBudget {
     }
 
     /// The budget in bytes.
+    #[cfg(test)]
     pub(crate) fn limit(&self) -> usize {
         self.limit
     }

@@ -18,16 +18,6 @@ use crate::consumer::engine::ConsumerTask;
 use crate::consumer::entry::Entry;
 use crate::consumer::queue::Item;
 
-/// The most bytes a consumer holds before a broker delivering beyond its permits is in
-/// violation: twice its budget `limit` (the client memory limit) plus four maximum-size
-/// messages (two decompressed), so a Pulsar dispatcher overshooting its permits by a batch
-/// never trips it.
-pub(crate) fn byte_overshoot_bound(limit: usize, max_message_size: usize) -> usize {
-    limit.saturating_mul(2).saturating_add(
-        crate::consumer::engine::decode::max_decompressed(max_message_size).saturating_mul(2),
-    )
-}
-
 impl ConsumerTask {
     /// The broker delivered beyond its flow permits, or into a queue already full: a
     /// protocol violation. Upstream has no such check (its receiver queue grows without
@@ -38,17 +28,13 @@ impl ConsumerTask {
     pub(crate) fn flow_violation(&mut self, queued: u64) {
         self.over_delivered += 1;
         let size = self.opts.receiver_queue_size;
-        let budget = self.bytes.budget();
         let error = Error::Protocol(format!(
             "flow control violated by the broker for {}: {} messages delivered beyond the \
-             permits granted and {queued} queued ({} bytes held), above the bound of {} \
-             for a receiver queue of {size} (or {} bytes); connection closed, re-subscribing \
-             (unacked messages are redelivered)",
+             permits granted and {queued} queued, above the bound of {} for a receiver queue \
+             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
             self.entity.topic,
             (-self.permits).max(0),
-            budget.used(),
             i64::from(size) + overshoot_bound(size),
-            byte_overshoot_bound(budget.limit(), self.max_message_size()),
         ));
         tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
         self.entity.drop_connection(&error.to_string());
@@ -174,15 +160,8 @@ impl ConsumerTask {
         let size = self.opts.receiver_queue_size;
         let bound = overshoot_bound(size);
         let queued = self.shared.room().queued;
-        // In bytes too: beyond its permits, a broker may not push the consumer's held bytes
-        // past the byte bound (twice its budget, which is the client memory limit, plus a few
-        // maximum-size messages), however few messages that takes.
-        let over_bytes = self.permits < 0 && {
-            let budget = self.bytes.budget();
-            budget.used() > byte_overshoot_bound(budget.limit(), self.max_message_size())
-        };
         if self.entity.conn.is_some()
-            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64 || over_bytes)
+            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
         {
             self.flow_violation(queued);
             return;
