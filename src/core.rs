@@ -104,6 +104,14 @@ impl ConsumerShare {
         }
     }
 
+    /// What [`take`](Self::take) could take now.
+    pub(crate) fn free(&self) -> usize {
+        let held = self.held();
+        self.bytes
+            .saturating_sub(*held)
+            .min(self.memory.available_permits())
+    }
+
     /// Gives back `n` bytes taken with [`take`](Self::take) (producers waiting are woken).
     pub(crate) fn give_back(&self, n: usize) {
         if n == 0 {

@@ -306,3 +306,52 @@ async fn partial_chunks_of_24_partitions_stay_bounded() {
     drop(consumer);
     let _ = Duration::ZERO;
 }
+
+/// A consumer of four topics, each sent 1 MiB messages as far as its permits go, the
+/// application not reading: before, each topic had its own receiver queue of 1,000 (4 × 150
+/// messages queued: ~600 MiB); now the topics share the consumer's one budget, and the heap
+/// stays under the memory limit plus what is in flight.
+#[tokio::test]
+async fn the_topics_of_a_multi_topic_consumer_share_one_budget() {
+    let _serial = hostile::serial().await;
+    const PER_TOPIC: u64 = 150;
+    let ledger = Ledger::default();
+    let frames: Frames = Arc::new(|id, _, n| (n < PER_TOPIC).then(|| plain(id, n, MB)));
+    let broker = dispatcher(0, frames, ledger.clone()).await;
+    let client = client(&broker.url(), 64 * MB);
+    let mem = MemWatch::start();
+    let topics: Vec<String> = (0..4)
+        .map(|i| common::full(&format!("budget-multi-{i}")))
+        .collect();
+    let mut consumer = within(
+        "subscribe",
+        client
+            .consumer(topics[0].clone())
+            .topics(topics.clone())
+            .subscription("s")
+            .receiver_queue_size(1_000)
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    common::wait_until("what was granted has arrived", || {
+        let l = ledger.lock().unwrap();
+        let sent: u64 = l.values().map(|p| p.sent).sum();
+        l.len() == 4
+            && l.values()
+                .all(|p| p.sent > 0 && p.sent == p.granted.min(PER_TOPIC))
+            && consumer.stats().totals.receiver_queue_len == sent
+    })
+    .await;
+    let t = totals(&ledger);
+    eprintln!(
+        "4 topics of 1 MiB messages: {} granted, peak {} KiB",
+        t.granted,
+        mem.peak_growth() / 1024
+    );
+    mem.assert_peak_below("4 topics of 1 MiB messages", 64 * MB + 16 * MB);
+    assert!(t.granted < 4 * PER_TOPIC, "{} permits", t.granted);
+    for _ in 0..4 * PER_TOPIC {
+        within("a message", consumer.recv()).await.unwrap();
+    }
+}

@@ -50,6 +50,8 @@ pub(crate) struct ConsumerBudget {
     share: Arc<ConsumerShare>,
     /// Bytes this budget holds of the client memory limit (within `share`).
     reserved: Mutex<usize>,
+    /// The same, read without the lock (see [`ConsumerBudget::reserve_held`]).
+    reserved_now: AtomicUsize,
     /// The incomplete chunked messages of every task, oldest first (a number each, and the
     /// task holding it): with the budget full, only the task holding the oldest one is
     /// granted a permit (see [`ConsumerBudget::may_force`]).
@@ -68,6 +70,7 @@ impl ConsumerBudget {
             tasks: AtomicUsize::new(0),
             share,
             reserved: Mutex::new(0),
+            reserved_now: AtomicUsize::new(0),
             chunked: Mutex::new(Default::default()),
             next_chunked: std::sync::atomic::AtomicU64::new(0),
         })
@@ -163,26 +166,36 @@ impl ConsumerBudget {
         }
     }
 
-    /// The bytes free for what `extra` more bytes of permits may bring: the budget's
-    /// reservation of the client memory limit is grown towards `used + extra` (never beyond
-    /// the budget, never waiting: it takes what is free of the consumers' share) or shrunk
-    /// when well above it, and what it leaves beyond `used` is returned.
-    pub(crate) fn room_for(&self, extra: usize) -> usize {
+    /// The bytes free for permits to bring: what the budget could hold (its reservation of
+    /// the client memory limit and what is free of the consumers' share, never waiting, at
+    /// most the budget) less what it holds. The reservation follows what is held (rounded up
+    /// to a step, shrunk when well above it), not what permits in flight may bring: a
+    /// consumer that was granted permits and got nothing holds nothing of the limit, so an
+    /// idle consumer does not keep other consumers or producers from it.
+    pub(crate) fn room(&self) -> usize {
         let used = self.used();
-        let want = used.saturating_add(extra).min(self.limit);
+        let want = used.min(self.limit);
         let step = RESERVE_STEP.min(self.limit);
         let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
         if want > *reserved {
-            // Rounded up to a step, so that the semaphore is not touched per grant.
-            let target = want.saturating_add(step - 1) / step * step;
-            let target = target.min(self.limit);
+            let target = (want.saturating_add(step - 1) / step * step).min(self.limit);
             *reserved += self.share.take(target - *reserved);
         } else if *reserved > want.saturating_add(2 * step) {
             let keep = want.saturating_add(step);
             self.share.give_back(*reserved - keep);
             *reserved = keep;
         }
-        reserved.saturating_sub(used)
+        self.reserved_now.store(*reserved, Ordering::Relaxed);
+        let could = reserved.saturating_add(self.share.free()).min(self.limit);
+        could.saturating_sub(used)
+    }
+
+    /// Takes from the client memory limit what is held beyond the reservation (a task calls
+    /// this after each arrival: two atomic loads unless the reservation must grow).
+    pub(crate) fn reserve_held(&self) {
+        if self.used() > self.reserved_now.load(Ordering::Relaxed) {
+            self.room();
+        }
     }
 }
 
@@ -305,21 +318,40 @@ mod tests {
         let limit = 4 << 20;
         let (memory, b) = budget(limit);
         assert_eq!(b.limit(), limit / 2);
-        // Asking for more than the share takes the share, no more.
-        assert_eq!(b.room_for(usize::MAX), limit / 2);
-        assert_eq!(memory.available_permits(), limit / 2, "producers keep half");
-        // A second consumer of the same client gets nothing more.
-        let other = ConsumerBudget::new(b.share.clone());
-        assert_eq!(other.room_for(1 << 20), 0);
-        // Room used, then released: the reservation shrinks back.
+        // Room for the whole share, none of it taken while nothing is held.
+        assert_eq!(b.room(), limit / 2);
+        assert_eq!(memory.available_permits(), limit);
+        // What is held is taken from the limit, within the share.
         let c = b.charge(limit / 2, true);
-        assert_eq!(b.room_for(0), 0);
-        drop(c);
-        b.room_for(0);
+        assert_eq!(b.room(), 0);
+        assert_eq!(memory.available_permits(), limit / 2, "producers keep half");
+        let more = b.charge(limit, true);
+        assert_eq!(b.room(), 0);
+        assert_eq!(
+            memory.available_permits(),
+            limit / 2,
+            "never beyond the share"
+        );
+        // A second consumer of the same client has no room left.
+        let other = ConsumerBudget::new(b.share.clone());
+        assert_eq!(other.room(), 0);
+        // Released: the reservation shrinks back, and the other consumer has room.
+        drop((c, more));
+        b.room();
         assert!(memory.available_permits() >= limit - 2 * RESERVE_STEP);
-        assert!(other.room_for(1 << 20) >= 1 << 20);
+        assert!(other.room() >= limit / 2 - 2 * RESERVE_STEP);
         drop((b, other));
         assert_eq!(memory.available_permits(), limit);
+    }
+
+    #[test]
+    fn what_arrives_is_taken_from_the_limit_as_it_arrives() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        let c = b.charge(1 << 20, true);
+        b.reserve_held();
+        assert_eq!(memory.available_permits(), limit - (1 << 20));
+        drop(c);
     }
 
     #[test]
@@ -327,9 +359,9 @@ mod tests {
         let limit = 4 << 20;
         let (memory, b) = budget(limit);
         let held = memory.clone().try_acquire_many_owned(limit as u32).unwrap();
-        assert_eq!(b.room_for(1 << 20), 0, "never waits, takes what is free");
+        assert_eq!(b.room(), 0, "never waits, takes what is free");
         drop(held);
-        assert_eq!(b.room_for(1 << 20), 1 << 20);
+        assert_eq!(b.room(), limit / 2);
     }
 
     #[test]

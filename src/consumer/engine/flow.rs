@@ -109,7 +109,7 @@ impl ByteFlow {
 
     /// How many permits this task may have out now, given `max_message` (the broker's limit,
     /// the estimate before any message).
-    pub(crate) fn cap(&self, task: usize, max_message: usize, extra_permits: u32) -> u64 {
+    pub(crate) fn cap(&self, task: usize, max_message: usize) -> u64 {
         let budget = self.budget();
         let per_permit = if self.estimate == 0 {
             max_message.max(MIN_PERMIT_BYTES)
@@ -117,9 +117,7 @@ impl ByteFlow {
             self.estimate
         };
         let tasks = budget.tasks();
-        let want = per_permit.saturating_mul(extra_permits as usize);
-        let room = budget.room_for(want.saturating_mul(tasks));
-        let cap = (room / tasks / per_permit) as u64;
+        let cap = (budget.room() / tasks / per_permit) as u64;
         if cap == 0 && budget.may_force(task) {
             // Never a deadlock: with nothing queued, one message always comes, whatever its
             // size (upstream force-reserves memory for what it receives).
@@ -154,7 +152,7 @@ impl super::ConsumerTask {
             }
             self.bytes.freed.borrow_and_update();
             let out = self.permits.max(0) as u64;
-            let cap = self.bytes.cap(self.index, max_message, owed);
+            let cap = self.bytes.cap(self.index, max_message);
             let fits = cap.saturating_sub(out).min(u64::from(owed)) as u32;
             let worth = fits == owed || u64::from(fits) * 2 >= cap.max(1);
             if fits > 0 && worth {

@@ -132,6 +132,8 @@ impl ConsumerTask {
         // (whatever became of it: queued, filtered, refused, a chunk).
         if self.bytes.owed > 0 {
             self.grant_owed();
+        } else {
+            self.bytes.budget().reserve_held();
         }
     }
 
