@@ -217,10 +217,27 @@ impl ClientBuilder {
         self
     }
 
-    /// Memory all producers of this client may hold in pending messages (payload bytes).
-    /// Default 64 MiB, like upstream. The bytes consumers hold in incomplete chunked messages
-    /// count too: they take what is free of it (never waiting, like upstream's
-    /// `forceReserveMemory` for received messages), so producers wait while they are held.
+    /// Memory this client's producers and consumers may hold, in bytes. Default 64 MiB, like
+    /// upstream.
+    ///
+    /// - Producers hold their pending messages in it; a send waits for room (or fails with
+    ///   `block_if_queue_full(false)`).
+    /// - Consumers hold what they received for the application in it: queued messages
+    ///   (decompressed payloads and what the queue keeps per message) until the application
+    ///   takes them, and incomplete chunked messages. **Consumers together take at most half
+    ///   of the limit**, and never wait for it, so a consume-then-produce pipeline always keeps
+    ///   the other half for its sends (upstream's Java client force-reserves whatever its
+    ///   consumers receive, so their prefetch can starve its producers). Each consumer has one
+    ///   byte budget of that half (shared with the client's other consumers, and by all the
+    ///   partitions and topics of a partitioned, multi-topic or pattern consumer): when its
+    ///   bytes reach it, it grants the broker no more flow permits until the application takes
+    ///   messages out. Nothing is dropped or failed for it, and a single message larger than
+    ///   the whole budget is still delivered (with nothing queued one permit is always out).
+    ///   So a consumer's queue is bounded by the smaller of
+    ///   [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) messages and its
+    ///   budget in bytes (plus what the permits in flight bring: see `receiver_queue_size`).
+    ///
+    /// At most 4 GiB, at least 1 byte.
     pub fn memory_limit(mut self, bytes: usize) -> Self {
         self.memory_limit = bytes;
         self

@@ -31,6 +31,8 @@ pub(crate) struct ClientCore {
     pub(crate) backoff: BackoffPolicy,
     pub(crate) memory: Arc<Semaphore>,
     pub(crate) memory_limit: usize,
+    /// The consumers' bounded share of `memory` (see [`ConsumerShare`]).
+    pub(crate) consumer_share: Arc<ConsumerShare>,
     /// The labels of this client's operator metrics.
     pub(crate) metric_labels: crate::stats::sink::LabelPolicy,
     next_producer_id: AtomicU64,
@@ -41,6 +43,85 @@ pub(crate) struct ClientCore {
     shutdown: watch::Sender<bool>,
     /// Entity tasks still running (for a graceful client close).
     live_tasks: watch::Sender<usize>,
+}
+
+/// The part of the client memory limit consumers may hold, all together: half of it
+/// ([`CONSUMER_SHARE_DIVISOR`]). Consumers take from the limit (the same semaphore producers
+/// wait on) only within this share and never wait for it, so a consume-then-produce pipeline
+/// always keeps at least the other half for its sends: prefetch can never block the
+/// application's own `send`, which would never return to `recv`.
+///
+/// Upstream differs: Java's `MemoryLimitController.forceReserveMemory` (called from
+/// `ConsumerBase.increaseIncomingMessageSize`) adds every received message to the usage,
+/// without bound, so a consumer's prefetch can starve the client's producers; only its
+/// auto-scaled receiver queue looks at the usage (it grows while `currentUsagePercent` is under
+/// `MEMORY_THRESHOLD_FOR_RECEIVER_QUEUE_SIZE_EXPANSION`, 75 %).
+#[derive(Debug)]
+pub(crate) struct ConsumerShare {
+    memory: Arc<Semaphore>,
+    /// The most bytes all consumers may hold of `memory` together.
+    pub(crate) bytes: usize,
+    /// What they hold now (taken from `memory`).
+    held: std::sync::Mutex<usize>,
+}
+
+/// Consumers together hold at most `memory_limit / CONSUMER_SHARE_DIVISOR` of the client
+/// memory limit.
+pub(crate) const CONSUMER_SHARE_DIVISOR: usize = 2;
+
+impl ConsumerShare {
+    pub(crate) fn new(memory: Arc<Semaphore>, memory_limit: usize) -> Self {
+        ConsumerShare {
+            memory,
+            bytes: (memory_limit / CONSUMER_SHARE_DIVISOR).max(1),
+            held: std::sync::Mutex::new(0),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes up to `n` bytes of the limit without waiting: what is free of it, within what is
+    /// left of the consumers' share. Returns what was taken.
+    pub(crate) fn take(&self, n: usize) -> usize {
+        let mut held = self.held();
+        let n = n
+            .min(self.bytes.saturating_sub(*held))
+            .min(self.memory.available_permits())
+            .min(u32::MAX as usize);
+        if n == 0 {
+            return 0;
+        }
+        match self.memory.try_acquire_many(n as u32) {
+            Ok(p) => {
+                p.forget();
+                *held += n;
+                n
+            }
+            // Taken by a producer in between: nothing this time.
+            Err(_) => 0,
+        }
+    }
+
+    /// What [`take`](Self::take) could take now.
+    pub(crate) fn free(&self) -> usize {
+        let held = self.held();
+        self.bytes
+            .saturating_sub(*held)
+            .min(self.memory.available_permits())
+    }
+
+    /// Gives back `n` bytes taken with [`take`](Self::take) (producers waiting are woken).
+    pub(crate) fn give_back(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let mut held = self.held();
+        let n = n.min(*held);
+        *held -= n;
+        self.memory.add_permits(n);
+    }
 }
 
 /// Held by each entity task while it runs; the client's close waits for all to drop.
@@ -67,13 +148,15 @@ impl ClientCore {
     ) -> Self {
         // The lookup's bound is the client's `max_partitions`: one bound for both.
         let max_partitions = lookup.max_partitions();
+        let memory = Arc::new(Semaphore::new(memory_limit));
         ClientCore {
             service_url,
             pool,
             lookup,
             operation_timeout,
             backoff,
-            memory: Arc::new(Semaphore::new(memory_limit)),
+            consumer_share: Arc::new(ConsumerShare::new(memory.clone(), memory_limit)),
+            memory,
             memory_limit,
             metric_labels: Default::default(),
             next_producer_id: AtomicU64::new(0),

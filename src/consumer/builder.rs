@@ -102,6 +102,17 @@ impl ConsumerBuilder {
 
     /// Messages the broker may push ahead of the application. Default 1000. A `u32`: flow
     /// permits travel as a `uint32` (see [`ConsumerOptions::receiver_queue_size`]).
+    ///
+    /// The queue's bound is the smaller of this many messages and the consumer's byte budget
+    /// (half the client's [`memory_limit`](crate::ClientBuilder::memory_limit), shared by the
+    /// client's consumers). The consumer keeps at most `free budget / expected message size`
+    /// permits out (for a consumer of many partitions or topics, each gets its part), with the
+    /// expected size the largest seen lately; before any message it is the broker's maximum
+    /// message size (5 MiB by default). So when the budget cannot hold this many messages of
+    /// the maximum size, the first FLOW is smaller than the queue (a slow start: 6 permits for
+    /// the default 32 MiB budget, at least 1) and the rest follows the first messages' sizes;
+    /// the broker is never granted more than this many. The bytes held stay under the budget
+    /// plus the permits in flight times the size by which messages outgrow the expectation.
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self

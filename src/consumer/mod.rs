@@ -262,13 +262,14 @@ impl Consumer {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
         let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
-            Item::Messages(entry) => {
+            Item::Messages(entry, charge) => {
                 debug_assert!(self.buffered.records.as_slice().is_empty());
                 self.buffered = queue::Buffered {
                     part: Some(p),
                     epoch,
                     head: Some(entry.head),
                     records: entry.records.into_iter(),
+                    charge: Some(charge),
                 };
                 self.take_buffered().map(Ok)
             }
@@ -368,6 +369,11 @@ impl Consumer {
                 p.stats.received(r.payload.len());
                 let head = b.head.as_ref()?;
                 let r = b.records.next()?;
+                if b.records.as_slice().is_empty() {
+                    // The entry's last message: its bytes leave the consumer's budget now,
+                    // not at the next `recv` (a task waiting for room must not wait for it).
+                    b.charge = None;
+                }
                 return Some(head.message(r));
             }
             b.records.next();

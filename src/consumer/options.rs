@@ -159,7 +159,9 @@ pub struct ConsumerOptions {
     /// An incomplete chunked message older than this is dropped and its chunks acked
     /// (upstream `expireTimeOfIncompleteChunkedMessage`). Default 60 s; zero = never.
     pub expire_time_of_incomplete_chunked_message: Duration,
-    /// The bytes held in incomplete chunked messages, in all, for one (partition) consumer;
+    /// The bytes claimed by incomplete chunked messages, in all, for one (partition) consumer
+    /// (what arrived is what is held, and it counts in the consumer's byte budget: see
+    /// [`ClientBuilder::memory_limit`](crate::ClientBuilder::memory_limit));
     /// also the largest chunked message accepted (a larger `total_chunk_msg_size` claim is
     /// refused with an error item, never allocated), and of the size a compressed message may
     /// declare once decompressed (at least twice the broker's `max_message_size`). Default

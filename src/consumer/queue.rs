@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::consumer::engine::budget::Charge;
 use crate::consumer::entry::{Entry, EntryHead, Record, Records};
 use crate::error::Error;
 
@@ -18,8 +19,9 @@ pub(crate) enum Item {
     /// message (issue #18's profile: a third of the consume path). Kept compact (see
     /// [`Entry`]); the handle takes them out one at a time (`Consumer::take_buffered`), so
     /// each still counts, for flow permits and the queue's room, only once the application
-    /// takes it.
-    Messages(Entry),
+    /// takes it. The charge holds the entry's bytes in the consumer's budget until the
+    /// handle is done with its last message (or drops it).
+    Messages(Entry, Charge),
     /// An entry discarded as undecodable: it holds a place in the queue (and one flow permit)
     /// like a message until the application takes it, so a broker sending only corrupt
     /// entries cannot grow the queue either.
@@ -34,7 +36,7 @@ impl Item {
     /// How many places the item holds in the partition's share of the queue.
     pub(crate) fn counted(&self) -> u64 {
         match self {
-            Item::Messages(e) => e.records.len() as u64,
+            Item::Messages(e, _) => e.records.len() as u64,
             Item::Discarded(_) => 1,
             Item::Error(_) | Item::EndOfTopic => 0,
         }
@@ -52,6 +54,9 @@ pub(crate) struct Buffered {
     /// What the messages share (`Some` whenever `part` is).
     pub head: Option<EntryHead>,
     pub records: smallvec::IntoIter<[Record; 1]>,
+    /// The entry's bytes in the consumer's budget, given back once its last message is
+    /// handed out.
+    pub charge: Option<Charge>,
 }
 
 impl Default for Buffered {
@@ -61,6 +66,7 @@ impl Default for Buffered {
             epoch: 0,
             head: None,
             records: Records::new().into_iter(),
+            charge: None,
         }
     }
 }

@@ -19,8 +19,8 @@
 //! ```
 //!
 //! [`ClientBuilder`] also sets the keep-alive interval, the reconnect [`BackoffPolicy`]
-//! (100 ms → 60 s with jitter by default), the memory all producers may hold in pending
-//! messages ([`memory_limit`], 64 MiB) and the partition polling interval (see
+//! (100 ms → 60 s with jitter by default), the memory producers' pending messages and
+//! consumers' received ones may hold ([`memory_limit`], 64 MiB; consumers at most half of it) and the partition polling interval (see
 //! [`partitions`](super::partitions)). A bad value fails [`build`](crate::ClientBuilder::build) with
 //! [`Error::InvalidConfig`]; a bad URL with [`Error::InvalidServiceUrl`] (see [`ServiceUrl`]
 //! for what is accepted: `pulsar://` and `pulsar+ssl://`, host lists, IPv6 in brackets; not

@@ -60,6 +60,27 @@
 //! messages the broker may push ahead of the application; see
 //! [`partitions`](super::partitions) for partitioned consumers.
 //!
+//! ### What a consumer holds: two bounds
+//!
+//! The queue between the broker and the application is bounded twice, and the smaller bound
+//! wins:
+//!
+//! - in messages: `receiver_queue_size` (for a partitioned consumer, each partition's share of
+//!   [`max_total_receiver_queue_size_across_partitions`](crate::ConsumerBuilder::max_total_receiver_queue_size_across_partitions));
+//! - in bytes: the consumer's byte budget, half the client's
+//!   [`memory_limit`](crate::ClientBuilder::memory_limit) (32 MiB by default), shared by the
+//!   client's consumers and by every partition and topic of one consumer. It counts queued
+//!   messages (their decompressed payload and what the queue keeps per message) until the
+//!   application takes them, and incomplete chunked messages by the bytes that arrived.
+//!
+//! At the byte bound the consumer grants no more flow permits, so the broker stops sending until
+//! the application takes messages out; no message is dropped or failed for it, and a message
+//! larger than the whole budget is still delivered. Consumers never take more than half of the
+//! memory limit, so producers of the same client always have the other half: a pipeline that
+//! consumes and produces cannot block its own `send` with prefetched messages. The first FLOW
+//! of a consumer whose budget cannot hold a queue of maximum-size messages is smaller than the
+//! queue and grows with the sizes of the first messages (see `receiver_queue_size`).
+//!
 //! ## Acknowledging
 //!
 //! - [`Consumer::ack`] / [`ack_id`](crate::Consumer::ack_id): this message is processed. Acks are
@@ -318,10 +339,11 @@
 //! (128 MiB held in incomplete messages; a larger claim is refused as an undecodable message).
 //!
 //! The receiver queue counts whole messages (a chunk that does not complete a message gives
-//! its flow permit back at once, like upstream), so it can hold `receiver_queue_size`
-//! reassembled messages on top of the bytes being assembled: with large messages, a smaller
-//! [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) bounds the memory the
-//! consumer holds.
+//! its flow permit back at once, like upstream); the bytes of the reassembled messages and of
+//! those being assembled count in the consumer's byte budget. With the budget full, only the
+//! partition holding the consumer's oldest incomplete message gets permits (once the
+//! application has taken what is queued), so incomplete messages complete one after the other
+//! rather than all growing at once. A message may have at most 262,144 chunks.
 //!
 //! ## Undecodable messages
 //!

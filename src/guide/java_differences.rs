@@ -23,12 +23,15 @@
 //!   [`Error::Protocol`] naming the violation, which the application receives from `recv`; the
 //!   consumer re-subscribes after the backoff and the broker redelivers what was not
 //!   acknowledged. Java has no such check: its queue grows without bound.
-//! - **The consumer queue is bounded in messages, not bytes.** Each partition buffers at most
-//!   its receiver queue (plus the tolerance above); the total across partitions follows
-//!   `max_total_receiver_queue_size_across_partitions` like Java. Of what consumers hold, the
-//!   client [`memory_limit`](crate::ClientBuilder::memory_limit) counts the incomplete chunked
-//!   messages being reassembled (besides producers' pending messages); queued messages are
-//!   bounded by count only, so size the receiver queue for your largest messages.
+//! - **The consumer queue is bounded in messages and in bytes.** Each partition buffers at
+//!   most its receiver queue (plus the tolerance above); the total across partitions follows
+//!   `max_total_receiver_queue_size_across_partitions` like Java. In bytes, each consumer has
+//!   one budget drawn from the client [`memory_limit`](crate::ClientBuilder::memory_limit)
+//!   (queued messages and incomplete chunked messages), and consumers together take at most
+//!   half of the limit, so they never starve the client's producers (Java force-reserves what
+//!   consumers receive without bound). A consumer over its budget grants no permits until the
+//!   application takes messages out; its first FLOW may be smaller than the receiver queue
+//!   (see [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)).
 //! - **After a reconnect or seek, the first FLOW grants only the queue's free room**, and
 //!   the rest follows as the application takes out older messages (Java clears its receiver
 //!   queue instead). Messages queued before the reconnect that the broker will redeliver are

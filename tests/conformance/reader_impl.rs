@@ -5,6 +5,13 @@ use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::wire::command_subscribe::SubType;
 use pulsar_sdk::mock::{wire, MockBroker};
 
+fn wire_config() -> pulsar_sdk::mock::MockBrokerConfig {
+    pulsar_sdk::mock::MockBrokerConfig {
+        max_message_size: Some(8 * 1024),
+        ..Default::default()
+    }
+}
+
 /// Java `ReaderImpl.readNext` acks every message it returns cumulatively (grouped), so the
 /// broker's cursor follows the reader and, on a terminated topic, the broker tells it
 /// REACHED_END_OF_TOPIC once it has read everything: `hasReachedEndOfTopic` becomes true.
@@ -66,7 +73,10 @@ fn subscribes(broker: &MockBroker) -> Vec<wire::CommandSubscribe> {
 /// queue of 1000 (`ReaderConfigurationData.receiverQueueSize`).
 #[tokio::test]
 async fn a_reader_is_an_exclusive_non_durable_subscription_with_a_generated_name() {
-    let broker = MockBroker::start().await.unwrap();
+    // Maximum-size messages of 8 KiB: the three readers' queues of them fit the consumers'
+    // byte budget, so each first FLOW is the whole receiver queue (with a budget that cannot
+    // hold it, the first FLOW is smaller: a slow start, see `ConsumerBuilder::receiver_queue_size`).
+    let broker = MockBroker::start_with(wire_config()).await.unwrap();
     let client = client(&broker.service_url());
     let topic = full("reader-sub");
     let _r1 = client

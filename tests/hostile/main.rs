@@ -7,6 +7,7 @@
 #[path = "broker.rs"]
 mod hostile;
 
+mod budget;
 mod client;
 mod connection;
 mod consumer;

@@ -9,7 +9,7 @@ use crate::message_id::MessageId;
 use crate::proto;
 
 use crate::consumer::engine::chunks::{ChunkHeader, Outcome};
-use crate::consumer::engine::decode::decode;
+use crate::consumer::engine::decode::decode_sized;
 use crate::consumer::engine::ConsumerTask;
 use crate::consumer::queue::Item;
 
@@ -27,6 +27,7 @@ impl ConsumerTask {
             mut metadata,
             data,
         } = payload;
+        self.bytes.observe(data.len(), 1);
         let mut out = self.chunks.add(&header, entry, data, Instant::now());
         let complete = out.complete.take();
         let error = out.error.is_some();
@@ -53,20 +54,21 @@ impl ConsumerTask {
             metadata,
             data,
         };
-        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
-            Ok(messages) => messages,
-            Err(bad) => {
-                tracing::warn!(topic = %self.entity.topic, id = %whole, error = %bad.error,
+        let (messages, held) =
+            match decode_sized(&self.entity.topic, self.partition, &cmd, payload, max) {
+                Ok(decoded) => decoded,
+                Err(bad) => {
+                    tracing::warn!(topic = %self.entity.topic, id = %whole, error = %bad.error,
                     "undecodable chunked message discarded");
-                self.ack_chunks(ids);
-                self.emit(Item::Discarded(bad.error));
-                return;
-            }
-        };
+                    self.ack_chunks(ids);
+                    self.emit(Item::Discarded(bad.error));
+                    return;
+                }
+            };
         if self.persistent() {
             self.chunk_ids.insert(whole, ids);
         }
-        self.deliver(messages, &cmd.ack_set, 1);
+        self.deliver(messages, held, &cmd.ack_set, 1);
     }
 
     /// Acts on what the assembler decided, except a completed message.

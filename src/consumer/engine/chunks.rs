@@ -5,7 +5,14 @@
 //! upstream fixed later avoided by construction (each named where it applies):
 //! - bounded: at most `max_pending_chunked_messages` contexts (the oldest is evicted) and at
 //!   most `max_chunked_message_bytes` claimed by them in all; a claim above that is refused
-//!   before anything is allocated for it;
+//!   before anything is allocated for it. Memory follows what arrived, not what a first chunk
+//!   claims (the buffer grows with the chunks), and it is charged to the consumer's byte
+//!   budget (see `budget`), with what each chunk costs besides its bytes: with the budget
+//!   full, only the task holding the consumer's oldest incomplete message gets permits, so
+//!   incomplete messages complete one after the other instead of all growing; at most
+//!   [`MAX_CHUNKS_PER_MESSAGE`] chunks per message;
+//! - constant work per chunk: a duplicate is recognised by its chunk id's slot, not by a scan
+//!   of the chunks held;
 //! - one index (`contexts`, with `order` holding the same uuids oldest first): every removal
 //!   goes through [`ChunkAssembler::remove`], so nothing is left behind in either
 //!   (apache/pulsar#26658);
@@ -23,9 +30,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use bytes::Bytes;
 use tokio::time::Instant;
+
+use crate::consumer::engine::budget::{Charge, ChunkedTicket, ConsumerBudget};
 
 use crate::error::Error;
 use crate::message_id::{ChunkStart, MessageId};
@@ -34,6 +42,16 @@ use crate::proto;
 /// How many refused uuids are remembered (so their later chunks are dropped, not treated as
 /// orphans); bounded, oldest forgotten first.
 const REFUSED_MEMORY: usize = 64;
+
+/// The most chunks one chunked message may have (a larger `num_chunks_from_msg` is refused
+/// with the first chunk). Upstream producers split at the broker's maximum message size
+/// (5 MiB by default: 26 chunks for a 128 MiB message); 262,144 chunks are a 128 MiB message
+/// in chunks of 512 bytes. What each chunk costs besides its bytes ([`CHUNK_COST`]) is charged
+/// to the budget as well.
+pub(crate) const MAX_CHUNKS_PER_MESSAGE: u32 = 1 << 18;
+
+/// What the assembler keeps per chunk besides its bytes (its entry id, with room to grow).
+pub(crate) const CHUNK_COST: usize = 2 * std::mem::size_of::<MessageId>();
 
 /// The reassembly knobs (from [`ConsumerOptions`](crate::consumer::ConsumerOptions)).
 #[derive(Debug, Clone, Copy)]
@@ -59,22 +77,46 @@ impl ChunkLimits {
 #[derive(Debug)]
 struct Ctx {
     num_chunks: u32,
-    /// The size the first chunk claimed (what is reserved against the byte cap).
+    /// The size the first chunk claimed (what is counted against the byte cap).
     total_size: usize,
-    buf: BytesMut,
+    /// The chunks' bytes so far; grown as they arrive (never to the claim up front).
+    buf: Vec<u8>,
     /// The entry ids of the chunks appended so far, in chunk order.
     ids: Vec<MessageId>,
     created: Instant,
-    /// The client memory limit's share this message holds; given back when the context goes
-    /// (completed, evicted, expired, refused or cleared), by dropping it.
-    _memory: Option<OwnedSemaphorePermit>,
+    /// Its place among the consumer's incomplete chunked messages (dropped before `charge`,
+    /// so the release that `charge` wakes tasks with already sees it gone).
+    _ticket: Option<ChunkedTicket>,
+    /// The bytes this message holds in the consumer's budget (its buffer's capacity and
+    /// [`CHUNK_COST`] per chunk); given back when the context goes (completed, evicted,
+    /// expired, refused or cleared), by dropping it.
+    charge: Option<Charge>,
 }
 
 impl Ctx {
-    fn holds_entry(&self, id: &MessageId) -> bool {
+    /// Whether chunk `chunk_id` was appended from entry `id` (a redelivery of the same
+    /// entry): its slot is looked at, in constant time.
+    fn holds_chunk(&self, chunk_id: u32, id: &MessageId) -> bool {
         self.ids
-            .iter()
-            .any(|c| c.ledger_id == id.ledger_id && c.entry_id == id.entry_id)
+            .get(chunk_id as usize)
+            .is_some_and(|c| c.ledger_id == id.ledger_id && c.entry_id == id.entry_id)
+    }
+
+    /// Appends a chunk's bytes, growing the buffer (doubling, at most to the claim) and the
+    /// charge with it.
+    fn append(&mut self, data: &[u8]) {
+        let before = self.buf.capacity();
+        let need = self.buf.len() + data.len();
+        if need > before {
+            let target = need
+                .max(self.buf.len().saturating_mul(2))
+                .min(self.total_size);
+            self.buf.reserve_exact(target.max(need) - self.buf.len());
+        }
+        self.buf.extend_from_slice(data);
+        if let Some(c) = &mut self.charge {
+            c.grow(self.buf.capacity() - before + CHUNK_COST);
+        }
     }
 }
 
@@ -132,8 +174,9 @@ pub(crate) struct ChunkAssembler {
     /// Bytes claimed by the contexts (their `total_size`s).
     claimed: usize,
     refused: VecDeque<String>,
-    /// The client's memory limit (`ClientBuilder::memory_limit`), shared with the producers.
-    memory: Option<Arc<Semaphore>>,
+    /// The consumer's byte budget, which incomplete messages count in, and this task's
+    /// index in it.
+    budget: Option<(Arc<ConsumerBudget>, usize)>,
 }
 
 fn now_millis() -> u64 {
@@ -150,34 +193,18 @@ impl ChunkAssembler {
             order: VecDeque::new(),
             claimed: 0,
             refused: VecDeque::new(),
-            memory: None,
+            budget: None,
         }
     }
 
-    /// Counts the bytes of incomplete messages in the client's memory limit.
-    pub(crate) fn with_memory_limit(mut self, memory: Arc<Semaphore>) -> Self {
-        self.memory = Some(memory);
+    /// Counts the bytes of incomplete messages in the consumer's byte budget (drawn from the
+    /// client memory limit within the consumers' share: see `budget`). Like upstream's
+    /// `MemoryLimitController.forceReserveMemory` for received messages, charging never waits
+    /// and never fails; a full budget makes the tasks withhold permits, except the one
+    /// holding the consumer's oldest incomplete message (`ConsumerBudget::may_force`).
+    pub(crate) fn with_budget(mut self, budget: Arc<ConsumerBudget>, task: usize) -> Self {
+        self.budget = Some((budget, task));
         self
-    }
-
-    /// Reserves up to `bytes` of the client memory limit for a new context. Like upstream's
-    /// `MemoryLimitController.forceReserveMemory` for received messages, this never waits and
-    /// never fails: the consumer must not stall on memory the producers hold (that could
-    /// deadlock a consume-then-produce pipeline); it takes what is free, up to `bytes`, so
-    /// producers wait (or fail with `block_if_queue_full(false)`) while the chunks are held.
-    /// The per-consumer cap (`max_chunked_message_bytes`) is what bounds the bytes held.
-    fn reserve(&self, bytes: usize) -> Option<OwnedSemaphorePermit> {
-        let memory = self.memory.as_ref()?;
-        for _ in 0..2 {
-            let n = bytes.min(memory.available_permits()).min(u32::MAX as usize) as u32;
-            if n == 0 {
-                return None;
-            }
-            if let Ok(p) = memory.clone().try_acquire_many_owned(n) {
-                return Some(p);
-            }
-        }
-        None
     }
 
     /// Incomplete chunked messages held.
@@ -293,7 +320,7 @@ impl ChunkAssembler {
             self.refuse(uuid, id, "negative chunk header fields".into(), &mut out);
             return out;
         };
-        if uuid.is_empty() || chunk_id >= num_chunks {
+        if uuid.is_empty() || chunk_id >= num_chunks || num_chunks > MAX_CHUNKS_PER_MESSAGE {
             self.refuse(
                 uuid,
                 id,
@@ -331,7 +358,7 @@ impl ChunkAssembler {
                 // old one is not kept, and the new one is not lost with it). If the old chunks
                 // are other entries than the ones coming again, they will never be part of a
                 // delivered message: acked, so they leave no ack hole (#21101).
-                if !old.holds_entry(&id) {
+                if !old.holds_chunk(0, &id) {
                     out.ack.extend(old.ids);
                 }
             }
@@ -343,16 +370,20 @@ impl ChunkAssembler {
                 }
                 self.evict_oldest(&mut out);
             }
-            let memory = self.reserve(total);
+            let (ticket, charge) = match &self.budget {
+                Some((b, task)) => (Some(b.chunked_message(*task)), Some(b.charge(0, false))),
+                None => (None, None),
+            };
             self.contexts.insert(
                 uuid.to_owned(),
                 Ctx {
                     num_chunks,
                     total_size: total,
-                    buf: BytesMut::with_capacity(total),
+                    buf: Vec::new(),
                     ids: Vec::new(),
                     created: now,
-                    _memory: memory,
+                    _ticket: ticket,
+                    charge,
                 },
             );
             self.order.push_back(uuid.to_owned());
@@ -369,7 +400,7 @@ impl ChunkAssembler {
             // A duplicate (apache/pulsar#21101): filtered, the context kept. Acked only when
             // it is another entry than the one assembled (a producer's duplicate); the same
             // entry again is a redelivery, acked with the message.
-            if !ctx.holds_entry(&id) {
+            if !ctx.holds_chunk(chunk_id, &id) {
                 out.ack.push(id);
             }
             return out;
@@ -389,7 +420,7 @@ impl ChunkAssembler {
             self.refuse(uuid, id, why, &mut out);
             return out;
         }
-        ctx.buf.extend_from_slice(&data);
+        ctx.append(&data);
         ctx.ids.push(id);
         if chunk_id + 1 < num_chunks {
             return out;
@@ -413,7 +444,7 @@ impl ChunkAssembler {
             ledger_id: f.ledger_id,
             entry_id: f.entry_id,
         });
-        out.complete = Some((ctx.buf.freeze(), whole, ctx.ids));
+        out.complete = Some((Bytes::from(ctx.buf), whole, ctx.ids));
         out
     }
 

@@ -153,13 +153,16 @@ fn a_resent_first_chunk_starts_over_and_acks_the_old_one() {
     assert_eq!(whole.first_chunk_id(), Some(id(2)));
 }
 
-/// #13: the bytes of incomplete chunked messages count in the client's memory limit (shared
-/// with the producers) while they are held, and come back when the message completes, is
-/// evicted, or the assembler is cleared (a re-subscribe).
+/// #13, #31: the bytes of incomplete chunked messages count in the consumer's byte budget
+/// (drawn from the client memory limit) while they are held: what arrived, not what the first
+/// chunk claims, plus a cost per chunk; they come back when the message completes, is evicted,
+/// or the assembler is cleared (a re-subscribe).
 #[test]
-fn incomplete_messages_hold_client_memory_until_they_leave() {
-    let memory = Arc::new(Semaphore::new(1500));
-    let mut a = ChunkAssembler::new(limits()).with_memory_limit(memory.clone());
+fn incomplete_messages_hold_the_consumer_budget_until_they_leave() {
+    let memory = Arc::new(tokio::sync::Semaphore::new(1 << 20));
+    let share = Arc::new(crate::core::ConsumerShare::new(memory, 1 << 20));
+    let budget = ConsumerBudget::new(share);
+    let mut a = ChunkAssembler::new(limits()).with_budget(budget.clone(), 0);
     let now = Instant::now();
     let out = a.add(
         &header("a", 0, 2, 600),
@@ -168,7 +171,8 @@ fn incomplete_messages_hold_client_memory_until_they_leave() {
         now,
     );
     assert!(out.complete.is_none());
-    assert_eq!(memory.available_permits(), 900, "600 claimed bytes held");
+    // Before: the 600 claimed bytes were allocated and taken from the limit up front.
+    assert_eq!(budget.used(), 300 + CHUNK_COST, "what arrived is held");
     let out = a.add(
         &header("a", 1, 2, 600),
         id(2),
@@ -176,7 +180,7 @@ fn incomplete_messages_hold_client_memory_until_they_leave() {
         now,
     );
     assert!(out.complete.is_some());
-    assert_eq!(memory.available_permits(), 1500, "given back on completion");
+    assert_eq!(budget.used(), 0, "given back on completion");
 
     // Two incomplete messages (the cap is 2 contexts): a third evicts the oldest.
     a.add(
@@ -191,7 +195,7 @@ fn incomplete_messages_hold_client_memory_until_they_leave() {
         Bytes::from(vec![1; 200]),
         now,
     );
-    assert_eq!(memory.available_permits(), 700);
+    assert_eq!(budget.used(), 2 * (200 + CHUNK_COST));
     let out = a.add(
         &header("d", 0, 2, 100),
         id(5),
@@ -199,35 +203,149 @@ fn incomplete_messages_hold_client_memory_until_they_leave() {
         now,
     );
     assert_eq!(out.redeliver, vec![id(3)], "the oldest is evicted");
-    assert_eq!(
-        memory.available_permits(),
-        1000,
-        "b's 400 back, d's 100 held"
-    );
-
-    // Never blocks: with the limit exhausted by others, a message is still assembled.
-    let others = memory.clone().try_acquire_many_owned(1000).unwrap();
+    assert_eq!(budget.used(), 250 + 2 * CHUNK_COST, "b's back, d's held");
     a.clear();
-    assert_eq!(
-        memory.available_permits(),
-        500,
-        "clear gives c's and d's back"
-    );
-    let out = a.add(
-        &header("e", 0, 2, 800),
-        id(6),
-        Bytes::from(vec![1; 400]),
+    assert_eq!(budget.used(), 0, "clear gives c's and d's back");
+}
+
+/// #31: with the consumer's budget full, only the task holding its oldest incomplete chunked
+/// message may be forced a permit (and only with nothing queued): incomplete messages complete
+/// one after the other instead of all growing; a message alone larger than the budget is still
+/// assembled.
+#[test]
+fn a_full_budget_lets_the_oldest_incomplete_message_go_on() {
+    let memory = Arc::new(tokio::sync::Semaphore::new(2000));
+    // The consumers' share is half the limit: 1000 bytes.
+    let share = Arc::new(crate::core::ConsumerShare::new(memory, 2000));
+    let budget = ConsumerBudget::new(share);
+    let big = ChunkLimits {
+        max_pending: 100,
+        max_bytes: 1 << 20,
+        ..limits()
+    };
+    let mut first = ChunkAssembler::new(big).with_budget(budget.clone(), 0);
+    let mut second = ChunkAssembler::new(big).with_budget(budget.clone(), 1);
+    let now = Instant::now();
+    assert!(budget.may_force(0) && budget.may_force(1), "no chunks held");
+    second.add(
+        &header("a", 0, 2, 1200),
+        id(1),
+        Bytes::from(vec![1; 600]),
         now,
+    );
+    first.add(
+        &header("b", 0, 2, 1200),
+        id(2),
+        Bytes::from(vec![1; 600]),
+        now,
+    );
+    assert!(budget.used() >= budget.limit());
+    assert!(
+        budget.may_force(1) && !budget.may_force(0),
+        "the oldest message's task"
+    );
+    let queued = budget.charge(10, true);
+    assert!(
+        !budget.may_force(1),
+        "not while the application has messages to take"
+    );
+    drop(queued);
+    let out = second.add(
+        &header("a", 1, 2, 1200),
+        id(3),
+        Bytes::from(vec![1; 600]),
+        now,
+    );
+    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(1200));
+    assert!(budget.may_force(0), "then the next oldest's");
+    // One message larger than the whole budget, alone: assembled.
+    first.clear();
+    first.add(
+        &header("e", 0, 3, 1500),
+        id(10),
+        Bytes::from(vec![1; 500]),
+        now,
+    );
+    first.add(
+        &header("e", 1, 3, 1500),
+        id(11),
+        Bytes::from(vec![1; 500]),
+        now,
+    );
+    let out = first.add(
+        &header("e", 2, 3, 1500),
+        id(12),
+        Bytes::from(vec![1; 500]),
+        now,
+    );
+    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(1500));
+    assert_eq!(budget.used(), 0);
+}
+
+/// #31: a message claiming more chunks than [`MAX_CHUNKS_PER_MESSAGE`] is refused with its
+/// first chunk (1-byte chunks cost ~57 B each: a 128 MiB message in them, 7 GB).
+#[test]
+fn too_many_chunks_are_refused() {
+    let mut a = ChunkAssembler::new(ChunkLimits {
+        max_bytes: 1 << 30,
+        ..limits()
+    });
+    let n = MAX_CHUNKS_PER_MESSAGE as i32 + 1;
+    let out = a.add(
+        &header("u", 0, n, n),
+        id(1),
+        Bytes::from_static(b"x"),
+        Instant::now(),
+    );
+    assert!(out.error.is_some());
+    assert_eq!(a.pending(), 0);
+    let n = MAX_CHUNKS_PER_MESSAGE as i32;
+    let out = a.add(
+        &header("v", 0, n, n),
+        id(2),
+        Bytes::from_static(b"x"),
+        Instant::now(),
     );
     assert!(out.error.is_none());
-    assert_eq!(memory.available_permits(), 0, "it takes what is free");
+}
+
+/// #31: a duplicate chunk is recognised in constant time: 200,000 duplicates of an early chunk
+/// of a 20,000-chunk message each looked at one slot (a scan of the chunks held took ~4e9 steps).
+#[test]
+fn duplicate_chunks_are_found_in_constant_time() {
+    const CHUNKS: i32 = 20_000;
+    let mut a = ChunkAssembler::new(ChunkLimits {
+        max_bytes: 1 << 30,
+        ..limits()
+    });
+    let now = Instant::now();
+    for c in 0..CHUNKS - 1 {
+        a.add(
+            &header("u", c, CHUNKS, CHUNKS),
+            id(c as u64),
+            Bytes::from_static(b"x"),
+            now,
+        );
+    }
+    let started = std::time::Instant::now();
+    for k in 0..200_000u64 {
+        // The same entry again (a redelivery) and another entry (a producer's duplicate).
+        let entry = if k % 2 == 0 { 1 } else { 1_000_000 + k };
+        let out = a.add(
+            &header("u", 1, CHUNKS, CHUNKS),
+            id(entry),
+            Bytes::from_static(b"x"),
+            now,
+        );
+        assert!(out.complete.is_none());
+    }
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_secs(2), "{took:?}");
     let out = a.add(
-        &header("e", 1, 2, 800),
-        id(7),
-        Bytes::from(vec![1; 400]),
+        &header("u", CHUNKS - 1, CHUNKS, CHUNKS),
+        id(CHUNKS as u64),
+        Bytes::from_static(b"x"),
         now,
     );
-    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(800));
-    drop(others);
-    assert_eq!(memory.available_permits(), 1500);
+    assert_eq!(out.complete.map(|(b, _, _)| b.len()), Some(CHUNKS as usize));
 }

@@ -98,7 +98,9 @@ pub(crate) fn permits_spent(cmd: &proto::CommandMessage, meta: &proto::MessageMe
 }
 
 /// Decodes one delivered entry into its messages (one, or those of a batch that the ack set
-/// and compaction leave), kept compact until handed out (see [`Entry`]).
+/// and compaction leave), kept compact until handed out (see [`Entry`]). (The fuzz entry
+/// points' way in; the consumer uses [`decode_sized`].)
+#[cfg_attr(not(feature = "fuzzing"), allow(dead_code))]
 pub(crate) fn decode(
     topic: &TopicName,
     partition: i32,
@@ -106,6 +108,19 @@ pub(crate) fn decode(
     payload: Payload,
     max_size: usize,
 ) -> std::result::Result<Entry, Undecodable> {
+    decode_sized(topic, partition, cmd, payload, max_size).map(|(entry, _)| entry)
+}
+
+/// [`decode`], with the bytes of payload the messages keep alive: the decompressed payload
+/// (a batch's messages are slices of it, so any of them holds all of it), what the consumer's
+/// byte budget charges for the entry (see `budget`).
+pub(crate) fn decode_sized(
+    topic: &TopicName,
+    partition: i32,
+    cmd: &proto::CommandMessage,
+    payload: Payload,
+    max_size: usize,
+) -> std::result::Result<(Entry, usize), Undecodable> {
     let mut meta = payload.metadata;
     let mut id = MessageId::from_proto(&cmd.message_id);
     id.partition = partition;
@@ -148,6 +163,7 @@ pub(crate) fn decode(
         )
         .map_err(undecodable(ValidationError::DecompressionError))?
     };
+    let held = data.len();
     let head =
         |id: MessageId, schema_version: Option<Bytes>, meta: &proto::MessageMetadata| EntryHead {
             topic: topic.clone(),
@@ -174,10 +190,13 @@ pub(crate) fn decode(
                 &meta.properties,
             ),
         };
-        return Ok(Entry {
-            head: head(id, schema_version, &meta),
-            records: smallvec::smallvec![record],
-        });
+        return Ok((
+            Entry {
+                head: head(id, schema_version, &meta),
+                records: smallvec::smallvec![record],
+            },
+            held,
+        ));
     };
     let batch = undecodable(ValidationError::BatchDeSerializeError);
     let n = u32::try_from(n)
@@ -225,10 +244,13 @@ pub(crate) fn decode(
     }
     let mut batch_id = id;
     batch_id.batch_size = i32::try_from(n).unwrap_or(i32::MAX);
-    Ok(Entry {
-        head: head(batch_id, schema_version, &meta),
-        records: out,
-    })
+    Ok((
+        Entry {
+            head: head(batch_id, schema_version, &meta),
+            records: out,
+        },
+        held,
+    ))
 }
 
 #[cfg(test)]

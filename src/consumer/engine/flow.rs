@@ -49,3 +49,124 @@ impl QueueRoom {
         }
     }
 }
+
+/// The smallest bytes-per-permit estimate a task plans with (so that a run of empty messages
+/// cannot make one grant huge).
+const MIN_PERMIT_BYTES: usize = 256;
+
+/// A partition task's side of its consumer's byte budget: the permits it owes the broker but
+/// withholds for want of room, and what it expects one permit to bring.
+///
+/// The rule (see `budget` for what counts): a task keeps at most `room / tasks / estimate`
+/// permits out, where `room` is what is free of the consumer's budget, `tasks` the consumer's
+/// partition tasks and `estimate` the bytes one permit brought lately (the largest seen,
+/// decaying towards smaller ones). The rest of what the receiver queue allows is owed and
+/// granted as room frees up: the application taking messages out, or smaller messages. Before
+/// any message the estimate is the broker's maximum message size, so the first FLOW of a
+/// consumer whose budget cannot hold a receiver queue of maximum-size messages is smaller than
+/// the receiver queue (a slow start; the rest follows the first messages). When the queue is
+/// empty one permit is always out (for the task holding the consumer's oldest incomplete chunked
+/// message, if any: see `ConsumerBudget::may_force`), so a message larger than the whole budget
+/// is delivered.
+#[derive(Debug)]
+pub(crate) struct ByteFlow {
+    share: super::budget::TaskShare,
+    /// Permits the receiver queue allows that are not granted yet for want of room.
+    pub owed: u32,
+    /// Bytes one permit is expected to bring (0: nothing seen yet).
+    estimate: usize,
+    /// Woken when the consumer's held bytes are released while this task waits for room.
+    pub freed: tokio::sync::watch::Receiver<u64>,
+}
+
+impl ByteFlow {
+    pub(crate) fn new(budget: &std::sync::Arc<super::budget::ConsumerBudget>) -> Self {
+        ByteFlow {
+            share: budget.task(),
+            owed: 0,
+            estimate: 0,
+            freed: budget.freed(),
+        }
+    }
+
+    pub(crate) fn budget(&self) -> &std::sync::Arc<super::budget::ConsumerBudget> {
+        self.share.budget()
+    }
+
+    /// Learns from an entry (or a chunk) that brought `bytes` for `permits` permits: the
+    /// estimate jumps to a larger size at once and decays towards smaller ones by an eighth
+    /// per entry.
+    pub(crate) fn observe(&mut self, bytes: usize, permits: u32) {
+        let sample = (bytes.saturating_add(super::budget::ENTRY_COST) / permits.max(1) as usize)
+            .max(MIN_PERMIT_BYTES);
+        let before = self.estimate;
+        self.estimate = if before == 0 || sample >= before {
+            sample
+        } else {
+            before - (before - sample) / 8
+        };
+    }
+
+    /// How many permits this task may have out now, given `max_message` (the broker's limit,
+    /// the estimate before any message).
+    pub(crate) fn cap(&self, task: usize, max_message: usize) -> u64 {
+        let budget = self.budget();
+        let per_permit = if self.estimate == 0 {
+            max_message.max(MIN_PERMIT_BYTES)
+        } else {
+            self.estimate
+        };
+        let tasks = budget.tasks();
+        let cap = (budget.room() / tasks / per_permit) as u64;
+        if cap == 0 && budget.may_force(task) {
+            // Never a deadlock: with nothing queued, one message always comes, whatever its
+            // size (upstream force-reserves memory for what it receives).
+            1
+        } else {
+            cap
+        }
+    }
+}
+
+impl super::ConsumerTask {
+    /// Grants the broker `n` more permits, as far as the consumer's byte budget has room for
+    /// them; the rest is owed (see [`ByteFlow`]).
+    pub(crate) fn grant(&mut self, n: u32) {
+        self.bytes.owed = self.bytes.owed.saturating_add(n);
+        self.grant_owed();
+    }
+
+    /// Grants what is owed and fits. Sends one FLOW for all of it, or for at least half of
+    /// what fits, so that a task near its cap does not send a FLOW per message.
+    pub(crate) fn grant_owed(&mut self) {
+        if self.entity.conn.is_none() {
+            // The next subscription's first FLOW grants afresh (see `start_flow`).
+            self.bytes.owed = 0;
+            return;
+        }
+        let max_message = self.max_message_size();
+        for attempt in 0..2 {
+            let owed = self.bytes.owed;
+            if owed == 0 {
+                return;
+            }
+            self.bytes.freed.borrow_and_update();
+            let out = self.permits.max(0) as u64;
+            let cap = self.bytes.cap(self.index, max_message);
+            let fits = cap.saturating_sub(out).min(u64::from(owed)) as u32;
+            let worth = fits == owed || u64::from(fits) * 2 >= cap.max(1);
+            if fits > 0 && worth {
+                self.bytes.owed -= fits;
+                self.permits += i64::from(fits);
+                self.entity
+                    .send_control(crate::commands::flow(self.entity.id, fits));
+            }
+            if self.bytes.owed == 0 || attempt == 1 {
+                break;
+            }
+            // Withheld: ask to be woken by the next release, then look once more (a release
+            // between the look above and the flag would otherwise go unnoticed).
+            self.bytes.budget().wait_for_room();
+        }
+    }
+}

@@ -11,7 +11,8 @@ use crate::proto::base_command::Type;
 use std::sync::atomic::Ordering;
 
 use crate::consumer::engine::acks::EntryAcks;
-use crate::consumer::engine::decode::decode;
+use crate::consumer::engine::budget::entry_cost;
+use crate::consumer::engine::decode::decode_sized;
 use crate::consumer::engine::flow::overshoot_bound;
 use crate::consumer::engine::ConsumerTask;
 use crate::consumer::entry::Entry;
@@ -45,12 +46,18 @@ impl ConsumerTask {
     /// Gives back the permits of `n` messages the application will never consume.
     pub(crate) fn release_permits(&mut self, n: u32) {
         if let Some(permits) = self.shared.consume(n, self.refill_at()) {
-            if self.entity.conn.is_some() {
-                self.permits += i64::from(permits);
-                self.entity
-                    .send_control(commands::flow(self.entity.id, permits));
-            }
+            self.grant(permits);
         }
+    }
+
+    /// The broker's maximum message size (the client's default before it said).
+    pub(crate) fn max_message_size(&self) -> usize {
+        self.entity
+            .conn
+            .as_ref()
+            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
+                c.info().max_message_size
+            })
     }
 
     /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
@@ -120,6 +127,17 @@ impl ConsumerTask {
         cmd: crate::proto::CommandMessage,
         payload: crate::codec::Payload,
     ) {
+        self.take_message(cmd, payload);
+        // Withholding permits for want of room: what arrived may have changed the estimate
+        // (whatever became of it: queued, filtered, refused, a chunk).
+        if self.bytes.owed > 0 {
+            self.grant_owed();
+        } else {
+            self.bytes.budget().reserve_held();
+        }
+    }
+
+    fn take_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
         // Upstream's consumer checks only the compressed size against the broker's limit and
         // decompresses whatever size the metadata declares; producers (upstream's and ours,
         // with chunking on) send a large payload that compression makes fit as one entry,
@@ -165,34 +183,37 @@ impl ConsumerTask {
             self.on_chunk(header, entry, cmd, payload);
             return;
         }
-        let messages = match decode(&self.entity.topic, self.partition, &cmd, payload, max) {
-            Ok(messages) => messages,
-            Err(bad) => {
-                // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
-                // error so it is not redelivered forever, and give its permits back (all the
-                // messages the broker counted, where upstream returns one).
-                tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
+        let (messages, held) =
+            match decode_sized(&self.entity.topic, self.partition, &cmd, payload, max) {
+                Ok(decoded) => decoded,
+                Err(bad) => {
+                    // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
+                    // error so it is not redelivered forever, and give its permits back (all the
+                    // messages the broker counted, where upstream returns one).
+                    tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
                     "undecodable entry discarded");
-                self.shared.discarded.fetch_add(1, Ordering::Relaxed);
-                if self.persistent() {
-                    self.entity.send_control(commands::ack_discarded(
-                        self.entity.id,
-                        entry,
-                        bad.validation,
-                    ));
+                    self.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                    if self.persistent() {
+                        self.entity.send_control(commands::ack_discarded(
+                            self.entity.id,
+                            entry,
+                            bad.validation,
+                        ));
+                    }
+                    // One permit comes back when the application takes the error item.
+                    self.release_permits(spent - 1);
+                    self.emit(Item::Discarded(bad.error));
+                    return;
                 }
-                // One permit comes back when the application takes the error item.
-                self.release_permits(spent - 1);
-                self.emit(Item::Discarded(bad.error));
-                return;
-            }
-        };
-        self.deliver(messages, &cmd.ack_set, spent);
+            };
+        self.bytes.observe(held, spent);
+        self.deliver(messages, held, &cmd.ack_set, spent);
     }
 
     /// Puts the decoded messages of an entry that spent `spent` permits in the queue, less
-    /// those filtered out (whose permits come back), as one item.
-    pub(crate) fn deliver(&mut self, entry: Entry, ack_set: &[i64], spent: u32) {
+    /// those filtered out (whose permits come back), as one item charged with its bytes
+    /// (`held`: the payload bytes its messages keep alive) in the consumer's budget.
+    pub(crate) fn deliver(&mut self, entry: Entry, held: usize, ack_set: &[i64], spent: u32) {
         let Entry {
             mut head,
             mut records,
@@ -237,7 +258,9 @@ impl ConsumerTask {
         });
         let emitted = records.len() as u32;
         if emitted > 0 {
-            self.emit(Item::Messages(Entry { head, records }));
+            let entry = Entry { head, records };
+            let charge = self.bytes.budget().charge(entry_cost(&entry, held), true);
+            self.emit(Item::Messages(entry, charge));
         }
         // Whatever the broker counted and the application will never consume by receiving
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.

@@ -3,6 +3,7 @@
 //! shared [`Entity`] driver owns its registration, reconnects and ending.
 
 pub(crate) mod acks;
+pub(crate) mod budget;
 pub(crate) mod chunk_intake;
 pub(crate) mod chunks;
 pub(crate) mod decode;
@@ -63,6 +64,8 @@ pub(crate) struct ConsumerTask {
     pub skip_through: Option<MessageId>,
     /// Flow permits granted to the broker minus messages it delivered.
     pub permits: i64,
+    /// The permits withheld for the consumer's byte budget (see `flow`).
+    pub bytes: crate::consumer::engine::flow::ByteFlow,
     /// The consumer epoch (Exclusive / Failover redeliver-all).
     pub consumer_epoch: u64,
     /// Dead-letter publishing (Shared / Key_Shared with a policy).
@@ -135,7 +138,8 @@ impl ConsumerTask {
     }
 
     /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
-    /// [`QueueRoom`]).
+    /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
+    /// as it does: see [`ByteFlow`](crate::consumer::engine::flow::ByteFlow)).
     pub(crate) fn start_flow(&mut self) {
         let size = self.opts.receiver_queue_size;
         let occupied = {
@@ -144,12 +148,9 @@ impl ConsumerTask {
             room.withheld = u64::from(occupied);
             occupied
         };
-        let permits = size - occupied;
-        self.permits = i64::from(permits);
-        if permits > 0 {
-            let frame = commands::flow(self.entity.id, permits);
-            self.entity.send_control(frame);
-        }
+        self.permits = 0;
+        self.bytes.owed = 0;
+        self.grant(size - occupied);
     }
 
     pub(crate) async fn run(mut self) {
@@ -301,6 +302,11 @@ impl ConsumerTask {
                 _ = sleep_until_opt(chunk_deadline) => {
                     let out = self.chunks.expire(Instant::now());
                     self.apply_chunk_outcome(out);
+                    Ok(())
+                }
+                // Permits withheld for the byte budget: bytes were released.
+                _ = self.bytes.freed.changed(), if self.bytes.owed > 0 => {
+                    self.grant_owed();
                     Ok(())
                 }
                 _ = sleep_until_opt(deferred_deadline) => {
@@ -496,12 +502,7 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
-            ConsumerOp::Flow(n) => {
-                if self.entity.conn.is_some() {
-                    self.permits += i64::from(n);
-                    self.entity.send_control(commands::flow(self.entity.id, n));
-                }
-            }
+            ConsumerOp::Flow(n) => self.grant(n),
             // Control ops are taken by `on_op`.
             ConsumerOp::Seek(..)
             | ConsumerOp::LastMessageId(_)

@@ -45,6 +45,7 @@ pub(crate) async fn spawn_partition(
     dlq: Option<Arc<DeadLetterSink>>,
     registry: &Registry,
     main: bool,
+    budget: &Arc<crate::consumer::engine::budget::ConsumerBudget>,
 ) -> Result<Arc<PartitionShared>> {
     let consumer_id = client.new_consumer_id();
     let start = options
@@ -121,6 +122,7 @@ pub(crate) async fn spawn_partition(
         acks: Acks::new(options),
         skip_through,
         permits: 0,
+        bytes: crate::consumer::engine::flow::ByteFlow::new(budget),
         consumer_epoch: 0,
         dlq: dlq.clone(),
         dlq_candidates: Default::default(),
@@ -132,7 +134,7 @@ pub(crate) async fn spawn_partition(
         chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
             crate::consumer::engine::chunks::ChunkLimits::from_options(options),
         )
-        .with_memory_limit(client.memory.clone()),
+        .with_budget(budget.clone(), index),
         chunk_ids: Default::default(),
     };
     task.start_flow();
@@ -157,6 +159,8 @@ pub(crate) struct GrowContext {
     pub(crate) registry: Registry,
     pub(crate) count: watch::Sender<usize>,
     pub(crate) current: u32,
+    /// The consumer's byte budget (one for all its tasks).
+    pub(crate) budget: Arc<crate::consumer::engine::budget::ConsumerBudget>,
 }
 
 /// Adds partition consumers when the topic grows (PIP-247 updates or polling).
@@ -186,6 +190,7 @@ pub(crate) async fn grow(
                 ctx.dlq.clone(),
                 &ctx.registry,
                 true,
+                &ctx.budget,
             ))
             .await;
             match created {

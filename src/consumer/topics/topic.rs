@@ -40,6 +40,10 @@ pub(crate) struct SubscribeContext {
     pub consumer_name: String,
     pub out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
     pub registry: Registry,
+    /// The consumer's one byte budget: every task of every topic draws on it, so the
+    /// per-topic receiver queues of a multi-topic or pattern consumer are bounded in bytes
+    /// together, not each on its own.
+    pub budget: Arc<crate::consumer::engine::budget::ConsumerBudget>,
 }
 
 impl SubscribeContext {
@@ -61,7 +65,10 @@ impl SubscribeContext {
             .clone()
             .unwrap_or_else(|| format!("consumer-{:08x}", crate::consumer::rand_u32()));
         let (tx, rx) = mpsc::unbounded_channel();
+        let budget =
+            crate::consumer::engine::budget::ConsumerBudget::new(client.consumer_share.clone());
         let ctx = SubscribeContext {
+            budget,
             client,
             options: Arc::new(options),
             consumer_name,
@@ -237,6 +244,7 @@ pub(crate) async fn subscribe_topic(
             dlq.clone(),
             &ctx.registry,
             k < main_count,
+            &ctx.budget,
         ))
     });
     let (shared, failure) = crate::entity::create_all(creates).await;
@@ -270,6 +278,7 @@ pub(crate) async fn subscribe_topic(
             registry: ctx.registry.clone(),
             count: count_tx,
             current: partitions,
+            budget: ctx.budget.clone(),
         };
         tokio::spawn(grow(grow_ctx, grow_rx));
         Some(r)

@@ -178,7 +178,13 @@ async fn subscriptions_on_non_persistent_topics_are_not_durable() {
 #[tokio::test]
 async fn flow_permits_start_at_the_queue_size_and_refill_at_half() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
+    // A byte budget (half the memory limit) that holds a receiver queue of maximum-size
+    // (5 MiB) messages: the first FLOW is the whole queue (with less, it starts smaller and
+    // grows with the sizes seen: `budget` tests in the hostile tier).
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(128 * 1024 * 1024)
+        .build()
+        .unwrap();
     let topic = "flow";
     let producer = unbatched_producer(&client, topic).await;
     publish(&producer, "f", 30).await;

@@ -141,7 +141,11 @@ async fn acks_made_right_before_close_reach_the_broker_before_it() {
 #[tokio::test]
 async fn permits_of_a_batch_refill_as_its_messages_are_taken() {
     let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
+    // A byte budget that holds the queue of maximum-size messages: the first FLOW is all of it.
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(128 * 1024 * 1024)
+        .build()
+        .unwrap();
     let topic = "review-flow-batch";
     let mut consumer = client
         .consumer(topic)

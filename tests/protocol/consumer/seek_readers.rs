@@ -548,8 +548,18 @@ async fn producer_close_sends_close_producer_at_once_and_is_bounded() {
 
 #[tokio::test]
 async fn the_receiver_queue_is_bounded_across_partitions() {
-    let broker = MockBroker::start().await.unwrap();
-    let client = client(&broker.service_url());
+    // A byte budget that holds every partition's queue of maximum-size messages (32 KiB here),
+    // so that the first FLOWs show the count bound alone.
+    let broker = MockBroker::start_with(pulsar_sdk::mock::MockBrokerConfig {
+        max_message_size: Some(32 * 1024),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(u32::MAX as usize)
+        .build()
+        .unwrap();
     let topic = "many-partitions";
     broker.create_partitioned_topic(topic, 100);
     let consumer = client

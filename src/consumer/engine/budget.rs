@@ -1,0 +1,380 @@
+//! One consumer's byte budget: what all its partition tasks (of every topic, for a multi-topic
+//! or pattern consumer) hold for the application, in bytes, drawn from the client memory limit
+//! within the consumers' share of it ([`ConsumerShare`]).
+//!
+//! What counts: every entry in the queue to the application (its decompressed payload and what
+//! the queue keeps per message) until the application has taken its last message, and the
+//! chunks of incomplete chunked messages. Each is held as a [`Charge`], which gives its bytes
+//! back when dropped, whichever way the item leaves (taken, discarded as stale, dropped with a
+//! removed topic or the consumer).
+//!
+//! The budget is enforced through flow permits, never by dropping or failing a message: a task
+//! grants the broker only the permits whose messages fit in what is free of the budget (see
+//! `flow`), so a consumer over its budget stops granting until the application takes messages
+//! out. A message larger than the whole budget is still delivered (upstream's force
+//! reservation): a consumer whose queue is empty always has one permit out.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::consumer::entry::{Entry, Record};
+use crate::core::ConsumerShare;
+
+/// The budget's reservation of the client memory limit grows and shrinks in steps of this
+/// size (or the budget, if smaller), so that the limit's semaphore is not touched per entry.
+const RESERVE_STEP: usize = 256 * 1024;
+
+/// What the queue keeps per message besides its payload (its compact record), in bytes.
+pub(crate) const RECORD_COST: usize = std::mem::size_of::<Record>();
+
+/// What the queue keeps per entry besides its records (the shared head, the channel slot).
+pub(crate) const ENTRY_COST: usize = 256;
+
+/// See the module docs.
+#[derive(Debug)]
+pub(crate) struct ConsumerBudget {
+    /// The budget in bytes: the consumers' share of the client memory limit.
+    limit: usize,
+    /// Bytes held: queued entries and incomplete chunked messages.
+    used: AtomicUsize,
+    /// Of `used`, the bytes of queued entries (not of chunks).
+    queued: AtomicUsize,
+    /// Set by a task that withholds permits for want of room; the next release wakes it.
+    waiting: AtomicBool,
+    /// Bumped to wake the tasks waiting for room.
+    freed: watch::Sender<u64>,
+    /// The consumer's live partition tasks (each plans for its part of the free room).
+    tasks: AtomicUsize,
+    share: Arc<ConsumerShare>,
+    /// Bytes this budget holds of the client memory limit (within `share`).
+    reserved: Mutex<usize>,
+    /// The same, read without the lock (see [`ConsumerBudget::reserve_held`]).
+    reserved_now: AtomicUsize,
+    /// The incomplete chunked messages of every task, oldest first (a number each, and the
+    /// task holding it): with the budget full, only the task holding the oldest one is
+    /// granted a permit (see [`ConsumerBudget::may_force`]).
+    chunked: Mutex<std::collections::BTreeMap<u64, usize>>,
+    next_chunked: std::sync::atomic::AtomicU64,
+}
+
+impl ConsumerBudget {
+    pub(crate) fn new(share: Arc<ConsumerShare>) -> Arc<Self> {
+        Arc::new(ConsumerBudget {
+            limit: share.bytes,
+            used: AtomicUsize::new(0),
+            queued: AtomicUsize::new(0),
+            waiting: AtomicBool::new(false),
+            freed: watch::Sender::new(0),
+            tasks: AtomicUsize::new(0),
+            share,
+            reserved: Mutex::new(0),
+            reserved_now: AtomicUsize::new(0),
+            chunked: Mutex::new(Default::default()),
+            next_chunked: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    fn chunked(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<u64, usize>> {
+        self.chunked.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Registers an incomplete chunked message of task `task` until the ticket drops.
+    pub(crate) fn chunked_message(self: &Arc<Self>, task: usize) -> ChunkedTicket {
+        let n = self.next_chunked.fetch_add(1, Ordering::Relaxed);
+        self.chunked().insert(n, task);
+        ChunkedTicket {
+            budget: self.clone(),
+            n,
+        }
+    }
+
+    /// Whether task `task` may have one permit out though the budget is full: only with
+    /// nothing queued (the application has taken everything), and only the task holding the
+    /// consumer's oldest incomplete chunked message, if there is one. So a message larger
+    /// than the whole budget is still delivered, and chunked messages that fill the budget
+    /// complete one after the other (the others' partitions wait, their chunks kept) instead
+    /// of all growing at once; never a deadlock.
+    pub(crate) fn may_force(&self, task: usize) -> bool {
+        self.queued() == 0
+            && self
+                .chunked()
+                .first_key_value()
+                .is_none_or(|(_, owner)| *owner == task)
+    }
+
+    /// The budget in bytes.
+    #[cfg(test)]
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes held now.
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::SeqCst)
+    }
+
+    /// Bytes of queued entries held now.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued.load(Ordering::SeqCst)
+    }
+
+    /// The live partition tasks sharing the budget (at least 1).
+    pub(crate) fn tasks(&self) -> usize {
+        self.tasks.load(Ordering::Relaxed).max(1)
+    }
+
+    /// Counts a partition task in until the returned guard drops.
+    pub(crate) fn task(self: &Arc<Self>) -> TaskShare {
+        self.tasks.fetch_add(1, Ordering::Relaxed);
+        TaskShare(self.clone())
+    }
+
+    /// A receiver woken whenever held bytes are released while a task waits for room.
+    pub(crate) fn freed(&self) -> watch::Receiver<u64> {
+        self.freed.subscribe()
+    }
+
+    /// Says a task withholds permits until bytes are released (call before reading the room
+    /// once more, so a release in between is not missed).
+    pub(crate) fn wait_for_room(&self) {
+        self.waiting.store(true, Ordering::SeqCst);
+    }
+
+    /// Charges `bytes` of a queued entry (`queued`) or of chunks.
+    pub(crate) fn charge(self: &Arc<Self>, bytes: usize, queued: bool) -> Charge {
+        let mut c = Charge {
+            budget: self.clone(),
+            bytes: 0,
+            queued,
+        };
+        c.grow(bytes);
+        c
+    }
+
+    fn release(&self, bytes: usize, queued: bool) {
+        if bytes == 0 {
+            return;
+        }
+        if queued {
+            self.queued.fetch_sub(bytes, Ordering::SeqCst);
+        }
+        self.used.fetch_sub(bytes, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) && self.waiting.swap(false, Ordering::SeqCst) {
+            self.freed.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// The bytes free for permits to bring: what the budget could hold (its reservation of
+    /// the client memory limit and what is free of the consumers' share, never waiting, at
+    /// most the budget) less what it holds. The reservation follows what is held (rounded up
+    /// to a step, shrunk when well above it), not what permits in flight may bring: a
+    /// consumer that was granted permits and got nothing holds nothing of the limit, so an
+    /// idle consumer does not keep other consumers or producers from it.
+    pub(crate) fn room(&self) -> usize {
+        let used = self.used();
+        let want = used.min(self.limit);
+        let step = RESERVE_STEP.min(self.limit);
+        let mut reserved = self.reserved.lock().unwrap_or_else(|e| e.into_inner());
+        if want > *reserved {
+            let target = (want.saturating_add(step - 1) / step * step).min(self.limit);
+            *reserved += self.share.take(target - *reserved);
+        } else if *reserved > want.saturating_add(2 * step) {
+            let keep = want.saturating_add(step);
+            self.share.give_back(*reserved - keep);
+            *reserved = keep;
+        }
+        self.reserved_now.store(*reserved, Ordering::Relaxed);
+        let could = reserved.saturating_add(self.share.free()).min(self.limit);
+        could.saturating_sub(used)
+    }
+
+    /// Takes from the client memory limit what is held beyond the reservation (a task calls
+    /// this after each arrival: two atomic loads unless the reservation must grow).
+    pub(crate) fn reserve_held(&self) {
+        if self.used() > self.reserved_now.load(Ordering::Relaxed) {
+            self.room();
+        }
+    }
+}
+
+impl Drop for ConsumerBudget {
+    fn drop(&mut self) {
+        let reserved = *self.reserved.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.share.give_back(reserved);
+    }
+}
+
+/// Counts a partition task in its consumer's budget (see [`ConsumerBudget::task`]).
+#[derive(Debug)]
+pub(crate) struct TaskShare(Arc<ConsumerBudget>);
+
+impl TaskShare {
+    pub(crate) fn budget(&self) -> &Arc<ConsumerBudget> {
+        &self.0
+    }
+}
+
+impl Drop for TaskShare {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// An incomplete chunked message in its consumer's budget (see
+/// [`ConsumerBudget::chunked_message`]).
+#[derive(Debug)]
+pub(crate) struct ChunkedTicket {
+    budget: Arc<ConsumerBudget>,
+    n: u64,
+}
+
+impl Drop for ChunkedTicket {
+    fn drop(&mut self) {
+        self.budget.chunked().remove(&self.n);
+    }
+}
+
+/// Bytes held in a consumer's budget, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Charge {
+    budget: Arc<ConsumerBudget>,
+    bytes: usize,
+    queued: bool,
+}
+
+impl Charge {
+    /// Adds `bytes` to what this charge holds.
+    pub(crate) fn grow(&mut self, bytes: usize) {
+        if bytes == 0 {
+            return;
+        }
+        if self.queued {
+            self.budget.queued.fetch_add(bytes, Ordering::SeqCst);
+        }
+        self.budget.used.fetch_add(bytes, Ordering::SeqCst);
+        self.bytes += bytes;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.bytes, self.queued);
+    }
+}
+
+/// What a queued entry holds: `held` bytes of payload (the decompressed buffer its records
+/// share, which any of them keeps alive) and what the queue keeps per message.
+pub(crate) fn entry_cost(entry: &Entry, held: usize) -> usize {
+    let extras: usize = entry
+        .records
+        .iter()
+        .filter_map(|r| r.extras.as_ref())
+        .map(|e| {
+            e.key.as_ref().map_or(0, String::len)
+                + e.ordering_key.as_ref().map_or(0, |k| k.len())
+                + e.properties
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 48)
+                    .sum::<usize>()
+                + 64
+        })
+        .sum();
+    ENTRY_COST
+        + entry.head.producer_name.len()
+        + entry.head.schema_version.as_ref().map_or(0, |v| v.len())
+        + held
+        + entry.records.len() * RECORD_COST
+        + extras
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::sync::Semaphore;
+
+    fn budget(limit: usize) -> (Arc<Semaphore>, Arc<ConsumerBudget>) {
+        let memory = Arc::new(Semaphore::new(limit));
+        let share = Arc::new(ConsumerShare::new(memory.clone(), limit));
+        (memory, ConsumerBudget::new(share))
+    }
+
+    #[test]
+    fn charges_are_given_back_when_dropped() {
+        let (_, b) = budget(4 << 20);
+        let mut c = b.charge(100, true);
+        c.grow(50);
+        let d = b.charge(10, false);
+        assert_eq!((b.used(), b.queued()), (160, 150));
+        drop(c);
+        assert_eq!((b.used(), b.queued()), (10, 0));
+        drop(d);
+        assert_eq!(b.used(), 0);
+    }
+
+    #[test]
+    fn consumers_take_at_most_their_share_of_the_limit_and_give_it_back() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        assert_eq!(b.limit(), limit / 2);
+        // Room for the whole share, none of it taken while nothing is held.
+        assert_eq!(b.room(), limit / 2);
+        assert_eq!(memory.available_permits(), limit);
+        // What is held is taken from the limit, within the share.
+        let c = b.charge(limit / 2, true);
+        assert_eq!(b.room(), 0);
+        assert_eq!(memory.available_permits(), limit / 2, "producers keep half");
+        let more = b.charge(limit, true);
+        assert_eq!(b.room(), 0);
+        assert_eq!(
+            memory.available_permits(),
+            limit / 2,
+            "never beyond the share"
+        );
+        // A second consumer of the same client has no room left.
+        let other = ConsumerBudget::new(b.share.clone());
+        assert_eq!(other.room(), 0);
+        // Released: the reservation shrinks back, and the other consumer has room.
+        drop((c, more));
+        b.room();
+        assert!(memory.available_permits() >= limit - 2 * RESERVE_STEP);
+        assert!(other.room() >= limit / 2 - 2 * RESERVE_STEP);
+        drop((b, other));
+        assert_eq!(memory.available_permits(), limit);
+    }
+
+    #[test]
+    fn what_arrives_is_taken_from_the_limit_as_it_arrives() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        let c = b.charge(1 << 20, true);
+        b.reserve_held();
+        assert_eq!(memory.available_permits(), limit - (1 << 20));
+        drop(c);
+    }
+
+    #[test]
+    fn producers_holding_the_limit_leave_the_budget_no_room() {
+        let limit = 4 << 20;
+        let (memory, b) = budget(limit);
+        let held = memory.clone().try_acquire_many_owned(limit as u32).unwrap();
+        assert_eq!(b.room(), 0, "never waits, takes what is free");
+        drop(held);
+        assert_eq!(b.room(), limit / 2);
+    }
+
+    #[test]
+    fn a_release_wakes_a_waiting_task_once() {
+        let (_, b) = budget(4 << 20);
+        let mut rx = b.freed();
+        let c = b.charge(10, true);
+        b.wait_for_room();
+        drop(c);
+        assert!(rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        let c = b.charge(10, true);
+        drop(c);
+        assert!(!rx.has_changed().unwrap(), "no task was waiting");
+    }
+}

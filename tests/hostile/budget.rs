@@ -1,0 +1,357 @@
+//! One byte budget per consumer (issue #31, section 3): bounds counted in items that a broker
+//! fills with large items. A consumer holds at most its budget (half the client memory limit,
+//! shared with producers) in queued messages and incomplete chunked messages, plus what its
+//! permits in flight bring; it withholds permits, never drops a message, and never starves
+//! the client's producers. Each test measures the heap with the counting allocator.
+//!
+//! The broker here honours flow permits (a dispatcher, not a flood): every bound comes from
+//! the permits the consumer grants, which is what the budget decides.
+
+use crate::hostile;
+use common::within;
+use support as common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use hostile::{Hostile, MemWatch, Peer};
+use pulsar_sdk::mock::wire::{self, base_command::Type};
+use pulsar_sdk::Client;
+
+const MB: usize = 1024 * 1024;
+
+/// Per consumer id: permits granted by FLOWs, and frames sent.
+#[derive(Default, Debug, Clone, Copy)]
+struct Permits {
+    granted: u64,
+    sent: u64,
+}
+
+type Ledger = Arc<Mutex<HashMap<u64, Permits>>>;
+
+fn totals(ledger: &Ledger) -> Permits {
+    ledger
+        .lock()
+        .unwrap()
+        .values()
+        .fold(Permits::default(), |a, p| Permits {
+            granted: a.granted + p.granted,
+            sent: a.sent + p.sent,
+        })
+}
+
+/// What the broker sends a consumer: its `n`-th frame (from 0), or `None` when it has no more.
+type Frames = Arc<dyn Fn(u64, usize, u64) -> Option<Vec<u8>> + Send + Sync>;
+
+/// A broker that answers the ordinary requests (the topic has `partitions` partitions; SENDs
+/// get receipts) and sends each consumer frames from `frames` (given its consumer id and its
+/// subscription's order among them) exactly as far as its permits go.
+async fn dispatcher(partitions: u32, frames: Frames, ledger: Ledger) -> Hostile {
+    Hostile::start(move |mut peer| {
+        let (frames, ledger) = (frames.clone(), ledger.clone());
+        async move {
+            peer.handshake(None).await;
+            dispatch(&mut peer, partitions, &frames, &ledger).await;
+        }
+    })
+    .await
+}
+
+async fn dispatch(peer: &mut Peer, partitions: u32, frames: &Frames, ledger: &Ledger) {
+    let mut order: HashMap<u64, usize> = HashMap::new();
+    while let Some(f) = peer.recv().await {
+        match f.ty() {
+            Type::PartitionedMetadata => {
+                let req = f.cmd.partition_metadata.as_ref().unwrap();
+                // Only the consumer's topic is partitioned.
+                let n = if req.topic.contains("partitioned") {
+                    partitions
+                } else {
+                    0
+                };
+                let _ = peer
+                    .send(hostile::partitions_response(req.request_id, n))
+                    .await;
+            }
+            Type::Send => {
+                let s = f.cmd.send.as_ref().unwrap();
+                let receipt = wire::BaseCommand {
+                    r#type: Type::SendReceipt as i32,
+                    send_receipt: Some(wire::CommandSendReceipt {
+                        producer_id: s.producer_id,
+                        sequence_id: s.sequence_id,
+                        message_id: Some(wire::MessageIdData {
+                            ledger_id: 9,
+                            entry_id: s.sequence_id,
+                            ..Default::default()
+                        }),
+                        highest_sequence_id: Some(s.sequence_id),
+                    }),
+                    ..Default::default()
+                };
+                let _ = peer.send(receipt).await;
+            }
+            Type::Subscribe => {
+                let id = f.cmd.subscribe.as_ref().unwrap().consumer_id;
+                let k = order.len();
+                order.entry(id).or_insert(k);
+                ledger.lock().unwrap().entry(id).or_default();
+                let answer = peer.reply(&f.cmd).unwrap();
+                let _ = peer.send(answer).await;
+            }
+            Type::Flow => {
+                let flow = f.cmd.flow.as_ref().unwrap();
+                let id = flow.consumer_id;
+                let k = order.get(&id).copied().unwrap_or(0);
+                let (from, to) = {
+                    let mut l = ledger.lock().unwrap();
+                    let p = l.entry(id).or_default();
+                    p.granted += u64::from(flow.message_permits);
+                    (p.sent, p.granted)
+                };
+                for n in from..to {
+                    let Some(frame) = frames(id, k, n) else { break };
+                    if peer.send_raw(&frame).await.is_err() {
+                        return;
+                    }
+                    ledger.lock().unwrap().get_mut(&id).unwrap().sent += 1;
+                }
+            }
+            _ => {
+                if let Some(answer) = peer.reply(&f.cmd) {
+                    let _ = peer.send(answer).await;
+                }
+            }
+        }
+    }
+}
+
+fn client(url: &str, memory_limit: usize) -> Client {
+    common::test_client(url)
+        .memory_limit(memory_limit)
+        .build()
+        .unwrap()
+}
+
+/// Message `n` for `consumer_id`: a `len`-byte payload starting with `n`.
+fn plain(consumer_id: u64, n: u64, len: usize) -> Vec<u8> {
+    let mut body = vec![b'x'; len];
+    body[..8].copy_from_slice(&n.to_be_bytes());
+    hostile::encode(
+        &hostile::message(consumer_id, 1, n),
+        Some((&hostile::metadata("big", n), &body)),
+    )
+}
+
+/// Chunk `chunk` of the chunked message `uuid` (`chunks` chunks of `len` bytes claimed).
+fn chunk(consumer_id: u64, entry: u64, uuid: &str, chunk: i32, chunks: i32, len: usize) -> Vec<u8> {
+    let mut meta = hostile::metadata("chunker", entry);
+    meta.uuid = Some(uuid.to_owned());
+    meta.num_chunks_from_msg = Some(chunks);
+    meta.chunk_id = Some(chunk);
+    meta.total_chunk_msg_size = Some(chunks * len as i32);
+    hostile::encode(
+        &hostile::message(consumer_id, 2, entry),
+        Some((&meta, &vec![b'c'; len])),
+    )
+}
+
+/// 1 MiB messages into a consumer with a receiver queue of 1,000 and a 64 MiB memory limit,
+/// the application not reading: before, the broker was granted the whole receiver queue (1,000
+/// permits: ~1 GB queued); now the consumer grants what its budget (32 MiB) holds, and the heap
+/// stays under the memory limit plus one FLOW's worth in flight. Then every message arrives,
+/// in order: the budget withholds permits, it never drops a message.
+#[tokio::test]
+async fn large_messages_fill_the_budget_not_the_receiver_queue() {
+    let _serial = hostile::serial().await;
+    const TOTAL: u64 = 300;
+    let ledger = Ledger::default();
+    let frames: Frames = Arc::new(|id, _, n| (n < TOTAL).then(|| plain(id, n, MB)));
+    let broker = dispatcher(0, frames, ledger.clone()).await;
+    let client = client(&broker.url(), 64 * MB);
+    let mem = MemWatch::start();
+    let mut consumer = within(
+        "subscribe",
+        client
+            .consumer(common::full("budget-large"))
+            .subscription("s")
+            .receiver_queue_size(1_000)
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    common::wait_until("what was granted has arrived", || {
+        let t = totals(&ledger);
+        t.sent > 0
+            && t.sent == t.granted.min(TOTAL)
+            && consumer.stats().totals.receiver_queue_len == t.sent
+    })
+    .await;
+    let t = totals(&ledger);
+    eprintln!(
+        "1 MiB messages, queue of 1,000, 64 MiB limit: {} granted, peak {} KiB",
+        t.granted,
+        mem.peak_growth() / 1024
+    );
+    mem.assert_peak_below(
+        "1 MiB messages into a receiver queue of 1,000",
+        64 * MB + 16 * MB,
+    );
+    assert!(
+        t.granted < TOTAL,
+        "{} permits for {TOTAL} messages",
+        t.granted
+    );
+    for n in 0..TOTAL {
+        let m = within("a message", consumer.recv()).await.unwrap();
+        assert_eq!(m.payload[..8], n.to_be_bytes(), "in order, none lost");
+    }
+    mem.assert_peak_below("and while they are taken", 64 * MB + 16 * MB);
+}
+
+/// A consumer holding incomplete chunked messages whose first chunks claim 100 MiB each must
+/// not starve a producer of the same client: before, reassembly took what was free of the
+/// memory limit for each claim (all 8 MiB of it), and the producer's send waited for ever. Now
+/// chunks count in the consumer's budget by what arrived, within the consumers' half share.
+#[tokio::test]
+async fn a_producer_still_sends_while_a_consumer_holds_partial_chunks() {
+    let _serial = hostile::serial().await;
+    let ledger = Ledger::default();
+    // Three messages, each claiming 100 chunks of 1 MiB; only their first chunks come.
+    let frames: Frames =
+        Arc::new(|id, _, n| (n < 3).then(|| chunk(id, n, &format!("big-{n}"), 0, 100, MB)));
+    let broker = dispatcher(0, frames, ledger.clone()).await;
+    let client = client(&broker.url(), 8 * MB);
+    let _consumer = within(
+        "subscribe",
+        client
+            .consumer(common::full("budget-chunks"))
+            .subscription("s")
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    common::wait_until("the first chunks arrived", || totals(&ledger).sent == 3).await;
+    let producer = within(
+        "create",
+        client.producer(common::full("budget-out")).create(),
+    )
+    .await
+    .unwrap();
+    for i in 0..20u32 {
+        within(
+            "a send while the consumer holds chunks",
+            producer.send_and_wait(vec![i as u8; 100 * 1024]),
+        )
+        .await
+        .unwrap();
+    }
+}
+
+/// 24 partitions, each sent chunks of a message claiming 24 MiB in 256 KiB chunks that never
+/// completes: before, each partition consumer allocated its claim up front (24 × 24 MiB
+/// = 576 MiB). Now reassembly holds what arrived, charged to the consumer's one budget: once
+/// it is full only the partition with the oldest incomplete message gets permits, so the heap
+/// stays under the budget plus that message (and its buffer's growth) plus what is in flight.
+#[tokio::test]
+async fn partial_chunks_of_24_partitions_stay_bounded() {
+    let _serial = hostile::serial().await;
+    const CHUNKS: i32 = 96; // 24 MiB claimed
+    const SENT: u64 = 80; // 20 MiB sent, never the last chunk
+    let ledger = Ledger::default();
+    let frames: Frames = Arc::new(|id, k, n| {
+        (n < SENT).then(|| chunk(id, n, &format!("p{k}"), n as i32, CHUNKS, 256 * 1024))
+    });
+    let broker = dispatcher(24, frames, ledger.clone()).await;
+    let client = client(&broker.url(), 64 * MB);
+    let mem = MemWatch::start();
+    let consumer = within(
+        "subscribe",
+        client
+            .consumer(common::full("budget-partitioned"))
+            .subscription("s")
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(consumer.partitions(), 24);
+    common::wait_until(
+        "the dispatcher is idle with one message's chunks sent",
+        || {
+            let l = ledger.lock().unwrap();
+            l.len() == 24
+                && l.values().all(|p| p.sent == p.granted.min(SENT))
+                && l.values().any(|p| p.sent == SENT)
+        },
+    )
+    .await;
+    let t = totals(&ledger);
+    eprintln!(
+        "24 partitions of partial chunks: {} chunks sent, peak {} KiB",
+        t.sent,
+        mem.peak_growth() / 1024
+    );
+    // Budget 32 MiB, the oldest message's 20 MiB (its buffer grown to the 24 MiB claim, the
+    // old one alive while it grows: 40 MiB at most), 24 chunks in flight.
+    mem.assert_peak_below(
+        "24 partitions of partial chunks",
+        32 * MB + 40 * MB + 8 * MB,
+    );
+    assert!(
+        t.sent < 24 * SENT,
+        "the other partitions wait: {} sent",
+        t.sent
+    );
+    drop(consumer);
+    let _ = Duration::ZERO;
+}
+
+/// A consumer of four topics, each sent 1 MiB messages as far as its permits go, the
+/// application not reading: before, each topic had its own receiver queue of 1,000 (4 × 150
+/// messages queued: ~600 MiB); now the topics share the consumer's one budget, and the heap
+/// stays under the memory limit plus what is in flight.
+#[tokio::test]
+async fn the_topics_of_a_multi_topic_consumer_share_one_budget() {
+    let _serial = hostile::serial().await;
+    const PER_TOPIC: u64 = 150;
+    let ledger = Ledger::default();
+    let frames: Frames = Arc::new(|id, _, n| (n < PER_TOPIC).then(|| plain(id, n, MB)));
+    let broker = dispatcher(0, frames, ledger.clone()).await;
+    let client = client(&broker.url(), 64 * MB);
+    let mem = MemWatch::start();
+    let topics: Vec<String> = (0..4)
+        .map(|i| common::full(&format!("budget-multi-{i}")))
+        .collect();
+    let mut consumer = within(
+        "subscribe",
+        client
+            .consumer(topics[0].clone())
+            .topics(topics.clone())
+            .subscription("s")
+            .receiver_queue_size(1_000)
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    common::wait_until("what was granted has arrived", || {
+        let l = ledger.lock().unwrap();
+        let sent: u64 = l.values().map(|p| p.sent).sum();
+        l.len() == 4
+            && l.values()
+                .all(|p| p.sent > 0 && p.sent == p.granted.min(PER_TOPIC))
+            && consumer.stats().totals.receiver_queue_len == sent
+    })
+    .await;
+    let t = totals(&ledger);
+    eprintln!(
+        "4 topics of 1 MiB messages: {} granted, peak {} KiB",
+        t.granted,
+        mem.peak_growth() / 1024
+    );
+    mem.assert_peak_below("4 topics of 1 MiB messages", 64 * MB + 16 * MB);
+    assert!(t.granted < 4 * PER_TOPIC, "{} permits", t.granted);
+    for _ in 0..4 * PER_TOPIC {
+        within("a message", consumer.recv()).await.unwrap();
+    }
+}

@@ -1,0 +1,122 @@
+//! The consumer's byte budget (issue #31, section 3) as the broker sees it: flow permits.
+//! A consumer whose queued bytes fill its budget (half the client memory limit) grants no
+//! permits until the application takes messages out, then grants again; it never drops or
+//! fails a message for it.
+
+use common::{unbatched_producer, wait_until, within};
+use support as common;
+
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::InitialPosition;
+
+const KB: usize = 1024;
+
+fn permits(broker: &MockBroker) -> Vec<u32> {
+    broker
+        .received_of(Type::Flow)
+        .into_iter()
+        .map(|r| r.command.flow.unwrap().message_permits)
+        .collect()
+}
+
+/// 400 KiB messages into a consumer with a receiver queue of 1,000 and a 2 MiB budget (a
+/// 4 MiB memory limit): the broker is granted about the budget's worth (before: the whole
+/// receiver queue, 400 MB of it), no FLOW while the queue holds it, a FLOW again once the
+/// application takes messages; every message arrives, in order.
+#[tokio::test]
+async fn no_flow_while_over_the_budget_and_flow_again_once_taken() {
+    const N: usize = 30;
+    const SIZE: usize = 400 * KB;
+    let broker = MockBroker::start().await.unwrap();
+    let topic = common::full("budget-permits");
+    let publisher = common::client(&broker.service_url());
+    let producer = unbatched_producer(&publisher, &topic).await;
+    for i in 0..N {
+        let mut body = vec![b'x'; SIZE];
+        body[..4].copy_from_slice(&(i as u32).to_be_bytes());
+        producer.send_and_wait(body).await.unwrap();
+    }
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(4 * 1024 * KB)
+        .build()
+        .unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(1_000)
+        .subscribe()
+        .await
+        .unwrap();
+    // Quiet once everything granted has arrived and nothing more is granted for it.
+    let queued = || consumer.stats().totals.receiver_queue_len;
+    wait_until("what was granted has arrived", || {
+        let granted: u32 = permits(&broker).iter().sum();
+        granted > 0 && queued() == u64::from(granted).min(N as u64)
+    })
+    .await;
+    let granted: u32 = permits(&broker).iter().sum();
+    let flows = permits(&broker).len();
+    // The budget (2 MiB) over 400 KiB, and one forced while the queue was empty.
+    assert!(
+        (1..=7).contains(&granted),
+        "granted {granted} permits in {flows} FLOWs: {:?}",
+        permits(&broker)
+    );
+    // Still over budget: nothing more is granted (the queue still holds all of it).
+    assert_eq!(queued(), u64::from(granted));
+    assert_eq!(
+        permits(&broker).len(),
+        flows,
+        "no FLOW while over the budget"
+    );
+    // Taking messages out frees room: permits follow.
+    let mut next = 0u32;
+    let m = within("a message", consumer.recv()).await.unwrap();
+    assert_eq!(m.payload[..4], next.to_be_bytes());
+    next += 1;
+    wait_until("a FLOW once a message was taken", || {
+        permits(&broker).len() > flows
+    })
+    .await;
+    // Everything arrives, in order, nothing dropped or failed.
+    while (next as usize) < N {
+        let m = within("a message", consumer.recv()).await.unwrap();
+        assert_eq!(m.payload[..4], next.to_be_bytes(), "in order");
+        assert_eq!(m.payload.len(), SIZE);
+        next += 1;
+    }
+    let all: u32 = permits(&broker).iter().sum();
+    assert!(all >= N as u32, "{all}");
+}
+
+/// A message larger than the whole budget is still delivered (upstream force-reserves): with
+/// nothing queued one permit is always out. A 3 MiB message into a 1 MiB budget.
+#[tokio::test]
+async fn a_message_larger_than_the_budget_is_delivered() {
+    let broker = MockBroker::start().await.unwrap();
+    let topic = common::full("budget-huge");
+    let publisher = common::client(&broker.service_url());
+    let producer = unbatched_producer(&publisher, &topic).await;
+    for len in [3 * 1024 * KB, 10, 3 * 1024 * KB] {
+        producer.send_and_wait(vec![7u8; len]).await.unwrap();
+    }
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(2 * 1024 * KB)
+        .build()
+        .unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    for len in [3 * 1024 * KB, 10, 3 * 1024 * KB] {
+        let m = within("a message larger than the budget", consumer.recv())
+            .await
+            .unwrap();
+        assert_eq!(m.payload.len(), len);
+    }
+}
