@@ -77,6 +77,12 @@ pub(crate) struct ByteFlow {
     estimate: usize,
     /// Woken when the consumer's held bytes are released while this task waits for room.
     pub freed: tokio::sync::watch::Receiver<u64>,
+    /// No slow start: before any message, the whole receiver queue is granted (while the
+    /// budget has room). Set for non-persistent topics, whose broker drops what it cannot
+    /// dispatch for want of permits (`NonPersistentDispatcher`): a slow start there would
+    /// lose messages that upstream's consumer, which grants its whole receiver queue at
+    /// once, receives.
+    pub no_slow_start: bool,
 }
 
 impl ByteFlow {
@@ -86,6 +92,7 @@ impl ByteFlow {
             owed: 0,
             estimate: 0,
             freed: budget.freed(),
+            no_slow_start: false,
         }
     }
 
@@ -111,6 +118,9 @@ impl ByteFlow {
     /// the estimate before any message).
     pub(crate) fn cap(&self, task: usize, max_message: usize) -> u64 {
         let budget = self.budget();
+        if self.estimate == 0 && self.no_slow_start && budget.room() > 0 {
+            return u64::MAX;
+        }
         let per_permit = if self.estimate == 0 {
             max_message.max(MIN_PERMIT_BYTES)
         } else {

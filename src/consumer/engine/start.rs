@@ -137,6 +137,7 @@ pub(crate) async fn spawn_partition(
         .with_budget(budget.clone(), index),
         chunk_ids: Default::default(),
     };
+    task.bytes.no_slow_start = !task.persistent();
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
