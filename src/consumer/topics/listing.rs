@@ -7,14 +7,25 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::pattern::PatternConfig;
 use crate::commands;
 use crate::connection::Connection;
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
 use crate::retry::{retry, AtDeadline, Schedule, Verdict};
 use crate::topic::TopicName;
-use crate::topic_list::is_system_topic;
+use crate::topic_list::{is_system_topic, RegexSubscriptionMode, TopicsPattern};
+
+/// What a pattern consumer discovers, and how often it polls.
+#[derive(Debug, Clone)]
+pub(crate) struct PatternConfig {
+    pub pattern: TopicsPattern,
+    pub mode: RegexSubscriptionMode,
+    pub period: Duration,
+    /// The consumer's own retry and dead-letter topics, which never join as topics.
+    pub own_letters: OwnLetters,
+    /// The most topics subscribed at once (`ConsumerBuilder::pattern_max_topics`).
+    pub max_topics: usize,
+}
 
 /// The retry and dead-letter topics of a pattern consumer that has them (`retry_enable`, or a
 /// dead-letter policy): those of every matched topic (`<topic>-<subscription>-RETRY` and

@@ -28,7 +28,6 @@
 use std::collections::{BTreeSet, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::StreamExt;
 use tokio::sync::{broadcast, mpsc, oneshot, watch};
@@ -43,28 +42,16 @@ use crate::error::{Error, Result, ServerError};
 use crate::lifecycle::State;
 use crate::retry::RetryTimer;
 use crate::topic::TopicName;
-use crate::topic_list::{topics_hash, RegexSubscriptionMode, TopicsPattern};
+use crate::topic_list::{topics_hash, RegexSubscriptionMode};
 use crate::watcher::{LinkEvent, Pending, WatchLink};
 
 use super::listing::{admits, list_once, Listing};
-pub(crate) use super::listing::{initial_topics, OwnLetters};
+pub(crate) use super::listing::{initial_topics, OwnLetters, PatternConfig};
 
 pub use crate::updates::TopicsChanged;
 
 /// How many change events a slow observer may lag behind before it misses some.
 pub(crate) const CHANGE_EVENTS: usize = 256;
-
-/// What a pattern consumer discovers, and how often it polls.
-#[derive(Debug, Clone)]
-pub(crate) struct PatternConfig {
-    pub pattern: TopicsPattern,
-    pub mode: RegexSubscriptionMode,
-    pub period: Duration,
-    /// The consumer's own retry and dead-letter topics, which never join as topics.
-    pub own_letters: OwnLetters,
-    /// The most topics subscribed at once (`ConsumerBuilder::pattern_max_topics`).
-    pub max_topics: usize,
-}
 
 /// The default of `ConsumerBuilder::pattern_max_topics`. Upstream has no bound: a pattern
 /// matching a million topics subscribes a million consumers (~21 KB each here, issue #31).
