@@ -175,7 +175,7 @@ impl PartitionShared {
     /// Acks `id` (an individual ack). `Err` once the task is gone.
     #[inline]
     pub(crate) fn send_ack(&self, id: MessageId) -> Result<(), Closed> {
-        self.ops.fold(|f| f.push(ConsumerOp::Ack(id)))
+        self.ops.fold(|f| f.push_ack(id))
     }
 
     /// Sends an ack, negative ack, redelivery or flow permit to the task, after the ops made

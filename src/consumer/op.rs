@@ -45,17 +45,7 @@ impl Folded {
     /// Folds in an ack-like op (see [`ConsumerOp::folds`]).
     pub(crate) fn push(&mut self, op: ConsumerOp) {
         match op {
-            ConsumerOp::Ack(id) => match self.ops.last_mut() {
-                // The same id again (an application acking in a loop while the task is busy)
-                // adds nothing: the folded acks grow with distinct ids only in that case.
-                Some(ConsumerOp::AckIds(ids)) if ids.last() == Some(&id) => {}
-                Some(ConsumerOp::AckIds(ids)) => ids.push(id),
-                _ => {
-                    let mut ids = std::mem::take(&mut self.spare);
-                    ids.push(id);
-                    self.ops.push(ConsumerOp::AckIds(ids));
-                }
-            },
+            ConsumerOp::Ack(id) => self.push_ack(id),
             ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
             // Cumulative acks in a row keep only the furthest (Java
             // `PersistentAcknowledgmentsGroupingTracker.doCumulativeAck` keeps the greater id),
@@ -70,6 +60,23 @@ impl Folded {
 }
 
 impl Folded {
+    /// Folds in an individual ack: the ack path's own entry, so that no `ConsumerOp` is built,
+    /// moved and dropped per ack (the hot path's profile: ~20 instructions per message).
+    #[inline]
+    pub(crate) fn push_ack(&mut self, id: MessageId) {
+        match self.ops.last_mut() {
+            // The same id again (an application acking in a loop while the task is busy)
+            // adds nothing: the folded acks grow with distinct ids only in that case.
+            Some(ConsumerOp::AckIds(ids)) if ids.last() == Some(&id) => {}
+            Some(ConsumerOp::AckIds(ids)) => ids.push(id),
+            _ => {
+                let mut ids = std::mem::take(&mut self.spare);
+                ids.push(id);
+                self.ops.push(ConsumerOp::AckIds(ids));
+            }
+        }
+    }
+
     /// Keeps `ids` (emptied by the task) for the next acks, unless a buffer is kept already.
     pub(crate) fn give_back(&mut self, ids: Vec<MessageId>) {
         if self.spare.capacity() == 0 {

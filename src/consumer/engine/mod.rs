@@ -577,6 +577,7 @@ impl ConsumerTask {
     }
 
     /// Forgets a message the application acked.
+    #[inline]
     pub(crate) fn forget(&mut self, id: &MessageId) {
         remove_if_any(&mut self.dlq_candidates, id);
         self.acks.unacked.remove(id);

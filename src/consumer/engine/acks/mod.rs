@@ -68,6 +68,7 @@ impl Acks {
 
     /// Acks were applied (`full`: a group filled up): whether to send them now (a full group,
     /// or no grouping); otherwise the group's timer is started if it is not running.
+    #[inline]
     pub(crate) fn after_ack(&mut self, full: bool) -> bool {
         if full || self.group_time.is_zero() {
             return true;
@@ -115,6 +116,7 @@ impl Acks {
 /// `map.remove(key)`, without hashing the key when the map is empty: on the ack path the maps
 /// of optional features (DLQ candidates, chunked messages) are nearly always empty, and
 /// hashing a `MessageId` (SipHash) cost more than the rest of an ack (issue #18's profile).
+#[inline]
 pub(crate) fn remove_if_any<V>(map: &mut HashMap<MessageId, V>, key: &MessageId) -> Option<V> {
     if map.is_empty() {
         None

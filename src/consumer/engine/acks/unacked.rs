@@ -47,6 +47,7 @@ impl Unacked {
     }
 
     /// Stops tracking `id` (acked, nacked, dead-lettered).
+    #[inline]
     pub(crate) fn remove(&mut self, id: &MessageId) {
         // Nearly always empty (no ack timeout): skips hashing the id on every ack.
         if !self.since.is_empty() {
