@@ -52,6 +52,19 @@ pub(crate) struct Extras {
 }
 
 impl Extras {
+    /// The bytes these fields hold, as the consumer's byte budget counts them: their text,
+    /// 48 bytes per property and 64 for the box and the map.
+    pub(crate) fn cost(&self) -> usize {
+        self.key.as_ref().map_or(0, String::len)
+            + self.ordering_key.as_ref().map_or(0, |k| k.len())
+            + self
+                .properties
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 48)
+                .sum::<usize>()
+            + 64
+    }
+
     /// Boxed only if any is set (no map is built, and none dropped, for a plain message).
     #[inline(always)]
     pub(crate) fn of(

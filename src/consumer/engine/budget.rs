@@ -264,29 +264,15 @@ impl Drop for Charge {
     }
 }
 
-/// What a queued entry holds: `held` bytes of payload (the decompressed buffer its records
-/// share, which any of them keeps alive) and what the queue keeps per message.
+/// What a queued entry holds: `held` bytes (the decompressed buffer its records share, which
+/// any of them keeps alive, and their keys and properties: `decode` counts them as it builds
+/// the records, see `Extras::cost`) and what the queue keeps per message.
 pub(crate) fn entry_cost(entry: &Entry, held: usize) -> usize {
-    let extras: usize = entry
-        .records
-        .iter()
-        .filter_map(|r| r.extras.as_ref())
-        .map(|e| {
-            e.key.as_ref().map_or(0, String::len)
-                + e.ordering_key.as_ref().map_or(0, |k| k.len())
-                + e.properties
-                    .iter()
-                    .map(|(k, v)| k.len() + v.len() + 48)
-                    .sum::<usize>()
-                + 64
-        })
-        .sum();
     ENTRY_COST
         + entry.head.producer_name.len()
         + entry.head.schema_version.as_ref().map_or(0, |v| v.len())
         + held
         + entry.records.len() * RECORD_COST
-        + extras
 }
 
 #[cfg(test)]

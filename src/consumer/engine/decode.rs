@@ -111,9 +111,9 @@ pub(crate) fn decode(
     decode_sized(topic, partition, cmd, payload, max_size).map(|(entry, _)| entry)
 }
 
-/// [`decode`], with the bytes of payload the messages keep alive: the decompressed payload
-/// (a batch's messages are slices of it, so any of them holds all of it), what the consumer's
-/// byte budget charges for the entry (see `budget`).
+/// [`decode`], with the bytes the messages keep alive: the decompressed payload (a batch's
+/// messages are slices of it, so any of them holds all of it) plus their keys and properties
+/// (`Extras::cost`), what the consumer's byte budget charges for the entry (see `budget`).
 pub(crate) fn decode_sized(
     topic: &TopicName,
     partition: i32,
@@ -163,7 +163,9 @@ pub(crate) fn decode_sized(
         )
         .map_err(undecodable(ValidationError::DecompressionError))?
     };
-    let held = data.len();
+    // The payload buffer the records share, plus the keys and properties they hold (counted
+    // here as they are built, so the budget needs no second walk over the records).
+    let mut held = data.len();
     let head =
         |id: MessageId, schema_version: Option<Bytes>, meta: &proto::MessageMetadata| EntryHead {
             topic: topic.clone(),
@@ -177,6 +179,12 @@ pub(crate) fn decode_sized(
     // One schema version per entry (upstream batches never mix versions).
     let schema_version = meta.schema_version.take();
     let Some(n) = meta.num_messages_in_batch else {
+        let extras = Extras::of(
+            &mut meta.partition_key,
+            &mut meta.ordering_key,
+            &meta.properties,
+        );
+        held += extras.as_ref().map_or(0, |e| e.cost());
         let record = Record {
             payload: data,
             sequence_id: meta.sequence_id,
@@ -184,11 +192,7 @@ pub(crate) fn decode_sized(
             batch_index: -1,
             key_b64_encoded: meta.partition_key_b64_encoded.unwrap_or(false),
             null_value: meta.null_value.unwrap_or(false),
-            extras: Extras::of(
-                &mut meta.partition_key,
-                &mut meta.ordering_key,
-                &meta.properties,
-            ),
+            extras,
         };
         return Ok((
             Entry {
@@ -226,6 +230,14 @@ pub(crate) fn decode_sized(
         // A batched message has its own key, properties and event time (upstream
         // `MessageImpl.create` for a batch entry does not inherit the outer ones); the
         // producer name, publish time and topic are the entry's, shared.
+        let extras = Extras::of(
+            &mut single.partition_key,
+            &mut single.ordering_key,
+            &single.properties,
+        );
+        if let Some(e) = &extras {
+            held += e.cost();
+        }
         out.push(Record {
             payload: body,
             sequence_id: single
@@ -235,11 +247,7 @@ pub(crate) fn decode_sized(
             batch_index: i as i32,
             key_b64_encoded: single.partition_key_b64_encoded.unwrap_or(false),
             null_value: single.null_value.unwrap_or(false),
-            extras: Extras::of(
-                &mut single.partition_key,
-                &mut single.ordering_key,
-                &single.properties,
-            ),
+            extras,
         });
     }
     let mut batch_id = id;
