@@ -321,7 +321,7 @@ impl Acker {
         }
         // `close()` began (its Close op may not be taken yet): refused as on a Closing
         // consumer (Java `closeAsync` sets Closing before it flushes and closes).
-        if p.close_gate.refuses() {
+        if p.handles.close_gate.refuses() {
             return Err(Error::Closed);
         }
         Ok(())

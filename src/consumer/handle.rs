@@ -6,24 +6,28 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::consumer::engine::flow::QueueRoom;
+use crate::consumer::engine::flow::room::QueueRoom;
 use crate::consumer::op::{ConsumerOp, OpSender};
 use crate::inbox::Closed;
 use crate::message_id::MessageId;
 
 /// What a partition's task and the consumer's handles (`Consumer`, `Acker`, the registry)
-/// share. The task owns its state; this holds only what cannot go as an op, in three kinds:
+/// share. The task owns its state; this holds only what cannot go as an op, in four kinds:
 ///
 /// 1. **Identity**, fixed at creation: no synchronisation (`partition`, `main`, `topic`,
 ///    `base`, `durable`, `refill_at`, `ops`, `ended`).
 /// 2. **Written by the task, read by the handles without a message** (lock-free where the
 ///    hot path reads them): the epochs (`epoch`, `permit_epoch`, `end_epoch`), the state
 ///    (`state`, `state_now`), `active`, `reached_end`, `topic_deleted`, `discarded`.
-/// 3. **Written by the handles.** Each says who writes, who reads, and why it is no op:
-///    `room` (flow and queue accounting, one lock per message), `last_dequeued`, `stats`
-///    (counters of the hot path), `end_taken`, `removed`, `close_gate`. Everything else the
-///    handles change (acks, negative acks, redeliveries, flow permits, seek, last message
-///    id, unsubscribe, close) goes to the task as a [`ConsumerOp`] through `ops`.
+/// 3. **Written by the handles, read by the task.** Each says why it is no op: `room` (flow
+///    and queue accounting, one lock per message), `stats` (counters of the hot path),
+///    `last_dequeued` (a non-durable subscription's position, read under the lock a new
+///    epoch takes). Everything else the handles tell the task (acks, negative acks,
+///    redeliveries, flow permits, seek, last message id, unsubscribe, close) goes as a
+///    [`ConsumerOp`] through `ops`.
+/// 4. **Between the handles only** ([`HandleSide`]): flags one handle sets and another reads
+///    (`end_taken`, `removed`, `close_gate`). The task never reads them: they are here only
+///    because the registry holds each partition as this struct.
 ///
 /// The hot path (`Consumer::recv`) takes one lock per message (`room`), plus
 /// `last_dequeued` on a non-durable subscription only, as before.
@@ -77,7 +81,7 @@ pub(crate) struct PartitionShared {
     /// Entries discarded because they could not be decoded (read by `Consumer::stats`).
     pub discarded: AtomicU64,
 
-    // 3. Written by the handles.
+    // 3. Written by the handles, read by the task.
     /// This partition's share of the queue. Written by the task as it queues items and by the
     /// handle as it takes them (one lock per message for room, flow permits and the ack
     /// timeout's count): an op per message would cost more than the message (issue #18).
@@ -85,25 +89,37 @@ pub(crate) struct PartitionShared {
     /// The last message the application took (kept for a non-durable subscription only, which
     /// resumes after it when subscribed again; a durable one resumes where the broker says).
     /// Written by the handle as it hands a message out, read by the task when the epoch
-    /// changes, under one lock with the epoch check (see [`PartitionShared::new_epoch`]): an
-    /// op would arrive after the epoch changed, and the reader would resume before a message
-    /// it already handed out.
+    /// changes, under one lock with the epoch check (see [`PartitionShared::new_epoch`]). An
+    /// op would not do: the task builds the re-subscribe (its start position) the moment the
+    /// connection is lost, while an op with the last id handed out may still wait in the
+    /// inbox, and the reader would resume before a message it already handed out (delivered
+    /// twice: the race this lock fixed).
     pub last_dequeued: Mutex<Option<MessageId>>,
     /// Statistics: counters written by both sides (the handle counts what it hands out, on
     /// the hot path), read by `Consumer::stats` and the metrics facade.
     pub stats: crate::stats::ConsumerCounters,
-    /// Set by the handle when it took this partition's end-of-topic notice out of the queue;
-    /// read by the handle (is every partition at the end?) and by the task (no second notice
-    /// is queued while one was not taken). Set once per notice, read by both sides: a flag,
-    /// where an op would leave the handle without the answer it needs.
+    // 4. Between the handles only.
+    /// Flags the handles share about this partition (see [`HandleSide`]).
+    pub handles: HandleSide,
+}
+
+/// What the consumer's handles share about one partition, that its task never reads (kind 4
+/// of [`PartitionShared`]): no op carries them, because the task has nothing to do with them.
+#[derive(Debug, Default)]
+pub(crate) struct HandleSide {
+    /// Set by `Consumer` when it took this partition's end-of-topic notice out of the queue;
+    /// read by `Consumer` (is every partition at the end?). The task keeps its own flag (one
+    /// notice queued per position: `Intake::end_queued`), so it no longer reads this one.
     pub end_taken: std::sync::atomic::AtomicBool,
-    /// Set by the registry (handle side) when the task left the consumer (a pattern
-    /// consumer's topic removed): its messages still queued are discarded. Read by the
-    /// handle only (the task never reads it: the removed topic's consumer is closed).
+    /// Set by the registry when the task left the consumer (a pattern consumer's topic
+    /// removed): `Consumer` discards its messages still queued, including those of the entry
+    /// it is handing out (it holds the partition, not its index, so it cannot look it up
+    /// again without a registry lock per message). The removed topic's task is closed.
     pub removed: std::sync::atomic::AtomicBool,
-    /// Whether acks are refused because `close()` began (see [`CloseGate`]). Written by the
-    /// handle only, read by `Acker`: a flag, not an op, because it must hold from the moment
-    /// `close` is called, before its Close op found room in the inbox.
+    /// Whether acks are refused because `close()` began (see [`CloseGate`]): written by
+    /// `Consumer::close`, read by every `Acker` clone on each ack. A flag, not an op, because
+    /// it must hold from the moment `close` is called, before its Close op found room in the
+    /// inbox, and the task is not who refuses the ack: the `Acker` returns the error itself.
     pub close_gate: CloseGate,
 }
 
@@ -233,7 +249,7 @@ pub(crate) struct CloseAttempt {
 impl CloseAttempt {
     /// Shuts `part`'s gate until this attempt is queued or dropped.
     pub(crate) fn begin(part: Arc<PartitionShared>) -> Self {
-        part.close_gate.0.fetch_add(1, Ordering::AcqRel);
+        part.handles.close_gate.0.fetch_add(1, Ordering::AcqRel);
         CloseAttempt { part, done: false }
     }
 
@@ -245,7 +261,7 @@ impl CloseAttempt {
     /// The Close op was queued, or could not be (the task is gone): the gate stays shut for
     /// good.
     pub(crate) fn queued(mut self) {
-        let gate = &self.part.close_gate.0;
+        let gate = &self.part.handles.close_gate.0;
         gate.fetch_or(CLOSE_QUEUED, Ordering::AcqRel);
         gate.fetch_sub(1, Ordering::AcqRel);
         self.done = true;
@@ -255,7 +271,11 @@ impl CloseAttempt {
 impl Drop for CloseAttempt {
     fn drop(&mut self) {
         if !self.done {
-            self.part.close_gate.0.fetch_sub(1, Ordering::AcqRel);
+            self.part
+                .handles
+                .close_gate
+                .0
+                .fetch_sub(1, Ordering::AcqRel);
         }
     }
 }

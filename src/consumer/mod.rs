@@ -289,8 +289,8 @@ impl Consumer {
             // A notice queued before a seek: the consumer is no longer at the end.
             Item::EndOfTopic if epoch < p.end_epoch.load(Ordering::Acquire) => None,
             Item::EndOfTopic => {
-                p.end_taken.store(true, Ordering::Release);
-                let all_taken = self.every_current(|p| p.end_taken.load(Ordering::Acquire));
+                p.handles.end_taken.store(true, Ordering::Release);
+                let all_taken = self.every_current(|p| p.handles.end_taken.load(Ordering::Acquire));
                 if self.end_reported || !all_taken {
                     return None;
                 }
@@ -321,7 +321,7 @@ impl Consumer {
         let live = self.live();
         let mut current = live
             .iter()
-            .filter(|p| !p.removed.load(Ordering::Acquire))
+            .filter(|p| !p.handles.removed.load(Ordering::Acquire))
             .peekable();
         current.peek().is_some() && current.all(|p| check(p))
     }
@@ -340,7 +340,7 @@ impl Consumer {
                 self.buffered = queue::Buffered::default();
                 return None;
             };
-            if p.removed.load(Ordering::Acquire) {
+            if p.handles.removed.load(Ordering::Acquire) {
                 // The task's topic was removed: what it queued is dropped uncounted.
                 self.buffered = queue::Buffered::default();
                 return None;

@@ -1,6 +1,6 @@
-//! The consumer task's side of chunked messages: each chunk goes to the
-//! [`ChunkAssembler`](crate::consumer::engine::chunks::ChunkAssembler), and its [`Outcome`] is acted on (acks,
-//! redeliveries, permits, the reassembled message, an error item).
+//! The intake's side of chunked messages: each chunk goes to the
+//! [`ChunkAssembler`](crate::consumer::engine::chunks::ChunkAssembler), and its [`Outcome`] is
+//! acted on (acks, redeliveries, permits, the reassembled message, an error item).
 
 use tokio::time::Instant;
 
@@ -8,15 +8,22 @@ use crate::codec::Payload;
 use crate::message_id::MessageId;
 use crate::proto;
 
+use crate::consumer::engine::acks::Acks;
 use crate::consumer::engine::chunks::{ChunkHeader, Outcome};
 use crate::consumer::engine::decode::decode_sized;
-use crate::consumer::engine::ConsumerTask;
+use crate::consumer::engine::flow::Flow;
+use crate::consumer::engine::intake::Intake;
+use crate::consumer::engine::io::Io;
 use crate::consumer::queue::Item;
 
-impl ConsumerTask {
+impl Intake {
     /// A chunk (stored at `entry`) of a chunked message.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_chunk(
         &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
         header: ChunkHeader,
         entry: MessageId,
         mut cmd: proto::CommandMessage,
@@ -27,18 +34,18 @@ impl ConsumerTask {
             mut metadata,
             data,
         } = payload;
-        self.bytes.observe(data.len(), 1);
+        flow.observe(data.len(), 1);
         let mut out = self.chunks.add(&header, entry, data, Instant::now());
         let complete = out.complete.take();
         let error = out.error.is_some();
-        self.apply_chunk_outcome(out);
+        self.apply_chunk_outcome(io, acks, out);
         let Some((data, whole, ids)) = complete else {
             // A chunk that completes no message gives its permit back at once (upstream
             // `increaseAvailablePermits` for each non-final chunk), so an incomplete message
             // never holds permits (apache/pulsar#26675, #26661). An error item gives it back
             // when the application takes it.
             if !error {
-                self.release_permits(1);
+                flow.release(io, 1);
             }
             return;
         };
@@ -48,31 +55,31 @@ impl ConsumerTask {
         metadata.chunk_id = None;
         metadata.total_chunk_msg_size = None;
         cmd.message_id = whole.to_proto();
-        let max = self.opts.max_chunked_message_bytes;
+        let max = io.opts.max_chunked_message_bytes;
         let payload = Payload {
             broker_entry_metadata,
             metadata,
             data,
         };
         let (messages, held) =
-            match decode_sized(&self.entity.topic, self.partition, &cmd, payload, max) {
+            match decode_sized(&io.entity.topic, io.partition, &cmd, payload, max) {
                 Ok(decoded) => decoded,
                 Err(bad) => {
-                    tracing::warn!(topic = %self.entity.topic, id = %whole, error = %bad.error,
+                    tracing::warn!(topic = %io.entity.topic, id = %whole, error = %bad.error,
                     "undecodable chunked message discarded");
-                    self.ack_chunks(ids);
-                    self.emit(Item::Discarded(bad.error));
+                    self.ack_chunks(io, acks, ids);
+                    io.emit(Item::Discarded(bad.error));
                     return;
                 }
             };
-        if self.persistent() {
+        if io.persistent() {
             self.chunk_ids.insert(whole, ids);
         }
-        self.deliver(messages, held, &cmd.ack_set, 1);
+        self.deliver(io, flow, acks, messages, held, &cmd.ack_set, 1);
     }
 
     /// Acts on what the assembler decided, except a completed message.
-    pub(crate) fn apply_chunk_outcome(&mut self, out: Outcome) {
+    pub(crate) fn apply_chunk_outcome(&mut self, io: &mut Io, acks: &mut Acks, out: Outcome) {
         let Outcome {
             ack,
             mut redeliver,
@@ -81,7 +88,7 @@ impl ConsumerTask {
             ..
         } = out;
         if !ack.is_empty() {
-            self.ack_chunks(ack);
+            self.ack_chunks(io, acks, ack);
         }
         // On Exclusive / Failover a redelivery rewinds the whole subscription (every unacked
         // message comes again), and chunks come in order to this one consumer: an unassembled
@@ -91,45 +98,39 @@ impl ConsumerTask {
         // the chunk expires; it is given back once, when it has expired (it is then acked as
         // such when it comes again, leaving no ack hole). Upstream `trackMessage`s it, which
         // without an ack timeout leaves it unacked.
-        let expire = self.opts.expire_time_of_incomplete_chunked_message;
-        if self.single_active() {
-            if !unassembled.is_empty() && self.persistent() && !expire.is_zero() {
+        let expire = io.opts.expire_time_of_incomplete_chunked_message;
+        if io.single_active() {
+            if !unassembled.is_empty() && io.persistent() && !expire.is_zero() {
                 let now = Instant::now();
                 for id in unassembled {
-                    self.acks.nacks.add(id, now, expire);
+                    acks.nacks.add(id, now, expire);
                 }
             }
         } else {
             redeliver.extend(unassembled);
         }
-        if !redeliver.is_empty() && self.persistent() {
+        if !redeliver.is_empty() && io.persistent() {
             // Given back through the negative-ack delay: redelivered later, not at once (an
             // evicted message redelivered at once would be evicted again).
             let now = Instant::now();
             for id in redeliver {
-                self.acks.nacks.add(id, now, self.opts.negative_ack_delay);
+                acks.nacks.add(id, now, io.opts.negative_ack_delay);
             }
         }
         if let Some(e) = error {
-            tracing::warn!(topic = %self.entity.topic, error = %e, "chunked message refused");
-            self.shared
+            tracing::warn!(topic = %io.entity.topic, error = %e, "chunked message refused");
+            io.shared
                 .discarded
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            self.emit(Item::Discarded(e));
+            io.emit(Item::Discarded(e));
         }
     }
 
-    /// Acks chunk entries individually.
-    pub(crate) fn ack_chunks(&mut self, ids: Vec<MessageId>) {
-        if !self.persistent() {
-            return;
-        }
-        let mut full = false;
-        for id in ids {
-            full |= self.acks.ack(id.entry());
-        }
-        if self.acks.after_ack(full) {
-            self.flush_acks();
+    /// Acks chunk entries individually (the task flushes them if that is due: see
+    /// [`Acks::ack_entries`]).
+    pub(crate) fn ack_chunks(&mut self, io: &Io, acks: &mut Acks, ids: Vec<MessageId>) {
+        if io.persistent() {
+            acks.ack_entries(ids);
         }
     }
 }

@@ -134,7 +134,7 @@ pub(crate) struct Outcome {
     /// Chunks that cannot be assembled now (first chunk missing, out of order) and are not
     /// yet old enough to be acked: the task gives them back on a Shared subscription (the
     /// first chunk may be on its way to this consumer again) and leaves them on a
-    /// single-active one (see `ConsumerTask::apply_chunk_outcome`).
+    /// single-active one (see `Intake::apply_chunk_outcome`).
     pub unassembled: Vec<MessageId>,
     /// An error item for the application (a refused or corrupted chunked message).
     pub error: Option<Error>,

@@ -1,108 +1,127 @@
-//! A consumer task's intake: commands and messages from the broker, decoded, filtered
-//! (acked, compacted out, dead-lettered, stale epoch) and put in the queue to the application,
-//! with the permits the broker spent accounted for and flow-control violations caught.
+//! A consumer task's intake ([`Intake`]): commands and messages from the broker, decoded,
+//! filtered (acked, compacted out, dead-lettered, stale epoch) and put in the queue to the
+//! application, with the permits the broker spent accounted for and flow-control violations
+//! caught (handed back to the task, which drops the connection: see `flow_violation`). Chunks
+//! go to the assembler (`chunk_intake`).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use crate::codec::Frame;
 use crate::commands;
 use crate::entity::Wake;
-use crate::error::{Error, Result};
+use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::proto::base_command::Type;
-use std::sync::atomic::Ordering;
 
-use crate::consumer::engine::acks::EntryAcks;
+use crate::consumer::engine::acks::{Acks, EntryAcks};
 use crate::consumer::engine::budget::entry_cost;
+use crate::consumer::engine::chunks::ChunkAssembler;
 use crate::consumer::engine::decode::decode_sized;
-use crate::consumer::engine::flow::overshoot_bound;
-use crate::consumer::engine::ConsumerTask;
+use crate::consumer::engine::dlq::DeadLetterSink;
+use crate::consumer::engine::flow::Flow;
+use crate::consumer::engine::io::Io;
 use crate::consumer::entry::Entry;
 use crate::consumer::queue::Item;
 
-impl ConsumerTask {
-    /// The broker delivered beyond its flow permits, or into a queue already full: a
-    /// protocol violation. Upstream has no such check (its receiver queue grows without
-    /// bound); a careful client closes that connection with an error naming the violation,
-    /// re-subscribes after the backoff (the broker redelivers every unacked message, within
-    /// the new permits), and tells the application with an error item. The entry that
-    /// crossed the line is not accepted; the broker redelivers it.
-    pub(crate) fn flow_violation(&mut self, queued: u64) {
-        self.over_delivered += 1;
-        let size = self.opts.receiver_queue_size;
-        let error = Error::Protocol(format!(
-            "flow control violated by the broker for {}: {} messages delivered beyond the \
-             permits granted and {queued} queued, above the bound of {} for a receiver queue \
-             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
-            self.entity.topic,
-            (-self.permits).max(0),
-            i64::from(size) + overshoot_bound(size),
-        ));
-        tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
-        self.entity.drop_connection(&error.to_string());
-        self.detached();
-        // Emitted after the epoch changed, so the handle does not discard it as stale.
-        self.emit(Item::Error(error));
-    }
+/// A flow-control violation: the broker delivered beyond its permits or into a full queue
+/// (`queued`: this partition's items queued). The task closes the connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Violation {
+    pub queued: u64,
+}
 
-    /// Gives back the permits of `n` messages the application will never consume.
-    pub(crate) fn release_permits(&mut self, n: u32) {
-        if let Some(permits) = self.shared.consume(n, self.refill_at()) {
-            self.grant(permits);
-        }
-    }
+/// What the intake of one partition task keeps: where it starts and skips, the consumer
+/// epoch, the dead-letter candidates, the chunked messages (being reassembled, and delivered
+/// but not acked yet) and how many messages it queued.
+pub(crate) struct Intake {
+    /// Messages at or before this position are skipped (reader start, non-durable resume).
+    pub skip_through: Option<MessageId>,
+    /// The consumer epoch (Exclusive / Failover redeliver-all).
+    pub consumer_epoch: u64,
+    /// Dead-letter publishing (Shared / Key_Shared with a policy).
+    pub dlq: Option<Arc<DeadLetterSink>>,
+    /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
+    pub dlq_candidates: HashMap<MessageId, Message>,
+    /// How many messages this task has put in the queue (numbers them for `unacked`).
+    pub queued_messages: u64,
+    /// Where a non-durable subscription created again starts when the application has
+    /// received nothing since the start or the last seek (the SUBSCRIBE position).
+    pub start: Option<MessageId>,
+    /// After a time seek: the next message queued sets `start`.
+    pub start_from_next: bool,
+    /// An end-of-topic notice is queued since the last seek: the broker's next ones (it says
+    /// it again after each re-subscribe at the end) are not queued again. A notice queued
+    /// before a seek is dropped by the handle (see `end_epoch`), so a seek clears this.
+    pub end_queued: bool,
+    /// Chunked messages being reassembled.
+    pub chunks: ChunkAssembler,
+    /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
+    /// ack, nack, ack timeout and DLQ act on all of them (upstream
+    /// `unAckedChunkedMessageIdSequenceMap`).
+    pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
+}
 
-    /// The broker's maximum message size (the client's default before it said).
-    pub(crate) fn max_message_size(&self) -> usize {
-        self.entity
-            .conn
-            .as_ref()
-            .map_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE, |c| {
-                c.info().max_message_size
-            })
-    }
-
-    /// A command or message (from [`Entity::next`] or [`Entity::try_next`]).
-    pub(crate) fn on_inbound(&mut self, wake: Wake) -> Result<()> {
+impl Intake {
+    /// A command or message (from [`Entity::next`](crate::entity::Entity::next) or
+    /// [`Entity::try_next`](crate::entity::Entity::try_next)).
+    pub(crate) fn on_inbound(
+        &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
+        wake: Wake,
+    ) -> Option<Violation> {
         match wake {
             Wake::Message(m) => {
                 let crate::connection::MessageFrame { command, payload } = *m;
                 match payload {
-                    Some(payload) => self.on_message(command, payload),
+                    Some(payload) => return self.on_message(io, flow, acks, command, payload),
                     None => {
-                        tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored")
+                        tracing::warn!(topic = %io.entity.topic, "MESSAGE without its payload; ignored")
                     }
                 }
-                Ok(())
+                None
             }
-            Wake::Command(frame) => self.on_command(frame),
-            _ => Ok(()),
+            Wake::Command(frame) => self.on_command(io, flow, acks, frame),
+            _ => None,
         }
     }
 
     /// Takes the frame boxed and moves out only the fields it needs: a `BaseCommand` is
     /// several KB, and moving it per message showed as the consume path's largest copy.
-    fn on_command(&mut self, mut frame: Box<Frame>) -> Result<()> {
+    fn on_command(
+        &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
+        mut frame: Box<Frame>,
+    ) -> Option<Violation> {
         let command = &mut frame.command;
         match Type::try_from(command.r#type) {
             Ok(Type::Message) => {
                 let (Some(cmd), Some(payload)) = (command.message.take(), frame.payload.take())
                 else {
-                    tracing::warn!(topic = %self.entity.topic, "MESSAGE without its payload; ignored");
-                    return Ok(());
+                    tracing::warn!(topic = %io.entity.topic, "MESSAGE without its payload; ignored");
+                    return None;
                 };
-                self.on_message(cmd, payload);
+                return self.on_message(io, flow, acks, cmd, payload);
             }
             // Java ConsumerImpl.setTerminated / ClientCnx.handleReachedEndOfTopic: only a flag
             // (and the listener told). The consumer stays a consumer: attached, acking,
             // seeking, and closed with CloseConsumer like any other (the broker sends this
             // again after a re-subscribe at the end; it is reported once).
             Ok(Type::ReachedEndOfTopic) => {
-                if !self.shared.reached_end.swap(true, Ordering::AcqRel) {
-                    tracing::info!(topic = %self.entity.topic, "consumer reached the end of the topic");
+                if !io.shared.reached_end.swap(true, Ordering::AcqRel) {
+                    tracing::info!(topic = %io.entity.topic, "consumer reached the end of the topic");
                 }
-                // Queued until the handle took one (a notice queued before a seek is dropped
-                // there, and the broker's next one, at the end again, is queued instead).
-                if !self.shared.end_taken.load(Ordering::Acquire) {
-                    self.emit(Item::EndOfTopic);
+                // One notice queued per position: the handle takes it (a notice queued
+                // before a seek is dropped there, and the broker's next one, at the end
+                // again, is queued instead: see `end_queued`).
+                if !self.end_queued {
+                    self.end_queued = true;
+                    io.emit(Item::EndOfTopic);
                 }
             }
             Ok(Type::ActiveConsumerChange) => {
@@ -111,122 +130,126 @@ impl ConsumerTask {
                     .take()
                     .and_then(|c| c.is_active)
                     .unwrap_or(false);
-                tracing::info!(topic = %self.entity.topic, active, "active consumer change");
-                self.shared.active.send_replace(Some(active));
+                tracing::info!(topic = %io.entity.topic, active, "active consumer change");
+                io.shared.active.send_replace(Some(active));
             }
             _ => {
-                tracing::debug!(topic = %self.entity.topic, command = command.r#type,
+                tracing::debug!(topic = %io.entity.topic, command = command.r#type,
                     "ignored consumer command");
             }
         }
-        Ok(())
+        None
     }
 
-    pub(crate) fn on_message(
+    fn on_message(
         &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
         cmd: crate::proto::CommandMessage,
         payload: crate::codec::Payload,
-    ) {
-        self.take_message(cmd, payload);
-        // Withholding permits for want of room: what arrived may have changed the estimate
-        // (whatever became of it: queued, filtered, refused, a chunk).
-        if self.bytes.owed > 0 {
-            self.grant_owed();
-        } else {
-            self.bytes.budget().reserve_held();
+    ) -> Option<Violation> {
+        let violation = self.take_message(io, flow, acks, cmd, payload);
+        if violation.is_none() {
+            // The task does it after the violation's disconnect otherwise.
+            flow.after_entry(io);
         }
+        violation
     }
 
-    fn take_message(&mut self, cmd: crate::proto::CommandMessage, payload: crate::codec::Payload) {
+    fn take_message(
+        &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
+        cmd: crate::proto::CommandMessage,
+        payload: crate::codec::Payload,
+    ) -> Option<Violation> {
         // Upstream's consumer checks only the compressed size against the broker's limit and
         // decompresses whatever size the metadata declares; producers (upstream's and ours,
         // with chunking on) send a large payload that compression makes fit as one entry,
         // unchunked. So the cap on the declared size is also the largest message this consumer
         // accepts in chunks (`max_chunked_message_bytes`), not only twice the broker's limit.
-        let max = crate::consumer::engine::decode::max_decompressed(
-            self.entity
-                .conn
-                .as_ref()
-                .map(|c| c.info().max_message_size)
-                .unwrap_or(crate::codec::DEFAULT_MAX_MESSAGE_SIZE),
-        )
-        .max(self.opts.max_chunked_message_bytes);
+        let max = crate::consumer::engine::decode::max_decompressed(io.max_message_size())
+            .max(io.opts.max_chunked_message_bytes);
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
         let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
-        self.permits -= i64::from(spent);
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
-        // delivering into a queue that older subscriptions' items (the application is not
-        // reading) already fill, breaks flow control. Checked before anything is decoded, so
-        // the queue holds at most the receiver queue, the tolerance and one entry's messages.
-        let size = self.opts.receiver_queue_size;
-        let bound = overshoot_bound(size);
-        let queued = self.shared.room().queued;
-        if self.entity.conn.is_some()
-            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
-        {
-            self.flow_violation(queued);
-            return;
+        // delivering into a queue already full, breaks flow control (see `Flow::spend`).
+        let queued = io.shared.room().queued;
+        if flow.spend(spent, queued, io.opts.receiver_queue_size) && io.entity.conn.is_some() {
+            return Some(Violation { queued });
         }
         // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent
         // before the last redeliver-all is dropped, and its permit given back.
-        if self.single_active() && cmd.consumer_epoch.is_some_and(|e| e < self.consumer_epoch) {
-            self.release_permits(spent);
-            return;
+        if io.single_active() && cmd.consumer_epoch.is_some_and(|e| e < self.consumer_epoch) {
+            flow.release(io, spent);
+            return None;
         }
         let entry = {
             let mut id = MessageId::from_proto(&cmd.message_id);
-            id.partition = self.partition;
+            id.partition = io.partition;
             id.entry()
         };
         if let Some(header) = crate::consumer::engine::chunks::ChunkHeader::of(&payload.metadata) {
-            self.on_chunk(header, entry, cmd, payload);
-            return;
+            self.on_chunk(io, flow, acks, header, entry, cmd, payload);
+            return None;
         }
         let (messages, held) =
-            match decode_sized(&self.entity.topic, self.partition, &cmd, payload, max) {
+            match decode_sized(&io.entity.topic, io.partition, &cmd, payload, max) {
                 Ok(decoded) => decoded,
                 Err(bad) => {
                     // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
                     // error so it is not redelivered forever, and give its permits back (all the
                     // messages the broker counted, where upstream returns one).
-                    tracing::warn!(topic = %self.entity.topic, id = %entry, error = %bad.error,
+                    tracing::warn!(topic = %io.entity.topic, id = %entry, error = %bad.error,
                     "undecodable entry discarded");
-                    self.shared.discarded.fetch_add(1, Ordering::Relaxed);
-                    if self.persistent() {
-                        self.entity.send_control(commands::ack_discarded(
-                            self.entity.id,
-                            entry,
-                            bad.validation,
-                        ));
+                    io.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                    if io.persistent() {
+                        let id = io.entity.id;
+                        io.entity
+                            .send_control(commands::ack_discarded(id, entry, bad.validation));
                     }
                     // One permit comes back when the application takes the error item.
-                    self.release_permits(spent - 1);
-                    self.emit(Item::Discarded(bad.error));
-                    return;
+                    flow.release(io, spent - 1);
+                    io.emit(Item::Discarded(bad.error));
+                    return None;
                 }
             };
-        self.bytes.observe(held, spent);
-        self.deliver(messages, held, &cmd.ack_set, spent);
+        flow.observe(held, spent);
+        self.deliver(io, flow, acks, messages, held, &cmd.ack_set, spent);
+        None
     }
 
     /// Puts the decoded messages of an entry that spent `spent` permits in the queue, less
     /// those filtered out (whose permits come back), as one item charged with its bytes
     /// (`held`: the payload bytes its messages keep alive) in the consumer's budget.
-    pub(crate) fn deliver(&mut self, entry: Entry, held: usize, ack_set: &[i64], spent: u32) {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn deliver(
+        &mut self,
+        io: &mut Io,
+        flow: &mut Flow,
+        acks: &mut Acks,
+        entry: Entry,
+        held: usize,
+        ack_set: &[i64],
+        spent: u32,
+    ) {
         let Entry {
             mut head,
             mut records,
         } = entry;
-        head.source = self.index;
-        let persistent = self.persistent();
+        head.source = io.index;
+        let persistent = io.persistent();
         let dlq_max = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count);
-        let track_unacked = persistent && !self.opts.ack_timeout.is_zero();
+        let track_unacked = persistent && !io.opts.ack_timeout.is_zero();
         // The messages share one entry, so its ack state is looked up once.
         let acked = match records.first() {
-            Some(first) if persistent => self.acks.delivered_entry(&head.id_of(first), ack_set),
+            Some(first) if persistent => acks.delivered_entry(&head.id_of(first), ack_set),
             _ => EntryAcks::None,
         };
+        let mut first_kept = None;
         // Filtered in place (`retain` moves only what follows a removed record): the records
         // that stay are not moved, nearly always all of them.
         records.retain(|r| {
@@ -240,7 +263,7 @@ impl ConsumerTask {
             if let Some(max) = dlq_max {
                 if head.redelivery_count > max {
                     // Over the limit: straight to the dead-letter topic (rare).
-                    self.dead_letter(head.message(r.clone()));
+                    dead_letter(&self.dlq, io, head.message(r.clone()));
                     return false;
                 }
                 if head.redelivery_count >= max {
@@ -249,23 +272,51 @@ impl ConsumerTask {
                 }
             }
             if track_unacked {
-                self.acks.unacked.queued(self.queued_messages, id);
+                acks.unacked.queued(self.queued_messages, id);
             }
             // Numbered like the handle counts them in `QueueRoom::taken`.
             self.queued_messages += 1;
-            self.note_delivered(id);
+            first_kept.get_or_insert(id);
             true
         });
+        if let Some(id) = first_kept {
+            self.note_delivered(id);
+        }
         let emitted = records.len() as u32;
         if emitted > 0 {
             let entry = Entry { head, records };
-            let charge = self.bytes.budget().charge(entry_cost(&entry, held), true);
-            self.emit(Item::Messages(entry, charge));
+            let charge = flow.budget().charge(entry_cost(&entry, held), true);
+            io.emit(Item::Messages(entry, charge));
         }
         // Whatever the broker counted and the application will never consume by receiving
         // (filtered, acked, compacted out, dead-lettered) gives its permits back here.
         if spent > emitted {
-            self.release_permits(spent - emitted);
+            flow.release(io, spent - emitted);
         }
+    }
+
+    /// A message is queued for the application: after a time seek, the first one is where a
+    /// non-durable re-subscribe starts.
+    fn note_delivered(&mut self, id: MessageId) {
+        if self.start_from_next {
+            self.start_from_next = false;
+            self.start = Some(crate::consumer::engine::subscribe::start_position(id, true));
+        }
+    }
+
+    /// Publishes a message to the dead-letter topic in the background (see [`dead_letter`]).
+    pub(crate) fn dead_letter(&self, io: &Io, msg: Message) {
+        dead_letter(&self.dlq, io, msg);
+    }
+}
+
+/// Publishes a message to the dead-letter topic in the background; it is acked once
+/// published, or redelivered if publishing fails.
+fn dead_letter(dlq: &Option<Arc<DeadLetterSink>>, io: &Io, msg: Message) {
+    match dlq {
+        Some(sink) => {
+            crate::consumer::engine::dlq::spawn_dead_letter(sink.clone(), msg, io.shared.clone())
+        }
+        None => tracing::error!(topic = %io.entity.topic, "dead letter without a policy"),
     }
 }

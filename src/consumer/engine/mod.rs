@@ -10,21 +10,19 @@ pub(crate) mod decode;
 pub(crate) mod dlq;
 pub(crate) mod flow;
 pub(crate) mod intake;
+pub(crate) mod io;
 pub(crate) mod seek;
 pub(crate) mod start;
 pub(crate) mod subscribe;
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
 
 use crate::commands;
-use crate::entity::{Entity, Requests, Wake};
+use crate::entity::{Requests, Wake};
 use crate::error::{Error, Result};
-use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
 use crate::util::{deadline_after, sleep_until_opt};
@@ -34,9 +32,7 @@ use crate::consumer::engine::acks::{
 };
 use crate::consumer::engine::seek::{last_ids, start_after, wait_for_resubscribe};
 use crate::consumer::engine::subscribe::{resubscribe_start, subscribe_command, SubscribeParams};
-use crate::consumer::handle::PartitionShared;
 use crate::consumer::op::{ConsumerOp, IdRequest, SeekTarget};
-use crate::consumer::options::{ConsumerOptions, SubscriptionType};
 use crate::consumer::queue::Item;
 
 /// What an in-flight request's answer is for.
@@ -49,46 +45,21 @@ pub(crate) enum Pending {
 }
 
 pub(crate) struct ConsumerTask {
-    pub entity: Entity,
-    pub partition: i32,
-    pub index: usize,
-    pub opts: Arc<ConsumerOptions>,
+    /// The entity, the queue to the application, the shared state and the options.
+    pub io: io::Io,
     pub consumer_name: String,
     pub durable: bool,
     pub ops: crate::consumer::op::OpReceiver,
-    pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
-    pub shared: Arc<PartitionShared>,
     /// Ack trackers, negative acks, the ack timeout's bookkeeping and the grouping timer.
     pub acks: Acks,
-    /// Messages at or before this position are skipped (reader start, non-durable resume).
-    pub skip_through: Option<MessageId>,
-    /// Flow permits granted to the broker minus messages it delivered.
-    pub permits: i64,
-    /// The permits withheld for the consumer's byte budget (see `flow`).
-    pub bytes: crate::consumer::engine::flow::ByteFlow,
-    /// The consumer epoch (Exclusive / Failover redeliver-all).
-    pub consumer_epoch: u64,
-    /// Dead-letter publishing (Shared / Key_Shared with a policy).
-    pub dlq: Option<Arc<crate::consumer::engine::dlq::DeadLetterSink>>,
-    /// Messages delivered at the maximum redelivery count: dead-lettered on nack/timeout.
-    pub dlq_candidates: HashMap<MessageId, Message>,
-    /// How many messages this task has put in the queue (numbers them for `unacked`).
-    pub queued_messages: u64,
+    /// Flow permits, and those withheld for the consumer's byte budget.
+    pub flow: flow::Flow,
+    /// Decoding, filtering and queueing what the broker delivers, chunks included.
+    pub intake: intake::Intake,
     /// Flow-control violations seen (each closed its connection).
     pub over_delivered: u64,
-    /// Where a non-durable subscription created again starts when the application has
-    /// received nothing since the start or the last seek (the SUBSCRIBE position).
-    pub start: Option<MessageId>,
-    /// After a time seek: the next message queued sets `start`.
-    pub start_from_next: bool,
     /// Seeks in flight or waiting for a re-subscribe, and the acks held behind them.
     pub seeks: crate::consumer::engine::seek::Seeks,
-    /// Chunked messages being reassembled.
-    pub chunks: crate::consumer::engine::chunks::ChunkAssembler,
-    /// The chunk entries of each delivered chunked message not acked yet (keyed by its id):
-    /// ack, nack, ack timeout and DLQ act on all of them (upstream
-    /// `unAckedChunkedMessageIdSequenceMap`).
-    pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
 }
 
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
@@ -99,58 +70,60 @@ const BURST: usize = 256;
 const METRICS_PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ConsumerTask {
-    pub(crate) fn epoch(&self) -> u64 {
-        self.shared.epoch.load(Ordering::Acquire)
-    }
-
-    /// Puts an item in the queue. The messages of an [`Item::Messages`] come with their
-    /// `source` set and numbered in `queued_messages` (see `deliver`).
-    pub(crate) fn emit(&mut self, item: Item) {
-        let counted = item.counted();
-        if counted > 0 {
-            self.shared.room().queued += counted;
-        }
-        if self.out.send((self.index, self.epoch(), item)).is_err() && counted > 0 {
-            // The handle is gone: nothing will take it out.
-            let mut room = self.shared.room();
-            room.queued = room.queued.saturating_sub(counted);
-        }
-    }
-
-    /// Upstream keeps no ack state for non-persistent topics (a no-op ack tracker): their
-    /// messages all carry the same id, and acks mean nothing to the broker.
-    pub(crate) fn persistent(&self) -> bool {
-        self.entity.topic.is_persistent()
-    }
-
-    /// Exclusive and Failover subscriptions have one active consumer: the broker cannot
-    /// redeliver single messages to it, only rewind (upstream ConsumerImpl redelivers all on
-    /// those subscription types).
-    pub(crate) fn single_active(&self) -> bool {
-        matches!(
-            self.opts.subscription_type,
-            SubscriptionType::Exclusive | SubscriptionType::Failover
-        )
-    }
-
-    pub(crate) fn refill_at(&self) -> u32 {
-        (self.opts.receiver_queue_size / 2).max(1)
-    }
-
     /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
     /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
-    /// as it does: see [`ByteFlow`](crate::consumer::engine::flow::ByteFlow)).
+    /// as it does: see [`Flow`](crate::consumer::engine::flow::Flow)).
     pub(crate) fn start_flow(&mut self) {
-        let size = self.opts.receiver_queue_size;
+        let size = self.io.opts.receiver_queue_size;
         let occupied = {
-            let mut room = self.shared.room();
+            let mut room = self.io.shared.room();
             let occupied = room.queued.min(u64::from(size)) as u32;
             room.withheld = u64::from(occupied);
             occupied
         };
-        self.permits = 0;
-        self.bytes.owed = 0;
-        self.grant(size - occupied);
+        self.flow.restart();
+        self.flow.grant(&mut self.io, size - occupied);
+    }
+
+    /// A command or message from the broker (see [`Intake`](intake::Intake)).
+    pub(crate) fn on_inbound(&mut self, wake: Wake) -> Result<()> {
+        let (io, flow, acks) = (&mut self.io, &mut self.flow, &mut self.acks);
+        if let Some(v) = self.intake.on_inbound(io, flow, acks, wake) {
+            self.flow_violation(v.queued);
+            self.flow.after_entry(&mut self.io);
+        }
+        self.flush_if_due();
+        Ok(())
+    }
+
+    /// The broker delivered beyond its flow permits, or into a queue already full: a
+    /// protocol violation. Upstream has no such check (its receiver queue grows without
+    /// bound); a careful client closes that connection with an error naming the violation,
+    /// re-subscribes after the backoff (the broker redelivers every unacked message, within
+    /// the new permits), and tells the application with an error item. The entry that
+    /// crossed the line is not accepted; the broker redelivers it.
+    fn flow_violation(&mut self, queued: u64) {
+        self.over_delivered += 1;
+        let error = self.flow.violation(&self.io, queued);
+        tracing::warn!(topic = %self.io.entity.topic, error = %error, "closing the connection");
+        self.io.entity.drop_connection(&error.to_string());
+        self.detached();
+        // Emitted after the epoch changed, so the handle does not discard it as stale.
+        self.io.emit(Item::Error(error));
+    }
+
+    /// Acks chunk entries individually, and sends them if that is due.
+    fn ack_chunks(&mut self, ids: Vec<MessageId>) {
+        self.intake.ack_chunks(&self.io, &mut self.acks, ids);
+        self.flush_if_due();
+    }
+
+    /// Sends the acks the intake applied if that is due (see `Acks::ack_entries`).
+    #[inline]
+    fn flush_if_due(&mut self) {
+        if self.acks.take_flush_due() {
+            self.flush_acks();
+        }
     }
 
     pub(crate) async fn run(mut self) {
@@ -158,8 +131,8 @@ impl ConsumerTask {
         let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
         let mut silent = false;
         let mut close_outcome: Option<Error> = None;
-        let ack_timeout_on = !self.opts.ack_timeout.is_zero() && self.persistent();
-        let mut ack_timeout_tick = tokio::time::interval(self.opts.ack_timeout_tick);
+        let ack_timeout_on = !self.io.opts.ack_timeout.is_zero() && self.io.persistent();
+        let mut ack_timeout_tick = tokio::time::interval(self.io.opts.ack_timeout_tick);
         ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         // With the `metrics` feature, a wake-up every second hands the facade what the
         // application took since the last one: the handle counts `recv`s without waking the
@@ -169,7 +142,7 @@ impl ConsumerTask {
         let metrics_on = crate::stats::sink::ENABLED;
         let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
         metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let out = self.out.clone();
+        let out = self.io.out.clone();
         // Created once: a fresh `closed()` per wake-up would register a waiter per message.
         let out_closed = out.closed();
         tokio::pin!(out_closed);
@@ -177,17 +150,17 @@ impl ConsumerTask {
             let ack_deadline = self.acks.deadline;
             let nack_deadline = self.acks.nacks.next_deadline();
             let deferred_deadline = self.seeks.deferred_deadline();
-            let chunk_deadline = self.chunks.next_expiry();
+            let chunk_deadline = self.intake.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
             let step: Result<()> = tokio::select! {
                 biased;
-                wake = self.entity.next() => match wake {
+                wake = self.io.entity.next() => match wake {
                     wake @ (Wake::Command(_) | Wake::Message(_)) => {
                         let mut r = self.on_inbound(wake);
                         // Handle what has already arrived before waiting again: one select!
                         // round per burst, not per message.
                         for _ in 0..BURST {
-                            let Some(wake) = r.is_ok().then(|| self.entity.try_next()).flatten() else {
+                            let Some(wake) = r.is_ok().then(|| self.io.entity.try_next()).flatten() else {
                                 break;
                             };
                             r = self.on_inbound(wake);
@@ -208,14 +181,14 @@ impl ConsumerTask {
                         // The connection noticed first that the broker delivered beyond
                         // this consumer's bound (see `flow_violation` for the other way):
                         // the application hears of it the same way, after the epoch changed.
-                        if let Some(e) = self.entity.take_violation() {
+                        if let Some(e) = self.io.entity.take_violation() {
                             self.over_delivered += 1;
-                            self.emit(Item::Error(e));
+                            self.io.emit(Item::Error(e));
                         }
                         Ok(())
                     }
                     Wake::Attached(_) => {
-                        tracing::info!(topic = %self.entity.topic, "consumer re-subscribed");
+                        tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
                         self.start_flow();
                         self.seeks.reattaching();
                         self.replay_deferred(&mut requests);
@@ -229,10 +202,10 @@ impl ConsumerTask {
                             code: crate::error::ServerError::TopicNotFound,
                             ..
                         },
-                    ) if !self.opts.force_topic_creation => {
-                        tracing::info!(topic = %self.entity.topic, "topic deleted; its consumer ends");
-                        self.shared.topic_deleted.store(true, Ordering::Release);
-                        self.shared.ended.notify_one();
+                    ) if !self.io.opts.force_topic_creation => {
+                        tracing::info!(topic = %self.io.entity.topic, "topic deleted; its consumer ends");
+                        self.io.shared.topic_deleted.store(true, Ordering::Release);
+                        self.io.shared.ended.notify_one();
                         silent = true;
                         Err(e)
                     }
@@ -253,7 +226,7 @@ impl ConsumerTask {
                     // consumer still ends Closed. A lost connection does not: the broker forgot
                     // the consumer with it.
                     (Pending::Close, Err(e)) if !crate::entity::connection_gone(&e) => {
-                        tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
+                        tracing::debug!(topic = %self.io.entity.topic, error = %e, "close consumer");
                         close_outcome = Some(e);
                         Err(Error::Closed)
                     }
@@ -300,13 +273,14 @@ impl ConsumerTask {
                     Ok(())
                 }
                 _ = sleep_until_opt(chunk_deadline) => {
-                    let out = self.chunks.expire(Instant::now());
-                    self.apply_chunk_outcome(out);
+                    let out = self.intake.chunks.expire(Instant::now());
+                    self.intake.apply_chunk_outcome(&mut self.io, &mut self.acks, out);
+                    self.flush_if_due();
                     Ok(())
                 }
                 // Permits withheld for the byte budget: bytes were released.
-                _ = self.bytes.freed.changed(), if self.bytes.owed > 0 => {
-                    self.grant_owed();
+                _ = self.flow.freed.changed(), if self.flow.owed > 0 => {
+                    self.flow.grant_owed(&mut self.io);
                     Ok(())
                 }
                 _ = sleep_until_opt(deferred_deadline) => {
@@ -322,10 +296,13 @@ impl ConsumerTask {
             if let Err(e) = step {
                 break e;
             }
-            self.shared.stats.publish(|| self.shared.room().queued);
+            self.io
+                .shared
+                .stats
+                .publish(|| self.io.shared.room().queued);
         };
-        let state = self.entity.end(&final_error);
-        self.shared.stats.closed();
+        let state = self.io.entity.end(&final_error);
+        self.io.shared.stats.closed();
         let result = match (&final_error, close_outcome) {
             (Error::Closed, None) => Ok(()),
             (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
@@ -335,8 +312,8 @@ impl ConsumerTask {
             let _ = tx.send(result.clone());
         }
         if !matches!(final_error, Error::Closed) && !silent {
-            tracing::warn!(topic = %self.entity.topic, error = %final_error, %state, "consumer closed");
-            self.emit(Item::Error(final_error));
+            tracing::warn!(topic = %self.io.entity.topic, error = %final_error, %state, "consumer closed");
+            self.io.emit(Item::Error(final_error));
         }
     }
 
@@ -353,7 +330,8 @@ impl ConsumerTask {
         if !first {
             return Ok(());
         }
-        self.entity
+        self.io
+            .entity
             .life
             .apply(crate::lifecycle::Event::CloseRequested);
         // Acks held behind a seek in flight go before the CloseConsumer too: after it they
@@ -362,8 +340,8 @@ impl ConsumerTask {
             self.on_folded(op);
         }
         self.flush_acks();
-        self.entity.stop_reconnecting();
-        match self.entity.close_request() {
+        self.io.entity.stop_reconnecting();
+        match self.io.entity.close_request() {
             Some(req) => {
                 requests.push(Pending::Close, req);
                 Ok(())
@@ -376,34 +354,39 @@ impl ConsumerTask {
     /// it; then subscribe again (a non-durable subscription resumes after what the
     /// application received).
     pub(crate) fn detached(&mut self) {
-        let (epoch, last) = self.shared.new_epoch(false);
-        self.shared.permit_epoch.store(epoch, Ordering::Release);
+        let (epoch, last) = self.io.shared.new_epoch(false);
+        self.io.shared.permit_epoch.store(epoch, Ordering::Release);
         {
-            let mut room = self.shared.room();
+            let mut room = self.io.shared.room();
             room.consumed = 0;
             room.withheld = 0;
         }
         // The broker redelivers every unacked chunk to the new subscription.
-        let held_from = self.chunks.earliest_first_chunk();
-        self.chunks.clear();
+        let held_from = self.intake.chunks.earliest_first_chunk();
+        self.intake.chunks.clear();
         if !self.durable {
             if let Some(last) = last {
-                self.skip_through = Some(last);
+                self.intake.skip_through = Some(last);
             }
         }
-        let (start, rollback_secs) =
-            resubscribe_start(&self.opts, self.durable, last, held_from, self.start);
+        let (start, rollback_secs) = resubscribe_start(
+            &self.io.opts,
+            self.durable,
+            last,
+            held_from,
+            self.intake.start,
+        );
         let cmd = subscribe_command(&SubscribeParams {
-            topic: &self.entity.topic,
-            consumer_id: self.entity.id,
+            topic: &self.io.entity.topic,
+            consumer_id: self.io.entity.id,
             consumer_name: &self.consumer_name,
-            opts: &self.opts,
+            opts: &self.io.opts,
             durable: self.durable,
             start,
             rollback_secs,
-            consumer_epoch: self.consumer_epoch,
+            consumer_epoch: self.intake.consumer_epoch,
         });
-        self.entity.reconnect(cmd);
+        self.io.entity.reconnect(cmd);
     }
 
     fn on_answer(&mut self, pending: Pending, r: Result<BaseCommand>) -> Result<()> {
@@ -418,7 +401,7 @@ impl ConsumerTask {
             }
             Pending::Close => {
                 if let Err(e) = r {
-                    tracing::debug!(topic = %self.entity.topic, error = %e, "close consumer");
+                    tracing::debug!(topic = %self.io.entity.topic, error = %e, "close consumer");
                 }
                 return Err(Error::Closed);
             }
@@ -435,16 +418,16 @@ impl ConsumerTask {
         match op {
             ConsumerOp::Seek(target, tx) => {
                 self.seeks.begin();
-                let deadline = deadline_after(self.entity.core.operation_timeout());
+                let deadline = deadline_after(self.io.entity.core.operation_timeout());
                 self.id_request(IdRequest::Seek(target, tx), deadline, requests);
             }
             ConsumerOp::LastMessageId(tx) => {
-                let deadline = deadline_after(self.entity.core.operation_timeout());
+                let deadline = deadline_after(self.io.entity.core.operation_timeout());
                 self.id_request(IdRequest::LastMessageId(tx), deadline, requests);
             }
-            ConsumerOp::Unsubscribe(tx) => match &self.entity.conn {
+            ConsumerOp::Unsubscribe(tx) => match &self.io.entity.conn {
                 Some(conn) => {
-                    let cid = self.entity.id;
+                    let cid = self.io.entity.id;
                     requests.send(
                         conn,
                         Pending::Unsubscribe(tx),
@@ -468,15 +451,15 @@ impl ConsumerTask {
             ConsumerOp::Ack(id) => self.on_ack(id),
             ConsumerOp::AckIds(ids) => self.on_ack_ids(ids),
             ConsumerOp::AckCumulative(id) => {
-                self.shared.stats.acked();
-                self.dlq_candidates.retain(|k, _| *k > id);
+                self.io.shared.stats.acked();
+                self.intake.dlq_candidates.retain(|k, _| *k > id);
                 // The cumulative ack of a chunked message's last chunk covers its chunks.
-                let covered = acks::take_chunks_through(&mut self.chunk_ids, id);
+                let covered = acks::take_chunks_through(&mut self.intake.chunk_ids, id);
                 self.acks.unacked.remove_through(id);
-                if !self.persistent() {
+                if !self.io.persistent() {
                     return;
                 }
-                let first_chunk = self.chunks.earliest_first_chunk();
+                let first_chunk = self.intake.chunks.earliest_first_chunk();
                 let (through, entries) = acks::cumulative_plan(id, first_chunk, covered);
                 if let Some(through) = through {
                     self.acks.tracker.ack_cumulative(through);
@@ -489,20 +472,20 @@ impl ConsumerTask {
                 }
             }
             ConsumerOp::Nack(id, redelivery_count) => {
-                self.shared.stats.nacked();
+                self.io.shared.stats.nacked();
                 self.acks.unacked.remove(&id);
-                if let Some(msg) = self.dlq_candidates.remove(&id) {
-                    self.dead_letter(msg);
+                if let Some(msg) = self.intake.dlq_candidates.remove(&id) {
+                    self.intake.dead_letter(&self.io, msg);
                 } else {
-                    let delay = match &self.opts.negative_ack_backoff {
+                    let delay = match &self.io.opts.negative_ack_backoff {
                         Some(b) => b.delay(redelivery_count),
-                        None => self.opts.negative_ack_delay,
+                        None => self.io.opts.negative_ack_delay,
                     };
                     self.acks.nacks.add(id, Instant::now(), delay);
                 }
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
-            ConsumerOp::Flow(n) => self.grant(n),
+            ConsumerOp::Flow(n) => self.flow.grant(&mut self.io, n),
             // Control ops are taken by `on_op`.
             ConsumerOp::Seek(..)
             | ConsumerOp::LastMessageId(_)
@@ -519,7 +502,7 @@ impl ConsumerTask {
     pub(crate) fn flush_acks(&mut self) {
         let keep = match self.seeks.acks_wait(Instant::now()) {
             Some(until) => Some(until),
-            None if self.entity.conn.is_none() => Some(self.acks.detached_retry()),
+            None if self.io.entity.conn.is_none() => Some(self.acks.detached_retry()),
             None => None,
         };
         let Some(AckFlush {
@@ -530,26 +513,27 @@ impl ConsumerTask {
         else {
             return;
         };
-        let id = self.entity.id;
+        let id = self.io.entity.id;
         let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
-        self.shared.stats.acks_sent(sent);
+        self.io.shared.stats.acks_sent(sent);
         if !individual.is_empty() || !partial.is_empty() {
-            self.entity
+            self.io
+                .entity
                 .send_control(commands::ack_individual(id, &individual, partial));
         }
         if let Some(c) = cumulative {
-            self.entity.send_control(commands::ack_cumulative(id, c));
+            self.io.entity.send_control(commands::ack_cumulative(id, c));
         }
     }
 
     /// An individual ack from the application.
     pub(crate) fn on_ack(&mut self, id: MessageId) {
-        self.shared.stats.acked();
+        self.io.shared.stats.acked();
         self.forget(&id);
-        if !self.persistent() {
+        if !self.io.persistent() {
             return;
         }
-        if let Some(chunks) = remove_if_any(&mut self.chunk_ids, &id) {
+        if let Some(chunks) = remove_if_any(&mut self.intake.chunk_ids, &id) {
             // A chunked message: every chunk is acked (upstream acks each chunk of a
             // `ChunkMessageIdImpl`).
             self.ack_chunks(chunks);
@@ -579,21 +563,8 @@ impl ConsumerTask {
     /// Forgets a message the application acked.
     #[inline]
     pub(crate) fn forget(&mut self, id: &MessageId) {
-        remove_if_any(&mut self.dlq_candidates, id);
+        remove_if_any(&mut self.intake.dlq_candidates, id);
         self.acks.unacked.remove(id);
-    }
-
-    /// Publishes a message to the dead-letter topic in the background; it is acked once
-    /// published, or redelivered if publishing fails.
-    pub(crate) fn dead_letter(&self, msg: Message) {
-        match &self.dlq {
-            Some(sink) => crate::consumer::engine::dlq::spawn_dead_letter(
-                sink.clone(),
-                msg,
-                self.shared.clone(),
-            ),
-            None => tracing::error!(topic = %self.entity.topic, "dead letter without a policy"),
-        }
     }
 
     /// Redelivers (or dead-letters) messages unacked for longer than the ack timeout after the
@@ -603,19 +574,19 @@ impl ConsumerTask {
             return;
         }
         let now = Instant::now();
-        let taken = self.shared.room().taken;
+        let taken = self.io.shared.room().taken;
         self.acks.unacked.taken(taken, now);
-        let expired = self.acks.unacked.expired(now, self.opts.ack_timeout);
-        self.shared.stats.ack_timed_out(expired.len());
+        let expired = self.acks.unacked.expired(now, self.io.opts.ack_timeout);
+        self.io.shared.stats.ack_timed_out(expired.len());
         let mut redeliver = Vec::new();
         for id in expired {
-            match self.dlq_candidates.remove(&id) {
-                Some(msg) => self.dead_letter(msg),
+            match self.intake.dlq_candidates.remove(&id) {
+                Some(msg) => self.intake.dead_letter(&self.io, msg),
                 None => redeliver.push(id),
             }
         }
         if !redeliver.is_empty() {
-            tracing::debug!(topic = %self.entity.topic, n = redeliver.len(), "ack timeout: redelivering");
+            tracing::debug!(topic = %self.io.entity.topic, n = redeliver.len(), "ack timeout: redelivering");
             self.redeliver(redeliver);
         }
     }
@@ -623,22 +594,23 @@ impl ConsumerTask {
     /// Asks the broker to deliver these messages again: by id on Shared / Key_Shared; on
     /// Exclusive / Failover by rewinding everything unacked (redeliver-all).
     pub(crate) fn redeliver(&mut self, ids: Vec<MessageId>) {
-        if ids.is_empty() || !self.persistent() {
+        if ids.is_empty() || !self.io.persistent() {
             return;
         }
-        if self.single_active() {
+        if self.io.single_active() {
             self.redeliver_all();
             return;
         }
         // A chunked message is redelivered whole: all its chunks.
-        let ids = acks::redelivery_entries(ids, &self.chunk_ids);
+        let ids = acks::redelivery_entries(ids, &self.intake.chunk_ids);
         // Java ConsumerImpl.redeliverUnacknowledgedMessages(Set): at most
         // MAX_REDELIVER_UNACKNOWLEDGED (1000) ids per command, so a large redelivery (an ack
         // timeout expiring a long backlog) never builds one oversized frame.
         for part in ids.chunks(MAX_REDELIVER_IDS) {
-            self.shared.stats.redelivery_requested();
-            self.entity
-                .send_control(commands::redeliver(self.entity.id, part));
+            self.io.shared.stats.redelivery_requested();
+            self.io
+                .entity
+                .send_control(commands::redeliver(self.io.entity.id, part));
         }
     }
 
@@ -648,17 +620,17 @@ impl ConsumerTask {
     /// cleared messages come back as the handle discards them; acks pending are sent first
     /// so the rewind does not bring acked messages back.
     fn redeliver_all(&mut self) {
-        if self.entity.conn.is_none() {
+        if self.io.entity.conn.is_none() {
             return; // re-subscribing redelivers everything unacked anyway
         }
         self.flush_acks();
-        self.consumer_epoch += 1;
-        self.shared.new_epoch(false);
+        self.intake.consumer_epoch += 1;
+        self.io.shared.new_epoch(false);
         self.acks.unacked.clear();
         self.acks.nacks = NackTracker::default();
-        self.shared.stats.redelivery_requested();
-        let frame = commands::redeliver_all(self.entity.id, self.consumer_epoch);
-        self.entity.send_control(frame);
+        self.io.shared.stats.redelivery_requested();
+        let frame = commands::redeliver_all(self.io.entity.id, self.intake.consumer_epoch);
+        self.io.entity.send_control(frame);
     }
 
     // The task's side of seek and get-last-message-id (the state is `seek::Seeks`).
@@ -673,11 +645,11 @@ impl ConsumerTask {
         deadline: Instant,
         requests: &mut Requests<Pending>,
     ) {
-        let Some(conn) = self.entity.conn.clone() else {
+        let Some(conn) = self.io.entity.conn.clone() else {
             self.seeks.defer(deadline, req);
             return;
         };
-        let cid = self.entity.id;
+        let cid = self.io.entity.id;
         let operation = req.operation();
         match &req {
             IdRequest::Seek(target, _) => {
@@ -714,7 +686,7 @@ impl ConsumerTask {
     ) {
         match (req, r) {
             (req, Err(e)) if wait_for_resubscribe(&e) && Instant::now() < deadline => {
-                tracing::debug!(topic = %self.entity.topic, error = %e,
+                tracing::debug!(topic = %self.io.entity.topic, error = %e,
                     operation = req.operation(), "sent again once re-subscribed");
                 self.seeks.defer(deadline, req);
             }
@@ -727,7 +699,7 @@ impl ConsumerTask {
                 let _ = tx.send(r.map(|_| ()));
             }
             (IdRequest::LastMessageId(tx), r) => {
-                let _ = tx.send(r.and_then(|resp| last_ids(resp, self.partition)));
+                let _ = tx.send(r.and_then(|resp| last_ids(resp, self.io.partition)));
             }
         }
     }
@@ -740,7 +712,7 @@ impl ConsumerTask {
         if held.is_empty() {
             return;
         }
-        if ok && self.entity.conn.is_some() {
+        if ok && self.io.entity.conn.is_some() {
             // Not on the subscription the broker is dropping: on the next one.
             self.seeks.wait_for_disconnect(Instant::now());
         }
@@ -759,7 +731,7 @@ impl ConsumerTask {
 
     /// Fails the deferred requests whose time is up.
     pub(crate) fn expire_deferred(&mut self) {
-        let after = self.entity.core.operation_timeout();
+        let after = self.io.entity.core.operation_timeout();
         for req in self.seeks.take_expired(Instant::now()) {
             let operation = req.operation();
             let seek = matches!(req, IdRequest::Seek(..));
@@ -774,26 +746,19 @@ impl ConsumerTask {
     /// seek position the start of a non-durable re-subscribe, and ask for messages again (a
     /// broker that does not disconnect the consumer after a seek waits for new permits).
     fn after_seek(&mut self, target: SeekTarget) {
-        let (epoch, _) = self.shared.new_epoch(true);
-        self.shared.permit_epoch.store(epoch, Ordering::Release);
+        let (epoch, _) = self.io.shared.new_epoch(true);
+        self.io.shared.permit_epoch.store(epoch, Ordering::Release);
         // An end-of-topic notice queued before the seek is stale (Java's seek clears the
         // incoming queue): the consumer reads from the new position; the broker says the end
         // again once it gets there.
-        self.shared.end_epoch.store(epoch, Ordering::Release);
-        self.shared.room().consumed = 0;
+        self.io.shared.end_epoch.store(epoch, Ordering::Release);
+        self.intake.end_queued = false;
+        self.io.shared.room().consumed = 0;
         self.acks.reset();
-        self.chunks.clear();
-        self.dlq_candidates.clear();
-        (self.start, self.skip_through, self.start_from_next) = start_after(target);
+        self.intake.chunks.clear();
+        self.intake.dlq_candidates.clear();
+        let intake = &mut self.intake;
+        (intake.start, intake.skip_through, intake.start_from_next) = start_after(target);
         self.start_flow();
-    }
-
-    /// A message is queued for the application: after a time seek, the first one is where a
-    /// non-durable re-subscribe starts.
-    pub(crate) fn note_delivered(&mut self, id: MessageId) {
-        if self.start_from_next {
-            self.start_from_next = false;
-            self.start = Some(subscribe::start_position(id, true));
-        }
     }
 }

@@ -9,7 +9,9 @@ use tokio::sync::{mpsc, watch};
 use crate::connection::EntityKind;
 use crate::consumer::engine::acks::Acks;
 use crate::consumer::engine::dlq::DeadLetterSink;
-use crate::consumer::engine::flow::{overshoot_bound, QueueRoom};
+use crate::consumer::engine::flow::{overshoot_bound, Flow, QueueRoom};
+use crate::consumer::engine::intake::Intake;
+use crate::consumer::engine::io::Io;
 use crate::consumer::engine::subscribe::{
     skip_through, start_position, subscribe_command, SubscribeParams,
 };
@@ -81,7 +83,6 @@ pub(crate) async fn spawn_partition(
         permit_epoch: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
         durable,
-        removed: std::sync::atomic::AtomicBool::new(false),
         ops: ops_tx,
         active: watch::Sender::new(None),
         state: entity.life.watch(),
@@ -96,48 +97,51 @@ pub(crate) async fn spawn_partition(
         ),
         topic_deleted: std::sync::atomic::AtomicBool::new(false),
         reached_end: std::sync::atomic::AtomicBool::new(false),
-        end_taken: std::sync::atomic::AtomicBool::new(false),
         end_epoch: AtomicU64::new(0),
         ended: crate::consumer::topics::registry::lock(registry)
             .ended
             .clone(),
         room: Mutex::new(QueueRoom::default()),
         refill_at: (options.receiver_queue_size / 2).max(1),
-        close_gate: Default::default(),
+        handles: Default::default(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
     let skip_through = options
         .start_message_id
         .and_then(|s| skip_through(s, options.start_inclusive));
     let mut task = ConsumerTask {
-        entity,
-        partition,
-        index,
-        opts: options.clone(),
+        io: Io {
+            entity,
+            partition,
+            index,
+            opts: options.clone(),
+            out,
+            shared: shared.clone(),
+        },
         consumer_name: consumer_name.to_string(),
         durable,
         ops: ops_rx,
-        out,
-        shared: shared.clone(),
         acks: Acks::new(options),
-        skip_through,
-        permits: 0,
-        bytes: crate::consumer::engine::flow::ByteFlow::new(budget),
-        consumer_epoch: 0,
-        dlq: dlq.clone(),
-        dlq_candidates: Default::default(),
-        queued_messages: 0,
+        flow: Flow::new(budget),
+        intake: Intake {
+            skip_through,
+            consumer_epoch: 0,
+            dlq: dlq.clone(),
+            dlq_candidates: Default::default(),
+            queued_messages: 0,
+            start,
+            start_from_next: false,
+            end_queued: false,
+            chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
+                crate::consumer::engine::chunks::ChunkLimits::from_options(options),
+            )
+            .with_budget(budget.clone(), index),
+            chunk_ids: Default::default(),
+        },
         over_delivered: 0,
-        start,
-        start_from_next: false,
         seeks: Default::default(),
-        chunks: crate::consumer::engine::chunks::ChunkAssembler::new(
-            crate::consumer::engine::chunks::ChunkLimits::from_options(options),
-        )
-        .with_budget(budget.clone(), index),
-        chunk_ids: Default::default(),
     };
-    task.bytes.no_slow_start = !task.persistent();
+    task.flow.no_slow_start = !task.io.persistent();
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");

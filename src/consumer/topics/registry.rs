@@ -62,7 +62,9 @@ impl Tasks {
     pub(crate) fn remove(&mut self, index: usize) -> Option<Arc<PartitionShared>> {
         let removed = self.by_index.remove(&index);
         if let Some(p) = &removed {
-            p.removed.store(true, std::sync::atomic::Ordering::Release);
+            p.handles
+                .removed
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         removed
     }

@@ -36,6 +36,9 @@ pub(crate) struct Acks {
     pub unacked: Unacked,
     /// When the acks waiting go out (the group's timer, or the next look while they are kept).
     pub deadline: Option<Instant>,
+    /// Acks applied by the intake (chunk entries) are to be sent now: the task flushes them
+    /// once the step that applied them is done (see [`Acks::take_flush_due`]).
+    flush_due: bool,
     group_time: Duration,
     group_max: usize,
     batch_index_ack: bool,
@@ -48,6 +51,7 @@ impl Acks {
             nacks: NackTracker::default(),
             unacked: Unacked::default(),
             deadline: None,
+            flush_due: false,
             group_time: opts.ack_group_time,
             group_max: opts.ack_group_max,
             batch_index_ack: opts.batch_index_ack,
@@ -77,6 +81,25 @@ impl Acks {
             self.deadline = Some(deadline_after(self.group_time));
         }
         false
+    }
+
+    /// Acks entries one by one (a chunked message's chunks); a flush is due when the group
+    /// filled up or acks are not grouped.
+    pub(crate) fn ack_entries(&mut self, ids: Vec<MessageId>) {
+        let mut full = false;
+        for id in ids {
+            full |= self.ack(id.entry());
+        }
+        if self.after_ack(full) {
+            self.flush_due = true;
+        }
+    }
+
+    /// Whether acks applied since the last look are to be sent now (see
+    /// [`Acks::ack_entries`]).
+    #[inline]
+    pub(crate) fn take_flush_due(&mut self) -> bool {
+        std::mem::take(&mut self.flush_due)
     }
 
     /// Whether acks wait to be sent.

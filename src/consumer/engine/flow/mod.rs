@@ -1,54 +1,14 @@
-//! Flow control of one partition consumer: the overshoot a broker is allowed beyond its
-//! permits, and each partition's share of the queue to the application (what the handle
-//! counts as it takes messages out, and the task reads to size its FLOWs).
+//! Flow control of one partition consumer: its permits ([`Flow`]: granted, spent, owed for
+//! want of byte budget), the overshoot a broker is allowed beyond them, and each partition's
+//! share of the queue to the application ([`QueueRoom`], in `room`: what the handle counts as
+//! it takes messages out, and the task reads to size its FLOWs; a leaf the handles import).
 
-/// How far beyond its flow permits a broker may push (in messages: this many receiver queues
-/// plus the slack) before the consumer treats it as a flow-control violation. Generous, so
-/// brokers that overshoot by batches (a Pulsar dispatcher may send several batched entries in
-/// one round against a per-entry estimate; pulsar-lite dispatches duplicates) keep flowing;
-/// bounded, so none can make the client buffer without limit.
-const OVERSHOOT_FACTOR: i64 = 10;
-const OVERSHOOT_SLACK: i64 = 10_000;
+use crate::consumer::engine::io::Io;
+use crate::error::Error;
 
-/// The overshoot tolerated for a receiver queue of `receiver_queue_size`.
-pub(crate) fn overshoot_bound(receiver_queue_size: u32) -> i64 {
-    OVERSHOOT_FACTOR * i64::from(receiver_queue_size) + OVERSHOOT_SLACK
-}
+pub(crate) mod room;
 
-/// A partition's share of the queue between its task and the application. Nothing is taken
-/// out of the queue when the partition re-subscribes (the handle discards stale items as it
-/// reads them), so unlike upstream, which clears its receiver queue before the new
-/// subscription's first FLOW, a new subscription is granted only the room that is free, and
-/// the rest as the stale items are taken out. Together with the flow-control check this
-/// bounds the queue by the receiver queue size, the overshoot tolerance and one batch, across
-/// any number of reconnects.
-#[derive(Debug, Default)]
-pub(crate) struct QueueRoom {
-    /// Counted items of this partition in the queue, of every epoch.
-    pub queued: u64,
-    /// Permits the current subscription's first FLOW left out because older items filled the
-    /// queue: granted one by one as those items are taken out.
-    pub withheld: u64,
-    /// Messages counted as consumed for flow control since the last FLOW refill (see
-    /// [`QueueRoom::consume`]).
-    pub consumed: u32,
-    /// Messages the application has taken from the queue (of any epoch): the ack timeout's
-    /// clock of a message starts then (see `unacked`).
-    pub taken: u64,
-}
-
-impl QueueRoom {
-    /// Counts `n` messages as consumed for flow control; returns the permits to grant now
-    /// (once half the receiver queue, `refill_at`, is due).
-    pub(crate) fn consume(&mut self, n: u32, refill_at: u32) -> Option<u32> {
-        self.consumed = self.consumed.saturating_add(n);
-        if self.consumed >= refill_at {
-            Some(std::mem::take(&mut self.consumed))
-        } else {
-            None
-        }
-    }
-}
+pub(crate) use room::{overshoot_bound, QueueRoom};
 
 /// The smallest bytes-per-permit estimate a task plans with (so that a run of empty messages
 /// cannot make one grant huge).
@@ -69,8 +29,10 @@ const MIN_PERMIT_BYTES: usize = 256;
 /// message, if any: see `ConsumerBudget::may_force`), so a message larger than the whole budget
 /// is delivered.
 #[derive(Debug)]
-pub(crate) struct ByteFlow {
+pub(crate) struct Flow {
     share: super::budget::TaskShare,
+    /// Flow permits granted to the broker minus messages it delivered.
+    pub permits: i64,
     /// Permits the receiver queue allows that are not granted yet for want of room.
     pub owed: u32,
     /// Bytes one permit is expected to bring (0: nothing seen yet).
@@ -85,10 +47,11 @@ pub(crate) struct ByteFlow {
     pub no_slow_start: bool,
 }
 
-impl ByteFlow {
+impl Flow {
     pub(crate) fn new(budget: &std::sync::Arc<super::budget::ConsumerBudget>) -> Self {
-        ByteFlow {
+        Flow {
             share: budget.task(),
+            permits: 0,
             owed: 0,
             estimate: 0,
             freed: budget.freed(),
@@ -138,45 +101,94 @@ impl ByteFlow {
     }
 }
 
-impl super::ConsumerTask {
+impl Flow {
+    /// A new subscription: nothing is out or owed (its first FLOW grants afresh).
+    pub(crate) fn restart(&mut self) {
+        self.permits = 0;
+        self.owed = 0;
+    }
+
+    /// The broker delivered what spent `spent` permits, with `queued` items of this partition
+    /// in the queue. Whether that breaks flow control: far beyond the permits it was given,
+    /// or into a queue that older subscriptions' items (the application is not reading)
+    /// already fill. Checked before anything is decoded, so the queue holds at most the
+    /// receiver queue, the tolerance and one entry's messages.
+    pub(crate) fn spend(&mut self, spent: u32, queued: u64, receiver_queue_size: u32) -> bool {
+        self.permits -= i64::from(spent);
+        let bound = overshoot_bound(receiver_queue_size);
+        self.permits < -bound || queued >= (i64::from(receiver_queue_size) + bound) as u64
+    }
+
+    /// The error a flow-control violation is reported with (see [`Flow::spend`]).
+    pub(crate) fn violation(&self, io: &Io, queued: u64) -> Error {
+        let size = io.opts.receiver_queue_size;
+        Error::Protocol(format!(
+            "flow control violated by the broker for {}: {} messages delivered beyond the \
+             permits granted and {queued} queued, above the bound of {} for a receiver queue \
+             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
+            io.entity.topic,
+            (-self.permits).max(0),
+            i64::from(size) + overshoot_bound(size),
+        ))
+    }
+
+    /// Gives back the permits of `n` messages the application will never consume.
+    pub(crate) fn release(&mut self, io: &mut Io, n: u32) {
+        if let Some(permits) = io.shared.consume(n, io.refill_at()) {
+            self.grant(io, permits);
+        }
+    }
+
+    /// After an entry (or a chunk) arrived: withholding permits for want of room, what arrived
+    /// may have changed the estimate (whatever became of it: queued, filtered, refused, a
+    /// chunk).
+    #[inline]
+    pub(crate) fn after_entry(&mut self, io: &mut Io) {
+        if self.owed > 0 {
+            self.grant_owed(io);
+        } else {
+            self.budget().reserve_held();
+        }
+    }
+
     /// Grants the broker `n` more permits, as far as the consumer's byte budget has room for
-    /// them; the rest is owed (see [`ByteFlow`]).
-    pub(crate) fn grant(&mut self, n: u32) {
-        self.bytes.owed = self.bytes.owed.saturating_add(n);
-        self.grant_owed();
+    /// them; the rest is owed (see [`Flow`]).
+    pub(crate) fn grant(&mut self, io: &mut Io, n: u32) {
+        self.owed = self.owed.saturating_add(n);
+        self.grant_owed(io);
     }
 
     /// Grants what is owed and fits. Sends one FLOW for all of it, or for at least half of
     /// what fits, so that a task near its cap does not send a FLOW per message.
-    pub(crate) fn grant_owed(&mut self) {
-        if self.entity.conn.is_none() {
+    pub(crate) fn grant_owed(&mut self, io: &mut Io) {
+        if io.entity.conn.is_none() {
             // The next subscription's first FLOW grants afresh (see `start_flow`).
-            self.bytes.owed = 0;
+            self.owed = 0;
             return;
         }
-        let max_message = self.max_message_size();
+        let max_message = io.max_message_size();
         for attempt in 0..2 {
-            let owed = self.bytes.owed;
+            let owed = self.owed;
             if owed == 0 {
                 return;
             }
-            self.bytes.freed.borrow_and_update();
+            self.freed.borrow_and_update();
             let out = self.permits.max(0) as u64;
-            let cap = self.bytes.cap(self.index, max_message);
+            let cap = self.cap(io.index, max_message);
             let fits = cap.saturating_sub(out).min(u64::from(owed)) as u32;
             let worth = fits == owed || u64::from(fits) * 2 >= cap.max(1);
             if fits > 0 && worth {
-                self.bytes.owed -= fits;
+                self.owed -= fits;
                 self.permits += i64::from(fits);
-                self.entity
-                    .send_control(crate::commands::flow(self.entity.id, fits));
+                let id = io.entity.id;
+                io.entity.send_control(crate::commands::flow(id, fits));
             }
-            if self.bytes.owed == 0 || attempt == 1 {
+            if self.owed == 0 || attempt == 1 {
                 break;
             }
             // Withheld: ask to be woken by the next release, then look once more (a release
             // between the look above and the flag would otherwise go unnoticed).
-            self.bytes.budget().wait_for_room();
+            self.budget().wait_for_room();
         }
     }
 }
