@@ -18,8 +18,13 @@
 //! queued before it ([`Fold::drain_into`] runs when the task takes the queue, and before any
 //! op is queued behind it), so the task sees every op in the order it was made.
 //!
-//! The task is woken through a [`Notify`] when the queue goes from empty to non-empty (its
-//! stored permit covers a wake-up that comes before the task waits). Closing (the task ends)
+//! The task is woken through a [`Notify`] only when it is idle: [`InboxReceiver::recv`] found
+//! nothing and is about to wait (it says so under the queue's lock, in the same look that
+//! found the queue empty). A task that is running, or has work queued already, is not woken
+//! again: it takes what was queued or folded in the next time it looks, before it waits (so
+//! nothing is left behind), and a sender does not pay for a wake-up per batch (the consumer's
+//! acks: one lock and a push each). The Notify's stored permit covers a wake-up that comes
+//! between that look and the wait. Closing (the task ends)
 //! refuses later sends and fails waiting ones; the task then takes what is still queued. When
 //! the handle is dropped, [`InboxReceiver::recv`] returns `None` once the queue is empty, like
 //! an mpsc whose senders are gone.
@@ -63,6 +68,8 @@ struct Queue<Op, F> {
     closed: bool,
     /// The handle is gone: no op will come after those queued.
     sender_gone: bool,
+    /// The task found the queue empty and waits (or is about to): the next sender wakes it.
+    idle: bool,
 }
 
 #[derive(Debug)]
@@ -88,6 +95,7 @@ pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxRec
             with_room: 0,
             closed: false,
             sender_gone: false,
+            idle: false,
         }),
         wake_task: Notify::new(),
         room: Semaphore::new(CAPACITY),
@@ -176,7 +184,7 @@ impl<Op, F: Fold<Op>> InboxSender<Op, F> {
             return Err(TrySendError::Closed);
         }
         let queue = &mut *guard;
-        let was_empty = queue.ops.is_empty() && queue.folded.is_empty();
+        let wake = std::mem::take(&mut queue.idle);
         if !queue.folded.is_empty() {
             // What was folded in before this op is taken before it.
             queue.folded.drain_into(&mut queue.ops);
@@ -186,7 +194,7 @@ impl<Op, F: Fold<Op>> InboxSender<Op, F> {
         queue.with_room += 1;
         drop(guard);
         room.0.forget(); // given back by the task once it took the op
-        if was_empty {
+        if wake {
             self.shared.wake_task.notify_one();
         }
         Ok(out)
@@ -200,11 +208,12 @@ impl<Op, F: Fold<Op>> InboxSender<Op, F> {
         if queue.closed {
             return Err(Closed);
         }
-        let was_empty = queue.ops.is_empty() && queue.folded.is_empty();
         let out = f(&mut queue.folded);
-        let now_empty = queue.folded.is_empty();
+        // Only an idle task is woken (see the module docs); a fold that added nothing wakes
+        // it for nothing, which is harmless (it looks, finds nothing, and waits again).
+        let wake = std::mem::take(&mut queue.idle);
         drop(queue);
-        if was_empty && !now_empty {
+        if wake {
             self.shared.wake_task.notify_one();
         }
         Ok(out)
@@ -250,7 +259,7 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
     pub(crate) async fn recv(&mut self) -> Option<Op> {
         loop {
             if self.taken.is_empty() {
-                let gone = self.refill();
+                let gone = self.refill(true);
                 if self.taken.is_empty() {
                     if gone {
                         return None;
@@ -269,7 +278,7 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
     #[inline]
     pub(crate) fn try_recv(&mut self) -> Option<Op> {
         if self.taken.is_empty() {
-            self.refill();
+            self.refill(false);
         }
         self.pop()
     }
@@ -285,8 +294,9 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
     }
 
     /// Takes what is queued into the (empty) `taken`, in one swap, and what is folded in
-    /// after it; whether the handle is gone (no op will be queued after those taken).
-    fn refill(&mut self) -> bool {
+    /// after it; whether the handle is gone (no op will be queued after those taken). `wait`:
+    /// the task waits if nothing is taken, so it is marked idle in the same look.
+    fn refill(&mut self, wait: bool) -> bool {
         self.release();
         // After a burst (up to the bound of ops queued at once) the two buffers would keep
         // their room for good: once swaps have taken few ops for a while ([`QUIET_SWAPS`]),
@@ -303,6 +313,7 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
             queue.folded.drain_into(&mut self.taken);
         }
         let gone = queue.sender_gone;
+        queue.idle = wait && self.taken.is_empty();
         drop(queue);
         if self.taken.len() < SHRINK_ABOVE / 4 {
             self.quiet_swaps = self.quiet_swaps.saturating_add(1);

@@ -497,6 +497,12 @@ async fn run(service: Weak<PartitionUpdates>, client: Client) {
                     }
                 }
                 Done::Applied { answer: Some((watcher_id, version, refused)), result } => {
+                    // One result per watcher state, not per version: an update a newer one
+                    // replaced while its growth was pending is not answered. The broker keeps
+                    // one version in flight per watcher and ignores a result for an older one
+                    // (protocol-extensions.md, PIP-247), so answering it would be a frame it
+                    // drops; the newest version's result covers the growths before it (see
+                    // `join_pending`). Ledger: "PIP-247 watcher (a result per version)".
                     if link.watcher_id() != Some(watcher_id) || last_version != Some(version) {
                         continue; // an older watcher's, or a newer update came
                     }

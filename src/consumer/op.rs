@@ -287,6 +287,30 @@ mod tests {
         send_ack(7).unwrap_err();
     }
 
+    /// Only an idle task is woken (issue #32): an ack folded in while the task is busy (it
+    /// looked and does not wait) is taken the next time it looks, before it waits; one folded
+    /// in while it waits wakes it.
+    #[tokio::test]
+    async fn a_folded_ack_reaches_a_busy_task_and_wakes_an_idle_one() {
+        let (tx, mut rx) = inbox();
+        assert!(rx.try_recv().is_none(), "busy: looked, not waiting");
+        tx.fold(|f| f.push_ack(id(1))).unwrap();
+        match rx.recv().await {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(1)]),
+            other => panic!("{other:?}"),
+        }
+        let waiting = tokio::spawn(async move {
+            match rx.recv().await {
+                Some(ConsumerOp::AckIds(ids)) => ids,
+                other => panic!("{other:?}"),
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "idle: waits for the inbox");
+        tx.fold(|f| f.push_ack(id(2))).unwrap();
+        assert_eq!(waiting.await.unwrap(), vec![id(2)]);
+    }
+
     /// A full inbox (control ops queued up to the bound) neither blocks nor refuses an ack,
     /// nor loses one: it comes after the control ops made before it.
     #[tokio::test]
