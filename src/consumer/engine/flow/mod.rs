@@ -14,8 +14,9 @@ pub(crate) use room::{overshoot_bound, QueueRoom};
 /// cannot make one grant huge).
 const MIN_PERMIT_BYTES: usize = 256;
 
-/// A partition task's side of its consumer's byte budget: the permits it owes the broker but
-/// withholds for want of room, and what it expects one permit to bring.
+/// A partition task's flow permits: those out with the broker (`permits`), and its side of
+/// its consumer's byte budget: the permits it owes the broker but withholds for want of room,
+/// and what it expects one permit to bring.
 ///
 /// The rule (see `budget` for what counts): a task keeps at most `room / tasks / estimate`
 /// permits out, where `room` is what is free of the consumer's budget, `tasks` the consumer's
