@@ -113,6 +113,9 @@ impl ConsumerBuilder {
     /// the default 32 MiB budget, at least 1) and the rest follows the first messages' sizes;
     /// the broker is never granted more than this many. The bytes held stay under the budget
     /// plus the permits in flight times the size by which messages outgrow the expectation.
+    /// On a non-persistent topic the first FLOW is always this many, whatever the budget holds
+    /// (its broker drops what it cannot dispatch for want of permits, as upstream): such a
+    /// consumer may hold up to this many messages beyond the budget.
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self

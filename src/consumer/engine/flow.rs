@@ -77,8 +77,8 @@ pub(crate) struct ByteFlow {
     estimate: usize,
     /// Woken when the consumer's held bytes are released while this task waits for room.
     pub freed: tokio::sync::watch::Receiver<u64>,
-    /// No slow start: before any message, the whole receiver queue is granted (while the
-    /// budget has room). Set for non-persistent topics, whose broker drops what it cannot
+    /// No slow start: before any message, the whole receiver queue is granted, even while
+    /// the client's other consumers hold the whole consumers' share. Set for non-persistent topics, whose broker drops what it cannot
     /// dispatch for want of permits (`NonPersistentDispatcher`): a slow start there would
     /// lose messages that upstream's consumer, which grants its whole receiver queue at
     /// once, receives.
@@ -118,7 +118,9 @@ impl ByteFlow {
     /// the estimate before any message).
     pub(crate) fn cap(&self, task: usize, max_message: usize) -> u64 {
         let budget = self.budget();
-        if self.estimate == 0 && self.no_slow_start && budget.room() > 0 {
+        if self.estimate == 0 && self.no_slow_start {
+            // Whatever the budget's room, even none: upstream's first FLOW is the receiver
+            // queue and it force-reserves what arrives; a smaller grant here loses messages.
             return u64::MAX;
         }
         let per_permit = if self.estimate == 0 {
