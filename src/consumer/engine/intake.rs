@@ -28,13 +28,17 @@ impl ConsumerTask {
     pub(crate) fn flow_violation(&mut self, queued: u64) {
         self.over_delivered += 1;
         let size = self.opts.receiver_queue_size;
+        let budget = self.bytes.budget();
         let error = Error::Protocol(format!(
             "flow control violated by the broker for {}: {} messages delivered beyond the \
              permits granted and {queued} queued, above the bound of {} for a receiver queue \
-             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
+             of {size} (or {} bytes sent beyond the permits held, above {}); connection \
+             closed, re-subscribing (unacked messages are redelivered)",
             self.entity.topic,
             (-self.permits).max(0),
             i64::from(size) + overshoot_bound(size),
+            budget.beyond().saturating_add(self.arrived_beyond),
+            budget.beyond_bound(self.max_message_size()),
         ));
         tracing::warn!(topic = %self.entity.topic, error = %error, "closing the connection");
         self.entity.drop_connection(&error.to_string());
@@ -154,6 +158,12 @@ impl ConsumerTask {
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
         let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
+        // No permit was left for this entry: it counts in bytes too (`beyond_bound`).
+        self.arrived_beyond = if self.permits <= 0 {
+            payload.data.len().max(1)
+        } else {
+            0
+        };
         self.permits -= i64::from(spent);
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
         // delivering into a queue that older subscriptions' items (the application is not
@@ -162,8 +172,13 @@ impl ConsumerTask {
         let size = self.opts.receiver_queue_size;
         let bound = overshoot_bound(size);
         let queued = self.shared.room().queued;
+        let over_bytes = self.arrived_beyond > 0 && {
+            let budget = self.bytes.budget();
+            budget.beyond().saturating_add(self.arrived_beyond)
+                > budget.beyond_bound(self.max_message_size())
+        };
         if self.entity.conn.is_some()
-            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64)
+            && (self.permits < -bound || queued >= (i64::from(size) + bound) as u64 || over_bytes)
         {
             self.flow_violation(queued);
             return;
@@ -259,7 +274,11 @@ impl ConsumerTask {
         let emitted = records.len() as u32;
         if emitted > 0 {
             let entry = Entry { head, records };
-            let charge = self.bytes.budget().charge(entry_cost(&entry, held), true);
+            let mut charge = self.bytes.budget().charge(entry_cost(&entry, held), true);
+            let beyond = std::mem::take(&mut self.arrived_beyond);
+            if beyond > 0 {
+                charge.beyond_permits(beyond);
+            }
             self.emit(Item::Messages(entry, charge));
         }
         // Whatever the broker counted and the application will never consume by receiving

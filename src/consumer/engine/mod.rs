@@ -76,6 +76,9 @@ pub(crate) struct ConsumerTask {
     pub queued_messages: u64,
     /// Flow-control violations seen (each closed its connection).
     pub over_delivered: u64,
+    /// The wire bytes of the entry being taken in if it arrived beyond the flow permits, else
+    /// 0: its queued item counts them (see `ConsumerBudget::beyond`).
+    pub arrived_beyond: usize,
     /// Where a non-durable subscription created again starts when the application has
     /// received nothing since the start or the last seek (the SUBSCRIBE position).
     pub start: Option<MessageId>,

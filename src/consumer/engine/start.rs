@@ -128,6 +128,7 @@ pub(crate) async fn spawn_partition(
         dlq_candidates: Default::default(),
         queued_messages: 0,
         over_delivered: 0,
+        arrived_beyond: 0,
         start,
         start_from_next: false,
         seeks: Default::default(),
