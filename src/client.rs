@@ -236,6 +236,11 @@ impl ClientBuilder {
     ///   So a consumer's queue is bounded by the smaller of
     ///   [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) messages and its
     ///   budget in bytes (plus what the permits in flight bring: see `receiver_queue_size`).
+    /// - Writer schemas, outside the limit but bounded by it: the client's typed consumers and
+    ///   readers (AUTO_CONSUME, Avro, generic Avro) parse each writer schema version once
+    ///   through one cache per client of at most `limit / 8` bytes (definitions plus 1 KiB
+    ///   each; a larger definition is parsed each time), and each typed consumer keeps the
+    ///   definitions it fetched within `limit / 8` bytes (past it, it fetches again).
     ///
     /// At most 4 GiB, at least 1 byte.
     pub fn memory_limit(mut self, bytes: usize) -> Self {

@@ -43,6 +43,10 @@ pub(crate) struct ClientCore {
     shutdown: watch::Sender<bool>,
     /// Entity tasks still running (for a graceful client close).
     live_tasks: watch::Sender<usize>,
+    /// The client's cache of parsed writer schemas (the schema layer's type, made there on
+    /// first use: this layer does not name it).
+    #[cfg_attr(not(feature = "avro"), allow(dead_code))]
+    pub(crate) schema_cache: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
 }
 
 /// The part of the client memory limit consumers may hold, all together: half of it
@@ -168,6 +172,7 @@ impl ClientCore {
             ),
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
+            schema_cache: std::sync::OnceLock::new(),
         }
     }
 

@@ -113,6 +113,12 @@ impl ConsumerBuilder {
     /// the default 32 MiB budget, at least 1) and the rest follows the first messages' sizes;
     /// the broker is never granted more than this many. The bytes held stay under the budget
     /// plus the permits in flight times the size by which messages outgrow the expectation.
+    /// On a non-persistent topic the first FLOW is always this many, whatever the budget holds
+    /// (its broker drops what it cannot dispatch for want of permits, as upstream): such a
+    /// consumer may hold up to this many messages beyond the budget. A broker sending beyond
+    /// its permits is a flow-control violation (the connection closes, the consumer reads the
+    /// error and re-subscribes) past 10 × this + 10,000 messages, or once the consumer holds
+    /// more wire bytes of such messages than its budget plus 4 maximum-size messages.
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self

@@ -310,9 +310,7 @@ impl Entity {
                 // The connection closed because the broker broke flow control towards this
                 // entity: kept for the task to report (a consumer hands it to the
                 // application as an error item, as when it notices the violation itself).
-                if self.events.as_ref().is_some_and(|ev| ev.overflowed()) {
-                    self.violation = Some(e.clone());
-                }
+                self.keep_violation(e.clone());
                 self.lose_connection(&e.to_string());
                 Wake::Detached
             }
@@ -320,6 +318,14 @@ impl Entity {
                 self.lose_connection("the connection dropped the entity's channel");
                 Wake::Detached
             }
+        }
+    }
+
+    /// Keeps `reason` (why the connection closed) as this entity's flow-control violation if
+    /// the broker overfilled this entity's channel (see [`Entity::take_violation`]).
+    fn keep_violation(&mut self, reason: Error) {
+        if self.events.as_ref().is_some_and(|ev| ev.overflowed()) {
+            self.violation = Some(reason);
         }
     }
 
@@ -413,7 +419,13 @@ impl Entity {
     /// this entity's state with the connection.
     pub(crate) fn send_control(&mut self, frame: Frame) {
         if let Some(conn) = &self.conn {
-            if conn.send_control(frame).is_err() {
+            if let Err(reason) = conn.send_control(frame) {
+                // The connection may have closed because the broker overfilled this entity's
+                // channel: the event saying so waits behind the backlog in the channel, which
+                // the detach drops, so the violation is kept from here (the send's error is
+                // the connection's close reason). Without this a consumer whose backlog
+                // made it send a FLOW first never told the application.
+                self.keep_violation(reason);
                 self.lose_connection("connection closed while sending");
                 // The task learns of it like of any other loss: `next` says Detached, so it
                 // clears what the broker will send again and reconnects.

@@ -5,7 +5,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::marker::PhantomData;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use apache_avro::types::Value;
 use bytes::Bytes;
@@ -15,11 +15,17 @@ use serde::Serialize;
 use super::avro_guard::{Plan, RECURSES};
 use super::{Schema, SchemaError, SchemaInfo, SchemaType};
 
-/// How many bytes a cache of parsed writer schemas keeps, counted as each definition's length
+/// How many bytes the cache of parsed writer schemas of one [`AvroSchema`] or
+/// [`GenericAvroSchema`] decoding outside a consumer keeps, counted as each definition's length
 /// plus [`ENTRY_OVERHEAD`] (a parsed schema costs a few times its definition); a definition
 /// larger than this is parsed but not kept. The bound is in bytes, not in entries, so a
 /// working set of many small versions stays parsed while a flood of versions stays bounded.
+/// Within a consumer or reader, writer schemas are parsed through its client's cache instead
+/// ([`ClientWriterCache`]), bounded by a share of the client's memory limit.
 const WRITER_CACHE_BYTES: usize = 64 << 20;
+
+/// The client's cache of parsed writer schemas holds at most `memory_limit / this`.
+pub(crate) const CLIENT_WRITER_CACHE_DIVISOR: usize = 8;
 
 /// What each cached entry is charged on top of its definition: the map slot, the parsed
 /// schema's fixed part and its walk plan, so a flood of tiny definitions is bounded too
@@ -120,6 +126,79 @@ fn lock(m: &Mutex<WriterCache>) -> std::sync::MutexGuard<'_, WriterCache> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The parsed writer schemas of one client: every typed consumer and reader of the client
+/// (AUTO_CONSUME, Avro and generic Avro) parses a message's writer schema once through it,
+/// within `memory_limit / CLIENT_WRITER_CACHE_DIVISOR` bytes (see [`WriterCache`]), instead
+/// of a cache per process (64 MiB, whatever the client's limit) or per schema object.
+pub(crate) struct ClientWriterCache(Arc<Mutex<WriterCache>>);
+
+impl std::fmt::Debug for ClientWriterCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = lock(&self.0);
+        f.debug_struct("ClientWriterCache")
+            .field("entries", &c.entries.len())
+            .field("bytes", &c.bytes)
+            .field("budget", &c.budget)
+            .finish()
+    }
+}
+
+thread_local! {
+    /// The cache of the client whose consumer decodes on this thread (see
+    /// [`ClientWriterCache::scope`]).
+    static SCOPED: std::cell::RefCell<Option<Arc<Mutex<WriterCache>>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+impl ClientWriterCache {
+    /// The cache of `core`'s client, made on first use.
+    pub(crate) fn of(core: &crate::core::ClientCore) -> Arc<ClientWriterCache> {
+        let make = || {
+            let budget = (core.memory_limit / CLIENT_WRITER_CACHE_DIVISOR).max(1);
+            Arc::new(ClientWriterCache(Arc::new(Mutex::new(
+                WriterCache::with_budget(budget),
+            ))))
+        };
+        let any = core.schema_cache.get_or_init(|| make()).clone();
+        // Only this type is ever stored there.
+        any.downcast::<ClientWriterCache>()
+            .unwrap_or_else(|_| make())
+    }
+
+    /// Runs `f` (a schema's decode) with this cache as the one writer schemas are parsed
+    /// through on this thread.
+    pub(crate) fn scope<R>(&self, f: impl FnOnce() -> R) -> R {
+        struct Restore(Option<Arc<Mutex<WriterCache>>>);
+        impl Drop for Restore {
+            fn drop(&mut self) {
+                let previous = self.0.take();
+                SCOPED.with(|s| *s.borrow_mut() = previous);
+            }
+        }
+        let previous = SCOPED.with(|s| s.replace(Some(self.0.clone())));
+        let _restore = Restore(previous);
+        f()
+    }
+}
+
+/// Parses `definition` through the client's cache while one of its consumers decodes, else
+/// through `own` (a schema object's), else without caching.
+fn parse_writer(
+    own: Option<&Mutex<WriterCache>>,
+    definition: &Bytes,
+) -> Result<Arc<Parsed>, SchemaError> {
+    if let Some(cache) = SCOPED.with(|s| s.borrow().clone()) {
+        return WriterCache::get(&cache, definition);
+    }
+    match own {
+        Some(cache) => WriterCache::get(cache, definition),
+        None => std::str::from_utf8(definition)
+            .map_err(|e| SchemaError::InvalidDefinition(e.to_string()))
+            .and_then(Parsed::new)
+            .map(Arc::new),
+    }
+}
+
 /// The Avro machinery shared by the typed and the generic schema.
 struct Core {
     info: SchemaInfo,
@@ -151,7 +230,7 @@ impl Core {
         if w.definition == self.info.definition {
             return Ok(None);
         }
-        match WriterCache::get(&self.writers, &w.definition) {
+        match parse_writer(Some(&self.writers), &w.definition) {
             Ok(p) => Ok(Some(p)),
             Err(SchemaError::InvalidDefinition(reason)) if !reason.contains(RECURSES) => Ok(None),
             Err(e) => Err(refused_writer(e)),
@@ -339,16 +418,15 @@ impl Schema for GenericAvroSchema {
     }
 }
 
-/// Decodes an Avro datum with the writer's definition only (AUTO_CONSUME). The writer schema
-/// is parsed once per definition, in a process-wide cache bounded like a schema's own
-/// (upstream's `AutoConsumeSchema` keeps one decoder per schema version).
+/// Decodes an Avro datum with the writer's definition only (AUTO_CONSUME). Within a consumer
+/// the writer schema is parsed once per definition, in its client's cache
+/// ([`ClientWriterCache`]; upstream's `AutoConsumeSchema` keeps one decoder per schema
+/// version); a decode called directly parses it each time.
 pub(crate) fn decode_with_writer(
     payload: &[u8],
     writer: &SchemaInfo,
 ) -> Result<Value, SchemaError> {
-    static CACHE: OnceLock<Mutex<WriterCache>> = OnceLock::new();
-    let parsed = WriterCache::get(CACHE.get_or_init(Default::default), &writer.definition)
-        .map_err(refused_writer)?;
+    let parsed = parse_writer(None, &writer.definition).map_err(refused_writer)?;
     decode_checked(&parsed, payload, None)
 }
 
@@ -430,6 +508,51 @@ mod tests {
         let b = WriterCache::get(&cache, &huge).unwrap();
         assert!(!Arc::ptr_eq(&a, &b), "not cached");
         assert!(lock(&cache).bytes <= budget);
+    }
+
+    /// Issue #31 §3: AUTO_CONSUME's writer schemas are parsed through the decoding client's
+    /// cache, bounded by a share of that client's memory limit (before: one 64 MiB cache per
+    /// process, whatever the limits); a decode outside a consumer keeps nothing.
+    #[test]
+    fn auto_consume_parses_through_the_clients_cache_bounded_by_its_limit() {
+        let client = crate::Client::builder()
+            .service_url("pulsar://127.0.0.1:1")
+            .memory_limit(8 * 1024 * 1024)
+            .build()
+            .unwrap();
+        let cache = ClientWriterCache::of(client.consumer("t").core());
+        assert_eq!(
+            lock(&cache.0).budget,
+            8 * 1024 * 1024 / CLIENT_WRITER_CACHE_DIVISOR
+        );
+        assert!(Arc::ptr_eq(
+            &cache,
+            &ClientWriterCache::of(client.consumer("t").core())
+        ));
+        let writer = SchemaInfo::new(SchemaType::Avro, "").with_definition(DEF);
+        let payload = apache_avro::to_avro_datum(
+            &apache_avro::Schema::parse_str(DEF).unwrap(),
+            Value::Record(vec![("a".into(), Value::Int(7))]),
+        )
+        .unwrap();
+        // Outside a consumer: decoded, nothing kept.
+        decode_with_writer(&payload, &writer).unwrap();
+        assert!(lock(&cache.0).entries.is_empty());
+        // Within: kept once, in this client's cache.
+        for _ in 0..3 {
+            cache
+                .scope(|| decode_with_writer(&payload, &writer))
+                .unwrap();
+        }
+        assert_eq!(lock(&cache.0).entries.len(), 1);
+        // A flood of versions stays within the client's share.
+        for i in 0..2_000 {
+            let d = DEF.replace("\"a\"", &format!("\"a\",\"doc\":\"{i:0>2000}\""));
+            let w = SchemaInfo::new(SchemaType::Avro, "").with_definition(d);
+            let _ = cache.scope(|| decode_with_writer(&payload, &w));
+        }
+        let c = lock(&cache.0);
+        assert!(c.bytes <= c.budget, "{} past {}", c.bytes, c.budget);
     }
 
     /// Review (issue #31 section 4, "parse once per version"): AUTO_CONSUME's cache is one per

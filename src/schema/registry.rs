@@ -79,6 +79,14 @@ pub(crate) async fn get_or_create_schema(
 /// How many (topic, version) entries a consumer keeps; past it the cache starts over.
 pub(crate) const WRITER_SCHEMA_CACHE: usize = 256;
 
+/// The writer-schema definitions a typed consumer keeps take at most `memory_limit / this`
+/// bytes (each counted with [`WRITER_ENTRY_OVERHEAD`]); past it the cache starts over. So 256
+/// versions of 5 MiB definitions (1.3 GB) cannot pile up in one consumer.
+pub(crate) const WRITER_SCHEMA_BYTES_DIVISOR: usize = 8;
+
+/// What a cached entry is counted besides its definition (the key, the map slot).
+const WRITER_ENTRY_OVERHEAD: usize = 256;
+
 /// How long a version the broker could not give stays unknown before it is asked for again.
 pub(crate) const UNKNOWN_VERSION_RETRY: Duration = Duration::from_secs(60);
 
@@ -125,6 +133,8 @@ pub(crate) struct WriterSchemas {
     /// Per topic: GetSchema timeouts in a row, and since when it has given up asking (with
     /// the last timeout, which the messages skipped meanwhile report).
     silent: HashMap<TopicName, (u32, Option<(Instant, Error)>)>,
+    /// What `known` is counted: definitions and keys plus [`WRITER_ENTRY_OVERHEAD`] each.
+    bytes: usize,
 }
 
 impl WriterSchemas {
@@ -191,10 +201,72 @@ impl WriterSchemas {
                 )
             }
         };
-        if self.known.len() >= WRITER_SCHEMA_CACHE {
+        self.insert(key, entry, core.memory_limit / WRITER_SCHEMA_BYTES_DIVISOR);
+        found
+    }
+
+    /// Keeps `entry`, within [`WRITER_SCHEMA_CACHE`] entries and `bound` bytes (past either
+    /// the cache starts over; an entry larger than `bound` alone is still kept).
+    fn insert(&mut self, key: (TopicName, Bytes), entry: Entry, bound: usize) {
+        let size = entry_size(&key, &entry);
+        if let Some(old) = self.known.remove(&key) {
+            // Replaced (a version asked again after its retry time): not counted twice.
+            self.bytes = self.bytes.saturating_sub(entry_size(&key, &old));
+        }
+        if self.known.len() >= WRITER_SCHEMA_CACHE || self.bytes.saturating_add(size) > bound {
             self.known.clear();
+            self.bytes = 0;
         }
         self.known.insert(key, entry);
-        found
+        self.bytes = self.bytes.saturating_add(size);
+    }
+}
+
+fn entry_size(key: &(TopicName, Bytes), entry: &Entry) -> usize {
+    WRITER_ENTRY_OVERHEAD
+        + key.1.len()
+        + match entry {
+            Entry::Known(info) => info.definition.len(),
+            _ => 0,
+        }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema::SchemaType;
+
+    /// Issue #31 §3: a consumer's writer schemas are bounded in bytes (a share of the client
+    /// memory limit), not only in versions: 256 versions of 5 MiB definitions made 1.3 GB.
+    #[test]
+    fn writer_schemas_are_bounded_in_bytes() {
+        let mut w = WriterSchemas::default();
+        let topic = TopicName::new("t").unwrap();
+        let bound = 64 * 1024 * 1024 / WRITER_SCHEMA_BYTES_DIVISOR;
+        let def = Bytes::from(vec![b'x'; 1024 * 1024]);
+        for v in 0..100u32 {
+            let info = SchemaInfo::new(SchemaType::Avro, "").with_definition(def.clone());
+            let key = (topic.clone(), Bytes::from(v.to_be_bytes().to_vec()));
+            w.insert(key, Entry::Known(Arc::new(info)), bound);
+            let held: usize = w
+                .known
+                .values()
+                .map(|e| match e {
+                    Entry::Known(i) => i.definition.len(),
+                    _ => 0,
+                })
+                .sum();
+            assert!(held <= bound, "{held} bytes of definitions past {bound}");
+            assert!(w.bytes <= bound + WRITER_ENTRY_OVERHEAD + 4 + def.len());
+        }
+        assert!(!w.known.is_empty());
+        // One definition larger than the bound alone is kept (parsed once, not per message).
+        let huge = SchemaInfo::new(SchemaType::Avro, "").with_definition(vec![b'y'; bound + 1]);
+        w.insert(
+            (topic, Bytes::from_static(b"h")),
+            Entry::Known(Arc::new(huge)),
+            bound,
+        );
+        assert_eq!(w.known.len(), 1);
     }
 }

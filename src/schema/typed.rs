@@ -120,13 +120,27 @@ impl<S: Schema> Decoder<S> {
         } else if let Some(e) = unavailable {
             Err(e)
         } else {
-            self.schema.decode_message(&msg, writer.as_deref())
+            decode_in_client(&self.core, || {
+                self.schema.decode_message(&msg, writer.as_deref())
+            })
         };
         Some(TypedMessage {
             message: msg,
             value,
         })
     }
+}
+
+/// Runs a schema's decode with the client's writer-schema cache (see
+/// `avro::ClientWriterCache`).
+#[cfg(feature = "avro")]
+fn decode_in_client<R>(core: &CoreRef, f: impl FnOnce() -> R) -> R {
+    super::avro::ClientWriterCache::of(core).scope(f)
+}
+
+#[cfg(not(feature = "avro"))]
+fn decode_in_client<R>(_core: &CoreRef, f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// Builds a [`TypedProducer`]; see [`ProducerBuilder::schema`].

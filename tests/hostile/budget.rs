@@ -355,3 +355,65 @@ async fn the_topics_of_a_multi_topic_consumer_share_one_budget() {
         within("a message", consumer.recv()).await.unwrap();
     }
 }
+
+/// A broker that ignores flow permits and sends 1 MiB messages (issue #31 §3 leftover): the
+/// message-count tolerance (10 × queue + 10,000) let it grow the client by gigabytes; now the
+/// wire bytes the consumer holds of entries sent beyond its permits are bounded too (its
+/// budget plus four maximum-size messages), and crossing that is a flow-control violation
+/// like the count's: the connection is closed, the application reads the error, the consumer
+/// re-subscribes. With a 16 MiB limit (8 MiB budget) and 5 MiB max messages: 28 MiB beyond.
+#[tokio::test]
+async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
+    let _serial = hostile::serial().await;
+    const FRAMES: u64 = 300;
+    let broker = Hostile::start(move |mut peer| async move {
+        peer.handshake(None).await;
+        let Some(id) = hostile::until_subscribed(&mut peer).await else {
+            return;
+        };
+        if peer.index == 0 {
+            for n in 0..FRAMES {
+                if peer.send_raw(&plain(id, n, MB)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        peer.serve().await;
+    })
+    .await;
+    let client = client(&broker.url(), 16 * MB);
+    let mut consumer = common::within(
+        "subscribe",
+        client
+            .consumer(common::full("ignores-permits"))
+            .subscription("s")
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    let mem = MemWatch::start();
+    // Not receiving until the violating connection is closed (as the fast-flood tests).
+    common::wait_until("the violating connection is closed", || {
+        broker.accepted() >= 2
+    })
+    .await;
+    let mut received = 0;
+    let e = loop {
+        match within("an error item", consumer.recv()).await {
+            Ok(_) => received += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, pulsar_sdk::Error::Protocol(m) if m.contains("flow control violated")),
+        "{e}"
+    );
+    eprintln!(
+        "1 MiB messages beyond the permits: {received} received before the error, peak {} MiB",
+        mem.peak_growth() / MB
+    );
+    assert!(received < 40, "{received} messages of 1 MiB held");
+    // The limit (16 MiB) plus the bound beyond the permits (28 MiB) plus one message in
+    // decoding and the connection's read buffer.
+    mem.assert_peak_below("a broker ignoring permits with 1 MiB messages", 64 * MB);
+}

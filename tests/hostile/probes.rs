@@ -207,8 +207,9 @@ async fn ack_state_of_huge_claimed_batches_is_released() {
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     eprintln!(
-        "after {FRAMES} acked messages: heap +{} KiB",
-        watch.growth() / 1024
+        "after {FRAMES} acked messages: heap +{} KiB (peak +{} KiB)",
+        watch.growth() / 1024,
+        watch.peak_growth() / 1024
     );
     assert!(
         watch.growth() < 16 * MIB,

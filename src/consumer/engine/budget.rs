@@ -32,6 +32,9 @@ pub(crate) const RECORD_COST: usize = std::mem::size_of::<Record>();
 /// What the queue keeps per entry besides its records (the shared head, the channel slot).
 pub(crate) const ENTRY_COST: usize = 256;
 
+/// See [`ConsumerBudget::beyond_bound`].
+const BEYOND_MAX_MESSAGES: usize = 4;
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct ConsumerBudget {
@@ -41,6 +44,9 @@ pub(crate) struct ConsumerBudget {
     used: AtomicUsize,
     /// Of `used`, the bytes of queued entries (not of chunks).
     queued: AtomicUsize,
+    /// The wire bytes of queued entries the broker sent beyond its flow permits (see
+    /// [`ConsumerBudget::beyond_bound`]).
+    beyond: AtomicUsize,
     /// Set by a task that withholds permits for want of room; the next release wakes it.
     waiting: AtomicBool,
     /// Bumped to wake the tasks waiting for room.
@@ -65,6 +71,7 @@ impl ConsumerBudget {
             limit: share.bytes,
             used: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
+            beyond: AtomicUsize::new(0),
             waiting: AtomicBool::new(false),
             freed: watch::Sender::new(0),
             tasks: AtomicUsize::new(0),
@@ -120,6 +127,24 @@ impl ConsumerBudget {
         self.queued.load(Ordering::SeqCst)
     }
 
+    /// The wire bytes of queued entries that arrived beyond the flow permits, now.
+    pub(crate) fn beyond(&self) -> usize {
+        self.beyond.load(Ordering::SeqCst)
+    }
+
+    /// The most wire bytes of entries sent beyond the flow permits the consumer holds before
+    /// the broker is in violation of flow control (the byte side of `overshoot_bound`): the
+    /// budget plus four messages of the broker's maximum size `max_message`. A broker that
+    /// honours its permits never comes near it (it overshoots by at most the entry that
+    /// crosses zero); one that ignores them cannot make the consumer hold more than this
+    /// beyond what its permits brought, however large its messages. Counted in wire bytes,
+    /// not decompressed ones, so small compressed entries the application takes at once do
+    /// not trip it while a burst is being decoded.
+    pub(crate) fn beyond_bound(&self, max_message: usize) -> usize {
+        self.limit
+            .saturating_add(max_message.saturating_mul(BEYOND_MAX_MESSAGES))
+    }
+
     /// The live partition tasks sharing the budget (at least 1).
     pub(crate) fn tasks(&self) -> usize {
         self.tasks.load(Ordering::Relaxed).max(1)
@@ -148,6 +173,7 @@ impl ConsumerBudget {
             budget: self.clone(),
             bytes: 0,
             queued,
+            beyond: 0,
         };
         c.grow(bytes);
         c
@@ -242,6 +268,8 @@ pub(crate) struct Charge {
     budget: Arc<ConsumerBudget>,
     bytes: usize,
     queued: bool,
+    /// Wire bytes of an entry that arrived beyond the permits (see `ConsumerBudget::beyond`).
+    beyond: usize,
 }
 
 impl Charge {
@@ -258,8 +286,19 @@ impl Charge {
     }
 }
 
+impl Charge {
+    /// Counts `wire` bytes of this entry as sent beyond the flow permits, until it drops.
+    pub(crate) fn beyond_permits(&mut self, wire: usize) {
+        self.budget.beyond.fetch_add(wire, Ordering::SeqCst);
+        self.beyond += wire;
+    }
+}
+
 impl Drop for Charge {
     fn drop(&mut self) {
+        if self.beyond > 0 {
+            self.budget.beyond.fetch_sub(self.beyond, Ordering::SeqCst);
+        }
         self.budget.release(self.bytes, self.queued);
     }
 }

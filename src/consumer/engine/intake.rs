@@ -178,7 +178,12 @@ impl Intake {
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
         // delivering into a queue already full, breaks flow control (see `Flow::spend`).
         let queued = io.shared.room().queued;
-        if flow.spend(spent, queued, io.opts.receiver_queue_size) && io.entity.conn.is_some() {
+        let (size, wire, limit) = (
+            io.opts.receiver_queue_size,
+            payload.data.len(),
+            io.max_message_size(),
+        );
+        if flow.spend(spent, queued, size, wire, limit) && io.entity.conn.is_some() {
             return Some(Violation { queued });
         }
         // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent
@@ -285,7 +290,11 @@ impl Intake {
         let emitted = records.len() as u32;
         if emitted > 0 {
             let entry = Entry { head, records };
-            let charge = flow.budget().charge(entry_cost(&entry, held), true);
+            let mut charge = flow.budget().charge(entry_cost(&entry, held), true);
+            let beyond = std::mem::take(&mut flow.arrived_beyond);
+            if beyond > 0 {
+                charge.beyond_permits(beyond);
+            }
             io.emit(Item::Messages(entry, charge));
         }
         // Whatever the broker counted and the application will never consume by receiving

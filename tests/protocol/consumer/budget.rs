@@ -120,3 +120,143 @@ async fn a_message_larger_than_the_budget_is_delivered() {
         assert_eq!(m.payload.len(), len);
     }
 }
+
+/// A new consumer of a non-persistent topic grants its whole receiver queue at once even while
+/// the client's other consumers hold the whole consumers' share of the memory limit, as
+/// upstream does (its first FLOW is the receiver queue; what arrives is force-reserved): its
+/// broker drops what it cannot dispatch for want of permits, so a first FLOW of 1 would lose
+/// every message but one. Here a first consumer holds a 3 MiB message it has not taken (over
+/// its 1 MiB budget: the share is gone); the second, on a non-persistent topic, gets a FLOW of
+/// its receiver queue and receives all ten messages published right after it subscribed.
+#[tokio::test]
+async fn a_non_persistent_consumer_grants_its_whole_queue_while_others_hold_the_budget() {
+    const N: usize = 10;
+    let broker = MockBroker::start().await.unwrap();
+    let publisher = common::client(&broker.service_url());
+    let held = common::full("budget-held");
+    let producer = unbatched_producer(&publisher, &held).await;
+    producer
+        .send_and_wait(vec![1u8; 3 * 1024 * KB])
+        .await
+        .unwrap();
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(2 * 1024 * KB)
+        .build()
+        .unwrap();
+    let first = client
+        .consumer(&held)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    wait_until("the first consumer holds its message", || {
+        first.stats().totals.receiver_queue_len == 1
+    })
+    .await;
+    let flows_before = permits(&broker).len();
+    let topic = "non-persistent://public/default/budget-np";
+    let mut second = client
+        .consumer(topic)
+        .subscription("np")
+        .receiver_queue_size(N as u32)
+        .subscribe()
+        .await
+        .unwrap();
+    wait_until("the second consumer's first FLOW", || {
+        permits(&broker).len() > flows_before
+    })
+    .await;
+    assert_eq!(
+        permits(&broker)[flows_before],
+        N as u32,
+        "the whole receiver queue: {:?}",
+        &permits(&broker)[flows_before..]
+    );
+    let np = unbatched_producer(&publisher, topic).await;
+    for i in 0..N as u32 {
+        np.send_and_wait(i.to_be_bytes().to_vec()).await.unwrap();
+    }
+    for i in 0..N as u32 {
+        let m = within("every message of the non-persistent topic", second.recv())
+            .await
+            .unwrap();
+        assert_eq!(m.payload[..], i.to_be_bytes());
+    }
+}
+
+/// The first FLOW of the consumer subscribed on `topic` (by its SUBSCRIBE's consumer id).
+async fn first_flow_of(broker: &MockBroker, topic: &str) -> u32 {
+    let id = || {
+        broker
+            .received_of(Type::Subscribe)
+            .into_iter()
+            .filter_map(|r| r.command.subscribe)
+            .find(|s| s.topic == topic)
+            .map(|s| s.consumer_id)
+    };
+    let flow = || {
+        let id = id()?;
+        broker
+            .received_of(Type::Flow)
+            .into_iter()
+            .filter_map(|r| r.command.flow)
+            .find(|f| f.consumer_id == id)
+            .map(|f| f.message_permits)
+    };
+    wait_until("its first FLOW", || flow().is_some()).await;
+    flow().unwrap()
+}
+
+/// A closed consumer gives its part of the consumers' share back: the next consumer of the
+/// same client starts with the whole budget. A 24 MiB limit (a 12 MiB budget) holds a
+/// receiver queue of 2 maximum-size (5 MiB) messages, so a consumer's first FLOW is 2 — but
+/// only 1 while another consumer holds a 3 MiB message (this shows the probe can fail), and 2
+/// again once that consumer is closed and dropped. Only once dropped: `close(&self)` leaves
+/// the never-handed-out messages in the handle's queue, and their bytes stay counted (they
+/// are still in memory) until the handle goes (without the drop the next first FLOW is 1).
+#[tokio::test]
+async fn a_closed_consumer_gives_its_budget_back() {
+    let broker = MockBroker::start().await.unwrap();
+    let publisher = common::client(&broker.service_url());
+    let held = common::full("budget-given-back");
+    let producer = unbatched_producer(&publisher, &held).await;
+    producer
+        .send_and_wait(vec![1u8; 3 * 1024 * KB])
+        .await
+        .unwrap();
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(24 * 1024 * KB)
+        .build()
+        .unwrap();
+    let subscribe = |topic: String, queue: u32| {
+        client
+            .consumer(topic)
+            .subscription("s")
+            .initial_position(InitialPosition::Earliest)
+            .receiver_queue_size(queue)
+            .subscribe()
+    };
+    let first = subscribe(held.clone(), 1_000).await.unwrap();
+    wait_until("the first consumer holds its message", || {
+        first.stats().totals.receiver_queue_len == 1
+    })
+    .await;
+    let beside = common::full("budget-beside");
+    let while_held = subscribe(beside.clone(), 2).await.unwrap();
+    assert_eq!(
+        first_flow_of(&broker, &beside).await,
+        1,
+        "3 MiB of the 12 MiB budget held: room for one 5 MiB message"
+    );
+    first.close().await.unwrap();
+    while_held.close().await.unwrap();
+    drop((first, while_held));
+    let after = common::full("budget-after");
+    let _next = subscribe(after.clone(), 2).await.unwrap();
+    assert_eq!(
+        first_flow_of(&broker, &after).await,
+        2,
+        "the closed consumers gave their budget back"
+    );
+}

@@ -40,12 +40,15 @@ pub(crate) struct Flow {
     estimate: usize,
     /// Woken when the consumer's held bytes are released while this task waits for room.
     pub freed: tokio::sync::watch::Receiver<u64>,
-    /// No slow start: before any message, the whole receiver queue is granted (while the
-    /// budget has room). Set for non-persistent topics, whose broker drops what it cannot
+    /// No slow start: before any message, the whole receiver queue is granted, even while
+    /// the client's other consumers hold the whole consumers' share. Set for non-persistent topics, whose broker drops what it cannot
     /// dispatch for want of permits (`NonPersistentDispatcher`): a slow start there would
     /// lose messages that upstream's consumer, which grants its whole receiver queue at
     /// once, receives.
     pub no_slow_start: bool,
+    /// The wire bytes of the entry being taken in if it arrived beyond the flow permits, else
+    /// 0: its queued item counts them (see `ConsumerBudget::beyond`).
+    pub arrived_beyond: usize,
 }
 
 impl Flow {
@@ -57,6 +60,7 @@ impl Flow {
             estimate: 0,
             freed: budget.freed(),
             no_slow_start: false,
+            arrived_beyond: 0,
         }
     }
 
@@ -82,7 +86,9 @@ impl Flow {
     /// the estimate before any message).
     pub(crate) fn cap(&self, task: usize, max_message: usize) -> u64 {
         let budget = self.budget();
-        if self.estimate == 0 && self.no_slow_start && budget.room() > 0 {
+        if self.estimate == 0 && self.no_slow_start {
+            // Whatever the budget's room, even none: upstream's first FLOW is the receiver
+            // queue and it force-reserves what arrives; a smaller grant here loses messages.
             return u64::MAX;
         }
         let per_permit = if self.estimate == 0 {
@@ -114,22 +120,46 @@ impl Flow {
     /// or into a queue that older subscriptions' items (the application is not reading)
     /// already fill. Checked before anything is decoded, so the queue holds at most the
     /// receiver queue, the tolerance and one entry's messages.
-    pub(crate) fn spend(&mut self, spent: u32, queued: u64, receiver_queue_size: u32) -> bool {
+    pub(crate) fn spend(
+        &mut self,
+        spent: u32,
+        queued: u64,
+        receiver_queue_size: u32,
+        wire_bytes: usize,
+        max_message_size: usize,
+    ) -> bool {
+        // No permit was left for this entry: it counts in bytes too (`beyond_bound`).
+        self.arrived_beyond = if self.permits <= 0 {
+            wire_bytes.max(1)
+        } else {
+            0
+        };
         self.permits -= i64::from(spent);
         let bound = overshoot_bound(receiver_queue_size);
-        self.permits < -bound || queued >= (i64::from(receiver_queue_size) + bound) as u64
+        let over_bytes = self.arrived_beyond > 0 && {
+            let budget = self.budget();
+            budget.beyond().saturating_add(self.arrived_beyond)
+                > budget.beyond_bound(max_message_size)
+        };
+        self.permits < -bound
+            || queued >= (i64::from(receiver_queue_size) + bound) as u64
+            || over_bytes
     }
 
     /// The error a flow-control violation is reported with (see [`Flow::spend`]).
     pub(crate) fn violation(&self, io: &Io, queued: u64) -> Error {
         let size = io.opts.receiver_queue_size;
+        let budget = self.budget();
         Error::Protocol(format!(
             "flow control violated by the broker for {}: {} messages delivered beyond the \
              permits granted and {queued} queued, above the bound of {} for a receiver queue \
-             of {size}; connection closed, re-subscribing (unacked messages are redelivered)",
+             of {size} (or {} bytes sent beyond the permits held, above {}); connection \
+             closed, re-subscribing (unacked messages are redelivered)",
             io.entity.topic,
             (-self.permits).max(0),
             i64::from(size) + overshoot_bound(size),
+            budget.beyond().saturating_add(self.arrived_beyond),
+            budget.beyond_bound(io.max_message_size()),
         ))
     }
 
