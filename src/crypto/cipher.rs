@@ -155,6 +155,7 @@ impl DataKeyCache {
         self.keys.insert(wrapped, (key, now));
     }
 
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.keys.len()
     }
@@ -176,13 +177,19 @@ mod tests {
         assert!(matches!(key.open(&iv, &bad), Err(CryptoError::Tampered)));
         let mut bad_tag = sealed.to_vec();
         *bad_tag.last_mut().unwrap() ^= 1;
-        assert!(matches!(key.open(&iv, &bad_tag), Err(CryptoError::Tampered)));
+        assert!(matches!(
+            key.open(&iv, &bad_tag),
+            Err(CryptoError::Tampered)
+        ));
         assert!(matches!(
             key.open(&iv[..8], &sealed),
             Err(CryptoError::UnsupportedAlgorithm(_))
         ));
         let (other, _) = DataKey::generate().unwrap();
-        assert!(matches!(other.open(&iv, &sealed), Err(CryptoError::Tampered)));
+        assert!(matches!(
+            other.open(&iv, &sealed),
+            Err(CryptoError::Tampered)
+        ));
     }
 
     #[test]
@@ -211,7 +218,10 @@ mod tests {
         tokio::time::advance(DATA_KEY_TTL - Duration::from_secs(1)).await;
         assert!(cache.get(&id, Instant::now()).is_some(), "used: kept");
         tokio::time::advance(DATA_KEY_TTL - Duration::from_secs(1)).await;
-        assert!(cache.get(&id, Instant::now()).is_some(), "4 h after the last use, not the first");
+        assert!(
+            cache.get(&id, Instant::now()).is_some(),
+            "4 h after the last use, not the first"
+        );
         tokio::time::advance(DATA_KEY_TTL + Duration::from_secs(1)).await;
         assert!(cache.get(&id, Instant::now()).is_none(), "expired");
         for i in 0..DATA_KEY_CACHE_MAX + 10 {
@@ -219,7 +229,10 @@ mod tests {
             tokio::time::advance(Duration::from_millis(1)).await;
         }
         assert_eq!(cache.len(), DATA_KEY_CACHE_MAX);
-        assert!(cache.get(&Bytes::from("0"), Instant::now()).is_none(), "oldest evicted");
+        assert!(
+            cache.get(&Bytes::from("0"), Instant::now()).is_none(),
+            "oldest evicted"
+        );
         let last = (DATA_KEY_CACHE_MAX + 9).to_string();
         assert!(cache.get(&Bytes::from(last), Instant::now()).is_some());
     }

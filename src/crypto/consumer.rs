@@ -52,7 +52,9 @@ impl Decryptor {
         }
         // The official clients never set `encryption_algo` (their cipher is fixed).
         if let Some(algo) = meta.encryption_algo.as_deref().filter(|a| !a.is_empty()) {
-            if !algo.eq_ignore_ascii_case("AES-256-GCM") && !algo.eq_ignore_ascii_case("AES/GCM/NoPadding") {
+            if !algo.eq_ignore_ascii_case("AES-256-GCM")
+                && !algo.eq_ignore_ascii_case("AES/GCM/NoPadding")
+            {
                 return Decrypted::Failed(CryptoError::UnsupportedAlgorithm(format!(
                     "payload cipher `{algo}`"
                 )));
@@ -93,9 +95,8 @@ impl Decryptor {
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect();
             let attempt = match reader.private_key(&k.key, &metadata).await {
-                Ok(info) => keys::private_key(&k.key, &info.key).map(|private| {
-                    cipher::unwrap(&private, &k.value)
-                }),
+                Ok(info) => keys::private_key(&k.key, &info.key)
+                    .map(|private| cipher::unwrap(&private, &k.value)),
                 Err(source) => Err(CryptoError::KeyReader {
                     key: k.key.clone(),
                     source,
@@ -103,10 +104,11 @@ impl Decryptor {
             };
             match attempt {
                 Ok(Some(data_key)) => {
-                    self.cache
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(k.value.clone(), Arc::new(data_key), Instant::now());
+                    self.cache.lock().unwrap_or_else(|p| p.into_inner()).insert(
+                        k.value.clone(),
+                        Arc::new(data_key),
+                        Instant::now(),
+                    );
                     return Ok(());
                 }
                 // Not this key's (or the wrapped key was altered): the next recipient.
@@ -140,10 +142,7 @@ pub(crate) fn context(meta: &proto::MessageMetadata) -> super::EncryptionContext
             })
             .collect(),
         algorithm: meta.encryption_algo.clone().unwrap_or_default(),
-        param: meta
-            .encryption_param
-            .clone()
-            .unwrap_or_default(),
+        param: meta.encryption_param.clone().unwrap_or_default(),
         compression: crate::compression::CompressionType::from_proto(meta.compression.unwrap_or(0))
             .unwrap_or(crate::compression::CompressionType::None),
         uncompressed_size: meta.uncompressed_size.unwrap_or(0),

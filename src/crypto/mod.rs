@@ -34,7 +34,7 @@ use futures::future::BoxFuture;
 use crate::compression::CompressionType;
 use crate::error::SourceError;
 
-pub(crate) use consumer::{Decrypted, Decryptor};
+pub(crate) use consumer::{context as consumer_context, Decrypted, Decryptor};
 pub(crate) use producer::Encryptor;
 
 /// A key (public for producers, private for consumers) in PEM form, with the metadata that
@@ -135,7 +135,10 @@ impl PemFileKeyReader {
         }
     }
 
-    fn read(path: Option<&PathBuf>, which: &str) -> BoxFuture<'static, Result<EncryptionKeyInfo, SourceError>> {
+    fn read(
+        path: Option<&PathBuf>,
+        which: &str,
+    ) -> BoxFuture<'static, Result<EncryptionKeyInfo, SourceError>> {
         let path = path.cloned();
         let which = which.to_string();
         Box::pin(async move {
@@ -295,6 +298,16 @@ pub enum CryptoError {
     /// The message names a cipher or parameters this client cannot use.
     #[error("unsupported encryption: {0}")]
     UnsupportedAlgorithm(String),
+    /// A message the consumer could not decrypt and did not deliver
+    /// ([`ConsumerCryptoFailureAction::Fail`]): it stays unacknowledged.
+    #[error("message {id} not delivered: {cause}")]
+    Undelivered {
+        /// The message's (entry's) id.
+        id: crate::message_id::MessageId,
+        /// Why it could not be decrypted.
+        #[source]
+        cause: Box<CryptoError>,
+    },
     /// The producer could not encrypt (no data key: the key reader failed at every attempt).
     #[error("encryption failed: {0}")]
     Encrypt(String),

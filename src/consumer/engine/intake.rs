@@ -174,6 +174,10 @@ impl ConsumerTask {
             self.release_permits(spent);
             return;
         }
+        // End-to-end encryption: decrypted here, or parked until its key comes (`decrypt`).
+        let Some((cmd, payload)) = self.decrypt_step(cmd, payload, spent) else {
+            return;
+        };
         let entry = {
             let mut id = MessageId::from_proto(&cmd.message_id);
             id.partition = self.partition;

@@ -7,6 +7,7 @@ pub(crate) mod budget;
 pub(crate) mod chunk_intake;
 pub(crate) mod chunks;
 pub(crate) mod decode;
+pub(crate) mod decrypt;
 pub(crate) mod dlq;
 pub(crate) mod flow;
 pub(crate) mod intake;
@@ -89,6 +90,8 @@ pub(crate) struct ConsumerTask {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
+    /// End-to-end decryption and the entries waiting for a data key (see `decrypt`).
+    pub crypto: crate::consumer::engine::decrypt::CryptoIntake,
 }
 
 /// Most commands handled in one wake-up of the task (then it looks at its other sources).
@@ -247,6 +250,11 @@ impl ConsumerTask {
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
                 },
+                // The key reader answered (see `decrypt`): the parked entries go on.
+                done = self.crypto.loaded(), if self.crypto.loading() => {
+                    self.on_keys_loaded(done);
+                    Ok(())
+                }
                 (pending, r) = requests.next() => match (pending, r) {
                     // Like upstream's closeAsync: a CloseConsumer that failed while the
                     // connection stayed up (a timeout, a broker error) fails close(); the
@@ -386,6 +394,7 @@ impl ConsumerTask {
         // The broker redelivers every unacked chunk to the new subscription.
         let held_from = self.chunks.earliest_first_chunk();
         self.chunks.clear();
+        self.crypto.clear();
         if !self.durable {
             if let Some(last) = last {
                 self.skip_through = Some(last);

@@ -136,6 +136,7 @@ pub(crate) async fn spawn_partition(
         )
         .with_budget(budget.clone(), index),
         chunk_ids: Default::default(),
+        crypto: crate::consumer::engine::decrypt::CryptoIntake::new(options),
     };
     task.bytes.no_slow_start = !task.persistent();
     task.start_flow();
