@@ -158,3 +158,76 @@ async fn rotate(weak: Weak<Encryptor>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crypto::EncryptionKeyInfo;
+    use crate::error::SourceError;
+    use futures::future::BoxFuture;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[derive(Debug)]
+    struct Counting {
+        pem: String,
+        calls: AtomicUsize,
+    }
+
+    impl CryptoKeyReader for Counting {
+        fn public_key(
+            &self,
+            _name: &str,
+            _metadata: &BTreeMap<String, String>,
+        ) -> BoxFuture<'_, Result<EncryptionKeyInfo, SourceError>> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let pem = self.pem.clone();
+            Box::pin(async move { Ok(EncryptionKeyInfo::new(pem.into_bytes())) })
+        }
+
+        fn private_key(
+            &self,
+            _name: &str,
+            _metadata: &BTreeMap<String, String>,
+        ) -> BoxFuture<'_, Result<EncryptionKeyInfo, SourceError>> {
+            unreachable!("a producer asks for public keys only")
+        }
+    }
+
+    fn wrapped(e: &Encryptor) -> Bytes {
+        e.current().expect("a key set").recipients[0].value.clone()
+    }
+
+    /// Upstream's producer draws a new data key every 4 hours (and reads the public keys
+    /// again); messages sealed before and after carry different wrapped keys.
+    #[tokio::test(start_paused = true)]
+    async fn the_data_key_rotates_every_four_hours() {
+        let reader = Arc::new(Counting {
+            pem: keys::generate_pem(2048).0,
+            calls: AtomicUsize::new(0),
+        });
+        let e = Encryptor::start(
+            vec!["k".into()],
+            reader.clone(),
+            ProducerCryptoFailureAction::Fail,
+        )
+        .await
+        .unwrap();
+        let first = wrapped(&e);
+        let mut meta = proto::MessageMetadata::default();
+        e.seal(&mut meta, Bytes::from_static(b"x")).unwrap();
+        assert_eq!(meta.encryption_keys[0].value, first);
+        tokio::time::sleep(DATA_KEY_ROTATION - Duration::from_secs(1)).await;
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 1, "not before 4 h");
+        assert_eq!(wrapped(&e), first);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 2, "rotated at 4 h");
+        assert_ne!(wrapped(&e), first, "a new data key");
+        // The task ends with the producer.
+        let weak = Arc::downgrade(&e);
+        drop(e);
+        assert!(weak.upgrade().is_none());
+    }
+}

@@ -35,10 +35,10 @@ fn keys() -> &'static (PathBuf, PathBuf, PathBuf) {
     })
 }
 
-fn official_crypto(private: &PathBuf, failure_action: &str) -> OfficialCrypto {
+fn official_crypto(private: &std::path::Path, failure_action: &str) -> OfficialCrypto {
     OfficialCrypto {
         public_key: keys().0.clone(),
-        private_key: private.clone(),
+        private_key: private.to_path_buf(),
         key_name: "interop-key".into(),
         failure_action: failure_action.into(),
     }
