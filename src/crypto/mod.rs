@@ -328,3 +328,27 @@ pub mod testing {
         super::keys::generate_pem(bits)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_key_material_in_debug_output() {
+        let (_, private) = keys::generate_pem(2048);
+        let info = EncryptionKeyInfo::new(private.clone().into_bytes()).with_metadata("v", "1");
+        let shown = format!("{info:?}");
+        assert!(
+            !shown.contains("BEGIN") && shown.contains("bytes"),
+            "{shown}"
+        );
+        let (key, _) = cipher::DataKey::generate().unwrap();
+        assert_eq!(format!("{key:?}"), "DataKey(<redacted>)");
+        let wrapped = EncryptedDataKey {
+            name: "k".into(),
+            value: Bytes::from_static(&[1, 2, 3]),
+            metadata: BTreeMap::new(),
+        };
+        assert!(!format!("{wrapped:?}").contains("[1, 2, 3]"));
+    }
+}

@@ -90,7 +90,7 @@ pub(crate) struct ConsumerTask {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
-    /// End-to-end decryption and the entries waiting for a data key (see `decrypt`).
+    /// Decryption, and the entries waiting for a data key (`decrypt`).
     pub crypto: crate::consumer::engine::decrypt::CryptoIntake,
 }
 
@@ -250,7 +250,6 @@ impl ConsumerTask {
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
                 },
-                // The key reader answered (see `decrypt`): the parked entries go on.
                 done = self.crypto.loaded(), if self.crypto.loading() => {
                     self.on_keys_loaded(done);
                     Ok(())
