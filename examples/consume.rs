@@ -5,7 +5,10 @@
 //! cargo run --example consume -- --url pulsar://127.0.0.1:6650
 //!   (--topic T | --topics A,B,C | --pattern REGEX) --subscription S
 //!   [--type exclusive|shared|failover|key_shared] [--initial-position earliest|latest]
-//!   --count N [--timeout-secs S] [--no-auto-update] [--discovery-secs S]
+//!   --count N [--timeout-secs S] [--no-auto-update] [--discovery-secs S] [--private-key PEM]
+//!
+//! `--private-key PEM` decrypts end-to-end encrypted messages (PIP-4) with the RSA private
+//! key in the PEM file; one it cannot decrypt is reported as an error and not acked.
 //!
 //! When the topic gains partitions it prints `{"event":"partitions_changed","topic":...,
 //! "partitions":n}`. With `--pattern` (e.g. `persistent://public/default/orders-.*`), each
@@ -23,7 +26,7 @@ use pulsar_sdk::{InitialPosition, SubscriptionType};
 const USAGE: &str = "usage: consume --url U (--topic T | --topics A,B,C | --pattern REGEX) \
 --subscription S [--type exclusive|shared|failover|key_shared] \
 [--initial-position earliest|latest] --count N [--timeout-secs S] [--no-auto-update] \
-[--discovery-secs S]";
+[--discovery-secs S] [--private-key PEM]";
 
 /// Larger payloads are described by their length and checksum only.
 const MAX_PRINTED: usize = 64 * 1024;
@@ -43,6 +46,7 @@ async fn main() {
             "initial-position",
             "count",
             "timeout-secs",
+            "private-key",
         ],
         &["no-auto-update"],
     );
@@ -94,6 +98,12 @@ async fn main() {
                 )))
         }
         _ => unreachable!("checked above"),
+    };
+    let builder = match args.get("private-key") {
+        Some(pem) => {
+            builder.crypto_key_reader(pulsar_sdk::crypto::PemFileKeyReader::private_only(pem))
+        }
+        None => builder,
     };
     let mut consumer = builder
         .subscription(subscription)

@@ -101,6 +101,12 @@ pub enum Error {
         after: Duration,
     },
 
+    /// End-to-end encryption or decryption failed: see [`CryptoError`](crate::crypto::CryptoError).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    #[error(transparent)]
+    Crypto(crate::crypto::CryptoError),
+
     /// The broker answered with an error.
     #[error("broker error {code:?}: {message}")]
     Broker {

@@ -123,6 +123,9 @@ pub mod compression;
 pub(crate) mod connection;
 pub mod consumer;
 pub(crate) mod core;
+#[cfg(feature = "encryption")]
+#[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+pub mod crypto;
 pub(crate) mod entity;
 pub mod error;
 #[cfg(feature = "fuzzing")]

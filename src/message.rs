@@ -169,6 +169,10 @@ pub struct Message {
     pub null_value: bool,
     /// Which of the consumer's partition tasks delivered it (routes its ack).
     pub(crate) source: usize,
+    /// Set on a message delivered still encrypted (see
+    /// [`encryption_context`](Self::encryption_context)).
+    #[cfg(feature = "encryption")]
+    pub(crate) encryption: Option<Arc<crate::crypto::EncryptionContext>>,
 }
 
 impl Message {
@@ -191,12 +195,25 @@ impl Message {
             redelivery_count: 0,
             null_value: false,
             source: 0,
+            #[cfg(feature = "encryption")]
+            encryption: None,
         }
     }
 
     /// The payload as UTF-8, if it is.
     pub fn payload_str(&self) -> Option<&str> {
         std::str::from_utf8(&self.payload).ok()
+    }
+
+    /// For a message delivered still encrypted (a consumer with
+    /// [`ConsumerCryptoFailureAction::Consume`](crate::crypto::ConsumerCryptoFailureAction::Consume)
+    /// that could not decrypt it): its encryption keys, cipher parameters, compression and
+    /// batch size; the payload is then the ciphertext. `None` for every other message
+    /// (a decrypted one included).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn encryption_context(&self) -> Option<&crate::crypto::EncryptionContext> {
+        self.encryption.as_deref()
     }
 }
 

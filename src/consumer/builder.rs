@@ -191,6 +191,32 @@ impl ConsumerBuilder {
         self
     }
 
+    /// End-to-end encryption (PIP-4): where the private keys of encrypted messages come from
+    /// (asked in a task of its own; see the [guide](crate::guide::encryption)).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_key_reader(
+        mut self,
+        reader: impl crate::crypto::CryptoKeyReader + 'static,
+    ) -> Self {
+        self.options.crypto_key_reader = Some(std::sync::Arc::new(reader));
+        self
+    }
+
+    /// What happens to a message that cannot be decrypted (no key reader, no key for any
+    /// recipient, a tampered payload): see
+    /// [`ConsumerCryptoFailureAction`](crate::crypto::ConsumerCryptoFailureAction). Default
+    /// `Fail`.
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_failure_action(
+        mut self,
+        action: crate::crypto::ConsumerCryptoFailureAction,
+    ) -> Self {
+        self.options.crypto_failure_action = action;
+        self
+    }
+
     /// Replaces all options at once.
     pub fn options(mut self, options: ConsumerOptions) -> Self {
         self.options = options;

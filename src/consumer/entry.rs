@@ -49,6 +49,9 @@ pub(crate) struct Extras {
     pub key: Option<String>,
     pub ordering_key: Option<Bytes>,
     pub properties: BTreeMap<String, String>,
+    /// A message delivered still encrypted: what decrypting it takes.
+    #[cfg(feature = "encryption")]
+    pub encryption: Option<Arc<crate::crypto::EncryptionContext>>,
 }
 
 impl Extras {
@@ -91,6 +94,8 @@ impl Extras {
                 .iter()
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect(),
+            #[cfg(feature = "encryption")]
+            encryption: None,
         }))
     }
 }
@@ -120,10 +125,16 @@ impl EntryHead {
     #[inline]
     pub(crate) fn message(&self, r: Record) -> Message {
         let id = self.id_of(&r);
+        #[cfg(feature = "encryption")]
+        let mut encryption = None;
         let (key, ordering_key, properties) = match r.extras {
             None => (None, None, BTreeMap::new()),
             Some(e) => {
                 let e = *e;
+                #[cfg(feature = "encryption")]
+                {
+                    encryption = e.encryption;
+                }
                 (e.key, e.ordering_key, e.properties)
             }
         };
@@ -143,6 +154,8 @@ impl EntryHead {
             redelivery_count: self.redelivery_count,
             null_value: r.null_value,
             source: self.source,
+            #[cfg(feature = "encryption")]
+            encryption,
         }
     }
 }

@@ -179,6 +179,15 @@ pub struct ConsumerOptions {
     /// Whether SUBSCRIBE may create the topic (a pattern consumer's may not: a topic deleted
     /// while it subscribes must stay deleted, like upstream's `createTopicIfDoesNotExist`).
     pub(crate) force_topic_creation: bool,
+    /// End-to-end encryption (PIP-4): where the private keys of encrypted messages come from.
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub crypto_key_reader: Option<std::sync::Arc<dyn crate::crypto::CryptoKeyReader>>,
+    /// What happens to a message that cannot be decrypted (default: not delivered, an error
+    /// item in its place).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub crypto_failure_action: crate::crypto::ConsumerCryptoFailureAction,
 }
 
 impl Default for ConsumerOptions {
@@ -213,6 +222,10 @@ impl Default for ConsumerOptions {
             start_message_rollback_secs: 0,
             schema: None,
             force_topic_creation: true,
+            #[cfg(feature = "encryption")]
+            crypto_key_reader: None,
+            #[cfg(feature = "encryption")]
+            crypto_failure_action: Default::default(),
         }
     }
 }

@@ -28,6 +28,10 @@ pub struct ReaderBuilder {
     schema: Option<crate::schema::SchemaInfo>,
     read_compacted: bool,
     rollback_secs: u64,
+    #[cfg(feature = "encryption")]
+    crypto_key_reader: Option<std::sync::Arc<dyn crate::crypto::CryptoKeyReader>>,
+    #[cfg(feature = "encryption")]
+    crypto_failure_action: crate::crypto::ConsumerCryptoFailureAction,
 }
 
 impl ReaderBuilder {
@@ -42,6 +46,10 @@ impl ReaderBuilder {
             schema: None,
             read_compacted: false,
             rollback_secs: 0,
+            #[cfg(feature = "encryption")]
+            crypto_key_reader: None,
+            #[cfg(feature = "encryption")]
+            crypto_failure_action: Default::default(),
         }
     }
 
@@ -115,6 +123,30 @@ impl ReaderBuilder {
         self
     }
 
+    /// End-to-end encryption (PIP-4): where the private keys of encrypted messages come from
+    /// (as [`ConsumerBuilder::crypto_key_reader`](crate::ConsumerBuilder::crypto_key_reader)).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_key_reader(
+        mut self,
+        reader: impl crate::crypto::CryptoKeyReader + 'static,
+    ) -> Self {
+        self.crypto_key_reader = Some(std::sync::Arc::new(reader));
+        self
+    }
+
+    /// What happens to a message that cannot be decrypted (as
+    /// [`ConsumerBuilder::crypto_failure_action`](crate::ConsumerBuilder::crypto_failure_action)).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_failure_action(
+        mut self,
+        action: crate::crypto::ConsumerCryptoFailureAction,
+    ) -> Self {
+        self.crypto_failure_action = action;
+        self
+    }
+
     /// The reader's subscription name (random by default; Java's `subscriptionName`, named
     /// like [`ConsumerBuilder::subscription`](crate::ConsumerBuilder::subscription)).
     pub fn subscription(mut self, name: impl Into<String>) -> Self {
@@ -149,6 +181,10 @@ impl ReaderBuilder {
             start_message_rollback_secs: self.rollback_secs,
             read_compacted: self.read_compacted,
             schema: self.schema,
+            #[cfg(feature = "encryption")]
+            crypto_key_reader: self.crypto_key_reader,
+            #[cfg(feature = "encryption")]
+            crypto_failure_action: self.crypto_failure_action,
             ..Default::default()
         };
         options.validate()?;

@@ -36,13 +36,13 @@
 //! | Producer, consumer and reader statistics | yes | [`Producer::stats`], [`Consumer::stats`], [`Reader::stats`], [`crate::stats`] |
 //! | Operator metrics (PIP-342 names) | yes | cargo feature `metrics` (`pulsar_sdk::metrics`), through the `metrics` facade |
 //! | Lookups through a Pulsar proxy, redirects, topic migration (PIP-188), direct reconnect (PIP-307) | yes | automatic; [`ClientBuilder::max_lookup_redirects`] |
+//! | End-to-end encryption (PIP-4): RSA keys, several recipients, key readers, failure actions | yes | [`ProducerBuilder::encryption_key`], [`ConsumerBuilder::crypto_key_reader`] (cargo feature `encryption`, `pulsar_sdk::crypto`; EC keys are refused) |
 //! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
 //!
 //! ## Not supported yet
 //!
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
-//! | End-to-end encryption (PIP-4) | no | messages travel as the application gives them; an encrypted message from another client is delivered with its payload still encrypted |
 //! | Transactions (PIP-31) | no | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
 //! | Interceptors | no | wrap the producer or consumer in the application |
 //! | OpenTelemetry tracing | no | the crate logs through `tracing`; operator metrics as above |
@@ -59,13 +59,6 @@
 //! Each example below uses the API the Java client offers for the row (in this crate's naming)
 //! and is expected not to compile. When one of them starts compiling, the feature has arrived:
 //! move its row to the table above and replace the example with a snippet of the new API.
-//!
-//! End-to-end encryption:
-//! ```compile_fail
-//! fn f(b: pulsar_sdk::ProducerBuilder) -> pulsar_sdk::ProducerBuilder {
-//!     b.encryption_key("my-key")
-//! }
-//! ```
 //!
 //! Transactions:
 //! ```compile_fail
@@ -147,6 +140,8 @@
 //! [`ProducerBuilder::batching_options`]: crate::ProducerBuilder::batching_options
 //! [`ProducerBuilder::compression`]: crate::ProducerBuilder::compression
 //! [`ProducerBuilder::chunking`]: crate::ProducerBuilder::chunking
+//! [`ProducerBuilder::encryption_key`]: crate::ProducerBuilder::encryption_key
+//! [`ConsumerBuilder::crypto_key_reader`]: crate::ConsumerBuilder::crypto_key_reader
 //! [`ProducerBuilder::send_timeout`]: crate::ProducerBuilder::send_timeout
 //! [`ProducerBuilder::max_pending_messages`]: crate::ProducerBuilder::max_pending_messages
 //! [`ProducerBuilder::block_if_queue_full`]: crate::ProducerBuilder::block_if_queue_full

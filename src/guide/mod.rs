@@ -9,6 +9,7 @@
 //! | [`connecting`] | the [`Client`](crate::Client), service URLs, TLS and mutual TLS, authentication (token, basic, TLS, OAuth2, your own provider) |
 //! | [`producing`] | sending, what a receipt means, batching, keys, compression, send timeouts, queue limits, cancel safety, flush and close |
 //! | [`consuming`] | subscription types, acks, the cloneable [`Acker`](crate::Acker), nacks, ack timeout, dead-letter and retry topics, seek, readers |
+//! | [`encryption`] | end-to-end encryption (PIP-4) with the official clients' format: key readers, PEM files, failure actions (cargo feature `encryption`) |
 //! | [`partitions`] | partitioned topics, key routing, and growing with the topic (PIP-247 watchers or polling) |
 //! | [`errors`] | lifecycle states, which errors are retried and which are terminal, and how to match them |
 //! | [`testing`] | testing an application against the mock broker |
@@ -46,6 +47,9 @@
 
 pub mod connecting;
 pub mod consuming;
+#[cfg(feature = "encryption")]
+#[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+pub mod encryption;
 pub mod errors;
 pub mod features;
 pub mod java_differences;

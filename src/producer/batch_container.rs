@@ -22,6 +22,28 @@ pub(crate) struct FrameContext {
     pub max_message_size: usize,
     /// The schema version of ProducerSuccess, carried by every message.
     pub schema_version: Option<Bytes>,
+    /// End-to-end encryption of every SEND payload (feature `encryption`).
+    pub sealer: Sealer,
+}
+
+/// What seals a producer's payloads: its encryptor, when it encrypts.
+#[cfg(feature = "encryption")]
+pub(crate) type Sealer = Option<std::sync::Arc<crate::crypto::Encryptor>>;
+/// Nothing without the `encryption` feature.
+#[cfg(not(feature = "encryption"))]
+pub(crate) type Sealer = ();
+
+impl FrameContext {
+    /// The size limit messages are built to: the broker's, less what encryption adds to each
+    /// SEND (its metadata and tag), so that a sealed batch or chunk still fits.
+    pub(crate) fn limit_for(sealer: &Sealer, broker_max: usize) -> usize {
+        #[cfg(feature = "encryption")]
+        if let Some(e) = sealer {
+            return broker_max.saturating_sub(e.overhead()).max(1);
+        }
+        let _ = sealer;
+        broker_max
+    }
 }
 
 fn properties(msg: &Outgoing) -> Vec<proto::KeyValue> {
@@ -69,6 +91,18 @@ pub(super) fn encode(
     metadata: proto::MessageMetadata,
     data: Bytes,
 ) -> Result<crate::codec::EncodedFrame> {
+    // Upstream order: compress, (chunk,) encrypt, send: each SEND payload (a message, a whole
+    // batch, or one chunk) is sealed on its own, with its own IV (Java `ProducerImpl
+    // .encryptMessage`, called per chunk by `serializeAndSendMessage`).
+    #[cfg(feature = "encryption")]
+    let (metadata, data) = match &ctx.sealer {
+        Some(e) => {
+            let mut metadata = metadata;
+            let data = e.seal(&mut metadata, data)?;
+            (metadata, data)
+        }
+        None => (metadata, data),
+    };
     let payload = crate::codec::Payload {
         broker_entry_metadata: None,
         metadata,

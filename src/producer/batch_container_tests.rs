@@ -13,6 +13,7 @@ fn ctx(max_message_size: usize, compression: CompressionType) -> FrameContext {
         compression,
         max_message_size,
         schema_version: None,
+        sealer: Default::default(),
     }
 }
 

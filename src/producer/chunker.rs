@@ -141,6 +141,7 @@ mod tests {
             compression,
             max_message_size: max,
             schema_version: None,
+            sealer: Default::default(),
         }
     }
 

@@ -151,12 +151,17 @@ impl PartitionProducer {
         });
         let (ops_tx, ops_rx) = inbox(Receipts::new(partition, limits.clone()));
         let terminal = Arc::new(OnceLock::new());
+        #[cfg(feature = "encryption")]
+        let sealer = options.encryptor.clone();
+        #[cfg(not(feature = "encryption"))]
+        let sealer = ();
         let ctx = FrameContext {
             producer_id,
             producer_name: created.name.clone(),
             compression: options.compression,
-            max_message_size,
+            max_message_size: FrameContext::limit_for(&sealer, max_message_size),
             schema_version: created.schema_version.clone(),
+            sealer,
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");

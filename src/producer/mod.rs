@@ -178,6 +178,43 @@ impl ProducerBuilder {
         self
     }
 
+    /// End-to-end encryption (PIP-4): encrypts every message's data key for the public key
+    /// `name` too (call once per recipient; the names are asked of the
+    /// [`crypto_key_reader`](Self::crypto_key_reader)). See the
+    /// [guide](crate::guide::encryption).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn encryption_key(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if !self.options.encryption_keys.contains(&name) {
+            self.options.encryption_keys.push(name);
+        }
+        self
+    }
+
+    /// Where the [`encryption_key`](Self::encryption_key)s' public keys come from.
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_key_reader(
+        mut self,
+        reader: impl crate::crypto::CryptoKeyReader + 'static,
+    ) -> Self {
+        self.options.crypto_key_reader = Some(Arc::new(reader));
+        self
+    }
+
+    /// What a send does when it cannot encrypt: fail it (the default) or send it
+    /// unencrypted.
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub fn crypto_failure_action(
+        mut self,
+        action: crate::crypto::ProducerCryptoFailureAction,
+    ) -> Self {
+        self.options.crypto_failure_action = action;
+        self
+    }
+
     /// Creates the producer (on every partition of a partitioned topic).
     pub async fn create(self) -> Result<Producer> {
         // Boxed: keeps the caller's future (and stack, in debug builds) small.
@@ -197,7 +234,25 @@ impl ProducerBuilder {
         }
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
-        let options = Arc::new(self.options);
+        #[cfg_attr(not(feature = "encryption"), allow(unused_mut))]
+        let mut options = self.options;
+        // The recipients' keys are loaded before any partition's producer is created (Java's
+        // first key-generator run fails the creation); one data key for all partitions.
+        #[cfg(feature = "encryption")]
+        if let (false, Some(reader)) = (
+            options.encryption_keys.is_empty(),
+            &options.crypto_key_reader,
+        ) {
+            options.encryptor = Some(
+                crate::crypto::Encryptor::start(
+                    options.encryption_keys.clone(),
+                    reader.clone(),
+                    options.crypto_failure_action,
+                )
+                .await?,
+            );
+        }
+        let options = Arc::new(options);
         let group = GroupClose::new();
         let handles = if partitions == 0 {
             vec![

@@ -108,6 +108,23 @@ pub struct ProducerOptions {
     /// The schema registered with the broker (`CommandProducer.schema`); set by
     /// [`ProducerBuilder::schema`](crate::ProducerBuilder::schema). `None`: plain bytes.
     pub schema: Option<crate::schema::SchemaInfo>,
+    /// End-to-end encryption (PIP-4): the names of the public keys every message's data key
+    /// is encrypted for (each asked of [`crypto_key_reader`](Self::crypto_key_reader)).
+    /// Empty: messages are not encrypted.
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub encryption_keys: Vec<String>,
+    /// Where the public keys come from (needed with [`encryption_keys`](Self::encryption_keys)).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub crypto_key_reader: Option<std::sync::Arc<dyn crate::crypto::CryptoKeyReader>>,
+    /// What a send does when it cannot encrypt (default: fail).
+    #[cfg(feature = "encryption")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
+    pub crypto_failure_action: crate::crypto::ProducerCryptoFailureAction,
+    /// The running encryption, set by `create` (shared by the partitions).
+    #[cfg(feature = "encryption")]
+    pub(crate) encryptor: Option<std::sync::Arc<crate::crypto::Encryptor>>,
 }
 
 impl Default for ProducerOptions {
@@ -126,6 +143,14 @@ impl Default for ProducerOptions {
             chunking: false,
             chunk_max_message_size: 0,
             schema: None,
+            #[cfg(feature = "encryption")]
+            encryption_keys: Vec::new(),
+            #[cfg(feature = "encryption")]
+            crypto_key_reader: None,
+            #[cfg(feature = "encryption")]
+            crypto_failure_action: Default::default(),
+            #[cfg(feature = "encryption")]
+            encryptor: None,
         }
     }
 }
@@ -164,6 +189,19 @@ impl ProducerOptions {
                 "batching and chunking can't be enabled together: turn batching off to chunk \
                  large messages"
                     .into(),
+            ));
+        }
+        // Upstream `ProducerBuilderImpl.createAsync`: "CryptoKeyReader must be set".
+        #[cfg(feature = "encryption")]
+        if !self.encryption_keys.is_empty() && self.crypto_key_reader.is_none() {
+            return Err(Error::InvalidConfig(
+                "encryption keys are set but no crypto key reader: set crypto_key_reader".into(),
+            ));
+        }
+        #[cfg(feature = "encryption")]
+        if self.encryption_keys.iter().any(|k| k.trim().is_empty()) {
+            return Err(Error::InvalidConfig(
+                "an encryption key name is empty".into(),
             ));
         }
         if let Some(sub) = &self.initial_subscription_name {

@@ -346,7 +346,8 @@ impl ProducerTask {
                     self.topic_epoch = created.topic_epoch;
                 }
                 if let Some(conn) = &self.entity.conn {
-                    self.ctx.max_message_size = conn.info().max_message_size;
+                    self.ctx.max_message_size =
+                        FrameContext::limit_for(&self.ctx.sealer, conn.info().max_message_size);
                 }
                 // Messages from now on carry the version the broker names now; pending ones
                 // are re-sent as encoded (like upstream's re-sent buffers).

@@ -22,6 +22,12 @@ consume request:
     {"url": ..., "topic": ..., "subscription": ..., "count": 5, "timeout_secs": 10.0,
      "initial_position": "earliest|latest", "subscription_type": "shared|exclusive|failover|key_shared",
      "ack": true, "operation_timeout_secs": 10}
+
+End-to-end encryption (PIP-4), both optional: a produce request may carry
+    "encryption": {"public_key": "<pem path>", "private_key": "<pem path>", "key_name": "..."}
+(the producer encrypts for key_name with pulsar.CryptoKeyReader over the two files), and a
+consume request
+    "encryption": {"public_key": ..., "private_key": ..., "failure_action": "fail|discard|consume"}
 consume answer (at most `count` messages, fewer if the timeout ran out first):
     {"messages": [{"payload": "<b64>", "key": null, "ordering_key": null, "properties": {},
                    "event_time": null, "publish_time": 1700000000000, "message_id": "(l,e,p,b)",
@@ -120,6 +126,10 @@ def produce(req):
         if req.get("chunking"):
             # PIP-37: messages above the broker's maximum size go out as chunks (batching off).
             kwargs["chunking_enabled"] = True
+        enc = req.get("encryption")
+        if enc:
+            kwargs["encryption_key"] = enc["key_name"]
+            kwargs["crypto_key_reader"] = pulsar.CryptoKeyReader(enc["public_key"], enc["private_key"])
         if kwargs["batching_enabled"]:
             # Keep every message of a request in as few batches as possible.
             kwargs["batching_max_publish_delay_ms"] = 50
@@ -186,9 +196,19 @@ def _text(value):
 def consume(req):
     client = _client(req)
     try:
+        crypto = {}
+        enc = req.get("encryption")
+        if enc:
+            crypto["crypto_key_reader"] = pulsar.CryptoKeyReader(enc["public_key"], enc["private_key"])
+            crypto["crypto_failure_action"] = _lookup(
+                {"fail": pulsar.ConsumerCryptoFailureAction.FAIL,
+                 "discard": pulsar.ConsumerCryptoFailureAction.DISCARD,
+                 "consume": pulsar.ConsumerCryptoFailureAction.CONSUME},
+                enc.get("failure_action", "fail"), "crypto failure action")
         consumer = client.subscribe(
             req["topic"],
             req["subscription"],
+            **crypto,
             consumer_type=_lookup(CONSUMER_TYPE, req.get("subscription_type", "shared"),
                                   "subscription type"),
             initial_position=_lookup(INITIAL_POSITION, req.get("initial_position", "earliest"),

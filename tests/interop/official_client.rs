@@ -116,6 +116,7 @@ async fn we_read_what_the_official_client_produces() {
                 compression: codec.to_string(),
                 producer_name: Some(unique_name("official")),
                 chunking: false,
+                encryption: None,
             };
             let ids = official::produce_async(&shared_broker().url(), &topic, &opts)
                 .await

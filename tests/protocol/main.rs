@@ -68,6 +68,7 @@ mod schema {
 /// TLS, authentication providers, OAuth2.
 mod security {
     mod auth;
+    mod encryption;
     mod oauth2;
     mod tls;
     mod tls_auth_probes;

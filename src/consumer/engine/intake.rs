@@ -61,6 +61,8 @@ pub(crate) struct Intake {
     /// ack, nack, ack timeout and DLQ act on all of them (upstream
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
+    /// Decryption, and the entries waiting for a data key (`decrypt`).
+    pub crypto: crate::consumer::engine::decrypt::CryptoIntake,
 }
 
 impl Intake {
@@ -141,7 +143,7 @@ impl Intake {
         None
     }
 
-    fn on_message(
+    pub(crate) fn on_message(
         &mut self,
         io: &mut Io,
         flow: &mut Flow,
@@ -192,6 +194,9 @@ impl Intake {
             flow.release(io, spent);
             return None;
         }
+        // End-to-end encryption: decrypted here, or parked until its key comes (`decrypt`).
+        // (`None`: parked or handled by the failure action, no violation.)
+        let (cmd, payload) = self.decrypt_step(io, flow, acks, cmd, payload, spent)?;
         let entry = {
             let mut id = MessageId::from_proto(&cmd.message_id);
             id.partition = io.partition;

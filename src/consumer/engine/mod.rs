@@ -7,6 +7,7 @@ pub(crate) mod budget;
 pub(crate) mod chunk_intake;
 pub(crate) mod chunks;
 pub(crate) mod decode;
+pub(crate) mod decrypt;
 pub(crate) mod dlq;
 pub(crate) mod flow;
 pub(crate) mod intake;
@@ -83,6 +84,16 @@ impl ConsumerTask {
         };
         self.flow.restart();
         self.flow.grant(&mut self.io, size - occupied);
+    }
+
+    /// The key reader answered: the entries waiting for a data key go on (see `decrypt`).
+    fn on_keys_loaded(&mut self, done: decrypt::Loaded) {
+        let (io, flow, acks) = (&mut self.io, &mut self.flow, &mut self.acks);
+        if let Some(v) = self.intake.on_keys_loaded(io, flow, acks, done) {
+            self.flow_violation(v.queued);
+            self.flow.after_entry(&mut self.io);
+        }
+        self.flush_if_due();
     }
 
     /// A command or message from the broker (see [`Intake`](intake::Intake)).
@@ -220,6 +231,10 @@ impl ConsumerTask {
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
                 },
+                done = self.intake.crypto.loaded(), if self.intake.crypto.loading() => {
+                    self.on_keys_loaded(done);
+                    Ok(())
+                }
                 (pending, r) = requests.next() => match (pending, r) {
                     // Like upstream's closeAsync: a CloseConsumer that failed while the
                     // connection stayed up (a timeout, a broker error) fails close(); the
@@ -364,6 +379,7 @@ impl ConsumerTask {
         // The broker redelivers every unacked chunk to the new subscription.
         let held_from = self.intake.chunks.earliest_first_chunk();
         self.intake.chunks.clear();
+        self.intake.crypto.clear();
         if !self.durable {
             if let Some(last) = last {
                 self.intake.skip_through = Some(last);

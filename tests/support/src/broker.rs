@@ -678,6 +678,31 @@ pub mod official {
         pub producer_name: Option<String>,
         /// PIP-37 chunking (needs batching off).
         pub chunking: bool,
+        /// End-to-end encryption for this key pair (the key name is `key_name`).
+        pub encryption: Option<OfficialCrypto>,
+    }
+
+    /// PEM files for the official client's `CryptoKeyReader(public, private)` (the key name
+    /// is ignored by it), and what its consumer does with what it cannot decrypt.
+    #[derive(Clone, Debug)]
+    pub struct OfficialCrypto {
+        pub public_key: PathBuf,
+        pub private_key: PathBuf,
+        /// The producer's `encryption_key`.
+        pub key_name: String,
+        /// The consumer's `crypto_failure_action`: "fail" | "discard" | "consume".
+        pub failure_action: String,
+    }
+
+    impl OfficialCrypto {
+        fn to_json(&self) -> Value {
+            json!({
+                "public_key": self.public_key,
+                "private_key": self.private_key,
+                "key_name": self.key_name,
+                "failure_action": self.failure_action,
+            })
+        }
     }
 
     impl Default for ProduceOpts {
@@ -688,6 +713,7 @@ pub mod official {
                 compression: "none".to_string(),
                 producer_name: None,
                 chunking: false,
+                encryption: None,
             }
         }
     }
@@ -764,6 +790,7 @@ pub mod official {
             "compression": opts.compression,
             "producer_name": opts.producer_name,
             "chunking": opts.chunking,
+            "encryption": opts.encryption.as_ref().map(OfficialCrypto::to_json),
             "messages": messages,
         })
     }
@@ -882,6 +909,22 @@ pub mod official {
         )
         .await?;
         check_count(got, count, timeout)
+    }
+
+    /// [`consume_available_async`] with the official consumer decrypting through `crypto`
+    /// (and applying its failure action): whatever arrived, at most `max`, within `timeout`
+    /// (Shared, from earliest).
+    pub async fn consume_encrypted_async(
+        url: &str,
+        topic: &str,
+        subscription: &str,
+        max: usize,
+        timeout: Duration,
+        crypto: &OfficialCrypto,
+    ) -> Result<Vec<OfficialReceived>> {
+        let mut req = consume_request(url, topic, subscription, max, timeout, "earliest", "shared");
+        req["encryption"] = crypto.to_json();
+        parse_received(&run_async("consume", &req, hard_limit(timeout)).await?)
     }
 
     /// [`consume_available`] for async tests (does not block the runtime).

@@ -1,0 +1,349 @@
+//! A consumer task's decryption step (PIP-4, feature `encryption`), between the flow-control
+//! checks and chunk reassembly / decoding: each entry (each chunk on its own) is decrypted
+//! before anything else reads its payload (upstream `ConsumerImpl.messageReceived`: decrypt,
+//! then chunk, then decompress).
+//!
+//! A data key already cached costs only the AES-GCM pass, done here. Otherwise the key reader
+//! is asked in a task of its own (it may be slow or remote) while this entry, and every entry
+//! after it, waits here in arrival order ("parked"); the task's loop wakes when the answer
+//! comes and goes on with them. Parked entries already spent their permits; a re-subscribe
+//! drops them (the broker redelivers them).
+//!
+//! What cannot be decrypted follows [`ConsumerCryptoFailureAction`] as upstream's
+//! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place, `Discard` acks it
+//! with `DecryptionError`, `Consume` delivers it still encrypted.
+
+#[cfg(feature = "encryption")]
+pub(crate) use enabled::CryptoIntake;
+
+#[cfg(not(feature = "encryption"))]
+use crate::consumer::engine::{acks::Acks, flow::Flow, io::Io};
+
+/// Without the `encryption` feature: nothing to decrypt, nothing parked.
+#[cfg(not(feature = "encryption"))]
+#[derive(Debug, Default)]
+pub(crate) struct CryptoIntake;
+
+#[cfg(not(feature = "encryption"))]
+impl CryptoIntake {
+    pub(crate) fn new(_opts: &crate::consumer::ConsumerOptions) -> Self {
+        CryptoIntake
+    }
+    pub(crate) fn loading(&self) -> bool {
+        false
+    }
+    pub(crate) async fn loaded(&mut self) {
+        std::future::pending().await
+    }
+    pub(crate) fn clear(&mut self) {}
+}
+
+#[cfg(not(feature = "encryption"))]
+impl crate::consumer::engine::intake::Intake {
+    /// The entry, unchanged.
+    #[inline(always)]
+    pub(crate) fn decrypt_step(
+        &mut self,
+        _io: &mut Io,
+        _flow: &mut Flow,
+        _acks: &mut Acks,
+        cmd: crate::proto::CommandMessage,
+        payload: crate::codec::Payload,
+        _spent: u32,
+    ) -> Option<(crate::proto::CommandMessage, crate::codec::Payload)> {
+        Some((cmd, payload))
+    }
+
+    pub(crate) fn on_keys_loaded(
+        &mut self,
+        _io: &mut Io,
+        _flow: &mut Flow,
+        _acks: &mut Acks,
+        _done: (),
+    ) -> Option<crate::consumer::engine::intake::Violation> {
+        None
+    }
+}
+
+#[cfg(feature = "encryption")]
+mod enabled {
+    use std::collections::VecDeque;
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use tokio::task::JoinHandle;
+
+    use crate::codec::Payload;
+    use crate::commands;
+    use crate::consumer::engine::acks::Acks;
+    use crate::consumer::engine::flow::Flow;
+    use crate::consumer::engine::intake::{Intake, Violation};
+    use crate::consumer::engine::io::Io;
+    use crate::consumer::entry::{Entry, EntryHead, Extras, Record};
+    use crate::consumer::queue::Item;
+    use crate::crypto::{ConsumerCryptoFailureAction, CryptoError, Decrypted, Decryptor};
+    use crate::error::Error;
+    use crate::message_id::MessageId;
+    use crate::proto;
+    use crate::proto::command_ack::ValidationError;
+
+    type Parked = (proto::CommandMessage, Payload);
+
+    /// The decryption state of one consumer task.
+    #[derive(Debug)]
+    pub(crate) struct CryptoIntake {
+        decryptor: Arc<Decryptor>,
+        /// Entries waiting for a data key, in arrival order.
+        parked: VecDeque<Parked>,
+        /// The key reader's task, while it runs.
+        loading: Option<JoinHandle<Result<(), CryptoError>>>,
+        /// Set while a parked entry goes through the intake again.
+        replaying: bool,
+    }
+
+    impl CryptoIntake {
+        pub(crate) fn new(opts: &crate::consumer::ConsumerOptions) -> Self {
+            CryptoIntake {
+                decryptor: Arc::new(Decryptor::new(
+                    opts.crypto_key_reader.clone(),
+                    opts.crypto_failure_action,
+                )),
+                parked: VecDeque::new(),
+                loading: None,
+                replaying: false,
+            }
+        }
+
+        pub(crate) fn loading(&self) -> bool {
+            self.loading.is_some()
+        }
+
+        /// The key reader's answer (pending while none is asked; cancel-safe).
+        pub(crate) async fn loaded(&mut self) -> Result<(), CryptoError> {
+            let Some(handle) = self.loading.as_mut() else {
+                return std::future::pending().await;
+            };
+            let done = handle.await;
+            self.loading = None;
+            done.unwrap_or_else(|e| {
+                Err(CryptoError::KeyReader {
+                    key: String::new(),
+                    source: Arc::new(e),
+                })
+            })
+        }
+
+        /// A re-subscribe: the broker redelivers what is parked.
+        pub(crate) fn clear(&mut self) {
+            self.parked.clear();
+        }
+
+        fn start_load(&mut self, keys: Vec<proto::EncryptionKeys>) {
+            if self.loading.is_none() {
+                let decryptor = self.decryptor.clone();
+                self.loading = Some(tokio::spawn(async move { decryptor.load(keys).await }));
+            }
+        }
+    }
+
+    impl Intake {
+        /// Decrypts an entry (see the module docs): the entry to decode, or `None` when it
+        /// waits for a key or was handled by the failure action. An unencrypted entry with
+        /// nothing parked ahead of it passes at the cost of two checks.
+        #[inline(always)]
+        pub(crate) fn decrypt_step(
+            &mut self,
+            io: &mut Io,
+            flow: &mut Flow,
+            acks: &mut Acks,
+            cmd: proto::CommandMessage,
+            payload: Payload,
+            spent: u32,
+        ) -> Option<(proto::CommandMessage, Payload)> {
+            if payload.metadata.encryption_keys.is_empty() && self.crypto.parked.is_empty() {
+                return Some((cmd, payload));
+            }
+            self.decrypt_or_park(io, flow, acks, cmd, payload, spent)
+        }
+
+        #[inline(never)]
+        fn decrypt_or_park(
+            &mut self,
+            io: &mut Io,
+            flow: &mut Flow,
+            acks: &mut Acks,
+            cmd: proto::CommandMessage,
+            mut payload: Payload,
+            spent: u32,
+        ) -> Option<(proto::CommandMessage, Payload)> {
+            let replaying = std::mem::take(&mut self.crypto.replaying);
+            if !replaying && !self.crypto.parked.is_empty() {
+                // Behind a parked entry: keeps the order.
+                self.crypto.parked.push_back((cmd, payload));
+                return None;
+            }
+            if payload.metadata.encryption_keys.is_empty() {
+                return Some((cmd, payload));
+            }
+            match self
+                .crypto
+                .decryptor
+                .try_decrypt(&payload.metadata, &payload.data)
+            {
+                Decrypted::Plain(data) => {
+                    payload.data = data;
+                    Some((cmd, payload))
+                }
+                Decrypted::NeedKeys => {
+                    let keys = payload.metadata.encryption_keys.clone();
+                    self.crypto.parked.push_front((cmd, payload));
+                    self.crypto.start_load(keys);
+                    None
+                }
+                Decrypted::Failed(e) => {
+                    self.crypto_failed(io, flow, acks, cmd, payload, spent, e);
+                    None
+                }
+            }
+        }
+
+        /// The key reader answered: the parked entries go on, in order, until one needs
+        /// another key (a failed answer fails the first one).
+        pub(crate) fn on_keys_loaded(
+            &mut self,
+            io: &mut Io,
+            flow: &mut Flow,
+            acks: &mut Acks,
+            done: Result<(), CryptoError>,
+        ) -> Option<Violation> {
+            if let Err(e) = done {
+                if let Some((cmd, payload)) = self.crypto.parked.pop_front() {
+                    let spent =
+                        crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
+                    self.crypto_failed(io, flow, acks, cmd, payload, spent, e);
+                }
+            }
+            while !self.crypto.loading() {
+                let Some((cmd, payload)) = self.crypto.parked.pop_front() else {
+                    break;
+                };
+                // Through the whole intake again (its permits were counted when it arrived).
+                let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
+                flow.permits += i64::from(spent);
+                self.crypto.replaying = true;
+                let violation = self.on_message(io, flow, acks, cmd, payload);
+                self.crypto.replaying = false;
+                if violation.is_some() {
+                    return violation;
+                }
+            }
+            None
+        }
+
+        #[allow(clippy::too_many_arguments)]
+        fn crypto_failed(
+            &mut self,
+            io: &mut Io,
+            flow: &mut Flow,
+            acks: &mut Acks,
+            cmd: proto::CommandMessage,
+            payload: Payload,
+            spent: u32,
+            error: CryptoError,
+        ) {
+            let entry = {
+                let mut id = MessageId::from_proto(&cmd.message_id);
+                id.partition = io.partition;
+                id.entry()
+            };
+            let is_chunk = payload.metadata.num_chunks_from_msg.unwrap_or(1) > 1;
+            let action = self.crypto.decryptor.action;
+            tracing::warn!(topic = %io.entity.topic, id = %entry, error = %error, ?action,
+                "message cannot be decrypted");
+            match action {
+                ConsumerCryptoFailureAction::Discard => {
+                    io.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                    if io.persistent() {
+                        io.entity.send_control(commands::ack_discarded(
+                            io.entity.id,
+                            entry,
+                            ValidationError::DecryptionError,
+                        ));
+                    }
+                    flow.release(io, spent);
+                }
+                // A chunk is not delivered on its own (its ciphertext is not the message's),
+                // so `Consume` fails it like `Fail`.
+                ConsumerCryptoFailureAction::Consume if !is_chunk => {
+                    self.deliver_encrypted(io, flow, acks, cmd, payload, spent);
+                }
+                _ => {
+                    flow.release(io, spent);
+                    io.emit(Item::Error(Error::Crypto(CryptoError::Undelivered {
+                        id: entry,
+                        cause: Box::new(error),
+                    })));
+                }
+            }
+        }
+
+        /// `Consume`: the entry as one message, its payload still encrypted, with its context.
+        fn deliver_encrypted(
+            &mut self,
+            io: &mut Io,
+            flow: &mut Flow,
+            acks: &mut Acks,
+            cmd: proto::CommandMessage,
+            payload: Payload,
+            spent: u32,
+        ) {
+            let mut meta = payload.metadata;
+            let context = crate::crypto::consumer_context(&meta);
+            let mut id = MessageId::from_proto(&cmd.message_id);
+            id.partition = io.partition;
+            id.batch_index = -1;
+            id.batch_size = 0;
+            let extras = Extras {
+                key: meta.partition_key.take(),
+                ordering_key: meta.ordering_key.take(),
+                properties: meta
+                    .properties
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect(),
+                encryption: Some(Arc::new(context)),
+            };
+            let held = payload.data.len() + extras.cost();
+            let record = Record {
+                payload: payload.data,
+                sequence_id: meta.sequence_id,
+                event_time: meta.event_time.unwrap_or(0),
+                batch_index: -1,
+                key_b64_encoded: meta.partition_key_b64_encoded.unwrap_or(false),
+                null_value: meta.null_value.unwrap_or(false),
+                extras: Some(Box::new(extras)),
+            };
+            let entry = Entry {
+                head: EntryHead {
+                    topic: io.entity.topic.clone(),
+                    id,
+                    schema_version: meta.schema_version.take(),
+                    publish_time: meta.publish_time,
+                    producer_name: Arc::from(meta.producer_name.as_str()),
+                    redelivery_count: cmd.redelivery_count.unwrap_or(0),
+                    source: 0,
+                },
+                records: smallvec::smallvec![record],
+            };
+            flow.observe(held, spent);
+            self.deliver(io, flow, acks, entry, held, &cmd.ack_set, spent);
+        }
+    }
+}
+
+/// What the key reader's task answers (see [`CryptoIntake::loaded`]).
+#[cfg(feature = "encryption")]
+pub(crate) type Loaded = Result<(), crate::crypto::CryptoError>;
+/// What the key reader's task answers: nothing ever, without the feature.
+#[cfg(not(feature = "encryption"))]
+pub(crate) type Loaded = ();

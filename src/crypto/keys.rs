@@ -1,0 +1,214 @@
+//! RSA keys from what a [`CryptoKeyReader`](super::CryptoKeyReader) gives: PEM text (`PUBLIC
+//! KEY`, `RSA PUBLIC KEY`, `PRIVATE KEY`, `RSA PRIVATE KEY`, as OpenSSL writes them and the
+//! official clients read them) or DER bytes. EC keys are recognised and refused.
+
+use aws_lc_rs::encoding::AsDer;
+use aws_lc_rs::rsa::{
+    KeySize, OaepPrivateDecryptingKey, OaepPublicEncryptingKey, PrivateDecryptingKey,
+    PublicEncryptingKey,
+};
+use base64::Engine as _;
+
+use super::CryptoError;
+
+/// DER of the `id-ecPublicKey` object identifier (1.2.840.10045.2.1).
+const EC_OID: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+/// DER of the `rsaEncryption` AlgorithmIdentifier (OID 1.2.840.113549.1.1.1, NULL).
+const RSA_ALGORITHM: &[u8] = &[
+    0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
+];
+
+/// The first PEM block of `text`: its label and DER bytes; `None` when `text` is no PEM.
+fn pem(text: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
+    let text = std::str::from_utf8(text).ok()?;
+    let start = text.find("-----BEGIN ")?;
+    let rest = &text[start + 11..];
+    let label_end = rest.find("-----")?;
+    let label = rest[..label_end].to_string();
+    let body = &rest[label_end + 5..];
+    let end_marker = format!("-----END {label}-----");
+    let Some(end) = body.find(&end_marker) else {
+        return Some(Err(format!("PEM block `{label}` has no END line")));
+    };
+    let b64: String = body[..end]
+        .lines()
+        .map(str::trim)
+        // Headers of encrypted PEM (`Proc-Type`, `DEK-Info`) make it unreadable here.
+        .filter(|l| !l.is_empty())
+        .collect();
+    if b64.contains(':') {
+        return Some(Err(format!(
+            "PEM block `{label}` is password-protected; give the key unencrypted"
+        )));
+    }
+    Some(
+        base64::engine::general_purpose::STANDARD
+            .decode(b64.as_bytes())
+            .map_err(|e| format!("PEM block `{label}` is not valid base64: {e}"))
+            .map(|der| (label, der)),
+    )
+}
+
+/// A DER length.
+fn der_len(n: usize) -> Vec<u8> {
+    if n < 0x80 {
+        return vec![n as u8];
+    }
+    let bytes: Vec<u8> = n
+        .to_be_bytes()
+        .into_iter()
+        .skip_while(|b| *b == 0)
+        .collect();
+    let mut out = vec![0x80 | bytes.len() as u8];
+    out.extend(bytes);
+    out
+}
+
+fn der(tag: u8, content: &[u8]) -> Vec<u8> {
+    let mut out = vec![tag];
+    out.extend(der_len(content.len()));
+    out.extend_from_slice(content);
+    out
+}
+
+/// PKCS#8 `PrivateKeyInfo` around a PKCS#1 `RSAPrivateKey` (`RSA PRIVATE KEY`).
+fn pkcs8_of_pkcs1(pkcs1: &[u8]) -> Vec<u8> {
+    let mut content = vec![0x02, 0x01, 0x00];
+    content.extend_from_slice(RSA_ALGORITHM);
+    content.extend(der(0x04, pkcs1));
+    der(0x30, &content)
+}
+
+/// `SubjectPublicKeyInfo` around a PKCS#1 `RSAPublicKey` (`RSA PUBLIC KEY`).
+fn spki_of_pkcs1(pkcs1: &[u8]) -> Vec<u8> {
+    let mut bits = vec![0x00];
+    bits.extend_from_slice(pkcs1);
+    let mut content = RSA_ALGORITHM.to_vec();
+    content.extend(der(0x03, &bits));
+    der(0x30, &content)
+}
+
+fn is_ec(label: &str, der: &[u8]) -> bool {
+    label.starts_with("EC ") || der.windows(EC_OID.len()).any(|w| w == EC_OID)
+}
+
+/// The DER of a key and whether it is PKCS#1 (`RSA ...` label).
+fn decode(name: &str, bytes: &[u8]) -> Result<(String, Vec<u8>), CryptoError> {
+    let invalid = |reason: String| CryptoError::InvalidKey {
+        key: name.to_string(),
+        reason,
+    };
+    let (label, der) = match pem(bytes) {
+        Some(parsed) => parsed.map_err(invalid)?,
+        None => (String::new(), bytes.to_vec()),
+    };
+    if is_ec(&label, &der) {
+        return Err(CryptoError::UnsupportedKey {
+            key: name.to_string(),
+            kind: "EC",
+        });
+    }
+    Ok((label, der))
+}
+
+/// A recipient's public key (a producer's).
+pub(crate) fn public_key(name: &str, bytes: &[u8]) -> Result<OaepPublicEncryptingKey, CryptoError> {
+    let (label, der) = decode(name, bytes)?;
+    let der = if label == "RSA PUBLIC KEY" {
+        spki_of_pkcs1(&der)
+    } else {
+        der
+    };
+    PublicEncryptingKey::from_der(&der)
+        .map_err(|e| e.to_string())
+        .and_then(|k| OaepPublicEncryptingKey::new(k).map_err(|e| e.to_string()))
+        .map_err(|reason| CryptoError::InvalidKey {
+            key: name.to_string(),
+            reason,
+        })
+}
+
+/// A recipient's private key (a consumer's).
+pub(crate) fn private_key(
+    name: &str,
+    bytes: &[u8],
+) -> Result<OaepPrivateDecryptingKey, CryptoError> {
+    let (label, der) = decode(name, bytes)?;
+    let der = if label == "RSA PRIVATE KEY" {
+        pkcs8_of_pkcs1(&der)
+    } else {
+        der
+    };
+    PrivateDecryptingKey::from_pkcs8(&der)
+        .map_err(|e| e.to_string())
+        .and_then(|k| OaepPrivateDecryptingKey::new(k).map_err(|e| e.to_string()))
+        .map_err(|reason| CryptoError::InvalidKey {
+            key: name.to_string(),
+            reason,
+        })
+}
+
+fn to_pem(label: &str, der: &[u8]) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    let mut out = format!("-----BEGIN {label}-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        out.push_str(std::str::from_utf8(line).unwrap_or_default());
+        out.push('\n');
+    }
+    out.push_str(&format!("-----END {label}-----\n"));
+    out
+}
+
+/// A fresh RSA key pair: (`PUBLIC KEY` PEM, `PRIVATE KEY` PEM). Test helper; panics on a size
+/// aws-lc does not generate.
+pub(crate) fn generate_pem(bits: usize) -> (String, String) {
+    let size = match bits {
+        2048 => KeySize::Rsa2048,
+        3072 => KeySize::Rsa3072,
+        4096 => KeySize::Rsa4096,
+        8192 => KeySize::Rsa8192,
+        other => panic!("no RSA key size {other} (2048, 3072, 4096 or 8192)"),
+    };
+    let private = PrivateDecryptingKey::generate(size).expect("RSA key generation");
+    let public = private.public_key();
+    let private_der = private.as_der().expect("PKCS#8 encoding");
+    let public_der = public.as_der().expect("SPKI encoding");
+    (
+        to_pem("PUBLIC KEY", public_der.as_ref()),
+        to_pem("PRIVATE KEY", private_der.as_ref()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pkcs1_forms_are_read_like_pkcs8() {
+        let (public, private) = generate_pem(2048);
+        assert!(public_key("k", public.as_bytes()).is_ok());
+        assert!(private_key("k", private.as_bytes()).is_ok());
+        // The PKCS#1 forms: the inner structures of the PKCS#8 / SPKI ones.
+        let (_, p8) = pem(private.as_bytes()).unwrap().unwrap();
+        // PrivateKeyInfo: version, algorithm, OCTET STRING (the RSAPrivateKey).
+        let inner = &p8[26..];
+        let pkcs1 = to_pem("RSA PRIVATE KEY", inner);
+        assert!(private_key("k", pkcs1.as_bytes()).is_ok(), "{pkcs1}");
+    }
+
+    #[test]
+    fn ec_and_garbage_are_refused_with_their_reason() {
+        let ec = "-----BEGIN EC PRIVATE KEY-----\nMHcCAQEE\n-----END EC PRIVATE KEY-----\n";
+        assert!(matches!(
+            private_key("k", ec.as_bytes()),
+            Err(CryptoError::UnsupportedKey { kind: "EC", .. })
+        ));
+        assert!(matches!(
+            public_key("k", b"not a key"),
+            Err(CryptoError::InvalidKey { .. })
+        ));
+        let encrypted = "-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nAAAA\n-----END RSA PRIVATE KEY-----\n";
+        let err = private_key("k", encrypted.as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("password"), "{err}");
+    }
+}
