@@ -130,6 +130,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod guide;
 pub(crate) mod inbox;
+pub mod interceptor;
 pub mod lifecycle;
 pub(crate) mod lookup;
 pub mod message;

@@ -185,9 +185,24 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Replaces all options at once.
+    /// Adds an interceptor (upstream `ConsumerBuilder.intercept`): several run in the order
+    /// they were added (see [`crate::interceptor`]).
+    pub fn interceptor(
+        mut self,
+        interceptor: impl crate::interceptor::ConsumerInterceptor,
+    ) -> Self {
+        self.options.interceptors = crate::interceptor::Chain::push(
+            &self.options.interceptors,
+            std::sync::Arc::new(interceptor),
+        );
+        self
+    }
+
+    /// Replaces all options at once (the interceptors added before are kept).
     pub fn options(mut self, options: ConsumerOptions) -> Self {
+        let interceptors = self.options.interceptors.take();
         self.options = options;
+        self.options.interceptors = interceptors;
         self
     }
 

@@ -95,6 +95,8 @@ pub struct Consumer {
     /// messages queued: they were never handed out, can no longer be acked, and the broker
     /// gives them to another consumer).
     closed_by_app: AtomicBool,
+    /// The consumer's interceptors (`None`: none, the only check a message pays).
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl Consumer {
@@ -148,6 +150,7 @@ impl Consumer {
                 ctx.registry.clone(),
                 Arc::downgrade(&groups),
                 options.retry_enable,
+                options.interceptors.clone(),
             ),
             topic,
             registry: ctx.registry.clone(),
@@ -156,6 +159,7 @@ impl Consumer {
             discovery: None,
             end_reported: false,
             closed_by_app: AtomicBool::new(false),
+            interceptors: options.interceptors.clone(),
         }
     }
 
@@ -429,19 +433,29 @@ impl Consumer {
             return Err(Error::Closed);
         }
         if let Some(m) = self.peeked.take() {
-            return Ok(m);
+            return Ok(self.consumed(m));
         }
         if let Some(m) = self.take_buffered() {
-            return Ok(m);
+            return Ok(self.consumed(m));
         }
         loop {
             let Some((index, epoch, item)) = self.rx.recv().await else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
-                return r;
+                return r.map(|m| self.consumed(m));
             }
         }
+    }
+
+    /// A message the application takes: through the interceptors' `before_consume`, if any
+    /// (Java `ConsumerBase.beforeConsume`, called as `receive` returns the message).
+    #[inline(always)]
+    fn consumed(&self, mut m: Message) -> Message {
+        if let Some(c) = &self.interceptors {
+            c.before_consume(&mut m);
+        }
+        m
     }
 
     /// The task of the main topic that owns `id`; `Err` when several topics could
@@ -590,7 +604,9 @@ impl Consumer {
                 counts,
             });
         }
-        crate::stats::ConsumerStats::aggregate(self.state(), members)
+        let mut stats = crate::stats::ConsumerStats::aggregate(self.state(), members);
+        stats.interceptor_panics = crate::interceptor::panics(&self.interceptors);
+        stats
     }
 
     /// The tasks whose topic was not deleted under them.
@@ -749,16 +765,16 @@ impl Stream for Consumer {
             return Poll::Ready(None);
         }
         if let Some(m) = self.peeked.take() {
-            return Poll::Ready(Some(Ok(m)));
+            return Poll::Ready(Some(Ok(self.consumed(m))));
         }
         if let Some(m) = self.take_buffered() {
-            return Poll::Ready(Some(Ok(m)));
+            return Poll::Ready(Some(Ok(self.consumed(m))));
         }
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
-                        return Poll::Ready(Some(r));
+                        return Poll::Ready(Some(r.map(|m| self.consumed(m))));
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(None),

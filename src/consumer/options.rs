@@ -179,6 +179,9 @@ pub struct ConsumerOptions {
     /// Whether SUBSCRIBE may create the topic (a pattern consumer's may not: a topic deleted
     /// while it subscribes must stay deleted, like upstream's `createTopicIfDoesNotExist`).
     pub(crate) force_topic_creation: bool,
+    /// The interceptors, in order ([`ConsumerBuilder::interceptor`](crate::ConsumerBuilder::interceptor)).
+    pub(crate) interceptors:
+        crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl Default for ConsumerOptions {
@@ -213,6 +216,7 @@ impl Default for ConsumerOptions {
             start_message_rollback_secs: 0,
             schema: None,
             force_topic_creation: true,
+            interceptors: None,
         }
     }
 }

@@ -28,6 +28,7 @@ pub struct ReaderBuilder {
     schema: Option<crate::schema::SchemaInfo>,
     read_compacted: bool,
     rollback_secs: u64,
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl ReaderBuilder {
@@ -42,6 +43,7 @@ impl ReaderBuilder {
             schema: None,
             read_compacted: false,
             rollback_secs: 0,
+            interceptors: None,
         }
     }
 
@@ -128,6 +130,20 @@ impl ReaderBuilder {
         self.subscription(name)
     }
 
+    /// Adds an interceptor (upstream `ReaderBuilder.intercept`): its
+    /// [`before_consume`](crate::interceptor::ConsumerInterceptor::before_consume) runs as the
+    /// reader hands a message out (Java's `beforeRead`) and `on_partitions_change` as the
+    /// topic grows. A reader acks each message it hands out cumulatively (as Java's), so
+    /// `on_acknowledge_cumulative` runs for each too. Several run in the order they were added.
+    pub fn interceptor(
+        mut self,
+        interceptor: impl crate::interceptor::ConsumerInterceptor,
+    ) -> Self {
+        self.interceptors =
+            crate::interceptor::Chain::push(&self.interceptors, std::sync::Arc::new(interceptor));
+        self
+    }
+
     /// Creates the reader.
     pub async fn create(self) -> Result<Reader> {
         let topic = TopicName::new(&self.topic)?;
@@ -149,6 +165,7 @@ impl ReaderBuilder {
             start_message_rollback_secs: self.rollback_secs,
             read_compacted: self.read_compacted,
             schema: self.schema,
+            interceptors: self.interceptors,
             ..Default::default()
         };
         options.validate()?;

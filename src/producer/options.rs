@@ -108,6 +108,9 @@ pub struct ProducerOptions {
     /// The schema registered with the broker (`CommandProducer.schema`); set by
     /// [`ProducerBuilder::schema`](crate::ProducerBuilder::schema). `None`: plain bytes.
     pub schema: Option<crate::schema::SchemaInfo>,
+    /// The interceptors, in order ([`ProducerBuilder::interceptor`](crate::ProducerBuilder::interceptor)).
+    pub(crate) interceptors:
+        crate::interceptor::Interceptors<dyn crate::interceptor::ProducerInterceptor>,
 }
 
 impl Default for ProducerOptions {
@@ -126,6 +129,7 @@ impl Default for ProducerOptions {
             chunking: false,
             chunk_max_message_size: 0,
             schema: None,
+            interceptors: None,
         }
     }
 }
