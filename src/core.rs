@@ -43,6 +43,9 @@ pub(crate) struct ClientCore {
     shutdown: watch::Sender<bool>,
     /// Entity tasks still running (for a graceful client close).
     live_tasks: watch::Sender<usize>,
+    /// OpenTelemetry tracing, when the application turned it on.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) tracing: Option<crate::otel::Tracing>,
 }
 
 /// The part of the client memory limit consumers may hold, all together: half of it
@@ -168,6 +171,8 @@ impl ClientCore {
             ),
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
+            #[cfg(feature = "opentelemetry")]
+            tracing: None,
         }
     }
 

@@ -138,6 +138,8 @@ pub mod message_id;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+#[cfg(feature = "opentelemetry")]
+pub(crate) mod otel;
 pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;

@@ -284,8 +284,17 @@ impl ConsumerBuilder {
     /// Subscribes (on every partition of a partitioned topic, on every topic of a
     /// [`topics`](Self::topics) list). Fails if any topic cannot be subscribed (nothing is
     /// left subscribed then).
-    pub async fn subscribe(self) -> Result<Consumer> {
+    pub async fn subscribe(
+        #[cfg_attr(not(feature = "opentelemetry"), allow(unused_mut))] mut self,
+    ) -> Result<Consumer> {
         self.options.validate()?;
+        // Tracing runs after the application's interceptors (a `process` span per message).
+        #[cfg(feature = "opentelemetry")]
+        if let Some(t) = &self.client.tracing {
+            let tracer = t.consumer(&self.options.subscription);
+            self.options.interceptors =
+                crate::interceptor::Chain::push(&self.options.interceptors, tracer);
+        }
         if let Some(p) = &self.pattern {
             if self.discovery_period.is_zero() {
                 return Err(Error::InvalidConfig(

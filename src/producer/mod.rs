@@ -210,7 +210,16 @@ impl ProducerBuilder {
         }
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
-        let options = Arc::new(self.options);
+        #[allow(unused_mut)]
+        let mut options = self.options;
+        // Tracing runs after the application's interceptors: the span covers the message as
+        // they left it, and its context is the last property written.
+        #[cfg(feature = "opentelemetry")]
+        if let Some(t) = &client.tracing {
+            options.interceptors =
+                crate::interceptor::Chain::push(&options.interceptors, t.producer());
+        }
+        let options = Arc::new(options);
         let group = GroupClose::new();
         let handles = if partitions == 0 {
             vec![
