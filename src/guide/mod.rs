@@ -10,6 +10,7 @@
 //! | [`producing`] | sending, what a receipt means, batching, keys, compression, send timeouts, queue limits, cancel safety, flush and close |
 //! | [`consuming`] | subscription types, acks, the cloneable [`Acker`](crate::Acker), nacks, ack timeout, dead-letter and retry topics, seek, readers |
 //! | [`partitions`] | partitioned topics, key routing, and growing with the topic (PIP-247 watchers or polling) |
+//! | [`observing`] | interceptors, OpenTelemetry tracing (a trace from producer to consumer), statistics |
 //! | [`errors`] | lifecycle states, which errors are retried and which are terminal, and how to match them |
 //! | [`testing`] | testing an application against the mock broker |
 //! | [`features`] | the Java client's features, each with where it is here or what to do instead (checked against the code) |
@@ -49,6 +50,7 @@ pub mod consuming;
 pub mod errors;
 pub mod features;
 pub mod java_differences;
+pub mod observing;
 pub mod partitions;
 pub mod producing;
 pub mod testing;
