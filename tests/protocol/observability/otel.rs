@@ -231,3 +231,89 @@ async fn tracing_off_records_nothing_and_on_uses_the_global_provider() {
         }
     }
 }
+
+/// Batched messages on a multi-topic consumer: each message keeps its own send span (with
+/// the batch's size) as the parent of its own process span; a cumulative ack ends the process
+/// spans of its topic up to it, and only those.
+#[tokio::test]
+async fn batched_messages_of_a_multi_topic_consumer_each_keep_their_trace() {
+    let broker = MockBroker::start().await.unwrap();
+    let (exporter, provider) = exporter();
+    let client = test_client(&broker.service_url())
+        .tracer(provider.tracer("app"))
+        .build()
+        .unwrap();
+    let (a, b) = (full("otel-batched-a"), full("otel-batched-b"));
+    let mut consumer = client
+        .consumer(&a)
+        .topics([a.clone(), b.clone()])
+        .subscription("sub")
+        .subscribe()
+        .await
+        .unwrap();
+    let batched = client.producer(&a).create().await.unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..3 {
+        receipts.push(batched.send(format!("a{i}")).await.unwrap());
+    }
+    batched.flush().await.unwrap();
+    for r in receipts {
+        assert_eq!(r.await.unwrap().batch_size, 3, "one batch of three");
+    }
+    unbatched_producer(&client, &b)
+        .await
+        .send_and_wait("b0")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..4 {
+        got.push(recv(&mut consumer).await);
+    }
+    let last_a = got
+        .iter()
+        .filter(|m| m.topic.to_string() == a)
+        .max_by_key(|m| m.id)
+        .unwrap()
+        .clone();
+    let from_b = got.iter().find(|m| m.topic.to_string() == b).unwrap();
+    consumer.ack_cumulative(&last_a).unwrap();
+    let spans = finished(&exporter);
+    let processed: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("process "))
+        .collect();
+    assert_eq!(processed.len(), 3, "the three of topic a only: {spans:#?}");
+    for m in got.iter().filter(|m| m.topic.to_string() == a) {
+        let id = m.id.to_string();
+        let process = processed
+            .iter()
+            .find(|s| attr_str(s, "messaging.message.id") == Some(id.clone()))
+            .unwrap();
+        let send = spans
+            .iter()
+            .find(|s| {
+                s.name.starts_with("send ")
+                    && attr_str(s, "messaging.message.id") == Some(id.clone())
+            })
+            .unwrap();
+        assert_eq!(process.parent_span_id, send.span_context.span_id());
+        assert_eq!(
+            attr(send, "messaging.batch.message_count"),
+            Some(&Value::I64(3))
+        );
+        assert_eq!(
+            attr_str(process, "messaging.pulsar.acknowledgment.type").as_deref(),
+            Some("cumulative_acknowledge")
+        );
+    }
+    consumer.ack(from_b).unwrap();
+    let spans = finished(&exporter);
+    let process_b = spans
+        .iter()
+        .find(|s| s.name == format!("process {b}"))
+        .expect("b's process span, ended by its ack");
+    assert_eq!(
+        attr_str(process_b, "messaging.pulsar.acknowledgment.type").as_deref(),
+        Some("acknowledge")
+    );
+}
