@@ -317,3 +317,50 @@ async fn batched_messages_of_a_multi_topic_consumer_each_keep_their_trace() {
         Some("acknowledge")
     );
 }
+
+/// A dead-lettered message stays in its trace: the dead-letter copy carries the original
+/// context, so its `send` span (the dead-letter producer is traced too) is a child of the
+/// original send span, and the copy's `traceparent` names that child.
+#[tokio::test]
+async fn a_dead_lettered_copy_links_to_the_original_trace() {
+    let broker = MockBroker::start().await.unwrap();
+    let (exporter, provider) = exporter();
+    let client = test_client(&broker.service_url())
+        .tracer(provider.tracer("app"))
+        .build()
+        .unwrap();
+    let topic = full("otel-dead-letter");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("work")
+        .subscription_type(SubscriptionType::Shared)
+        .negative_ack_delay(Duration::from_millis(20))
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(1))
+        .subscribe()
+        .await
+        .unwrap();
+    let dlq = consumer.dead_letter_topic().unwrap().to_string();
+    let producer = unbatched_producer(&client, &topic).await;
+    producer.send_and_wait("poison").await.unwrap();
+    within("dead-lettered", async {
+        while consumer.stats().totals.dlq_sends < 1 {
+            if let Ok(m) = tokio::time::timeout(Duration::from_millis(50), consumer.recv()).await {
+                consumer.nack(&m.unwrap()).unwrap();
+            }
+        }
+    })
+    .await;
+    let spans = finished(&exporter);
+    let original = named(&spans, &format!("send {topic}"));
+    assert_eq!(original.len(), 1, "{spans:#?}");
+    let original = original[0];
+    let copy = spans
+        .iter()
+        .find(|s| s.name == format!("send {dlq}"))
+        .unwrap_or_else(|| panic!("the dead-letter send span: {spans:#?}"));
+    assert_eq!(
+        copy.span_context.trace_id(),
+        original.span_context.trace_id()
+    );
+    assert_eq!(copy.parent_span_id, original.span_context.span_id());
+}
