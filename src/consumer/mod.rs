@@ -432,18 +432,23 @@ impl Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
-        if let Some(m) = self.peeked.take() {
-            return Ok(self.consumed(m));
+        if let Some(mut m) = self.peeked.take() {
+            self.consumed(&mut m);
+            return Ok(m);
         }
-        if let Some(m) = self.take_buffered() {
-            return Ok(self.consumed(m));
+        if let Some(mut m) = self.take_buffered() {
+            self.consumed(&mut m);
+            return Ok(m);
         }
         loop {
             let Some((index, epoch, item)) = self.rx.recv().await else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
-                return r.map(|m| self.consumed(m));
+                return r.map(|mut m| {
+                    self.consumed(&mut m);
+                    m
+                });
             }
         }
     }
@@ -451,11 +456,10 @@ impl Consumer {
     /// A message the application takes: through the interceptors' `before_consume`, if any
     /// (Java `ConsumerBase.beforeConsume`, called as `receive` returns the message).
     #[inline(always)]
-    fn consumed(&self, mut m: Message) -> Message {
+    fn consumed(&self, m: &mut Message) {
         if let Some(c) = &self.interceptors {
-            c.before_consume(&mut m);
+            before_consume(c, m);
         }
-        m
     }
 
     /// The task of the main topic that owns `id`; `Err` when several topics could
@@ -737,6 +741,16 @@ impl Consumer {
     }
 }
 
+/// The interceptors' `before_consume`, out of line (the hot path only checks for them).
+#[cold]
+#[inline(never)]
+fn before_consume(
+    c: &crate::interceptor::Chain<dyn crate::interceptor::ConsumerInterceptor>,
+    m: &mut Message,
+) {
+    c.before_consume(m);
+}
+
 /// The (first) topic's dead-letter / retry publisher.
 fn first_sink(groups: &Groups) -> Option<Arc<engine::dlq::DeadLetterSink>> {
     let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -764,17 +778,22 @@ impl Stream for Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Poll::Ready(None);
         }
-        if let Some(m) = self.peeked.take() {
-            return Poll::Ready(Some(Ok(self.consumed(m))));
+        if let Some(mut m) = self.peeked.take() {
+            self.consumed(&mut m);
+            return Poll::Ready(Some(Ok(m)));
         }
-        if let Some(m) = self.take_buffered() {
-            return Poll::Ready(Some(Ok(self.consumed(m))));
+        if let Some(mut m) = self.take_buffered() {
+            self.consumed(&mut m);
+            return Poll::Ready(Some(Ok(m)));
         }
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
-                        return Poll::Ready(Some(r.map(|m| self.consumed(m))));
+                        return Poll::Ready(Some(r.map(|mut m| {
+                            self.consumed(&mut m);
+                            m
+                        })));
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(None),

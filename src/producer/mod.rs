@@ -577,11 +577,10 @@ impl Producer {
         }
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
-        let msg = msg.into();
         if let Some(chain) = &self.inner.interceptors {
-            return Box::pin(self.send_intercepted(chain.clone(), msg)).await;
+            return Box::pin(self.send_intercepted(chain.clone(), msg.into())).await;
         }
-        match self.try_send(Outgoing::from(msg))? {
+        match self.try_send(Outgoing::from(msg.into()))? {
             Ok(receipt) => Ok(receipt),
             Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
         }
