@@ -24,7 +24,9 @@
 //!
 //! Environment: `HOT_PATHS_N1` (default 10,000), `HOT_PATHS_N2` (default 50,000),
 //! `HOT_PATHS_LOOPS` (default `produce,consume`; the unbatched loops run when named), `HOT_PATHS_VALGRIND` (default `valgrind`),
-//! `HOT_PATHS_OUT` (a directory: keep the callgrind output files there, named
+//! `HOT_PATHS_INTERCEPT` (`none`, the default; `noop`: one interceptor with empty hooks on the
+//! producer and the consumer; `tracing`: OpenTelemetry tracing on, with an SDK tracer provider
+//! that records spans and exports none), `HOT_PATHS_OUT` (a directory: keep the callgrind output files there, named
 //! `callgrind.<loop>.<n>`, for `callgrind_annotate`; default: a temporary directory removed at
 //! the end).
 #![allow(clippy::print_stdout, clippy::print_stderr)]
@@ -60,11 +62,26 @@ fn batching() -> BatchingOptions {
 }
 
 fn client(url: &str) -> Client {
-    Client::builder()
-        .service_url(url)
-        .build()
-        .expect("client config")
+    let builder = Client::builder().service_url(url);
+    let builder = if intercept() == "tracing" {
+        use opentelemetry::trace::TracerProvider as _;
+        let provider = opentelemetry_sdk::trace::SdkTracerProvider::builder().build();
+        builder.tracer(provider.tracer("hot-paths"))
+    } else {
+        builder
+    };
+    builder.build().expect("client config")
 }
+
+/// `HOT_PATHS_INTERCEPT` (see the module docs).
+fn intercept() -> String {
+    std::env::var("HOT_PATHS_INTERCEPT").unwrap_or_else(|_| "none".into())
+}
+
+/// An interceptor whose hooks are all the empty defaults.
+struct Noop;
+impl pulsar_sdk::interceptor::ProducerInterceptor for Noop {}
+impl pulsar_sdk::interceptor::ConsumerInterceptor for Noop {}
 
 /// Sends `n` messages with pipelined sends and waits for every receipt; `batched` picks
 /// batching on (the options above) or off (one entry, one receipt per message).
@@ -75,6 +92,11 @@ async fn produce(url: &str, n: u64, batched: bool) {
         producer.batching_options(batching())
     } else {
         producer.batching(false)
+    };
+    let producer = if intercept() == "noop" {
+        producer.interceptor(Noop)
+    } else {
+        producer
     };
     let producer = producer
         .block_if_queue_full(true)
@@ -97,15 +119,18 @@ async fn produce(url: &str, n: u64, batched: bool) {
 /// Receives and acks `n` messages on a Shared subscription from earliest.
 async fn consume(url: &str, n: u64) {
     let client = client(url);
-    let mut consumer = client
+    let consumer = client
         .consumer(TOPIC)
         .subscription("hot-paths")
         .subscription_type(SubscriptionType::Shared)
         .initial_position(InitialPosition::Earliest)
-        .receiver_queue_size(1000)
-        .subscribe()
-        .await
-        .expect("consumer");
+        .receiver_queue_size(1000);
+    let consumer = if intercept() == "noop" {
+        consumer.interceptor(Noop)
+    } else {
+        consumer
+    };
+    let mut consumer = consumer.subscribe().await.expect("consumer");
     // No timeout around each `recv` (its timer would be counted as the client's): the child's
     // watchdog (see `main`) ends a run that hangs.
     for _ in 0..n {

@@ -42,6 +42,8 @@ pub struct ClientBuilder {
     metrics_topic_labels: bool,
     #[cfg(feature = "tls")]
     tls: TlsOptions,
+    #[cfg(feature = "opentelemetry")]
+    tracing: Option<crate::otel::Tracing>,
 }
 
 impl Default for ClientBuilder {
@@ -57,6 +59,8 @@ impl Default for ClientBuilder {
             metrics_topic_labels: false,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
+            #[cfg(feature = "opentelemetry")]
+            tracing: None,
         }
     }
 }
@@ -264,6 +268,35 @@ impl ClientBuilder {
         self
     }
 
+    /// OpenTelemetry tracing with the global tracer provider's tracer (cargo feature
+    /// `opentelemetry`; Java's `enableTracing`): every producer and consumer this client
+    /// creates records a `send` span per message and a `process` span per message received,
+    /// and carries the W3C trace context in the message properties (see the guide's
+    /// "Tracing" section). Off by default. Readers are not traced (as in Java).
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn tracing(mut self, on: bool) -> Self {
+        self.tracing = on.then_some(crate::otel::Tracing::Global);
+        self
+    }
+
+    /// OpenTelemetry tracing with this tracer (cargo feature `opentelemetry`; Java's
+    /// `openTelemetry(..)`): as [`tracing(true)`](Self::tracing), with the application's
+    /// tracer instead of the global provider's, e.g. an SDK `TracerProvider`'s
+    /// `tracer("my-service")`.
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn tracer<T>(mut self, tracer: T) -> Self
+    where
+        T: opentelemetry::trace::Tracer + Send + Sync + 'static,
+        T::Span: Send + Sync + 'static,
+    {
+        self.tracing = Some(crate::otel::Tracing::Given(std::sync::Arc::new(
+            opentelemetry::global::BoxedTracer::new(Box::new(tracer)),
+        )));
+        self
+    }
+
     /// Validates the configuration and builds the client. No connection is opened yet.
     pub fn build(self) -> Result<Client> {
         let url = self
@@ -330,6 +363,10 @@ impl ClientBuilder {
             self.auto_update_partitions_interval,
         );
         core.metric_labels.topic = self.metrics_topic_labels;
+        #[cfg(feature = "opentelemetry")]
+        {
+            core.tracing = self.tracing;
+        }
         Ok(Client {
             core: Arc::new(core),
         })

@@ -47,6 +47,9 @@ pub(crate) struct ClientCore {
     /// first use: this layer does not name it).
     #[cfg_attr(not(feature = "avro"), allow(dead_code))]
     pub(crate) schema_cache: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
+    /// OpenTelemetry tracing, when the application turned it on.
+    #[cfg(feature = "opentelemetry")]
+    pub(crate) tracing: Option<crate::otel::Tracing>,
 }
 
 /// The part of the client memory limit consumers may hold, all together: half of it
@@ -173,6 +176,8 @@ impl ClientCore {
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
             schema_cache: std::sync::OnceLock::new(),
+            #[cfg(feature = "opentelemetry")]
+            tracing: None,
         }
     }
 

@@ -11,7 +11,7 @@
 //! Public modules are the ones an application uses: [`client`], [`producer`], [`consumer`]
 //! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
 //! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
-//! [`topic`], [`service_url`] and, behind cargo features, `metrics` and `mock` (a scriptable
+//! [`topic`], [`service_url`], [`interceptor`] and, behind cargo features, `metrics` and `mock` (a scriptable
 //! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
 //! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
 //! internal; the few types of theirs an application meets are re-exported here
@@ -107,6 +107,14 @@
 //! counters (see [`stats`]). With the cargo feature `metrics`, the client also records
 //! upstream's PIP-342 metrics through the [`metrics`](https://docs.rs/metrics) facade for the
 //! application's exporter (see `pulsar_sdk::metrics` and `examples/prometheus.rs`).
+//!
+//! ## Interceptors and tracing
+//!
+//! [`interceptor`]s run code of the application's at each step of a message's life (Java's
+//! `ProducerInterceptor` / `ConsumerInterceptor`). With the cargo feature `opentelemetry`,
+//! `ClientBuilder::tracing(true)` (or `tracer(..)`) records OpenTelemetry `send` and `process`
+//! spans and carries the W3C trace context in message properties: see
+//! [`guide::observing`] and `examples/tracing.rs`.
 #![warn(missing_docs)]
 #![deny(unreachable_pub)]
 // On docs.rs (nightly, `--cfg docsrs`), items behind a cargo feature say which one.
@@ -133,6 +141,7 @@ pub mod error;
 pub mod fuzzing;
 pub mod guide;
 pub(crate) mod inbox;
+pub mod interceptor;
 pub mod lifecycle;
 pub(crate) mod lookup;
 pub mod message;
@@ -140,6 +149,8 @@ pub mod message_id;
 #[cfg(feature = "metrics")]
 #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
 pub mod metrics;
+#[cfg(feature = "opentelemetry")]
+pub(crate) mod otel;
 pub(crate) mod partitions;
 pub(crate) mod pool;
 pub mod producer;

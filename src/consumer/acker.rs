@@ -58,6 +58,8 @@ struct AckerInner {
     groups: Weak<std::sync::Mutex<Vec<TopicGroup>>>,
     /// Whether `reconsume_later` may publish to the retry topic.
     retry_enable: bool,
+    /// The consumer's interceptors (`on_acknowledge`, `on_acknowledge_cumulative`).
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl Acker {
@@ -68,6 +70,7 @@ impl Acker {
         registry: Registry,
         groups: Weak<std::sync::Mutex<Vec<TopicGroup>>>,
         retry_enable: bool,
+        interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
     ) -> Self {
         Acker {
             inner: Arc::new(AckerInner {
@@ -77,6 +80,7 @@ impl Acker {
                 registry,
                 groups,
                 retry_enable,
+                interceptors,
             }),
         }
     }
@@ -135,10 +139,34 @@ impl Acker {
     /// ```
     pub fn ack(&self, msg: &Message) -> Result<()> {
         // The hot path: straight into the source task's ack buffer (no op built and matched).
+        if self.inner.interceptors.is_some() {
+            let r = self.ack_source(msg);
+            self.acked(false, &msg.topic, &msg.id, &r);
+            return r;
+        }
+        self.ack_source(msg)
+    }
+
+    #[inline(always)]
+    fn ack_source(&self, msg: &Message) -> Result<()> {
         let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         let p = self.source_of(&tasks, msg)?;
         Self::check_open(p)?;
         p.send_ack(msg.id).map_err(|_| Error::Closed)
+    }
+
+    /// The interceptors' `on_acknowledge` / `on_acknowledge_cumulative` for an ack the
+    /// application made (Java calls them as the ack completes, with its error if it failed).
+    #[cold]
+    fn acked(&self, cumulative: bool, topic: &TopicName, id: &MessageId, r: &Result<()>) {
+        if let Some(c) = &self.inner.interceptors {
+            let r = r.as_ref().map(|_| ());
+            if cumulative {
+                c.on_acknowledge_cumulative(topic, id, r)
+            } else {
+                c.on_acknowledge(topic, id, r)
+            }
+        }
     }
 
     /// Acknowledges a message by id (of this consumer's topic).
@@ -194,8 +222,13 @@ impl Acker {
     /// # Ok(()) }
     /// ```
     pub fn ack_cumulative(&self, msg: &Message) -> Result<()> {
-        self.check_cumulative()?;
-        self.to_source(msg, ConsumerOp::AckCumulative(msg.id))
+        let r = self
+            .check_cumulative()
+            .and_then(|_| self.to_source(msg, ConsumerOp::AckCumulative(msg.id)));
+        if self.inner.interceptors.is_some() {
+            self.acked(true, &msg.topic, &msg.id, &r);
+        }
+        r
     }
 
     /// [`Acker::ack_cumulative`] by id.
@@ -275,7 +308,7 @@ impl Acker {
         let p = owners.main.ok_or_else(|| {
             Error::InvalidOperation(format!("message id {id} is not from this consumer"))
         })?;
-        self.send(&p, op)
+        self.send_by_id(&p, op)
     }
 
     /// Routes an op about an id of `topic` (the message's [`Message::topic`]: the partition's
@@ -288,7 +321,7 @@ impl Acker {
                     "message id {id} of {topic}: no such topic in this consumer"
                 ))
             })?;
-        self.send(&p, op)
+        self.send_by_id(&p, op)
     }
 
     /// Acknowledges a message by its topic and id: what a multi-topic consumer needs when only
@@ -334,5 +367,20 @@ impl Acker {
             ConsumerOp::Ack(id) => p.send_ack(id).map_err(|_| Error::Closed),
             op => p.send_op(op).map_err(|_| Error::Closed),
         }
+    }
+
+    /// [`Self::send`] of an op by id, whose topic is known once its task is: an ack goes
+    /// through the interceptors with it (an ack of a `Message` does, with the message's).
+    fn send_by_id(&self, p: &PartitionShared, op: ConsumerOp) -> Result<()> {
+        let acked = match (&self.inner.interceptors, &op) {
+            (Some(_), ConsumerOp::Ack(id)) => Some((false, *id)),
+            (Some(_), ConsumerOp::AckCumulative(id)) => Some((true, *id)),
+            _ => None,
+        };
+        let r = self.send(p, op);
+        if let Some((cumulative, id)) = acked {
+            self.acked(cumulative, &p.topic, &id, &r);
+        }
+        r
     }
 }

@@ -217,9 +217,24 @@ impl ConsumerBuilder {
         self
     }
 
-    /// Replaces all options at once.
+    /// Adds an interceptor (upstream `ConsumerBuilder.intercept`): several run in the order
+    /// they were added (see [`crate::interceptor`]).
+    pub fn interceptor(
+        mut self,
+        interceptor: impl crate::interceptor::ConsumerInterceptor,
+    ) -> Self {
+        self.options.interceptors = crate::interceptor::Chain::push(
+            &self.options.interceptors,
+            std::sync::Arc::new(interceptor),
+        );
+        self
+    }
+
+    /// Replaces all options at once (the interceptors added before are kept).
     pub fn options(mut self, options: ConsumerOptions) -> Self {
+        let interceptors = self.options.interceptors.take();
         self.options = options;
+        self.options.interceptors = interceptors;
         self
     }
 
@@ -301,8 +316,17 @@ impl ConsumerBuilder {
     /// Subscribes (on every partition of a partitioned topic, on every topic of a
     /// [`topics`](Self::topics) list). Fails if any topic cannot be subscribed (nothing is
     /// left subscribed then).
-    pub async fn subscribe(self) -> Result<Consumer> {
+    pub async fn subscribe(
+        #[cfg_attr(not(feature = "opentelemetry"), allow(unused_mut))] mut self,
+    ) -> Result<Consumer> {
         self.options.validate()?;
+        // Tracing runs after the application's interceptors (a `process` span per message).
+        #[cfg(feature = "opentelemetry")]
+        if let Some(t) = &self.client.tracing {
+            let tracer = t.consumer(&self.options.subscription);
+            self.options.interceptors =
+                crate::interceptor::Chain::push(&self.options.interceptors, tracer);
+        }
         if let Some(p) = &self.pattern {
             if self.discovery_period.is_zero() {
                 return Err(Error::InvalidConfig(

@@ -95,6 +95,8 @@ pub struct Consumer {
     /// messages queued: they were never handed out, can no longer be acked, and the broker
     /// gives them to another consumer).
     closed_by_app: AtomicBool,
+    /// The consumer's interceptors (`None`: none, the only check a message pays).
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl Consumer {
@@ -148,6 +150,7 @@ impl Consumer {
                 ctx.registry.clone(),
                 Arc::downgrade(&groups),
                 options.retry_enable,
+                options.interceptors.clone(),
             ),
             topic,
             registry: ctx.registry.clone(),
@@ -156,6 +159,7 @@ impl Consumer {
             discovery: None,
             end_reported: false,
             closed_by_app: AtomicBool::new(false),
+            interceptors: options.interceptors.clone(),
         }
     }
 
@@ -428,10 +432,12 @@ impl Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
-        if let Some(m) = self.peeked.take() {
+        if let Some(mut m) = self.peeked.take() {
+            self.consumed(&mut m);
             return Ok(m);
         }
-        if let Some(m) = self.take_buffered() {
+        if let Some(mut m) = self.take_buffered() {
+            self.consumed(&mut m);
             return Ok(m);
         }
         loop {
@@ -439,8 +445,20 @@ impl Consumer {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
-                return r;
+                return r.map(|mut m| {
+                    self.consumed(&mut m);
+                    m
+                });
             }
+        }
+    }
+
+    /// A message the application takes: through the interceptors' `before_consume`, if any
+    /// (Java `ConsumerBase.beforeConsume`, called as `receive` returns the message).
+    #[inline(always)]
+    fn consumed(&self, m: &mut Message) {
+        if let Some(c) = &self.interceptors {
+            before_consume(c, m);
         }
     }
 
@@ -590,7 +608,9 @@ impl Consumer {
                 counts,
             });
         }
-        crate::stats::ConsumerStats::aggregate(self.state(), members)
+        let mut stats = crate::stats::ConsumerStats::aggregate(self.state(), members);
+        stats.interceptor_panics = crate::interceptor::panics(&self.interceptors);
+        stats
     }
 
     /// The tasks whose topic was not deleted under them.
@@ -721,6 +741,16 @@ impl Consumer {
     }
 }
 
+/// The interceptors' `before_consume`, out of line (the hot path only checks for them).
+#[cold]
+#[inline(never)]
+fn before_consume(
+    c: &crate::interceptor::Chain<dyn crate::interceptor::ConsumerInterceptor>,
+    m: &mut Message,
+) {
+    c.before_consume(m);
+}
+
 /// The (first) topic's dead-letter / retry publisher.
 fn first_sink(groups: &Groups) -> Option<Arc<engine::dlq::DeadLetterSink>> {
     let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -748,17 +778,22 @@ impl Stream for Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Poll::Ready(None);
         }
-        if let Some(m) = self.peeked.take() {
+        if let Some(mut m) = self.peeked.take() {
+            self.consumed(&mut m);
             return Poll::Ready(Some(Ok(m)));
         }
-        if let Some(m) = self.take_buffered() {
+        if let Some(mut m) = self.take_buffered() {
+            self.consumed(&mut m);
             return Poll::Ready(Some(Ok(m)));
         }
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
-                        return Poll::Ready(Some(r));
+                        return Poll::Ready(Some(r.map(|mut m| {
+                            self.consumed(&mut m);
+                            m
+                        })));
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(None),

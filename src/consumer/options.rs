@@ -188,6 +188,9 @@ pub struct ConsumerOptions {
     #[cfg(feature = "encryption")]
     #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
     pub crypto_failure_action: crate::crypto::ConsumerCryptoFailureAction,
+    /// The interceptors, in order ([`ConsumerBuilder::interceptor`](crate::ConsumerBuilder::interceptor)).
+    pub(crate) interceptors:
+        crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl Default for ConsumerOptions {
@@ -226,6 +229,7 @@ impl Default for ConsumerOptions {
             crypto_key_reader: None,
             #[cfg(feature = "encryption")]
             crypto_failure_action: Default::default(),
+            interceptors: None,
         }
     }
 }

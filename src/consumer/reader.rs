@@ -32,6 +32,7 @@ pub struct ReaderBuilder {
     crypto_key_reader: Option<std::sync::Arc<dyn crate::crypto::CryptoKeyReader>>,
     #[cfg(feature = "encryption")]
     crypto_failure_action: crate::crypto::ConsumerCryptoFailureAction,
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
 }
 
 impl ReaderBuilder {
@@ -50,6 +51,7 @@ impl ReaderBuilder {
             crypto_key_reader: None,
             #[cfg(feature = "encryption")]
             crypto_failure_action: Default::default(),
+            interceptors: None,
         }
     }
 
@@ -160,6 +162,20 @@ impl ReaderBuilder {
         self.subscription(name)
     }
 
+    /// Adds an interceptor (upstream `ReaderBuilder.intercept`): its
+    /// [`before_consume`](crate::interceptor::ConsumerInterceptor::before_consume) runs as the
+    /// reader hands a message out (Java's `beforeRead`) and `on_partitions_change` as the
+    /// topic grows. A reader acks each message it hands out cumulatively (as Java's), so
+    /// `on_acknowledge_cumulative` runs for each too. Several run in the order they were added.
+    pub fn interceptor(
+        mut self,
+        interceptor: impl crate::interceptor::ConsumerInterceptor,
+    ) -> Self {
+        self.interceptors =
+            crate::interceptor::Chain::push(&self.interceptors, std::sync::Arc::new(interceptor));
+        self
+    }
+
     /// Creates the reader.
     pub async fn create(self) -> Result<Reader> {
         let topic = TopicName::new(&self.topic)?;
@@ -185,6 +201,7 @@ impl ReaderBuilder {
             crypto_key_reader: self.crypto_key_reader,
             #[cfg(feature = "encryption")]
             crypto_failure_action: self.crypto_failure_action,
+            interceptors: self.interceptors,
             ..Default::default()
         };
         options.validate()?;

@@ -37,6 +37,8 @@
 //! | Operator metrics (PIP-342 names) | yes | cargo feature `metrics` (`pulsar_sdk::metrics`), through the `metrics` facade |
 //! | Lookups through a Pulsar proxy, redirects, topic migration (PIP-188), direct reconnect (PIP-307) | yes | automatic; [`ClientBuilder::max_lookup_redirects`] |
 //! | End-to-end encryption (PIP-4): RSA keys, several recipients, key readers, failure actions | yes | [`ProducerBuilder::encryption_key`], [`ConsumerBuilder::crypto_key_reader`] (cargo feature `encryption`, `pulsar_sdk::crypto`; EC keys are refused) |
+//! | Interceptors (producer, consumer, reader) | yes | [`ProducerBuilder::interceptor`], [`ConsumerBuilder::interceptor`], [`crate::interceptor`], [`observing`](super::observing) |
+//! | OpenTelemetry tracing (send and process spans, W3C context in message properties) | yes | cargo feature `opentelemetry`: `ClientBuilder::tracing` / `ClientBuilder::tracer`, [`observing`](super::observing) |
 //! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
 //!
 //! ## Not supported yet
@@ -44,8 +46,6 @@
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
 //! | Transactions (PIP-31) | no | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
-//! | Interceptors | no | wrap the producer or consumer in the application |
-//! | OpenTelemetry tracing | no | the crate logs through `tracing`; operator metrics as above |
 //! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
 //! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
 //! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
@@ -64,20 +64,6 @@
 //! ```compile_fail
 //! fn f(c: &pulsar_sdk::Client) {
 //!     let _ = c.new_transaction();
-//! }
-//! ```
-//!
-//! Interceptors:
-//! ```compile_fail
-//! fn f(b: pulsar_sdk::ProducerBuilder) -> pulsar_sdk::ProducerBuilder {
-//!     b.interceptor(())
-//! }
-//! ```
-//!
-//! OpenTelemetry tracing:
-//! ```compile_fail
-//! fn f(b: pulsar_sdk::ClientBuilder) -> pulsar_sdk::ClientBuilder {
-//!     b.enable_tracing(true)
 //! }
 //! ```
 //!
@@ -147,6 +133,8 @@
 //! [`ProducerBuilder::block_if_queue_full`]: crate::ProducerBuilder::block_if_queue_full
 //! [`ProducerBuilder::access_mode`]: crate::ProducerBuilder::access_mode
 //! [`ProducerBuilder::auto_update_partitions`]: crate::ProducerBuilder::auto_update_partitions
+//! [`ProducerBuilder::interceptor`]: crate::ProducerBuilder::interceptor
+//! [`ConsumerBuilder::interceptor`]: crate::ConsumerBuilder::interceptor
 //! [`ClientBuilder::memory_limit`]: crate::ClientBuilder::memory_limit
 //! [`ClientBuilder::max_lookup_redirects`]: crate::ClientBuilder::max_lookup_redirects
 //! [`ClientBuilder::tls_trust_certs_file_path`]: crate::ClientBuilder::tls_trust_certs_file_path
@@ -193,6 +181,7 @@ mod tests {
             include_str!("java_differences.rs"),
         ),
         ("guide/partitions.rs", include_str!("partitions.rs")),
+        ("guide/observing.rs", include_str!("observing.rs")),
         ("guide/producing.rs", include_str!("producing.rs")),
         ("guide/testing.rs", include_str!("testing.rs")),
         ("README.md", include_str!("../../README.md")),

@@ -11,6 +11,7 @@
 //! | [`consuming`] | subscription types, acks, the cloneable [`Acker`](crate::Acker), nacks, ack timeout, dead-letter and retry topics, seek, readers |
 //! | [`encryption`] | end-to-end encryption (PIP-4) with the official clients' format: key readers, PEM files, failure actions (cargo feature `encryption`) |
 //! | [`partitions`] | partitioned topics, key routing, and growing with the topic (PIP-247 watchers or polling) |
+//! | [`observing`] | interceptors, OpenTelemetry tracing (a trace from producer to consumer), statistics |
 //! | [`errors`] | lifecycle states, which errors are retried and which are terminal, and how to match them |
 //! | [`testing`] | testing an application against the mock broker |
 //! | [`features`] | the Java client's features, each with where it is here or what to do instead (checked against the code) |
@@ -53,6 +54,7 @@ pub mod encryption;
 pub mod errors;
 pub mod features;
 pub mod java_differences;
+pub mod observing;
 pub mod partitions;
 pub mod producing;
 pub mod testing;

@@ -150,9 +150,22 @@ impl ProducerBuilder {
         self
     }
 
-    /// Replaces all options at once.
+    /// Adds an interceptor (upstream `ProducerBuilder.intercept`): several run in the order
+    /// they were added (see [`crate::interceptor`]).
+    pub fn interceptor(
+        mut self,
+        interceptor: impl crate::interceptor::ProducerInterceptor,
+    ) -> Self {
+        self.options.interceptors =
+            crate::interceptor::Chain::push(&self.options.interceptors, Arc::new(interceptor));
+        self
+    }
+
+    /// Replaces all options at once (the interceptors added before are kept).
     pub fn options(mut self, options: ProducerOptions) -> Self {
+        let interceptors = self.options.interceptors.take();
         self.options = options;
+        self.options.interceptors = interceptors;
         self
     }
 
@@ -234,7 +247,7 @@ impl ProducerBuilder {
         }
         let client = self.client;
         let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
-        #[cfg_attr(not(feature = "encryption"), allow(unused_mut))]
+        #[allow(unused_mut)]
         let mut options = self.options;
         // The recipients' keys are loaded before any partition's producer is created (Java's
         // first key-generator run fails the creation); one data key for all partitions.
@@ -251,6 +264,13 @@ impl ProducerBuilder {
                 )
                 .await?,
             );
+        }
+        // Tracing runs after the application's interceptors: the span covers the message as
+        // they left it, and its context is the last property written.
+        #[cfg(feature = "opentelemetry")]
+        if let Some(t) = &client.tracing {
+            options.interceptors =
+                crate::interceptor::Chain::push(&options.interceptors, t.producer());
         }
         let options = Arc::new(options);
         let group = GroupClose::new();
@@ -326,6 +346,7 @@ impl ProducerBuilder {
                 .map(|b| b.max_publish_delay.max(Duration::from_millis(1))),
             started: Instant::now(),
             count: watch::Sender::new(partitions as usize),
+            interceptors: options.interceptors.clone(),
             _registration: registration,
         });
         if let Some(rx) = grow_rx {
@@ -377,6 +398,9 @@ async fn grow(
         }
         let n = inner.snapshot().len();
         inner.count.send_replace(n);
+        if let Some(c) = &options.interceptors {
+            c.on_partitions_change(&inner.topic, n as u32);
+        }
         let _ = req.done.send(result);
     }
 }
@@ -399,6 +423,8 @@ struct ProducerInner {
     /// fill (upstream's round-robin router).
     switch_every: Option<Duration>,
     started: Instant,
+    /// The producer's interceptors (`None`: none, the only check a send pays).
+    interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ProducerInterceptor>,
 }
 
 impl ProducerInner {
@@ -468,14 +494,16 @@ impl Producer {
     pub fn stats(&self) -> crate::stats::ProducerStats {
         let parts = self.inner.snapshot();
         let states: Vec<State> = parts.iter().map(|p| *p.state.borrow()).collect();
-        crate::stats::ProducerStats::aggregate(
+        let mut stats = crate::stats::ProducerStats::aggregate(
             aggregate_state(&states),
             parts
                 .iter()
                 .zip(&states)
                 .map(|(p, s)| (p.partition, *s, &*p.stats))
                 .collect(),
-        )
+        );
+        stats.interceptor_panics = crate::interceptor::panics(&self.inner.interceptors);
+        stats
     }
 
     /// The producer's lifecycle states as a
@@ -602,9 +630,44 @@ impl Producer {
         }
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
+        if let Some(chain) = &self.inner.interceptors {
+            return Box::pin(self.send_intercepted(chain.clone(), msg.into())).await;
+        }
         match self.try_send(Outgoing::from(msg.into()))? {
             Ok(receipt) => Ok(receipt),
             Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
+        }
+    }
+
+    /// A send through the producer's interceptors: `before_send` first, then
+    /// `on_send_acknowledgement` when the receipt completes (Java `ProducerImpl` calls it from
+    /// the send callback, whether or not the application waits for the result), also when the
+    /// send fails before it is queued.
+    async fn send_intercepted(
+        &self,
+        chain: Arc<crate::interceptor::Chain<dyn crate::interceptor::ProducerInterceptor>>,
+        mut msg: ProducerMessage,
+    ) -> Result<SendFuture> {
+        let topic = &self.inner.topic;
+        chain.before_send(topic, &mut msg);
+        let sent = msg.clone();
+        let queued = match self.try_send(Outgoing::from(msg)) {
+            Ok(Ok(receipt)) => Ok(receipt),
+            Ok(Err((p, blocked))) => p.send_waiting(blocked).await,
+            Err(e) => Err(e),
+        };
+        match queued {
+            Ok(mut receipt) => {
+                let topic = topic.clone();
+                receipt.on_complete(Box::new(move |result| {
+                    chain.on_send_acknowledgement(&topic, &sent, result)
+                }));
+                Ok(receipt)
+            }
+            Err(e) => {
+                chain.on_send_acknowledgement(topic, &sent, Err(&e));
+                Err(e)
+            }
         }
     }
 

@@ -125,6 +125,9 @@ pub struct ProducerOptions {
     /// The running encryption, set by `create` (shared by the partitions).
     #[cfg(feature = "encryption")]
     pub(crate) encryptor: Option<std::sync::Arc<crate::crypto::Encryptor>>,
+    /// The interceptors, in order ([`ProducerBuilder::interceptor`](crate::ProducerBuilder::interceptor)).
+    pub(crate) interceptors:
+        crate::interceptor::Interceptors<dyn crate::interceptor::ProducerInterceptor>,
 }
 
 impl Default for ProducerOptions {
@@ -151,6 +154,7 @@ impl Default for ProducerOptions {
             crypto_failure_action: Default::default(),
             #[cfg(feature = "encryption")]
             encryptor: None,
+            interceptors: None,
         }
     }
 }

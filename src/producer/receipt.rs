@@ -43,11 +43,46 @@ enum Slot {
     #[default]
     Waiting,
     Polled(Waker),
+    /// Not completed yet, with a hook to run on completion (the producer's interceptors):
+    /// only on producers that have some.
+    Hooked(Box<Hooked>),
     Done(StoredId),
     /// Any other result (an error, a chunked message's id): rare, so boxed.
     DoneOther(Box<Result<MessageId>>),
     /// The future took the result.
     Taken,
+}
+
+/// What runs when a send completes, with its result (see [`SendFuture::on_complete`]).
+pub(crate) type Hook = Box<dyn FnOnce(Result<&MessageId, &Error>) + Send>;
+
+/// A pending slot's completion hook, and the waker of the future if it polled.
+struct Hooked {
+    waker: Option<Waker>,
+    hook: Hook,
+}
+
+impl std::fmt::Debug for Hooked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hooked")
+            .field("waker", &self.waker)
+            .finish()
+    }
+}
+
+/// The hooks of the slots a completion filled, with their results: run once every lock is
+/// released (hook first, then the future's waker, as Java runs the interceptors before it
+/// completes the send's future). Empty (no allocation) on a producer without interceptors.
+type Hooks = Vec<(Box<Hooked>, Result<MessageId>)>;
+
+/// Runs the hooks collected by a completion.
+fn run_hooks(hooks: Hooks) {
+    for (h, result) in hooks {
+        (h.hook)(result.as_ref());
+        if let Some(w) = h.waker {
+            w.wake();
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -82,6 +117,22 @@ impl Group {
             batch_index: id.batch_index,
             batch_size: id.batch_size,
         })
+    }
+
+    /// The result a completed slot holds (a copy), if it is completed.
+    fn result_of(&self, slot: &Slot) -> Option<Result<MessageId>> {
+        match slot {
+            Slot::Done(id) => Some(Ok(MessageId {
+                ledger_id: id.ledger_id,
+                entry_id: id.entry_id,
+                partition: self.partition,
+                batch_index: id.batch_index,
+                batch_size: id.batch_size,
+                first_chunk: None,
+            })),
+            Slot::DoneOther(r) => Some((**r).clone()),
+            _ => None,
+        }
     }
 
     /// The slot that holds `result`.
@@ -180,9 +231,17 @@ impl Responder {
         let mut slots = self.group.lock();
         let slot = &mut slots[self.index as usize];
         let waiting = std::mem::replace(slot, self.group.done(result));
-        drop(slots);
-        if let Slot::Polled(waker) = waiting {
-            waker.wake();
+        match waiting {
+            Slot::Polled(waker) => {
+                drop(slots);
+                waker.wake();
+            }
+            Slot::Hooked(h) => {
+                let result = self.group.result_of(&slots[self.index as usize]);
+                drop(slots);
+                run_hooks(result.map(|r| (h, r)).into_iter().collect());
+            }
+            _ => {}
         }
     }
 }
@@ -210,13 +269,24 @@ impl Run {
     /// Fills the run's slots with `done(i)` for its i-th slot; the wakers of the futures that
     /// wait go to `wakers` (woken by the caller once every lock is released, with one list
     /// for the whole batch). The run is left empty.
-    fn fill(&mut self, wakers: &mut Vec<Waker>, mut done: impl FnMut(usize) -> Slot) {
+    fn fill(
+        &mut self,
+        wakers: &mut Vec<Waker>,
+        hooks: &mut Hooks,
+        mut done: impl FnMut(usize) -> Slot,
+    ) {
         let range = self.start as usize..(self.start + self.len) as usize;
         self.len = 0;
         let mut slots = self.group.lock();
         for (i, slot) in slots[range].iter_mut().enumerate() {
-            if let Slot::Polled(w) = std::mem::replace(slot, done(i)) {
-                wakers.push(w);
+            match std::mem::replace(slot, done(i)) {
+                Slot::Polled(w) => wakers.push(w),
+                Slot::Hooked(h) => {
+                    if let Some(r) = self.group.result_of(slot) {
+                        hooks.push((h, r));
+                    }
+                }
+                _ => {}
             }
         }
     }
@@ -226,10 +296,11 @@ impl Drop for Run {
     fn drop(&mut self) {
         // Like dropped responders: the sends resolve to `Closed`.
         if self.len > 0 {
-            let mut wakers = Vec::new();
-            self.fill(&mut wakers, |_| {
+            let (mut wakers, mut hooks) = (Vec::new(), Vec::new());
+            self.fill(&mut wakers, &mut hooks, |_| {
                 Slot::DoneOther(Box::new(Err(Error::Closed)))
             });
+            run_hooks(hooks);
             wakers.into_iter().for_each(Waker::wake);
         }
     }
@@ -274,12 +345,12 @@ impl BatchReceipts {
         // Batches hold far fewer than i32::MAX messages.
         let size = self.len as i32;
         let mut index = 0i32;
-        let mut wakers = Vec::new();
+        let (mut wakers, mut hooks) = (Vec::new(), Vec::new());
         for run in &mut self.runs {
             let compact = run.group.stored(&id);
             let first = index;
             index += run.len as i32;
-            run.fill(&mut wakers, |i| {
+            run.fill(&mut wakers, &mut hooks, |i| {
                 let batch_index = first + i as i32;
                 match compact {
                     Some(stored) => Slot::Done(StoredId {
@@ -295,17 +366,21 @@ impl BatchReceipts {
                 }
             });
         }
+        if !hooks.is_empty() {
+            run_hooks(hooks);
+        }
         wakers.into_iter().for_each(Waker::wake);
     }
 
     /// Completes every send with `error`.
     pub(crate) fn fail(mut self, error: &Error) {
-        let mut wakers = Vec::new();
+        let (mut wakers, mut hooks) = (Vec::new(), Vec::new());
         for run in &mut self.runs {
-            run.fill(&mut wakers, |_| {
+            run.fill(&mut wakers, &mut hooks, |_| {
                 Slot::DoneOther(Box::new(Err(error.clone())))
             });
         }
+        run_hooks(hooks);
         wakers.into_iter().for_each(Waker::wake);
     }
 
@@ -351,6 +426,30 @@ pub struct SendFuture {
 }
 
 impl SendFuture {
+    /// Runs `hook` with the send's result when it completes (at once if it has), on whichever
+    /// task completes it, whether or not this future is awaited: the producer's interceptors.
+    pub(crate) fn on_complete(&mut self, hook: Hook) {
+        let mut slots = self.group.lock();
+        let slot = &mut slots[self.index as usize];
+        match std::mem::take(slot) {
+            Slot::Waiting => *slot = Slot::Hooked(Box::new(Hooked { waker: None, hook })),
+            Slot::Polled(w) => {
+                *slot = Slot::Hooked(Box::new(Hooked {
+                    waker: Some(w),
+                    hook,
+                }))
+            }
+            done => {
+                let result = self.group.result_of(&done);
+                *slot = done;
+                drop(slots);
+                if let Some(r) = result {
+                    hook(r.as_ref());
+                }
+            }
+        }
+    }
+
     /// The result, if the send is complete (unit tests).
     #[cfg(test)]
     pub(crate) fn try_result(&mut self) -> Option<Result<MessageId>> {
@@ -387,6 +486,12 @@ impl Future for SendFuture {
                 _ => Poll::Ready(Err(Error::Closed)),
             },
             Slot::Polled(w) if w.will_wake(cx.waker()) => Poll::Pending,
+            Slot::Hooked(h) => {
+                if !h.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    h.waker = Some(cx.waker().clone());
+                }
+                Poll::Pending
+            }
             Slot::Waiting | Slot::Polled(_) => {
                 *slot = Slot::Polled(cx.waker().clone());
                 Poll::Pending

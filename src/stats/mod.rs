@@ -140,6 +140,8 @@ pub struct ProducerStats {
     pub totals: ProducerCounts,
     /// Per partition, in index order (one entry for a non-partitioned topic).
     pub partitions: Vec<PartitionProducerStats>,
+    /// Panics of the producer's interceptors caught so far (see [`crate::interceptor`]).
+    pub interceptor_panics: u64,
 }
 
 /// The counters of one partition consumer, or their sum.
@@ -201,6 +203,8 @@ pub struct ConsumerStats {
     pub totals: ConsumerCounts,
     /// Per member, in index order (one entry for a non-partitioned topic).
     pub partitions: Vec<PartitionConsumerStats>,
+    /// Panics of the consumer's interceptors caught so far (see [`crate::interceptor`]).
+    pub interceptor_panics: u64,
 }
 
 impl ProducerStats {
@@ -228,6 +232,7 @@ impl ProducerStats {
             state,
             totals,
             partitions,
+            interceptor_panics: 0,
         }
     }
 }
@@ -254,6 +259,7 @@ impl ConsumerStats {
             state,
             totals: t,
             partitions,
+            interceptor_panics: 0,
         }
     }
 }

@@ -76,6 +76,8 @@ mod security {
 
 /// Stats and tracing output (metrics need the global recorder: `tests/metrics/`).
 mod observability {
+    mod interceptors;
+    mod otel;
     mod stats;
     mod tracing_events;
 }

@@ -284,6 +284,11 @@ impl ConsumerTask {
                 }
                 _ = sleep_until_opt(nack_deadline) => {
                     let due = self.acks.nacks.take_due(Instant::now());
+                    // Java `NegativeAcksTracker.triggerRedelivery`: the interceptors hear of
+                    // the nacks as their redelivery is asked.
+                    if let (Some(c), false) = (&self.io.opts.interceptors, due.is_empty()) {
+                        c.on_negative_acks_send(&self.io.entity.topic, &due);
+                    }
                     self.redeliver(due);
                     Ok(())
                 }
@@ -594,6 +599,10 @@ impl ConsumerTask {
         self.acks.unacked.taken(taken, now);
         let expired = self.acks.unacked.expired(now, self.io.opts.ack_timeout);
         self.io.shared.stats.ack_timed_out(expired.len());
+        // Java `UnAckedMessageTracker`: `onAckTimeoutSend` before the redelivery.
+        if let (Some(c), false) = (&self.io.opts.interceptors, expired.is_empty()) {
+            c.on_ack_timeout_send(&self.io.entity.topic, &expired);
+        }
         let mut redeliver = Vec::new();
         for id in expired {
             match self.intake.dlq_candidates.remove(&id) {

@@ -210,6 +210,9 @@ pub(crate) async fn grow(
             }
         }
         ctx.count.send_replace(ctx.current as usize);
+        if let Some(c) = &ctx.options.interceptors {
+            c.on_partitions_change(&ctx.topic, ctx.current);
+        }
         let _ = req.done.send(result);
     }
 }
