@@ -228,6 +228,7 @@ impl ConnectionPool {
     }
 
     /// The TLS connector new connections use (`None`: no TLS).
+    #[cfg(feature = "tls")]
     pub(crate) fn tls(&self) -> Option<Connector> {
         self.settings().tls
     }

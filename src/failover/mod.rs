@@ -18,6 +18,8 @@
 //! connecting chapter ([`crate::guide::connecting`]).
 
 mod auto;
+#[cfg(feature = "controlled-failover")]
+mod controlled;
 
 use std::fmt;
 use std::sync::{Arc, Weak};
@@ -27,6 +29,9 @@ use crate::error::{Error, Result};
 use crate::service_info::ServiceInfo;
 
 pub use auto::{AutoClusterFailover, AutoClusterFailoverBuilder};
+#[cfg(feature = "controlled-failover")]
+#[cfg_attr(docsrs, doc(cfg(feature = "controlled-failover")))]
+pub use controlled::{ControlledClusterFailover, ControlledClusterFailoverBuilder};
 
 /// Gives a client its first cluster and tells it when to move to another (upstream C++ and
 /// Python `ServiceInfoProvider`, push-style; Java's `ServiceUrlProvider`).

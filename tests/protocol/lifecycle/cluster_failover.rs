@@ -265,3 +265,170 @@ async fn auto_failover_skips_a_dead_secondary_and_switches_back_when_the_primary
     assert_eq!(standby.topic_messages(topic), 1);
     client.close().await.unwrap();
 }
+
+/// What the test's failover service answers next: a status and body, or nothing at all.
+#[derive(Clone)]
+enum Reply {
+    Answer(u16, Vec<u8>),
+    Silent,
+}
+
+/// A tiny HTTP service on loopback: each request takes the next scripted reply (the last one
+/// repeats); the request heads are kept.
+struct Service {
+    replies: std::sync::Mutex<std::collections::VecDeque<Reply>>,
+    heads: std::sync::Mutex<Vec<String>>,
+}
+
+impl Service {
+    fn served(&self) -> usize {
+        self.heads.lock().unwrap().len()
+    }
+}
+
+async fn failover_service(replies: Vec<Reply>) -> (String, std::sync::Arc<Service>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/cluster", listener.local_addr().unwrap());
+    let service = std::sync::Arc::new(Service {
+        replies: std::sync::Mutex::new(replies.into()),
+        heads: Default::default(),
+    });
+    let s = service.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let reply = {
+                    let mut replies = s.replies.lock().unwrap();
+                    if replies.len() > 1 {
+                        replies.pop_front().unwrap()
+                    } else {
+                        replies.front().unwrap().clone()
+                    }
+                };
+                s.heads
+                    .lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf).into_owned());
+                match reply {
+                    Reply::Answer(status, body) => {
+                        let head = format!(
+                            "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        let _ = sock.write_all(head.as_bytes()).await;
+                        let _ = sock.write_all(&body).await;
+                    }
+                    // Holds the connection open without a byte until the client gives up.
+                    Reply::Silent => {
+                        let _ = sock.read(&mut chunk).await;
+                    }
+                }
+            });
+        }
+    });
+    (url, service)
+}
+
+/// A controlled provider whose service answers garbage (not JSON, the wrong shape, an unusable
+/// URL, an unknown auth plugin, an error status, too many bytes) and then not at all (slow):
+/// the client never moves. Then a good answer, with the cluster's token: it moves, once, and
+/// the request carried the configured header.
+#[tokio::test]
+async fn a_controlled_provider_never_switches_on_garbage_or_silence_and_switches_on_a_good_answer()
+{
+    use pulsar_sdk::failover::ControlledClusterFailover;
+    let a = MockBroker::start().await.unwrap();
+    let b = MockBroker::start_with(MockBrokerConfig {
+        auth: Some(MockAuth::token(|t| t == "b-token")),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let good = format!(
+        r#"{{"serviceUrl":"{}","authPluginClassName":"org.apache.pulsar.client.impl.auth.AuthenticationToken","authParamsString":"token:b-token"}}"#,
+        b.service_url()
+    );
+    let garbage: Vec<Reply> = [
+        &b"<html>not json</html>"[..],
+        b"[\"pulsar://x:6650\"]",
+        b"{\"serviceUrl\": 42}",
+        b"{\"serviceUrl\": \"http://not-pulsar:8080\"}",
+        b"{\"serviceUrl\": \"pulsar://x:6650\", \"authPluginClassName\": \"com.acme.Magic\", \"authParamsString\": \"x\"}",
+    ]
+    .iter()
+    .map(|body| Reply::Answer(200, body.to_vec()))
+    .chain([
+        Reply::Answer(500, good.clone().into_bytes()),
+        Reply::Answer(200, vec![b' '; 2048]),
+        Reply::Silent,
+    ])
+    .collect();
+    let n_garbage = garbage.len();
+    let (url, service) = failover_service(garbage).await;
+    let provider =
+        ControlledClusterFailover::builder(ServiceInfo::new(&a.service_url()).unwrap(), url)
+            .header("X-Failover-Key", "k1")
+            .check_interval(Duration::from_millis(20))
+            .read_timeout(Duration::from_millis(200))
+            .max_answer_bytes(1024)
+            .build()
+            .unwrap();
+    let client = Client::builder()
+        .service_info_provider(provider)
+        .backoff(backoff())
+        .build()
+        .unwrap();
+    let topic = "persistent://public/default/controlled";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+
+    // Every garbage answer, and two silent requests that timed out, served: still on a.
+    common::wait_until("the garbage was served", || {
+        service.served() >= n_garbage + 2
+    })
+    .await;
+    assert_eq!(client.service_url().to_string(), a.service_url());
+    assert!(service.heads.lock().unwrap()[0].contains("X-Failover-Key: k1"));
+
+    *service.replies.lock().unwrap() = [Reply::Answer(200, good.into_bytes())].into();
+    let mut updates = client.service_info_updates();
+    let moved = tokio::time::timeout(
+        WITHIN,
+        updates.wait_for(|i| i.service_url().to_string() == b.service_url()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(moved.auth_method(), Some("token"));
+    tokio::time::timeout(WITHIN, producer.send("on b").await.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.topic_messages(topic), 1);
+    // The same answer again is no new switch.
+    let served = service.served();
+    common::wait_until("more answers", || service.served() >= served + 3).await;
+    assert!(updates.current().service_url().to_string() == b.service_url());
+    assert_eq!(
+        b.stats().accepted_connections,
+        1,
+        "not switched again: {:?}",
+        b.stats()
+    );
+    client.close().await.unwrap();
+}
