@@ -75,7 +75,7 @@ async fn kill_the_primary_under_load_move_to_the_standby_and_back_without_losing
     let received = Arc::new(Mutex::new(Vec::<(usize, Instant)>::new()));
     let seen = received.clone();
     let reading = tokio::spawn(async move {
-        while let Some(m) = consumer.recv().await.ok() {
+        while let Ok(m) = consumer.recv().await {
             let i: usize = std::str::from_utf8(&m.payload).unwrap().parse().unwrap();
             seen.lock().unwrap().push((i, Instant::now()));
             let _ = consumer.ack(&m);
