@@ -1,7 +1,7 @@
 //! Cluster-level failover (upstream PIP-121): a client that moves to a standby cluster by
 //! itself, and back.
 //!
-//! - [`ServiceInfo`](crate::ServiceInfo) is one cluster as the client reaches it (service URL,
+//! - [`ServiceInfo`] is one cluster as the client reaches it (service URL,
 //!   authentication, TLS trust).
 //! - [`Client::update_service_info`](crate::Client::update_service_info) moves a client to
 //!   another cluster: every connection to the old one closes, lookups go to the new one, and
