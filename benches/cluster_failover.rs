@@ -114,14 +114,15 @@ async fn rust_load(primary: String, standby: String, topic: String) -> Seen {
     // As the Python side: until everything acknowledged arrived, or 5 s of quiet.
     let deadline = now() + 60.0;
     while now() < deadline {
-        let got = received.lock().unwrap();
-        let ids: BTreeSet<usize> = got.iter().map(|(i, _)| *i).collect();
-        if acked.iter().all(|(i, _)| ids.contains(i))
-            || got.last().is_none_or(|l| now() - l.1 > 5.0)
-        {
+        let done = {
+            let got = received.lock().unwrap();
+            let ids: BTreeSet<usize> = got.iter().map(|(i, _)| *i).collect();
+            acked.iter().all(|(i, _)| ids.contains(i))
+                || got.last().is_none_or(|l| now() - l.1 > 5.0)
+        };
+        if done {
             break;
         }
-        drop(got);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     reading.abort();
