@@ -6,7 +6,8 @@
 //!
 //! Figures per client:
 //! - **to first receipt**: from the kill to the first send receipt after it (necessarily from
-//!   the standby);
+//!   the standby); the kill falls at a random phase of the check interval, so this varies
+//!   between runs from about the reconnect time to one interval more;
 //! - **switch back**: from the primary's restart until no connection to the standby remains
 //!   (read from `/proc/net/tcp`: the clients left it);
 //! - **lost**: messages whose send was acknowledged and that nobody received, counting what the
@@ -210,7 +211,15 @@ async fn scenario(python: bool) -> Figures {
     } else {
         tokio::spawn(rust_load(p, s, t))
     };
-    tokio::time::sleep(BEFORE_KILL).await;
+    // A kill at a random phase of the clients' check interval (their probes tick from when
+    // each client was built): the time to the first receipt is then up to one interval plus
+    // the reconnect, not a figure locked to the schedule.
+    let phase = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        % CHECK_INTERVAL.as_nanos() as u64;
+    tokio::time::sleep(BEFORE_KILL + Duration::from_nanos(phase)).await;
     primary.stop();
     let killed = now();
     tokio::time::sleep(DOWN).await;
