@@ -14,10 +14,13 @@ use crate::connection::tls::{TlsConnector, TlsOptions};
 use crate::connection::ConnectionConfig;
 
 use crate::error::{Error, Result};
+use crate::failover::{ServiceInfoProvider, ServiceInfoUpdater};
 use crate::lookup::{BrokerLookup, LookupService, DEFAULT_MAX_LOOKUP_REDIRECTS};
 use crate::pool::ConnectionPool;
+use crate::service_info::ServiceInfo;
 use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
+use crate::updates::Updates;
 
 /// A Pulsar client: one per application is typical. Cheap to clone; clones share the
 /// connections (one per broker).
@@ -40,6 +43,7 @@ pub struct ClientBuilder {
     memory_limit: usize,
     auto_update_partitions_interval: Duration,
     metrics_topic_labels: bool,
+    service_info_provider: Option<Arc<dyn ServiceInfoProvider>>,
     #[cfg(feature = "tls")]
     tls: TlsOptions,
     #[cfg(feature = "opentelemetry")]
@@ -57,6 +61,7 @@ impl Default for ClientBuilder {
             memory_limit: DEFAULT_MEMORY_LIMIT,
             auto_update_partitions_interval: Duration::from_secs(60),
             metrics_topic_labels: false,
+            service_info_provider: None,
             #[cfg(feature = "tls")]
             tls: TlsOptions::default(),
             #[cfg(feature = "opentelemetry")]
@@ -70,6 +75,26 @@ impl ClientBuilder {
     /// list `pulsar://h1:6650,h2:6650`. Required.
     pub fn service_url(mut self, url: impl Into<String>) -> Self {
         self.service_url = Some(url.into());
+        self
+    }
+
+    /// Where the client's cluster comes from, and when it moves to another (cluster-level
+    /// failover; see [`crate::failover`]): the provider's
+    /// [`initial_service_info`](ServiceInfoProvider::initial_service_info) gives the service
+    /// URL, the authentication and the TLS trust file, replacing
+    /// [`authentication`](Self::authentication)/[`auth_provider`](Self::auth_provider) and the
+    /// trust file set here (the other TLS settings apply to every cluster). Not together with
+    /// [`service_url`](Self::service_url). The client must then be built inside a tokio
+    /// runtime: the provider starts when it is built.
+    pub fn service_info_provider(mut self, provider: impl ServiceInfoProvider) -> Self {
+        self.service_info_provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// Like [`service_info_provider`](Self::service_info_provider), with a provider shared with
+    /// others.
+    pub fn service_info_provider_shared(mut self, provider: Arc<dyn ServiceInfoProvider>) -> Self {
+        self.service_info_provider = Some(provider);
         self
     }
 
@@ -298,11 +323,37 @@ impl ClientBuilder {
     }
 
     /// Validates the configuration and builds the client. No connection is opened yet.
-    pub fn build(self) -> Result<Client> {
-        let url = self
-            .service_url
-            .ok_or_else(|| Error::InvalidConfig("service_url is required".into()))?;
-        let service_url = ServiceUrl::parse(&url)?;
+    pub fn build(mut self) -> Result<Client> {
+        let initial = match (&self.service_url, &self.service_info_provider) {
+            (Some(_), Some(_)) => {
+                return Err(Error::InvalidConfig(
+                    "set either service_url or service_info_provider, not both".into(),
+                ))
+            }
+            (None, None) => {
+                return Err(Error::InvalidConfig("service_url is required".into()));
+            }
+            (Some(url), None) => {
+                ServiceInfo::from_parts(ServiceUrl::parse(url)?, self.connection.auth.clone(), None)
+            }
+            (None, Some(provider)) => {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Err(Error::InvalidConfig(
+                        "a client with a service_info_provider must be built inside a tokio \
+                         runtime"
+                            .into(),
+                    ));
+                }
+                let info = provider.initial_service_info();
+                self.connection.auth = info.auth().cloned();
+                #[cfg(feature = "tls")]
+                if let Some(path) = info.tls_trust_certs_file_path() {
+                    self.tls.trust_certs_file_path = Some(path.to_path_buf());
+                }
+                info
+            }
+        };
+        let service_url = initial.service_url().clone();
         let c = &self.connection;
         for (name, d) in [
             ("operation_timeout", c.operation_timeout),
@@ -363,13 +414,20 @@ impl ClientBuilder {
             self.auto_update_partitions_interval,
         );
         core.metric_labels.topic = self.metrics_topic_labels;
+        core.service = tokio::sync::watch::Sender::new(initial);
+        #[cfg(feature = "tls")]
+        {
+            core.tls_options = self.tls;
+        }
         #[cfg(feature = "opentelemetry")]
         {
             core.tracing = self.tracing;
         }
-        Ok(Client {
-            core: Arc::new(core),
-        })
+        let core = Arc::new(core);
+        if let Some(provider) = self.service_info_provider {
+            provider.initialize(ServiceInfoUpdater::new(&core));
+        }
+        Ok(Client { core })
     }
 }
 
@@ -379,9 +437,45 @@ impl Client {
         ClientBuilder::default()
     }
 
-    /// The service URL the client bootstraps from.
-    pub fn service_url(&self) -> &ServiceUrl {
-        &self.core.service_url
+    /// The service URL the client uses now (that of its current cluster: see
+    /// [`service_info`](Self::service_info)).
+    pub fn service_url(&self) -> ServiceUrl {
+        self.core.service.borrow().service_url().clone()
+    }
+
+    /// The cluster the client uses now: its service URL, authentication method and TLS
+    /// trust file.
+    pub fn service_info(&self) -> ServiceInfo {
+        self.core.service.borrow().clone()
+    }
+
+    /// The cluster the client uses, as it changes: one value per switch (by
+    /// [`update_service_info`](Self::update_service_info) or a
+    /// [`ServiceInfoProvider`]). Ends when the client is gone.
+    pub fn service_info_updates(&self) -> Updates<ServiceInfo> {
+        Updates::new(self.core.service.subscribe())
+    }
+
+    /// Moves the client to another cluster (cluster-level failover, PIP-121; Java's
+    /// `updateServiceUrl`, C++/Python's service-info update):
+    /// - every connection to the old cluster closes at once, and lookups go to `info`'s
+    ///   service URL from now on;
+    /// - every producer, consumer and reader of this client reconnects there through its
+    ///   usual reconnect path ([`State::Reconnecting`](crate::State) meanwhile): producers
+    ///   re-send the messages they hold, in order (receipts come from the new cluster);
+    ///   consumers and readers subscribe again (a subscription the new cluster does not have
+    ///   starts at the consumer's initial position: see the guide's connecting chapter for the
+    ///   replication that must be set up for nothing to be missed);
+    /// - new connections carry `info`'s authentication (none if it has none), and its TLS
+    ///   trust file if it names one.
+    ///
+    /// Returns once the switch is made (not once everything has reconnected: watch
+    /// [`states`](crate::Producer::states) for that). Fails with [`Error::Closed`] on a closed
+    /// client, or [`Error::InvalidConfig`] if `info`'s TLS settings cannot be loaded; nothing
+    /// changes then. Logged at `info`; [`service_info_updates`](Self::service_info_updates)
+    /// sees it.
+    pub fn update_service_info(&self, info: ServiceInfo) -> Result<()> {
+        self.core.switch_service(info)
     }
 
     /// Finds the broker that serves `topic` (following redirects).

@@ -11,10 +11,11 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::backoff_policy::{Backoff, BackoffPolicy};
 use crate::connection::Connection;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::lookup::LookupService;
 use crate::pool::ConnectionPool;
 use crate::retry::{retry, AtDeadline, Schedule, Verdict};
+use crate::service_info::ServiceInfo;
 use crate::service_url::ServiceUrl;
 use crate::topic::TopicName;
 
@@ -24,7 +25,14 @@ pub(crate) type CoreRef = Arc<ClientCore>;
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct ClientCore {
-    pub(crate) service_url: ServiceUrl,
+    /// The cluster the client uses now; replaced by [`ClientCore::switch_service`].
+    pub(crate) service: watch::Sender<ServiceInfo>,
+    /// Serializes cluster switches.
+    switching: std::sync::Mutex<()>,
+    /// The client's TLS settings, from which a switch builds the connector of a cluster with
+    /// its own trust file.
+    #[cfg(feature = "tls")]
+    pub(crate) tls_options: crate::connection::tls::TlsOptions,
     pub(crate) pool: Arc<ConnectionPool>,
     pub(crate) lookup: LookupService,
     pub(crate) operation_timeout: Duration,
@@ -157,7 +165,10 @@ impl ClientCore {
         let max_partitions = lookup.max_partitions();
         let memory = Arc::new(Semaphore::new(memory_limit));
         ClientCore {
-            service_url,
+            service: watch::Sender::new(ServiceInfo::from_parts(service_url, None, None)),
+            switching: std::sync::Mutex::new(()),
+            #[cfg(feature = "tls")]
+            tls_options: Default::default(),
             pool,
             lookup,
             operation_timeout,
@@ -260,10 +271,65 @@ impl ClientCore {
 
     /// The connection to the broker serving `topic` (lookup, then the pool).
     pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
+        let generation = self.pool.generation();
         let found = self.lookup.lookup(topic).await?;
-        self.pool
+        let conn = self
+            .pool
             .get(&found.logical_url, &found.physical_address)
-            .await
+            .await?;
+        if self.pool.generation() != generation {
+            // The client switched clusters during the lookup: its answer may name a broker of
+            // the cluster it left. The caller retries (a retriable error), on the new one.
+            return Err(Error::ConnectionLost(crate::pool::SWITCHED.into()));
+        }
+        Ok(conn)
+    }
+
+    /// Moves the client to the cluster `info` names (see `Client::update_service_info`):
+    /// lookups go to its service URL, new connections carry its credentials and TLS trust,
+    /// and every connection open now closes as lost, so every producer, consumer, reader and
+    /// watcher reconnects through its usual path, to the new cluster. Fails (and nothing
+    /// changes) if the client is closed or `info`'s TLS settings cannot be loaded.
+    pub(crate) fn switch_service(&self, info: ServiceInfo) -> Result<()> {
+        let _one_at_a_time = self.switching.lock().unwrap_or_else(|e| e.into_inner());
+        if self.is_shut_down() {
+            return Err(Error::Closed);
+        }
+        let tls = self.tls_for(&info)?;
+        let from = self.service.borrow().service_url().clone();
+        // Lookups first, then the pool: whatever reconnects once its connection closes looks
+        // up on the new cluster.
+        self.lookup.set_service_url(info.service_url().clone());
+        self.pool.switch(info.auth().cloned(), tls);
+        tracing::info!(from = %from, to = %info.service_url(), "switched to another cluster");
+        self.service.send_replace(info);
+        Ok(())
+    }
+
+    /// The TLS connector for `info`'s cluster: built anew when it names a trust file of its
+    /// own, or when the client had none and its URL needs one; `None` keeps the client's.
+    #[cfg(feature = "tls")]
+    fn tls_for(&self, info: &ServiceInfo) -> Result<Option<crate::connection::Connector>> {
+        let needs = info.service_url().is_tls() && self.pool.tls().is_none();
+        if info.tls_trust_certs_file_path().is_none() && !needs {
+            return Ok(None);
+        }
+        let mut options = self.tls_options.clone();
+        if let Some(path) = info.tls_trust_certs_file_path() {
+            options.trust_certs_file_path = Some(path.to_path_buf());
+        }
+        crate::connection::tls::TlsConnector::new(&options).map(Some)
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn tls_for(&self, info: &ServiceInfo) -> Result<Option<crate::connection::Connector>> {
+        if info.service_url().is_tls() {
+            return Err(Error::InvalidConfig(format!(
+                "`{}`: TLS (pulsar+ssl://) needs the `tls` cargo feature",
+                info.service_url()
+            )));
+        }
+        Ok(None)
     }
 
     /// Registers a running entity task; drop the guard when the task ends.

@@ -11,7 +11,8 @@
 //! Public modules are the ones an application uses: [`client`], [`producer`], [`consumer`]
 //! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
 //! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
-//! [`topic`], [`service_url`], [`interceptor`] and, behind cargo features, `metrics` and `mock` (a scriptable
+//! [`topic`], [`service_url`], [`service_info`] and [`failover`] (cluster-level failover),
+//! [`interceptor`] and, behind cargo features, `metrics` and `mock` (a scriptable
 //! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
 //! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
 //! internal; the few types of theirs an application meets are re-exported here
@@ -23,10 +24,12 @@
 //!   builders; a variant says how it differs, before the noun:
 //!   [`Client::multi_topic_consumer`]`(topics)`, [`Client::pattern_consumer`]`(regex)`. A
 //!   type with no parent to build it from has `Type::builder()` ([`Client::builder`]). The
-//!   builders of transactions, table views and failover service-URL providers follow it:
-//!   `client.transaction()`, `client.table_view(topic)`, `ServiceUrlProvider`-style types
-//!   with `AutoClusterFailover::builder()`, set on the client with a noun setter
-//!   (`ClientBuilder::service_url_provider(..)`).
+//!   builders of transactions, table views and failover providers follow it:
+//!   `client.transaction()`, `client.table_view(topic)`, [`ServiceInfoProvider`] types with
+//!   [`AutoClusterFailover::builder()`], set on the client with a noun setter
+//!   ([`ClientBuilder::service_info_provider`]; upstream C++/Python's name: a provider gives
+//!   the service URL *and* its credentials and TLS trust, which Java's `ServiceUrlProvider`
+//!   name does not say).
 //! - **A builder ends with the verb of the broker operation**: `create()` (producer, reader),
 //!   `subscribe()` (consumer), `build()` (a client, or anything made without the broker).
 //! - **Setters are the noun, without `set_` or `with_`**, take strings as
@@ -39,8 +42,9 @@
 //! - **Reads are nouns** (`state()`, `partitions()`, `topics()`, `stats()`); **streams of
 //!   changes are plural nouns** returning a crate type that is a
 //!   [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html), never a tokio
-//!   channel: `states()` ([`StateStream`]), `partition_updates()` and `active_updates()`
-//!   ([`Updates`]: the current value, `changed().await`, `wait_for(..)`), `topic_updates()`
+//!   channel: `states()` ([`StateStream`]), `partition_updates()`, `active_updates()` and
+//!   `service_info_updates()` ([`Updates`]: the current value, `changed().await`,
+//!   `wait_for(..)`), `topic_updates()`
 //!   ([`TopicUpdates`]).
 //! - A renamed item keeps its old name for a while as a `#[deprecated]` forwarder where that
 //!   is free, and every rename is listed in `CHANGELOG.md`.
@@ -93,7 +97,7 @@
 //! - `info`: rare, notable events: a connection opened, or lost (with its cause), a producer
 //!   or consumer detached (with why) and re-created, one closed for good by the broker
 //!   (PIP-139), a consumer re-subscribed, a topic gained partitions, a message dead-lettered,
-//!   a Failover active consumer change;
+//!   a Failover active consumer change, a switch to another cluster (PIP-121);
 //! - `debug`: every state change, create and close, and connection detail.
 //!
 //! Nothing is logged per message above `trace` (anomalies aside: a malformed message from the
@@ -136,6 +140,7 @@ pub(crate) mod core;
 pub mod crypto;
 pub(crate) mod entity;
 pub mod error;
+pub mod failover;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -158,6 +163,7 @@ pub(crate) mod proto;
 pub(crate) mod retry;
 pub(crate) mod routing_hash;
 pub mod schema;
+pub mod service_info;
 pub mod service_url;
 pub mod stats;
 pub mod topic;
@@ -183,12 +189,14 @@ pub use consumer::{
     ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 pub use error::{Error, QueueLimit, Result, ServerError, TlsFailure};
+pub use failover::{AutoClusterFailover, ServiceInfoProvider, ServiceInfoUpdater};
 pub use lifecycle::{State, StateStream};
 pub use lookup::BrokerLookup;
 pub use message::{Message, ProducerMessage};
 pub use message_id::{ChunkStart, MessageId};
 pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
+pub use service_info::{ServiceInfo, ServiceInfoBuilder};
 pub use service_url::ServiceUrl;
 pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;

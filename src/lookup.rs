@@ -74,15 +74,17 @@ pub struct BrokerLookup {
 #[derive(Debug)]
 pub(crate) struct LookupService {
     pool: Arc<ConnectionPool>,
-    service_url: ServiceUrl,
+    /// Replaced by a cluster switch ([`LookupService::set_service_url`]).
+    service_url: std::sync::RwLock<ServiceUrl>,
     max_redirects: u32,
     /// The client's `max_partitions`.
     max_partitions: u32,
     next_host: AtomicUsize,
-    /// Topic lookups in flight, shared by concurrent callers.
-    lookups: InFlight<String, BrokerLookup>,
-    /// Partitioned-metadata requests in flight, by (topic, auto-create).
-    metadata: InFlight<(String, bool), u32>,
+    /// Topic lookups in flight, shared by concurrent callers, by (pool generation, topic): a
+    /// lookup begun before a cluster switch is not joined after it.
+    lookups: InFlight<(u64, String), BrokerLookup>,
+    /// Partitioned-metadata requests in flight, by (pool generation, topic, auto-create).
+    metadata: InFlight<(u64, String, bool), u32>,
 }
 
 impl LookupService {
@@ -94,7 +96,7 @@ impl LookupService {
     ) -> Self {
         LookupService {
             pool,
-            service_url,
+            service_url: std::sync::RwLock::new(service_url),
             max_redirects,
             max_partitions,
             next_host: AtomicUsize::new(0),
@@ -108,12 +110,26 @@ impl LookupService {
         self.max_partitions
     }
 
+    /// The service URL lookups go to now.
+    pub(crate) fn service_url(&self) -> ServiceUrl {
+        self.service_url
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Sends lookups to `url` from now on (Java `LookupService.updateServiceUrl`).
+    pub(crate) fn set_service_url(&self, url: ServiceUrl) {
+        *self.service_url.write().unwrap_or_else(|e| e.into_inner()) = url;
+    }
+
     /// The service URL's host to use next (round-robin over the host list).
     fn service_host(&self) -> (ServiceUrl, BrokerAddress) {
-        let hosts = self.service_url.hosts();
+        let url = self.service_url();
+        let hosts = url.hosts();
         let i = self.next_host.fetch_add(1, Ordering::Relaxed) % hosts.len();
         let host = hosts[i].clone();
-        (self.service_url.with_host(host.clone()), host)
+        (url.with_host(host.clone()), host)
     }
 
     /// A connection to one of the service URL's brokers (for lookups and metadata).
@@ -127,12 +143,15 @@ impl LookupService {
     /// `lookupInProgress`), its answer or its error.
     pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
         self.lookups
-            .run(topic.as_str().to_owned(), || async {
-                let started = tokio::time::Instant::now();
-                let r = self.lookup_uncounted(topic).await;
-                crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
-                r
-            })
+            .run(
+                (self.pool.generation(), topic.as_str().to_owned()),
+                || async {
+                    let started = tokio::time::Instant::now();
+                    let r = self.lookup_uncounted(topic).await;
+                    crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
+                    r
+                },
+            )
             .await
     }
 
@@ -162,7 +181,7 @@ impl LookupService {
                     let broker = ServiceUrl::from_lookup_response(
                         r.broker_service_url.as_deref(),
                         r.broker_service_url_tls.as_deref(),
-                        self.service_url.is_tls(),
+                        logical.is_tls(),
                     )?;
                     let proxied = r.proxy_through_service_url.unwrap_or(false);
                     let next_physical = if proxied {
@@ -217,14 +236,21 @@ impl LookupService {
     ) -> Result<u32> {
         // Shared by concurrent callers like lookups (Java's `partitionedMetadataInProgress`).
         self.metadata
-            .run((topic.as_str().to_owned(), auto_create), || async {
-                let started = tokio::time::Instant::now();
-                let r = self
-                    .partitioned_metadata_uncounted(topic, auto_create)
-                    .await;
-                crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
-                r
-            })
+            .run(
+                (
+                    self.pool.generation(),
+                    topic.as_str().to_owned(),
+                    auto_create,
+                ),
+                || async {
+                    let started = tokio::time::Instant::now();
+                    let r = self
+                        .partitioned_metadata_uncounted(topic, auto_create)
+                        .await;
+                    crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
+                    r
+                },
+            )
             .await
     }
 

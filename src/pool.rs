@@ -7,8 +7,8 @@
 //! request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::OnceCell;
 
@@ -57,14 +57,41 @@ struct PoolKey {
     physical: BrokerAddress,
 }
 
-type Slot = Arc<OnceCell<Connection>>;
+/// A connection being opened or open, with the cluster generation it belongs to (see
+/// [`ConnectionPool::switch`]).
+#[derive(Debug, Default)]
+struct SlotCell {
+    generation: u64,
+    cell: OnceCell<Connection>,
+}
+
+impl std::ops::Deref for SlotCell {
+    type Target = OnceCell<Connection>;
+    fn deref(&self) -> &OnceCell<Connection> {
+        &self.cell
+    }
+}
+
+type Slot = Arc<SlotCell>;
+
+/// What a connection to the current cluster is opened with: its credentials and TLS.
+#[derive(Debug, Clone)]
+struct Settings {
+    config: ConnectionConfig,
+    /// Wraps connections to `pulsar+ssl://` brokers; `None` if the client has no TLS.
+    tls: Option<Connector>,
+}
+
+/// Why a connection of a previous cluster is refused or closed.
+pub(crate) const SWITCHED: &str = "the client switched to another cluster";
 
 /// One connection per broker (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ConnectionPool {
-    config: ConnectionConfig,
-    /// Wraps connections to `pulsar+ssl://` brokers; `None` if the client has no TLS.
-    tls: Option<Connector>,
+    settings: RwLock<Settings>,
+    /// Bumped by every cluster switch: a connection opened for an earlier one is never handed
+    /// out.
+    generation: AtomicU64,
     slots: Mutex<HashMap<PoolKey, Slot>>,
     opened: AtomicUsize,
     /// Set by [`ConnectionPool::close_all`]: no new connections after the client is closed.
@@ -74,8 +101,8 @@ pub(crate) struct ConnectionPool {
 impl ConnectionPool {
     pub(crate) fn new(config: ConnectionConfig, tls: Option<Connector>) -> Self {
         ConnectionPool {
-            config,
-            tls,
+            settings: RwLock::new(Settings { config, tls }),
+            generation: AtomicU64::new(0),
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -96,23 +123,20 @@ impl ConnectionPool {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let tls = match (logical.is_tls(), &self.tls) {
-            (false, _) => None,
-            (true, Some(tls)) => Some(tls),
-            (true, None) => {
-                return Err(Error::InvalidConfig(format!(
-                    "`{logical}` needs TLS, but the client has none (a pulsar+ssl:// service \
-                     URL turns it on; it needs the `tls` cargo feature)"
-                )))
-            }
-        };
+        if logical.is_tls() && self.settings().tls.is_none() {
+            return Err(Error::InvalidConfig(format!(
+                "`{logical}` needs TLS, but the client has none (a pulsar+ssl:// service \
+                 URL turns it on; it needs the `tls` cargo feature)"
+            )));
+        }
         let key = PoolKey {
             logical: logical.to_string(),
             physical: physical.clone(),
         };
         // Two rounds at most: a cached connection found closed is replaced once.
         for _ in 0..2 {
-            let slot = self.slot(&key);
+            let (slot, settings) = self.slot(&key);
+            let tls = settings.tls.as_ref().filter(|_| logical.is_tls());
             let conn = slot
                 .get_or_try_init(|| async {
                     let proxy_to =
@@ -121,7 +145,7 @@ impl ConnectionPool {
                         physical.clone(),
                         key.logical.clone(),
                         proxy_to,
-                        self.config.clone(),
+                        settings.config.clone(),
                         tls.cloned(),
                     )
                     .await;
@@ -131,6 +155,12 @@ impl ConnectionPool {
                     Ok::<_, Error>(conn)
                 })
                 .await?;
+            if slot.generation != self.generation.load(Ordering::Acquire) {
+                // Opened for the cluster the client just left (its slot is gone from the map
+                // with the switch): closed, and the caller retries on the new one.
+                conn.drop_as_lost(SWITCHED);
+                return Err(Error::ConnectionLost(SWITCHED.into()));
+            }
             if !conn.is_closed() {
                 return Ok(conn.clone());
             }
@@ -141,12 +171,71 @@ impl ConnectionPool {
         )))
     }
 
-    fn slot(&self, key: &PoolKey) -> Slot {
+    fn settings(&self) -> Settings {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The slot of `key`, and the settings of its generation (read under the same lock a
+    /// switch takes, so they match).
+    fn slot(&self, key: &PoolKey) -> (Slot, Settings) {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         if !slots.contains_key(key) && slots.len() >= SWEEP_AT {
             sweep(&mut slots);
         }
-        slots.entry(key.clone()).or_default().clone()
+        let generation = self.generation.load(Ordering::Acquire);
+        let slot = slots
+            .entry(key.clone())
+            .or_insert_with(|| {
+                Arc::new(SlotCell {
+                    generation,
+                    cell: OnceCell::new(),
+                })
+            })
+            .clone();
+        (slot, self.settings())
+    }
+
+    /// Moves the pool to another cluster (Java `PulsarClientImpl.updateServiceUrl`, which
+    /// calls `ConnectionPool.closeAllConnections`): new connections are opened with `auth` and
+    /// `tls` (`None`: keep the TLS connector), and every connection open now is closed as lost,
+    /// so everything on it reconnects through its usual path. A connection still being opened
+    /// is refused when it completes.
+    pub(crate) fn switch(
+        &self,
+        auth: Option<crate::auth::SharedAuthProvider>,
+        tls: Option<Connector>,
+    ) {
+        let taken = {
+            let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+            {
+                let mut settings = self.settings.write().unwrap_or_else(|e| e.into_inner());
+                settings.config.auth = auth;
+                if tls.is_some() {
+                    settings.tls = tls;
+                }
+            }
+            self.generation.fetch_add(1, Ordering::AcqRel);
+            std::mem::take(&mut *slots)
+        };
+        for slot in taken.values() {
+            if let Some(conn) = slot.get() {
+                conn.drop_as_lost(SWITCHED);
+            }
+        }
+    }
+
+    /// The TLS connector new connections use (`None`: no TLS).
+    #[cfg(feature = "tls")]
+    pub(crate) fn tls(&self) -> Option<Connector> {
+        self.settings().tls
+    }
+
+    /// Counts cluster switches: a lookup started in one generation is not trusted in the next.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     fn evict(&self, key: &PoolKey, slot: &Slot) {

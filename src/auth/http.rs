@@ -1,6 +1,6 @@
-//! A minimal HTTP/1.1 client for the OAuth2 flow: one request per connection
-//! (`Connection: close`), over TCP or the client's rustls stack for `https://`. Enough for a
-//! token endpoint and a discovery document; nothing else uses it.
+//! A minimal HTTP/1.1 client for the OAuth2 flow and the controlled cluster failover: one
+//! request per connection (`Connection: close`), over TCP or the client's rustls stack for
+//! `https://`. Enough for a token endpoint, a discovery document and a failover answer.
 //!
 //! Like upstream's `AsyncHttpClient` configuration in `FlowBase` / `TokenClient`: every request
 //! is bounded (connect timeout, then a read timeout for the answer), and redirects are followed
@@ -96,10 +96,11 @@ pub(crate) async fn request(
     method: &'static str,
     url: &Url,
     form: Option<&str>,
+    headers: &[(String, String)],
 ) -> Result<(Url, Response), HttpError> {
-    let (mut url, mut method, mut form) = (url.clone(), method, form);
+    let (mut url, mut method, mut form, mut headers) = (url.clone(), method, form, headers);
     for _ in 0..=MAX_REDIRECTS {
-        let r = once(tls, timeouts, method, &url, form).await?;
+        let r = once(tls, timeouts, method, &url, form, headers).await?;
         if !matches!(r.status, 301 | 302 | 303 | 307 | 308) {
             return Ok((url, r));
         }
@@ -137,11 +138,15 @@ pub(crate) async fn request(
                 redact(&next)
             )));
         }
+        // Extra headers may carry credentials too: they go to the first origin only.
+        if next.origin() != url.origin() {
+            headers = &[];
+        }
         tracing::debug!(
             from = %redact(&url),
             to = %redact(&next),
             status = r.status,
-            "oauth2: following a redirect"
+            "http: following a redirect"
         );
         url = next;
     }
@@ -158,6 +163,7 @@ async fn once(
     method: &'static str,
     url: &Url,
     form: Option<&str>,
+    headers: &[(String, String)],
 ) -> Result<Response, HttpError> {
     let name = match url.host() {
         Some(url::Host::Domain(d)) => d.to_owned(),
@@ -185,6 +191,13 @@ async fn once(
          User-Agent: {}\r\nConnection: close\r\n",
         crate::CLIENT_VERSION
     );
+    for (name, value) in headers {
+        // Checked when they were configured; a line break here would split the request.
+        if [name, value].iter().any(|s| s.contains(['\r', '\n'])) {
+            return Err(HttpError::Url("a header holds a line break".into()));
+        }
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
     let body = form.unwrap_or_default();
     if form.is_some() {
         head.push_str("Content-Type: application/x-www-form-urlencoded\r\n");

@@ -15,8 +15,8 @@
 //! No provider shows its secrets in `Debug` output, and the client never logs them.
 
 mod basic;
-#[cfg(feature = "oauth2")]
-mod http;
+#[cfg(any(feature = "oauth2", feature = "controlled-failover"))]
+pub(crate) mod http;
 #[cfg(feature = "oauth2")]
 pub mod oauth2;
 mod token;

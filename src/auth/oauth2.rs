@@ -314,7 +314,7 @@ impl OAuth2ClientCredentials {
         url: &Url,
         form: Option<&str>,
     ) -> Result<(Url, http::Response), HttpError> {
-        http::request(&|| self.connector(), self.timeouts, method, url, form).await
+        http::request(&|| self.connector(), self.timeouts, method, url, form, &[]).await
     }
 
     fn read_key_file(&self) -> Result<KeyFile, OAuth2Error> {

@@ -119,7 +119,7 @@ impl TlsConnector {
     /// Like [`new`](Self::new), but when `options` name no trust source and the platform's root
     /// store turns out empty (a distroless or scratch image), the bundled Mozilla roots
     /// (`webpki-roots`) are trusted instead of failing. Used by the OAuth2 HTTP client.
-    #[cfg(feature = "oauth2")]
+    #[cfg(any(feature = "oauth2", feature = "controlled-failover"))]
     pub(crate) fn with_fallback_roots(options: &TlsOptions) -> Result<TlsConnector> {
         let implicit = options.trust_certs_file_path.is_none()
             && !options.use_platform_roots

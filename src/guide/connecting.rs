@@ -187,6 +187,63 @@
 //! [`Error::Broker`] and [`ServerError::AuthenticationError`] (not retriable); see
 //! [`errors`](super::errors). The crate never logs credentials.
 //!
+//! ## Cluster-level failover
+//!
+//! A client can move to a standby cluster when its own is down, and back (upstream PIP-121),
+//! without a DNS change or a restart. [`Client::update_service_info`] moves it to the cluster a
+//! [`ServiceInfo`] names (service URL, authentication, TLS trust file): every connection to the
+//! old cluster closes, lookups go to the new one, producers re-send what they hold in order,
+//! consumers and readers subscribe again, with the new cluster's credentials. A
+//! [`ServiceInfoProvider`] makes the decision for you:
+//!
+//! ```no_run
+//! # async fn demo() -> pulsar_sdk::Result<()> {
+//! use std::time::Duration;
+//! use pulsar_sdk::{AutoClusterFailover, Client, ServiceInfo};
+//!
+//! let failover = AutoClusterFailover::builder()
+//!     .primary(ServiceInfo::builder("pulsar://east:6650").auth_token("east-token").build()?)
+//!     .secondary(ServiceInfo::builder("pulsar://west:6650").auth_token("west-token").build()?)
+//!     .check_interval(Duration::from_secs(5)) // the default
+//!     .failover_threshold(3) // three failed probes in a row: move (default 1)
+//!     .switch_back_threshold(12) // a minute of good probes of the primary: back (default 1)
+//!     .build()?;
+//! let client = Client::builder().service_info_provider(failover).build()?;
+//! let mut clusters = client.service_info_updates();
+//! tokio::spawn(async move {
+//!     while let Some(now) = clusters.changed().await {
+//!         println!("now on {}", now.service_url());
+//!     }
+//! });
+//! # Ok(()) }
+//! ```
+//!
+//! [`AutoClusterFailover`] probes as upstream does (a TCP connection to the service URL's
+//! hosts): it sees a cluster that is unreachable, not one whose brokers accept connections but
+//! fail. `ControlledClusterFailover` (cargo feature `controlled-failover`) asks an HTTP(S)
+//! service of yours instead, in the JSON form the Java client reads; an answer it cannot use
+//! never moves the client.
+//!
+//! **What the brokers need for nothing to be missed.** The client moves; the data does not.
+//! Two clusters share nothing unless the brokers replicate:
+//! - **Geo-replication** of the namespaces the client uses, between the clusters (the
+//!   namespace's `replication_clusters` names both): messages produced on one are copied to the
+//!   other, so a consumer that moved finds what was produced before the switch. Without it, what
+//!   the primary stored and had not delivered waits there until the client comes back, and what
+//!   was produced on the standby stays on the standby after the switch back.
+//! - **Replicated subscriptions** (`replicateSubscriptionState(true)` on the subscription, and
+//!   `enableReplicatedSubscriptions` on the brokers, the default): the subscription's position is
+//!   copied too, so a consumer that moves carries on from about where it was. Without it, the
+//!   subscription on the other cluster is a different one: created at the consumer's initial
+//!   position if it does not exist there (`Latest` skips what was produced meanwhile; `Earliest`
+//!   redelivers everything), or at wherever it was last left.
+//! - Replication is asynchronous: messages acknowledged by the primary just before it died may
+//!   not have reached the standby yet; they are not lost (they are delivered when the primary
+//!   is back), but they can come late and, with replicated subscriptions, some messages can be
+//!   delivered twice. Consume idempotently.
+//! - Producers re-send what had no receipt when the switch happened; a message the old cluster
+//!   stored whose receipt was lost is then stored twice (deduplication is per cluster).
+//!
 //! [`Client`]: crate::Client
 //! [`ClientBuilder`]: crate::ClientBuilder
 //! [`BackoffPolicy`]: crate::BackoffPolicy
@@ -198,6 +255,10 @@
 //! [`Error::Broker`]: crate::Error::Broker
 //! [`ServerError::AuthenticationError`]: crate::ServerError::AuthenticationError
 //! [`ServiceUrl`]: crate::ServiceUrl
+//! [`Client::update_service_info`]: crate::Client::update_service_info
+//! [`ServiceInfo`]: crate::ServiceInfo
+//! [`ServiceInfoProvider`]: crate::ServiceInfoProvider
+//! [`AutoClusterFailover`]: crate::AutoClusterFailover
 //! [`TlsFailure`]: crate::TlsFailure
 //! [`AuthenticationProvider`]: crate::AuthenticationProvider
 //! [`TokenAuth`]: crate::TokenAuth

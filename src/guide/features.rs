@@ -50,7 +50,7 @@
 //! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
 //! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
 //! | Auto-scaled receiver queue (PIP-74) | no | a fixed receiver queue per partition |
-//! | Cluster-level failover (PIP-121, `ServiceUrlProvider`) | no | a comma-separated host list in the service URL fails over between the brokers of one cluster |
+//! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
 //! | HTTP lookup (`http://` service URLs) | no | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
 //! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | no | typed messages ([`crate::schema`]) as listed above; an incompatible schema fails with [`ServerError::IncompatibleSchema`] |
 //!
@@ -88,13 +88,6 @@
 //! }
 //! ```
 //!
-//! Cluster-level failover:
-//! ```compile_fail
-//! fn f(b: pulsar_sdk::ClientBuilder) -> pulsar_sdk::ClientBuilder {
-//!     b.service_info_provider(())
-//! }
-//! ```
-//!
 //! `AUTO_PRODUCE_BYTES`:
 //! ```compile_fail
 //! let _ = pulsar_sdk::schema::AutoProduceBytesSchema::default();
@@ -122,6 +115,9 @@
 //! # Ok(()) }
 //! ```
 //!
+//! [`ClientBuilder::service_info_provider`]: crate::ClientBuilder::service_info_provider
+//! [`AutoClusterFailover`]: crate::AutoClusterFailover
+//! [`Client::update_service_info`]: crate::Client::update_service_info
 //! [`ProducerBuilder::batching`]: crate::ProducerBuilder::batching
 //! [`ProducerBuilder::batching_options`]: crate::ProducerBuilder::batching_options
 //! [`ProducerBuilder::compression`]: crate::ProducerBuilder::compression

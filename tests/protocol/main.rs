@@ -53,6 +53,7 @@ mod lifecycle {
     mod broker_close;
     mod client_lookup;
     mod close_semantics;
+    mod cluster_failover;
     mod entity_core;
     mod entity_core_probes;
     mod stack_depth;

@@ -9,6 +9,7 @@ mod chunking;
 mod consumer;
 mod dead_letter;
 mod examples;
+mod failover;
 mod growth;
 mod multi_topic;
 mod non_persistent;
