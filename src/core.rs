@@ -306,12 +306,13 @@ impl ClientCore {
         Ok(())
     }
 
-    /// The TLS connector for `info`'s cluster: built anew when it names a trust file of its
-    /// own, or when the client had none and its URL needs one; `None` keeps the client's.
+    /// The TLS connector for `info`'s cluster: for a `pulsar+ssl://` URL (or a trust file of
+    /// its own) built anew from the client's TLS options with the cluster's trust file, so a
+    /// cluster without one trusts what the client was built with, never the trust file of the
+    /// cluster switched from; `None` (a plain URL) keeps the pool's.
     #[cfg(feature = "tls")]
     fn tls_for(&self, info: &ServiceInfo) -> Result<Option<crate::connection::Connector>> {
-        let needs = info.service_url().is_tls() && self.pool.tls().is_none();
-        if info.tls_trust_certs_file_path().is_none() && !needs {
+        if info.tls_trust_certs_file_path().is_none() && !info.service_url().is_tls() {
             return Ok(None);
         }
         let mut options = self.tls_options.clone();

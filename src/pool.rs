@@ -227,12 +227,6 @@ impl ConnectionPool {
         }
     }
 
-    /// The TLS connector new connections use (`None`: no TLS).
-    #[cfg(feature = "tls")]
-    pub(crate) fn tls(&self) -> Option<Connector> {
-        self.settings().tls
-    }
-
     /// Counts cluster switches: a lookup started in one generation is not trusted in the next.
     pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)

@@ -370,7 +370,16 @@ async fn a_controlled_provider_never_switches_on_garbage_or_silence_and_switches
     .map(|body| Reply::Answer(200, body.to_vec()))
     .chain([
         Reply::Answer(500, good.clone().into_bytes()),
-        Reply::Answer(200, vec![b' '; 2048]),
+        // Well-formed and naming a cluster, but over `max_answer_bytes`: only the byte
+        // bound refuses it.
+        Reply::Answer(
+            200,
+            format!(
+                "{{\"serviceUrl\": \"pulsar://x:6650\", \"pad\": \"{}\"}}",
+                "p".repeat(2048)
+            )
+            .into_bytes(),
+        ),
         Reply::Silent,
     ])
     .collect();
