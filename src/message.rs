@@ -69,24 +69,6 @@ impl ProducerMessage {
         self
     }
 
-    /// The parent of this message's `send` span (cargo feature `opentelemetry`): the span of
-    /// `context` (e.g. the request being served), written into the message's properties as
-    /// the W3C `traceparent` / `tracestate`. With tracing on, the `send` span is its child
-    /// (and replaces it in the properties); with tracing off, the message carries it as
-    /// is. Without this, the send span's parent is the current context. A context without
-    /// a valid span changes nothing.
-    #[cfg(feature = "opentelemetry")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
-    pub fn trace_context(mut self, context: &opentelemetry::Context) -> Self {
-        use opentelemetry::trace::TraceContextExt;
-        let span = context.span();
-        let sc = span.span_context();
-        if sc.is_valid() {
-            crate::otel::inject(sc, &mut self.properties);
-        }
-        self
-    }
-
     /// Sets the event time (ms since the Unix epoch).
     pub fn event_time(mut self, millis: u64) -> Self {
         self.event_time = Some(millis);
@@ -232,22 +214,6 @@ impl Message {
     #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
     pub fn encryption_context(&self) -> Option<&crate::crypto::EncryptionContext> {
         self.encryption.as_deref()
-    }
-
-    /// The trace context the producer sent with this message (cargo feature `opentelemetry`):
-    /// a [`Context`](opentelemetry::Context) whose remote span is the producer's `send` span,
-    /// read from the W3C `traceparent` / `tracestate` properties; an empty context if the
-    /// message carries none (or a malformed one). Start the spans of your own work on the
-    /// message from it to continue the trace. Without the feature the same two headers are
-    /// in [`properties`](Self::properties), for any propagator.
-    #[cfg(feature = "opentelemetry")]
-    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
-    pub fn trace_context(&self) -> opentelemetry::Context {
-        use opentelemetry::trace::TraceContextExt;
-        match crate::otel::extract(&self.properties) {
-            Some(sc) => opentelemetry::Context::new().with_remote_span_context(sc),
-            None => opentelemetry::Context::new(),
-        }
     }
 }
 

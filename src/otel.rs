@@ -384,6 +384,46 @@ impl ConsumerInterceptor for ProcessSpans {
     }
 }
 
+// The trace-context methods of the message types live here, beside the W3C codec they use,
+// so that `message` does not import this module (which imports `message`).
+impl ProducerMessage {
+    /// The parent of this message's `send` span (cargo feature `opentelemetry`): the span of
+    /// `context` (e.g. the request being served), written into the message's properties as
+    /// the W3C `traceparent` / `tracestate`. With tracing on, the `send` span is its child
+    /// (and replaces it in the properties); with tracing off, the message carries it as
+    /// is. Without this, the send span's parent is the current context. A context without
+    /// a valid span changes nothing.
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn trace_context(mut self, context: &opentelemetry::Context) -> Self {
+        use opentelemetry::trace::TraceContextExt;
+        let span = context.span();
+        let sc = span.span_context();
+        if sc.is_valid() {
+            inject(sc, &mut self.properties);
+        }
+        self
+    }
+}
+
+impl Message {
+    /// The trace context the producer sent with this message (cargo feature `opentelemetry`):
+    /// a [`Context`] whose remote span is the producer's `send` span,
+    /// read from the W3C `traceparent` / `tracestate` properties; an empty context if the
+    /// message carries none (or a malformed one). Start the spans of your own work on the
+    /// message from it to continue the trace. Without the feature the same two headers are
+    /// in [`properties`](Self::properties), for any propagator.
+    #[cfg(feature = "opentelemetry")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "opentelemetry")))]
+    pub fn trace_context(&self) -> opentelemetry::Context {
+        use opentelemetry::trace::TraceContextExt;
+        match extract(&self.properties) {
+            Some(sc) => opentelemetry::Context::new().with_remote_span_context(sc),
+            None => opentelemetry::Context::new(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,30 +13,8 @@
 //! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place, `Discard` acks it
 //! with `DecryptionError`, `Consume` delivers it still encrypted.
 
-#[cfg(feature = "encryption")]
-pub(crate) use enabled::CryptoIntake;
-
 #[cfg(not(feature = "encryption"))]
 use crate::consumer::engine::{acks::Acks, flow::Flow, io::Io};
-
-/// Without the `encryption` feature: nothing to decrypt, nothing parked.
-#[cfg(not(feature = "encryption"))]
-#[derive(Debug, Default)]
-pub(crate) struct CryptoIntake;
-
-#[cfg(not(feature = "encryption"))]
-impl CryptoIntake {
-    pub(crate) fn new(_opts: &crate::consumer::ConsumerOptions) -> Self {
-        CryptoIntake
-    }
-    pub(crate) fn loading(&self) -> bool {
-        false
-    }
-    pub(crate) async fn loaded(&mut self) {
-        std::future::pending().await
-    }
-    pub(crate) fn clear(&mut self) {}
-}
 
 #[cfg(not(feature = "encryption"))]
 impl crate::consumer::engine::intake::Intake {
@@ -67,11 +45,8 @@ impl crate::consumer::engine::intake::Intake {
 
 #[cfg(feature = "encryption")]
 mod enabled {
-    use std::collections::VecDeque;
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
-
-    use tokio::task::JoinHandle;
 
     use crate::codec::Payload;
     use crate::commands;
@@ -81,70 +56,11 @@ mod enabled {
     use crate::consumer::engine::io::Io;
     use crate::consumer::entry::{Entry, EntryHead, Extras, Record};
     use crate::consumer::queue::Item;
-    use crate::crypto::{ConsumerCryptoFailureAction, CryptoError, Decrypted, Decryptor};
+    use crate::crypto::{ConsumerCryptoFailureAction, CryptoError, Decrypted};
     use crate::error::Error;
     use crate::message_id::MessageId;
     use crate::proto;
     use crate::proto::command_ack::ValidationError;
-
-    type Parked = (proto::CommandMessage, Payload);
-
-    /// The decryption state of one consumer task.
-    #[derive(Debug)]
-    pub(crate) struct CryptoIntake {
-        decryptor: Arc<Decryptor>,
-        /// Entries waiting for a data key, in arrival order.
-        parked: VecDeque<Parked>,
-        /// The key reader's task, while it runs.
-        loading: Option<JoinHandle<Result<(), CryptoError>>>,
-        /// Set while a parked entry goes through the intake again.
-        replaying: bool,
-    }
-
-    impl CryptoIntake {
-        pub(crate) fn new(opts: &crate::consumer::ConsumerOptions) -> Self {
-            CryptoIntake {
-                decryptor: Arc::new(Decryptor::new(
-                    opts.crypto_key_reader.clone(),
-                    opts.crypto_failure_action,
-                )),
-                parked: VecDeque::new(),
-                loading: None,
-                replaying: false,
-            }
-        }
-
-        pub(crate) fn loading(&self) -> bool {
-            self.loading.is_some()
-        }
-
-        /// The key reader's answer (pending while none is asked; cancel-safe).
-        pub(crate) async fn loaded(&mut self) -> Result<(), CryptoError> {
-            let Some(handle) = self.loading.as_mut() else {
-                return std::future::pending().await;
-            };
-            let done = handle.await;
-            self.loading = None;
-            done.unwrap_or_else(|e| {
-                Err(CryptoError::KeyReader {
-                    key: String::new(),
-                    source: Arc::new(e),
-                })
-            })
-        }
-
-        /// A re-subscribe: the broker redelivers what is parked.
-        pub(crate) fn clear(&mut self) {
-            self.parked.clear();
-        }
-
-        fn start_load(&mut self, keys: Vec<proto::EncryptionKeys>) {
-            if self.loading.is_none() {
-                let decryptor = self.decryptor.clone();
-                self.loading = Some(tokio::spawn(async move { decryptor.load(keys).await }));
-            }
-        }
-    }
 
     impl Intake {
         /// Decrypts an entry (see the module docs): the entry to decode, or `None` when it
@@ -340,10 +256,3 @@ mod enabled {
         }
     }
 }
-
-/// What the key reader's task answers (see [`CryptoIntake::loaded`]).
-#[cfg(feature = "encryption")]
-pub(crate) type Loaded = Result<(), crate::crypto::CryptoError>;
-/// What the key reader's task answers: nothing ever, without the feature.
-#[cfg(not(feature = "encryption"))]
-pub(crate) type Loaded = ();

@@ -62,7 +62,7 @@ pub(crate) struct Intake {
     /// `unAckedChunkedMessageIdSequenceMap`).
     pub chunk_ids: HashMap<MessageId, Vec<MessageId>>,
     /// Decryption, and the entries waiting for a data key (`decrypt`).
-    pub crypto: crate::consumer::engine::decrypt::CryptoIntake,
+    pub crypto: crate::consumer::engine::key_wait::CryptoIntake,
 }
 
 impl Intake {

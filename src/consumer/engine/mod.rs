@@ -12,6 +12,7 @@ pub(crate) mod dlq;
 pub(crate) mod flow;
 pub(crate) mod intake;
 pub(crate) mod io;
+pub(crate) mod key_wait;
 pub(crate) mod seek;
 pub(crate) mod start;
 pub(crate) mod subscribe;
@@ -87,7 +88,7 @@ impl ConsumerTask {
     }
 
     /// The key reader answered: the entries waiting for a data key go on (see `decrypt`).
-    fn on_keys_loaded(&mut self, done: decrypt::Loaded) {
+    fn on_keys_loaded(&mut self, done: key_wait::Loaded) {
         let (io, flow, acks) = (&mut self.io, &mut self.flow, &mut self.acks);
         if let Some(v) = self.intake.on_keys_loaded(io, flow, acks, done) {
             self.flow_violation(v.queued);

@@ -137,7 +137,7 @@ pub(crate) async fn spawn_partition(
             )
             .with_budget(budget.clone(), index),
             chunk_ids: Default::default(),
-            crypto: crate::consumer::engine::decrypt::CryptoIntake::new(options),
+            crypto: crate::consumer::engine::key_wait::CryptoIntake::new(options),
         },
         over_delivered: 0,
         seeks: Default::default(),
