@@ -319,12 +319,21 @@ impl From<CryptoError> for crate::Error {
     }
 }
 
-/// Test helpers: RSA key pairs in PEM form (not part of the supported API).
-#[doc(hidden)]
+/// Keys for tests with the [mock broker](crate::mock) (features `encryption` and
+/// `mock-broker`): a fresh RSA key pair to encrypt for and decrypt with, without key files.
+/// Production keys come from the application's key store (`openssl genrsa`, a KMS).
+#[cfg(feature = "mock-broker")]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "encryption", feature = "mock-broker"))))]
 pub mod testing {
-    /// A fresh RSA key pair of `bits` (2048 to 8192): (public `PUBLIC KEY` PEM, private
-    /// `PRIVATE KEY` PEM).
-    pub fn rsa_key_pair_pem(bits: usize) -> (String, String) {
+    use super::CryptoError;
+
+    /// A fresh RSA key pair of `bits` (2048, 3072, 4096 or 8192): (public key as `PUBLIC KEY`
+    /// PEM, private key as `PRIVATE KEY` PEM), ready for an
+    /// [`EncryptionKeyInfo`](super::EncryptionKeyInfo) or a
+    /// [`PemFileKeyReader`](super::PemFileKeyReader)'s files.
+    /// Another size, or a failure of the system's random source, is an
+    /// [`InvalidKey`](CryptoError::InvalidKey) error.
+    pub fn rsa_key_pair_pem(bits: usize) -> Result<(String, String), CryptoError> {
         super::keys::generate_pem(bits)
     }
 }
@@ -335,7 +344,7 @@ mod tests {
 
     #[test]
     fn no_key_material_in_debug_output() {
-        let (_, private) = keys::generate_pem(2048);
+        let (_, private) = keys::generate_pem(2048).unwrap();
         let info = EncryptionKeyInfo::new(private.clone().into_bytes()).with_metadata("v", "1");
         let shown = format!("{info:?}");
         assert!(

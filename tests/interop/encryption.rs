@@ -21,8 +21,8 @@ fn keys() -> &'static (PathBuf, PathBuf, PathBuf) {
     KEYS.get_or_init(|| {
         let dir = std::env::temp_dir().join(unique_name("interop-keys"));
         std::fs::create_dir_all(&dir).unwrap();
-        let (public, private) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048);
-        let (_, other) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048);
+        let (public, private) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048).unwrap();
+        let (_, other) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048).unwrap();
         let paths = (
             dir.join("public.pem"),
             dir.join("private.pem"),

@@ -76,7 +76,7 @@ mod enabled {
             payload: Payload,
             spent: u32,
         ) -> Option<(proto::CommandMessage, Payload)> {
-            if payload.metadata.encryption_keys.is_empty() && self.crypto.parked.is_empty() {
+            if payload.metadata.encryption_keys.is_empty() && !self.crypto.is_parked() {
                 return Some((cmd, payload));
             }
             self.decrypt_or_park(io, flow, acks, cmd, payload, spent)
@@ -93,9 +93,9 @@ mod enabled {
             spent: u32,
         ) -> Option<(proto::CommandMessage, Payload)> {
             let replaying = std::mem::take(&mut self.crypto.replaying);
-            if !replaying && !self.crypto.parked.is_empty() {
+            if !replaying && self.crypto.is_parked() {
                 // Behind a parked entry: keeps the order.
-                self.crypto.parked.push_back((cmd, payload));
+                self.crypto.park(flow.budget(), cmd, payload, false);
                 return None;
             }
             if payload.metadata.encryption_keys.is_empty() {
@@ -112,7 +112,8 @@ mod enabled {
                 }
                 Decrypted::NeedKeys => {
                     let keys = payload.metadata.encryption_keys.clone();
-                    self.crypto.parked.push_front((cmd, payload));
+                    self.crypto.park(flow.budget(), cmd, payload, true);
+                    flow.key_wait = true;
                     self.crypto.start_load(keys);
                     None
                 }
@@ -133,14 +134,14 @@ mod enabled {
             done: Result<(), CryptoError>,
         ) -> Option<Violation> {
             if let Err(e) = done {
-                if let Some((cmd, payload)) = self.crypto.parked.pop_front() {
+                if let Some((cmd, payload)) = self.crypto.unpark() {
                     let spent =
                         crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
                     self.crypto_failed(io, flow, acks, cmd, payload, spent, e);
                 }
             }
             while !self.crypto.loading() {
-                let Some((cmd, payload)) = self.crypto.parked.pop_front() else {
+                let Some((cmd, payload)) = self.crypto.unpark() else {
                     break;
                 };
                 // Through the whole intake again (its permits were counted when it arrived).
@@ -150,9 +151,11 @@ mod enabled {
                 let violation = self.on_message(io, flow, acks, cmd, payload);
                 self.crypto.replaying = false;
                 if violation.is_some() {
+                    flow.key_wait = self.crypto.is_parked();
                     return violation;
                 }
             }
+            flow.key_wait = self.crypto.is_parked();
             None
         }
 
@@ -194,6 +197,12 @@ mod enabled {
                     self.deliver_encrypted(io, flow, acks, cmd, payload, spent);
                 }
                 _ => {
+                    // Upstream `decryptPayloadIfNeeded` (FAIL): not delivered, not acked, and
+                    // added to the ack-timeout tracker, so an ack timeout redelivers it
+                    // (apache/pulsar#5807: it is never dead-lettered, as it is never delivered).
+                    if io.persistent() && !io.opts.ack_timeout.is_zero() {
+                        acks.unacked.undelivered(entry, tokio::time::Instant::now());
+                    }
                     flow.release(io, spent);
                     io.emit(Item::Error(Error::Crypto(CryptoError::Undelivered {
                         id: entry,

@@ -49,6 +49,10 @@ pub(crate) struct Flow {
     /// The wire bytes of the entry being taken in if it arrived beyond the flow permits, else
     /// 0: its queued item counts them (see `ConsumerBudget::beyond`).
     pub arrived_beyond: usize,
+    /// Entries wait for a decryption key (`key_wait`): nothing this task receives can reach
+    /// the queue before the key comes, so it is not granted a forced permit (it would only
+    /// grow what waits, one message at a time, past the budget).
+    pub key_wait: bool,
 }
 
 impl Flow {
@@ -61,6 +65,7 @@ impl Flow {
             freed: budget.freed(),
             no_slow_start: false,
             arrived_beyond: 0,
+            key_wait: false,
         }
     }
 
@@ -98,7 +103,7 @@ impl Flow {
         };
         let tasks = budget.tasks();
         let cap = (budget.room() / tasks / per_permit) as u64;
-        if cap == 0 && budget.may_force(task) {
+        if cap == 0 && !self.key_wait && budget.may_force(task) {
             // Never a deadlock: with nothing queued, one message always comes, whatever its
             // size (upstream force-reserves memory for what it receives).
             1
