@@ -185,7 +185,9 @@ pub enum ProducerCryptoFailureAction {
     /// The send fails with [`Error::Crypto`](crate::Error::Crypto) (the default).
     #[default]
     Fail,
-    /// The message is sent unencrypted (logged as a warning).
+    /// The message is sent unencrypted (logged as a warning), and the keys are loaded again
+    /// in the background (one load at a time): the messages after a successful load are
+    /// encrypted (upstream loads a missing key before each message).
     Send,
 }
 
@@ -196,8 +198,9 @@ pub enum ProducerCryptoFailureAction {
 pub enum ConsumerCryptoFailureAction {
     /// The message is not delivered: the application receives an
     /// [`Error::Crypto`](crate::Error::Crypto) item in its place, and the message stays
-    /// unacknowledged (the broker redelivers it after a reconnect, an ack timeout or
-    /// `redeliver_unacknowledged_messages`). The default.
+    /// unacknowledged (the broker redelivers it after a reconnect, the ack timeout, whose
+    /// clock starts when decryption fails, or `redeliver_unacknowledged_messages`); it is
+    /// never dead-lettered, as it is never delivered (as upstream). The default.
     #[default]
     Fail,
     /// The message is acknowledged (with validation error `DecryptionError`, as upstream) and

@@ -6,12 +6,14 @@
 //! A data key already cached costs only the AES-GCM pass, done here. Otherwise the key reader
 //! is asked in a task of its own (it may be slow or remote) while this entry, and every entry
 //! after it, waits here in arrival order ("parked"); the task's loop wakes when the answer
-//! comes and goes on with them. Parked entries already spent their permits; a re-subscribe
-//! drops them (the broker redelivers them).
+//! comes and goes on with them. Parked entries already spent their permits and are held in
+//! the consumer's byte budget until they go on (see `key_wait`); a re-subscribe drops them
+//! (the broker redelivers them).
 //!
 //! What cannot be decrypted follows [`ConsumerCryptoFailureAction`] as upstream's
-//! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place, `Discard` acks it
-//! with `DecryptionError`, `Consume` delivers it still encrypted.
+//! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place and leaves the entry
+//! to the ack timeout, `Discard` acks it with `DecryptionError`, `Consume` delivers it still
+//! encrypted.
 
 #[cfg(not(feature = "encryption"))]
 use crate::consumer::engine::{acks::Acks, flow::Flow, io::Io};

@@ -27,8 +27,8 @@ const MIN_PERMIT_BYTES: usize = 256;
 /// consumer whose budget cannot hold a receiver queue of maximum-size messages is smaller than
 /// the receiver queue (a slow start; the rest follows the first messages). When the queue is
 /// empty one permit is always out (for the task holding the consumer's oldest incomplete chunked
-/// message, if any: see `ConsumerBudget::may_force`), so a message larger than the whole budget
-/// is delivered.
+/// message, if any: see `ConsumerBudget::may_force`; never for a task whose entries wait for a
+/// decryption key, see `key_wait`), so a message larger than the whole budget is delivered.
 #[derive(Debug)]
 pub(crate) struct Flow {
     share: super::budget::TaskShare,
