@@ -102,13 +102,14 @@
 //! A message redelivered (a negative ack, an ack timeout) is decrypted again, with the data
 //! key already cached. With a [`DeadLetterPolicy`](crate::DeadLetterPolicy), a message sent to
 //! the dead-letter topic is **the message as the application received it, in clear**:
-//! upstream's consumer (Java `ConsumerImpl.processPossibleToDLQ`) publishes the decrypted
-//! payload through a dead-letter producer that has no encryption configured, and so does this
-//! one. Anyone who can read the dead-letter topic reads the plaintext. If it must not hold
-//! plaintext, restrict who reads it, or set aside failing messages yourself (publish them with
-//! an encrypting producer of your own, then ack them) instead of a dead-letter policy. A
-//! message delivered still encrypted (`Consume`) is dead-lettered as delivered: its ciphertext,
-//! without the recipients' keys or the IV, which nothing can decrypt.
+//! upstream's consumers (Java `ConsumerImpl.processPossibleToDLQ`, and the C++ core of the
+//! Python client, checked in `tests/interop/`) publish the decrypted payload through a
+//! dead-letter producer that has no encryption configured, and so does this one. Anyone who
+//! can read the dead-letter topic reads the plaintext. If it must not hold plaintext, restrict
+//! who reads it, or set aside failing messages yourself (publish them with an encrypting
+//! producer of your own, then ack them) instead of a dead-letter policy. A message delivered
+//! still encrypted (`Consume`) is dead-lettered as delivered: its ciphertext, without the
+//! recipients' keys or the IV, which nothing can decrypt.
 //!
 //! ## Key material
 //!
