@@ -92,7 +92,7 @@ fn main() {
         .unwrap();
     let dir = std::env::temp_dir().join(format!("enc-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let (public, private) = rsa_key_pair_pem(2048);
+    let (public, private) = rsa_key_pair_pem(2048).expect("an RSA-2048 key pair");
     let keys = Keys {
         public: dir.join("public.pem"),
         private: dir.join("private.pem"),

@@ -11,6 +11,7 @@ use aws_lc_rs::rand::{SecureRandom, SystemRandom};
 use aws_lc_rs::rsa::{OaepPrivateDecryptingKey, OaepPublicEncryptingKey, OAEP_SHA1_MGF1SHA1};
 use bytes::Bytes;
 use tokio::time::Instant;
+use zeroize::Zeroizing;
 
 use super::CryptoError;
 
@@ -19,7 +20,14 @@ pub(crate) const IV_LEN: usize = 12;
 pub(crate) const TAG_LEN: usize = 16;
 
 /// A data key (AES-256). Its `Debug` shows nothing of it.
+///
+/// The key schedule lives in aws-lc's memory, which aws-lc cleanses when it frees it (its
+/// `OPENSSL_free`); every copy of the raw key bytes on our side is zeroized when dropped
+/// ([`RawDataKey`], the unwrap buffer).
 pub(crate) struct DataKey(LessSafeKey);
+
+/// A data key's raw bytes, zeroized when dropped.
+pub(crate) type RawDataKey = Zeroizing<[u8; DATA_KEY_LEN]>;
 
 impl std::fmt::Debug for DataKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -35,12 +43,12 @@ impl DataKey {
     }
 
     /// A fresh random data key, with its raw bytes (to wrap for each recipient).
-    pub(crate) fn generate() -> Result<(DataKey, [u8; DATA_KEY_LEN]), CryptoError> {
-        let mut raw = [0u8; DATA_KEY_LEN];
+    pub(crate) fn generate() -> Result<(DataKey, RawDataKey), CryptoError> {
+        let mut raw: RawDataKey = Zeroizing::new([0u8; DATA_KEY_LEN]);
         SystemRandom::new()
-            .fill(&mut raw)
+            .fill(&mut raw[..])
             .map_err(|_| CryptoError::Encrypt("the system random generator failed".into()))?;
-        let key = DataKey::from_bytes(&raw)
+        let key = DataKey::from_bytes(&raw[..])
             .ok_or_else(|| CryptoError::Encrypt("AES-256-GCM key setup failed".into()))?;
         Ok((key, raw))
     }
@@ -85,11 +93,11 @@ impl DataKey {
 pub(crate) fn wrap(
     name: &str,
     key: &OaepPublicEncryptingKey,
-    raw: &[u8; DATA_KEY_LEN],
+    raw: &RawDataKey,
 ) -> Result<Bytes, CryptoError> {
     let mut out = vec![0u8; key.ciphertext_size()];
     let n = key
-        .encrypt(&OAEP_SHA1_MGF1SHA1, raw, &mut out, None)
+        .encrypt(&OAEP_SHA1_MGF1SHA1, &raw[..], &mut out, None)
         .map_err(|_| CryptoError::InvalidKey {
             key: name.to_string(),
             reason: "RSA-OAEP encryption of the data key failed".into(),
@@ -101,7 +109,8 @@ pub(crate) fn wrap(
 
 /// Unwraps a data key with a recipient's private key (`None`: not this key's, or tampered).
 pub(crate) fn unwrap(key: &OaepPrivateDecryptingKey, wrapped: &[u8]) -> Option<DataKey> {
-    let mut out = vec![0u8; key.min_output_size()];
+    // The data key in clear: zeroized however this returns.
+    let mut out = Zeroizing::new(vec![0u8; key.min_output_size()]);
     let raw = key
         .decrypt(&OAEP_SHA1_MGF1SHA1, wrapped, &mut out, None)
         .ok()?;
@@ -194,8 +203,8 @@ mod tests {
 
     #[test]
     fn data_key_wraps_for_its_recipient_only() {
-        let (public, private) = keys::generate_pem(2048);
-        let (_, other_private) = keys::generate_pem(2048);
+        let (public, private) = keys::generate_pem(2048).unwrap();
+        let (_, other_private) = keys::generate_pem(2048).unwrap();
         let public = keys::public_key("a", public.as_bytes()).unwrap();
         let private = keys::private_key("a", private.as_bytes()).unwrap();
         let other = keys::private_key("b", other_private.as_bytes()).unwrap();

@@ -95,8 +95,12 @@ impl Decryptor {
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect();
             let attempt = match reader.private_key(&k.key, &metadata).await {
-                Ok(info) => keys::private_key(&k.key, &info.key)
-                    .map(|private| cipher::unwrap(&private, &k.value)),
+                Ok(info) => {
+                    let unwrapped = keys::private_key(&k.key, &info.key)
+                        .map(|private| cipher::unwrap(&private, &k.value));
+                    wipe(info.key);
+                    unwrapped
+                }
                 Err(source) => Err(CryptoError::KeyReader {
                     key: k.key.clone(),
                     source,
@@ -122,6 +126,14 @@ impl Decryptor {
         Err(first_error.unwrap_or_else(|| CryptoError::NoUsableKey {
             keys: keys.iter().map(|k| k.key.clone()).collect(),
         }))
+    }
+}
+
+/// Zeroizes a private key the reader gave once it is parsed, when nothing else holds its
+/// buffer (a reader that keeps its key, e.g. in a `Bytes` it clones, keeps its copy).
+fn wipe(key: Bytes) {
+    if let Ok(mut unique) = key.try_into_mut() {
+        zeroize::Zeroize::zeroize(&mut unique[..]);
     }
 }
 

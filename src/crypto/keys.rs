@@ -2,14 +2,17 @@
 //! KEY`, `RSA PUBLIC KEY`, `PRIVATE KEY`, `RSA PRIVATE KEY`, as OpenSSL writes them and the
 //! official clients read them) or DER bytes. EC keys are recognised and refused.
 
-use aws_lc_rs::encoding::AsDer;
 use aws_lc_rs::rsa::{
-    KeySize, OaepPrivateDecryptingKey, OaepPublicEncryptingKey, PrivateDecryptingKey,
-    PublicEncryptingKey,
+    OaepPrivateDecryptingKey, OaepPublicEncryptingKey, PrivateDecryptingKey, PublicEncryptingKey,
 };
 use base64::Engine as _;
+use zeroize::Zeroizing;
 
 use super::CryptoError;
+
+/// Key bytes (a private key's DER, base64 or PKCS#8 wrapping), zeroized when dropped. Each is
+/// allocated at its final size, so no unzeroized copy is left behind by a reallocation.
+type Secret = Zeroizing<Vec<u8>>;
 
 /// DER of the `id-ecPublicKey` object identifier (1.2.840.10045.2.1).
 const EC_OID: &[u8] = &[0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
@@ -19,7 +22,7 @@ const RSA_ALGORITHM: &[u8] = &[
 ];
 
 /// The first PEM block of `text`: its label and DER bytes; `None` when `text` is no PEM.
-fn pem(text: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
+fn pem(text: &[u8]) -> Option<Result<(String, Secret), String>> {
     let text = std::str::from_utf8(text).ok()?;
     let start = text.find("-----BEGIN ")?;
     let rest = &text[start + 11..];
@@ -30,22 +33,22 @@ fn pem(text: &[u8]) -> Option<Result<(String, Vec<u8>), String>> {
     let Some(end) = body.find(&end_marker) else {
         return Some(Err(format!("PEM block `{label}` has no END line")));
     };
-    let b64: String = body[..end]
-        .lines()
-        .map(str::trim)
-        // Headers of encrypted PEM (`Proc-Type`, `DEK-Info`) make it unreadable here.
-        .filter(|l| !l.is_empty())
-        .collect();
+    let mut b64 = Zeroizing::new(String::with_capacity(end));
+    // Headers of encrypted PEM (`Proc-Type`, `DEK-Info`) make it unreadable here.
+    for line in body[..end].lines().map(str::trim) {
+        b64.push_str(line);
+    }
     if b64.contains(':') {
         return Some(Err(format!(
             "PEM block `{label}` is password-protected; give the key unencrypted"
         )));
     }
+    let mut der: Secret = Zeroizing::new(Vec::with_capacity(b64.len() / 4 * 3 + 3));
     Some(
         base64::engine::general_purpose::STANDARD
-            .decode(b64.as_bytes())
+            .decode_vec(b64.as_bytes(), &mut der)
             .map_err(|e| format!("PEM block `{label}` is not valid base64: {e}"))
-            .map(|der| (label, der)),
+            .map(|()| (label, der)),
     )
 }
 
@@ -64,27 +67,31 @@ fn der_len(n: usize) -> Vec<u8> {
     out
 }
 
-fn der(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    out.extend(der_len(content.len()));
+fn der(tag: u8, content: &[u8]) -> Secret {
+    let len = der_len(content.len());
+    let mut out = Zeroizing::new(Vec::with_capacity(1 + len.len() + content.len()));
+    out.push(tag);
+    out.extend_from_slice(&len);
     out.extend_from_slice(content);
     out
 }
 
 /// PKCS#8 `PrivateKeyInfo` around a PKCS#1 `RSAPrivateKey` (`RSA PRIVATE KEY`).
-fn pkcs8_of_pkcs1(pkcs1: &[u8]) -> Vec<u8> {
-    let mut content = vec![0x02, 0x01, 0x00];
+fn pkcs8_of_pkcs1(pkcs1: &[u8]) -> Secret {
+    let key = der(0x04, pkcs1);
+    let mut content = Zeroizing::new(Vec::with_capacity(3 + RSA_ALGORITHM.len() + key.len()));
+    content.extend_from_slice(&[0x02, 0x01, 0x00]);
     content.extend_from_slice(RSA_ALGORITHM);
-    content.extend(der(0x04, pkcs1));
+    content.extend_from_slice(&key);
     der(0x30, &content)
 }
 
 /// `SubjectPublicKeyInfo` around a PKCS#1 `RSAPublicKey` (`RSA PUBLIC KEY`).
-fn spki_of_pkcs1(pkcs1: &[u8]) -> Vec<u8> {
+fn spki_of_pkcs1(pkcs1: &[u8]) -> Secret {
     let mut bits = vec![0x00];
     bits.extend_from_slice(pkcs1);
     let mut content = RSA_ALGORITHM.to_vec();
-    content.extend(der(0x03, &bits));
+    content.extend_from_slice(&der(0x03, &bits));
     der(0x30, &content)
 }
 
@@ -93,14 +100,14 @@ fn is_ec(label: &str, der: &[u8]) -> bool {
 }
 
 /// The DER of a key and whether it is PKCS#1 (`RSA ...` label).
-fn decode(name: &str, bytes: &[u8]) -> Result<(String, Vec<u8>), CryptoError> {
+fn decode(name: &str, bytes: &[u8]) -> Result<(String, Secret), CryptoError> {
     let invalid = |reason: String| CryptoError::InvalidKey {
         key: name.to_string(),
         reason,
     };
     let (label, der) = match pem(bytes) {
         Some(parsed) => parsed.map_err(invalid)?,
-        None => (String::new(), bytes.to_vec()),
+        None => (String::new(), Zeroizing::new(bytes.to_vec())),
     };
     if is_ec(&label, &der) {
         return Err(CryptoError::UnsupportedKey {
@@ -148,6 +155,7 @@ pub(crate) fn private_key(
         })
 }
 
+#[cfg(any(test, feature = "mock-broker"))]
 fn to_pem(label: &str, der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
@@ -159,24 +167,35 @@ fn to_pem(label: &str, der: &[u8]) -> String {
     out
 }
 
-/// A fresh RSA key pair: (`PUBLIC KEY` PEM, `PRIVATE KEY` PEM). Test helper; panics on a size
-/// aws-lc does not generate.
-pub(crate) fn generate_pem(bits: usize) -> (String, String) {
+/// A fresh RSA key pair: (`PUBLIC KEY` PEM, `PRIVATE KEY` PEM), for tests (see
+/// `crypto::testing`).
+#[cfg(any(test, feature = "mock-broker"))]
+pub(crate) fn generate_pem(bits: usize) -> Result<(String, String), CryptoError> {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::rsa::KeySize;
+    let invalid = |reason: String| CryptoError::InvalidKey {
+        key: format!("<generated RSA-{bits}>"),
+        reason,
+    };
     let size = match bits {
         2048 => KeySize::Rsa2048,
         3072 => KeySize::Rsa3072,
         4096 => KeySize::Rsa4096,
         8192 => KeySize::Rsa8192,
-        other => panic!("no RSA key size {other} (2048, 3072, 4096 or 8192)"),
+        other => {
+            return Err(invalid(format!(
+                "no RSA key size {other} (2048, 3072, 4096 or 8192)"
+            )))
+        }
     };
-    let private = PrivateDecryptingKey::generate(size).expect("RSA key generation");
+    let private = PrivateDecryptingKey::generate(size).map_err(|e| invalid(e.to_string()))?;
     let public = private.public_key();
-    let private_der = private.as_der().expect("PKCS#8 encoding");
-    let public_der = public.as_der().expect("SPKI encoding");
-    (
+    let private_der = private.as_der().map_err(|e| invalid(e.to_string()))?;
+    let public_der = public.as_der().map_err(|e| invalid(e.to_string()))?;
+    Ok((
         to_pem("PUBLIC KEY", public_der.as_ref()),
         to_pem("PRIVATE KEY", private_der.as_ref()),
-    )
+    ))
 }
 
 #[cfg(test)]
@@ -185,7 +204,7 @@ mod tests {
 
     #[test]
     fn pkcs1_forms_are_read_like_pkcs8() {
-        let (public, private) = generate_pem(2048);
+        let (public, private) = generate_pem(2048).unwrap();
         assert!(public_key("k", public.as_bytes()).is_ok());
         assert!(private_key("k", private.as_bytes()).is_ok());
         // The PKCS#1 forms: the inner structures of the PKCS#8 / SPKI ones.

@@ -185,7 +185,9 @@ pub enum ProducerCryptoFailureAction {
     /// The send fails with [`Error::Crypto`](crate::Error::Crypto) (the default).
     #[default]
     Fail,
-    /// The message is sent unencrypted (logged as a warning).
+    /// The message is sent unencrypted (logged as a warning), and the keys are loaded again
+    /// in the background (one load at a time): the messages after a successful load are
+    /// encrypted (upstream loads a missing key before each message).
     Send,
 }
 
@@ -196,8 +198,9 @@ pub enum ProducerCryptoFailureAction {
 pub enum ConsumerCryptoFailureAction {
     /// The message is not delivered: the application receives an
     /// [`Error::Crypto`](crate::Error::Crypto) item in its place, and the message stays
-    /// unacknowledged (the broker redelivers it after a reconnect, an ack timeout or
-    /// `redeliver_unacknowledged_messages`). The default.
+    /// unacknowledged (the broker redelivers it after a reconnect, the ack timeout, whose
+    /// clock starts when decryption fails, or `redeliver_unacknowledged_messages`); it is
+    /// never dead-lettered, as it is never delivered (as upstream). The default.
     #[default]
     Fail,
     /// The message is acknowledged (with validation error `DecryptionError`, as upstream) and
@@ -319,12 +322,21 @@ impl From<CryptoError> for crate::Error {
     }
 }
 
-/// Test helpers: RSA key pairs in PEM form (not part of the supported API).
-#[doc(hidden)]
+/// Keys for tests with the [mock broker](crate::mock) (features `encryption` and
+/// `mock-broker`): a fresh RSA key pair to encrypt for and decrypt with, without key files.
+/// Production keys come from the application's key store (`openssl genrsa`, a KMS).
+#[cfg(feature = "mock-broker")]
+#[cfg_attr(docsrs, doc(cfg(all(feature = "encryption", feature = "mock-broker"))))]
 pub mod testing {
-    /// A fresh RSA key pair of `bits` (2048 to 8192): (public `PUBLIC KEY` PEM, private
-    /// `PRIVATE KEY` PEM).
-    pub fn rsa_key_pair_pem(bits: usize) -> (String, String) {
+    use super::CryptoError;
+
+    /// A fresh RSA key pair of `bits` (2048, 3072, 4096 or 8192): (public key as `PUBLIC KEY`
+    /// PEM, private key as `PRIVATE KEY` PEM), ready for an
+    /// [`EncryptionKeyInfo`](super::EncryptionKeyInfo) or a
+    /// [`PemFileKeyReader`](super::PemFileKeyReader)'s files.
+    /// Another size, or a failure of the system's random source, is an
+    /// [`InvalidKey`](CryptoError::InvalidKey) error.
+    pub fn rsa_key_pair_pem(bits: usize) -> Result<(String, String), CryptoError> {
         super::keys::generate_pem(bits)
     }
 }
@@ -335,7 +347,7 @@ mod tests {
 
     #[test]
     fn no_key_material_in_debug_output() {
-        let (_, private) = keys::generate_pem(2048);
+        let (_, private) = keys::generate_pem(2048).unwrap();
         let info = EncryptionKeyInfo::new(private.clone().into_bytes()).with_metadata("v", "1");
         let shown = format!("{info:?}");
         assert!(

@@ -2,6 +2,7 @@
 //! upstream's schedule, and the sealing of each SEND payload.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -29,6 +30,8 @@ pub(crate) struct Encryptor {
     reader: Arc<dyn CryptoKeyReader>,
     action: ProducerCryptoFailureAction,
     current: Mutex<Option<Arc<KeySet>>>,
+    /// A key load started by [`Encryptor::seal`] is running (at most one at a time).
+    loading: AtomicBool,
 }
 
 impl Encryptor {
@@ -44,6 +47,7 @@ impl Encryptor {
             reader,
             action,
             current: Mutex::new(None),
+            loading: AtomicBool::new(false),
         });
         match encryptor.refresh().await {
             Ok(()) => {}
@@ -118,13 +122,14 @@ impl Encryptor {
 
     /// Seals `data` (a message's, a batch's or a chunk's payload, compressed) and records the
     /// recipients and IV in `metadata`. Without a data key (every load failed): an error, or
-    /// `data` unchanged with the `Send` action.
+    /// `data` unchanged with the `Send` action; either way the keys are loaded again.
     pub(crate) fn seal(
-        &self,
+        self: &Arc<Self>,
         metadata: &mut proto::MessageMetadata,
         data: Bytes,
     ) -> Result<Bytes, CryptoError> {
         let sealed = self.current().ok_or_else(|| {
+            self.load_again();
             CryptoError::Encrypt(format!(
                 "no data key: the public keys {:?} could not be loaded",
                 self.names
@@ -144,6 +149,30 @@ impl Encryptor {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+impl Encryptor {
+    /// Upstream `MessageCryptoBc.encrypt` loads the public key of every recipient that has no
+    /// wrapped data key yet before each message it encrypts ("to load keys as soon as a new
+    /// key is added"), so with `ProducerCryptoFailureAction.SEND` encryption resumes at the
+    /// first message after the key store recovers, not at the next 4-hourly rotation. The same
+    /// here, except that the reader is never awaited on the producer's task: each message sent
+    /// without a key starts a load in a task of its own unless one is running, and the
+    /// messages after it succeeded are encrypted (the one that started it went unencrypted).
+    fn load_again(self: &Arc<Self>) {
+        if self.loading.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let this = self.clone();
+        tokio::spawn(async move {
+            match this.refresh().await {
+                Ok(()) => tracing::info!(keys = ?this.names, "encryption keys loaded; \
+                    messages are encrypted again"),
+                Err(e) => tracing::debug!(error = %e, "encryption keys still not loadable"),
+            }
+            this.loading.store(false, Ordering::Release);
+        });
     }
 }
 
@@ -171,6 +200,8 @@ mod tests {
     struct Counting {
         pem: String,
         calls: AtomicUsize,
+        /// The first this many calls fail (the key store is down).
+        fail_first: usize,
     }
 
     impl CryptoKeyReader for Counting {
@@ -179,9 +210,15 @@ mod tests {
             _name: &str,
             _metadata: &BTreeMap<String, String>,
         ) -> BoxFuture<'_, Result<EncryptionKeyInfo, SourceError>> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
             let pem = self.pem.clone();
-            Box::pin(async move { Ok(EncryptionKeyInfo::new(pem.into_bytes())) })
+            let fail = n < self.fail_first;
+            Box::pin(async move {
+                if fail {
+                    return Err(Arc::new(std::io::Error::other("key store down")) as SourceError);
+                }
+                Ok(EncryptionKeyInfo::new(pem.into_bytes()))
+            })
         }
 
         fn private_key(
@@ -202,8 +239,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_data_key_rotates_every_four_hours() {
         let reader = Arc::new(Counting {
-            pem: keys::generate_pem(2048).0,
+            pem: keys::generate_pem(2048).unwrap().0,
             calls: AtomicUsize::new(0),
+            fail_first: 0,
         });
         let e = Encryptor::start(
             vec!["k".into()],
@@ -229,5 +267,53 @@ mod tests {
         let weak = Arc::downgrade(&e);
         drop(e);
         assert!(weak.upgrade().is_none());
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Upstream `MessageCryptoBc.encrypt` loads a missing recipient key again before each
+    /// message: with `Send`, a producer created while the key store was down encrypts again
+    /// once it is back, not 4 hours later. Before: every message went unencrypted until the
+    /// rotation.
+    #[tokio::test(start_paused = true)]
+    async fn with_send_a_failed_key_load_is_retried_by_the_next_message() {
+        let reader = Arc::new(Counting {
+            pem: keys::generate_pem(2048).unwrap().0,
+            calls: AtomicUsize::new(0),
+            // Creation and the first retry fail.
+            fail_first: 2,
+        });
+        let e = Encryptor::start(
+            vec!["k".into()],
+            reader.clone(),
+            ProducerCryptoFailureAction::Send,
+        )
+        .await
+        .unwrap();
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 1);
+        let seal = |e: &Arc<Encryptor>| {
+            let mut meta = proto::MessageMetadata::default();
+            let out = e.seal(&mut meta, Bytes::from_static(b"plain")).unwrap();
+            (meta.encryption_keys.len(), out)
+        };
+        // Sent unencrypted; each starts a load, one at a time.
+        assert_eq!(seal(&e), (0, Bytes::from_static(b"plain")));
+        assert_eq!(seal(&e).0, 0);
+        settle().await;
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 2, "one load for both");
+        // That load failed: the next message tries again, and that one succeeds.
+        assert_eq!(seal(&e).0, 0);
+        settle().await;
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 3);
+        let (keys, sealed) = seal(&e);
+        assert_eq!(keys, 1, "encrypted again, long before the 4-hour rotation");
+        assert_ne!(sealed, Bytes::from_static(b"plain"));
+        // Loaded: no more loads until the rotation.
+        settle().await;
+        assert_eq!(reader.calls.load(Ordering::SeqCst), 3);
     }
 }

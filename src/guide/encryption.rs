@@ -24,7 +24,10 @@
 //! KMS), or [`PemFileKeyReader`](crate::crypto::PemFileKeyReader) over PEM files, as the
 //! official clients ship. Its futures run in their own tasks: a slow or remote key store never
 //! blocks a connection or another consumer; a consumer waiting for a key holds the messages
-//! behind that one (order is kept) and goes on when the answer comes.
+//! behind that one (order is kept) and goes on when the answer comes. What it holds meanwhile
+//! counts in its share of the client's
+//! [`memory_limit`](crate::ClientBuilder::memory_limit), so it asks the broker for no more
+//! than that while it waits.
 //!
 //! Keys are RSA, 2048 to 8192 bits, in the forms OpenSSL writes (`PUBLIC KEY` or `RSA PUBLIC
 //! KEY`; `PRIVATE KEY` or `RSA PRIVATE KEY`, unencrypted), e.g.
@@ -77,7 +80,9 @@
 //! A producer whose reader cannot give a public key fails `create` with
 //! [`Error::Crypto`](crate::Error::Crypto); with
 //! [`ProducerCryptoFailureAction::Send`](crate::crypto::ProducerCryptoFailureAction) it is
-//! created and sends unencrypted (logged) until a later key load succeeds.
+//! created and sends unencrypted (logged); each message sent without a key makes it load the
+//! keys again (in the background, one load at a time), and the messages after a load
+//! succeeded are encrypted (upstream loads a missing key before each message, too).
 //!
 //! A consumer that cannot decrypt a message (no key reader, no private key for any recipient,
 //! a reader error, a tampered payload or IV: AES-GCM authenticates both) does what its
@@ -85,11 +90,38 @@
 //!
 //! | Action | The message | The application |
 //! |---|---|---|
-//! | `Fail` (default) | not delivered, not acked (redelivered after a reconnect, an ack timeout or `redeliver_unacknowledged_messages`) | receives `Err(Error::Crypto(CryptoError::Undelivered { id, cause }))` in its place |
+//! | `Fail` (default) | not delivered, not acked: redelivered after a reconnect, the [ack timeout](crate::ConsumerBuilder::ack_timeout) (its clock starts when decryption fails) or `redeliver_unacknowledged_messages`; never dead-lettered, as it is never delivered (as upstream) | receives `Err(Error::Crypto(CryptoError::Undelivered { id, cause }))` in its place |
 //! | `Discard` | acked with validation error `DecryptionError`, dropped | nothing; counted in [`Consumer::discarded_entries`](crate::Consumer::discarded_entries) |
 //! | `Consume` | delivered with its payload still encrypted, a batch as one message | [`Message::encryption_context`](crate::Message::encryption_context) gives the keys, IV, compression and batch size |
 //!
 //! A chunk of a chunked message cannot be delivered encrypted on its own: under `Consume` it
 //! fails like `Fail`.
 //!
-//! No key material (private keys, data keys) appears in any log or `Debug` output.
+//! ## Redelivery and dead-letter topics
+//!
+//! A message redelivered (a negative ack, an ack timeout) is decrypted again, with the data
+//! key already cached. With a [`DeadLetterPolicy`](crate::DeadLetterPolicy), a message sent to
+//! the dead-letter topic is **the message as the application received it, in clear**:
+//! upstream's consumers (Java `ConsumerImpl.processPossibleToDLQ`, and the C++ core of the
+//! Python client, checked in `tests/interop/`) publish the decrypted payload through a
+//! dead-letter producer that has no encryption configured, and so does this one. Anyone who
+//! can read the dead-letter topic reads the plaintext. If it must not hold plaintext, restrict
+//! who reads it, or set aside failing messages yourself (publish them with an encrypting
+//! producer of your own, then ack them) instead of a dead-letter policy. A message delivered
+//! still encrypted (`Consume`) is dead-lettered as delivered: its ciphertext, without the
+//! recipients' keys or the IV, which nothing can decrypt.
+//!
+//! ## Key material
+//!
+//! No key material (private keys, data keys) appears in any log or `Debug` output. Data keys
+//! and the private keys' bytes this crate copies (their DER and base64 forms, the unwrapped
+//! data key) are zeroized when dropped, as is the buffer a key reader returns once parsed, if
+//! the reader kept no other reference to it; the key schedules aws-lc holds are cleansed by
+//! aws-lc when freed.
+//!
+//! ## Testing
+//!
+//! With features `encryption` and `mock-broker`,
+//! [`crypto::testing::rsa_key_pair_pem`](crate::crypto::testing::rsa_key_pair_pem) gives a
+//! fresh RSA key pair in PEM form, to encrypt and decrypt through the
+//! [mock broker](crate::mock) without key files.

@@ -21,8 +21,8 @@ fn keys() -> &'static (PathBuf, PathBuf, PathBuf) {
     KEYS.get_or_init(|| {
         let dir = std::env::temp_dir().join(unique_name("interop-keys"));
         std::fs::create_dir_all(&dir).unwrap();
-        let (public, private) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048);
-        let (_, other) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048);
+        let (public, private) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048).unwrap();
+        let (_, other) = pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048).unwrap();
         let paths = (
             dir.join("public.pem"),
             dir.join("private.pem"),
@@ -380,4 +380,115 @@ async fn without_the_key_each_client_does_what_its_failure_action_says() {
             assert_eq!(payloads, [b"plain".as_slice()], "{action}");
         }
     }
+}
+
+/// The dead-letter copy of an encrypted message, on both clients: the official consumer (the
+/// C++ core's `ConsumerImpl::processPossibleToDLQ`, which publishes `message.getData()` through
+/// a dead-letter producer configured without crypto) and ours, each negatively acking an
+/// encrypted message past a dead-letter policy's maximum (1), put it on the dead-letter topic
+/// in clear: the other client, without any key, reads the original plaintext there.
+#[tokio::test]
+async fn both_clients_dead_letter_an_encrypted_message_in_clear() {
+    let client = client();
+    let url = shared_broker().url();
+    let encrypted = |topic: String| {
+        let client = client.clone();
+        async move {
+            let producer = client
+                .producer(&topic)
+                .encryption_key("interop-key")
+                .crypto_key_reader(PemFileKeyReader::public_only(&keys().0))
+                .create()
+                .await
+                .unwrap();
+            producer
+                .send_and_wait(ProducerMessage::new(message(7)).key("k7"))
+                .await
+                .unwrap();
+            producer.close().await.unwrap();
+        }
+    };
+
+    // The official consumer dead-letters; ours reads the dead-letter topic without a key.
+    let topic = unique_name("enc-dlq-official");
+    let dlq = unique_name("enc-dlq-official-dead");
+    encrypted(topic.clone()).await;
+    // Asks for more deliveries than come, so the consumer stays up (and nacking) until the
+    // timeout: deliveries with redelivery counts 0 and 1, then the dead letter.
+    let deliveries = official::nack_into_dead_letter_async(
+        &url,
+        &topic,
+        &unique_name("sub"),
+        3,
+        Duration::from_secs(8),
+        &official_crypto(&keys().1, "fail"),
+        (1, &dlq),
+    )
+    .await
+    .unwrap();
+    assert_eq!(deliveries.len(), 2, "{deliveries:?}");
+    for (count, d) in deliveries.iter().enumerate() {
+        assert_eq!(d.payload, message(7), "delivery {count}: decrypted");
+        assert_eq!(d.redelivery_count, count as u32);
+    }
+    let mut reader = client
+        .consumer(&dlq)
+        .subscription(unique_name("audit"))
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let letter = tokio::time::timeout(Duration::from_secs(30), reader.recv())
+        .await
+        .expect("the official client's dead letter")
+        .expect("readable without a key: in clear");
+    assert_eq!(letter.payload, message(7));
+    assert!(letter.encryption_context().is_none());
+    assert_eq!(letter.key.as_deref(), Some("k7"));
+    reader.close().await.unwrap();
+
+    // Ours dead-letters; the official consumer reads it without a key.
+    let topic = unique_name("enc-dlq-ours");
+    let dlq = unique_name("enc-dlq-ours-dead");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription(unique_name("sub"))
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .negative_ack_delay(Duration::from_millis(100))
+        .dead_letter_policy(pulsar_sdk::DeadLetterPolicy::new(1).dead_letter_topic(&dlq))
+        .crypto_key_reader(PemFileKeyReader::private_only(&keys().1))
+        .subscribe()
+        .await
+        .unwrap();
+    encrypted(topic.clone()).await;
+    for count in 0..2 {
+        let m = tokio::time::timeout(Duration::from_secs(30), consumer.recv())
+            .await
+            .expect("a delivery")
+            .unwrap();
+        assert_eq!(m.payload, message(7), "delivery {count}: decrypted");
+        assert_eq!(m.redelivery_count, count);
+        consumer.nack(&m).unwrap();
+    }
+    let got = official::consume_available_async(
+        &url,
+        &dlq,
+        &unique_name("audit"),
+        1,
+        Duration::from_secs(30),
+        "earliest",
+        "shared",
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        got.len(),
+        1,
+        "our dead letter, read by the official client without a key"
+    );
+    assert_eq!(got[0].payload, message(7));
+    assert_eq!(got[0].key.as_deref(), Some("k7"));
+    consumer.close().await.unwrap();
 }

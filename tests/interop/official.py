@@ -205,6 +205,14 @@ def consume(req):
                  "discard": pulsar.ConsumerCryptoFailureAction.DISCARD,
                  "consume": pulsar.ConsumerCryptoFailureAction.CONSUME},
                 enc.get("failure_action", "fail"), "crypto failure action")
+        # Dead-letter policy (Shared): every message received is negatively acked ("nack"),
+        # so after max_redeliver_count redeliveries the client publishes it to the topic.
+        dlq = req.get("dead_letter")
+        if dlq:
+            crypto["dead_letter_policy"] = pulsar.ConsumerDeadLetterPolicy(
+                max_redeliver_count=int(dlq["max_redeliver_count"]),
+                dead_letter_topic=dlq["topic"])
+            crypto["negative_ack_redelivery_delay_ms"] = 100
         consumer = client.subscribe(
             req["topic"],
             req["subscription"],
@@ -239,7 +247,9 @@ def consume(req):
                 "topic": msg.topic_name(),
                 "producer_name": msg._message.producer_name(),
             })
-            if ack:
+            if req.get("nack"):
+                consumer.negative_acknowledge(msg)
+            elif ack:
                 consumer.acknowledge(msg)
         consumer.close()
         return {"messages": out}

@@ -6,12 +6,14 @@
 //! A data key already cached costs only the AES-GCM pass, done here. Otherwise the key reader
 //! is asked in a task of its own (it may be slow or remote) while this entry, and every entry
 //! after it, waits here in arrival order ("parked"); the task's loop wakes when the answer
-//! comes and goes on with them. Parked entries already spent their permits; a re-subscribe
-//! drops them (the broker redelivers them).
+//! comes and goes on with them. Parked entries already spent their permits and are held in
+//! the consumer's byte budget until they go on (see `key_wait`); a re-subscribe drops them
+//! (the broker redelivers them).
 //!
 //! What cannot be decrypted follows [`ConsumerCryptoFailureAction`] as upstream's
-//! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place, `Discard` acks it
-//! with `DecryptionError`, `Consume` delivers it still encrypted.
+//! `decryptPayloadIfNeeded`: `Fail` delivers an error item in its place and leaves the entry
+//! to the ack timeout, `Discard` acks it with `DecryptionError`, `Consume` delivers it still
+//! encrypted.
 
 #[cfg(not(feature = "encryption"))]
 use crate::consumer::engine::{acks::Acks, flow::Flow, io::Io};
@@ -76,7 +78,7 @@ mod enabled {
             payload: Payload,
             spent: u32,
         ) -> Option<(proto::CommandMessage, Payload)> {
-            if payload.metadata.encryption_keys.is_empty() && self.crypto.parked.is_empty() {
+            if payload.metadata.encryption_keys.is_empty() && !self.crypto.is_parked() {
                 return Some((cmd, payload));
             }
             self.decrypt_or_park(io, flow, acks, cmd, payload, spent)
@@ -93,9 +95,9 @@ mod enabled {
             spent: u32,
         ) -> Option<(proto::CommandMessage, Payload)> {
             let replaying = std::mem::take(&mut self.crypto.replaying);
-            if !replaying && !self.crypto.parked.is_empty() {
+            if !replaying && self.crypto.is_parked() {
                 // Behind a parked entry: keeps the order.
-                self.crypto.parked.push_back((cmd, payload));
+                self.crypto.park(flow.budget(), cmd, payload, false);
                 return None;
             }
             if payload.metadata.encryption_keys.is_empty() {
@@ -112,7 +114,8 @@ mod enabled {
                 }
                 Decrypted::NeedKeys => {
                     let keys = payload.metadata.encryption_keys.clone();
-                    self.crypto.parked.push_front((cmd, payload));
+                    self.crypto.park(flow.budget(), cmd, payload, true);
+                    flow.key_wait = true;
                     self.crypto.start_load(keys);
                     None
                 }
@@ -133,14 +136,14 @@ mod enabled {
             done: Result<(), CryptoError>,
         ) -> Option<Violation> {
             if let Err(e) = done {
-                if let Some((cmd, payload)) = self.crypto.parked.pop_front() {
+                if let Some((cmd, payload)) = self.crypto.unpark() {
                     let spent =
                         crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
                     self.crypto_failed(io, flow, acks, cmd, payload, spent, e);
                 }
             }
             while !self.crypto.loading() {
-                let Some((cmd, payload)) = self.crypto.parked.pop_front() else {
+                let Some((cmd, payload)) = self.crypto.unpark() else {
                     break;
                 };
                 // Through the whole intake again (its permits were counted when it arrived).
@@ -150,9 +153,11 @@ mod enabled {
                 let violation = self.on_message(io, flow, acks, cmd, payload);
                 self.crypto.replaying = false;
                 if violation.is_some() {
+                    flow.key_wait = self.crypto.is_parked();
                     return violation;
                 }
             }
+            flow.key_wait = self.crypto.is_parked();
             None
         }
 
@@ -194,6 +199,12 @@ mod enabled {
                     self.deliver_encrypted(io, flow, acks, cmd, payload, spent);
                 }
                 _ => {
+                    // Upstream `decryptPayloadIfNeeded` (FAIL): not delivered, not acked, and
+                    // added to the ack-timeout tracker, so an ack timeout redelivers it
+                    // (apache/pulsar#5807: it is never dead-lettered, as it is never delivered).
+                    if io.persistent() && !io.opts.ack_timeout.is_zero() {
+                        acks.unacked.undelivered(entry, tokio::time::Instant::now());
+                    }
                     flow.release(io, spent);
                     io.emit(Item::Error(Error::Crypto(CryptoError::Undelivered {
                         id: entry,

@@ -386,6 +386,7 @@ impl ConsumerTask {
         let held_from = self.intake.chunks.earliest_first_chunk();
         self.intake.chunks.clear();
         self.intake.crypto.clear();
+        self.flow.key_wait = false;
         if !self.durable {
             if let Some(last) = last {
                 self.intake.skip_through = Some(last);

@@ -23,11 +23,11 @@ use support::{client, full, recv, within};
 use tokio::sync::Notify;
 
 /// Key pairs generated once per test binary (RSA generation is slow in debug builds).
-fn pair(i: usize) -> &'static (String, String) {
+pub(super) fn pair(i: usize) -> &'static (String, String) {
     static PAIRS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
     &PAIRS.get_or_init(|| {
         (0..3)
-            .map(|_| pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048))
+            .map(|_| pulsar_sdk::crypto::testing::rsa_key_pair_pem(2048).unwrap())
             .collect()
     })[i]
 }
@@ -35,23 +35,23 @@ fn pair(i: usize) -> &'static (String, String) {
 /// A reader over in-memory keys by name, counting its calls; `gate`, when set, holds every
 /// private-key answer until notified; `fail` makes it fail.
 #[derive(Debug, Default, Clone)]
-struct MapReader {
-    public: BTreeMap<String, (String, BTreeMap<String, String>)>,
-    private: BTreeMap<String, String>,
-    calls: Arc<AtomicUsize>,
-    gate: Option<Arc<Notify>>,
-    fail: bool,
+pub(super) struct MapReader {
+    pub(super) public: BTreeMap<String, (String, BTreeMap<String, String>)>,
+    pub(super) private: BTreeMap<String, String>,
+    pub(super) calls: Arc<AtomicUsize>,
+    pub(super) gate: Option<Arc<Notify>>,
+    pub(super) fail: bool,
 }
 
 impl MapReader {
-    fn public(mut self, name: &str, pair: usize) -> Self {
+    pub(super) fn public(mut self, name: &str, pair: usize) -> Self {
         let mut meta = BTreeMap::new();
         meta.insert("version".to_string(), format!("v{pair}"));
         self.public
             .insert(name.into(), (self::pair(pair).0.clone(), meta));
         self
     }
-    fn private(mut self, name: &str, pair: usize) -> Self {
+    pub(super) fn private(mut self, name: &str, pair: usize) -> Self {
         self.private.insert(name.into(), self::pair(pair).1.clone());
         self
     }
@@ -104,7 +104,7 @@ impl CryptoKeyReader for MapReader {
     }
 }
 
-fn consumer(client: &Client, topic: &str) -> ConsumerBuilder {
+pub(super) fn consumer(client: &Client, topic: &str) -> ConsumerBuilder {
     client
         .consumer(topic)
         .subscription("s")
@@ -112,7 +112,7 @@ fn consumer(client: &Client, topic: &str) -> ConsumerBuilder {
         .ack_group_time(Duration::ZERO)
 }
 
-fn sends(broker: &MockBroker) -> Vec<(wire::MessageMetadata, bytes::Bytes)> {
+pub(super) fn sends(broker: &MockBroker) -> Vec<(wire::MessageMetadata, bytes::Bytes)> {
     broker
         .received_of(Type::Send)
         .into_iter()
@@ -120,7 +120,7 @@ fn sends(broker: &MockBroker) -> Vec<(wire::MessageMetadata, bytes::Bytes)> {
         .collect()
 }
 
-fn payload(i: usize) -> Vec<u8> {
+pub(super) fn payload(i: usize) -> Vec<u8> {
     let mut p = format!("secret-{i}-").into_bytes();
     p.extend_from_slice(&[0, 0xff, i as u8]);
     p
@@ -238,7 +238,7 @@ async fn every_recipient_decrypts_with_its_own_key() {
     assert_eq!(recv(&mut cb).await.payload, payload(1));
 }
 
-async fn encrypted_topic(broker: &MockBroker, client: &Client, topic: &str) {
+pub(super) async fn encrypted_topic(broker: &MockBroker, client: &Client, topic: &str) {
     let p = client
         .producer(topic)
         .batching(false)

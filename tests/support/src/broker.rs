@@ -927,6 +927,30 @@ pub mod official {
         parse_received(&run_async("consume", &req, hard_limit(timeout)).await?)
     }
 
+    /// The official consumer (Shared, from earliest, decrypting through `crypto`) with a
+    /// dead-letter policy (`dead_letter`: its `max_redeliver_count` and topic): it negatively acks
+    /// every message it receives, so each is redelivered until the client dead-letters it.
+    /// Returns every delivery (the redeliveries included), at most `max`, within `timeout`.
+    pub async fn nack_into_dead_letter_async(
+        url: &str,
+        topic: &str,
+        subscription: &str,
+        max: usize,
+        timeout: Duration,
+        crypto: &OfficialCrypto,
+        dead_letter: (u32, &str),
+    ) -> Result<Vec<OfficialReceived>> {
+        let (max_redeliver_count, dead_letter_topic) = dead_letter;
+        let mut req = consume_request(url, topic, subscription, max, timeout, "earliest", "shared");
+        req["encryption"] = crypto.to_json();
+        req["nack"] = json!(true);
+        req["dead_letter"] = json!({
+            "max_redeliver_count": max_redeliver_count,
+            "topic": dead_letter_topic,
+        });
+        parse_received(&run_async("consume", &req, hard_limit(timeout)).await?)
+    }
+
     /// [`consume_available`] for async tests (does not block the runtime).
     pub async fn consume_available_async(
         url: &str,

@@ -32,6 +32,14 @@ impl Unacked {
         self.queued.push_back((number, id));
     }
 
+    /// Tracks a message that never reaches the queue, its clock started at `now`: one the
+    /// consumer could not decrypt under `ConsumerCryptoFailureAction::Fail` (upstream
+    /// `ConsumerImpl.decryptPayloadIfNeeded` adds it to the `UnAckedMessageTracker` when it
+    /// fails, so the ack timeout redelivers it).
+    pub(crate) fn undelivered(&mut self, id: MessageId, now: Instant) {
+        self.since.insert(id, Some(now));
+    }
+
     /// Starts the clock of every tracked message numbered below `taken` (the application has
     /// taken them).
     pub(crate) fn taken(&mut self, taken: u64, now: Instant) {

@@ -27,8 +27,8 @@ const MIN_PERMIT_BYTES: usize = 256;
 /// consumer whose budget cannot hold a receiver queue of maximum-size messages is smaller than
 /// the receiver queue (a slow start; the rest follows the first messages). When the queue is
 /// empty one permit is always out (for the task holding the consumer's oldest incomplete chunked
-/// message, if any: see `ConsumerBudget::may_force`), so a message larger than the whole budget
-/// is delivered.
+/// message, if any: see `ConsumerBudget::may_force`; never for a task whose entries wait for a
+/// decryption key, see `key_wait`), so a message larger than the whole budget is delivered.
 #[derive(Debug)]
 pub(crate) struct Flow {
     share: super::budget::TaskShare,
@@ -49,6 +49,10 @@ pub(crate) struct Flow {
     /// The wire bytes of the entry being taken in if it arrived beyond the flow permits, else
     /// 0: its queued item counts them (see `ConsumerBudget::beyond`).
     pub arrived_beyond: usize,
+    /// Entries wait for a decryption key (`key_wait`): nothing this task receives can reach
+    /// the queue before the key comes, so it is not granted a forced permit (it would only
+    /// grow what waits, one message at a time, past the budget).
+    pub key_wait: bool,
 }
 
 impl Flow {
@@ -61,6 +65,7 @@ impl Flow {
             freed: budget.freed(),
             no_slow_start: false,
             arrived_beyond: 0,
+            key_wait: false,
         }
     }
 
@@ -98,7 +103,7 @@ impl Flow {
         };
         let tasks = budget.tasks();
         let cap = (budget.room() / tasks / per_permit) as u64;
-        if cap == 0 && budget.may_force(task) {
+        if cap == 0 && !self.key_wait && budget.may_force(task) {
             // Never a deadlock: with nothing queued, one message always comes, whatever its
             // size (upstream force-reserves memory for what it receives).
             1
