@@ -472,6 +472,7 @@ impl ProducerTask {
         match self.batches.as_mut() {
             Some(b)
                 if msg.extras().deliver_at.is_none()
+                    && msg.extras().txn.is_none()
                     && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
             {
                 b.add(&self.ctx, msg, seq, completion, out, failed);
