@@ -198,9 +198,8 @@ pub(crate) fn end_txn(state: &mut BrokerState, cmd: &wire::CommandEndTxn) -> Ste
 ///   which dispatchers skip and acknowledge (`AbstractBaseDispatcher.filterEntriesForConsumer`
 ///   with `isTxnAborted`). Then the topic dispatches again.
 /// - Its subscriptions (upstream `PendingAckHandleImpl.commitTxn` / `abortTxn`): a commit
-///   applies its pending acknowledgements to the cursor; an abort drops them, leaving the
-///   messages unacknowledged with the consumer that holds them (redelivered as any
-///   unacknowledged message: on REDELIVER, or when that consumer leaves).
+///   applies its pending acknowledgements to the cursor; an abort drops them and redelivers
+///   the messages (below).
 fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
     let Some(meta) = state.coordinator.open.remove(&id) else {
         return;
@@ -234,6 +233,20 @@ fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
             if let Some(e) = cumulative {
                 sub.ack_cumulative(e, &[], count(e));
             }
+        } else {
+            // Upstream `PendingAckHandleImpl.internalAbortTxn` redelivers: the individually
+            // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`),
+            // or, for a cumulative acknowledgement, everything unacknowledged
+            // (`redeliverUnacknowledgedMessages(consumer, DEFAULT_CONSUMER_EPOCH)`).
+            for e in individual {
+                if !sub.is_acked(e) {
+                    sub.pending.remove(&e);
+                    sub.replay.insert(e);
+                }
+            }
+            if cumulative.is_some() {
+                sub.return_all_pending();
+            }
         }
         dispatch::dispatch(topic, sub_name, conns);
     }
@@ -266,7 +279,8 @@ pub(crate) fn check_send(state: &BrokerState, id: TxnKey) -> Result<(), String> 
 ///
 /// - individual (`internalIndividualAcknowledgeMessage`): an entry already acknowledged, or
 ///   already pending in a transaction, is a `TransactionConflict`; else it is pending in this
-///   transaction until it ends;
+///   transaction until it ends, and no longer held by the consumer (a consumer that leaves
+///   does not give it back for redelivery);
 /// - cumulative (`internalCumulativeAcknowledgeMessage`), on Exclusive/Failover only (else
 ///   NotAllowed, `Subscription.isCumulativeAckMode`): a position at or before the
 ///   mark-delete position, or while another transaction holds the subscription's pending
@@ -309,6 +323,10 @@ pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::Comma
                 }
                 std::collections::hash_map::Entry::Vacant(v) => {
                     v.insert(id);
+                    // No longer the consumer's to redeliver (upstream
+                    // `Consumer.individualAckWithTransaction` removes it from the consumer's
+                    // pending acks once the pending-ack handle took it).
+                    sub.pending.remove(&e);
                     Ok(())
                 }
             }

@@ -22,7 +22,7 @@
 //!
 //! What follows upstream (Java `TransactionImpl`, `TransactionCoordinatorClientImpl`,
 //! `TransactionMetaStoreHandler`): coordinators are discovered through the partitions of
-//! `persistent://pulsar/system/transaction_coordinator_assign` ([`coordinator`]); a send joins
+//! `persistent://pulsar/system/transaction_coordinator_assign`; a send joins
 //! the transaction after its partition was registered with the coordinator (once per
 //! partition); an acknowledgement after its subscription was, and waits for the broker's
 //! answer (a conflict is [`Error::Broker`] with `TransactionConflict`); `commit` waits for

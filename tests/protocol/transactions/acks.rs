@@ -79,24 +79,30 @@ async fn acking_a_message_pending_in_another_transaction_conflicts() {
     assert!(conflict(&e), "{e:?}");
 }
 
-/// An abort drops the transaction's acknowledgements: the message is still unacknowledged,
-/// and a consumer that takes over the subscription receives it again.
+/// An abort drops the transaction's acknowledgements and the broker redelivers the messages
+/// (upstream `PendingAckHandleImpl.internalAbortTxn`): still unacknowledged, received again.
+/// While the acknowledgement is pending, a consumer leaving does not give the message back.
 #[tokio::test]
 async fn an_abort_drops_the_ack_and_the_message_comes_back() {
     let (broker, client) = setup().await;
     let topic = "txn-ack-abort";
     let full = support::full(topic);
     let p = producer(&client, topic).await;
-    support::publish(&p, "m", 1).await;
+    support::publish(&p, "m", 2).await;
     let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
     let m0 = support::recv(&mut c).await;
+    assert_eq!(&m0.payload[..], b"m-0");
     let txn = client.transaction().begin().await.unwrap();
     c.ack_with_transaction(&m0, &txn).await.unwrap();
-    txn.abort().await.unwrap();
-    assert_eq!(broker.subscription_backlog(&full, "s"), 1);
+    // Another consumer joins and the first leaves: m-1 (plainly unacknowledged) goes to the
+    // newcomer, m-0 (pending in the transaction) does not.
+    let mut other = consumer(&client, topic, "s", SubscriptionType::Shared).await;
     c.close().await.unwrap();
-    let mut again = consumer(&client, topic, "s", SubscriptionType::Shared).await;
-    assert_eq!(next_text(&mut again).await, "m-0");
+    assert_eq!(next_text(&mut other).await, "m-1");
+    super::support::nothing_for_now(&mut other).await;
+    txn.abort().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 2);
+    assert_eq!(next_text(&mut other).await, "m-0");
 }
 
 /// Cumulative acknowledgements in transactions: one transaction at a time holds the

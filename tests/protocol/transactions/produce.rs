@@ -240,3 +240,43 @@ async fn a_timed_out_transaction_is_aborted_by_the_coordinator() {
     );
     nothing_for_now(&mut c).await;
 }
+
+/// Connections lost inside an open transaction: the producer re-sends what was pending
+/// (with its txn id) on its new connection, the coordinator connection is opened again for
+/// the next request (upstream's handler reconnects and re-sends), and the commit delivers
+/// every message of the transaction once.
+#[tokio::test]
+async fn a_transaction_survives_lost_connections() {
+    let (broker, client) = setup().await;
+    let topic = "txn-reconnect";
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let p = producer(&client, topic).await;
+    let txn = client.transaction().begin().await.unwrap();
+    for i in 0..3 {
+        p.send(ProducerMessage::new(format!("before-{i}")).transaction(&txn))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    let connects = broker.received_of(Type::TcClientConnectRequest).len();
+    broker.drop_all_connections();
+    for i in 0..2 {
+        p.send(ProducerMessage::new(format!("after-{i}")).transaction(&txn))
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    txn.commit().await.unwrap();
+    assert!(broker.received_of(Type::TcClientConnectRequest).len() > connects);
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.push(next_text(&mut c).await);
+    }
+    assert_eq!(
+        got,
+        ["before-0", "before-1", "before-2", "after-0", "after-1"]
+    );
+    nothing_for_now(&mut c).await;
+}
