@@ -109,13 +109,29 @@ impl Coordinators {
         }
     }
 
-    /// The coordinators, discovered and connected on first use (within one operation
-    /// timeout per step: a broker that ignores TC_CLIENT_CONNECT fails it after one).
+    /// The coordinators, discovered and connected on first use, all within one operation
+    /// timeout (the metadata lookup and the connections share it: a broker that ignores
+    /// TC_CLIENT_CONNECT, or has no `pulsar/system` namespace, fails it after one).
     async fn coordinators(&self) -> Result<Arc<[Coordinator]>> {
         let mut found = self.found.lock().await;
         if let Some(c) = &*found {
             return Ok(c.clone());
         }
+        let budget = self.core.operation_timeout();
+        let all = tokio::time::timeout(budget, self.discover())
+            .await
+            .map_err(|_| {
+                no_coordinator(Error::Timeout {
+                    operation: "transaction coordinator discovery",
+                    after: budget,
+                })
+            })??;
+        *found = Some(all.clone());
+        Ok(all)
+    }
+
+    /// [`coordinators`](Self::coordinators)' discovery itself.
+    async fn discover(&self) -> Result<Arc<[Coordinator]>> {
         let assign = TopicName::new(TC_ASSIGN_TOPIC)?;
         let n = self
             .core
@@ -154,7 +170,6 @@ impl Coordinators {
         for r in connected {
             r.map_err(no_coordinator)?;
         }
-        *found = Some(all.clone());
         Ok(all)
     }
 
