@@ -440,6 +440,10 @@ impl ClientBuilder {
         {
             core.tracing = self.tracing;
         }
+        #[cfg(feature = "transactions")]
+        {
+            core.transactions = self.enable_transaction;
+        }
         let core = Arc::new(core);
         if let Some(provider) = self.service_info_provider {
             provider.initialize(ServiceInfoUpdater::new(&core));

@@ -280,3 +280,29 @@ async fn a_transaction_survives_lost_connections() {
     );
     nothing_for_now(&mut c).await;
 }
+
+/// A producer of a client with transactions on says so when it attaches (Java
+/// `ProducerImpl.connectionOpened` sends the client's `enableTransaction` as `txn_enabled`);
+/// one of a client without them does not.
+#[tokio::test]
+async fn producers_of_a_transactional_client_say_txn_enabled() {
+    let (broker, client) = setup().await;
+    let _p = producer(&client, "txn-enabled").await;
+    let plain = support::client(&broker.service_url());
+    let _q = producer(&plain, "txn-not-enabled").await;
+    let flags: Vec<(String, Option<bool>)> = broker
+        .received_of(Type::Producer)
+        .iter()
+        .map(|r| {
+            let c = r.command.producer.as_ref().unwrap();
+            (c.topic.clone(), c.txn_enabled)
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        vec![
+            (support::full("txn-enabled"), Some(true)),
+            (support::full("txn-not-enabled"), None),
+        ]
+    );
+}
