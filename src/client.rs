@@ -27,6 +27,9 @@ use crate::updates::Updates;
 #[derive(Debug, Clone)]
 pub struct Client {
     core: CoreRef,
+    /// The transaction coordinators (`enable_transaction`); `None`: transactions are off.
+    #[cfg(feature = "transactions")]
+    coordinators: Option<Arc<crate::transaction::coordinator::Coordinators>>,
 }
 
 /// Upstream's default client memory limit for pending messages (64 MiB).
@@ -48,6 +51,8 @@ pub struct ClientBuilder {
     tls: TlsOptions,
     #[cfg(feature = "opentelemetry")]
     tracing: Option<crate::otel::Tracing>,
+    #[cfg(feature = "transactions")]
+    enable_transaction: bool,
 }
 
 impl Default for ClientBuilder {
@@ -66,6 +71,8 @@ impl Default for ClientBuilder {
             tls: TlsOptions::default(),
             #[cfg(feature = "opentelemetry")]
             tracing: None,
+            #[cfg(feature = "transactions")]
+            enable_transaction: false,
         }
     }
 }
@@ -322,6 +329,16 @@ impl ClientBuilder {
         self
     }
 
+    /// Turns transactions on (PIP-31, cargo feature `transactions`; Java's
+    /// `enableTransaction`): the client finds the cluster's transaction coordinators when
+    /// its first transaction begins ([`Client::transaction`]). Default `false`.
+    #[cfg(feature = "transactions")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+    pub fn enable_transaction(mut self, on: bool) -> Self {
+        self.enable_transaction = on;
+        self
+    }
+
     /// Validates the configuration and builds the client. No connection is opened yet.
     pub fn build(mut self) -> Result<Client> {
         let initial = match (&self.service_url, &self.service_info_provider) {
@@ -423,11 +440,25 @@ impl ClientBuilder {
         {
             core.tracing = self.tracing;
         }
+        #[cfg(feature = "transactions")]
+        {
+            core.transactions = self.enable_transaction;
+        }
         let core = Arc::new(core);
         if let Some(provider) = self.service_info_provider {
             provider.initialize(ServiceInfoUpdater::new(&core));
         }
-        Ok(Client { core })
+        #[cfg(feature = "transactions")]
+        let coordinators = self.enable_transaction.then(|| {
+            Arc::new(crate::transaction::coordinator::Coordinators::new(
+                core.clone(),
+            ))
+        });
+        Ok(Client {
+            core,
+            #[cfg(feature = "transactions")]
+            coordinators,
+        })
     }
 }
 
@@ -435,6 +466,15 @@ impl Client {
     /// Starts building a client.
     pub fn builder() -> ClientBuilder {
         ClientBuilder::default()
+    }
+
+    /// Starts a transaction (PIP-31, cargo feature `transactions`): set its timeout, then
+    /// `begin().await`. Needs [`ClientBuilder::enable_transaction`]. See
+    /// [`transaction`](crate::transaction).
+    #[cfg(feature = "transactions")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+    pub fn transaction(&self) -> crate::transaction::TransactionBuilder {
+        crate::transaction::TransactionBuilder::new(self.coordinators.clone())
     }
 
     /// The service URL the client uses now (that of its current cluster: see

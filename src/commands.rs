@@ -435,6 +435,130 @@ pub(crate) fn watch_topic_list_close(request_id: u64, watcher_id: u64) -> BaseCo
     }
 }
 
+/// PIP-31: connect to transaction coordinator `tc_id` on this connection (upstream
+/// `Commands.newTcClientConnectRequest`).
+#[cfg(feature = "transactions")]
+pub(crate) fn tc_client_connect(tc_id: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        tc_client_connect_request: Some(proto::CommandTcClientConnectRequest {
+            request_id,
+            tc_id,
+            ..Default::default()
+        }),
+        ..base(Type::TcClientConnectRequest)
+    }
+}
+
+/// PIP-31: open a transaction on coordinator `tc_id` that it aborts after `timeout_ms`
+/// (upstream `Commands.newTxn`: the field is named `txn_ttl_seconds` but carries
+/// milliseconds).
+#[cfg(feature = "transactions")]
+pub(crate) fn new_txn(tc_id: u64, timeout_ms: u64, request_id: u64) -> BaseCommand {
+    BaseCommand {
+        new_txn: Some(proto::CommandNewTxn {
+            request_id,
+            txn_ttl_seconds: Some(timeout_ms),
+            tc_id: Some(tc_id),
+            ..Default::default()
+        }),
+        ..base(Type::NewTxn)
+    }
+}
+
+/// PIP-31: register a partition the transaction produces to (upstream
+/// `Commands.newAddPartitionToTxn`).
+#[cfg(feature = "transactions")]
+pub(crate) fn add_partition_to_txn(
+    (most, least): (u64, u64),
+    partition: &str,
+    request_id: u64,
+) -> BaseCommand {
+    BaseCommand {
+        add_partition_to_txn: Some(proto::CommandAddPartitionToTxn {
+            request_id,
+            txnid_least_bits: Some(least),
+            txnid_most_bits: Some(most),
+            partitions: vec![partition.to_owned()],
+            ..Default::default()
+        }),
+        ..base(Type::AddPartitionToTxn)
+    }
+}
+
+/// PIP-31: register a subscription the transaction acknowledges on (upstream
+/// `Commands.newAddSubscriptionToTxn`).
+#[cfg(feature = "transactions")]
+pub(crate) fn add_subscription_to_txn(
+    (most, least): (u64, u64),
+    topic: &str,
+    subscription: &str,
+    request_id: u64,
+) -> BaseCommand {
+    BaseCommand {
+        add_subscription_to_txn: Some(proto::CommandAddSubscriptionToTxn {
+            request_id,
+            txnid_least_bits: Some(least),
+            txnid_most_bits: Some(most),
+            subscription: vec![proto::Subscription {
+                topic: topic.to_owned(),
+                subscription: subscription.to_owned(),
+            }],
+            ..Default::default()
+        }),
+        ..base(Type::AddSubscriptionToTxn)
+    }
+}
+
+/// PIP-31: commit (`commit = true`) or abort a transaction (upstream `Commands.newEndTxn`).
+#[cfg(feature = "transactions")]
+pub(crate) fn end_txn((most, least): (u64, u64), commit: bool, request_id: u64) -> BaseCommand {
+    let action = if commit {
+        proto::TxnAction::Commit
+    } else {
+        proto::TxnAction::Abort
+    };
+    BaseCommand {
+        end_txn: Some(proto::CommandEndTxn {
+            request_id,
+            txnid_least_bits: Some(least),
+            txnid_most_bits: Some(most),
+            txn_action: Some(action as i32),
+            ..Default::default()
+        }),
+        ..base(Type::EndTxn)
+    }
+}
+
+/// PIP-31: a transactional ACK of one message, awaiting its ACK_RESPONSE by `request_id`
+/// (upstream `ConsumerImpl.doTransactionAcknowledgeForResponse`: `Commands.newAck` with the
+/// txn id and a request id, sent with `newAckForReceipt`).
+#[cfg(feature = "transactions")]
+pub(crate) fn txn_ack(
+    consumer_id: u64,
+    id: MessageId,
+    cumulative: bool,
+    (most, least): (u64, u64),
+    request_id: u64,
+) -> BaseCommand {
+    let ack_type = if cumulative {
+        proto::command_ack::AckType::Cumulative
+    } else {
+        proto::command_ack::AckType::Individual
+    };
+    BaseCommand {
+        ack: Some(proto::CommandAck {
+            consumer_id,
+            ack_type: ack_type as i32,
+            message_id: vec![id.entry().to_proto()],
+            txnid_least_bits: Some(least),
+            txnid_most_bits: Some(most),
+            request_id: Some(request_id),
+            ..Default::default()
+        }),
+        ..base(Type::Ack)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

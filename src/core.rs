@@ -55,6 +55,10 @@ pub(crate) struct ClientCore {
     /// first use: this layer does not name it).
     #[cfg_attr(not(feature = "avro"), allow(dead_code))]
     pub(crate) schema_cache: std::sync::OnceLock<Arc<dyn std::any::Any + Send + Sync>>,
+    /// `ClientBuilder::enable_transaction` (PIP-31): sent as `txn_enabled` when producers
+    /// attach.
+    #[cfg(feature = "transactions")]
+    pub(crate) transactions: bool,
     /// OpenTelemetry tracing, when the application turned it on.
     #[cfg(feature = "opentelemetry")]
     pub(crate) tracing: Option<crate::otel::Tracing>,
@@ -187,9 +191,19 @@ impl ClientCore {
             shutdown: watch::Sender::new(false),
             live_tasks: watch::Sender::new(0),
             schema_cache: std::sync::OnceLock::new(),
+            #[cfg(feature = "transactions")]
+            transactions: false,
             #[cfg(feature = "opentelemetry")]
             tracing: None,
         }
+    }
+
+    /// Whether the client has transactions on (always `false` without the feature).
+    pub(crate) fn transactions_enabled(&self) -> bool {
+        #[cfg(feature = "transactions")]
+        return self.transactions;
+        #[cfg(not(feature = "transactions"))]
+        false
     }
 
     pub(crate) fn operation_timeout(&self) -> Duration {

@@ -182,6 +182,14 @@ pub enum Error {
     /// A value could not be encoded with the producer's schema (nothing was sent).
     #[error(transparent)]
     Schema(#[from] SchemaError),
+
+    /// A transaction operation failed on the client's side: see
+    /// [`TransactionError`](crate::transaction::TransactionError). (The coordinator's and the
+    /// broker's refusals are [`Error::Broker`] with their code.)
+    #[cfg(feature = "transactions")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+    #[error(transparent)]
+    Transaction(crate::transaction::types::TransactionError),
 }
 
 impl From<CodecError> for Error {
@@ -221,6 +229,8 @@ impl Error {
             | Error::Timeout { .. }
             | Error::Authentication { .. } => true,
             Error::Broker { code, .. } => code.is_retriable(),
+            #[cfg(feature = "transactions")]
+            Error::Transaction(e) => e.is_retriable(),
             Error::Lookup { .. } | Error::ProducerQueueFull { .. } => false,
             _ => false,
         }
@@ -410,6 +420,10 @@ impl ServerError {
                 | ServerError::ConsumerAssignError
                 | ServerError::NotAllowed
                 | ServerError::TransactionConflict
+                // The transaction's state does not change by asking again (upstream's client
+                // ends the transaction in ERROR on either).
+                | ServerError::TransactionNotFound
+                | ServerError::InvalidTxnStatus
                 | ServerError::ProducerFenced
                 | ServerError::UnsupportedVersionError
         )

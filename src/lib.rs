@@ -12,7 +12,7 @@
 //! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
 //! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
 //! [`topic`], [`service_url`], [`service_info`] and [`failover`] (cluster-level failover),
-//! [`interceptor`] and, behind cargo features, `metrics` and `mock` (a scriptable
+//! [`interceptor`] and, behind cargo features, `transaction` (PIP-31), `metrics` and `mock` (a scriptable
 //! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
 //! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
 //! internal; the few types of theirs an application meets are re-exported here
@@ -31,7 +31,8 @@
 //!   the service URL *and* its credentials and TLS trust, which Java's `ServiceUrlProvider`
 //!   name does not say).
 //! - **A builder ends with the verb of the broker operation**: `create()` (producer, reader),
-//!   `subscribe()` (consumer), `build()` (a client, or anything made without the broker).
+//!   `subscribe()` (consumer), `begin()` (a transaction, opened on its coordinator), `build()`
+//!   (a client, or anything made without the broker).
 //! - **Setters are the noun, without `set_` or `with_`**, take strings as
 //!   `impl Into<String>` and paths as `impl Into<PathBuf>`, durations as [`Duration`](std::time::Duration),
 //!   and switches as `bool`: `.subscription("s")`, `.connect_timeout(d)`, `.batching(false)`.
@@ -168,6 +169,9 @@ pub mod service_url;
 pub mod stats;
 pub mod topic;
 pub(crate) mod topic_list;
+#[cfg(feature = "transactions")]
+#[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+pub mod transaction;
 pub(crate) mod updates;
 pub(crate) mod util;
 pub(crate) mod watcher;
@@ -201,6 +205,9 @@ pub use service_url::ServiceUrl;
 pub use stats::{ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
+#[cfg(feature = "transactions")]
+#[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+pub use transaction::{Transaction, TransactionBuilder, TransactionError, TransactionState, TxnId};
 pub use updates::{TopicUpdates, Updates};
 
 /// The Pulsar protocol version this client speaks (upstream `ProtocolVersion.v21`).

@@ -39,6 +39,11 @@ pub struct ProducerMessage {
     /// Deliver no earlier than this time, milliseconds since the Unix epoch (Shared and
     /// Key_Shared subscriptions; brokers without delayed delivery deliver at once).
     pub deliver_at: Option<u64>,
+    /// The transaction the message is produced in (PIP-31): consumers see it once the
+    /// transaction commits, never if it aborts. See [`ProducerMessage::transaction`].
+    #[cfg(feature = "transactions")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+    pub transaction: Option<crate::transaction::Transaction>,
 }
 
 impl ProducerMessage {
@@ -84,6 +89,19 @@ impl ProducerMessage {
     /// Delivers the message no earlier than `delay` from now.
     pub fn deliver_after(mut self, delay: Duration) -> Self {
         self.deliver_at = Some(now_millis().saturating_add(delay.as_millis() as u64));
+        self
+    }
+
+    /// Produces the message in `txn` (Java's `newMessage(txn)`): the send registers the
+    /// partition with the transaction's coordinator first (once per partition), and the
+    /// transaction's commit waits for the message's receipt. Sent on its own (never in a
+    /// batch with other messages). Fails with
+    /// [`TransactionError::InvalidState`](crate::transaction::TransactionError::InvalidState)
+    /// unless the transaction is open.
+    #[cfg(feature = "transactions")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+    pub fn transaction(mut self, txn: &crate::transaction::Transaction) -> Self {
+        self.transaction = Some(txn.clone());
         self
     }
 

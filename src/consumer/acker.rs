@@ -255,6 +255,24 @@ impl Acker {
         }
     }
 
+    /// The task that delivered `msg` and the subscription, for an acknowledgement in a
+    /// transaction (PIP-31): refused like a plain one when the consumer is closed, or for a
+    /// cumulative ack on a Shared or Key_Shared subscription.
+    #[cfg(feature = "transactions")]
+    pub(crate) fn txn_target(
+        &self,
+        msg: &Message,
+        cumulative: bool,
+    ) -> Result<(Arc<PartitionShared>, String)> {
+        if cumulative {
+            self.check_cumulative()?;
+        }
+        let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
+        let p = self.source_of(&tasks, msg)?;
+        Self::check_open(p)?;
+        Ok((p.clone(), self.inner.subscription.clone()))
+    }
+
     /// Routes an op about a received message to the partition task it came from.
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
         // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.

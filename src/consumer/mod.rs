@@ -19,6 +19,8 @@ pub(crate) mod queue;
 mod reader;
 mod seek;
 pub(crate) mod topics;
+#[cfg(feature = "transactions")]
+mod transactional;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -139,6 +139,9 @@ pub(crate) enum ConsumerOp {
     LastMessageId(oneshot::Sender<Result<LastIds>>),
     Unsubscribe(oneshot::Sender<Result<()>>),
     Close(oneshot::Sender<Result<()>>),
+    /// An acknowledgement in a transaction, answered by the broker (PIP-31).
+    #[cfg(feature = "transactions")]
+    TxnAck(crate::consumer::engine::txn_ack::TxnAck),
 }
 
 /// A partition's answer to get-last-message-id.

@@ -39,13 +39,13 @@
 //! | End-to-end encryption (PIP-4): RSA keys, several recipients, key readers, failure actions | yes | [`ProducerBuilder::encryption_key`], [`ConsumerBuilder::crypto_key_reader`] (cargo feature `encryption`, `pulsar_sdk::crypto`; EC keys are refused) |
 //! | Interceptors (producer, consumer, reader) | yes | [`ProducerBuilder::interceptor`], [`ConsumerBuilder::interceptor`], [`crate::interceptor`], [`observing`](super::observing) |
 //! | OpenTelemetry tracing (send and process spans, W3C context in message properties) | yes | cargo feature `opentelemetry`: `ClientBuilder::tracing` / `ClientBuilder::tracer`, [`observing`](super::observing) |
+//! | Transactions (PIP-31): transactional sends and acks, commit and abort | yes | cargo feature `transactions`: `ClientBuilder::enable_transaction`, `Client::transaction`, `ProducerMessage::transaction`, `Consumer::ack_with_transaction`; the guide chapter `transactions` (acks of batched or chunked messages in a transaction are not supported yet) |
 //! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
 //!
 //! ## Not supported yet
 //!
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
-//! | Transactions (PIP-31) | no | none of the transaction commands are sent ([`ServerError`]'s transaction codes exist only because the protocol has them) |
 //! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
 //! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
 //! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
@@ -59,13 +59,6 @@
 //! Each example below uses the API the Java client offers for the row (in this crate's naming)
 //! and is expected not to compile. When one of them starts compiling, the feature has arrived:
 //! move its row to the table above and replace the example with a snippet of the new API.
-//!
-//! Transactions:
-//! ```compile_fail
-//! fn f(c: &pulsar_sdk::Client) {
-//!     let _ = c.new_transaction();
-//! }
-//! ```
 //!
 //! Batch receive:
 //! ```compile_fail

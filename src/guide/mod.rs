@@ -14,6 +14,7 @@
 //! | [`observing`] | interceptors, OpenTelemetry tracing (a trace from producer to consumer), statistics |
 //! | [`errors`] | lifecycle states, which errors are retried and which are terminal, and how to match them |
 //! | [`testing`] | testing an application against the mock broker |
+//! | `transactions` | transactions (PIP-31): transactional sends and acks, commit, abort, errors, what pulsar-lite lacks (cargo feature `transactions`) |
 //! | [`features`] | the Java client's features, each with where it is here or what to do instead (checked against the code) |
 //! | [`java_differences`] | what behaves differently from the Java client (and why) |
 //!
@@ -58,3 +59,6 @@ pub mod observing;
 pub mod partitions;
 pub mod producing;
 pub mod testing;
+#[cfg(feature = "transactions")]
+#[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]
+pub mod transactions;

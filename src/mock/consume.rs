@@ -265,6 +265,9 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
     let Some(sub) = subscriptions.get_mut(&c.subscription) else {
         return reply(None);
     };
+    if cmd.txnid_most_bits.is_some() {
+        return super::transactions::ack(sub, cmd);
+    }
     let cumulative = cmd.ack_type() == AckType::Cumulative;
     if cumulative && !sub.single_active() {
         return reply(None);

@@ -83,8 +83,12 @@ fn dispatch_entries(topic: &mut Topic, sub_name: &str, conns: &Conns) {
         messages,
         subscriptions,
         deliver_at,
+        txns,
         ..
     } = topic;
+    // PIP-31: nothing at or after the first entry of an open transaction is read (upstream
+    // `TopicTransactionBuffer`'s max read position bounds the dispatcher's reads).
+    let max_read = txns.max_read(messages.len() as u64);
     let Some(sub) = subscriptions.get_mut(sub_name) else {
         return;
     };
@@ -110,8 +114,16 @@ fn dispatch_entries(topic: &mut Topic, sub_name: &str, conns: &Conns) {
             return;
         }
     }
-    while (sub.read_pos as usize) < messages.len() {
+    while sub.read_pos < max_read {
         let e = sub.read_pos;
+        // An aborted transaction's entry is skipped and acknowledged (upstream
+        // `AbstractBaseDispatcher.filterEntriesForConsumer`, `isTxnAborted`).
+        if txns.is_aborted(e) {
+            let n = messages[e as usize].num_messages();
+            sub.ack_individual(e, &[], n);
+            sub.read_pos += 1;
+            continue;
+        }
         if sub.is_acked(e) || sub.pending.contains_key(&e) || sub.replay.contains(&e) {
             sub.read_pos += 1;
             continue;

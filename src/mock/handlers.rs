@@ -12,7 +12,9 @@ use super::proxy::{check_target, Target};
 use super::reply::{error, request_id, SessionView, Step, MAX_PROTOCOL_VERSION};
 use super::state::{BrokerState, LookupAnswer};
 use super::wire::{self, base_command::Type};
-use super::{consume, permissions, produce, schemas, topic_lists, watchers, ConnectionId};
+use super::{
+    consume, permissions, produce, schemas, topic_lists, transactions, watchers, ConnectionId,
+};
 use crate::codec::Payload;
 use crate::error::ServerError;
 
@@ -192,6 +194,11 @@ pub(crate) fn handle(
             Some(c) => topic_lists::close(state, session, c),
             None => malformed(ty),
         },
+        Type::TcClientConnectRequest
+        | Type::NewTxn
+        | Type::AddPartitionToTxn
+        | Type::AddSubscriptionToTxn
+        | Type::EndTxn => coordinator(state, session, cmd, ty),
         _ => match request_id(cmd) {
             Some(request_id) => Step::Reply(error(
                 request_id,
@@ -225,6 +232,43 @@ pub(crate) fn connection_closed(state: &mut BrokerState, conn: ConnectionId) {
         consume::remove_consumer(state, (conn, id));
     }
     state.conns.unregister(conn);
+}
+
+/// The transaction coordinator's commands ([`transactions`]).
+fn coordinator(
+    state: &mut BrokerState,
+    session: SessionView<'_>,
+    cmd: &wire::BaseCommand,
+    ty: Type,
+) -> Step {
+    let Some(rid) = request_id(cmd) else {
+        return malformed(ty);
+    };
+    if let Some(step) = transactions::gate(session, rid) {
+        return step;
+    }
+    match ty {
+        Type::TcClientConnectRequest => cmd
+            .tc_client_connect_request
+            .as_ref()
+            .map_or_else(|| malformed(ty), |c| transactions::tc_connect(state, c)),
+        Type::NewTxn => cmd
+            .new_txn
+            .as_ref()
+            .map_or_else(|| malformed(ty), |c| transactions::new_txn(state, c)),
+        Type::AddPartitionToTxn => cmd
+            .add_partition_to_txn
+            .as_ref()
+            .map_or_else(|| malformed(ty), |c| transactions::add_partition(state, c)),
+        Type::AddSubscriptionToTxn => cmd.add_subscription_to_txn.as_ref().map_or_else(
+            || malformed(ty),
+            |c| transactions::add_subscription(state, c),
+        ),
+        _ => cmd
+            .end_txn
+            .as_ref()
+            .map_or_else(|| malformed(ty), |c| transactions::end_txn(state, c)),
+    }
 }
 
 fn malformed(ty: Type) -> Step {

@@ -66,14 +66,16 @@
 //! - leaf state, importing no handler: `conns` (the registry of live connections and their
 //!   producers and consumers), `namespace` (tenants, namespaces, topic names), `permissions`
 //!   (roles and grants), `schemas` (the registry), `topic` and `subscription` (stored entries,
-//!   cursors), `timers` (deadlines), `topic_list_watchers` (PIP-145) and `partition_watchers`
+//!   cursors), `txn_state` (PIP-31: transactions, transaction buffers, pending acks),
+//!   `timers` (deadlines), `topic_list_watchers` (PIP-145) and `partition_watchers`
 //!   (PIP-247), `injected` (pushed errors), `admin_error`; `state` gathers them (what the
 //!   broker knows: topics, lookup rules, connections);
 //! - `reply`: what every handler answers with (`Step`, `SessionView`, SUCCESS/ERROR);
 //! - handlers, pure functions of (state, command): `produce`, `consume`, `dispatch` (messages
 //!   to consumers), `topic_lists`, `watchers`, `inject` (what a pushed error answers),
 //!   `lifecycle` (unload, termination, deletion on the state), `timer_task` (firing what is
-//!   due);
+//!   due), `transactions` (the coordinator's commands and what a transaction does to topics
+//!   and subscriptions);
 //! - `handlers`, the one dispatcher (what a broker answers to each command), and `session`
 //!   (one task per connection) on top; `admin` and `ops` (the test-facing view and admin
 //!   operations), `cluster` (shared storage, restart, counters), `record` (the command log).
@@ -126,6 +128,8 @@ mod timers;
 mod topic;
 mod topic_list_watchers;
 mod topic_lists;
+mod transactions;
+mod txn_state;
 mod watchers;
 
 use std::collections::BTreeMap;
@@ -211,6 +215,9 @@ pub struct MockBrokerConfig {
     /// Authentication the broker requires, and its auth challenge schedule (see [`MockAuth`]).
     /// Default `None`: any CONNECT is accepted.
     pub auth: Option<MockAuth>,
+    /// Whether the broker runs a transaction coordinator (PIP-31; see [`MockTransactions`]).
+    /// Default [`MockTransactions::Disabled`], as a broker's `transactionCoordinatorEnabled`.
+    pub transactions: MockTransactions,
     /// Serve TLS on the listener (see [`MockTls`]): the service URL is then
     /// `pulsar+ssl://HOST:PORT` and lookup answers carry `brokerServiceUrlTls`. In-memory
     /// connections ([`MockBroker::connect_duplex`]) stay plain. Default `None`.
@@ -231,10 +238,35 @@ impl Default for MockBrokerConfig {
             allow_auto_subscription_creation: true,
             partition_update_resend_timeout: partition_watchers::DEFAULT_RESEND_TIMEOUT,
             auth: None,
+            transactions: MockTransactions::Disabled,
             #[cfg(feature = "tls")]
             tls: None,
         }
     }
+}
+
+/// What the mock broker does with the transaction coordinator's commands
+/// ([`MockBrokerConfig::transactions`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum MockTransactions {
+    /// No coordinator: TC_CLIENT_CONNECT and the other coordinator commands are answered
+    /// ERROR NotAllowed, as a broker with `transactionCoordinatorEnabled=false`.
+    #[default]
+    Disabled,
+    /// A coordinator, a transaction buffer per topic and pending acknowledgements per
+    /// subscription (coordinator ids `0..max(1, partitions of
+    /// persistent://pulsar/system/transaction_coordinator_assign)`): messages of an open
+    /// transaction (and everything after them on their topic) are not dispatched until it
+    /// ends, an aborted transaction's never are, acknowledgements in a transaction apply at
+    /// its commit and conflict as the broker's, and a transaction past its timeout is
+    /// aborted. Simplified: a transaction ends at once (no COMMITTING phase), topics get no
+    /// commit/abort marker entries, and acknowledging part of a batch in a transaction is
+    /// not modelled.
+    Enabled,
+    /// No answer at all to the coordinator commands, as a broker that does not know them
+    /// (pulsar-lite ignores TC_CLIENT_CONNECT).
+    Unanswered,
 }
 
 /// Identifies one connection accepted by a [`MockBroker`] (numbered from 1 in accept order;

@@ -391,6 +391,12 @@ pub(crate) fn send(
             "Exceed maximum message size",
         ));
     }
+    let txn = cmd.txnid_most_bits.zip(cmd.txnid_least_bits);
+    if let Some(id) = txn {
+        if let Err(message) = super::transactions::check_send(state, id) {
+            return Step::Reply(send_error(cmd, ServerError::NotAllowed, &message));
+        }
+    }
     let dedup = deduplication(state, &topic_name);
     let BrokerState {
         topics,
@@ -438,6 +444,11 @@ pub(crate) fn send(
         }
     } else if topic.persistent {
         let entry = topic.append(payload.metadata.clone(), payload.data.clone());
+        // PIP-31: an entry of a transaction stays behind the max read position until the
+        // transaction ends (upstream `TopicTransactionBuffer.handleTransactionMessage`).
+        if let Some(id) = txn {
+            topic.txns.append(id, entry);
+        }
         if let Some(due) = delivery_due(&payload.metadata) {
             topic.deliver_at.insert(entry, due);
             timers.schedule_delivery(due, &topic.name);

@@ -61,6 +61,8 @@ pub(crate) struct BrokerState {
     pub(crate) injected: Injected,
     /// Schemas by topic, and the compatibility strategy ([`super::schemas`]).
     pub(crate) schemas: super::schemas::Registry,
+    /// The transaction coordinators' transactions ([`super::transactions`]).
+    pub(crate) coordinator: super::txn_state::Coordinator,
 }
 
 /// The broker settings a test may change at runtime (initially from the broker's

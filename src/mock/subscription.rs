@@ -80,6 +80,8 @@ pub(crate) struct Subscription {
     /// for; rebuilt when they change.
     ring: Vec<(u32, ConsumerKey)>,
     ring_of: Vec<ConsumerKey>,
+    /// Acknowledgements pending in open transactions (PIP-31).
+    pub(crate) txn_acks: super::txn_state::PendingAcks,
 }
 
 impl Subscription {
@@ -102,6 +104,7 @@ impl Subscription {
             rr: 0,
             ring: Vec::new(),
             ring_of: Vec::new(),
+            txn_acks: Default::default(),
         }
     }
 

@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 use tokio::time::{sleep_until, Instant};
 
 use super::state::BrokerState;
-use super::{dispatch, lock, watchers};
+use super::{dispatch, lock, transactions, watchers};
 
 /// Fires every deadline due at `now`.
 pub(crate) fn fire_due(state: &mut BrokerState, now: Instant) {
@@ -24,14 +24,19 @@ pub(crate) fn fire_due(state: &mut BrokerState, now: Instant) {
         }
     }
     watchers::fire_due(state, now);
+    transactions::expire(state, now);
 }
 
 /// The earliest deadline.
 pub(crate) fn next_deadline(state: &BrokerState) -> Option<Instant> {
-    match (state.timers.next(), watchers::next_deadline(state)) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    [
+        state.timers.next(),
+        watchers::next_deadline(state),
+        state.coordinator.next_deadline(),
+    ]
+    .into_iter()
+    .flatten()
+    .min()
 }
 
 /// Starts the timer task of one broker serving `state`; abort it to stop it.

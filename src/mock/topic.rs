@@ -122,6 +122,8 @@ pub(crate) struct Topic {
     /// Entries with a `deliver_at_time` in the future when stored, and when (tokio time) they
     /// fall due: Shared/Key_Shared subscriptions do not dispatch them before.
     pub(crate) deliver_at: HashMap<u64, Instant>,
+    /// The transaction buffer: entries of open and aborted transactions (PIP-31).
+    pub(crate) txns: super::txn_state::TopicTxns,
 }
 
 impl Topic {
@@ -140,6 +142,7 @@ impl Topic {
             subscriptions: BTreeMap::new(),
             terminated: false,
             deliver_at: HashMap::new(),
+            txns: Default::default(),
         }
     }
 

@@ -139,6 +139,9 @@ pub(super) fn message_metadata(
         compression: compressed.then(|| ctx.compression.to_proto()),
         uncompressed_size: compressed.then_some(payload_len as u32),
         deliver_at_time: msg.deliver_at.map(|t| t as i64),
+        // Upstream `ProducerImpl` sets the txn id in the metadata and on CommandSend.
+        txnid_most_bits: msg.txn.map(|t| t.0),
+        txnid_least_bits: msg.txn.map(|t| t.1),
         ..Default::default()
     }
 }
@@ -147,12 +150,16 @@ pub(super) fn message_metadata(
 /// to its last entry).
 pub(super) fn entry(
     ctx: &FrameContext,
-    send: proto::CommandSend,
+    mut send: proto::CommandSend,
     metadata: proto::MessageMetadata,
     data: Bytes,
     sequence_id: u64,
     chunk: Option<ChunkPos>,
 ) -> Result<InFlight> {
+    // A message of a transaction (never batched) carries its id on each SEND too, every chunk
+    // included (upstream `Commands.newSend` with the txn id; the broker reads it from there).
+    send.txnid_most_bits = metadata.txnid_most_bits;
+    send.txnid_least_bits = metadata.txnid_least_bits;
     Ok(InFlight {
         first_seq: sequence_id,
         last_seq: sequence_id,

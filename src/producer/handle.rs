@@ -120,6 +120,7 @@ impl PartitionProducer {
             0,
             None,
             options,
+            client.transactions_enabled(),
         );
         let slot = crate::entity::Slot {
             kind: EntityKind::Producer,

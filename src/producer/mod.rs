@@ -15,6 +15,8 @@ mod pending;
 mod queueing;
 mod receipt;
 mod task;
+#[cfg(feature = "transactions")]
+mod transactional;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
@@ -628,12 +630,17 @@ impl Producer {
         }) {
             tokio::task::consume_budget().await;
         }
+        let msg = msg.into();
+        #[cfg(feature = "transactions")]
+        if msg.transaction.is_some() {
+            return Box::pin(self.send_transactional(msg)).await;
+        }
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
         if let Some(chain) = &self.inner.interceptors {
-            return Box::pin(self.send_intercepted(chain.clone(), msg.into())).await;
+            return Box::pin(self.send_intercepted(chain.clone(), msg)).await;
         }
-        match self.try_send(Outgoing::from(msg.into()))? {
+        match self.try_send(Outgoing::from(msg))? {
             Ok(receipt) => Ok(receipt),
             Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
         }

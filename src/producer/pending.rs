@@ -37,6 +37,8 @@ pub(crate) struct Extras {
     pub event_time: Option<u64>,
     pub sequence_id: Option<u64>,
     pub deliver_at: Option<u64>,
+    /// The transaction's id (most, least bits) for a message produced in one (PIP-31).
+    pub txn: Option<(u64, u64)>,
 }
 
 /// The extras of a message that has none.
@@ -47,9 +49,16 @@ static NONE: Extras = Extras {
     event_time: None,
     sequence_id: None,
     deliver_at: None,
+    txn: None,
 };
 
 impl Outgoing {
+    /// Marks the message as produced in the transaction with this id (most, least bits).
+    #[cfg(feature = "transactions")]
+    pub(crate) fn set_txn(&mut self, txn: (u64, u64)) {
+        self.extras.get_or_insert_with(Default::default).txn = Some(txn);
+    }
+
     /// The message's fields other than its payload and key.
     pub(crate) fn extras(&self) -> &Extras {
         self.extras.as_deref().unwrap_or(&NONE)
@@ -91,6 +100,8 @@ impl From<ProducerMessage> for Outgoing {
             event_time,
             sequence_id,
             deliver_at,
+            #[cfg(feature = "transactions")]
+                transaction: _,
         } = &msg;
         let none = !key_b64_encoded
             && ordering_key.is_none()
@@ -115,6 +126,7 @@ impl From<ProducerMessage> for Outgoing {
                 event_time: msg.event_time,
                 sequence_id: msg.sequence_id,
                 deliver_at: msg.deliver_at,
+                txn: None,
             })),
         }
     }

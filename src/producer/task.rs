@@ -126,6 +126,7 @@ pub(crate) fn create_command(
     epoch: u64,
     topic_epoch: Option<u64>,
     opts: &ProducerOptions,
+    txn_enabled: bool,
 ) -> CreateCommand {
     let body = proto::CommandProducer {
         topic: topic.to_string(),
@@ -150,6 +151,9 @@ pub(crate) fn create_command(
             .as_ref()
             .filter(|s| s.schema_type != crate::schema::SchemaType::Bytes)
             .map(|s| s.to_proto()),
+        // Java `ProducerImpl.connectionOpened` sends the client's `enableTransaction` (the
+        // broker then waits for the topic's transaction buffer before answering).
+        txn_enabled: txn_enabled.then_some(true),
         ..Default::default()
     };
     Arc::new(move |request_id| crate::commands::producer(body.clone(), request_id))
@@ -326,6 +330,7 @@ impl ProducerTask {
                     self.epoch + 1,
                     self.topic_epoch,
                     &self.opts,
+                    self.entity.core.transactions_enabled(),
                 );
                 self.entity.reconnect(cmd);
                 Ok(())
@@ -472,6 +477,7 @@ impl ProducerTask {
         match self.batches.as_mut() {
             Some(b)
                 if msg.extras().deliver_at.is_none()
+                    && msg.extras().txn.is_none()
                     && !b.too_big_for_batch(&msg, self.ctx.max_message_size) =>
             {
                 b.add(&self.ctx, msg, seq, completion, out, failed);

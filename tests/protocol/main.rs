@@ -84,6 +84,15 @@ mod observability {
     mod tracing_events;
 }
 
+/// Transactions (PIP-31): the coordinator, transactional sends and acknowledgements, and the
+/// mock's transaction buffer and pending acks.
+mod transactions {
+    mod acks;
+    mod coordinator;
+    mod produce;
+    mod support;
+}
+
 /// The mock kit itself: fault injection, the guide's example, a whole service under faults.
 mod mock_kit {
     mod faults;

@@ -18,3 +18,4 @@ mod produce_consume;
 mod pulsar_lite_smoke;
 mod restart;
 mod tls;
+mod transactions;

@@ -16,6 +16,8 @@ pub(crate) mod key_wait;
 pub(crate) mod seek;
 pub(crate) mod start;
 pub(crate) mod subscribe;
+#[cfg(feature = "transactions")]
+pub(crate) mod txn_ack;
 
 use std::sync::atomic::Ordering;
 
@@ -44,6 +46,9 @@ pub(crate) enum Pending {
     Unsubscribe(oneshot::Sender<Result<()>>),
     /// The CloseConsumer of the application's close.
     Close,
+    /// A transactional ack: the broker's answer completes it.
+    #[cfg(feature = "transactions")]
+    TxnAck(txn_ack::TxnAck),
 }
 
 pub(crate) struct ConsumerTask {
@@ -428,6 +433,8 @@ impl ConsumerTask {
                 }
                 return Err(Error::Closed);
             }
+            #[cfg(feature = "transactions")]
+            Pending::TxnAck(ack) => return txn_ack::answered(self, ack, r),
         }
         Ok(())
     }
@@ -463,6 +470,8 @@ impl ConsumerTask {
                 }
             },
             ConsumerOp::Close(_) => unreachable!("handled by the loop"),
+            #[cfg(feature = "transactions")]
+            ConsumerOp::TxnAck(ack) => txn_ack::send(&self.io, ack, requests),
             op => self.on_folded(op),
         }
         Ok(())
@@ -514,6 +523,10 @@ impl ConsumerTask {
             | ConsumerOp::LastMessageId(_)
             | ConsumerOp::Unsubscribe(_)
             | ConsumerOp::Close(_) => {
+                debug_assert!(false, "a control op among the folded ones: {op:?}")
+            }
+            #[cfg(feature = "transactions")]
+            ConsumerOp::TxnAck(_) => {
                 debug_assert!(false, "a control op among the folded ones: {op:?}")
             }
         }

@@ -1,0 +1,354 @@
+//! Transactions (PIP-31): the coordinator's commands, and what a transaction does to topics
+//! (the transaction buffer) and subscriptions (pending acknowledgements). Each rule follows
+//! the broker code named beside it; the state is in [`super::txn_state`].
+//!
+//! Where the mock simplifies: one coordinator table serves every coordinator id (ids
+//! `0..max(1, partitions of transaction_coordinator_assign)`, as a broker owning every
+//! partition of that topic); a transaction ends at once (no COMMITTING/ABORTING phase, no
+//! END_TXN_ON_PARTITION/SUBSCRIPTION round trips, no commit/abort marker entries in the
+//! topics); acknowledgements of part of a batch in a transaction are not modelled, nor a
+//! plain acknowledgement of an entry pending in a transaction.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::reply::{error, SessionView, Step};
+use super::state::BrokerState;
+use super::txn_state::{TxnKey, TxnMeta};
+use super::wire::{self, base_command::Type};
+use super::{dispatch, MockTransactions};
+use crate::error::ServerError;
+
+/// The topic whose partitions are the coordinators (upstream
+/// `TopicName.TRANSACTION_COORDINATOR_ASSIGN`).
+const TC_ASSIGN: &str = "persistent://pulsar/system/transaction_coordinator_assign";
+
+/// What a broker without a coordinator does with a coordinator command: upstream
+/// `ServerCnx.checkTransactionEnableAndSendError` answers ERROR NotAllowed ("Transactions are
+/// not enabled.") when `transactionCoordinatorEnabled` is off; a broker that does not know
+/// the commands (pulsar-lite) does not answer. `None`: served.
+pub(crate) fn gate(view: SessionView<'_>, request_id: u64) -> Option<Step> {
+    match view.config.transactions {
+        MockTransactions::Enabled => None,
+        MockTransactions::Unanswered => Some(Step::Ignore),
+        MockTransactions::Disabled => Some(Step::Reply(error(
+            request_id,
+            ServerError::NotAllowed,
+            "Transactions are not enabled.",
+        ))),
+    }
+}
+
+fn coordinator_exists(state: &BrokerState, tc_id: u64) -> bool {
+    tc_id < u64::from(state.topics.partitions(TC_ASSIGN).max(1))
+}
+
+fn code_and_message(r: Result<(), (ServerError, String)>) -> (Option<i32>, Option<String>) {
+    match r {
+        Ok(()) => (None, None),
+        Err((code, message)) => (Some(code.code()), Some(message)),
+    }
+}
+
+/// TC_CLIENT_CONNECT_REQUEST: success for a coordinator this cluster has, else
+/// `TransactionCoordinatorNotFound` (upstream `TransactionMetadataStoreService
+/// .handleTcClientConnect` fails for a coordinator it does not own).
+pub(crate) fn tc_connect(state: &BrokerState, cmd: &wire::CommandTcClientConnectRequest) -> Step {
+    let r = if coordinator_exists(state, cmd.tc_id) {
+        Ok(())
+    } else {
+        Err((
+            ServerError::TransactionCoordinatorNotFound,
+            format!("transaction coordinator {} not found", cmd.tc_id),
+        ))
+    };
+    let (error, message) = code_and_message(r);
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::TcClientConnectResponse as i32,
+        tc_client_connect_response: Some(wire::CommandTcClientConnectResponse {
+            request_id: cmd.request_id,
+            error,
+            message,
+        }),
+        ..Default::default()
+    })
+}
+
+/// NEW_TXN: a new id `(tc_id, sequence)` whose timeout starts now (upstream
+/// `TransactionMetadataStoreService.newTransaction`; its `TransactionTimeoutTracker` aborts it
+/// when the timeout, `txn_ttl_seconds` in milliseconds, passes).
+pub(crate) fn new_txn(state: &mut BrokerState, cmd: &wire::CommandNewTxn) -> Step {
+    let tc_id = cmd.tc_id();
+    let mut resp = wire::CommandNewTxnResponse {
+        request_id: cmd.request_id,
+        ..Default::default()
+    };
+    if coordinator_exists(state, tc_id) {
+        let id = state.coordinator.next_id(tc_id);
+        let ttl = Duration::from_millis(cmd.txn_ttl_seconds());
+        state.coordinator.open.insert(
+            id,
+            TxnMeta {
+                deadline: crate::util::deadline_after(ttl),
+                partitions: Default::default(),
+                subscriptions: Default::default(),
+            },
+        );
+        state.timers.wake();
+        resp.txnid_most_bits = Some(id.0);
+        resp.txnid_least_bits = Some(id.1);
+    } else {
+        resp.error = Some(ServerError::TransactionCoordinatorNotFound.code());
+        resp.message = Some(format!("transaction coordinator {tc_id} not found"));
+    }
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::NewTxnResponse as i32,
+        new_txn_response: Some(resp),
+        ..Default::default()
+    })
+}
+
+/// The open transaction `id`, or the coordinator's error: an ended transaction is gone from
+/// its store (upstream `MLTransactionMetadataStore` removes it once committed or aborted), so
+/// both unknown and ended ones are `TransactionNotFound`.
+fn open_txn(state: &mut BrokerState, id: TxnKey) -> Result<&mut TxnMeta, (ServerError, String)> {
+    state.coordinator.open.get_mut(&id).ok_or_else(|| {
+        (
+            ServerError::TransactionNotFound,
+            format!("transaction ({},{}) not found", id.0, id.1),
+        )
+    })
+}
+
+/// ADD_PARTITION_TO_TXN (upstream `MLTransactionMetadataStore.addProducedPartitionToTxn`).
+pub(crate) fn add_partition(state: &mut BrokerState, cmd: &wire::CommandAddPartitionToTxn) -> Step {
+    let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
+    let r = open_txn(state, id).map(|m| m.partitions.extend(cmd.partitions.iter().cloned()));
+    let (error, message) = code_and_message(r);
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::AddPartitionToTxnResponse as i32,
+        add_partition_to_txn_response: Some(wire::CommandAddPartitionToTxnResponse {
+            request_id: cmd.request_id,
+            txnid_most_bits: Some(id.0),
+            txnid_least_bits: Some(id.1),
+            error,
+            message,
+        }),
+        ..Default::default()
+    })
+}
+
+/// ADD_SUBSCRIPTION_TO_TXN (upstream `MLTransactionMetadataStore.addAckedPartitionToTxn`).
+pub(crate) fn add_subscription(
+    state: &mut BrokerState,
+    cmd: &wire::CommandAddSubscriptionToTxn,
+) -> Step {
+    let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
+    let r = open_txn(state, id).map(|m| {
+        m.subscriptions.extend(
+            cmd.subscription
+                .iter()
+                .map(|s| (s.topic.clone(), s.subscription.clone())),
+        )
+    });
+    let (error, message) = code_and_message(r);
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::AddSubscriptionToTxnResponse as i32,
+        add_subscription_to_txn_response: Some(wire::CommandAddSubscriptionToTxnResponse {
+            request_id: cmd.request_id,
+            txnid_most_bits: Some(id.0),
+            txnid_least_bits: Some(id.1),
+            error,
+            message,
+        }),
+        ..Default::default()
+    })
+}
+
+/// END_TXN: commits or aborts on every registered partition and subscription (upstream
+/// `TransactionMetadataStoreService.endTransaction`: END_TXN_ON_PARTITION to each produced
+/// partition, END_TXN_ON_SUBSCRIPTION to each acknowledged subscription).
+pub(crate) fn end_txn(state: &mut BrokerState, cmd: &wire::CommandEndTxn) -> Step {
+    let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
+    let commit = cmd.txn_action() == wire::TxnAction::Commit;
+    let r = open_txn(state, id).map(|_| ());
+    if r.is_ok() {
+        end(state, id, commit);
+    }
+    let (error, message) = code_and_message(r);
+    Step::Reply(wire::BaseCommand {
+        r#type: Type::EndTxnResponse as i32,
+        end_txn_response: Some(wire::CommandEndTxnResponse {
+            request_id: cmd.request_id,
+            txnid_most_bits: Some(id.0),
+            txnid_least_bits: Some(id.1),
+            error,
+            message,
+        }),
+        ..Default::default()
+    })
+}
+
+/// Ends open transaction `id` everywhere it went.
+///
+/// - Its partitions (upstream `TopicTransactionBuffer.commitTxn` / `abortTxn`): the
+///   transaction leaves the ongoing set, so the max read position moves past its entries
+///   (`removeTxnAndUpdateMaxReadPosition`); an abort also records its entries as aborted,
+///   which dispatchers skip and acknowledge (`AbstractBaseDispatcher.filterEntriesForConsumer`
+///   with `isTxnAborted`). Then the topic dispatches again.
+/// - Its subscriptions (upstream `PendingAckHandleImpl.commitTxn` / `abortTxn`): a commit
+///   applies its pending acknowledgements to the cursor; an abort drops them and redelivers
+///   the messages (below).
+fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
+    let Some(meta) = state.coordinator.open.remove(&id) else {
+        return;
+    };
+    state.coordinator.ended.insert(id, commit);
+    let BrokerState { topics, conns, .. } = state;
+    for name in &meta.partitions {
+        if let Some(topic) = topics.get_mut(name) {
+            topic.txns.end(id, commit);
+            dispatch::dispatch_all(topic, conns);
+        }
+    }
+    for (name, sub_name) in &meta.subscriptions {
+        let Some(topic) = topics.get_mut(name) else {
+            continue;
+        };
+        let super::topic::Topic {
+            messages,
+            subscriptions,
+            ..
+        } = &mut *topic;
+        let Some(sub) = subscriptions.get_mut(sub_name) else {
+            continue;
+        };
+        let (individual, cumulative) = sub.txn_acks.take(id);
+        if commit {
+            let count = |e: u64| messages.get(e as usize).map_or(1, |m| m.num_messages());
+            for e in individual {
+                sub.ack_individual(e, &[], count(e));
+            }
+            if let Some(e) = cumulative {
+                sub.ack_cumulative(e, &[], count(e));
+            }
+        } else {
+            // Upstream `PendingAckHandleImpl.internalAbortTxn` redelivers: the individually
+            // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`),
+            // or, for a cumulative acknowledgement, everything unacknowledged
+            // (`redeliverUnacknowledgedMessages(consumer, DEFAULT_CONSUMER_EPOCH)`).
+            for e in individual {
+                if !sub.is_acked(e) {
+                    sub.pending.remove(&e);
+                    sub.replay.insert(e);
+                }
+            }
+            if cumulative.is_some() {
+                sub.return_all_pending();
+            }
+        }
+        dispatch::dispatch(topic, sub_name, conns);
+    }
+    tracing::debug!(txn = ?id, commit, "mock broker: transaction ended");
+}
+
+/// Aborts the open transactions whose timeout passed (upstream
+/// `TransactionTimeoutTrackerImpl` → `endTransactionForTimeout`: an abort).
+pub(crate) fn expire(state: &mut BrokerState, now: Instant) {
+    for id in state.coordinator.expired(now) {
+        end(state, id, false);
+    }
+}
+
+/// A SEND in transaction `id` to a topic, before it is stored: refused once the transaction
+/// ended (upstream `TopicTransactionBuffer.internalAppendBufferToTxn`: NotAllowed,
+/// "Transaction ... has been ended").
+pub(crate) fn check_send(state: &BrokerState, id: TxnKey) -> Result<(), String> {
+    if state.coordinator.ended.contains_key(&id) {
+        return Err(format!(
+            "Transaction [({},{})] has been ended. Please use a new transaction to send message.",
+            id.0, id.1
+        ));
+    }
+    Ok(())
+}
+
+/// A transactional ACK (`txnid` set), as upstream `PendingAckHandleImpl`, answered with
+/// ACK_RESPONSE (`request_id` and the txn id echoed):
+///
+/// - individual (`internalIndividualAcknowledgeMessage`): an entry already acknowledged, or
+///   already pending in a transaction, is a `TransactionConflict`; else it is pending in this
+///   transaction until it ends, and no longer held by the consumer (a consumer that leaves
+///   does not give it back for redelivery);
+/// - cumulative (`internalCumulativeAcknowledgeMessage`), on Exclusive/Failover only (else
+///   NotAllowed, `Subscription.isCumulativeAckMode`): a position at or before the
+///   mark-delete position, or while another transaction holds the subscription's pending
+///   cumulative acknowledgement, is a `TransactionConflict`.
+pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::CommandAck) -> Step {
+    let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
+    let cumulative = cmd.ack_type() == wire::command_ack::AckType::Cumulative;
+    let conflict = |what: String| Err((ServerError::TransactionConflict, what));
+    let mut r = Ok(());
+    for m in &cmd.message_id {
+        let e = m.entry_id;
+        r = if cumulative {
+            if !sub.single_active() {
+                Err((
+                    ServerError::NotAllowed,
+                    "Cumulative ack is not supported for shared subscriptions".to_owned(),
+                ))
+            } else if e < sub.ack_floor {
+                conflict(format!(
+                    "cumulative ack at {e}: at or before the mark-delete position"
+                ))
+            } else {
+                match sub.txn_acks.cumulative {
+                    Some((other, _)) if other != id => conflict(format!(
+                        "transaction ({},{}) already holds a cumulative ack",
+                        other.0, other.1
+                    )),
+                    _ => {
+                        sub.txn_acks.cumulative = Some((id, e));
+                        Ok(())
+                    }
+                }
+            }
+        } else if sub.is_acked(e) {
+            conflict(format!("message {e} is already acknowledged"))
+        } else {
+            match sub.txn_acks.individual.entry(e) {
+                std::collections::hash_map::Entry::Occupied(_) => {
+                    conflict(format!("message {e} is in pending ack status"))
+                }
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    v.insert(id);
+                    // No longer the consumer's to redeliver (upstream
+                    // `Consumer.individualAckWithTransaction` removes it from the consumer's
+                    // pending acks once the pending-ack handle took it).
+                    sub.pending.remove(&e);
+                    Ok(())
+                }
+            }
+        };
+        if r.is_err() {
+            break;
+        }
+    }
+    let (error, message) = code_and_message(r);
+    match cmd.request_id {
+        Some(request_id) => Step::Reply(wire::BaseCommand {
+            r#type: Type::AckResponse as i32,
+            ack_response: Some(wire::CommandAckResponse {
+                consumer_id: cmd.consumer_id,
+                txnid_most_bits: Some(id.0),
+                txnid_least_bits: Some(id.1),
+                error,
+                message,
+                request_id: Some(request_id),
+            }),
+            ..Default::default()
+        }),
+        None => Step::Ignore,
+    }
+}

@@ -1,0 +1,185 @@
+//! Acknowledgements in a transaction: upstream `ConsumerBase.doAcknowledgeWithTxn`
+//! (AddSubscriptionToTxn, the txn id on ACK, the ack response awaited) and the broker's
+//! `PendingAckHandleImpl` (pending until commit, dropped on abort, conflicts).
+
+use pulsar_sdk::mock::wire::base_command::Type;
+use pulsar_sdk::{
+    Error, ProducerMessage, ServerError, SubscriptionType, TransactionError, TransactionState,
+};
+
+use super::support::{consumer, next_text, producer, setup};
+
+fn conflict(e: &Error) -> bool {
+    matches!(
+        e,
+        Error::Broker {
+            code: ServerError::TransactionConflict,
+            ..
+        }
+    )
+}
+
+/// An acknowledgement in a transaction counts only once the transaction commits.
+#[tokio::test]
+async fn a_transactional_ack_is_pending_until_commit() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-commit";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 2).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let m0 = support::recv(&mut c).await;
+    let txn = client.transaction().begin().await.unwrap();
+    c.ack_with_transaction(&m0, &txn).await.unwrap();
+    let ack = broker.received_of(Type::Ack);
+    let ack = ack.last().unwrap().command.ack.as_ref().unwrap();
+    assert_eq!(ack.txnid_least_bits, Some(txn.id().least_bits()));
+    assert!(
+        ack.request_id.is_some(),
+        "a transactional ack asks for its response"
+    );
+    let subs = broker.received_of(Type::AddSubscriptionToTxn);
+    assert_eq!(subs.len(), 1);
+    assert_eq!(broker.subscription_backlog(&full, "s"), 2);
+    txn.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 1);
+}
+
+/// A message pending in one transaction cannot be acknowledged in another
+/// (`TransactionConflict`, not retriable); that transaction's commit then fails and aborts.
+#[tokio::test]
+async fn acking_a_message_pending_in_another_transaction_conflicts() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-conflict";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 1).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let m0 = support::recv(&mut c).await;
+    let first = client.transaction().begin().await.unwrap();
+    let second = client.transaction().begin().await.unwrap();
+    c.ack_with_transaction(&m0, &first).await.unwrap();
+    let e = c.ack_with_transaction(&m0, &second).await.unwrap_err();
+    assert!(conflict(&e), "{e:?}");
+    assert!(!e.is_retriable());
+    let e = second.commit().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Transaction(TransactionError::OperationFailed { .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(second.state(), TransactionState::Aborted);
+    first.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 0);
+    // Acknowledged for good: acking it again in a transaction conflicts too.
+    let third = client.transaction().begin().await.unwrap();
+    let e = c.ack_with_transaction(&m0, &third).await.unwrap_err();
+    assert!(conflict(&e), "{e:?}");
+}
+
+/// An abort drops the transaction's acknowledgements and the broker redelivers the messages
+/// (upstream `PendingAckHandleImpl.internalAbortTxn`): still unacknowledged, received again.
+/// While the acknowledgement is pending, a consumer leaving does not give the message back.
+#[tokio::test]
+async fn an_abort_drops_the_ack_and_the_message_comes_back() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-abort";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 2).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let m0 = support::recv(&mut c).await;
+    assert_eq!(&m0.payload[..], b"m-0");
+    let txn = client.transaction().begin().await.unwrap();
+    c.ack_with_transaction(&m0, &txn).await.unwrap();
+    // Another consumer joins and the first leaves: m-1 (plainly unacknowledged) goes to the
+    // newcomer, m-0 (pending in the transaction) does not.
+    let mut other = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    c.close().await.unwrap();
+    assert_eq!(next_text(&mut other).await, "m-1");
+    super::support::nothing_for_now(&mut other).await;
+    txn.abort().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 2);
+    assert_eq!(next_text(&mut other).await, "m-0");
+}
+
+/// Cumulative acknowledgements in transactions: one transaction at a time holds the
+/// subscription's (another conflicts); committed, everything up to it is acknowledged.
+#[tokio::test]
+async fn cumulative_acks_in_transactions() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-cumulative";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 3).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Exclusive).await;
+    let _m0 = support::recv(&mut c).await;
+    let m1 = support::recv(&mut c).await;
+    let first = client.transaction().begin().await.unwrap();
+    let second = client.transaction().begin().await.unwrap();
+    c.ack_cumulative_with_transaction(&m1, &first)
+        .await
+        .unwrap();
+    let e = c
+        .ack_cumulative_with_transaction(&m1, &second)
+        .await
+        .unwrap_err();
+    assert!(conflict(&e), "{e:?}");
+    assert_eq!(broker.subscription_backlog(&full, "s"), 3);
+    first.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 1);
+}
+
+/// Consume, transform, produce and acknowledge in one transaction per input: each input is
+/// acknowledged and each output visible exactly once, together.
+#[tokio::test]
+async fn consume_transform_produce_leaves_one_output_per_input() {
+    let (broker, client) = setup().await;
+    let input = producer(&client, "txn-in").await;
+    support::publish(&input, "in", 5).await;
+    let mut source = consumer(&client, "txn-in", "pipeline", SubscriptionType::Shared).await;
+    let mut sink = consumer(&client, "txn-out", "check", SubscriptionType::Shared).await;
+    let output = producer(&client, "txn-out").await;
+    for _ in 0..5 {
+        let msg = support::recv(&mut source).await;
+        let txn = client.transaction().begin().await.unwrap();
+        let text = String::from_utf8(msg.payload.to_vec())
+            .unwrap()
+            .to_uppercase();
+        // The receipt is not awaited: the commit waits for it.
+        let _receipt = output
+            .send(ProducerMessage::new(text).transaction(&txn))
+            .await
+            .unwrap();
+        source.ack_with_transaction(&msg, &txn).await.unwrap();
+        txn.commit().await.unwrap();
+    }
+    let mut out = Vec::new();
+    for _ in 0..5 {
+        out.push(next_text(&mut sink).await);
+    }
+    assert_eq!(out, (0..5).map(|i| format!("IN-{i}")).collect::<Vec<_>>());
+    assert_eq!(
+        broker.subscription_backlog(&support::full("txn-in"), "pipeline"),
+        0
+    );
+    super::support::nothing_for_now(&mut sink).await;
+}
+
+/// Messages of a batch cannot be acknowledged in a transaction yet: refused before anything
+/// is sent, and the transaction stays usable.
+#[tokio::test]
+async fn a_batched_message_is_refused() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-batch";
+    support::publish_batch(&client, topic, 2).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let m = support::recv(&mut c).await;
+    let txn = client.transaction().begin().await.unwrap();
+    let e = c.ack_with_transaction(&m, &txn).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidOperation(_)), "{e:?}");
+    assert!(broker.received_of(Type::AddSubscriptionToTxn).is_empty());
+    txn.commit().await.unwrap();
+}
