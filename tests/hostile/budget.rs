@@ -423,7 +423,8 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
 /// their wire size, the entries beyond the permits never came near the byte bound (the budget
 /// plus four maximum-size messages: 28 MiB would take ~70,000 such entries, ~280 GB decoded),
 /// and the message-count tolerance (20,000 for a receiver queue of 1,000) neither: all 40 were
-/// decoded and queued (~160 MiB for a 16 MiB limit) and nothing was reported. Now each counts
+/// decoded and queued (4 MiB each for a 16 MiB limit) and nothing was reported (the
+/// violation this waits for never came). Now each counts
 /// the uncompressed size its metadata declares, before it is decompressed: the connection is
 /// closed as a flow-control violation once 28 MiB of them are held.
 #[tokio::test]
