@@ -256,7 +256,9 @@ impl ClientBuilder {
     /// Memory this client's producers and consumers may hold, in bytes. Default 64 MiB, like
     /// upstream.
     ///
-    /// - Producers hold their pending messages in it; a send waits for room (or fails with
+    /// - Producers hold their pending messages in it: payload, key and properties, and the
+    ///   producer name and schema version each frame carries (per message unbatched, per
+    ///   built batch when batching); a send waits for room (or fails with
     ///   `block_if_queue_full(false)`).
     /// - Consumers hold what they received for the application in it: queued messages
     ///   (decompressed payloads and what the queue keeps per message) until the application
@@ -272,6 +274,9 @@ impl ClientBuilder {
     ///   So a consumer's queue is bounded by the smaller of
     ///   [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) messages and its
     ///   budget in bytes (plus what the permits in flight bring: see `receiver_queue_size`).
+    ///   A closed consumer's queued messages leave the limit at its `close`.
+    /// - The topic-list and partition watchers' queues of pushed updates, within the
+    ///   consumers' half too (at most 4 MiB each; past it, the watcher re-reads).
     /// - Writer schemas, outside the limit but bounded by it: the client's typed consumers and
     ///   readers (AUTO_CONSUME, Avro, generic Avro) parse each writer schema version once
     ///   through one cache per client of at most `limit / 8` bytes (definitions plus 1 KiB

@@ -377,6 +377,18 @@ impl ClientCore {
     }
 }
 
+/// The client's watchers queue what brokers push within the consumers' share of the memory
+/// limit: like a consumer's queue, what they hold is consumed on the client's side, and it
+/// never takes from the producers' half.
+impl crate::connection::QueueMemory for ConsumerShare {
+    fn take(&self, n: usize) -> usize {
+        ConsumerShare::take(self, n)
+    }
+    fn give_back(&self, n: usize) {
+        ConsumerShare::give_back(self, n)
+    }
+}
+
 impl crate::watcher::WatchHost for ClientCore {
     fn backoff_policy(&self) -> BackoffPolicy {
         self.backoff
@@ -395,6 +407,10 @@ impl crate::watcher::WatchHost for ClientCore {
         topic: String,
     ) -> crate::watcher::Pending<Result<u32>> {
         Box::pin(async move { self.partitioned_topic_metadata(&topic).await })
+    }
+
+    fn queue_memory(&self) -> Arc<dyn crate::connection::QueueMemory> {
+        self.consumer_share.clone()
     }
 }
 

@@ -26,7 +26,9 @@ use tokio::time::Instant;
 
 use crate::backoff_policy::BackoffPolicy;
 use crate::codec::Frame;
-use crate::connection::{BrokerFeatures, Connection, EntityEvent, EntityKind, WatchSlot};
+use crate::connection::{
+    BrokerFeatures, Connection, EntityEvent, EntityKind, QueueMemory, WatchSlot,
+};
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
 use crate::retry::RetryTimer;
@@ -37,7 +39,9 @@ pub(crate) const UPDATE_QUEUE: usize = 1024;
 
 /// How many bytes of pushed commands a watcher queues untaken (at least one command is
 /// always taken, however large: at most the max frame size). A queue's bound is the smaller
-/// of this and [`UPDATE_QUEUE`]; past it, updates are dropped and the owner re-reads
+/// of this and [`UPDATE_QUEUE`], and its bytes are taken from the client memory limit (the
+/// consumers' share of it, [`WatchHost::queue_memory`]), so a queue also holds no more than
+/// what is free of that; past it, updates are dropped and the owner re-reads
 /// ([`LinkEvent::Lagged`]) instead of the queue growing: 1,024 updates of 5 MiB topic lists
 /// were 5 GiB (issue #31 §3).
 pub(crate) const UPDATE_QUEUE_BYTES: usize = 4 * 1024 * 1024;
@@ -58,6 +62,8 @@ pub(crate) trait WatchHost: Send + Sync + std::fmt::Debug + 'static {
     fn service_connection(self: Arc<Self>) -> Pending<Result<Connection>>;
     /// The partition count of `topic`, with the client's retries within the operation timeout.
     fn partitioned_metadata(self: Arc<Self>, topic: String) -> Pending<Result<u32>>;
+    /// Where a watcher's queue takes its bytes from: the client memory limit.
+    fn queue_memory(&self) -> Arc<dyn QueueMemory>;
 }
 
 /// What happened to a watcher ([`WatchLink::next`]).
@@ -194,8 +200,10 @@ impl WatchLink {
         match std::mem::replace(&mut self.phase, Phase::Idle) {
             Phase::Connected(conn) => {
                 let id = self.host.new_watcher_id();
-                let Ok(slot) = WatchSlot::register(&conn, self.kind, id, self.bound, self.bytes)
-                else {
+                let memory = self.host.queue_memory();
+                let registered =
+                    WatchSlot::register(&conn, self.kind, id, self.bound, self.bytes, memory);
+                let Ok(slot) = registered else {
                     // The connection closed meanwhile.
                     self.retry_later();
                     return;

@@ -8,7 +8,7 @@
 //! reconnect and the broker redelivers.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
@@ -21,25 +21,44 @@ pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
     channel(bound, None)
 }
 
-/// A watcher's channel (PIP-145 topic lists, PIP-247 partition updates): bounded by `bound`
-/// commands and by `bytes` of them (their encoded size; one command is always taken), the
-/// smaller of the two. A command past either bound is dropped, not queued, and the receiver
-/// is told ([`EntityReceiver::take_dropped`]) so its owner re-reads the whole state (a
-/// re-listing), as upstream does on an update whose hash does not match. A broker pushing
-/// huge topic lists then costs at most `bytes`, and the connection (shared with producers
-/// and consumers) is not closed over a watcher's backlog.
-pub(crate) fn watcher_channel(bound: usize, bytes: usize) -> (EntitySender, EntityReceiver) {
-    channel(bound, Some(bytes))
+/// Where a watcher's channel takes the bytes of the commands it queues from: the client
+/// memory limit (the core's consumers' share of it), never waiting.
+pub(crate) trait QueueMemory: Send + Sync + std::fmt::Debug {
+    /// Takes up to `n` bytes without waiting; returns how many were taken.
+    fn take(&self, n: usize) -> usize;
+    /// Gives back `n` bytes taken with [`take`](Self::take).
+    fn give_back(&self, n: usize);
 }
 
-fn channel(bound: usize, bytes: Option<usize>) -> (EntitySender, EntityReceiver) {
+/// A watcher's channel (PIP-145 topic lists, PIP-247 partition updates): bounded by `bound`
+/// commands and by `bytes` of them (their encoded size; one command is always taken), the
+/// smaller of the two, and the bytes queued are taken from `memory` (the client memory
+/// limit): a command it has no room for is past the bound too. A command past a bound is
+/// dropped, not queued, and the receiver is told ([`EntityReceiver::take_dropped`]) so its
+/// owner re-reads the whole state (a re-listing), as upstream does on an update whose hash
+/// does not match. A broker pushing huge topic lists then costs at most `bytes`, within the
+/// client's memory limit, and the connection (shared with producers and consumers) is not
+/// closed over a watcher's backlog.
+pub(crate) fn watcher_channel(
+    bound: usize,
+    bytes: usize,
+    memory: Arc<dyn QueueMemory>,
+) -> (EntitySender, EntityReceiver) {
+    channel(bound, Some((bytes, memory)))
+}
+
+fn channel(
+    bound: usize,
+    bytes: Option<(usize, Arc<dyn QueueMemory>)>,
+) -> (EntitySender, EntityReceiver) {
     let (tx, rx) = mpsc::unbounded_channel();
     let queued = Arc::new(AtomicUsize::new(0));
     let overflowed = Arc::new(AtomicBool::new(false));
-    let lossy = bytes.map(|bound| {
+    let lossy = bytes.map(|(bound, memory)| {
         Arc::new(Lossy {
             bound,
-            bytes: AtomicUsize::new(0),
+            memory,
+            held: Mutex::new(Held::default()),
             dropped: AtomicBool::new(false),
         })
     });
@@ -60,12 +79,64 @@ fn channel(bound: usize, bytes: Option<usize>) -> (EntitySender, EntityReceiver)
     )
 }
 
-/// The byte bound of a watcher's channel, and whether it dropped something.
+/// The byte bound of a watcher's channel, what it holds, and whether it dropped something.
 #[derive(Debug)]
 struct Lossy {
     bound: usize,
-    bytes: AtomicUsize,
+    memory: Arc<dyn QueueMemory>,
+    held: Mutex<Held>,
     dropped: AtomicBool,
+}
+
+/// The bytes of the commands a watcher's channel holds, and how many of them it took from
+/// the memory limit: all of them, but for a command taken into an empty queue while the
+/// limit had no room for it (one command is always taken).
+#[derive(Debug, Default)]
+struct Held {
+    bytes: usize,
+    charged: usize,
+}
+
+impl Lossy {
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `size` bytes, into a queue holding `queued` commands: `false` (nothing taken)
+    /// when they are past the byte bound or the memory limit has no room for them.
+    fn admit(&self, queued: usize, size: usize) -> bool {
+        let mut held = self.held();
+        if queued > 0 && held.bytes.saturating_add(size) > self.bound {
+            return false;
+        }
+        let taken = self.memory.take(size);
+        if taken < size && queued > 0 {
+            self.memory.give_back(taken);
+            return false;
+        }
+        held.bytes += size;
+        held.charged += taken;
+        true
+    }
+
+    /// A command of `size` bytes left the queue: what it took of the memory limit goes back.
+    fn release(&self, size: usize) {
+        let mut held = self.held();
+        held.bytes = held.bytes.saturating_sub(size);
+        let over = held.charged.saturating_sub(held.bytes);
+        if over > 0 {
+            held.charged -= over;
+            self.memory.give_back(over);
+        }
+    }
+}
+
+impl Drop for Lossy {
+    /// Commands still queued when the channel goes give their bytes back with it.
+    fn drop(&mut self) {
+        let held = self.held.get_mut().unwrap_or_else(|e| e.into_inner());
+        self.memory.give_back(std::mem::take(&mut held.charged));
+    }
 }
 
 /// The bytes a watcher's command holds while queued: its encoded size.
@@ -106,12 +177,10 @@ impl EntitySender {
             let command = f.command.message.is_none() && f.command.send_receipt.is_none();
             let size = if command { held_bytes(f) } else { 0 };
             let queued = self.queued.load(Ordering::Acquire);
-            let held = lossy.bytes.load(Ordering::Acquire);
-            if queued >= self.bound || (queued > 0 && held.saturating_add(size) > lossy.bound) {
+            if queued >= self.bound || !lossy.admit(queued, size) {
                 lossy.dropped.store(true, Ordering::Release);
                 return Delivery::Delivered;
             }
-            lossy.bytes.fetch_add(size, Ordering::AcqRel);
         }
         if self.queued.load(Ordering::Acquire) >= self.bound {
             self.overflowed.store(true, Ordering::Release);
@@ -139,7 +208,7 @@ impl EntitySender {
         if let Err(mpsc::error::SendError(event)) = self.tx.send(event) {
             self.queued.fetch_sub(1, Ordering::AcqRel);
             if let (Some(lossy), EntityEvent::Command(f)) = (&self.lossy, &event) {
-                lossy.bytes.fetch_sub(held_bytes(f), Ordering::AcqRel);
+                lossy.release(held_bytes(f));
             }
             return Delivery::Gone;
         }
@@ -173,9 +242,7 @@ impl EntityReceiver {
     /// The bytes of the commands queued in a watcher's channel (0 for other channels).
     #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
-        self.lossy
-            .as_ref()
-            .map_or(0, |l| l.bytes.load(Ordering::Acquire))
+        self.lossy.as_ref().map_or(0, |l| l.held().bytes)
     }
 
     /// The next event; `None` once the connection dropped its sender.
@@ -205,7 +272,7 @@ impl EntityReceiver {
             self.queued.fetch_sub(1, Ordering::AcqRel);
         }
         if let (Some(lossy), Some(EntityEvent::Command(f))) = (&self.lossy, ev) {
-            lossy.bytes.fetch_sub(held_bytes(f), Ordering::AcqRel);
+            lossy.release(held_bytes(f));
         }
     }
 }
@@ -223,15 +290,16 @@ pub(crate) struct WatchSlot {
 
 impl WatchSlot {
     /// Registers watcher `id` of `kind` on `conn`, with a channel of `bound` events and
-    /// `bytes` of them ([`watcher_channel`]).
+    /// `bytes` of them, taken from `memory` ([`watcher_channel`]).
     pub(crate) fn register(
         conn: &super::Connection,
         kind: super::EntityKind,
         id: u64,
         bound: usize,
         bytes: usize,
+        memory: Arc<dyn QueueMemory>,
     ) -> crate::error::Result<WatchSlot> {
-        let (tx, events) = watcher_channel(bound, bytes);
+        let (tx, events) = watcher_channel(bound, bytes, memory);
         conn.register(kind, id, tx)?;
         Ok(WatchSlot {
             conn: conn.clone(),
@@ -264,6 +332,34 @@ mod watcher_channel_tests {
     use crate::codec::Frame;
     use crate::proto;
 
+    /// A memory limit of `free` bytes (what `take` takes, `give_back` gives back).
+    #[derive(Debug)]
+    struct Limit(AtomicUsize);
+
+    impl QueueMemory for Limit {
+        fn take(&self, n: usize) -> usize {
+            let mut taken = 0;
+            let _ = self
+                .0
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
+                    taken = n.min(free);
+                    Some(free - taken)
+                });
+            taken
+        }
+        fn give_back(&self, n: usize) {
+            self.0.fetch_add(n, Ordering::AcqRel);
+        }
+    }
+
+    fn limit(free: usize) -> Arc<Limit> {
+        Arc::new(Limit(AtomicUsize::new(free)))
+    }
+
+    fn free(l: &Limit) -> usize {
+        l.0.load(Ordering::Acquire)
+    }
+
     /// A WATCH_TOPIC_UPDATE listing `n` new topics of ~100 bytes each.
     fn update(n: usize) -> Inbound {
         let cmd = proto::BaseCommand {
@@ -287,7 +383,7 @@ mod watcher_channel_tests {
     /// the connection is concerned: it is not closed) and the receiver is told once.
     #[test]
     fn a_watcher_channel_is_bounded_in_bytes_and_says_it_dropped() {
-        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024);
+        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, limit(usize::MAX / 2));
         for _ in 0..10 {
             assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
         }
@@ -311,10 +407,49 @@ mod watcher_channel_tests {
         assert!(!rx.take_dropped());
     }
 
+    /// Issue #31 §3 (leftover): the watcher's queue had its own 4 MiB, outside the client
+    /// memory limit; its bytes are now taken from the limit, within its 4 MiB. With 1.5 MiB
+    /// of the limit free, updates of ~1 MiB: one is queued, taking its bytes from the limit;
+    /// the next finds no room and is dropped (the owner re-reads); taken out, the bytes come
+    /// back. A channel dropped with updates queued gives their bytes back too.
+    #[test]
+    fn a_watcher_channel_takes_its_bytes_from_the_memory_limit() {
+        let memory = limit(1536 * 1024);
+        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, memory.clone());
+        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
+        let one = rx.queued_bytes();
+        assert!(one > 1_000_000, "{one} bytes");
+        assert_eq!(free(&memory), 1536 * 1024 - one, "taken from the limit");
+        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
+        assert!(rx.take_dropped(), "no room in the limit: dropped");
+        assert_eq!(rx.queued_bytes(), one);
+        assert_eq!(
+            free(&memory),
+            1536 * 1024 - one,
+            "nothing kept of the dropped one"
+        );
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(free(&memory), 1536 * 1024, "given back when taken");
+        // Into an empty queue one update is always taken, even with no room: what it could
+        // take of the limit goes back when it is taken.
+        let tight = limit(1000);
+        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, tight.clone());
+        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
+        assert!(!rx.take_dropped());
+        assert_eq!(free(&tight), 0);
+        assert!(rx.try_recv().is_ok());
+        assert_eq!(free(&tight), 1000);
+        // Dropped with an update queued: its bytes go back with the channel.
+        assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
+        assert!(free(&tight) < 1000);
+        drop((tx, rx));
+        assert_eq!(free(&tight), 1000);
+    }
+
     /// The count bound of a watcher's channel drops too (it closed the connection before).
     #[test]
     fn a_watcher_channel_past_its_count_drops_instead_of_overflowing() {
-        let (tx, mut rx) = watcher_channel(3, usize::MAX);
+        let (tx, mut rx) = watcher_channel(3, usize::MAX, limit(usize::MAX / 2));
         for _ in 0..5 {
             assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
         }

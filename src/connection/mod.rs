@@ -45,7 +45,9 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
-pub(crate) use entity_channel::{entity_channel, EntityReceiver, EntitySender, WatchSlot};
+pub(crate) use entity_channel::{
+    entity_channel, EntityReceiver, EntitySender, QueueMemory, WatchSlot,
+};
 pub(crate) use routing::EntityKind;
 
 /// Settings of each broker connection (`pub` for `mock::ConnectionConfig`, as

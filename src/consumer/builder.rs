@@ -118,7 +118,8 @@ impl ConsumerBuilder {
     /// consumer may hold up to this many messages beyond the budget. A broker sending beyond
     /// its permits is a flow-control violation (the connection closes, the consumer reads the
     /// error and re-subscribes) past 10 × this + 10,000 messages, or once the consumer holds
-    /// more wire bytes of such messages than its budget plus 4 maximum-size messages.
+    /// more bytes of such messages than its budget plus 4 maximum-size messages (a compressed
+    /// message counted by the uncompressed size it declares, before it is decompressed).
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self

@@ -18,6 +18,9 @@ impl Consumer {
     /// fine), or the error that ended it otherwise: e.g. [`Error::ClosedByBroker`] when the
     /// broker closed it for good before or during the close.
     ///
+    /// The messages queued and never handed out are dropped once it is closed, and their bytes
+    /// leave the client memory limit then (not only when the handle is dropped).
+    ///
     /// Dropping the consumer closes it too, in the background.
     pub async fn close(&self) -> Result<()> {
         // Nothing is handed out from now on; undone if this future is dropped before any
@@ -66,6 +69,9 @@ impl Consumer {
             }
         }
         app_close.done();
+        // Nothing is handed out from now on: what is queued goes, and its bytes with it
+        // (upstream `ConsumerImpl.closeConsumerTasks` clears the incoming queue).
+        self.clear_queue();
         let sinks: Vec<_> = self
             .lock_groups()
             .iter()
@@ -75,6 +81,16 @@ impl Consumer {
             sink.close().await;
         }
         result
+    }
+}
+
+impl Consumer {
+    /// Drops what is queued for the application (see [`crate::consumer::queue::Inbound::clear`]).
+    pub(crate) fn clear_queue(&self) {
+        self.queue
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
     }
 }
 

@@ -73,11 +73,11 @@ pub struct Consumer {
     /// The topic (the first one of a multi-topic consumer).
     topic: TopicName,
     subscription: String,
-    rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+    /// The queue from the partition tasks and the rest of the entry being handed out (see
+    /// [`Item::Messages`]); reached through [`Consumer::inbound`] (no lock) but in `close`.
+    queue: Mutex<queue::Inbound>,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
-    /// The rest of the entry being handed out (see [`Item::Messages`]).
-    buffered: queue::Buffered,
     /// The (first) topic's dead-letter / retry publisher, when a policy applies.
     dlq: Option<Arc<engine::dlq::DeadLetterSink>>,
     /// Every partition task of every topic by index.
@@ -141,9 +141,8 @@ impl Consumer {
         let groups: Groups = Arc::new(Mutex::new(groups));
         Consumer {
             subscription: options.subscription.clone(),
-            rx,
+            queue: Mutex::new(queue::Inbound::new(rx)),
             peeked: None,
-            buffered: queue::Buffered::default(),
             dlq: first_sink(&groups),
             acker: Acker::new(
                 topic.clone(),
@@ -264,13 +263,21 @@ impl Consumer {
     /// Accepts a queued item (only once the entry before it is handed out): discards messages
     /// from before a reconnect or seek, counts consumption for flow permits, remembers the
     /// position. `None` = discarded.
+    /// The queue and the entry being handed out, without a lock (see [`queue::Inbound`]).
+    #[inline]
+    fn inbound(&mut self) -> &mut queue::Inbound {
+        self.queue
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
         // None: the task's topic was removed (a pattern consumer); its items are dropped.
         let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
             Item::Messages(entry, charge) => {
-                debug_assert!(self.buffered.records.as_slice().is_empty());
-                self.buffered = queue::Buffered {
+                debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
+                self.inbound().buffered = queue::Buffered {
                     part: Some(p),
                     epoch,
                     head: Some(entry.head),
@@ -339,16 +346,16 @@ impl Consumer {
     #[inline]
     fn take_buffered(&mut self) -> Option<Message> {
         loop {
-            let b = &mut self.buffered;
+            let b = &mut self.inbound().buffered;
             let p = b.part.as_ref()?;
             let Some(r) = b.records.as_slice().first() else {
                 // Done with the entry: its task and buffer are let go.
-                self.buffered = queue::Buffered::default();
+                self.inbound().buffered = queue::Buffered::default();
                 return None;
             };
             if p.handles.removed.load(Ordering::Acquire) {
                 // The task's topic was removed: what it queued is dropped uncounted.
-                self.buffered = queue::Buffered::default();
+                self.inbound().buffered = queue::Buffered::default();
                 return None;
             }
             // Out of the queue: room for another message (see `QueueRoom`).
@@ -443,7 +450,7 @@ impl Consumer {
             return Ok(m);
         }
         loop {
-            let Some((index, epoch, item)) = self.rx.recv().await else {
+            let Some((index, epoch, item)) = self.inbound().rx.recv().await else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
@@ -713,6 +720,7 @@ impl Consumer {
         if result.is_ok() {
             // Gone from the broker: nothing more is handed out (as after `close`).
             self.closed_by_app.store(true, Ordering::Relaxed);
+            self.clear_queue();
         }
         result
     }
@@ -789,7 +797,7 @@ impl Stream for Consumer {
             return Poll::Ready(Some(Ok(m)));
         }
         loop {
-            match self.rx.poll_recv(cx) {
+            match self.inbound().rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
                         return Poll::Ready(Some(r.map(|mut m| {

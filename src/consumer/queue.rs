@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use tokio::sync::mpsc;
+
 use crate::consumer::engine::budget::Charge;
 use crate::consumer::entry::{Entry, EntryHead, Record, Records};
 use crate::error::Error;
@@ -67,6 +69,48 @@ impl Default for Buffered {
             head: None,
             records: Records::new().into_iter(),
             charge: None,
+        }
+    }
+}
+
+/// The handle's end of the queue: what the partition tasks queued, and the rest of the entry
+/// being handed out. Behind a mutex only so that `Consumer::close(&self)` can empty it;
+/// everything else has the consumer by `&mut` and reaches it through `Mutex::get_mut`,
+/// without taking the lock.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    pub rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+    pub buffered: Buffered,
+}
+
+impl Inbound {
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<(usize, u64, Item)>) -> Self {
+        Inbound {
+            rx,
+            buffered: Buffered::default(),
+        }
+    }
+
+    /// Drops what is queued and the rest of the entry being handed out, never to be handed
+    /// out (the consumer is closed): their bytes leave the consumer's budget, and so the
+    /// client memory limit, now rather than when the handle is dropped. Upstream
+    /// `ConsumerImpl.closeConsumerTasks` clears its incoming queue too (with `poolMessages`:
+    /// `releasePooledMessagesAndStopAcceptNew` → `clearIncomingMessages`); here always, as
+    /// nothing queued is handed out after the close. Items queued later (a task that had not
+    /// ended yet) stay until the handle drops.
+    pub(crate) fn clear(&mut self) {
+        // The budget's reservation of the limit shrinks when a task next plans its permits;
+        // the tasks are gone, so it is shrunk here (a partitioned consumer's growth task may
+        // keep the budget alive until the handle drops).
+        let mut budget = self.buffered.charge.as_ref().map(|c| c.budget().clone());
+        self.buffered = Buffered::default();
+        while let Ok((_, _, item)) = self.rx.try_recv() {
+            if let (None, Item::Messages(_, charge)) = (&budget, &item) {
+                budget = Some(charge.budget().clone());
+            }
+        }
+        if let Some(budget) = budget {
+            budget.room();
         }
     }
 }

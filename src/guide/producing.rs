@@ -183,7 +183,8 @@
 //!   does, so a retry cannot put them out of order; the producer keeps going.
 //! - Pending messages (queued, not yet receipted) are bounded by the client's
 //!   [`memory_limit`](crate::ClientBuilder::memory_limit) (payload bytes across all its
-//!   producers, 64 MiB by default) and optionally by
+//!   producers, with their keys, properties and the producer name each frame carries, 64 MiB
+//!   by default) and optionally by
 //!   [`max_pending_messages`](crate::ProducerBuilder::max_pending_messages) per partition (0, the
 //!   default, means no count limit).
 //! - When either is reached, `send` fails with [`Error::ProducerQueueFull`], or with

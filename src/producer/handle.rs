@@ -81,8 +81,9 @@ pub(super) struct PartitionProducer {
     /// What the producer's messages take while pending.
     limits: Arc<Limits>,
     memory_limit: usize,
-    /// What every message of this producer carries besides its payload and own metadata,
-    /// counted against the memory limit with it (see [`Self::memory_bytes`]).
+    /// What every unbatched message of this producer carries besides its payload and own
+    /// metadata, counted against the memory limit with it (see [`Self::memory_bytes`]); 0 for
+    /// a batching producer, whose built entries are charged it instead (`frame_charge`).
     per_message: usize,
     /// `max_pending_messages` (0: none), for the error that says it was reached.
     max_pending: usize,
@@ -173,6 +174,9 @@ impl PartitionProducer {
             client.metric_labels,
             &topic,
         ));
+        // What every frame carries besides its messages: charged per message unbatched (each
+        // is a frame of its own), per built entry when batching (see `frame_charge`).
+        let name_bytes = frame_name_bytes(&created.name, created.schema_version.as_ref());
         let task = ProducerTask {
             entity,
             partition,
@@ -186,6 +190,15 @@ impl PartitionProducer {
             pending: PendingQueue::new(limits.clone()),
             batches: options.batching.clone().map(BatchContainer::new),
             built: Default::default(),
+            charge: super::frame_charge::FrameCharge::new(
+                if options.batching.is_some() {
+                    name_bytes
+                } else {
+                    0
+                },
+                limits.memory.clone(),
+                client.memory_limit,
+            ),
             flush_waiters: Vec::new(),
             close_waiters: Vec::new(),
             closing: false,
@@ -199,8 +212,11 @@ impl PartitionProducer {
         let shutdown = client.shutdown_signal();
         let shutdown_at_start = *shutdown.borrow();
         let state_now = entity_state_now;
-        let per_message =
-            per_message_bytes(options, &created.name, created.schema_version.as_ref());
+        let per_message = if options.batching.is_some() {
+            0
+        } else {
+            name_bytes
+        };
         Ok(PartitionProducer {
             name: created.name,
             ops: ops_tx,
@@ -370,22 +386,16 @@ impl PartitionProducer {
     }
 }
 
-/// The bytes every unbatched message of a producer carries in its metadata besides what the
-/// application gave it: the producer name (the broker's, at most `MAX_PRODUCER_NAME`, or the
+/// The bytes every frame of a producer carries in its metadata besides what the application
+/// gave its messages: the producer name (the broker's, at most `MAX_PRODUCER_NAME`, or the
 /// application's, any length) and the schema version (at most `MAX_SCHEMA_VERSION`), as
 /// attached (issue #31: a broker naming the producer with megabytes made every pending
-/// message carry them, uncounted). A batched message shares its batch's copy, so it counts
-/// none. Java's `ProducerImpl.sendAsync` reserves only the payload's `readableBytes()`
-/// (`canEnqueueRequest(.., uncompressedSize)`); this counts what the pending message holds.
-/// A schema version that changes on a re-attach (at most `MAX_SCHEMA_VERSION` bytes) is not
-/// re-counted.
-fn per_message_bytes(
-    options: &ProducerOptions,
-    name: &str,
-    schema_version: Option<&Bytes>,
-) -> usize {
-    if options.batching.is_some() {
-        return 0;
-    }
+/// message carry them, uncounted). An unbatched message is charged them when sent (it is a
+/// frame of its own); a batching producer's entries when built (`frame_charge`: a batch of
+/// many carries one copy, a batch of one its own). Java's `ProducerImpl.sendAsync` reserves
+/// only the payload's `readableBytes()` (`canEnqueueRequest(.., uncompressedSize)`); this
+/// counts what the pending frames hold. A schema version that changes on a re-attach (at
+/// most `MAX_SCHEMA_VERSION` bytes) is not re-counted.
+fn frame_name_bytes(name: &str, schema_version: Option<&Bytes>) -> usize {
     name.len() + schema_version.map_or(0, Bytes::len)
 }

@@ -46,7 +46,8 @@ pub(crate) enum ProducerOp {
 }
 
 /// What building entries produced: entries to queue and send, and sends that failed to
-/// build (each with its error). Empty between ops.
+/// build (each with its error). Empty between ops, but for entries waiting for their frame's
+/// charge (see `frame_charge`).
 #[derive(Debug, Default)]
 pub(crate) struct Built {
     pub out: Vec<InFlight>,
@@ -176,8 +177,11 @@ pub(crate) struct ProducerTask {
     pub topic_epoch: Option<u64>,
     pub pending: PendingQueue,
     pub batches: Option<BatchContainer>,
-    /// Entries built and sends failed by the last op, taken by `dispatch`.
+    /// Entries built and sends failed by the last op, taken by `dispatch`; entries waiting
+    /// for their frame's charge stay (in order) until it is had.
     pub built: Built,
+    /// What each built entry is charged for the name its frame carries.
+    pub charge: super::frame_charge::FrameCharge,
     pub flush_waiters: Vec<(u64, oneshot::Sender<Result<()>>)>,
     /// Who waits for `close()`; set once the application (or the client) asked to close.
     pub close_waiters: Vec<oneshot::Sender<Result<()>>>,
@@ -256,6 +260,10 @@ impl ProducerTask {
                     self.flush_due_batches();
                     Ok(())
                 }
+                () = self.charge.wait(), if self.charge.waiting() => {
+                    self.resume();
+                    Ok(())
+                }
                 // Only while something is pending: an idle producer does not wake (a
                 // re-enabled interval that is overdue fires at once, so no check is late).
                 _ = tick.tick(), if !self.pending.is_empty() => {
@@ -271,6 +279,12 @@ impl ProducerTask {
             if let Err(e) = step {
                 break e;
             }
+            if self.charge.waiting() && self.pending.is_empty() {
+                // Nothing of ours left to give memory back: not waiting for it (see
+                // `frame_charge`).
+                self.charge.stop_waiting();
+                self.resume();
+            }
             self.stats
                 .pending(self.pending.messages(), self.pending.bytes());
             // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
@@ -283,6 +297,8 @@ impl ProducerTask {
             if self.closing
                 && close_request.is_empty()
                 && self.batches_empty()
+                && self.built.out.is_empty()
+                && !self.charge.defers()
                 && self.unsent.is_empty()
                 && (self.pending.is_empty() || self.entity.conn.is_some())
             {
@@ -425,7 +441,11 @@ impl ProducerTask {
             }
             ProducerOp::Flush(tx) => {
                 self.flush_all_batches();
-                match self.pending.last_seq() {
+                // Entries waiting for their frame's charge, and the sends deferred behind them,
+                // come after the pending ones.
+                let deferred = self.charge.deferred_seqs().map(|(_, last)| last);
+                let built = self.built.out.last().map(|e| e.last_seq);
+                match deferred.or(built).or_else(|| self.pending.last_seq()) {
                     None => {
                         let _ = tx.send(Ok(()));
                     }
@@ -471,6 +491,31 @@ impl ProducerTask {
                 s
             }
         };
+        if self.charge.defers() {
+            // Built once the entries before it are charged (see `frame_charge`).
+            self.charge.defer(msg, seq, completion);
+            return;
+        }
+        self.build_send(msg, seq, completion);
+    }
+
+    /// Builds what the charge waited for and then the sends deferred behind it, until an
+    /// entry waits again (see `frame_charge`).
+    fn resume(&mut self) {
+        self.dispatch();
+        let mut replayed = false;
+        while let Some((msg, seq, completion)) = self.charge.next_deferred() {
+            self.build_send(msg, seq, completion);
+            replayed = true;
+        }
+        // A flush or close taken meanwhile covers them: not left in an open batch.
+        if replayed && (self.closing || !self.flush_waiters.is_empty()) {
+            self.flush_all_batches();
+        }
+    }
+
+    /// Adds message `seq` to the open batch, or builds its entry, and sends what was built.
+    fn build_send(&mut self, msg: Outgoing, seq: u64, completion: Completion) {
         // Built into the task's own lists: most messages only join the open batch, and
         // then nothing is built, moved or dropped per message.
         let Built { out, failed } = &mut self.built;
@@ -506,7 +551,7 @@ impl ProducerTask {
                     // chunking) before `msgIdGenerator++`: it takes no sequence id, so a
                     // producer whose sends were all refused so far still adopts the broker's
                     // `last_sequence_id + 1` when it re-attaches (see `Wake::Attached`).
-                    if auto {
+                    if auto && self.next_seq == seq.saturating_add(1) {
                         self.next_seq = seq;
                     }
                 }
@@ -526,7 +571,9 @@ impl ProducerTask {
         for (e, c) in built.failed.drain(..) {
             c.complete(Err(e));
         }
-        for entry in built.out.drain(..) {
+        // Those whose frame's charge is not had yet stay, in order (see `frame_charge`).
+        let ready = self.charge.charge(&mut built.out, self.pending.is_empty());
+        for entry in built.out.drain(..ready) {
             let frame = self.entity.conn.is_some().then(|| entry.encoded.clone());
             self.pending.push(entry);
             if let Some(frame) = frame {
@@ -689,10 +736,15 @@ impl ProducerTask {
         let stats = &self.stats;
         let mut n = self.pending.fail_all(error, |n| stats.failed(kind, n));
         let mut failed = Vec::new();
-        let mut out = Vec::new();
+        // Entries waiting for their frame's charge come before the open batch's, the sends
+        // deferred behind them after it.
+        let mut out = std::mem::take(&mut self.built.out);
+        let (paid, deferred) = self.charge.reset();
+        self.pending.release(paid);
         if let Some(b) = self.batches.as_mut() {
             b.flush(&self.ctx, &mut out, &mut failed);
         }
+        failed.extend(deferred.into_iter().map(|(_, _, c)| (error.clone(), c)));
         let open = failed.len() + out.iter().map(InFlight::messages).sum::<usize>();
         self.stats.failed(kind, open);
         for (_, c) in failed {
@@ -710,7 +762,9 @@ impl ProducerTask {
     }
 
     fn finish_flush_waiters(&mut self) {
-        let head = self.pending.head().map(|e| e.first_seq);
+        let head = (self.pending.head().map(|e| e.first_seq))
+            .or_else(|| self.built.out.first().map(|e| e.first_seq))
+            .or_else(|| self.charge.deferred_seqs().map(|(first, _)| first));
         let mut i = 0;
         while i < self.flush_waiters.len() {
             let done = head.is_none_or(|h| h > self.flush_waiters[i].0);

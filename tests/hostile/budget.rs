@@ -417,3 +417,180 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
     // decoding and the connection's read buffer.
     mem.assert_peak_below("a broker ignoring permits with 1 MiB messages", 64 * MB);
 }
+
+/// A broker ignoring flow permits with highly compressible payloads (issue #31 §3 leftover):
+/// each entry is a few hundred bytes of zstd on the wire and 4 MiB once decoded. Counted by
+/// their wire size, the entries beyond the permits never came near the byte bound (the budget
+/// plus four maximum-size messages: 28 MiB would take ~70,000 such entries, ~280 GB decoded),
+/// and the message-count tolerance (20,000 for a receiver queue of 1,000) neither: all 40 were
+/// decoded and queued (heap peak 159 MiB for a 16 MiB limit) and nothing was reported (the
+/// violation this waits for never came). Now each counts
+/// the uncompressed size its metadata declares, before it is decompressed: the connection is
+/// closed as a flow-control violation once 28 MiB of them are held.
+#[tokio::test]
+async fn a_broker_ignoring_permits_with_compressed_payloads_is_bounded_by_their_decoded_size() {
+    let _serial = hostile::serial().await;
+    const FRAMES: u64 = 40;
+    const SIZE: usize = 4 * MB;
+    const ZSTD: i32 = 3;
+    let bomb = Arc::new(pulsar_sdk::fuzzing::compress(ZSTD, &vec![0u8; SIZE]).unwrap());
+    assert!(bomb.len() < 4096, "{} bytes", bomb.len());
+    let frames = bomb.clone();
+    let broker = Hostile::start(move |mut peer| {
+        let bomb = frames.clone();
+        async move {
+            peer.handshake(None).await;
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
+                return;
+            };
+            if peer.index == 0 {
+                for n in 0..FRAMES {
+                    let mut meta = hostile::metadata("zipped", n);
+                    meta.compression = Some(ZSTD);
+                    meta.uncompressed_size = Some(SIZE as u32);
+                    let cmd = hostile::message(id, 1, n);
+                    if peer.send_message(cmd, &meta, &bomb).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            peer.serve().await;
+        }
+    })
+    .await;
+    let client = client(&broker.url(), 16 * MB);
+    let mut consumer = common::within(
+        "subscribe",
+        client
+            .consumer(common::full("ignores-permits-compressed"))
+            .subscription("s")
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    let mem = MemWatch::start();
+    // Not receiving until the violating connection is closed (as the fast-flood tests).
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while broker.accepted() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no flow-control violation after 10 s: heap peak {} MiB",
+            mem.peak_growth() / MB
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut received = 0;
+    let e = loop {
+        match within("an error item", consumer.recv()).await {
+            Ok(_) => received += 1,
+            Err(e) => break e,
+        }
+    };
+    assert!(
+        matches!(&e, pulsar_sdk::Error::Protocol(m) if m.contains("flow control violated")),
+        "{e}"
+    );
+    eprintln!(
+        "4 MiB (decoded) compressed messages beyond the permits: {received} received before \
+         the error, peak {} MiB",
+        mem.peak_growth() / MB
+    );
+    assert!(received < 10, "{received} messages of 4 MiB held");
+    // The limit (16 MiB) plus the bound beyond the permits (28 MiB) plus one message in
+    // decoding.
+    mem.assert_peak_below(
+        "a broker ignoring permits with compressed messages",
+        64 * MB,
+    );
+}
+
+/// Probe (issue #31 §3): 1 KiB messages on a 4-partition topic (the mock broker, which
+/// redelivers what was not acked), the application behind, every connection dropped twice
+/// while the queue is full. The consumer's queue stays within its budget (half a 4 MiB limit,
+/// shared by the four partitions: ~1,500 such messages, where four receiver queues of 1,000
+/// would hold 4,000), and once the application reads and acks, every message has arrived at
+/// least once. The heap measured includes the broker's (in this process).
+#[tokio::test]
+async fn small_messages_on_four_partitions_stay_within_the_budget_across_reconnects() {
+    use pulsar_sdk::mock::MockBroker;
+    use pulsar_sdk::InitialPosition;
+    use std::collections::HashSet;
+
+    let _serial = hostile::serial().await;
+    const PARTITIONS: u32 = 4;
+    const PER_PARTITION: u32 = 2_500;
+    let broker = MockBroker::start().await.unwrap();
+    let topic = common::full("budget-small-reconnects");
+    assert!(broker.create_partitioned_topic(&topic, PARTITIONS));
+    let publisher = common::client(&broker.service_url());
+    for p in 0..PARTITIONS {
+        let producer =
+            common::unbatched_producer(&publisher, &format!("{topic}-partition-{p}")).await;
+        let mut sends = Vec::new();
+        for n in 0..PER_PARTITION {
+            let mut body = vec![b'x'; 1024];
+            body[..4].copy_from_slice(&p.to_be_bytes());
+            body[4..8].copy_from_slice(&n.to_be_bytes());
+            sends.push(producer.send(body).await.unwrap());
+        }
+        for s in sends {
+            within("a receipt", s).await.unwrap();
+        }
+    }
+    let client = client(&broker.service_url(), 4 * MB);
+    let mem = MemWatch::start();
+    let mut consumer = within(
+        "subscribe",
+        client
+            .consumer(topic.clone())
+            .subscription("s")
+            .initial_position(InitialPosition::Earliest)
+            .receiver_queue_size(1_000)
+            .subscribe(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(consumer.partitions(), PARTITIONS as usize);
+    let queued = |c: &pulsar_sdk::Consumer| c.stats().totals.receiver_queue_len;
+    let mut most = 0;
+    for round in 0..2 {
+        common::wait_until("the queue fills as far as the budget goes", || {
+            let q = queued(&consumer);
+            most = most.max(q);
+            q >= 1_000
+        })
+        .await;
+        broker.drop_all_connections();
+        common::wait_until("re-subscribed", || {
+            most = most.max(queued(&consumer));
+            consumer.state() == pulsar_sdk::State::Ready
+        })
+        .await;
+        eprintln!("round {round}: {} queued", queued(&consumer));
+    }
+    common::wait_until("the queue fills again", || {
+        let q = queued(&consumer);
+        most = most.max(q);
+        q >= 1_000
+    })
+    .await;
+    let mut seen = HashSet::new();
+    while seen.len() < (PARTITIONS * PER_PARTITION) as usize {
+        most = most.max(queued(&consumer));
+        let m = within("a message", consumer.recv()).await.unwrap();
+        let p = u32::from_be_bytes(m.payload[..4].try_into().unwrap());
+        let n = u32::from_be_bytes(m.payload[4..8].try_into().unwrap());
+        seen.insert((p, n));
+        consumer.ack(&m).unwrap();
+    }
+    eprintln!(
+        "1 KiB messages, 4 partitions, 2 reconnects, 4 MiB limit: at most {most} queued, \
+         heap peak {} KiB, {} distinct received",
+        mem.peak_growth() / 1024,
+        seen.len()
+    );
+    // The budget (2 MiB) holds ~1,500 of them (1 KiB plus what the queue keeps per entry),
+    // plus what one FLOW per partition brings in flight.
+    assert!(most <= 2_000, "{most} messages of 1 KiB queued");
+    mem.assert_peak_below("1 KiB messages on 4 partitions across reconnects", 16 * MB);
+}

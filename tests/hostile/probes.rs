@@ -166,7 +166,8 @@ async fn acks_of_a_partly_acked_redelivered_batch_reach_the_broker() {
 /// One ~400-byte frame (zstd of 10 MiB of zeros) claiming 2.6 M records, with an ack set that
 /// delivers one: the consumer's ack tracker keeps a 327 KB bitset for the entry, and the
 /// application's ack never completes it (the other 2.6 M are "unacked"), so it stays for the
-/// consumer's lifetime. One permit, ~400 B of wire, 327 KB kept for ever.
+/// consumer's lifetime. One permit, ~400 B of wire, 327 KB kept for ever. The broker sends
+/// them as its permits allow (beyond them, 10 MiB declared each, it breaks flow control).
 #[tokio::test]
 async fn ack_state_of_huge_claimed_batches_is_released() {
     let _serial = hostile::serial().await;
@@ -181,18 +182,29 @@ async fn ack_state_of_huge_claimed_batches_is_released() {
             let Some(id) = hostile::until_subscribed(&mut peer).await else {
                 return;
             };
-            for i in 0..FRAMES {
-                let mut meta = hostile::metadata("bomb", i);
-                meta.compression = Some(ZSTD);
-                meta.uncompressed_size = Some(SIZE as u32);
-                meta.num_messages_in_batch = Some((SIZE / 4) as i32);
-                let mut cmd = hostile::message(id, 11, i);
-                cmd.message.as_mut().unwrap().ack_set = vec![1];
-                if peer.send_message(cmd, &meta, &bomb).await.is_err() {
-                    return;
+            let (mut permits, mut i) = (0u64, 0u64);
+            while let Some(f) = peer.recv().await {
+                if let Some(flow) = f.cmd.flow.as_ref() {
+                    permits += u64::from(flow.message_permits);
+                } else if let Some(answer) = peer.reply(&f.cmd) {
+                    if peer.send(answer).await.is_err() {
+                        return;
+                    }
+                }
+                while permits > 0 && i < FRAMES {
+                    let mut meta = hostile::metadata("bomb", i);
+                    meta.compression = Some(ZSTD);
+                    meta.uncompressed_size = Some(SIZE as u32);
+                    meta.num_messages_in_batch = Some((SIZE / 4) as i32);
+                    let mut cmd = hostile::message(id, 11, i);
+                    cmd.message.as_mut().unwrap().ack_set = vec![1];
+                    if peer.send_message(cmd, &meta, &bomb).await.is_err() {
+                        return;
+                    }
+                    permits -= 1;
+                    i += 1;
                 }
             }
-            peer.serve().await;
         }
     })
     .await;

@@ -44,8 +44,8 @@ pub(crate) struct ConsumerBudget {
     used: AtomicUsize,
     /// Of `used`, the bytes of queued entries (not of chunks).
     queued: AtomicUsize,
-    /// The wire bytes of queued entries the broker sent beyond its flow permits (see
-    /// [`ConsumerBudget::beyond_bound`]).
+    /// The bytes of queued entries the broker sent beyond its flow permits, each counted by
+    /// what it decodes to (see [`ConsumerBudget::beyond_bound`]).
     beyond: AtomicUsize,
     /// Set by a task that withholds permits for want of room; the next release wakes it.
     waiting: AtomicBool,
@@ -127,19 +127,20 @@ impl ConsumerBudget {
         self.queued.load(Ordering::SeqCst)
     }
 
-    /// The wire bytes of queued entries that arrived beyond the flow permits, now.
+    /// The bytes of queued entries that arrived beyond the flow permits, now.
     pub(crate) fn beyond(&self) -> usize {
         self.beyond.load(Ordering::SeqCst)
     }
 
-    /// The most wire bytes of entries sent beyond the flow permits the consumer holds before
-    /// the broker is in violation of flow control (the byte side of `overshoot_bound`): the
+    /// The most bytes of entries sent beyond the flow permits the consumer holds before the
+    /// broker is in violation of flow control (the byte side of `overshoot_bound`): the
     /// budget plus four messages of the broker's maximum size `max_message`. A broker that
     /// honours its permits never comes near it (it overshoots by at most the entry that
     /// crosses zero); one that ignores them cannot make the consumer hold more than this
-    /// beyond what its permits brought, however large its messages. Counted in wire bytes,
-    /// not decompressed ones, so small compressed entries the application takes at once do
-    /// not trip it while a burst is being decoded.
+    /// beyond what its permits brought, however large its messages. Each entry counts what it
+    /// decodes to, as its metadata declares before decoding (a compressed entry: its
+    /// uncompressed size), so a broker ignoring the permits with highly compressible
+    /// payloads (a few hundred bytes on the wire, megabytes decoded) is bounded too.
     pub(crate) fn beyond_bound(&self, max_message: usize) -> usize {
         self.limit
             .saturating_add(max_message.saturating_mul(BEYOND_MAX_MESSAGES))
@@ -268,7 +269,7 @@ pub(crate) struct Charge {
     budget: Arc<ConsumerBudget>,
     bytes: usize,
     queued: bool,
-    /// Wire bytes of an entry that arrived beyond the permits (see `ConsumerBudget::beyond`).
+    /// Bytes of an entry that arrived beyond the permits (see `ConsumerBudget::beyond`).
     beyond: usize,
 }
 
@@ -287,10 +288,15 @@ impl Charge {
 }
 
 impl Charge {
-    /// Counts `wire` bytes of this entry as sent beyond the flow permits, until it drops.
-    pub(crate) fn beyond_permits(&mut self, wire: usize) {
-        self.budget.beyond.fetch_add(wire, Ordering::SeqCst);
-        self.beyond += wire;
+    /// The budget this charge holds bytes of.
+    pub(crate) fn budget(&self) -> &Arc<ConsumerBudget> {
+        &self.budget
+    }
+
+    /// Counts `bytes` of this entry as sent beyond the flow permits, until it drops.
+    pub(crate) fn beyond_permits(&mut self, bytes: usize) {
+        self.budget.beyond.fetch_add(bytes, Ordering::SeqCst);
+        self.beyond += bytes;
     }
 }
 

@@ -33,6 +33,23 @@ pub(crate) fn max_decompressed(advertised: usize) -> usize {
         .saturating_mul(2)
 }
 
+/// The bytes an entry holds once decoded, as far as its metadata says before anything is
+/// decoded: a compressed entry's declared `uncompressed_size` (decompression yields exactly
+/// that or fails; at most `max`, above which it is refused before anything is allocated),
+/// else its `wire` size. What a broker sending beyond the flow permits is counted in (see
+/// `Flow::spend`): a highly compressible entry of a few hundred bytes may decode to `max`.
+/// A chunk counts its wire size: its metadata declares the whole message's size, and the
+/// chunks are decompressed only once reassembled (within the budget, see `chunks`).
+pub(crate) fn decoded_size(meta: &proto::MessageMetadata, wire: usize, max: usize) -> usize {
+    let compressed = meta.compression.is_some_and(|c| c != 0);
+    let chunk = meta.num_chunks_from_msg.unwrap_or(1) > 1;
+    if !compressed || chunk {
+        return wire;
+    }
+    let declared = meta.uncompressed_size.unwrap_or(0) as usize;
+    wire.max(declared.min(max))
+}
+
 /// The most messages of a batch [`decode`] makes room for before reading any (the upstream
 /// producers' default `batchingMaxMessages` is 1000).
 const PREALLOCATED_MESSAGES: usize = 1024;

@@ -180,12 +180,15 @@ impl Intake {
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
         // delivering into a queue already full, breaks flow control (see `Flow::spend`).
         let queued = io.shared.room().queued;
-        let (size, wire, limit) = (
-            io.opts.receiver_queue_size,
+        // Counted by what it decodes to where the metadata says so (a compressed entry), not
+        // by its wire size (see `decoded_size`).
+        let bytes = crate::consumer::engine::decode::decoded_size(
+            &payload.metadata,
             payload.data.len(),
-            io.max_message_size(),
+            max,
         );
-        if flow.spend(spent, queued, size, wire, limit) && io.entity.conn.is_some() {
+        let (size, limit) = (io.opts.receiver_queue_size, io.max_message_size());
+        if flow.spend(spent, queued, size, bytes, limit) && io.entity.conn.is_some() {
             return Some(Violation { queued });
         }
         // Upstream ConsumerBase.isValidConsumerEpoch: on Exclusive / Failover, a message sent

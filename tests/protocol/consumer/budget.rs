@@ -212,9 +212,10 @@ async fn first_flow_of(broker: &MockBroker, topic: &str) -> u32 {
 /// same client starts with the whole budget. A 24 MiB limit (a 12 MiB budget) holds a
 /// receiver queue of 2 maximum-size (5 MiB) messages, so a consumer's first FLOW is 2 — but
 /// only 1 while another consumer holds a 3 MiB message (this shows the probe can fail), and 2
-/// again once that consumer is closed and dropped. Only once dropped: `close(&self)` leaves
-/// the never-handed-out messages in the handle's queue, and their bytes stay counted (they
-/// are still in memory) until the handle goes (without the drop the next first FLOW is 1).
+/// again once that consumer is closed — before its handle is dropped: `close(&self)` drops the
+/// never-handed-out messages of the handle's queue, and their bytes leave the limit with them,
+/// as upstream's `ConsumerImpl.closeConsumerTasks` clears its incoming queue (before, they
+/// stayed until the handle went, and the next first FLOW was 1).
 #[tokio::test]
 async fn a_closed_consumer_gives_its_budget_back() {
     let broker = MockBroker::start().await.unwrap();
@@ -251,12 +252,12 @@ async fn a_closed_consumer_gives_its_budget_back() {
     );
     first.close().await.unwrap();
     while_held.close().await.unwrap();
-    drop((first, while_held));
     let after = common::full("budget-after");
     let _next = subscribe(after.clone(), 2).await.unwrap();
     assert_eq!(
         first_flow_of(&broker, &after).await,
         2,
-        "the closed consumers gave their budget back"
+        "the closed consumers gave their budget back, their handles still alive"
     );
+    drop((first, while_held));
 }

@@ -1,6 +1,7 @@
 //! Batching against the mock broker: batches stay within the broker's `max_message_size`, a
 //! message too big on its own fails alone with `MessageTooBig`, and key-based batches carry
-//! their key in the entry's metadata (what a Key_Shared broker routes by).
+//! their key in the entry's metadata (what a Key_Shared broker routes by); each built entry is
+//! charged the producer name its frame carries against the client memory limit.
 
 use common::client;
 use support as common;
@@ -166,4 +167,97 @@ async fn key_based_batches_name_their_key_in_the_entry_metadata() {
         })
         .collect();
     assert_eq!(keys, expected);
+}
+
+/// Issue #31 §2 (leftover): a batching producer's entry carries the producer name in its own
+/// frame (a batch of one: one copy per message) and was charged nothing for it. With a 64 KiB
+/// limit and a 1,000-byte name, batches of one were built, sent and held pending without
+/// bound (1,000 of them: ~1 MB of names), so another producer of the client still had the
+/// whole limit. Now each entry is charged the name as it is built: once 30 entries reached the
+/// broker (unanswered), 30 names are held, and a 40 KiB send elsewhere no longer fits.
+#[tokio::test]
+async fn a_batching_producers_entries_are_charged_the_name_their_frames_carry() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(64 * KIB)
+        .build()
+        .unwrap();
+    let lone = BatchingOptions {
+        max_messages: 1,
+        ..Default::default()
+    };
+    let named = client
+        .producer("batch-name-charge")
+        .name("n".repeat(1000))
+        .batching_options(lone)
+        .create()
+        .await
+        .unwrap();
+    let other = client
+        .producer("batch-name-charge-other")
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    broker.set_response_delay(Duration::from_secs(3600));
+    let mut held = Vec::new();
+    for i in 0..1000u32 {
+        match named.send(vec![i as u8]).await {
+            Ok(receipt) => held.push(receipt),
+            Err(Error::ProducerQueueFull { .. }) => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    common::wait_until("30 entries reached the broker", || {
+        broker.received_of(Type::Send).len() >= 30
+    })
+    .await;
+    match other.send(vec![0u8; 40 * KIB]).await {
+        Err(Error::ProducerQueueFull { .. }) => {}
+        Ok(_) => panic!(
+            "40 KiB fit beside {} pending batches of one carrying a 1,000-byte name each",
+            broker.received_of(Type::Send).len()
+        ),
+        Err(e) => panic!("{e}"),
+    }
+    drop(held);
+}
+
+/// The charge never deadlocks a producer whose name is larger than the whole limit: with
+/// nothing of its own pending, an entry goes uncharged rather than wait (1 KiB limit, a
+/// 2,000-byte name, 50 messages in batches of one, each waited for).
+#[tokio::test]
+async fn a_name_larger_than_the_limit_does_not_stall_a_batching_producer() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(KIB)
+        .build()
+        .unwrap();
+    let lone = BatchingOptions {
+        max_messages: 1,
+        ..Default::default()
+    };
+    let producer = client
+        .producer("batch-name-over-limit")
+        .name("n".repeat(2000))
+        .batching_options(lone)
+        .block_if_queue_full(true)
+        .create()
+        .await
+        .unwrap();
+    let sends: Vec<_> = {
+        let mut v = Vec::new();
+        for i in 0..50u32 {
+            v.push(
+                within("send", producer.send(vec![i as u8; 10]))
+                    .await
+                    .unwrap(),
+            );
+        }
+        v
+    };
+    for s in within("the receipts", join_all(sends)).await {
+        s.unwrap();
+    }
+    within("flush", producer.flush()).await.unwrap();
 }

@@ -46,8 +46,8 @@ pub(crate) struct Flow {
     /// lose messages that upstream's consumer, which grants its whole receiver queue at
     /// once, receives.
     pub no_slow_start: bool,
-    /// The wire bytes of the entry being taken in if it arrived beyond the flow permits, else
-    /// 0: its queued item counts them (see `ConsumerBudget::beyond`).
+    /// The bytes of the entry being taken in if it arrived beyond the flow permits, else 0:
+    /// its queued item counts them (see `ConsumerBudget::beyond`).
     pub arrived_beyond: usize,
     /// Entries wait for a decryption key (`key_wait`): nothing this task receives can reach
     /// the queue before the key comes, so it is not granted a forced permit (it would only
@@ -124,21 +124,18 @@ impl Flow {
     /// in the queue. Whether that breaks flow control: far beyond the permits it was given,
     /// or into a queue that older subscriptions' items (the application is not reading)
     /// already fill. Checked before anything is decoded, so the queue holds at most the
-    /// receiver queue, the tolerance and one entry's messages.
+    /// receiver queue, the tolerance and one entry's messages. `bytes`: what the entry holds
+    /// once decoded, as far as its metadata tells before decoding (`decode::decoded_size`).
     pub(crate) fn spend(
         &mut self,
         spent: u32,
         queued: u64,
         receiver_queue_size: u32,
-        wire_bytes: usize,
+        bytes: usize,
         max_message_size: usize,
     ) -> bool {
         // No permit was left for this entry: it counts in bytes too (`beyond_bound`).
-        self.arrived_beyond = if self.permits <= 0 {
-            wire_bytes.max(1)
-        } else {
-            0
-        };
+        self.arrived_beyond = if self.permits <= 0 { bytes.max(1) } else { 0 };
         self.permits -= i64::from(spent);
         let bound = overshoot_bound(receiver_queue_size);
         let over_bytes = self.arrived_beyond > 0 && {
