@@ -222,7 +222,15 @@
 //! hosts): it sees a cluster that is unreachable, not one whose brokers accept connections but
 //! fail. `ControlledClusterFailover` (cargo feature `controlled-failover`) asks an HTTP(S)
 //! service of yours instead, in the JSON form the Java client reads; an answer it cannot use
-//! never moves the client.
+//! never moves the client. Unlike Java's, it refuses a token given as `file:PATH` in the
+//! answer: a remote answer never makes the client read a local file (and send it to brokers).
+//!
+//! A switch of your own ([`Client::update_service_info`]) while an [`AutoClusterFailover`] runs:
+//! if it names one of the provider's clusters, the provider follows (that cluster is probed
+//! from then on; on a secondary the primary is taken back once it answers
+//! `switch_back_threshold` probes); a cluster it does not know leaves it probing the cluster it
+//! chose last, as upstream's. [`Client::stats`] tells the active cluster and how many switches
+//! were made.
 //!
 //! **What the brokers need for nothing to be missed.** The client moves; the data does not.
 //! Two clusters share nothing unless the brokers replicate:
@@ -256,6 +264,7 @@
 //! [`ServerError::AuthenticationError`]: crate::ServerError::AuthenticationError
 //! [`ServiceUrl`]: crate::ServiceUrl
 //! [`Client::update_service_info`]: crate::Client::update_service_info
+//! [`Client::stats`]: crate::Client::stats
 //! [`ServiceInfo`]: crate::ServiceInfo
 //! [`ServiceInfoProvider`]: crate::ServiceInfoProvider
 //! [`AutoClusterFailover`]: crate::AutoClusterFailover
