@@ -7,7 +7,7 @@
 //! request.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tokio::sync::OnceCell;
@@ -105,6 +105,9 @@ pub(crate) struct ConnectionPool {
     /// Written only with `slots` locked too (a switch), so a slot is made in the generation
     /// it names.
     settings: RwLock<Settings>,
+    /// The generation, also readable without a lock (the consumers' ack path; see
+    /// [`generation_cell`](Self::generation_cell)); written with `settings`.
+    generation_cell: Arc<AtomicU64>,
     slots: Mutex<HashMap<PoolKey, Slot>>,
     opened: AtomicUsize,
     /// Set by [`ConnectionPool::close_all`]: no new connections after the client is closed.
@@ -126,6 +129,7 @@ impl ConnectionPool {
                     service_url,
                 },
             }),
+            generation_cell: Arc::new(AtomicU64::new(0)),
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -254,6 +258,8 @@ impl ConnectionPool {
                 generation: settings.cluster.generation + 1,
                 service_url,
             };
+            self.generation_cell
+                .store(settings.cluster.generation, Ordering::Release);
             (std::mem::take(&mut *slots), settings.cluster.generation)
         };
         for slot in taken.values() {
@@ -272,6 +278,12 @@ impl ConnectionPool {
             .unwrap_or_else(|e| e.into_inner())
             .cluster
             .clone()
+    }
+
+    /// The generation as a shared cell, for readers that must not take the pool's lock (the
+    /// consumers' ack path). It changes under that lock, with the service URL.
+    pub(crate) fn generation_cell(&self) -> Arc<AtomicU64> {
+        self.generation_cell.clone()
     }
 
     /// The generation of [`cluster`](Self::cluster): the number of cluster switches so far.

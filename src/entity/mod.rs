@@ -354,6 +354,11 @@ impl Entity {
         self.stashed = None;
     }
 
+    /// The cluster generation of the connection the entity is (or was last) attached to.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Drops the connection on purpose (e.g. the broker broke a rule) and reconnects: the
     /// broker then forgets this entity with the connection.
     pub(crate) fn drop_connection(&mut self, why: &str) {
