@@ -251,6 +251,11 @@
 //!   delivered twice. Consume idempotently.
 //! - Producers re-send what had no receipt when the switch happened; a message the old cluster
 //!   stored whose receipt was lost is then stored twice (deduplication is per cluster).
+//! - A message received before a switch is not acknowledged after it (`ack`, `nack` and
+//!   cumulative acks of it are dropped, and acks waiting in the ack group are forgotten): its
+//!   id names another message on the new cluster. It stays unacknowledged on its own cluster
+//!   and is delivered again there when the client comes back (or through replicated
+//!   subscriptions). Do not ack by bare id ([`Consumer::ack_id`]) across a switch.
 //!
 //! [`Client`]: crate::Client
 //! [`ClientBuilder`]: crate::ClientBuilder
@@ -265,6 +270,7 @@
 //! [`ServiceUrl`]: crate::ServiceUrl
 //! [`Client::update_service_info`]: crate::Client::update_service_info
 //! [`Client::stats`]: crate::Client::stats
+//! [`Consumer::ack_id`]: crate::Consumer::ack_id
 //! [`ServiceInfo`]: crate::ServiceInfo
 //! [`ServiceInfoProvider`]: crate::ServiceInfoProvider
 //! [`AutoClusterFailover`]: crate::AutoClusterFailover
