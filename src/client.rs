@@ -419,13 +419,13 @@ impl ClientBuilder {
             ));
         }
         let operation_timeout = self.connection.operation_timeout;
-        let pool = Arc::new(ConnectionPool::new(self.connection, tls));
-        let lookup = LookupService::new(
-            pool.clone(),
+        let pool = Arc::new(ConnectionPool::new(
             service_url.clone(),
-            self.max_lookup_redirects,
-            self.max_partitions,
-        );
+            self.connection,
+            tls,
+        ));
+        let lookup =
+            LookupService::new(pool.clone(), self.max_lookup_redirects, self.max_partitions);
         let mut core = ClientCore::new(
             service_url,
             pool,
@@ -496,7 +496,8 @@ impl Client {
 
     /// The cluster the client uses, as it changes: one value per switch (by
     /// [`update_service_info`](Self::update_service_info) or a
-    /// [`ServiceInfoProvider`]). Ends when the client is gone.
+    /// [`ServiceInfoProvider`]). Ends when the client is gone. A watcher that may miss values
+    /// (it sees the latest) finds the number of switches in [`stats`](Self::stats).
     pub fn service_info_updates(&self) -> Updates<ServiceInfo> {
         Updates::new(self.core.service.subscribe())
     }
@@ -608,6 +609,17 @@ impl Client {
     /// Starts building a reader for `topic`.
     pub fn reader(&self, topic: impl Into<String>) -> ReaderBuilder {
         ReaderBuilder::new(self.core.clone(), topic.into())
+    }
+
+    /// The client's own statistics: the cluster it uses now and the number of cluster
+    /// switches so far (see [`ClientStats`](crate::ClientStats)).
+    pub fn stats(&self) -> crate::ClientStats {
+        let cluster = self.core.pool.cluster();
+        crate::ClientStats {
+            service_url: cluster.service_url,
+            cluster_switches: cluster.generation,
+            connections_opened: self.core.pool.connections_opened() as u64,
+        }
     }
 
     /// How many broker connections this client has opened so far.

@@ -279,24 +279,38 @@ impl ClientCore {
     }
 
     /// The connection to a broker named by URL (PIP-307 assigned broker), without lookup.
-    pub(crate) async fn connection_to(&self, broker: &ServiceUrl) -> Result<Connection> {
-        self.pool.get(broker, broker.first_host()).await
-    }
-
-    /// The connection to the broker serving `topic` (lookup, then the pool).
-    pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<Connection> {
-        let generation = self.pool.generation();
-        let found = self.lookup.lookup(topic).await?;
+    /// `generation` is the cluster generation in which the broker was named (that of the
+    /// connection the close came on): once the client has switched clusters, the broker is
+    /// one of the cluster left, and the answer is a retriable [`Error::ConnectionLost`].
+    pub(crate) async fn connection_to(
+        &self,
+        broker: &ServiceUrl,
+        generation: u64,
+    ) -> Result<(Connection, u64)> {
         let conn = self
             .pool
-            .get(&found.logical_url, &found.physical_address)
+            .get(generation, broker, broker.first_host())
             .await?;
-        if self.pool.generation() != generation {
-            // The client switched clusters during the lookup: its answer may name a broker of
-            // the cluster it left. The caller retries (a retriable error), on the new one.
-            return Err(Error::ConnectionLost(crate::pool::SWITCHED.into()));
-        }
-        Ok(conn)
+        Ok((conn, generation))
+    }
+
+    /// The connection to the broker serving `topic` (lookup, then the pool), and the cluster
+    /// generation it belongs to. The lookup and the connection are made in the generation
+    /// read first: if the client switches clusters meanwhile, the answer (which may name a
+    /// broker of the cluster left) is never connected to; the caller gets a retriable
+    /// [`Error::ConnectionLost`] and retries, on the new cluster.
+    pub(crate) async fn connection_for(&self, topic: &TopicName) -> Result<(Connection, u64)> {
+        let cluster = self.pool.cluster();
+        let found = self.lookup.lookup_in(&cluster, topic).await?;
+        let conn = self
+            .pool
+            .get(
+                cluster.generation,
+                &found.logical_url,
+                &found.physical_address,
+            )
+            .await?;
+        Ok((conn, cluster.generation))
     }
 
     /// Moves the client to the cluster `info` names (see `Client::update_service_info`):
@@ -311,11 +325,14 @@ impl ClientCore {
         }
         let tls = self.tls_for(&info)?;
         let from = self.service.borrow().service_url().clone();
-        // Lookups first, then the pool: whatever reconnects once its connection closes looks
-        // up on the new cluster.
-        self.lookup.set_service_url(info.service_url().clone());
-        self.pool.switch(info.auth().cloned(), tls);
-        tracing::info!(from = %from, to = %info.service_url(), "switched to another cluster");
+        // The lookups' URL, the credentials and the generation change together (one lock in
+        // the pool); then every connection to the old cluster closes, and whatever reconnects
+        // looks up on the new one.
+        let switches = self
+            .pool
+            .switch(info.service_url().clone(), info.auth().cloned(), tls);
+        tracing::info!(from = %from, to = %info.service_url(), switches,
+            "switched to another cluster");
         self.service.send_replace(info);
         Ok(())
     }

@@ -202,7 +202,7 @@ pub use producer::{Producer, ProducerBuilder, SendFuture};
 pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_info::{ServiceInfo, ServiceInfoBuilder};
 pub use service_url::ServiceUrl;
-pub use stats::{ConsumerStats, ProducerStats};
+pub use stats::{ClientStats, ConsumerStats, ProducerStats};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
 #[cfg(feature = "transactions")]

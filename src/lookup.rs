@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use crate::connection::Connection;
 use crate::error::{Error, Result, ServerError};
-use crate::pool::ConnectionPool;
+use crate::pool::{Cluster, ConnectionPool};
 use crate::proto::{
     command_lookup_topic_response::LookupType,
     command_partitioned_topic_metadata_response::LookupType as MetadataResult,
@@ -73,9 +73,8 @@ pub struct BrokerLookup {
 /// Binary lookups against the service URL's brokers.
 #[derive(Debug)]
 pub(crate) struct LookupService {
+    /// Also where the service URL lives: the pool's [`Cluster`], replaced by a switch.
     pool: Arc<ConnectionPool>,
-    /// Replaced by a cluster switch ([`LookupService::set_service_url`]).
-    service_url: std::sync::RwLock<ServiceUrl>,
     max_redirects: u32,
     /// The client's `max_partitions`.
     max_partitions: u32,
@@ -88,15 +87,9 @@ pub(crate) struct LookupService {
 }
 
 impl LookupService {
-    pub(crate) fn new(
-        pool: Arc<ConnectionPool>,
-        service_url: ServiceUrl,
-        max_redirects: u32,
-        max_partitions: u32,
-    ) -> Self {
+    pub(crate) fn new(pool: Arc<ConnectionPool>, max_redirects: u32, max_partitions: u32) -> Self {
         LookupService {
             pool,
-            service_url: std::sync::RwLock::new(service_url),
             max_redirects,
             max_partitions,
             next_host: AtomicUsize::new(0),
@@ -110,57 +103,62 @@ impl LookupService {
         self.max_partitions
     }
 
-    /// The service URL lookups go to now.
-    pub(crate) fn service_url(&self) -> ServiceUrl {
-        self.service_url
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
-    /// Sends lookups to `url` from now on (Java `LookupService.updateServiceUrl`).
-    pub(crate) fn set_service_url(&self, url: ServiceUrl) {
-        *self.service_url.write().unwrap_or_else(|e| e.into_inner()) = url;
-    }
-
-    /// The service URL's host to use next (round-robin over the host list).
-    fn service_host(&self) -> (ServiceUrl, BrokerAddress) {
-        let url = self.service_url();
+    /// The cluster's service URL host to use next (round-robin over the host list).
+    fn service_host(&self, cluster: &Cluster) -> (ServiceUrl, BrokerAddress) {
+        let url = &cluster.service_url;
         let hosts = url.hosts();
         let i = self.next_host.fetch_add(1, Ordering::Relaxed) % hosts.len();
         let host = hosts[i].clone();
         (url.with_host(host.clone()), host)
     }
 
-    /// A connection to one of the service URL's brokers (for lookups and metadata).
+    /// A connection to one of the service URL's brokers (for lookups and metadata), in the
+    /// cluster the client uses now.
     pub(crate) async fn service_connection(&self) -> Result<Connection> {
-        let (url, host) = self.service_host();
-        self.pool.get(&url, &host).await
+        self.service_connection_in(&self.pool.cluster()).await
+    }
+
+    /// [`service_connection`](Self::service_connection) in `cluster` (refused once the client
+    /// has switched away from it).
+    async fn service_connection_in(&self, cluster: &Cluster) -> Result<Connection> {
+        let (url, host) = self.service_host(cluster);
+        self.pool.get(cluster.generation, &url, &host).await
     }
 
     /// Finds the broker serving `topic`, following redirects up to the configured bound.
     /// Concurrent lookups of one topic share one LOOKUP (Java `BinaryProtoLookupService`'s
     /// `lookupInProgress`), its answer or its error.
     pub(crate) async fn lookup(&self, topic: &TopicName) -> Result<BrokerLookup> {
+        self.lookup_in(&self.pool.cluster(), topic).await
+    }
+
+    /// [`lookup`](Self::lookup) in `cluster`: every connection it takes is asked for in that
+    /// cluster's generation, so a switch during the lookup fails it with a retriable
+    /// [`Error::ConnectionLost`] instead of opening a connection to the cluster left.
+    pub(crate) async fn lookup_in(
+        &self,
+        cluster: &Cluster,
+        topic: &TopicName,
+    ) -> Result<BrokerLookup> {
         self.lookups
-            .run(
-                (self.pool.generation(), topic.as_str().to_owned()),
-                || async {
-                    let started = tokio::time::Instant::now();
-                    let r = self.lookup_uncounted(topic).await;
-                    crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
-                    r
-                },
-            )
+            .run((cluster.generation, topic.as_str().to_owned()), || async {
+                let started = tokio::time::Instant::now();
+                let r = self.lookup_uncounted(cluster, topic).await;
+                crate::stats::sink::lookup("topic", started.elapsed(), r.is_ok());
+                r
+            })
             .await
     }
 
-    async fn lookup_uncounted(&self, topic: &TopicName) -> Result<BrokerLookup> {
-        let (mut logical, mut physical) = self.service_host();
+    async fn lookup_uncounted(&self, cluster: &Cluster, topic: &TopicName) -> Result<BrokerLookup> {
+        let (mut logical, mut physical) = self.service_host(cluster);
         let mut authoritative = false;
         let mut redirects = 0u32;
         loop {
-            let conn = self.pool.get(&logical, &physical).await?;
+            let conn = self
+                .pool
+                .get(cluster.generation, &logical, &physical)
+                .await?;
             let request_id = conn.new_request_id();
             let cmd = crate::commands::lookup(topic.as_str(), request_id, authoritative);
             let response = conn.request(request_id, cmd, "lookup").await?;
@@ -185,7 +183,7 @@ impl LookupService {
                     )?;
                     let proxied = r.proxy_through_service_url.unwrap_or(false);
                     let next_physical = if proxied {
-                        self.service_host().1
+                        self.service_host(cluster).1
                     } else {
                         broker.first_host().clone()
                     };
@@ -235,17 +233,14 @@ impl LookupService {
         auto_create: bool,
     ) -> Result<u32> {
         // Shared by concurrent callers like lookups (Java's `partitionedMetadataInProgress`).
+        let cluster = self.pool.cluster();
         self.metadata
             .run(
-                (
-                    self.pool.generation(),
-                    topic.as_str().to_owned(),
-                    auto_create,
-                ),
+                (cluster.generation, topic.as_str().to_owned(), auto_create),
                 || async {
                     let started = tokio::time::Instant::now();
                     let r = self
-                        .partitioned_metadata_uncounted(topic, auto_create)
+                        .partitioned_metadata_uncounted(&cluster, topic, auto_create)
                         .await;
                     crate::stats::sink::lookup("metadata", started.elapsed(), r.is_ok());
                     r
@@ -256,10 +251,11 @@ impl LookupService {
 
     async fn partitioned_metadata_uncounted(
         &self,
+        cluster: &Cluster,
         topic: &TopicName,
         auto_create: bool,
     ) -> Result<u32> {
-        let conn = self.service_connection().await?;
+        let conn = self.service_connection_in(cluster).await?;
         let request_id = conn.new_request_id();
         let auto_creation = (!auto_create
             && conn

@@ -187,6 +187,9 @@ pub struct Message {
     pub null_value: bool,
     /// Which of the consumer's partition tasks delivered it (routes its ack).
     pub(crate) source: usize,
+    /// The cluster generation it was received in (cluster-level failover): once the client
+    /// has moved to another cluster, its id names another message there, so it is not acked.
+    pub(crate) cluster: u64,
     /// Set on a message delivered still encrypted (see
     /// [`encryption_context`](Self::encryption_context)).
     #[cfg(feature = "encryption")]
@@ -213,6 +216,7 @@ impl Message {
             redelivery_count: 0,
             null_value: false,
             source: 0,
+            cluster: 0,
             #[cfg(feature = "encryption")]
             encryption: None,
         }

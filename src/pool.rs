@@ -74,12 +74,26 @@ impl std::ops::Deref for SlotCell {
 
 type Slot = Arc<SlotCell>;
 
-/// What a connection to the current cluster is opened with: its credentials and TLS.
+/// The cluster the pool serves: its service URL and the generation of the switch that made
+/// it current, always read together (one lock), so nothing pairs one cluster's URL with
+/// another's generation.
+#[derive(Debug, Clone)]
+pub(crate) struct Cluster {
+    /// Bumped by every cluster switch: a connection asked for in an earlier generation, or
+    /// opened for one, is never handed out.
+    pub(crate) generation: u64,
+    /// Where lookups go (Java `LookupService.getServiceUrl`).
+    pub(crate) service_url: ServiceUrl,
+}
+
+/// What a connection to the current cluster is opened with: its credentials and TLS, and the
+/// cluster itself.
 #[derive(Debug, Clone)]
 struct Settings {
     config: ConnectionConfig,
     /// Wraps connections to `pulsar+ssl://` brokers; `None` if the client has no TLS.
     tls: Option<Connector>,
+    cluster: Cluster,
 }
 
 /// Why a connection of a previous cluster is refused or closed.
@@ -88,10 +102,12 @@ pub(crate) const SWITCHED: &str = "the client switched to another cluster";
 /// One connection per broker (see the module docs).
 #[derive(Debug)]
 pub(crate) struct ConnectionPool {
+    /// Written only with `slots` locked too (a switch), so a slot is made in the generation
+    /// it names.
     settings: RwLock<Settings>,
-    /// Bumped by every cluster switch: a connection opened for an earlier one is never handed
-    /// out.
-    generation: AtomicU64,
+    /// The generation, also readable without a lock (the consumers' ack path; see
+    /// [`generation_cell`](Self::generation_cell)); written with `settings`.
+    generation_cell: Arc<AtomicU64>,
     slots: Mutex<HashMap<PoolKey, Slot>>,
     opened: AtomicUsize,
     /// Set by [`ConnectionPool::close_all`]: no new connections after the client is closed.
@@ -99,10 +115,21 @@ pub(crate) struct ConnectionPool {
 }
 
 impl ConnectionPool {
-    pub(crate) fn new(config: ConnectionConfig, tls: Option<Connector>) -> Self {
+    pub(crate) fn new(
+        service_url: ServiceUrl,
+        config: ConnectionConfig,
+        tls: Option<Connector>,
+    ) -> Self {
         ConnectionPool {
-            settings: RwLock::new(Settings { config, tls }),
-            generation: AtomicU64::new(0),
+            settings: RwLock::new(Settings {
+                config,
+                tls,
+                cluster: Cluster {
+                    generation: 0,
+                    service_url,
+                },
+            }),
+            generation_cell: Arc::new(AtomicU64::new(0)),
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
             closed: AtomicBool::new(false),
@@ -114,9 +141,15 @@ impl ConnectionPool {
         self.opened.load(Ordering::Relaxed)
     }
 
-    /// The connection to `logical`, reached at `physical` (the same broker unless proxied).
+    /// The connection to `logical`, reached at `physical` (the same broker unless proxied),
+    /// for a caller that learnt of that broker in cluster generation `generation` (read with
+    /// [`cluster`](Self::cluster) before its lookup). If the client has switched clusters
+    /// since, nothing is opened: the answer is [`Error::ConnectionLost`] ([`SWITCHED`]), which
+    /// callers retry, on the new cluster. The check is made under the lock a switch takes,
+    /// so a connection of the cluster left is never handed out.
     pub(crate) async fn get(
         &self,
+        generation: u64,
         logical: &ServiceUrl,
         physical: &BrokerAddress,
     ) -> Result<Connection> {
@@ -135,7 +168,7 @@ impl ConnectionPool {
         };
         // Two rounds at most: a cached connection found closed is replaced once.
         for _ in 0..2 {
-            let (slot, settings) = self.slot(&key);
+            let (slot, settings) = self.slot(generation, &key)?;
             let tls = settings.tls.as_ref().filter(|_| logical.is_tls());
             let conn = slot
                 .get_or_try_init(|| async {
@@ -155,7 +188,7 @@ impl ConnectionPool {
                     Ok::<_, Error>(conn)
                 })
                 .await?;
-            if slot.generation != self.generation.load(Ordering::Acquire) {
+            if slot.generation != self.generation() {
                 // Opened for the cluster the client just left (its slot is gone from the map
                 // with the switch): closed, and the caller retries on the new one.
                 conn.drop_as_lost(SWITCHED);
@@ -179,13 +212,16 @@ impl ConnectionPool {
     }
 
     /// The slot of `key`, and the settings of its generation (read under the same lock a
-    /// switch takes, so they match).
-    fn slot(&self, key: &PoolKey) -> (Slot, Settings) {
+    /// switch takes, so they match); refused if `generation` is no longer the pool's.
+    fn slot(&self, generation: u64, key: &PoolKey) -> Result<(Slot, Settings)> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let settings = self.settings();
+        if settings.cluster.generation != generation {
+            return Err(Error::ConnectionLost(SWITCHED.into()));
+        }
         if !slots.contains_key(key) && slots.len() >= SWEEP_AT {
             sweep(&mut slots);
         }
-        let generation = self.generation.load(Ordering::Acquire);
         let slot = slots
             .entry(key.clone())
             .or_insert_with(|| {
@@ -195,41 +231,68 @@ impl ConnectionPool {
                 })
             })
             .clone();
-        (slot, self.settings())
+        Ok((slot, settings))
     }
 
-    /// Moves the pool to another cluster (Java `PulsarClientImpl.updateServiceUrl`, which
-    /// calls `ConnectionPool.closeAllConnections`): new connections are opened with `auth` and
-    /// `tls` (`None`: keep the TLS connector), and every connection open now is closed as lost,
-    /// so everything on it reconnects through its usual path. A connection still being opened
-    /// is refused when it completes.
+    /// Moves the pool to the cluster at `service_url` (Java `PulsarClientImpl.updateServiceUrl`,
+    /// which updates the lookup service's URL and calls `ConnectionPool.closeAllConnections`):
+    /// lookups go there, new connections are opened with `auth` and `tls` (`None`: keep the
+    /// TLS connector), and every connection open now is closed as lost, so everything on it
+    /// reconnects through its usual path. URL, credentials and generation change under one
+    /// lock: nobody sees the new URL with the old generation, or the reverse. A connection
+    /// still being opened is refused when it completes. Returns the new generation.
     pub(crate) fn switch(
         &self,
+        service_url: ServiceUrl,
         auth: Option<crate::auth::SharedAuthProvider>,
         tls: Option<Connector>,
-    ) {
-        let taken = {
+    ) -> u64 {
+        let (taken, generation) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            {
-                let mut settings = self.settings.write().unwrap_or_else(|e| e.into_inner());
-                settings.config.auth = auth;
-                if tls.is_some() {
-                    settings.tls = tls;
-                }
+            let mut settings = self.settings.write().unwrap_or_else(|e| e.into_inner());
+            settings.config.auth = auth;
+            if tls.is_some() {
+                settings.tls = tls;
             }
-            self.generation.fetch_add(1, Ordering::AcqRel);
-            std::mem::take(&mut *slots)
+            settings.cluster = Cluster {
+                generation: settings.cluster.generation + 1,
+                service_url,
+            };
+            self.generation_cell
+                .store(settings.cluster.generation, Ordering::Release);
+            (std::mem::take(&mut *slots), settings.cluster.generation)
         };
         for slot in taken.values() {
             if let Some(conn) = slot.get() {
                 conn.drop_as_lost(SWITCHED);
             }
         }
+        generation
     }
 
-    /// Counts cluster switches: a lookup started in one generation is not trusted in the next.
+    /// The cluster served now: its generation and service URL, read together. A caller reads
+    /// it before a lookup and hands the generation to [`get`](Self::get).
+    pub(crate) fn cluster(&self) -> Cluster {
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .cluster
+            .clone()
+    }
+
+    /// The generation as a shared cell, for readers that must not take the pool's lock (the
+    /// consumers' ack path). It changes under that lock, with the service URL.
+    pub(crate) fn generation_cell(&self) -> Arc<AtomicU64> {
+        self.generation_cell.clone()
+    }
+
+    /// The generation of [`cluster`](Self::cluster): the number of cluster switches so far.
     pub(crate) fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        self.settings
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .cluster
+            .generation
     }
 
     fn evict(&self, key: &PoolKey, slot: &Slot) {
@@ -321,5 +384,45 @@ mod tests {
         assert_eq!(target("pulsar://[fe80::1]:6650"), "[fe80::1]:6650");
         // No scheme, whatever the logical URL's.
         assert!(!target("pulsar://h:1").contains("://"));
+    }
+
+    /// A caller that read the cluster before a switch (its lookup was under way) and asks for
+    /// a connection after it gets none: nothing is opened to the cluster left, and the pool
+    /// answers a retriable error; the new generation gets its connections.
+    #[tokio::test]
+    async fn a_connection_asked_for_in_a_generation_left_is_never_opened() {
+        use crate::mock::MockBroker;
+        let (a, b) = (
+            MockBroker::start().await.unwrap(),
+            MockBroker::start().await.unwrap(),
+        );
+        let url = |m: &MockBroker| ServiceUrl::parse(&m.service_url()).unwrap();
+        let pool = ConnectionPool::new(url(&a), ConnectionConfig::default(), None);
+        let before = pool.cluster();
+        assert_eq!((before.generation, &before.service_url), (0, &url(&a)));
+
+        assert_eq!(pool.switch(url(&b), None, None), 1);
+        let after = pool.cluster();
+        assert_eq!((after.generation, &after.service_url), (1, &url(&b)));
+
+        let (a_url, a_host) = (url(&a), url(&a).first_host().clone());
+        let stale = pool.get(before.generation, &a_url, &a_host).await;
+        assert!(
+            matches!(&stale, Err(Error::ConnectionLost(m)) if m == SWITCHED),
+            "{stale:?}"
+        );
+        assert!(stale.unwrap_err().is_retriable());
+        assert_eq!(pool.connections_opened(), 0);
+        assert_eq!(
+            a.accepted_connections(),
+            0,
+            "nothing opened to the cluster left"
+        );
+
+        let b_url = url(&b);
+        pool.get(after.generation, &b_url, b_url.first_host())
+            .await
+            .unwrap();
+        assert_eq!(pool.connections_opened(), 1);
     }
 }

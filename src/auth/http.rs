@@ -267,35 +267,159 @@ async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
     stream.write_all(head.as_bytes()).await?;
     stream.write_all(body.as_bytes()).await?;
     stream.flush().await?;
-    let mut raw = Vec::new();
+    let mut incoming = Incoming::default();
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
-        if let Some(r) = parse(&raw, false)? {
+        if let Some(r) = incoming.poll(false)? {
             return Ok(r);
         }
         let n = stream.read(&mut chunk).await?;
         if n == 0 {
-            return parse(&raw, true)?.ok_or(HttpError::Malformed(
+            return incoming.poll(true)?.ok_or(HttpError::Malformed(
                 "connection closed before the answer was complete",
             ));
         }
-        raw.extend_from_slice(&chunk[..n]);
-        if raw.len() > MAX_RESPONSE {
+        incoming.raw.extend_from_slice(&chunk[..n]);
+        if incoming.raw.len() > MAX_RESPONSE {
             return Err(HttpError::TooLarge);
         }
     }
 }
 
-/// Parses `raw` as a response; `None` while it is incomplete (`eof`: nothing more will come).
-fn parse(raw: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
-    let Some(end) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
-        return if eof {
-            Err(HttpError::Malformed("incomplete HTTP response"))
-        } else {
-            Ok(None)
+/// The status line and the headers that matter, once the head is complete.
+#[derive(Debug)]
+struct Head {
+    status: u16,
+    reason: String,
+    chunked: bool,
+    length: Option<usize>,
+    location: Option<String>,
+    /// Where the body starts in the bytes received.
+    body_at: usize,
+}
+
+/// A response as it arrives. Every byte is looked at a bounded number of times however it
+/// is split into reads: the search for the end of the head goes on where it stopped, the head
+/// is parsed once, and a chunked body is decoded chunk by chunk as each completes (a search
+/// for a chunk-size line goes on where it stopped too).
+#[derive(Debug, Default)]
+struct Incoming {
+    /// Everything received so far.
+    raw: Vec<u8>,
+    /// The head's end was looked for up to here.
+    scanned: usize,
+    head: Option<Head>,
+    /// Chunked body: what is decoded so far, where the next chunk-size line starts, how far
+    /// its end was looked for, and the chunk whose size was read (start, size) if its data is
+    /// not all here yet.
+    decoded: Vec<u8>,
+    chunk_at: usize,
+    line_scanned: usize,
+    pending_chunk: Option<(usize, usize)>,
+    /// Bytes looked at by the searches (the parser's work, for the tests).
+    examined: usize,
+}
+
+impl Incoming {
+    /// Where `needle` starts in `raw[from..]` (an absolute position); counts the bytes looked
+    /// at.
+    fn find(&mut self, from: usize, needle: &[u8]) -> Option<usize> {
+        let hay = self.raw.get(from..).unwrap_or_default();
+        let found = hay.windows(needle.len()).position(|w| w == needle);
+        self.examined += found.map_or(hay.len(), |i| i + needle.len());
+        found.map(|i| from + i)
+    }
+
+    /// The response, once complete; `None` while it is not (`eof`: nothing more will come).
+    fn poll(&mut self, eof: bool) -> Result<Option<Response>, HttpError> {
+        if self.head.is_none() {
+            // The terminator may straddle the previous search's end.
+            let Some(end) = self.find(self.scanned.saturating_sub(3), b"\r\n\r\n") else {
+                self.scanned = self.raw.len();
+                return if eof {
+                    Err(HttpError::Malformed("incomplete HTTP response"))
+                } else {
+                    Ok(None)
+                };
+            };
+            let head = parse_head(&self.raw[..end], end + 4)?;
+            self.chunk_at = head.body_at;
+            self.line_scanned = head.body_at;
+            self.head = Some(head);
+        }
+        let Some(head) = self.head.as_ref() else {
+            return Ok(None);
         };
-    };
-    let head = std::str::from_utf8(&raw[..end])
+        let rest = &self.raw[head.body_at..];
+        let status = head.status;
+        let body = if status == 204 || status == 304 || (100..200).contains(&status) {
+            Some(Vec::new())
+        } else if head.chunked {
+            self.dechunk()?
+        } else if let Some(n) = head.length {
+            if n > MAX_RESPONSE {
+                return Err(HttpError::TooLarge);
+            }
+            rest.get(..n).map(<[u8]>::to_vec)
+        } else if eof {
+            Some(rest.to_vec())
+        } else {
+            None
+        };
+        match body {
+            Some(body) => {
+                let Some(head) = self.head.take() else {
+                    return Ok(None);
+                };
+                Ok(Some(Response {
+                    status: head.status,
+                    reason: head.reason,
+                    location: head.location,
+                    body,
+                }))
+            }
+            None if eof => Err(HttpError::Malformed("HTTP body shorter than announced")),
+            None => Ok(None),
+        }
+    }
+
+    /// Decodes the chunks complete so far; the body once the last (size 0) chunk is here.
+    fn dechunk(&mut self) -> Result<Option<Vec<u8>>, HttpError> {
+        loop {
+            if let Some((start, size)) = self.pending_chunk {
+                if self.raw.len() < start + size + 2 {
+                    return Ok(None);
+                }
+                self.decoded
+                    .extend_from_slice(&self.raw[start..start + size]);
+                self.chunk_at = start + size + 2;
+                self.line_scanned = self.chunk_at;
+                self.pending_chunk = None;
+            }
+            let from = self.line_scanned.saturating_sub(1).max(self.chunk_at);
+            let Some(line_end) = self.find(from, b"\r\n") else {
+                self.line_scanned = self.raw.len();
+                return Ok(None);
+            };
+            let size_text = std::str::from_utf8(&self.raw[self.chunk_at..line_end])
+                .map_err(|_| HttpError::Malformed("bad chunk size"))?;
+            let size_text = size_text.split(';').next().unwrap_or_default().trim();
+            let size = usize::from_str_radix(size_text, 16)
+                .map_err(|_| HttpError::Malformed("bad chunk size"))?;
+            if size == 0 {
+                return Ok(Some(std::mem::take(&mut self.decoded)));
+            }
+            if size > MAX_RESPONSE {
+                return Err(HttpError::TooLarge);
+            }
+            self.pending_chunk = Some((line_end + 2, size));
+        }
+    }
+}
+
+/// Parses a response head (without its blank line); the body starts at `body_at`.
+fn parse_head(head: &[u8], body_at: usize) -> Result<Head, HttpError> {
+    let head = std::str::from_utf8(head)
         .map_err(|_| HttpError::Malformed("HTTP headers are not UTF-8"))?;
     let mut lines = head.split("\r\n");
     let status_line = lines.next().unwrap_or_default();
@@ -329,63 +453,62 @@ fn parse(raw: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
             location = Some(value.to_owned());
         }
     }
-    let rest = &raw[end + 4..];
-    let body = if status == 204 || status == 304 || (100..200).contains(&status) {
-        Some(Vec::new())
-    } else if chunked {
-        dechunk(rest)?
-    } else if let Some(n) = length {
-        if n > MAX_RESPONSE {
-            return Err(HttpError::TooLarge);
-        }
-        rest.get(..n).map(<[u8]>::to_vec)
-    } else if eof {
-        Some(rest.to_vec())
-    } else {
-        None
-    };
-    match body {
-        Some(body) => Ok(Some(Response {
-            status,
-            reason,
-            location,
-            body,
-        })),
-        None if eof => Err(HttpError::Malformed("HTTP body shorter than announced")),
-        None => Ok(None),
-    }
-}
-
-/// Decodes a chunked body; `None` while it is incomplete.
-fn dechunk(mut data: &[u8]) -> Result<Option<Vec<u8>>, HttpError> {
-    let mut out = Vec::new();
-    loop {
-        let Some(line_end) = data.windows(2).position(|w| w == b"\r\n") else {
-            return Ok(None);
-        };
-        let size_text = std::str::from_utf8(&data[..line_end])
-            .map_err(|_| HttpError::Malformed("bad chunk size"))?;
-        let size_text = size_text.split(';').next().unwrap_or_default().trim();
-        let size = usize::from_str_radix(size_text, 16)
-            .map_err(|_| HttpError::Malformed("bad chunk size"))?;
-        data = &data[line_end + 2..];
-        if size == 0 {
-            return Ok(Some(out));
-        }
-        if size > MAX_RESPONSE {
-            return Err(HttpError::TooLarge);
-        }
-        if data.len() < size + 2 {
-            return Ok(None);
-        }
-        out.extend_from_slice(&data[..size]);
-        data = &data[size + 2..];
-    }
+    Ok(Head {
+        status,
+        reason,
+        chunked,
+        length,
+        location,
+        body_at,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `raw` received at once.
+    fn parse(raw: &[u8], eof: bool) -> Result<Option<Response>, HttpError> {
+        let mut incoming = Incoming {
+            raw: raw.to_vec(),
+            ..Incoming::default()
+        };
+        incoming.poll(eof)
+    }
+
+    /// `raw` received one byte per read: the response, and the parser's work.
+    fn trickle(raw: &[u8]) -> (Response, usize) {
+        let mut incoming = Incoming::default();
+        for b in raw {
+            incoming.raw.push(*b);
+            if let Some(r) = incoming.poll(false).unwrap() {
+                return (r, incoming.examined);
+            }
+        }
+        panic!("never complete");
+    }
+
+    #[test]
+    fn the_parsers_work_is_linear_however_the_answer_is_split() {
+        // 200 KiB of headers, then a chunked body of 20,000 one-byte chunks, a byte per read:
+        // a parser that searched from the start at each read would look at ~10^10 bytes.
+        let mut raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n".to_vec();
+        for i in 0..4000 {
+            raw.extend_from_slice(format!("X-Pad-{i:05}: {}\r\n", "p".repeat(36)).as_bytes());
+        }
+        raw.extend_from_slice(b"\r\n");
+        for _ in 0..20_000 {
+            raw.extend_from_slice(b"1\r\nz\r\n");
+        }
+        raw.extend_from_slice(b"0\r\n\r\n");
+        let (r, examined) = trickle(&raw);
+        assert_eq!(r.body.len(), 20_000);
+        assert!(
+            examined <= 4 * raw.len(),
+            "looked at {examined} bytes for an answer of {}",
+            raw.len()
+        );
+    }
 
     #[test]
     fn parses_plain_and_chunked_bodies() {

@@ -152,7 +152,24 @@ impl Acker {
         let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         let p = self.source_of(&tasks, msg)?;
         Self::check_open(p)?;
+        if Self::from_cluster_left(p, msg) {
+            return Ok(());
+        }
         p.send_ack(msg.id).map_err(|_| Error::Closed)
+    }
+
+    /// Whether `msg` was received on a cluster the client has left (cluster-level failover):
+    /// its id names another message on the cluster in use, so acking (or negatively acking)
+    /// it there would ack that one. Such an op is dropped: the message stays unacked on its
+    /// own cluster. (Java's consumer sends it on the new connection as it is.)
+    #[inline(always)]
+    fn from_cluster_left(p: &PartitionShared, msg: &Message) -> bool {
+        let left = msg.cluster != p.client_cluster.load(std::sync::atomic::Ordering::Acquire);
+        if left {
+            tracing::debug!(topic = %msg.topic, id = %msg.id,
+                "not acked: received on a cluster the client has left");
+        }
+        left
     }
 
     /// The interceptors' `on_acknowledge` / `on_acknowledge_cumulative` for an ack the
@@ -277,7 +294,11 @@ impl Acker {
     fn to_source(&self, msg: &Message, op: ConsumerOp) -> Result<()> {
         // Sent under the registry's lock (sending never blocks): no `Arc` clone per ack.
         let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
-        self.send(self.source_of(&tasks, msg)?, op)
+        let p = self.source_of(&tasks, msg)?;
+        if Self::from_cluster_left(p, msg) {
+            return Ok(());
+        }
+        self.send(p, op)
     }
 
     /// The task that delivered `msg`. (Always inlined: the ack hot path pays for a call

@@ -26,6 +26,8 @@ pub(crate) struct EntryHead {
     pub redelivery_count: u32,
     /// Which of the consumer's partition tasks delivered it (routes acks).
     pub source: usize,
+    /// The cluster generation it was received in (see [`Message`]'s `cluster`).
+    pub cluster: u64,
 }
 
 /// What one message of an entry has of its own.
@@ -154,6 +156,7 @@ impl EntryHead {
             redelivery_count: self.redelivery_count,
             null_value: r.null_value,
             source: self.source,
+            cluster: self.cluster,
             #[cfg(feature = "encryption")]
             encryption,
         }

@@ -57,6 +57,12 @@ pub(crate) struct PartitionShared {
     /// The task's epoch (bumped on a reconnect, seek, redeliver-all): the handle discards
     /// items of another one. Read for every message.
     pub epoch: AtomicU64,
+    /// The cluster generation of the current subscription (see [`crate::pool::Cluster`]): a
+    /// message received in another is not acked here, where its id names another message.
+    pub cluster: AtomicU64,
+    /// The client's cluster generation now (the pool's cell): a message received in an
+    /// earlier one is never acked, even before this partition has re-subscribed.
+    pub client_cluster: Arc<AtomicU64>,
     /// The epoch at which the current subscription's permit accounting began. A discarded
     /// item of an epoch at or after it used this subscription's permits: the handle counts it
     /// as consumed (upstream `messageProcessed` on a stale-epoch message), so its permit comes

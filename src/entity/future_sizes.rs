@@ -18,8 +18,12 @@ use crate::pool::ConnectionPool;
 /// A client core for a broker nobody runs (nothing here is polled).
 fn core() -> CoreRef {
     let url = ServiceUrl::parse("pulsar://127.0.0.1:1").unwrap();
-    let pool = Arc::new(ConnectionPool::new(ConnectionConfig::default(), None));
-    let lookup = LookupService::new(pool.clone(), url.clone(), 20, 1000);
+    let pool = Arc::new(ConnectionPool::new(
+        url.clone(),
+        ConnectionConfig::default(),
+        None,
+    ));
+    let lookup = LookupService::new(pool.clone(), 20, 1000);
     Arc::new(ClientCore::new(
         url,
         pool,
@@ -62,7 +66,7 @@ async fn request_path_futures_stay_small() {
         BOUND,
     );
     drop(f);
-    let f = core.connection_to(&url);
+    let f = core.connection_to(&url, 0);
     report(
         &mut over,
         "ClientCore::connection_to",

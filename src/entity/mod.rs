@@ -66,6 +66,8 @@ pub(crate) struct Slot {
 /// An entity registered and created on a connection.
 pub(crate) struct Attached {
     pub conn: Connection,
+    /// The cluster generation of `conn` (see [`crate::pool::Cluster`]).
+    pub generation: u64,
     pub events: EntityReceiver,
     /// The broker's answer to the create command (ProducerSuccess / Success).
     pub response: Box<BaseCommand>,
@@ -122,7 +124,10 @@ pub(crate) struct Entity {
     reconnect_command: Option<(CreateCommand, Instant)>,
     /// None while a reconnect future owns it.
     backoff: Option<Backoff>,
-    assigned_broker: Option<String>,
+    /// A PIP-307 assigned broker, with the cluster generation it was named in.
+    assigned_broker: Option<(String, u64)>,
+    /// The cluster generation of the connection the entity is (or was last) attached to.
+    generation: u64,
     attached_at: Instant,
     group: GroupClose,
     /// Resolves when another member closes the group. Created once and kept: re-creating it
@@ -196,6 +201,7 @@ impl Entity {
             reconnect_command: None,
             backoff: Some(backoff),
             assigned_broker: None,
+            generation: attached.generation,
             attached_at: Instant::now(),
             group: group.clone(),
             group_closed: {
@@ -234,6 +240,7 @@ impl Entity {
                         self.reconnect_command = None;
                         self.life.apply(Event::Created);
                         self.conn = Some(a.conn);
+                        self.generation = a.generation;
                         self.events = Some(a.events);
                         self.attached_at = Instant::now();
                         self.link.reattached();
@@ -301,7 +308,9 @@ impl Entity {
                     self.life.apply(Event::BrokerClose {
                         allow_reconnect: true,
                     });
-                    self.assigned_broker = close.assigned_broker;
+                    // Named on a connection of `generation`: after a cluster switch it is a
+                    // broker of the cluster left, and never connected to.
+                    self.assigned_broker = close.assigned_broker.map(|b| (b, self.generation));
                     self.detach(close.reason);
                     Wake::Detached
                 }
@@ -345,6 +354,11 @@ impl Entity {
         self.stashed = None;
     }
 
+    /// The cluster generation of the connection the entity is (or was last) attached to.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
     /// Drops the connection on purpose (e.g. the broker broke a rule) and reconnects: the
     /// broker then forgets this entity with the connection.
     pub(crate) fn drop_connection(&mut self, why: &str) {
@@ -369,7 +383,7 @@ impl Entity {
         let direct = self
             .assigned_broker
             .take()
-            .and_then(|u| ServiceUrl::from_broker_url(&u).ok());
+            .and_then(|(u, generation)| Some((ServiceUrl::from_broker_url(&u).ok()?, generation)));
         // PIP-307: go to the assigned broker at once (upstream reconnects with no delay), but
         // only if the entity had been healthy: a broker that closes every create and names
         // itself must meet the growing backoff, not a hot loop.
@@ -383,7 +397,7 @@ impl Entity {
         &mut self,
         command: CreateCommand,
         lost_at: Instant,
-        direct: Option<ServiceUrl>,
+        direct: Option<(ServiceUrl, u64)>,
         immediate: bool,
     ) {
         let mut backoff = self.backoff.take().unwrap_or_else(|| self.core.backoff());
@@ -602,7 +616,7 @@ async fn attach_with_retry(
     slot: Slot,
     command: CreateCommand,
     backoff: &mut Backoff,
-    mut direct: Option<ServiceUrl>,
+    mut direct: Option<(ServiceUrl, u64)>,
     retry: Retry,
 ) -> Result<Attached> {
     let schedule = match retry {
@@ -648,15 +662,15 @@ async fn attach_once(
     topic: &TopicName,
     slot: Slot,
     command: &CreateCommand,
-    direct: Option<&ServiceUrl>,
+    direct: Option<&(ServiceUrl, u64)>,
 ) -> Result<Attached> {
     let Slot {
         kind,
         id,
         inbound_bound,
     } = slot;
-    let conn = match direct {
-        Some(url) => core.connection_to(url).await?,
+    let (conn, generation) = match direct {
+        Some((url, generation)) => core.connection_to(url, *generation).await?,
         None => core.connection_for(topic).await?,
     };
     let (tx, events) = entity_channel(inbound_bound);
@@ -681,6 +695,7 @@ async fn attach_once(
     match result {
         Ok(response) => Ok(Attached {
             conn,
+            generation,
             events,
             response,
         }),

@@ -1,12 +1,14 @@
 //! [`AutoClusterFailover`]: probes the clusters itself and switches when the one in use is down
 //! (upstream C++ 4.1 / Python 3.11 `AutoClusterFailover`, Java `AutoClusterFailover`).
 
+use std::collections::HashSet;
 use std::future::Future;
-use std::sync::Arc;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpStream;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::Instant;
 
 use super::{ServiceInfoProvider, ServiceInfoUpdater};
 use crate::error::{Error, Result};
@@ -28,7 +30,17 @@ const DEFAULT_PROBE_TIMEOUT: Duration = Duration::from_secs(30);
 /// [`probe_timeout`](AutoClusterFailoverBuilder::probe_timeout), then closed. It says the
 /// port is open, not that the brokers serve: a cluster whose brokers accept connections but
 /// fail every lookup is not failed over from (use a controlled provider, or
-/// [`Client::update_service_info`](crate::Client::update_service_info), for that).
+/// [`Client::update_service_info`](crate::Client::update_service_info), for that). At most
+/// one probe per cluster is in flight: one that has not finished by the next check (a name
+/// resolution that hangs) is not started again and counts as failed.
+///
+/// If the application moves the client itself
+/// ([`Client::update_service_info`](crate::Client::update_service_info)) to one of the
+/// provider's clusters, the provider follows: that cluster is the one in use from the next
+/// check on (probed, failed over from, switched back from if it is a secondary). A move to a
+/// cluster the provider does not know leaves the provider where it was, as upstream's (Java's
+/// keeps its own current URL whatever the application does): it goes on probing the cluster
+/// it chose last and may move the client away when that one fails or the primary returns.
 ///
 /// ```no_run
 /// # async fn run() -> pulsar_sdk::Result<()> {
@@ -90,6 +102,11 @@ impl AutoClusterFailover {
             0 => &self.primary,
             i => &self.secondaries[i - 1],
         }
+    }
+
+    /// The number of the cluster at `url` (0 the primary), if it is one of these.
+    fn index_of(&self, url: &crate::service_url::ServiceUrl) -> Option<usize> {
+        (0..=self.secondaries.len()).find(|i| self.cluster(*i).service_url() == url)
     }
 }
 
@@ -194,45 +211,137 @@ impl ServiceInfoProvider for AutoClusterFailover {
     }
 
     fn initialize(self: Arc<Self>, updater: ServiceInfoUpdater) {
-        tokio::spawn(async move {
-            let mut machine = Machine::default();
-            let start = Instant::now() + self.check_interval;
-            let mut ticks = tokio::time::interval_at(start, self.check_interval);
-            // A slow probe delays the next check; checks never pile up.
-            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = updater.closed() => return,
-                    _ = ticks.tick() => {}
-                }
-                let timeout = self.probe_timeout;
-                let target = tokio::select! {
-                    _ = updater.closed() => return,
-                    t = machine.check(&self, |info| probe(info.clone(), timeout)) => t,
-                };
-                let Some(i) = target else { continue };
-                match updater.update(self.cluster(i).clone()) {
-                    Ok(()) => machine.switched_to(i),
-                    Err(Error::Closed) => return,
-                    Err(e) => tracing::warn!(
-                        to = %self.cluster(i).service_url(), error = %e,
-                        "cluster failover: cannot switch; staying"
-                    ),
-                }
-            }
-        });
+        let interval = self.check_interval;
+        let prober = Prober::tcp(self.probe_timeout);
+        super::spawn_polls(
+            updater,
+            interval,
+            AutoPoll {
+                config: self,
+                machine: Machine::default(),
+                prober,
+            },
+        );
     }
 }
 
-/// Whether a TCP connection to one of `info`'s hosts opens within `timeout` (upstream's
-/// probe: C++ `probeAvailableAsync`, Java `probeAvailable`).
-async fn probe(info: ServiceInfo, timeout: Duration) -> bool {
+/// [`AutoClusterFailover`] at work for one client.
+struct AutoPoll {
+    config: Arc<AutoClusterFailover>,
+    machine: Machine,
+    prober: Arc<Prober>,
+}
+
+impl super::Poll for AutoPoll {
+    type Mark = usize;
+
+    fn check(
+        &mut self,
+        current: ServiceInfo,
+    ) -> impl Future<Output = Option<(ServiceInfo, usize)>> + Send {
+        self.machine.follow(&self.config, &current);
+        let (config, machine, prober) = (&self.config, &mut self.machine, &self.prober);
+        async move {
+            let i = machine.check(config, |info| prober.probe(info)).await?;
+            Some((config.cluster(i).clone(), i))
+        }
+    }
+
+    fn switched(&mut self, i: usize) {
+        self.machine.switched_to(i);
+    }
+}
+
+/// What a probe does: `true` if the cluster answers. Boxed so tests can stand in for the
+/// network.
+type ProbeFn = dyn Fn(ServiceInfo) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync;
+
+/// Runs probes, at most one in flight per cluster (by service URL). A probe runs in a task of
+/// its own; the check waits for it at most `wait`. A probe still running at the next check
+/// (a name resolution that hangs: it runs on a blocking thread nothing can cancel) is not
+/// started again and counts as failed, so a hanging resolver holds one thread per cluster,
+/// never one more per check.
+struct Prober {
+    probe: Arc<ProbeFn>,
+    wait: Duration,
+    running: Mutex<HashSet<String>>,
+}
+
+impl Prober {
+    /// Upstream's probe (see [`tcp_probe`]), each host bounded by `timeout`.
+    fn tcp(timeout: Duration) -> Arc<Prober> {
+        Prober::new(
+            Arc::new(move |info: ServiceInfo| Box::pin(tcp_probe(info, timeout)) as _),
+            timeout,
+        )
+    }
+
+    fn new(probe: Arc<ProbeFn>, wait: Duration) -> Arc<Prober> {
+        Arc::new(Prober {
+            probe,
+            wait,
+            running: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Probes `info`'s cluster, unless a probe of it is still running (then: `false`).
+    fn probe(self: &Arc<Self>, info: &ServiceInfo) -> impl Future<Output = bool> + Send + use<> {
+        let key = info.service_url().to_string();
+        // Each host in turn may take the whole timeout.
+        let wait = self
+            .wait
+            .saturating_mul(info.service_url().hosts().len().max(1) as u32);
+        let started = self.running().insert(key.clone());
+        let done = started.then(|| {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (me, info) = (self.clone(), info.clone());
+            tokio::spawn(async move {
+                let up = (me.probe)(info).await;
+                me.running().remove(&key);
+                let _ = tx.send(up);
+            });
+            rx
+        });
+        async move {
+            let Some(rx) = done else {
+                tracing::debug!("cluster probe: the previous one still runs; counted as failed");
+                return false;
+            };
+            matches!(tokio::time::timeout(wait, rx).await, Ok(Ok(true)))
+        }
+    }
+}
+
+/// Whether a TCP connection to one of `info`'s hosts opens (upstream's probe: C++
+/// `probeAvailableAsync`, Java `AutoClusterFailover.probeAvailable`): per host, the name is
+/// resolved on a blocking thread (as the system resolver needs), then each address is tried
+/// with `timeout`; the first that accepts is enough, and the connection is closed.
+async fn tcp_probe(info: ServiceInfo, timeout: Duration) -> bool {
     for host in info.service_url().hosts() {
-        let connect = TcpStream::connect((host.host.as_str(), host.port));
-        match tokio::time::timeout(timeout, connect).await {
-            Ok(Ok(_)) => return true,
-            Ok(Err(e)) => tracing::debug!(%host, error = %e, "cluster probe failed"),
-            Err(_) => tracing::debug!(%host, ?timeout, "cluster probe timed out"),
+        let (name, port) = (host.host.clone(), host.port);
+        let resolved = tokio::task::spawn_blocking(move || {
+            std::net::ToSocketAddrs::to_socket_addrs(&(name.as_str(), port))
+                .map(|addrs| addrs.collect::<Vec<_>>())
+        })
+        .await;
+        let addrs = match resolved {
+            Ok(Ok(addrs)) => addrs,
+            Ok(Err(e)) => {
+                tracing::debug!(%host, error = %e, "cluster probe: cannot resolve");
+                continue;
+            }
+            Err(_) => continue,
+        };
+        for addr in addrs {
+            match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(_)) => return true,
+                Ok(Err(e)) => tracing::debug!(%host, %addr, error = %e, "cluster probe failed"),
+                Err(_) => tracing::debug!(%host, %addr, ?timeout, "cluster probe timed out"),
+            }
         }
     }
     false
@@ -316,6 +425,22 @@ impl Machine {
                 .recovered_since
                 .is_some_and(|t| now.duration_since(t) >= config.switch_back_delay);
         back.then_some(0)
+    }
+
+    /// Follows a switch the provider did not make (the application's
+    /// [`Client::update_service_info`](crate::Client::update_service_info)): if the client now
+    /// uses another of the provider's clusters, that one is the cluster in use from now on
+    /// (probed, failed over from), and every count starts over. A cluster the provider does
+    /// not know changes nothing: the provider goes on from the cluster it chose last, as
+    /// upstream's, which keeps its own `currentPulsarServiceUrl` whatever the application did.
+    fn follow(&mut self, config: &AutoClusterFailover, current: &ServiceInfo) {
+        if let Some(i) = config.index_of(current.service_url()) {
+            if i != self.current {
+                tracing::info!(to = %current.service_url(),
+                    "cluster failover: the application switched; following");
+                self.switched_to(i);
+            }
+        }
     }
 
     /// The client now uses cluster `i`: every count starts over.
@@ -474,5 +599,70 @@ mod tests {
         assert!(b().switch_back_threshold(0).build().is_err());
         assert!(b().check_interval(Duration::ZERO).build().is_err());
         assert!(b().build().is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_manual_switch_to_one_of_its_clusters_is_followed() {
+        let (c, net, mut m) = (config(1, 1), Net::default(), Machine::default());
+        // The application moved the client to s1: s1 is probed (and the primary, to come
+        // back), not the primary alone as if the client were still there.
+        m.follow(&c, &info("pulsar://s1:6650"));
+        net.set("s1", false);
+        net.set("p", false);
+        assert_eq!(step(&mut m, &c, &net).await, Some(2), "s1 down: on to s2");
+        assert_eq!(net.probed(), ["s1", "p", "s2"]);
+        // A cluster the provider does not know: it stays with the one it chose last.
+        m.follow(&c, &info("pulsar://elsewhere:6650"));
+        assert_eq!(m.current, 2);
+    }
+
+    /// A probe that never ends (a name resolution that hangs) is waited for at most the
+    /// timeout, and not started again while it runs: one per cluster, never one per check.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_probe_is_never_started_twice() {
+        let started = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let hang = {
+            let started = started.clone();
+            Arc::new(move |_info: ServiceInfo| {
+                started.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                Box::pin(std::future::pending::<bool>())
+                    as Pin<Box<dyn Future<Output = bool> + Send>>
+            })
+        };
+        let prober = Prober::new(hang, Duration::from_secs(2));
+        let p = info("pulsar://p:6650");
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            assert!(
+                !prober.probe(&p).await,
+                "a probe that does not answer failed"
+            );
+        }
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            t0.elapsed(),
+            Duration::from_secs(2),
+            "waited once, then not at all"
+        );
+        // Another cluster has its own probe.
+        assert!(!prober.probe(&info("pulsar://s1:6650")).await);
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_probe_that_finished_is_started_again() {
+        let answers = Arc::new(Mutex::new(vec![false, true]));
+        let probe = {
+            let answers = answers.clone();
+            Arc::new(move |_info: ServiceInfo| {
+                let up = answers.lock().unwrap().remove(0);
+                Box::pin(std::future::ready(up)) as Pin<Box<dyn Future<Output = bool> + Send>>
+            })
+        };
+        let prober = Prober::new(probe, Duration::from_secs(2));
+        let p = info("pulsar://p:6650");
+        assert!(!prober.probe(&p).await);
+        assert!(prober.probe(&p).await);
+        assert!(answers.lock().unwrap().is_empty());
     }
 }

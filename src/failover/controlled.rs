@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::{Instant, MissedTickBehavior};
 use url::Url;
 
 use super::{ServiceInfoProvider, ServiceInfoUpdater};
@@ -40,9 +39,12 @@ const DEFAULT_MAX_ANSWER: usize = 64 * 1024;
 /// ```
 ///
 /// Only `serviceUrl` is required. As in Java, the client switches when the answer differs from
-/// the last one applied; a field left out keeps what the client has (its authentication, its
-/// trust file). Authentication plugins understood: Java's `AuthenticationToken` (or `token`;
-/// params `token:..`, `file:..` or the token) and `AuthenticationBasic` (or `basic`; params
+/// the last one applied in any field (the same URL with another trust file or other
+/// credentials is a switch too); a field left out keeps what the client has (its
+/// authentication, its trust file). Authentication plugins understood: Java's
+/// `AuthenticationToken` (or `token`; params `token:..` or the token; unlike Java, `file:..`
+/// is refused: the client never reads a local file, and sends its content to a broker,
+/// because of a remote answer) and `AuthenticationBasic` (or `basic`; params
 /// `{"userId": .., "password": ..}` or `user:password`). Anything else (an error status, a
 /// timeout, too large, not JSON, an unusable URL, an unknown plugin) is logged at `warn`
 /// (never the credentials) and the client stays where it is.
@@ -197,52 +199,66 @@ impl ServiceInfoProvider for ControlledClusterFailover {
     }
 
     fn initialize(self: Arc<Self>, updater: ServiceInfoUpdater) {
-        tokio::spawn(async move {
-            let mut applied = Answer {
-                service_url: self.default.service_url().to_string(),
-                ..Answer::default()
-            };
-            let start = Instant::now() + self.check_interval;
-            let mut ticks = tokio::time::interval_at(start, self.check_interval);
-            ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
-            loop {
-                tokio::select! {
-                    _ = updater.closed() => return,
-                    _ = ticks.tick() => {}
-                }
-                let answer = tokio::select! {
-                    _ = updater.closed() => return,
-                    a = self.fetch() => a,
-                };
-                let answer = match answer {
-                    Ok(a) if a == applied => continue,
-                    Ok(a) => a,
-                    Err(why) => {
-                        tracing::warn!(provider = %http::redact(&self.url), %why,
-                            "cluster failover: unusable answer; staying");
-                        continue;
-                    }
-                };
-                let Some(current) = updater.current() else {
-                    return;
-                };
-                let info = match answer.service_info(&current) {
-                    Ok(info) => info,
-                    Err(e) => {
-                        tracing::warn!(provider = %http::redact(&self.url), error = %e,
-                            "cluster failover: unusable answer; staying");
-                        continue;
-                    }
-                };
-                match updater.update(info) {
-                    Ok(()) => applied = answer,
-                    Err(Error::Closed) => return,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cluster failover: cannot switch; staying")
-                    }
-                }
+        let interval = self.check_interval;
+        let applied = Answer {
+            service_url: self.default.service_url().to_string(),
+            tls_trust_certs_file_path: self
+                .default
+                .tls_trust_certs_file_path()
+                .map(|p| p.display().to_string()),
+            ..Answer::default()
+        };
+        super::spawn_polls(
+            updater,
+            interval,
+            ControlledPoll {
+                config: self,
+                applied,
+            },
+        );
+    }
+}
+
+/// [`ControlledClusterFailover`] at work for one client.
+struct ControlledPoll {
+    config: Arc<ControlledClusterFailover>,
+    /// The answer last applied (at first: the default cluster, with the client's own
+    /// authentication).
+    applied: Answer,
+}
+
+impl super::Poll for ControlledPoll {
+    type Mark = Answer;
+
+    async fn check(&mut self, current: ServiceInfo) -> Option<(ServiceInfo, Answer)> {
+        let unusable = |why: &dyn std::fmt::Display| {
+            tracing::warn!(provider = %http::redact(&self.config.url), %why,
+                "cluster failover: unusable answer; staying");
+        };
+        let answer = match self.config.fetch().await {
+            Ok(a) => a,
+            Err(why) => {
+                unusable(&why);
+                return None;
             }
-        });
+        };
+        // Java: a switch when the answer differs from the last one applied in any field
+        // (`ControlledConfiguration.equals`): the URL, the trust file, the plugin, its
+        // params. The same URL with new credentials or trust is a switch too.
+        if answer.same_as(&self.applied) {
+            return None;
+        }
+        match answer.service_info(&current) {
+            Ok(info) => Some((info, answer)),
+            Err(e) => {
+                unusable(&e);
+                None
+            }
+        }
+    }
+
+    fn switched(&mut self, answer: Answer) {
+        self.applied = answer;
     }
 }
 
@@ -268,6 +284,21 @@ impl ControlledClusterFailover {
 }
 
 impl Answer {
+    /// Whether this answer asks for what `applied` set up: the same cluster (service URLs
+    /// compared as parsed, so `pulsar://h` is `pulsar://h:6650`), trust file and
+    /// authentication.
+    fn same_as(&self, applied: &Answer) -> bool {
+        let url = |a: &Answer| ServiceUrl::parse(&a.service_url).ok();
+        let same_url = match (url(self), url(applied)) {
+            (Some(a), Some(b)) => a == b,
+            _ => self.service_url == applied.service_url,
+        };
+        same_url
+            && self.tls_trust_certs_file_path == applied.tls_trust_certs_file_path
+            && self.auth_plugin_class_name == applied.auth_plugin_class_name
+            && self.auth_params_string == applied.auth_params_string
+    }
+
     fn parse(body: &[u8]) -> std::result::Result<Answer, String> {
         let value: serde_json::Value =
             serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
@@ -305,10 +336,25 @@ impl Answer {
 }
 
 /// A provider for one of Java's authentication plugins, by class name (or its short name).
+///
+/// A token given as `file:PATH` (or `file://PATH`) is refused: the answer comes from the
+/// network, and the client would read a local file of the service's choosing and send its
+/// content to the brokers the same answer names. Java's `AuthenticationToken` reads it; the
+/// difference is in the conformance ledger.
 fn auth_plugin(plugin: &str, params: &str) -> Result<SharedAuthProvider> {
     let short = plugin.rsplit('.').next().unwrap_or(plugin);
     match short {
-        "AuthenticationToken" | "token" => Ok(Arc::new(TokenAuth::from_param(params))),
+        "AuthenticationToken" | "token" => {
+            let lead = params.trim_start().get(..5).unwrap_or_default();
+            if lead.eq_ignore_ascii_case("file:") {
+                return Err(Error::InvalidConfig(
+                    "a `file:` token from the failover service is refused: the client never \
+                     reads a local file because of a remote answer"
+                        .into(),
+                ));
+            }
+            Ok(Arc::new(TokenAuth::from_param(params)))
+        }
         "AuthenticationBasic" | "basic" => {
             if let Ok(serde_json::Value::Object(o)) = serde_json::from_str(params) {
                 let get = |k: &str| o.get(k).and_then(|v| v.as_str());
@@ -376,5 +422,51 @@ mod tests {
             assert_eq!(auth_plugin("basic", params).unwrap().method_name(), "basic");
         }
         assert!(auth_plugin("AuthenticationBasic", "{}").is_err());
+    }
+
+    #[test]
+    fn the_same_url_with_other_credentials_or_trust_is_a_switch() {
+        let answer = |url: &str, trust: Option<&str>, token: Option<&str>| Answer {
+            service_url: url.into(),
+            tls_trust_certs_file_path: trust.map(Into::into),
+            auth_plugin_class_name: token.map(|_| "token".into()),
+            auth_params_string: token.map(Into::into),
+        };
+        let applied = answer("pulsar://b:6650", Some("/ca-1.pem"), Some("t1"));
+        assert!(answer("pulsar://b:6650", Some("/ca-1.pem"), Some("t1")).same_as(&applied));
+        assert!(
+            answer("pulsar://b", Some("/ca-1.pem"), Some("t1")).same_as(&applied),
+            "the default port is the same URL"
+        );
+        assert!(!answer("pulsar://b:6650", Some("/ca-2.pem"), Some("t1")).same_as(&applied));
+        assert!(!answer("pulsar://b:6650", Some("/ca-1.pem"), Some("t2")).same_as(&applied));
+        assert!(!answer("pulsar://b:6650", None, Some("t1")).same_as(&applied));
+        assert!(!answer("pulsar://c:6650", Some("/ca-1.pem"), Some("t1")).same_as(&applied));
+    }
+
+    /// A hostile service naming a local file as the token: never read (it would be sent to
+    /// the brokers the same answer names).
+    #[test]
+    fn a_file_token_from_the_service_is_refused() {
+        for params in [
+            "file:/etc/passwd",
+            "file:///etc/passwd",
+            "FILE:/etc/passwd",
+            " file:/etc/passwd",
+        ] {
+            for plugin in [
+                "token",
+                "org.apache.pulsar.client.impl.auth.AuthenticationToken",
+            ] {
+                let r = auth_plugin(plugin, params);
+                assert!(
+                    matches!(&r, Err(Error::InvalidConfig(m)) if m.contains("file:")),
+                    "{plugin} {params}: {:?}",
+                    r.map(|_| ())
+                );
+            }
+        }
+        assert!(auth_plugin("token", "token:abc").is_ok());
+        assert!(auth_plugin("token", "abc").is_ok());
     }
 }

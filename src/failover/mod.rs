@@ -22,7 +22,11 @@ mod auto;
 mod controlled;
 
 use std::fmt;
+use std::future::Future;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use tokio::time::{Instant, MissedTickBehavior};
 
 use crate::core::ClientCore;
 use crate::error::{Error, Result};
@@ -100,4 +104,53 @@ impl ServiceInfoUpdater {
         // The sender lives in the client core: an error means the core is gone.
         let _ = signal.wait_for(|closing| *closing).await;
     }
+}
+
+/// What a provider that polls does at each check (see [`spawn_polls`]): the one mechanism
+/// both [`AutoClusterFailover`] and `ControlledClusterFailover` run on.
+trait Poll: Send + 'static {
+    /// What the provider remembers once a switch it asked for is made.
+    type Mark: Send;
+
+    /// One check, with the cluster the client uses now: the cluster to move to, if any.
+    fn check(
+        &mut self,
+        current: ServiceInfo,
+    ) -> impl Future<Output = Option<(ServiceInfo, Self::Mark)>> + Send;
+
+    /// The client now uses the cluster `check` asked for.
+    fn switched(&mut self, mark: Self::Mark);
+}
+
+/// Runs `poll` every `interval` (the first check one interval after the start; a slow check
+/// delays the next, checks never pile up) until the client closes, and makes the switches it
+/// asks for. A switch the client refuses (e.g. a TLS trust file it cannot load) is logged at
+/// `warn` and the client stays where it is.
+fn spawn_polls<P: Poll>(updater: ServiceInfoUpdater, interval: Duration, mut poll: P) {
+    tokio::spawn(async move {
+        let mut ticks = tokio::time::interval_at(Instant::now() + interval, interval);
+        ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = updater.closed() => return,
+                _ = ticks.tick() => {}
+            }
+            let Some(current) = updater.current() else {
+                return;
+            };
+            let found = tokio::select! {
+                _ = updater.closed() => return,
+                found = poll.check(current) => found,
+            };
+            let Some((info, mark)) = found else { continue };
+            let to = info.service_url().clone();
+            match updater.update(info) {
+                Ok(()) => poll.switched(mark),
+                Err(Error::Closed) => return,
+                Err(e) => {
+                    tracing::warn!(%to, error = %e, "cluster failover: cannot switch; staying")
+                }
+            }
+        }
+    });
 }

@@ -222,7 +222,15 @@
 //! hosts): it sees a cluster that is unreachable, not one whose brokers accept connections but
 //! fail. `ControlledClusterFailover` (cargo feature `controlled-failover`) asks an HTTP(S)
 //! service of yours instead, in the JSON form the Java client reads; an answer it cannot use
-//! never moves the client.
+//! never moves the client. Unlike Java's, it refuses a token given as `file:PATH` in the
+//! answer: a remote answer never makes the client read a local file (and send it to brokers).
+//!
+//! A switch of your own ([`Client::update_service_info`]) while an [`AutoClusterFailover`] runs:
+//! if it names one of the provider's clusters, the provider follows (that cluster is probed
+//! from then on; on a secondary the primary is taken back once it answers
+//! `switch_back_threshold` probes); a cluster it does not know leaves it probing the cluster it
+//! chose last, as upstream's. [`Client::stats`] tells the active cluster and how many switches
+//! were made.
 //!
 //! **What the brokers need for nothing to be missed.** The client moves; the data does not.
 //! Two clusters share nothing unless the brokers replicate:
@@ -243,6 +251,11 @@
 //!   delivered twice. Consume idempotently.
 //! - Producers re-send what had no receipt when the switch happened; a message the old cluster
 //!   stored whose receipt was lost is then stored twice (deduplication is per cluster).
+//! - A message received before a switch is not acknowledged after it (`ack`, `nack` and
+//!   cumulative acks of it are dropped, and acks waiting in the ack group are forgotten): its
+//!   id names another message on the new cluster. It stays unacknowledged on its own cluster
+//!   and is delivered again there when the client comes back (or through replicated
+//!   subscriptions). Do not ack by bare id ([`Consumer::ack_id`]) across a switch.
 //!
 //! [`Client`]: crate::Client
 //! [`ClientBuilder`]: crate::ClientBuilder
@@ -256,6 +269,8 @@
 //! [`ServerError::AuthenticationError`]: crate::ServerError::AuthenticationError
 //! [`ServiceUrl`]: crate::ServiceUrl
 //! [`Client::update_service_info`]: crate::Client::update_service_info
+//! [`Client::stats`]: crate::Client::stats
+//! [`Consumer::ack_id`]: crate::Consumer::ack_id
 //! [`ServiceInfo`]: crate::ServiceInfo
 //! [`ServiceInfoProvider`]: crate::ServiceInfoProvider
 //! [`AutoClusterFailover`]: crate::AutoClusterFailover

@@ -34,7 +34,7 @@ pub(crate) async fn get_schema(
     topic: &TopicName,
     version: Option<&SchemaVersion>,
 ) -> Result<(SchemaInfo, SchemaVersion)> {
-    let conn = core.connection_for(topic).await?;
+    let (conn, _) = core.connection_for(topic).await?;
     let rid = conn.new_request_id();
     let cmd = crate::commands::get_schema(topic.as_str(), version.map(|v| &v.0[..]), rid);
     let resp = conn.request(rid, cmd, "get schema").await?;
@@ -65,7 +65,7 @@ pub(crate) async fn get_or_create_schema(
     topic: &TopicName,
     info: &SchemaInfo,
 ) -> Result<SchemaVersion> {
-    let conn = core.connection_for(topic).await?;
+    let (conn, _) = core.connection_for(topic).await?;
     let rid = conn.new_request_id();
     let cmd = crate::commands::get_or_create_schema(topic.as_str(), info.to_proto(), rid);
     let resp = conn.request(rid, cmd, "get or create schema").await?;

@@ -32,6 +32,22 @@ use crate::lifecycle::State;
 
 pub(crate) use counters::{ConsumerCounters, LinkCounters, ProducerCounters};
 
+/// A snapshot of the client's own statistics ([`Client::stats`](crate::Client::stats)): the
+/// cluster it uses and how often it moved (cluster-level failover, PIP-121).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientStats {
+    /// The service URL of the cluster the client uses now.
+    pub service_url: crate::ServiceUrl,
+    /// Cluster switches since the client was built (by
+    /// [`Client::update_service_info`](crate::Client::update_service_info) or a
+    /// [`ServiceInfoProvider`](crate::failover::ServiceInfoProvider)); read together with
+    /// `service_url`, so the two always match.
+    pub cluster_switches: u64,
+    /// Broker connections opened so far, on every cluster.
+    pub connections_opened: u64,
+}
+
 /// Send latency, per message: from the start of its entry (a single message: when the
 /// producer's task took it; a batch: when its first message was added, so batching delay is
 /// included, as in upstream's `message.send.duration`) to the broker's receipt. Percentiles

@@ -192,6 +192,7 @@ pub(crate) fn decode_sized(
             producer_name: Arc::from(meta.producer_name.as_str()),
             redelivery_count: cmd.redelivery_count.unwrap_or(0),
             source: 0,
+            cluster: 0,
         };
     // One schema version per entry (upstream batches never mix versions).
     let schema_version = meta.schema_version.take();

@@ -259,6 +259,7 @@ mod enabled {
                     producer_name: Arc::from(meta.producer_name.as_str()),
                     redelivery_count: cmd.redelivery_count.unwrap_or(0),
                     source: 0,
+                    cluster: 0,
                 },
                 records: smallvec::smallvec![record],
             };

@@ -254,6 +254,7 @@ impl Intake {
             mut records,
         } = entry;
         head.source = io.index;
+        head.cluster = io.shared.cluster.load(Ordering::Relaxed);
         let persistent = io.persistent();
         let dlq_max = self.dlq.as_ref().map(|d| d.policy.max_redeliver_count);
         let track_unacked = persistent && !io.opts.ack_timeout.is_zero();

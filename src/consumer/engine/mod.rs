@@ -206,6 +206,12 @@ impl ConsumerTask {
                     }
                     Wake::Attached(_) => {
                         tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
+                        let cluster = self.io.entity.generation();
+                        if self.io.shared.cluster.swap(cluster, Ordering::AcqRel) != cluster {
+                            // On another cluster the ids kept (acks, nacks, ack timeout) name
+                            // other messages: forgotten, never sent there.
+                            self.acks.reset();
+                        }
                         self.start_flow();
                         self.seeks.reattaching();
                         self.replay_deferred(&mut requests);

@@ -80,6 +80,8 @@ pub(crate) async fn spawn_partition(
         topic: topic.clone(),
         base: base.clone(),
         epoch: AtomicU64::new(0),
+        cluster: AtomicU64::new(entity.generation()),
+        client_cluster: client.pool.generation_cell(),
         permit_epoch: AtomicU64::new(0),
         last_dequeued: Mutex::new(None),
         durable,

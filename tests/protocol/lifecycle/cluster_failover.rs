@@ -7,9 +7,12 @@ use support as common;
 use std::time::Duration;
 
 use pulsar_sdk::mock::wire::base_command::Type;
-use pulsar_sdk::mock::{MockAuth, MockBroker, MockBrokerConfig};
+use pulsar_sdk::mock::{
+    MockAuth, MockBroker, MockBrokerConfig, MockCluster, MockError, MockRequest, TopicMove,
+};
 use pulsar_sdk::{
-    AutoClusterFailover, BackoffPolicy, Client, InitialPosition, ServiceInfo, SubscriptionType,
+    AutoClusterFailover, BackoffPolicy, Client, InitialPosition, ServerError, ServiceInfo, State,
+    SubscriptionType,
 };
 
 /// A generous bound on anything that should happen within a few reconnect rounds.
@@ -440,4 +443,246 @@ async fn a_controlled_provider_never_switches_on_garbage_or_silence_and_switches
         b.stats()
     );
     client.close().await.unwrap();
+}
+
+fn to(broker: &MockBroker) -> ServiceInfo {
+    ServiceInfo::new(&broker.service_url()).unwrap()
+}
+
+/// PIP-307 on the cluster left: the old cluster moves the topic to another of its brokers
+/// (the close names it), and the client switches clusters while the producer waits out its
+/// backoff before going there. The named broker is one of the cluster left: never connected
+/// to; the producer ends on the new cluster.
+#[tokio::test]
+async fn a_broker_named_by_the_cluster_left_is_never_connected_to() {
+    let old = MockCluster::start(2).await.unwrap();
+    let (a0, a1) = (&old.brokers()[0], &old.brokers()[1]);
+    let new = MockBroker::start().await.unwrap();
+    let client = common::test_client(&a0.service_url())
+        .backoff(BackoffPolicy {
+            // The first reconnect of an entity attached moments ago waits this long even
+            // for an assigned broker: the switch lands well within it.
+            initial: Duration::from_secs(2),
+            max: Duration::from_secs(2),
+            jitter: 0.0,
+            ..Default::default()
+        })
+        .build()
+        .unwrap();
+    let topic = "persistent://public/default/named-by-the-old-cluster";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("on a0").await.unwrap();
+
+    old.move_topic(topic, 1, TopicMove::AssignedUrl).unwrap();
+    common::wait_until("the producer lost a0", || {
+        producer.state() == State::Reconnecting
+    })
+    .await;
+    client.update_service_info(to(&new)).unwrap();
+
+    tokio::time::timeout(WITHIN, producer.send_and_wait("on new"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(new.topic_messages(topic), 1);
+    assert!(
+        a1.received_of(Type::Producer).is_empty(),
+        "never attached on a1"
+    );
+    assert_eq!(a1.stats().accepted_connections, 0, "never connected to a1");
+}
+
+/// A switch while a lookup is in flight (the old cluster holds its answer for a minute): the
+/// lookup ends on the new cluster, and nothing is left on the old one.
+#[tokio::test]
+async fn a_switch_during_a_lookup_ends_on_the_new_cluster() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    a.push_error(
+        MockError::new(MockRequest::Lookup, ServerError::ServiceNotReady, "held")
+            .after(Duration::from_secs(60)),
+    );
+    let topic = "persistent://public/default/looked-up-during-a-switch";
+    let create = tokio::spawn({
+        let client = client.clone();
+        async move { client.producer(topic).batching(false).create().await }
+    });
+    a.wait_for_commands(Type::Lookup, 1, WITHIN).await.unwrap();
+
+    client.update_service_info(to(&b)).unwrap();
+
+    let producer = tokio::time::timeout(WITHIN, create)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    producer.send_and_wait("on b").await.unwrap();
+    assert_eq!(b.topic_messages(topic), 1);
+    assert!(a.received_of(Type::Producer).is_empty());
+    common::wait_until("the old cluster has no connection", || {
+        a.stats().connections == 0
+    })
+    .await;
+}
+
+/// Two switches back to back (a to b to c) while the producer reconnects, b slow to answer:
+/// everything ends on c, no connection is left open to b, and the stats say where the client
+/// is and how often it moved.
+#[tokio::test]
+async fn two_switches_back_to_back_end_on_the_last_with_nothing_left_on_the_middle_one() {
+    let (a, b, c) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    b.set_response_delay(Duration::from_millis(300));
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    let topic = "persistent://public/default/switched-twice";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("on a").await.unwrap();
+    assert_eq!(client.stats().cluster_switches, 0);
+
+    client.update_service_info(to(&b)).unwrap();
+    // The producer is on its way to b (b holds its answers) when the client moves on.
+    b.wait_for_commands(Type::Connect, 1, WITHIN).await.unwrap();
+    client.update_service_info(to(&c)).unwrap();
+
+    tokio::time::timeout(WITHIN, producer.send_and_wait("on c"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c.topic_messages(topic), 1);
+    assert_eq!(b.topic_messages(topic), 0);
+    let stats = client.stats();
+    assert_eq!(stats.service_url.to_string(), c.service_url());
+    assert_eq!(stats.cluster_switches, 2);
+    common::wait_until("no connection left to b", || b.stats().connections == 0).await;
+    common::wait_until("no connection left to a", || a.stats().connections == 0).await;
+    assert!(
+        b.received_of(Type::Producer).is_empty(),
+        "never attached on b"
+    );
+}
+
+/// The application moves the client to the secondary itself while an `AutoClusterFailover`
+/// runs: the provider follows, so when the secondary goes down it is the one found down and
+/// the client goes back to the primary (a provider that still thought it was on the primary,
+/// which answers, would leave the client on the dead secondary).
+#[tokio::test]
+async fn auto_failover_follows_a_manual_switch() {
+    let (primary, secondary) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let failover = AutoClusterFailover::builder()
+        .primary(to(&primary))
+        .secondary(to(&secondary))
+        .check_interval(Duration::from_millis(50))
+        // Back to the primary only after many good probes: the manual switch holds for a
+        // while, so the test sees the provider react to the secondary going down.
+        .switch_back_threshold(1_000)
+        .probe_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap();
+    let client = Client::builder()
+        .service_info_provider(failover)
+        .backoff(backoff())
+        .build()
+        .unwrap();
+    client.update_service_info(to(&secondary)).unwrap();
+    let mut updates = client.service_info_updates();
+    secondary.take_down().await.unwrap();
+    let back = tokio::time::timeout(
+        WITHIN,
+        updates.wait_for(|i| i.service_url().to_string() == primary.service_url()),
+    )
+    .await;
+    assert!(back.is_ok(), "the client stayed on the dead secondary");
+    assert_eq!(client.stats().cluster_switches, 2);
+    client.close().await.unwrap();
+}
+
+/// The ids of the messages `broker` was asked to acknowledge.
+fn acked_ids(broker: &MockBroker) -> Vec<(u64, u64)> {
+    broker
+        .received_of(Type::Ack)
+        .into_iter()
+        .flat_map(|r| r.command.ack.unwrap().message_id)
+        .map(|id| (id.ledger_id, id.entry_id))
+        .collect()
+}
+
+/// Acks of messages received on the cluster left (kept in the ack group at the switch, or
+/// made after it) never reach the new cluster, where the same ids name other messages: acking
+/// them there would swallow those before they are delivered (what the real-broker kill test
+/// caught: pulsar-lite's ids start at (0, 0) on both clusters).
+#[tokio::test]
+async fn acks_of_messages_from_the_cluster_left_never_reach_the_new_one() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    let topic = "persistent://public/default/acks-across-clusters";
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        // Acks wait in the group until the consumer closes.
+        .ack_group_time(Duration::from_secs(3600))
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let mut from_a = Vec::new();
+    for i in 0..4 {
+        producer.send_and_wait(format!("a{i}")).await.unwrap();
+        from_a.push(
+            tokio::time::timeout(WITHIN, consumer.recv())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    consumer.ack(&from_a[0]).unwrap();
+    consumer.ack(&from_a[1]).unwrap();
+
+    client.update_service_info(to(&b)).unwrap();
+    consumer.ack(&from_a[2]).unwrap();
+    b.wait_for_commands(Type::Subscribe, 1, WITHIN)
+        .await
+        .unwrap();
+    consumer.ack(&from_a[3]).unwrap();
+    producer.send_and_wait("b0").await.unwrap();
+    let m = tokio::time::timeout(WITHIN, consumer.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], b"b0");
+    consumer.ack(&m).unwrap();
+    consumer.close().await.unwrap();
+
+    assert_eq!(
+        acked_ids(&b),
+        [(m.id.ledger_id, m.id.entry_id)],
+        "only b's own message is acked on b"
+    );
 }
