@@ -175,7 +175,9 @@ impl Coordinators {
 
     /// Connects to coordinator `c`: its topic's broker, then TC_CLIENT_CONNECT_REQUEST.
     async fn connect(&self, c: &Coordinator) -> Result<Connection> {
-        let conn = self.core.connection_for(&c.topic).await?;
+        // A cluster switch closes this connection like every other; the next request finds
+        // it closed and connects again (to the new cluster), so the generation is not kept.
+        let (conn, _generation) = self.core.connection_for(&c.topic).await?;
         let rid = conn.new_request_id();
         let answer = conn
             .request(
