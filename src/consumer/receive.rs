@@ -195,44 +195,46 @@ impl Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
+        // Each message the application takes goes through the interceptors' `before_consume`
+        // (Java `ConsumerBase.beforeConsume`, as `receive` returns it) on a path of its own:
+        // without interceptors the message goes to the result as it did before there were
+        // any (a `Message` is ~270 bytes; a shared path that may hand it to a call costs a
+        // copy per message), and the check is all that is left.
         if let Some(m) = self.peeked.take() {
-            return Ok(self.consumed(m));
+            if self.interceptors.is_some() {
+                return Ok(self.consumed(m));
+            }
+            return Ok(m);
         }
         if let Some(m) = self.take_buffered() {
-            return Ok(self.consumed(m));
+            if self.interceptors.is_some() {
+                return Ok(self.consumed(m));
+            }
+            return Ok(m);
         }
         loop {
             let Some((index, epoch, item)) = self.rx.recv().await else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
-                return r.map(|m| self.consumed(m));
+                if self.interceptors.is_some() {
+                    return r.map(|m| self.consumed(m));
+                }
+                return r;
             }
         }
     }
 
-    /// A message the application takes: through the interceptors' `before_consume`, if any
-    /// (Java `ConsumerBase.beforeConsume`, called as `receive` returns the message). Passed
-    /// by value, so that without interceptors the message goes straight to the result (no
-    /// place of its own whose address escapes) and the check is all that is left.
-    #[inline(always)]
-    fn consumed(&self, m: Message) -> Message {
-        match &self.interceptors {
-            None => m,
-            Some(c) => before_consume(c, m),
+    /// A message the application takes, through the interceptors' `before_consume`; out of
+    /// line (see [`Consumer::recv`]).
+    #[cold]
+    #[inline(never)]
+    fn consumed(&self, mut m: Message) -> Message {
+        if let Some(c) = &self.interceptors {
+            c.before_consume(&mut m);
         }
+        m
     }
-}
-
-/// The interceptors' `before_consume`, out of line (the hot path only checks for them).
-#[cold]
-#[inline(never)]
-fn before_consume(
-    c: &crate::interceptor::Chain<dyn crate::interceptor::ConsumerInterceptor>,
-    mut m: Message,
-) -> Message {
-    c.before_consume(&mut m);
-    m
 }
 
 impl Stream for Consumer {
@@ -242,17 +244,27 @@ impl Stream for Consumer {
         if self.closed_by_app.load(Ordering::Relaxed) {
             return Poll::Ready(None);
         }
+        // As in `recv`: the interceptors on a path of their own.
         if let Some(m) = self.peeked.take() {
-            return Poll::Ready(Some(Ok(self.consumed(m))));
+            if self.interceptors.is_some() {
+                return Poll::Ready(Some(Ok(self.consumed(m))));
+            }
+            return Poll::Ready(Some(Ok(m)));
         }
         if let Some(m) = self.take_buffered() {
-            return Poll::Ready(Some(Ok(self.consumed(m))));
+            if self.interceptors.is_some() {
+                return Poll::Ready(Some(Ok(self.consumed(m))));
+            }
+            return Poll::Ready(Some(Ok(m)));
         }
         loop {
             match self.rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
-                        return Poll::Ready(Some(r.map(|m| self.consumed(m))));
+                        if self.interceptors.is_some() {
+                            return Poll::Ready(Some(r.map(|m| self.consumed(m))));
+                        }
+                        return Poll::Ready(Some(r));
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(None),
