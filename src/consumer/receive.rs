@@ -167,7 +167,8 @@ impl Consumer {
     /// is taken out of the queue only in the poll that returns it. The same holds for the
     /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl.
     ///
-    /// The recommended loop receives, hands the message to a task with an [`Acker`] and stops
+    /// The recommended loop receives, hands the message to a task with an
+    /// [`Acker`](crate::Acker) and stops
     /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
     ///
     /// ```no_run

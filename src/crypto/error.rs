@@ -16,7 +16,8 @@ type Source = Arc<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum CryptoError {
-    /// An encrypted message arrived at a consumer without a [`CryptoKeyReader`].
+    /// An encrypted message arrived at a consumer without a
+    /// [`CryptoKeyReader`](super::CryptoKeyReader).
     #[error("the message is encrypted and the consumer has no crypto key reader")]
     NoKeyReader,
     /// The key reader failed for this key.
@@ -60,7 +61,8 @@ pub enum CryptoError {
     #[error("unsupported encryption: {0}")]
     UnsupportedAlgorithm(String),
     /// A message the consumer could not decrypt and did not deliver
-    /// ([`ConsumerCryptoFailureAction::Fail`]): it stays unacknowledged.
+    /// ([`ConsumerCryptoFailureAction::Fail`](super::ConsumerCryptoFailureAction::Fail)): it
+    /// stays unacknowledged.
     #[error("message {id} not delivered: {cause}")]
     Undelivered {
         /// The message's (entry's) id.
