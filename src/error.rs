@@ -105,7 +105,7 @@ pub enum Error {
     #[cfg(feature = "encryption")]
     #[cfg_attr(docsrs, doc(cfg(feature = "encryption")))]
     #[error(transparent)]
-    Crypto(crate::crypto::CryptoError),
+    Crypto(crate::crypto::error::CryptoError),
 
     /// The broker answered with an error.
     #[error("broker error {code:?}: {message}")]

@@ -139,12 +139,20 @@ impl Acker {
     /// ```
     pub fn ack(&self, msg: &Message) -> Result<()> {
         // The hot path: straight into the source task's ack buffer (no op built and matched).
+        // With interceptors, the same out of line: the check is all this path pays for them.
         if self.inner.interceptors.is_some() {
-            let r = self.ack_source(msg);
-            self.acked(false, &msg.topic, &msg.id, &r);
-            return r;
+            return self.ack_intercepted(msg);
         }
         self.ack_source(msg)
+    }
+
+    /// [`Acker::ack`] with the interceptors' `on_acknowledge`.
+    #[cold]
+    #[inline(never)]
+    fn ack_intercepted(&self, msg: &Message) -> Result<()> {
+        let r = self.ack_source(msg);
+        self.acked(false, &msg.topic, &msg.id, &r);
+        r
     }
 
     #[inline(always)]

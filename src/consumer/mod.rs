@@ -17,18 +17,17 @@ pub(crate) mod op;
 mod options;
 pub(crate) mod queue;
 mod reader;
+mod receive;
 mod seek;
+mod status;
 pub(crate) mod topics;
 #[cfg(feature = "transactions")]
 mod transactional;
 
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use futures::Stream;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
@@ -46,7 +45,7 @@ use crate::message::Message;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-use crate::lifecycle::{aggregate_until_all_end, State, StateStream};
+use crate::lifecycle::State;
 use crate::topic_list::RegexSubscriptionMode;
 pub(crate) use topics::registry::Registry;
 use topics::topic::{SubscribeContext, TopicGroup};
@@ -260,217 +259,6 @@ impl Consumer {
             .collect()
     }
 
-    /// Accepts a queued item (only once the entry before it is handed out): discards messages
-    /// from before a reconnect or seek, counts consumption for flow permits, remembers the
-    /// position. `None` = discarded.
-    /// The queue and the entry being handed out, without a lock (see [`queue::Inbound`]).
-    #[inline]
-    fn inbound(&mut self) -> &mut queue::Inbound {
-        self.queue
-            .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    fn accept(&mut self, index: usize, epoch: u64, item: Item) -> Option<Result<Message>> {
-        // None: the task's topic was removed (a pattern consumer); its items are dropped.
-        let p = topics::registry::lock(&self.registry).get(index)?;
-        match item {
-            Item::Messages(entry, charge) => {
-                debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
-                self.inbound().buffered = queue::Buffered {
-                    part: Some(p),
-                    epoch,
-                    head: Some(entry.head),
-                    records: entry.records.into_iter(),
-                    charge: Some(charge),
-                };
-                self.take_buffered().map(Ok)
-            }
-            Item::Discarded(e) => {
-                // Out of the queue: room for another message (see `QueueRoom`).
-                if let Some(n) = p.taken(epoch, p.refill_at, false) {
-                    let _ = p.send_op(ConsumerOp::Flow(n));
-                }
-                Some(Err(e))
-            }
-            // Errors are never sent again: they reach the application whatever the epoch.
-            Item::Error(e) => Some(Err(e)),
-            // One partition (or topic) at its end is no error (Java MultiTopicsConsumerImpl);
-            // the end is reported once, when every one of them got there.
-            // Counted once the handle took the notice, so every message the partitions queued
-            // before their notices is handed out before the end is.
-            // A notice queued before a seek: the consumer is no longer at the end.
-            Item::EndOfTopic if epoch < p.end_epoch.load(Ordering::Acquire) => None,
-            Item::EndOfTopic => {
-                p.handles.end_taken.store(true, Ordering::Release);
-                let all_taken = self.every_current(|p| p.handles.end_taken.load(Ordering::Acquire));
-                if self.end_reported || !all_taken {
-                    return None;
-                }
-                self.end_reported = true;
-                Some(Err(Error::TopicTerminated {
-                    topic: self.topic.to_string(),
-                }))
-            }
-        }
-    }
-
-    /// Whether the consumer reached the end of its terminated topic: the broker said so for
-    /// every partition of every topic (a multi-topic or pattern consumer: of each topic it
-    /// has now; with `retry_enable`, of the retry topic too), like Java's
-    /// `hasReachedEndOfTopic` (`MultiTopicsConsumerImpl`: all of its consumers). `false`
-    /// while the consumer has no topic (a pattern consumer that matched none).
-    ///
-    /// A consumer at the end stays a consumer, as in Java: attached to its subscription,
-    /// able to ack, seek and unsubscribe, and [`close`](Self::close) detaches it on the
-    /// broker. The flag stays set once set (also after a seek, as Java's).
-    pub fn has_reached_end_of_topic(&self) -> bool {
-        self.every_current(|p| p.reached_end.load(Ordering::Acquire))
-    }
-
-    /// Whether the consumer has a current partition (topic not deleted nor removed) and
-    /// `check` holds for each.
-    fn every_current(&self, check: impl Fn(&PartitionShared) -> bool) -> bool {
-        let live = self.live();
-        let mut current = live
-            .iter()
-            .filter(|p| !p.handles.removed.load(Ordering::Acquire))
-            .peekable();
-        current.peek().is_some() && current.all(|p| check(p))
-    }
-
-    /// The next message of the entry being handed out, if any. Each one counts as taken out
-    /// of the queue here (flow permits, room, the ack timeout's clock), like one queued alone.
-    /// The public `Message` is built here, from its compact record (see `entry`), straight
-    /// into the result (inlined into `recv`: a `Message` is ~270 bytes, each move a `memcpy`).
-    #[inline]
-    fn take_buffered(&mut self) -> Option<Message> {
-        loop {
-            let b = &mut self.inbound().buffered;
-            let p = b.part.as_ref()?;
-            let Some(r) = b.records.as_slice().first() else {
-                // Done with the entry: its task and buffer are let go.
-                self.inbound().buffered = queue::Buffered::default();
-                return None;
-            };
-            if p.handles.removed.load(Ordering::Acquire) {
-                // The task's topic was removed: what it queued is dropped uncounted.
-                self.inbound().buffered = queue::Buffered::default();
-                return None;
-            }
-            // Out of the queue: room for another message (see `QueueRoom`).
-            if let Some(n) = p.taken(b.epoch, p.refill_at, true) {
-                let _ = p.send_op(ConsumerOp::Flow(n));
-            }
-            // A message queued before a reconnect, seek or redeliver-all is discarded (the
-            // broker sends it again); its permit was counted above like upstream's
-            // `messageProcessed` on a stale message, so the broker can send its replacement.
-            let current = if p.durable {
-                b.epoch == p.epoch.load(Ordering::Acquire)
-            } else {
-                // Checked and recorded under one lock, which a new epoch takes too (see
-                // `PartitionShared::new_epoch`): a reader resumes exactly after what it handed
-                // out.
-                let mut last = p.last_dequeued();
-                let current = b.epoch == p.epoch.load(Ordering::Acquire);
-                if let (true, Some(head)) = (current, &b.head) {
-                    *last = Some(head.id_of(r));
-                }
-                current
-            };
-            if current {
-                p.stats.received(r.payload.len());
-                let head = b.head.as_ref()?;
-                let r = b.records.next()?;
-                if b.records.as_slice().is_empty() {
-                    // The entry's last message: its bytes leave the consumer's budget now,
-                    // not at the next `recv` (a task waiting for room must not wait for it).
-                    b.charge = None;
-                }
-                return Some(head.message(r));
-            }
-            b.records.next();
-        }
-    }
-
-    /// Waits for the next message. After the consumer is closed for good (closed by the broker,
-    /// failed ...) this returns that error once, then [`Error::Closed`]. After
-    /// [`close`](Self::close) it fails with [`Error::Closed`] at once, even with messages still
-    /// queued (as Java's `receive`): they were never handed out and the broker gives them to
-    /// another consumer.
-    ///
-    /// Once every partition of every topic reached the end of its terminated topic (see
-    /// [`has_reached_end_of_topic`](Self::has_reached_end_of_topic)), this returns
-    /// [`Error::TopicTerminated`] once, after the messages received before; the consumer
-    /// stays open (Java tells its listener `reachedEndOfTopic` and its `receive` waits): a
-    /// later `recv` waits for messages (e.g. after a seek), and [`close`](Self::close)
-    /// detaches it on the broker.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe: dropping the future before it completes (e.g. when another branch of a
-    /// `tokio::select!` wins) never loses a message; the next `recv` returns it. A message
-    /// is taken out of the queue only in the poll that returns it. The same holds for the
-    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl.
-    ///
-    /// The recommended loop receives, hands the message to a task with an [`Acker`] and stops
-    /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
-    ///
-    /// ```no_run
-    /// # async fn demo(mut consumer: pulsar_sdk::Consumer,
-    /// #     shutdown: impl std::future::Future<Output = ()>) -> pulsar_sdk::Result<()> {
-    /// let acker = consumer.acker();
-    /// tokio::pin!(shutdown);
-    /// loop {
-    ///     tokio::select! {
-    ///         _ = &mut shutdown => break,
-    ///         msg = consumer.recv() => {
-    ///             let msg = msg?;
-    ///             let acker = acker.clone();
-    ///             tokio::spawn(async move {
-    ///                 // ... process, then:
-    ///                 let _ = acker.ack(&msg);
-    ///             });
-    ///         }
-    ///     }
-    /// }
-    /// consumer.close().await
-    /// # }
-    /// ```
-    pub async fn recv(&mut self) -> Result<Message> {
-        if self.closed_by_app.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
-        }
-        if let Some(mut m) = self.peeked.take() {
-            self.consumed(&mut m);
-            return Ok(m);
-        }
-        if let Some(mut m) = self.take_buffered() {
-            self.consumed(&mut m);
-            return Ok(m);
-        }
-        loop {
-            let Some((index, epoch, item)) = self.inbound().rx.recv().await else {
-                return Err(Error::Closed);
-            };
-            if let Some(r) = self.accept(index, epoch, item) {
-                return r.map(|mut m| {
-                    self.consumed(&mut m);
-                    m
-                });
-            }
-        }
-    }
-
-    /// A message the application takes: through the interceptors' `before_consume`, if any
-    /// (Java `ConsumerBase.beforeConsume`, called as `receive` returns the message).
-    #[inline(always)]
-    fn consumed(&self, m: &mut Message) {
-        if let Some(c) = &self.interceptors {
-            before_consume(c, m);
-        }
-    }
-
     /// The task of the main topic that owns `id`; `Err` when several topics could
     /// (a multi-topic consumer: an id names no topic).
     fn partition_of(&self, id: &MessageId) -> Result<Option<Arc<PartitionShared>>> {
@@ -569,136 +357,6 @@ impl Consumer {
         rx.await.unwrap_or(Err(Error::Closed))
     }
 
-    /// The consumer's lifecycle state (aggregated over partitions like
-    /// [`crate::Producer::state`]).
-    ///
-    /// A pattern consumer's topic that was deleted does not count (its consumer ended; the
-    /// topic leaves the consumer). On a multi-topic or pattern consumer (or one with
-    /// `retry_enable`) a topic that ended for good (closed by the broker,
-    /// failed) does not end the consumer while its other topics run, like upstream's
-    /// `MultiTopicsConsumerImpl`: the state is terminal once every topic ended.
-    pub fn state(&self) -> State {
-        let states: Vec<State> = self.state_watchers().iter().map(|w| *w.borrow()).collect();
-        aggregate_until_all_end(&states)
-    }
-
-    /// What the state follows: the live tasks, and a pattern consumer's discovery (open while
-    /// it has no topic).
-    fn state_watchers(&self) -> Vec<watch::Receiver<State>> {
-        let mut all: Vec<_> = self.live().iter().map(|p| p.state.clone()).collect();
-        if let Some(d) = &self.discovery {
-            all.push(d.state());
-        }
-        all
-    }
-
-    /// A snapshot of the consumer's statistics: per partition (and retry-topic member) and
-    /// summed (see [`crate::stats`]).
-    ///
-    /// ```no_run
-    /// # fn demo(consumer: &pulsar_sdk::Consumer) {
-    /// let s = consumer.stats();
-    /// println!("{} received, {} in the queue", s.totals.messages_received,
-    ///     s.totals.receiver_queue_len);
-    /// # }
-    /// ```
-    pub fn stats(&self) -> crate::stats::ConsumerStats {
-        let parts = self.all();
-        let mut members = Vec::with_capacity(parts.len());
-        for p in &parts {
-            let state = *p.state.borrow();
-            let mut counts = p.stats.snapshot();
-            counts.discarded_undecodable = p.discarded.load(Ordering::Relaxed);
-            counts.receiver_queue_len = p.room().queued;
-            members.push(crate::stats::PartitionConsumerStats {
-                topic: p.stats.topic().to_string(),
-                partition: p.partition,
-                state,
-                counts,
-            });
-        }
-        let mut stats = crate::stats::ConsumerStats::aggregate(self.state(), members);
-        stats.interceptor_panics = crate::interceptor::panics(&self.interceptors);
-        stats
-    }
-
-    /// The tasks whose topic was not deleted under them.
-    fn live(&self) -> Vec<Arc<PartitionShared>> {
-        let mut all = self.all();
-        all.retain(|p| !p.topic_deleted.load(Ordering::Acquire));
-        all
-    }
-
-    /// How many entries were discarded because they could not be decoded (each was reported
-    /// as an error item and acked with its validation error, like upstream).
-    pub fn discarded_entries(&self) -> u64 {
-        self.all()
-            .iter()
-            .map(|p| p.discarded.load(Ordering::Relaxed))
-            .sum()
-    }
-
-    /// The consumer's lifecycle states as a
-    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html): the current state
-    /// first, then each
-    /// change, ending after a terminal state. This is the documented way to follow the state
-    /// (it hides the channel type, and is `Send + 'static`).
-    ///
-    /// ```no_run
-    /// # async fn demo(consumer: pulsar_sdk::Consumer) {
-    /// use futures::StreamExt;
-    /// let mut states = consumer.states();
-    /// tokio::spawn(async move {
-    ///     while let Some(state) = states.next().await {
-    ///         println!("consumer is now {state}");
-    ///     }
-    /// });
-    /// # }
-    /// ```
-    ///
-    /// A multi-topic or pattern consumer's stream follows the partitions subscribed when it was
-    /// made (and a pattern consumer's discovery: it stays open without topics).
-    pub fn states(&self) -> StateStream {
-        StateStream::until_all_end(self.state_watchers())
-    }
-
-    /// Resolves once the consumer reached a terminal state ([`State::is_terminal`]), with
-    /// that state: [`State::Closed`] after a close by the application (its
-    /// [`close`](Self::close), dropping it, or [`Client::close`](crate::Client::close)), else
-    /// why it ended (e.g. [`State::ClosedByBroker`], [`State::Failed`]; reaching the end of a
-    /// terminated topic is no end, see [`Consumer::has_reached_end_of_topic`]). The future is
-    /// `Send + 'static`.
-    ///
-    /// ```no_run
-    /// # async fn demo(mut consumer: pulsar_sdk::Consumer) -> pulsar_sdk::Result<()> {
-    /// let ended = consumer.closed();
-    /// tokio::pin!(ended);
-    /// loop {
-    ///     tokio::select! {
-    ///         state = &mut ended => { eprintln!("consumer ended: {state}"); break }
-    ///         msg = consumer.recv() => consumer.ack(&msg?)?,
-    ///     }
-    /// }
-    /// # Ok(()) }
-    /// ```
-    pub fn closed(&self) -> impl std::future::Future<Output = State> + Send + 'static + use<> {
-        self.states().terminal()
-    }
-
-    /// Failover subscriptions: whether this consumer is the active one (`None` until the
-    /// broker says), and its changes: [`Updates::current`](crate::Updates::current),
-    /// [`Updates::changed`](crate::Updates::changed) or the stream. (Of the first partition of
-    /// the first topic; a pattern consumer with no topic yet: `None`, never changing.)
-    pub fn active_updates(&self) -> crate::updates::Updates<Option<bool>> {
-        crate::updates::Updates::until(
-            match self.all().first() {
-                Some(p) => p.active.subscribe(),
-                None => watch::channel(None).1,
-            },
-            self.closed(),
-        )
-    }
-
     /// Deletes the subscription (the consumer must be its only one) on every topic and
     /// partition, and closes the consumer. When the broker refuses (e.g. another consumer is
     /// attached), the error is returned and the consumer stays usable, as upstream's
@@ -751,16 +409,6 @@ impl Consumer {
     }
 }
 
-/// The interceptors' `before_consume`, out of line (the hot path only checks for them).
-#[cold]
-#[inline(never)]
-fn before_consume(
-    c: &crate::interceptor::Chain<dyn crate::interceptor::ConsumerInterceptor>,
-    m: &mut Message,
-) {
-    c.before_consume(m);
-}
-
 /// The (first) topic's dead-letter / retry publisher.
 fn first_sink(groups: &Groups) -> Option<Arc<engine::dlq::DeadLetterSink>> {
     let groups = groups.lock().unwrap_or_else(|e| e.into_inner());
@@ -778,38 +426,6 @@ pub(crate) fn ended_error(state: State, topic: &TopicName) -> Error {
         // what upstream gives on a consumer that is gone, never a retriable error.
         State::Failed => Error::Closed,
         _ => Error::Closed,
-    }
-}
-
-impl Stream for Consumer {
-    type Item = Result<Message>;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        if self.closed_by_app.load(Ordering::Relaxed) {
-            return Poll::Ready(None);
-        }
-        if let Some(mut m) = self.peeked.take() {
-            self.consumed(&mut m);
-            return Poll::Ready(Some(Ok(m)));
-        }
-        if let Some(mut m) = self.take_buffered() {
-            self.consumed(&mut m);
-            return Poll::Ready(Some(Ok(m)));
-        }
-        loop {
-            match self.inbound().rx.poll_recv(cx) {
-                Poll::Ready(Some((index, epoch, item))) => {
-                    if let Some(r) = self.accept(index, epoch, item) {
-                        return Poll::Ready(Some(r.map(|mut m| {
-                            self.consumed(&mut m);
-                            m
-                        })));
-                    }
-                }
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
     }
 }
 

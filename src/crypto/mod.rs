@@ -20,6 +20,7 @@
 
 mod cipher;
 mod consumer;
+pub(crate) mod error;
 mod keys;
 mod producer;
 
@@ -33,6 +34,8 @@ use futures::future::BoxFuture;
 
 use crate::compression::CompressionType;
 use crate::error::SourceError;
+
+pub use error::CryptoError;
 
 pub(crate) use consumer::{context as consumer_context, Decrypted, Decryptor};
 pub(crate) use producer::Encryptor;
@@ -252,68 +255,6 @@ pub struct EncryptionContext {
     pub uncompressed_size: u32,
     /// The number of messages in the encrypted batch (`None`: not a batch).
     pub batch_size: Option<i32>,
-}
-
-/// Why encryption or decryption failed (see [`Error::Crypto`](crate::Error::Crypto)).
-#[derive(Debug, Clone, thiserror::Error)]
-#[non_exhaustive]
-pub enum CryptoError {
-    /// An encrypted message arrived at a consumer without a [`CryptoKeyReader`].
-    #[error("the message is encrypted and the consumer has no crypto key reader")]
-    NoKeyReader,
-    /// The key reader failed for this key.
-    #[error("crypto key reader failed for key `{key}`: {source}")]
-    KeyReader {
-        /// The key name asked for.
-        key: String,
-        /// The reader's error.
-        #[source]
-        source: SourceError,
-    },
-    /// The key the reader gave is not a usable RSA key (bad PEM or DER, or a size aws-lc
-    /// refuses: 2048 to 8192 bits).
-    #[error("key `{key}` is not a usable RSA key: {reason}")]
-    InvalidKey {
-        /// The key name.
-        key: String,
-        /// Why it was refused.
-        reason: String,
-    },
-    /// The key is of a kind this client does not encrypt with (EC: see the module docs).
-    #[error("key `{key}` is an {kind} key; only RSA keys are supported")]
-    UnsupportedKey {
-        /// The key name.
-        key: String,
-        /// The key kind found.
-        kind: &'static str,
-    },
-    /// None of the message's recipients' data keys could be decrypted with the private keys
-    /// the reader gave (the consumer is not a recipient, or holds the wrong key).
-    #[error("no private key decrypts the data key of any recipient ({keys:?})")]
-    NoUsableKey {
-        /// The recipients' key names the message lists.
-        keys: Vec<String>,
-    },
-    /// The payload failed its AES-GCM authentication with the data key the message carries:
-    /// it (or its IV) was altered.
-    #[error("the encrypted payload failed authentication (tampered or corrupted)")]
-    Tampered,
-    /// The message names a cipher or parameters this client cannot use.
-    #[error("unsupported encryption: {0}")]
-    UnsupportedAlgorithm(String),
-    /// A message the consumer could not decrypt and did not deliver
-    /// ([`ConsumerCryptoFailureAction::Fail`]): it stays unacknowledged.
-    #[error("message {id} not delivered: {cause}")]
-    Undelivered {
-        /// The message's (entry's) id.
-        id: crate::message_id::MessageId,
-        /// Why it could not be decrypted.
-        #[source]
-        cause: Box<CryptoError>,
-    },
-    /// The producer could not encrypt (no data key: the key reader failed at every attempt).
-    #[error("encryption failed: {0}")]
-    Encrypt(String),
 }
 
 impl From<CryptoError> for crate::Error {

@@ -43,9 +43,6 @@ enum Slot {
     #[default]
     Waiting,
     Polled(Waker),
-    /// Not completed yet, with a hook to run on completion (the producer's interceptors):
-    /// only on producers that have some.
-    Hooked(Box<Hooked>),
     Done(StoredId),
     /// Any other result (an error, a chunked message's id): rare, so boxed.
     DoneOther(Box<Result<MessageId>>),
@@ -56,32 +53,37 @@ enum Slot {
 /// What runs when a send completes, with its result (see [`SendFuture::on_complete`]).
 pub(crate) type Hook = Box<dyn FnOnce(Result<&MessageId, &Error>) + Send>;
 
-/// A pending slot's completion hook, and the waker of the future if it polled.
-struct Hooked {
-    waker: Option<Waker>,
-    hook: Hook,
-}
+/// The hooks of the slots a completion filled, with their results: run once every lock is
+/// released and before the futures' wakers (as Java runs the interceptors before it completes
+/// the send's future).
+type Hooks = Vec<(Hook, Result<MessageId>)>;
 
-impl std::fmt::Debug for Hooked {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Hooked")
-            .field("waker", &self.waker)
-            .finish()
+/// Runs the hooks collected by a completion.
+#[cold]
+#[inline(never)]
+fn run_hooks(hooks: Hooks) {
+    for (hook, result) in hooks {
+        hook(result.as_ref());
     }
 }
 
-/// The hooks of the slots a completion filled, with their results: run once every lock is
-/// released (hook first, then the future's waker, as Java runs the interceptors before it
-/// completes the send's future). Empty (no allocation) on a producer without interceptors.
-type Hooks = Vec<(Box<Hooked>, Result<MessageId>)>;
+/// A group's slots and, apart from them, the completion hooks of its sends.
+#[derive(Default)]
+struct Slots {
+    slots: [Slot; GROUP],
+    /// The hooks of the group's pending sends (the producer's interceptors), by slot:
+    /// allocated by the first [`SendFuture::on_complete`], so on a producer without
+    /// interceptors the slots are those of a plain receipt and a completion pays one check
+    /// per group it fills.
+    hooks: Option<Box<[Option<Hook>; GROUP]>>,
+}
 
-/// Runs the hooks collected by a completion.
-fn run_hooks(hooks: Hooks) {
-    for (h, result) in hooks {
-        (h.hook)(result.as_ref());
-        if let Some(w) = h.waker {
-            w.wake();
-        }
+impl std::fmt::Debug for Slots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slots")
+            .field("slots", &self.slots)
+            .field("hooked", &self.hooks.is_some())
+            .finish()
     }
 }
 
@@ -91,7 +93,7 @@ struct Group {
     partition: i32,
     /// Where what the group's sends hold goes back to (see [`Responder::release`]).
     limits: Arc<Limits>,
-    slots: Mutex<[Slot; GROUP]>,
+    slots: Mutex<Slots>,
 }
 
 impl Group {
@@ -103,7 +105,7 @@ impl Group {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, [Slot; GROUP]> {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
         // A poisoned lock only means a panic elsewhere while it was held; the slots stay valid.
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -132,6 +134,23 @@ impl Group {
             })),
             Slot::DoneOther(r) => Some((**r).clone()),
             _ => None,
+        }
+    }
+
+    /// The hooks of `range`'s slots, just filled, with their results (to `out`): only on a
+    /// group some of whose sends have hooks.
+    #[cold]
+    #[inline(never)]
+    fn take_hooks(&self, slots: &mut Slots, range: std::ops::Range<usize>, out: &mut Hooks) {
+        let Some(hooks) = slots.hooks.as_mut() else {
+            return;
+        };
+        for i in range {
+            if let Some(hook) = hooks[i].take() {
+                if let Some(r) = self.result_of(&slots.slots[i]) {
+                    out.push((hook, r));
+                }
+            }
         }
     }
 
@@ -229,19 +248,19 @@ impl Responder {
     fn fill(&mut self, result: Result<MessageId>) {
         self.sent = true;
         let mut slots = self.group.lock();
-        let slot = &mut slots[self.index as usize];
-        let waiting = std::mem::replace(slot, self.group.done(result));
-        match waiting {
-            Slot::Polled(waker) => {
-                drop(slots);
-                waker.wake();
-            }
-            Slot::Hooked(h) => {
-                let result = self.group.result_of(&slots[self.index as usize]);
-                drop(slots);
-                run_hooks(result.map(|r| (h, r)).into_iter().collect());
-            }
-            _ => {}
+        let index = self.index as usize;
+        let waiting = std::mem::replace(&mut slots.slots[index], self.group.done(result));
+        if slots.hooks.is_some() {
+            let mut hooks = Vec::new();
+            self.group
+                .take_hooks(&mut slots, index..index + 1, &mut hooks);
+            drop(slots);
+            run_hooks(hooks);
+        } else {
+            drop(slots);
+        }
+        if let Slot::Polled(waker) = waiting {
+            waker.wake();
         }
     }
 }
@@ -267,8 +286,9 @@ struct Run {
 
 impl Run {
     /// Fills the run's slots with `done(i)` for its i-th slot; the wakers of the futures that
-    /// wait go to `wakers` (woken by the caller once every lock is released, with one list
-    /// for the whole batch). The run is left empty.
+    /// wait go to `wakers` and the hooks of its sends, with their results, to `hooks` (run,
+    /// then woken, by the caller once every lock is released, with one list each for the
+    /// whole batch). The run is left empty.
     fn fill(
         &mut self,
         wakers: &mut Vec<Waker>,
@@ -278,16 +298,13 @@ impl Run {
         let range = self.start as usize..(self.start + self.len) as usize;
         self.len = 0;
         let mut slots = self.group.lock();
-        for (i, slot) in slots[range].iter_mut().enumerate() {
-            match std::mem::replace(slot, done(i)) {
-                Slot::Polled(w) => wakers.push(w),
-                Slot::Hooked(h) => {
-                    if let Some(r) = self.group.result_of(slot) {
-                        hooks.push((h, r));
-                    }
-                }
-                _ => {}
+        for (i, slot) in slots.slots[range.clone()].iter_mut().enumerate() {
+            if let Slot::Polled(w) = std::mem::replace(slot, done(i)) {
+                wakers.push(w);
             }
+        }
+        if slots.hooks.is_some() {
+            self.group.take_hooks(&mut slots, range, hooks);
         }
     }
 }
@@ -430,18 +447,13 @@ impl SendFuture {
     /// task completes it, whether or not this future is awaited: the producer's interceptors.
     pub(crate) fn on_complete(&mut self, hook: Hook) {
         let mut slots = self.group.lock();
-        let slot = &mut slots[self.index as usize];
-        match std::mem::take(slot) {
-            Slot::Waiting => *slot = Slot::Hooked(Box::new(Hooked { waker: None, hook })),
-            Slot::Polled(w) => {
-                *slot = Slot::Hooked(Box::new(Hooked {
-                    waker: Some(w),
-                    hook,
-                }))
+        let index = self.index as usize;
+        match &slots.slots[index] {
+            Slot::Waiting | Slot::Polled(_) => {
+                slots.hooks.get_or_insert_with(Box::default)[index] = Some(hook);
             }
             done => {
-                let result = self.group.result_of(&done);
-                *slot = done;
+                let result = self.group.result_of(done);
                 drop(slots);
                 if let Some(r) = result {
                     hook(r.as_ref());
@@ -467,7 +479,7 @@ impl Future for SendFuture {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
         let mut slots = this.group.lock();
-        let slot = &mut slots[this.index as usize];
+        let slot = &mut slots.slots[this.index as usize];
         match slot {
             Slot::Done(id) => {
                 let id = *id;
@@ -486,12 +498,6 @@ impl Future for SendFuture {
                 _ => Poll::Ready(Err(Error::Closed)),
             },
             Slot::Polled(w) if w.will_wake(cx.waker()) => Poll::Pending,
-            Slot::Hooked(h) => {
-                if !h.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-                    h.waker = Some(cx.waker().clone());
-                }
-                Poll::Pending
-            }
             Slot::Waiting | Slot::Polled(_) => {
                 *slot = Slot::Polled(cx.waker().clone());
                 Poll::Pending
@@ -693,6 +699,89 @@ mod tests {
             rx.try_result(),
             Some(Err(Error::InvalidConfig(_)))
         ));
+    }
+
+    /// A completion hook runs once with its send's result, whichever way the send completes
+    /// (alone, in a batch, failed, dropped unfilled, or before the hook was added), and before
+    /// the waiting future is woken; sends without a hook in the same group are unaffected.
+    #[test]
+    fn hooks_run_once_with_their_result_before_the_waker() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::Mutex as StdMutex;
+        use std::task::Wake;
+        type Log = Arc<StdMutex<Vec<String>>>;
+        let log: Log = Arc::default();
+        let hook = |name: &'static str, log: &Log| -> Hook {
+            let log = log.clone();
+            Box::new(move |r| {
+                let got = match r {
+                    Ok(id) => format!("{name}:{}:{}", id.entry_id, id.batch_index),
+                    Err(e) => format!("{name}:{e}"),
+                };
+                log.lock().unwrap().push(got);
+            })
+        };
+        /// Records, when woken, whether its hook had run by then.
+        struct Seen(Log, AtomicBool, usize);
+        impl Wake for Seen {
+            fn wake(self: Arc<Self>) {
+                let hooked = self.0.lock().unwrap().len() >= self.2;
+                self.1.store(hooked, Ordering::SeqCst);
+            }
+        }
+        let mut r = Receipts::default();
+        // Alone: polled first (a waker), then hooked, then filled.
+        let (tx, mut rx) = r.next();
+        let seen = Arc::new(Seen(log.clone(), AtomicBool::new(false), 1));
+        let waker = Waker::from(seen.clone());
+        assert!(Pin::new(&mut rx)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending());
+        rx.on_complete(hook("alone", &log));
+        tx.send(Ok(MessageId::new(1, 5, -1)));
+        assert!(
+            seen.1.load(Ordering::SeqCst),
+            "the hook ran before the wake"
+        );
+        assert_eq!(rx.try_result().unwrap().unwrap().entry_id, 5);
+        // A batch: hooked and plain sends mixed; then a failed one and a dropped one.
+        let mut batch = BatchReceipts::default();
+        let mut futures = Vec::new();
+        for i in 0..3 {
+            let (tx, mut rx) = r.next();
+            if i != 1 {
+                rx.on_complete(hook(["b0", "", "b2"][i], &log));
+            }
+            batch.push(tx);
+            futures.push(rx);
+        }
+        batch.complete(MessageId::new(1, 6, -1));
+        for (i, mut f) in futures.into_iter().enumerate() {
+            assert_eq!(f.try_result().unwrap().unwrap().batch_index, i as i32);
+        }
+        let mut failed = BatchReceipts::default();
+        let (tx, mut rx) = r.next();
+        rx.on_complete(hook("failed", &log));
+        failed.push(tx);
+        failed.fail(&Error::Closed);
+        let (tx, mut rx) = r.next();
+        rx.on_complete(hook("dropped", &log));
+        drop(tx);
+        // Hooked once already complete: runs at once.
+        let (tx, mut rx) = r.next();
+        tx.send(Ok(MessageId::new(1, 7, -1)));
+        rx.on_complete(hook("late", &log));
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "alone:5:-1",
+                "b0:6:0",
+                "b2:6:2",
+                "failed:already closed",
+                "dropped:already closed",
+                "late:7:-1"
+            ]
+        );
     }
 
     #[test]

@@ -1,0 +1,284 @@
+//! Receiving, the handle's side: taking the partition tasks' queued items in order
+//! (discarding what a reconnect or seek made stale, counting what is taken for flow permits),
+//! the end of the topics, [`Consumer::recv`] and the `Stream` impl, and the interceptors'
+//! `before_consume` as a message is handed out.
+
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
+
+use futures::Stream;
+
+use crate::consumer::handle::PartitionShared;
+use crate::consumer::op::ConsumerOp;
+use crate::consumer::queue::{self, Item};
+use crate::consumer::{topics, Consumer};
+use crate::error::{Error, Result};
+use crate::message::Message;
+
+impl Consumer {
+    /// The queue and the entry being handed out, without a lock (see [`queue::Inbound`]).
+    #[inline]
+    pub(super) fn inbound(&mut self) -> &mut queue::Inbound {
+        self.queue
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Accepts a queued item (only once the entry before it is handed out): discards messages
+    /// from before a reconnect or seek, counts consumption for flow permits, remembers the
+    /// position. `None` = discarded.
+    pub(super) fn accept(
+        &mut self,
+        index: usize,
+        epoch: u64,
+        item: Item,
+    ) -> Option<Result<Message>> {
+        // None: the task's topic was removed (a pattern consumer); its items are dropped.
+        let p = topics::registry::lock(&self.registry).get(index)?;
+        match item {
+            Item::Messages(entry, charge) => {
+                debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
+                self.inbound().buffered = queue::Buffered {
+                    part: Some(p),
+                    epoch,
+                    head: Some(entry.head),
+                    records: entry.records.into_iter(),
+                    charge: Some(charge),
+                };
+                self.take_buffered().map(Ok)
+            }
+            Item::Discarded(e) => {
+                // Out of the queue: room for another message (see `QueueRoom`).
+                if let Some(n) = p.taken(epoch, p.refill_at, false) {
+                    let _ = p.send_op(ConsumerOp::Flow(n));
+                }
+                Some(Err(e))
+            }
+            // Errors are never sent again: they reach the application whatever the epoch.
+            Item::Error(e) => Some(Err(e)),
+            // One partition (or topic) at its end is no error (Java MultiTopicsConsumerImpl);
+            // the end is reported once, when every one of them got there.
+            // Counted once the handle took the notice, so every message the partitions queued
+            // before their notices is handed out before the end is.
+            // A notice queued before a seek: the consumer is no longer at the end.
+            Item::EndOfTopic if epoch < p.end_epoch.load(Ordering::Acquire) => None,
+            Item::EndOfTopic => {
+                p.handles.end_taken.store(true, Ordering::Release);
+                let all_taken = self.every_current(|p| p.handles.end_taken.load(Ordering::Acquire));
+                if self.end_reported || !all_taken {
+                    return None;
+                }
+                self.end_reported = true;
+                Some(Err(Error::TopicTerminated {
+                    topic: self.topic.to_string(),
+                }))
+            }
+        }
+    }
+
+    /// Whether the consumer reached the end of its terminated topic: the broker said so for
+    /// every partition of every topic (a multi-topic or pattern consumer: of each topic it
+    /// has now; with `retry_enable`, of the retry topic too), like Java's
+    /// `hasReachedEndOfTopic` (`MultiTopicsConsumerImpl`: all of its consumers). `false`
+    /// while the consumer has no topic (a pattern consumer that matched none).
+    ///
+    /// A consumer at the end stays a consumer, as in Java: attached to its subscription,
+    /// able to ack, seek and unsubscribe, and [`close`](Self::close) detaches it on the
+    /// broker. The flag stays set once set (also after a seek, as Java's).
+    pub fn has_reached_end_of_topic(&self) -> bool {
+        self.every_current(|p| p.reached_end.load(Ordering::Acquire))
+    }
+
+    /// Whether the consumer has a current partition (topic not deleted nor removed) and
+    /// `check` holds for each.
+    fn every_current(&self, check: impl Fn(&PartitionShared) -> bool) -> bool {
+        let live = self.live();
+        let mut current = live
+            .iter()
+            .filter(|p| !p.handles.removed.load(Ordering::Acquire))
+            .peekable();
+        current.peek().is_some() && current.all(|p| check(p))
+    }
+
+    /// The next message of the entry being handed out, if any. Each one counts as taken out
+    /// of the queue here (flow permits, room, the ack timeout's clock), like one queued alone.
+    /// The public `Message` is built here, from its compact record (see `entry`), straight
+    /// into the result (inlined into `recv`: a `Message` is ~270 bytes, each move a `memcpy`).
+    #[inline]
+    pub(super) fn take_buffered(&mut self) -> Option<Message> {
+        loop {
+            let b = &mut self.inbound().buffered;
+            let p = b.part.as_ref()?;
+            let Some(r) = b.records.as_slice().first() else {
+                // Done with the entry: its task and buffer are let go.
+                self.inbound().buffered = queue::Buffered::default();
+                return None;
+            };
+            if p.handles.removed.load(Ordering::Acquire) {
+                // The task's topic was removed: what it queued is dropped uncounted.
+                self.inbound().buffered = queue::Buffered::default();
+                return None;
+            }
+            // Out of the queue: room for another message (see `QueueRoom`).
+            if let Some(n) = p.taken(b.epoch, p.refill_at, true) {
+                let _ = p.send_op(ConsumerOp::Flow(n));
+            }
+            // A message queued before a reconnect, seek or redeliver-all is discarded (the
+            // broker sends it again); its permit was counted above like upstream's
+            // `messageProcessed` on a stale message, so the broker can send its replacement.
+            let current = if p.durable {
+                b.epoch == p.epoch.load(Ordering::Acquire)
+            } else {
+                // Checked and recorded under one lock, which a new epoch takes too (see
+                // `PartitionShared::new_epoch`): a reader resumes exactly after what it handed
+                // out.
+                let mut last = p.last_dequeued();
+                let current = b.epoch == p.epoch.load(Ordering::Acquire);
+                if let (true, Some(head)) = (current, &b.head) {
+                    *last = Some(head.id_of(r));
+                }
+                current
+            };
+            if current {
+                p.stats.received(r.payload.len());
+                let head = b.head.as_ref()?;
+                let r = b.records.next()?;
+                if b.records.as_slice().is_empty() {
+                    // The entry's last message: its bytes leave the consumer's budget now,
+                    // not at the next `recv` (a task waiting for room must not wait for it).
+                    b.charge = None;
+                }
+                return Some(head.message(r));
+            }
+            b.records.next();
+        }
+    }
+
+    /// Waits for the next message. After the consumer is closed for good (closed by the broker,
+    /// failed ...) this returns that error once, then [`Error::Closed`]. After
+    /// [`close`](Self::close) it fails with [`Error::Closed`] at once, even with messages still
+    /// queued (as Java's `receive`): they were never handed out and the broker gives them to
+    /// another consumer.
+    ///
+    /// Once every partition of every topic reached the end of its terminated topic (see
+    /// [`has_reached_end_of_topic`](Self::has_reached_end_of_topic)), this returns
+    /// [`Error::TopicTerminated`] once, after the messages received before; the consumer
+    /// stays open (Java tells its listener `reachedEndOfTopic` and its `receive` waits): a
+    /// later `recv` waits for messages (e.g. after a seek), and [`close`](Self::close)
+    /// detaches it on the broker.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future before it completes (e.g. when another branch of a
+    /// `tokio::select!` wins) never loses a message; the next `recv` returns it. A message
+    /// is taken out of the queue only in the poll that returns it. The same holds for the
+    /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl.
+    ///
+    /// The recommended loop receives, hands the message to a task with an
+    /// [`Acker`](crate::Acker) and stops
+    /// on a shutdown signal (see `examples/pipeline.rs` for a complete service):
+    ///
+    /// ```no_run
+    /// # async fn demo(mut consumer: pulsar_sdk::Consumer,
+    /// #     shutdown: impl std::future::Future<Output = ()>) -> pulsar_sdk::Result<()> {
+    /// let acker = consumer.acker();
+    /// tokio::pin!(shutdown);
+    /// loop {
+    ///     tokio::select! {
+    ///         _ = &mut shutdown => break,
+    ///         msg = consumer.recv() => {
+    ///             let msg = msg?;
+    ///             let acker = acker.clone();
+    ///             tokio::spawn(async move {
+    ///                 // ... process, then:
+    ///                 let _ = acker.ack(&msg);
+    ///             });
+    ///         }
+    ///     }
+    /// }
+    /// consumer.close().await
+    /// # }
+    /// ```
+    pub async fn recv(&mut self) -> Result<Message> {
+        if self.closed_by_app.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        // Each message the application takes goes through the interceptors' `before_consume`
+        // (Java `ConsumerBase.beforeConsume`, as `receive` returns it) on a path of its own:
+        // without interceptors the message goes to the result as it did before there were
+        // any (a `Message` is ~270 bytes; a shared path that may hand it to a call costs a
+        // copy per message), and the check is all that is left.
+        if let Some(m) = self.peeked.take() {
+            if self.interceptors.is_some() {
+                return Ok(self.consumed(m));
+            }
+            return Ok(m);
+        }
+        if let Some(m) = self.take_buffered() {
+            if self.interceptors.is_some() {
+                return Ok(self.consumed(m));
+            }
+            return Ok(m);
+        }
+        loop {
+            let Some((index, epoch, item)) = self.inbound().rx.recv().await else {
+                return Err(Error::Closed);
+            };
+            if let Some(r) = self.accept(index, epoch, item) {
+                if self.interceptors.is_some() {
+                    return r.map(|m| self.consumed(m));
+                }
+                return r;
+            }
+        }
+    }
+
+    /// A message the application takes, through the interceptors' `before_consume`; out of
+    /// line (see [`Consumer::recv`]).
+    #[cold]
+    #[inline(never)]
+    fn consumed(&self, mut m: Message) -> Message {
+        if let Some(c) = &self.interceptors {
+            c.before_consume(&mut m);
+        }
+        m
+    }
+}
+
+impl Stream for Consumer {
+    type Item = Result<Message>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.closed_by_app.load(Ordering::Relaxed) {
+            return Poll::Ready(None);
+        }
+        // As in `recv`: the interceptors on a path of their own.
+        if let Some(m) = self.peeked.take() {
+            if self.interceptors.is_some() {
+                return Poll::Ready(Some(Ok(self.consumed(m))));
+            }
+            return Poll::Ready(Some(Ok(m)));
+        }
+        if let Some(m) = self.take_buffered() {
+            if self.interceptors.is_some() {
+                return Poll::Ready(Some(Ok(self.consumed(m))));
+            }
+            return Poll::Ready(Some(Ok(m)));
+        }
+        loop {
+            match self.inbound().rx.poll_recv(cx) {
+                Poll::Ready(Some((index, epoch, item))) => {
+                    if let Some(r) = self.accept(index, epoch, item) {
+                        if self.interceptors.is_some() {
+                            return Poll::Ready(Some(r.map(|m| self.consumed(m))));
+                        }
+                        return Poll::Ready(Some(r));
+                    }
+                }
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
