@@ -242,10 +242,25 @@ impl PulsarCodec {
             )));
         }
         if src.len() < frame_len {
-            // Room for the next chunk only: a header may claim far more than will ever arrive
-            // (the buffer then grows geometrically with the bytes received, at most about
-            // twice what has arrived).
-            src.reserve((frame_len - src.len()).min(READ_CHUNK));
+            let missing = frame_len - src.len();
+            if frame_len > READ_CHUNK && missing <= src.len() && src.capacity() < frame_len {
+                // A large frame at least half arrived: a buffer of exactly its size, the
+                // bytes so far moved in (as the buffer's growth would have; if a chunk's
+                // doubling already made room for it, at most two chunks over). The frame keeps
+                // its buffer alive as long as any part of it is held (a queued message's
+                // payload is a slice of it); grown by doubling, that buffer was up to twice
+                // the frame (a 1 MiB message, a few bytes over a power of two: 2 MiB), so a
+                // consumer counting the bytes it holds held up to twice as much (issue #31).
+                // One copy of at most the frame per large frame, in place of a doubling.
+                let mut exact = BytesMut::with_capacity(frame_len);
+                exact.extend_from_slice(src);
+                *src = exact;
+            } else {
+                // Room for the next chunk only: a header may claim far more than will ever
+                // arrive (the buffer then grows geometrically with the bytes received, at
+                // most about twice what has arrived).
+                src.reserve(missing.min(READ_CHUNK));
+            }
             return Ok(None);
         }
         let frame = src.split_to(frame_len).freeze();

@@ -207,6 +207,54 @@ fn oversized_length_rejected_before_allocating() {
     assert!(buf.capacity() < 1024, "capacity grew to {}", buf.capacity());
 }
 
+/// Issue #31: a large frame's payload is a slice of the read buffer it arrived in, so the
+/// buffer lives as long as the message is queued. Grown by doubling as the frame arrived, the
+/// buffer of a 1 MiB message (a few bytes over a power of two) was 2 MiB: a consumer holding
+/// its budget and the bytes beyond its permits in such messages held twice what it counted (a
+/// hostile test's heap peaked at 50-72 MiB for a 16 MiB limit). Read the way `FramedRead`
+/// reads (into the spare room, one more byte reserved when full), the buffer holding the
+/// whole frame is now its size, give or take the last chunk's doubling (at most two read
+/// chunks over); and a header alone still reserves no more than a chunk.
+#[test]
+fn a_large_frame_arrives_in_a_buffer_of_its_own_size() {
+    for size in [1 << 20, (1 << 20) + (1 << 16), 3 << 20] {
+        let frame = Frame::with_payload(
+            send_command(1, 1),
+            metadata("p", 1),
+            Bytes::from(vec![7u8; size]),
+        );
+        let wire = encode(&frame);
+        let mut codec = PulsarCodec::new();
+        let mut buf = BytesMut::new();
+        let mut sent = 0;
+        let (decoded, held) = loop {
+            let held = buf.capacity();
+            if let Some(f) = codec.decode(&mut buf).unwrap() {
+                break (f, held);
+            }
+            if sent == 4 {
+                assert!(buf.capacity() <= 4 + READ_CHUNK, "{}", buf.capacity());
+            }
+            if buf.len() == buf.capacity() {
+                buf.reserve(1);
+            }
+            // What one read brings: at most the spare room, and at most 4 bytes at first
+            // (the header alone), then 16 KiB.
+            let n = (buf.capacity() - buf.len())
+                .min(if sent == 0 { 4 } else { 16 * 1024 })
+                .min(wire.len() - sent);
+            buf.extend_from_slice(&wire[sent..sent + n]);
+            sent += n;
+        };
+        assert_eq!(decoded, frame);
+        assert!(
+            held <= wire.len() + 2 * READ_CHUNK,
+            "the frame's buffer held {held} bytes for a frame of {}",
+            wire.len()
+        );
+    }
+}
+
 #[test]
 fn max_message_size_is_adjustable() {
     let frame = Frame::with_payload(

@@ -414,7 +414,10 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
     );
     assert!(received < 40, "{received} messages of 1 MiB held");
     // The limit (16 MiB) plus the bound beyond the permits (28 MiB) plus one message in
-    // decoding and the connection's read buffer.
+    // decoding and the connection's read buffer. Peaks of 48-72 MiB made this flaky while each
+    // 1 MiB message kept a 2 MiB read buffer alive (grown by doubling); with a large frame's
+    // buffer its own size, 37-42 MiB. What the channel from the connection holds ahead of the
+    // consumer task is still counted in frames only (issue #31).
     mem.assert_peak_below("a broker ignoring permits with 1 MiB messages", 64 * MB);
 }
 
