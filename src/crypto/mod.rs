@@ -254,6 +254,29 @@ pub struct EncryptionContext {
     pub batch_size: Option<i32>,
 }
 
+impl EncryptionContext {
+    /// The bytes it holds, as a consumer's byte budget counts them: each recipient's name,
+    /// wrapped key and metadata, with 80 bytes per recipient and 48 per metadata entry for
+    /// their structures (a hostile producer can list tens of thousands of recipients in one
+    /// message whose payload is a few bytes).
+    pub(crate) fn cost(&self) -> usize {
+        self.keys
+            .iter()
+            .map(|k| {
+                80 + k.name.len()
+                    + k.value.len()
+                    + k.metadata
+                        .iter()
+                        .map(|(key, value)| key.len() + value.len() + 48)
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + self.algorithm.len()
+            + self.param.len()
+            + 64
+    }
+}
+
 /// Why encryption or decryption failed (see [`Error::Crypto`](crate::Error::Crypto)).
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]

@@ -16,6 +16,7 @@ use pulsar_sdk::Error;
 use support::{client, full, recv, within};
 
 use super::encryption::{consumer, encrypted_topic, pair, payload, sends, MapReader};
+use super::encryption_redelivery::{granted, settle};
 
 /// One message the producer encrypted for key "k" (pair 0): its metadata and ciphertext.
 async fn sample(
@@ -236,5 +237,65 @@ async fn garbage_from_the_key_reader_is_a_typed_error_without_key_material() {
             "{what}: key text in `{shown}`"
         );
         c.close().await.unwrap();
+    }
+}
+
+/// Under `Consume` a message keeps its encryption context, every recipient's data key and
+/// metadata, and a hostile producer can list tens of thousands in a message whose payload is
+/// a few bytes. The consumer's byte budget counts what the context holds: with a 2 MiB budget
+/// (4 MiB memory limit) and a receiver queue of 1,000, messages each carrying ~20,000 data
+/// keys (~600 KB of metadata, several MB in memory) are taken in only as the budget allows.
+/// Before, the context was not counted: each message counted as its 28-byte payload and the
+/// consumer granted permits for all 40.
+#[tokio::test]
+async fn consume_counts_the_encryption_context_in_the_byte_budget() {
+    const N: usize = 40;
+    let broker = MockBroker::start().await.unwrap();
+    let client = support::test_client(&broker.service_url())
+        .memory_limit(4 * 1024 * 1024)
+        .build()
+        .unwrap();
+    let (meta, data) = sample(&broker, &client).await;
+    let topic = full("enc-hostile-consume-context");
+    let mut c = consumer(&client, &topic)
+        .receiver_queue_size(1_000)
+        .crypto_failure_action(pulsar_sdk::crypto::ConsumerCryptoFailureAction::Consume)
+        .subscribe()
+        .await
+        .unwrap();
+    let mut hostile = meta.clone();
+    let one = meta.encryption_keys[0].clone();
+    hostile.encryption_keys = (0..20_000u32)
+        .map(|i| wire::EncryptionKeys {
+            key: format!("k{i}"),
+            value: Bytes::copy_from_slice(&i.to_be_bytes()),
+            metadata: one.metadata.clone(),
+        })
+        .collect();
+    for _ in 0..N {
+        broker
+            .publish_raw(&topic, hostile.clone(), data.clone())
+            .unwrap();
+    }
+    // The first arrives (delivered as is: no key reader), with its whole context.
+    let m = recv(&mut c).await;
+    assert_eq!(m.encryption_context().unwrap().keys.len(), 20_000);
+    // Then the consumer holds what its budget allows; the broker sees every FLOW it causes.
+    let subscribe = broker
+        .received_of(wire::base_command::Type::Subscribe)
+        .into_iter()
+        .find(|r| r.command.subscribe.as_ref().unwrap().topic == topic)
+        .unwrap();
+    let consumer_id = subscribe.command.subscribe.as_ref().unwrap().consumer_id;
+    settle(&broker, subscribe.connection, consumer_id, &c).await;
+    let last = granted(&broker);
+    eprintln!("20,000-recipient contexts, 2 MiB budget: {last} permits granted");
+    assert!(
+        last < 20,
+        "{last} permits granted for messages holding megabytes each"
+    );
+    drop(m);
+    for _ in 1..N {
+        assert!(recv(&mut c).await.encryption_context().is_some());
     }
 }

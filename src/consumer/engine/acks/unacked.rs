@@ -36,6 +36,7 @@ impl Unacked {
     /// consumer could not decrypt under `ConsumerCryptoFailureAction::Fail` (upstream
     /// `ConsumerImpl.decryptPayloadIfNeeded` adds it to the `UnAckedMessageTracker` when it
     /// fails, so the ack timeout redelivers it).
+    #[cfg(feature = "encryption")]
     pub(crate) fn undelivered(&mut self, id: MessageId, now: Instant) {
         self.since.insert(id, Some(now));
     }
