@@ -299,3 +299,33 @@ async fn consume_counts_the_encryption_context_in_the_byte_budget() {
         assert!(recv(&mut c).await.encryption_context().is_some());
     }
 }
+
+/// A reader decrypts with its key reader as a consumer does, and without one it follows its
+/// failure action (here `Consume`: the ciphertext with its context).
+#[tokio::test]
+async fn a_reader_decrypts_and_follows_its_failure_action() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("enc-reader");
+    encrypted_topic(&broker, &client, &topic).await;
+    let mut reader = client
+        .reader(&topic)
+        .start_earliest()
+        .crypto_key_reader(MapReader::default().private("k", 0))
+        .create()
+        .await
+        .unwrap();
+    let m = within("read", reader.recv()).await.unwrap();
+    assert_eq!(m.payload, payload(0));
+    assert!(m.encryption_context().is_none());
+    let mut blind = client
+        .reader(&topic)
+        .start_earliest()
+        .crypto_failure_action(pulsar_sdk::crypto::ConsumerCryptoFailureAction::Consume)
+        .create()
+        .await
+        .unwrap();
+    let m = within("read", blind.recv()).await.unwrap();
+    assert_ne!(m.payload, payload(0));
+    assert_eq!(m.encryption_context().unwrap().keys[0].name, "k");
+}
