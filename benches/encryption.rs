@@ -51,7 +51,12 @@ async fn case(
         consumer = consumer.crypto_key_reader(PemFileKeyReader::private_only(&k.private));
     }
     let mut consumer = consumer.subscribe().await.unwrap();
-    let mut producer = client.producer(&topic).batching(batching);
+    // Blocks for room rather than failing: 20,000 10 KB sends in flight pass the client's
+    // 64 MiB memory limit.
+    let mut producer = client
+        .producer(&topic)
+        .batching(batching)
+        .block_if_queue_full(true);
     if let Some(k) = keys {
         producer = producer
             .encryption_key("bench")

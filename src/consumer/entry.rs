@@ -58,9 +58,15 @@ pub(crate) struct Extras {
 
 impl Extras {
     /// The bytes these fields hold, as the consumer's byte budget counts them: their text,
-    /// 48 bytes per property and 64 for the box and the map.
+    /// 48 bytes per property and 64 for the box and the map (and a message delivered still
+    /// encrypted, its encryption context).
     pub(crate) fn cost(&self) -> usize {
-        self.key.as_ref().map_or(0, String::len)
+        #[cfg(feature = "encryption")]
+        let context = self.encryption.as_ref().map_or(0, |c| c.cost());
+        #[cfg(not(feature = "encryption"))]
+        let context = 0;
+        context
+            + self.key.as_ref().map_or(0, String::len)
             + self.ordering_key.as_ref().map_or(0, |k| k.len())
             + self
                 .properties

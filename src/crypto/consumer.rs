@@ -14,6 +14,17 @@ use super::cipher::{self, DataKeyCache};
 use super::{keys, ConsumerCryptoFailureAction, CryptoError, CryptoKeyReader};
 use crate::proto;
 
+/// The most recipients of one message a consumer tries, in the message's order (upstream
+/// tries every one). Each untried recipient costs a key-reader call and an RSA decryption, and
+/// a hostile producer can list thousands in one message's metadata; the official clients list
+/// one per `encryption_key` the producer was given.
+pub(crate) const MAX_RECIPIENTS: usize = 64;
+
+/// The recipients a consumer tries: the first [`MAX_RECIPIENTS`] of the message.
+pub(crate) fn recipients(meta: &proto::MessageMetadata) -> &[proto::EncryptionKeys] {
+    &meta.encryption_keys[..meta.encryption_keys.len().min(MAX_RECIPIENTS)]
+}
+
 /// What [`Decryptor::try_decrypt`] found.
 #[derive(Debug)]
 pub(crate) enum Decrypted {
@@ -67,7 +78,7 @@ impl Decryptor {
         };
         let now = Instant::now();
         let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        for k in &meta.encryption_keys {
+        for k in recipients(meta) {
             // The cache is keyed by the wrapped key's bytes: a hit is this message's data key,
             // so a failure is the payload's (or the IV's), not a stale key.
             if let Some(key) = cache.get(&k.value, now) {
@@ -82,7 +93,8 @@ impl Decryptor {
     }
 
     /// Asks the reader for the recipients' private keys in order until one unwraps the data
-    /// key, and caches it. Run in a task of its own (the reader may be slow).
+    /// key, and caches it. Run in a task of its own (the reader may be slow). `keys` is what
+    /// [`recipients`] gives.
     pub(crate) async fn load(&self, keys: Vec<proto::EncryptionKeys>) -> Result<(), CryptoError> {
         let Some(reader) = &self.reader else {
             return Err(CryptoError::NoKeyReader);

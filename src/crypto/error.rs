@@ -47,10 +47,12 @@ pub enum CryptoError {
         kind: &'static str,
     },
     /// None of the message's recipients' data keys could be decrypted with the private keys
-    /// the reader gave (the consumer is not a recipient, or holds the wrong key).
+    /// the reader gave (the consumer is not a recipient, or holds the wrong key). A consumer
+    /// tries the first 64 recipients a message lists (the official clients list one per key
+    /// name the producer was given; a hostile producer can list thousands).
     #[error("no private key decrypts the data key of any recipient ({keys:?})")]
     NoUsableKey {
-        /// The recipients' key names the message lists.
+        /// The key names of the recipients tried, in the message's order.
         keys: Vec<String>,
     },
     /// The payload failed its AES-GCM authentication with the data key the message carries:

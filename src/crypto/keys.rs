@@ -21,13 +21,26 @@ const RSA_ALGORITHM: &[u8] = &[
     0x30, 0x0d, 0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01, 0x05, 0x00,
 ];
 
+/// The longest PEM label read (`ENCRYPTED PRIVATE KEY` is 21 bytes).
+const MAX_LABEL: usize = 64;
+
 /// The first PEM block of `text`: its label and DER bytes; `None` when `text` is no PEM.
 fn pem(text: &[u8]) -> Option<Result<(String, Secret), String>> {
     let text = std::str::from_utf8(text).ok()?;
     let start = text.find("-----BEGIN ")?;
     let rest = &text[start + 11..];
     let label_end = rest.find("-----")?;
-    let label = rest[..label_end].to_string();
+    let label = &rest[..label_end];
+    // A label is a few words on the BEGIN line (RFC 7468); anything else is not quoted back,
+    // as it may be the key itself (a BEGIN line without its closing dashes).
+    if label.len() > MAX_LABEL
+        || !label
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b' ')
+    {
+        return Some(Err("malformed PEM BEGIN line".into()));
+    }
+    let label = label.to_string();
     let body = &rest[label_end + 5..];
     let end_marker = format!("-----END {label}-----");
     let Some(end) = body.find(&end_marker) else {

@@ -37,7 +37,7 @@ use crate::error::SourceError;
 
 pub use error::CryptoError;
 
-pub(crate) use consumer::{context as consumer_context, Decrypted, Decryptor};
+pub(crate) use consumer::{context as consumer_context, recipients, Decrypted, Decryptor};
 pub(crate) use producer::Encryptor;
 
 /// A key (public for producers, private for consumers) in PEM form, with the metadata that
@@ -255,6 +255,29 @@ pub struct EncryptionContext {
     pub uncompressed_size: u32,
     /// The number of messages in the encrypted batch (`None`: not a batch).
     pub batch_size: Option<i32>,
+}
+
+impl EncryptionContext {
+    /// The bytes it holds, as a consumer's byte budget counts them: each recipient's name,
+    /// wrapped key and metadata, with 80 bytes per recipient and 48 per metadata entry for
+    /// their structures (a hostile producer can list tens of thousands of recipients in one
+    /// message whose payload is a few bytes).
+    pub(crate) fn cost(&self) -> usize {
+        self.keys
+            .iter()
+            .map(|k| {
+                80 + k.name.len()
+                    + k.value.len()
+                    + k.metadata
+                        .iter()
+                        .map(|(key, value)| key.len() + value.len() + 48)
+                        .sum::<usize>()
+            })
+            .sum::<usize>()
+            + self.algorithm.len()
+            + self.param.len()
+            + 64
+    }
 }
 
 impl From<CryptoError> for crate::Error {

@@ -70,6 +70,7 @@ mod schema {
 mod security {
     mod auth;
     mod encryption;
+    mod encryption_hostile;
     mod encryption_redelivery;
     mod oauth2;
     mod tls;

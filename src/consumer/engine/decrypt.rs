@@ -113,7 +113,7 @@ mod enabled {
                     Some((cmd, payload))
                 }
                 Decrypted::NeedKeys => {
-                    let keys = payload.metadata.encryption_keys.clone();
+                    let keys = crate::crypto::recipients(&payload.metadata).to_vec();
                     self.crypto.park(flow.budget(), cmd, payload, true);
                     flow.key_wait = true;
                     self.crypto.start_load(keys);

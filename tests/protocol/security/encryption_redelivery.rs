@@ -241,7 +241,7 @@ async fn fail_leaves_the_message_to_the_ack_timeout_and_never_dead_letters_it() 
 }
 
 /// The sum of the permits the consumer granted.
-fn granted(broker: &MockBroker) -> u32 {
+pub(super) fn granted(broker: &MockBroker) -> u32 {
     broker
         .received_of(Type::Flow)
         .into_iter()
@@ -253,7 +253,7 @@ fn granted(broker: &MockBroker) -> u32 {
 /// seen every FLOW that caused: pushes an ActiveConsumerChange (which the consumer's task
 /// handles in order with the messages before it), waits for it, then makes a request round
 /// trip on the same connection, until no new permits were granted over one such round.
-async fn settle(
+pub(super) async fn settle(
     broker: &MockBroker,
     conn: pulsar_sdk::mock::ConnectionId,
     consumer_id: u64,
