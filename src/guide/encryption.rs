@@ -72,6 +72,50 @@
 //! # Ok(()) }
 //! ```
 //!
+//! The same, runnable as it stands: the crate's mock broker (feature `mock-broker`) stores
+//! what it is given, so it holds only ciphertext here, and a fresh key pair from
+//! [`crypto::testing`](crate::crypto::testing) stands in for the key files.
+//!
+//! ```
+//! # #[cfg(feature = "mock-broker")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::crypto::{testing::rsa_key_pair_pem, PemFileKeyReader};
+//! use pulsar_sdk::{mock::MockBroker, Client, InitialPosition};
+//!
+//! let (public_pem, private_pem) = rsa_key_pair_pem(2048)?;
+//! let dir = std::env::temp_dir().join(format!("pulsar-sdk-guide-{}", std::process::id()));
+//! std::fs::create_dir_all(&dir)?;
+//! std::fs::write(dir.join("public.pem"), public_pem)?;
+//! std::fs::write(dir.join("private.pem"), private_pem)?;
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client
+//!     .producer("payments")
+//!     .encryption_key("billing")
+//!     .crypto_key_reader(PemFileKeyReader::public_only(dir.join("public.pem")))
+//!     .create()
+//!     .await?;
+//! producer.send_and_wait("card 4111...").await?;
+//!
+//! let mut consumer = client
+//!     .consumer("payments")
+//!     .subscription("billing")
+//!     .initial_position(InitialPosition::Earliest)
+//!     .crypto_key_reader(PemFileKeyReader::private_only(dir.join("private.pem")))
+//!     .subscribe()
+//!     .await?;
+//! let msg = consumer.recv().await?;
+//! assert_eq!(msg.payload_str(), Some("card 4111...")); // decrypted
+//! assert!(msg.encryption_context().is_none()); // the context is kept only when not decrypted
+//! consumer.ack(&msg)?;
+//! std::fs::remove_dir_all(&dir)?;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "mock-broker"))]
+//! # fn main() {}
+//! ```
+//!
 //! Readers take the same two options
 //! ([`ReaderBuilder::crypto_key_reader`](crate::ReaderBuilder::crypto_key_reader)).
 //!
