@@ -1,0 +1,213 @@
+//! Cluster failover (PIP-121) probes: what a reviewer tried to break. A switch to the cluster
+//! in use under load, and a client dropped (or closed) while its provider runs.
+
+use support as common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pulsar_sdk::mock::MockBroker;
+use pulsar_sdk::{
+    AutoClusterFailover, Client, InitialPosition, ServiceInfo, ServiceInfoProvider,
+    SubscriptionType,
+};
+
+const WITHIN: Duration = Duration::from_secs(30);
+
+/// Upstream's `PulsarClientImpl.updateServiceUrl` does not short-circuit a switch to the URL
+/// in use: every connection closes and everything reconnects. Under a steady stream of sends
+/// with a consumer attached, such a switch loses nothing: every receipt resolves, the topic
+/// holds every message in the order sent (a re-send may repeat one, never reorder), and the
+/// consumer, re-subscribed, gets every message.
+#[tokio::test]
+async fn a_switch_to_the_cluster_in_use_under_load_loses_nothing() {
+    let a = MockBroker::start().await.unwrap();
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    let topic = "persistent://public/default/same-cluster-switch";
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    const N: usize = 200;
+    let mut receipts = Vec::new();
+    for i in 0..N {
+        receipts.push(producer.send(format!("m{i:03}")).await.unwrap());
+        if i == N / 2 {
+            client
+                .update_service_info(ServiceInfo::new(&a.service_url()).unwrap())
+                .unwrap();
+        }
+    }
+    for r in receipts {
+        tokio::time::timeout(WITHIN, r).await.unwrap().unwrap();
+    }
+    assert_eq!(client.stats().cluster_switches, 1);
+    assert_eq!(client.service_url().to_string(), a.service_url());
+
+    let mut seen = std::collections::BTreeSet::new();
+    let mut order = Vec::new();
+    while seen.len() < N {
+        let m = tokio::time::timeout(WITHIN, consumer.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {N} received", seen.len()))
+            .unwrap();
+        let p = String::from_utf8(m.payload.to_vec()).unwrap();
+        consumer.ack(&m).unwrap();
+        if seen.insert(p.clone()) {
+            order.push(p);
+        }
+    }
+    // The consumer attached across the switch got every message (a redelivered one may come
+    // twice, and redelivery may reorder what it repeats).
+    let expected: Vec<String> = (0..N).map(|i| format!("m{i:03}")).collect();
+    order.sort();
+    assert_eq!(order, expected);
+    // The topic itself holds them in the order sent: a fresh exclusive subscription reads the
+    // first occurrences in order.
+    let mut check = client
+        .consumer(topic)
+        .subscription("check")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let mut firsts = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    while firsts.len() < N {
+        let m = tokio::time::timeout(WITHIN, check.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} of {N} in the topic", firsts.len()))
+            .unwrap();
+        let p = String::from_utf8(m.payload.to_vec()).unwrap();
+        if seen.insert(p.clone()) {
+            firsts.push(p);
+        }
+    }
+    assert_eq!(firsts, expected);
+}
+
+/// Whether the client's tasks let go of `provider` (the test holds the only reference left)
+/// within a generous bound.
+async fn released(provider: &Arc<dyn ServiceInfoProvider>) -> bool {
+    for _ in 0..1500 {
+        if Arc::strong_count(provider) == 1 {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    false
+}
+
+fn auto(a: &MockBroker, b: &MockBroker) -> Arc<dyn ServiceInfoProvider> {
+    Arc::new(
+        AutoClusterFailover::builder()
+            .primary(ServiceInfo::new(&a.service_url()).unwrap())
+            .secondary(ServiceInfo::new(&b.service_url()).unwrap())
+            .check_interval(Duration::from_millis(10))
+            .build()
+            .unwrap(),
+    )
+}
+
+/// A client dropped without `close` (and with nothing else of it alive) ends its provider's
+/// task: the provider is released, nothing keeps probing for a client that is gone.
+#[tokio::test]
+async fn dropping_the_client_ends_its_providers_task() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let provider = auto(&a, &b);
+    let client = Client::builder()
+        .service_info_provider_shared(provider.clone())
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("persistent://public/default/dropped-client")
+        .create()
+        .await
+        .unwrap();
+    producer.send("x").await.unwrap().await.unwrap();
+    assert!(Arc::strong_count(&provider) > 1, "the provider runs");
+    drop(producer);
+    drop(client);
+    assert!(
+        released(&provider).await,
+        "the provider's task still runs after the client was dropped ({} holders)",
+        Arc::strong_count(&provider)
+    );
+}
+
+/// The same with `close`, while the producer is still held by the application.
+#[tokio::test]
+async fn closing_the_client_ends_its_providers_task() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let provider = auto(&a, &b);
+    let client = Client::builder()
+        .service_info_provider_shared(provider.clone())
+        .build()
+        .unwrap();
+    let producer = client
+        .producer("persistent://public/default/closed-client")
+        .create()
+        .await
+        .unwrap();
+    client.close().await.unwrap();
+    assert!(
+        released(&provider).await,
+        "the provider's task still runs after close ({} holders)",
+        Arc::strong_count(&provider)
+    );
+    drop(producer);
+}
+
+/// The controlled provider too, with a service that never answers (a request in flight when
+/// the client goes).
+#[cfg(feature = "controlled-failover")]
+#[tokio::test]
+async fn dropping_the_client_ends_a_controlled_providers_task_mid_request() {
+    use pulsar_sdk::failover::ControlledClusterFailover;
+    let a = MockBroker::start().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/cluster", listener.local_addr().unwrap());
+    let (asked_tx, mut asked) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((sock, _)) = listener.accept().await {
+            held.push(sock); // never answered
+            let _ = asked_tx.send(());
+        }
+    });
+    let provider: Arc<dyn ServiceInfoProvider> = Arc::new(
+        ControlledClusterFailover::builder(ServiceInfo::new(&a.service_url()).unwrap(), url)
+            .check_interval(Duration::from_millis(10))
+            .read_timeout(Duration::from_secs(3600))
+            .build()
+            .unwrap(),
+    );
+    let client = Client::builder()
+        .service_info_provider_shared(provider.clone())
+        .build()
+        .unwrap();
+    tokio::time::timeout(WITHIN, asked.recv()).await.unwrap();
+    assert!(Arc::strong_count(&provider) > 1, "the provider runs");
+    drop(client);
+    assert!(
+        released(&provider).await,
+        "the provider's task still runs after the client was dropped ({} holders)",
+        Arc::strong_count(&provider)
+    );
+}
