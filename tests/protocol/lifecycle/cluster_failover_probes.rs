@@ -211,3 +211,135 @@ async fn dropping_the_client_ends_a_controlled_providers_task_mid_request() {
         Arc::strong_count(&provider)
     );
 }
+
+/// The payloads stored on `broker`'s topic, in order (read with a client of its own).
+async fn stored(broker: &MockBroker, topic: &str, n: usize) -> Vec<String> {
+    let client = common::test_client(&broker.service_url()).build().unwrap();
+    let mut c = client
+        .consumer(topic)
+        .subscription("audit")
+        .initial_position(InitialPosition::Earliest)
+        .subscribe()
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    for _ in 0..n {
+        let m = tokio::time::timeout(WITHIN, c.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        got.push(String::from_utf8(m.payload.to_vec()).unwrap());
+    }
+    got
+}
+
+/// Switches back and forth (a, b, a, b) while a producer sends without waiting for receipts:
+/// every receipt resolves; every message is stored on one cluster at least; on each cluster
+/// the messages (first occurrences) come in the order sent.
+#[tokio::test]
+async fn switches_racing_with_sends_lose_nothing_and_keep_each_clusters_order() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    let topic = "persistent://public/default/racing-switches";
+    let producer = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    const N: usize = 400;
+    let mut receipts = Vec::new();
+    // The cluster in use, and how many messages it held when the client moved to it.
+    let (mut on, mut held) = (&a, 0);
+    for i in 0..N {
+        receipts.push(producer.send(format!("m{i:03}")).await.unwrap());
+        if i % 100 == 50 {
+            // Each cluster stores some before the next switch; the rest are in flight.
+            common::wait_until("the cluster in use stores messages", || {
+                on.topic_messages(topic) > held
+            })
+            .await;
+            on = if std::ptr::eq(on, &a) { &b } else { &a };
+            held = on.topic_messages(topic);
+            client
+                .update_service_info(ServiceInfo::new(&on.service_url()).unwrap())
+                .unwrap();
+        }
+    }
+    for (i, r) in receipts.into_iter().enumerate() {
+        tokio::time::timeout(WITHIN, r)
+            .await
+            .unwrap_or_else(|_| panic!("receipt of m{i:03} never came"))
+            .unwrap_or_else(|e| panic!("m{i:03}: {e}"));
+    }
+    assert_eq!(client.stats().cluster_switches, 4);
+    let (on_a, on_b) = (a.topic_messages(topic), b.topic_messages(topic));
+    assert!(
+        on_a > 0 && on_b > 0,
+        "both clusters took messages: {on_a}, {on_b}"
+    );
+    let mut all = std::collections::BTreeSet::new();
+    for (name, got) in [
+        ("a", stored(&a, topic, on_a).await),
+        ("b", stored(&b, topic, on_b).await),
+    ] {
+        let mut here = std::collections::BTreeSet::new();
+        let firsts: Vec<String> = got.into_iter().filter(|p| here.insert(p.clone())).collect();
+        all.extend(firsts.iter().cloned());
+        let mut sorted = firsts.clone();
+        sorted.sort();
+        assert_eq!(firsts, sorted, "cluster {name} holds messages out of order");
+    }
+    let expected: std::collections::BTreeSet<String> = (0..N).map(|i| format!("m{i:03}")).collect();
+    assert_eq!(all, expected, "messages lost");
+}
+
+/// A consumer moves with the new cluster's credentials: the second cluster refuses the first
+/// one's token, and the consumer re-subscribes there and receives.
+#[tokio::test]
+async fn a_consumer_resubscribes_with_the_new_clusters_credentials() {
+    use pulsar_sdk::mock::{MockAuth, MockBrokerConfig};
+    let secured = |token: &'static str| MockBrokerConfig {
+        auth: Some(MockAuth::token(move |t| t == token)),
+        ..Default::default()
+    };
+    let a = MockBroker::start_with(secured("a-token")).await.unwrap();
+    let b = MockBroker::start_with(secured("b-token")).await.unwrap();
+    let client = common::test_client(&a.service_url())
+        .auth_token("a-token")
+        .build()
+        .unwrap();
+    let topic = "persistent://public/default/consumer-credentials";
+    let mut consumer = client
+        .consumer(topic)
+        .subscription("s")
+        .subscribe()
+        .await
+        .unwrap();
+    client
+        .update_service_info(
+            ServiceInfo::builder(b.service_url())
+                .auth_token("b-token")
+                .build()
+                .unwrap(),
+        )
+        .unwrap();
+    b.wait_for_commands(
+        pulsar_sdk::mock::wire::base_command::Type::Subscribe,
+        1,
+        WITHIN,
+    )
+    .await
+    .unwrap();
+    let producer = client.producer(topic).create().await.unwrap();
+    producer.send("on b").await.unwrap().await.unwrap();
+    let m = tokio::time::timeout(WITHIN, consumer.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], b"on b");
+    assert_eq!(a.topic_messages(topic), 0);
+}
