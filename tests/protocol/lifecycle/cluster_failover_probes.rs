@@ -343,3 +343,53 @@ async fn a_consumer_resubscribes_with_the_new_clusters_credentials() {
     assert_eq!(&m.payload[..], b"on b");
     assert_eq!(a.topic_messages(topic), 0);
 }
+
+/// A reader resumes after the last message it handed out, by id, on the new cluster too, as
+/// upstream's (Java `ConsumerImpl.connectionOpened` takes `clearReceiverQueue()`, the last
+/// dequeued id, as the start of a non-durable subscription). Ids are per cluster: here the
+/// reader read a0..a2 (entries 0..2) on `a`, and on `b` it goes on after entry 2, so b0..b2
+/// are never read. The guide says so.
+#[tokio::test]
+async fn a_reader_resumes_after_its_last_id_on_the_new_cluster_as_upstream() {
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let topic = "persistent://public/default/reader-position";
+    let on_b = common::test_client(&b.service_url()).build().unwrap();
+    let pb = on_b.producer(topic).batching(false).create().await.unwrap();
+    for i in 0..6 {
+        pb.send(format!("b{i}")).await.unwrap().await.unwrap();
+    }
+    let client = common::test_client(&a.service_url()).build().unwrap();
+    let pa = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        pa.send(format!("a{i}")).await.unwrap().await.unwrap();
+    }
+    let mut reader = client
+        .reader(topic)
+        .start_message_id(pulsar_sdk::MessageId::EARLIEST)
+        .create()
+        .await
+        .unwrap();
+    for i in 0..3 {
+        let m = tokio::time::timeout(WITHIN, reader.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(m.payload, format!("a{i}").as_bytes());
+    }
+    client
+        .update_service_info(ServiceInfo::new(&b.service_url()).unwrap())
+        .unwrap();
+    let m = tokio::time::timeout(WITHIN, reader.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(&m.payload[..], b"b3");
+}
