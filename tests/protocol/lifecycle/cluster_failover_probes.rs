@@ -393,3 +393,86 @@ async fn a_reader_resumes_after_its_last_id_on_the_new_cluster_as_upstream() {
         .unwrap();
     assert_eq!(&m.payload[..], b"b3");
 }
+
+/// A one-shot HTTP server: answers every request with `reply` (head and body) and keeps the
+/// request heads it got.
+#[cfg(feature = "controlled-failover")]
+async fn http_server(
+    reply: impl Fn(u16) -> String + Send + Sync + 'static,
+) -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (kept, reply) = (heads.clone(), Arc::new(reply));
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            let (kept, reply) = (kept.clone(), reply.clone());
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                let mut chunk = [0u8; 1024];
+                while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut chunk).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                kept.lock()
+                    .unwrap()
+                    .push(String::from_utf8_lossy(&buf).into_owned());
+                let _ = sock.write_all(reply(port).as_bytes()).await;
+            });
+        }
+    });
+    (port, heads)
+}
+
+/// The failover service redirects to another origin: the redirect is followed (at most 5,
+/// never from https to http), the configured headers (a bearer token for the service) are not
+/// sent there, and the answer found there is applied.
+#[cfg(feature = "controlled-failover")]
+#[tokio::test]
+async fn a_controlled_providers_headers_never_follow_a_redirect_to_another_origin() {
+    use pulsar_sdk::failover::ControlledClusterFailover;
+    let (a, b) = (
+        MockBroker::start().await.unwrap(),
+        MockBroker::start().await.unwrap(),
+    );
+    let answer = format!(r#"{{"serviceUrl":"{}"}}"#, b.service_url());
+    let (other, other_heads) = http_server(move |_| {
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+            answer.len()
+        )
+    })
+    .await;
+    // "localhost" and "127.0.0.1" are different origins.
+    let (first, first_heads) = http_server(move |_| {
+        format!("HTTP/1.1 302 Found\r\nLocation: http://localhost:{other}/elsewhere\r\nContent-Length: 0\r\n\r\n")
+    })
+    .await;
+    let provider = ControlledClusterFailover::builder(
+        ServiceInfo::new(&a.service_url()).unwrap(),
+        format!("http://127.0.0.1:{first}/cluster"),
+    )
+    .header("Authorization", "Bearer service-secret")
+    .check_interval(Duration::from_millis(20))
+    .build()
+    .unwrap();
+    let client = Client::builder()
+        .service_info_provider(provider)
+        .build()
+        .unwrap();
+    let mut updates = client.service_info_updates();
+    let now = tokio::time::timeout(WITHIN, updates.changed())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(now.service_url().to_string(), b.service_url());
+    assert!(first_heads.lock().unwrap()[0].contains("Bearer service-secret"));
+    let heads = other_heads.lock().unwrap().clone();
+    assert!(!heads.is_empty());
+    for head in heads {
+        assert!(!head.contains("service-secret"), "{head}");
+    }
+}
