@@ -46,7 +46,8 @@ const DEFAULT_MAX_ANSWER: usize = 64 * 1024;
 /// is refused: the client never reads a local file, and sends its content to a broker,
 /// because of a remote answer) and `AuthenticationBasic` (or `basic`; params
 /// `{"userId": .., "password": ..}` or `user:password`). Anything else (an error status, a
-/// timeout, too large, not JSON, an unusable URL, an unknown plugin) is logged at `warn`
+/// timeout, too large, not JSON, an unusable URL, an unknown plugin, a `tlsTrustCertsFilePath`
+/// that is not a regular file of at most 4 MiB) is logged at `warn`
 /// (never the credentials) and the client stays where it is.
 ///
 /// ```no_run
@@ -328,11 +329,38 @@ impl Answer {
             _ => current.auth().cloned(),
         };
         let trust = match &self.tls_trust_certs_file_path {
-            Some(path) => Some(path.into()),
+            Some(path) => Some(trust_file(path)?),
             None => current.tls_trust_certs_file_path().map(Into::into),
         };
         Ok(ServiceInfo::from_parts(url, auth, trust))
     }
+}
+
+/// Bound on a trust file named by the service (a CA bundle of every public root is ~250 KB).
+const MAX_TRUST_FILE: u64 = 4 * 1024 * 1024;
+
+/// The trust file an answer names, if the client can read it whole: a regular file (symbolic
+/// links followed) of at most [`MAX_TRUST_FILE`] bytes. Java reads whatever the path names; a
+/// hostile answer naming `/dev/zero`, `/dev/urandom` or a FIFO would have the client read
+/// without end (memory without bound, the switch and every later one blocked).
+fn trust_file(path: &str) -> Result<std::path::PathBuf> {
+    let refused = |why: &str| {
+        Error::InvalidConfig(format!(
+            "tlsTrustCertsFilePath `{}` from the failover service: {why}",
+            path.escape_debug()
+        ))
+    };
+    let meta = std::fs::metadata(path).map_err(|e| refused(&e.to_string()))?;
+    if !meta.is_file() {
+        return Err(refused("not a regular file"));
+    }
+    if meta.len() > MAX_TRUST_FILE {
+        return Err(refused(&format!(
+            "{} bytes, more than the {MAX_TRUST_FILE} accepted",
+            meta.len()
+        )));
+    }
+    Ok(path.into())
 }
 
 /// A provider for one of Java's authentication plugins, by class name (or its short name).
@@ -442,6 +470,43 @@ mod tests {
         assert!(!answer("pulsar://b:6650", Some("/ca-1.pem"), Some("t2")).same_as(&applied));
         assert!(!answer("pulsar://b:6650", None, Some("t1")).same_as(&applied));
         assert!(!answer("pulsar://c:6650", Some("/ca-1.pem"), Some("t1")).same_as(&applied));
+    }
+
+    /// A hostile service naming a device or a FIFO as the trust file: refused before the
+    /// switch (reading `/dev/zero` as PEM never ends and grows without bound).
+    #[test]
+    fn a_trust_file_that_is_not_a_bounded_regular_file_is_refused() {
+        let current = ServiceInfo::new("pulsar://a:6650").unwrap();
+        let with_trust = |path: &str| Answer {
+            service_url: "pulsar+ssl://b:6651".into(),
+            tls_trust_certs_file_path: Some(path.into()),
+            ..Answer::default()
+        };
+        for path in ["/dev/zero", "/dev/urandom", "/", "/nonexistent/ca.pem"] {
+            let r = with_trust(path).service_info(&current);
+            assert!(
+                matches!(&r, Err(Error::InvalidConfig(m)) if m.contains("tlsTrustCertsFilePath")),
+                "{path}: {:?}",
+                r.map(|_| ())
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("pulsar-sdk-trust-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ok = dir.join("ca.pem");
+        std::fs::write(&ok, b"-----BEGIN CERTIFICATE-----\n").unwrap();
+        let big = dir.join("big.pem");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_TRUST_FILE + 1)
+            .unwrap();
+        let info = with_trust(ok.to_str().unwrap())
+            .service_info(&current)
+            .unwrap();
+        assert_eq!(info.tls_trust_certs_file_path(), Some(ok.as_path()));
+        assert!(with_trust(big.to_str().unwrap())
+            .service_info(&current)
+            .is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A hostile service naming a local file as the token: never read (it would be sent to

@@ -256,6 +256,12 @@
 //!   id names another message on the new cluster. It stays unacknowledged on its own cluster
 //!   and is delivered again there when the client comes back (or through replicated
 //!   subscriptions). Do not ack by bare id ([`Consumer::ack_id`]) across a switch.
+//! - A reader resumes after the last message it handed out, by its id, on the new cluster
+//!   too (as upstream's readers do). Message ids are per cluster (each stores its own
+//!   ledgers): on the new cluster that id names another position, so the reader may skip
+//!   messages or read some again. A reader that must see everything after a switch watches
+//!   [`Client::service_info_updates`] and seeks (by publish time, [`Reader::seek_by_time`]) when
+//!   the cluster changes.
 //!
 //! [`Client`]: crate::Client
 //! [`ClientBuilder`]: crate::ClientBuilder
@@ -270,7 +276,9 @@
 //! [`ServiceUrl`]: crate::ServiceUrl
 //! [`Client::update_service_info`]: crate::Client::update_service_info
 //! [`Client::stats`]: crate::Client::stats
+//! [`Client::service_info_updates`]: crate::Client::service_info_updates
 //! [`Consumer::ack_id`]: crate::Consumer::ack_id
+//! [`Reader::seek_by_time`]: crate::Reader::seek_by_time
 //! [`ServiceInfo`]: crate::ServiceInfo
 //! [`ServiceInfoProvider`]: crate::ServiceInfoProvider
 //! [`AutoClusterFailover`]: crate::AutoClusterFailover

@@ -54,6 +54,7 @@ mod lifecycle {
     mod client_lookup;
     mod close_semantics;
     mod cluster_failover;
+    mod cluster_failover_probes;
     mod entity_core;
     mod entity_core_probes;
     mod stack_depth;
