@@ -31,11 +31,12 @@ use crate::topic::TopicName;
 use super::batch_container::{BatchContainer, FrameContext};
 use crate::inbox::TrySendError;
 
+use super::create;
 use super::limits::{slot_count, Held, Limits, Reservation};
 use super::pending::{Outgoing, PendingQueue};
 use super::queueing::{inbox, send_message, OpSender};
 use super::receipt::{Receipts, SendFuture};
-use super::task::{self, ProducerOp, ProducerTask};
+use super::task::{ProducerOp, ProducerTask};
 use super::ProducerOptions;
 
 /// What [`PartitionProducer::try_send`] did.
@@ -114,7 +115,7 @@ impl PartitionProducer {
         shared_name: Option<&str>,
     ) -> Result<PartitionProducer> {
         let producer_id = client.new_producer_id();
-        let cmd = task::create_command(
+        let cmd = create::create_command(
             topic.as_str(),
             producer_id,
             options.name.as_deref().or(shared_name),
@@ -139,7 +140,7 @@ impl PartitionProducer {
             },
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-        let created = task::Created::parse(*response, options.name.as_deref())?;
+        let created = create::Created::parse(*response, options.name.as_deref())?;
         let max_message_size = entity
             .conn
             .as_ref()

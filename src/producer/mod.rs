@@ -8,6 +8,7 @@
 
 mod batch_container;
 mod chunker;
+mod create;
 mod frame_charge;
 mod handle;
 mod limits;
