@@ -16,7 +16,7 @@ use pulsar_sdk::{
 };
 
 /// A generous bound on anything that should happen within a few reconnect rounds.
-const WITHIN: Duration = Duration::from_secs(30);
+pub(super) const WITHIN: Duration = Duration::from_secs(30);
 
 fn backoff() -> BackoffPolicy {
     BackoffPolicy {
@@ -26,7 +26,9 @@ fn backoff() -> BackoffPolicy {
     }
 }
 
-async fn read_all(client: &Client, topic: &str, n: usize) -> Vec<String> {
+/// The first `n` payloads of `topic`, read from the start by a subscription of their own
+/// (acked as they come).
+pub(super) async fn read_all(client: &Client, topic: &str, n: usize) -> Vec<String> {
     let mut c = client
         .consumer(topic)
         .subscription("check")

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use pulsar_sdk::mock::MockBroker;
+
+use super::cluster_failover::{read_all, WITHIN};
 use pulsar_sdk::{
     AutoClusterFailover, Client, InitialPosition, ServiceInfo, ServiceInfoProvider,
     SubscriptionType,
 };
-
-const WITHIN: Duration = Duration::from_secs(30);
 
 /// Upstream's `PulsarClientImpl.updateServiceUrl` does not short-circuit a switch to the URL
 /// in use: every connection closes and everything reconnects. Under a steady stream of sends
@@ -215,22 +215,7 @@ async fn dropping_the_client_ends_a_controlled_providers_task_mid_request() {
 /// The payloads stored on `broker`'s topic, in order (read with a client of its own).
 async fn stored(broker: &MockBroker, topic: &str, n: usize) -> Vec<String> {
     let client = common::test_client(&broker.service_url()).build().unwrap();
-    let mut c = client
-        .consumer(topic)
-        .subscription("audit")
-        .initial_position(InitialPosition::Earliest)
-        .subscribe()
-        .await
-        .unwrap();
-    let mut got = Vec::new();
-    for _ in 0..n {
-        let m = tokio::time::timeout(WITHIN, c.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        got.push(String::from_utf8(m.payload.to_vec()).unwrap());
-    }
-    got
+    read_all(&client, topic, n).await
 }
 
 /// Switches back and forth (a, b, a, b) while a producer sends without waiting for receipts:
