@@ -68,6 +68,14 @@ async fn main() {
     )
     .build()
     .unwrap_or_else(|e| die(e));
+    // Fail fast on a broker without a coordinator (pulsar-lite has none): the first
+    // transaction says so after at most one operation timeout.
+    let probe = client
+        .transaction()
+        .begin()
+        .await
+        .unwrap_or_else(|e| die(e));
+    probe.abort().await.unwrap_or_else(|e| die(e));
     let run_id = std::process::id();
     let input = format!("exactly-once-orders-{run_id}");
     let output = format!("exactly-once-enriched-{run_id}");

@@ -281,7 +281,7 @@ fn answer(
             }
         }
         MockRequest::EndTxn => {
-            let end = cmd.end_txn.clone().unwrap_or_default();
+            let end = cmd.end_txn.unwrap_or_default();
             wire::BaseCommand {
                 r#type: Type::EndTxnResponse as i32,
                 end_txn_response: Some(wire::CommandEndTxnResponse {

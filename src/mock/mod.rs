@@ -122,6 +122,8 @@ mod tests_produce;
 #[cfg(test)]
 mod tests_support;
 #[cfg(test)]
+mod tests_txn;
+#[cfg(test)]
 mod tests_watchers;
 mod timer_task;
 mod timers;
