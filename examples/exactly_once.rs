@@ -3,14 +3,17 @@
 //! one transaction that then commits. A crash before the commit leaves neither (the input
 //! comes back, its output is never delivered); a commit leaves both, once.
 //!
-//! Self-contained like `quickstart`: it publishes `--orders` orders (and one malformed input)
-//! to a fresh input topic, runs the loop until every input is done, then reads the output
-//! topic and checks that each order has exactly one output. Uses the broker at `PULSAR_URL`
-//! (or `--url`; its transaction coordinator must be enabled); otherwise starts the crate's
-//! embedded mock broker, with its coordinator, in-process. The security options and
-//! variables of `quickstart` apply.
+//! Without `--input`, self-contained like `quickstart`: it publishes `--orders` orders (and
+//! one malformed input) to a fresh input topic, runs the loop until every input is done, then
+//! reads the output topic and checks that each order has exactly one output. With `--input`
+//! and `--output`, it is the service: the loop on those topics until Ctrl-C (or until it is
+//! killed: the point of exactly once). Uses the broker at `PULSAR_URL` (or `--url`; its
+//! transaction coordinator must be enabled); otherwise starts the crate's embedded mock
+//! broker, with its coordinator, in-process. The security options and variables of
+//! `quickstart` apply.
 //!
 //! cargo run --example exactly_once -- [--url U] [--orders N] [--txn-timeout-ms MS]
+//!   [--work-ms MS] [--input T --output T2 [--subscription S]]
 //!
 //! The loop itself is in `examples/common/exactly_once.rs`, which
 //! `tests/protocol/transactions/exactly_once.rs` kills and restarts mid-transaction.
@@ -28,13 +31,28 @@ use common::{die, Args};
 use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, MockTransactions};
 use pulsar_sdk::{InitialPosition, SubscriptionType};
 
-const USAGE: &str = "usage: exactly_once [--url U] [--orders N] [--txn-timeout-ms MS]";
+const USAGE: &str = "usage: exactly_once [--url U] [--orders N] [--txn-timeout-ms MS] \
+[--work-ms MS] [--input T --output T2 [--subscription S]]";
 
 #[tokio::main]
 async fn main() {
-    let args = Args::parse(USAGE, &["url", "orders", "txn-timeout-ms"], &[]);
+    let args = Args::parse(
+        USAGE,
+        &[
+            "url",
+            "orders",
+            "txn-timeout-ms",
+            "work-ms",
+            "input",
+            "output",
+            "subscription",
+        ],
+        &[],
+    );
     let orders: usize = args.number(USAGE, "orders", 20);
     let txn_timeout = Duration::from_millis(args.number(USAGE, "txn-timeout-ms", 10_000));
+    // Simulated processing time per input, spent inside its transaction.
+    let work = Duration::from_millis(args.number(USAGE, "work-ms", 0));
     let url = args
         .get("url")
         .map(str::to_owned)
@@ -76,6 +94,13 @@ async fn main() {
         .await
         .unwrap_or_else(|e| die(e));
     probe.abort().await.unwrap_or_else(|e| die(e));
+    if let Some(input) = args.get("input") {
+        let output = args.required(USAGE, "output");
+        let subscription = args.get("subscription").unwrap_or("exactly-once-enricher");
+        serve(&client, input, &output, subscription, txn_timeout, work).await;
+        client.close().await.unwrap_or_else(|e| die(e));
+        return;
+    }
     let run_id = std::process::id();
     let input = format!("exactly-once-orders-{run_id}");
     let output = format!("exactly-once-enriched-{run_id}");
@@ -108,17 +133,7 @@ async fn main() {
         .subscribe()
         .await
         .unwrap_or_else(|e| die(e));
-    let consumer = client
-        .consumer(&input)
-        .subscription("exactly-once-enricher")
-        // Shared: run several copies of this service to share the work.
-        .subscription_type(SubscriptionType::Shared)
-        .initial_position(InitialPosition::Earliest)
-        // A failed attempt's input comes back after this.
-        .negative_ack_delay(Duration::from_millis(500))
-        .subscribe()
-        .await
-        .unwrap_or_else(|e| die(e));
+    let consumer = input_consumer(&client, &input, "exactly-once-enricher").await;
     // Transactional messages are one entry each: no batching to configure.
     let producer = client
         .producer(&output)
@@ -131,7 +146,7 @@ async fn main() {
     let looping = {
         let (client, producer) = (client.clone(), producer.clone());
         tokio::spawn(async move {
-            exactly_once::run(&client, consumer, &producer, txn_timeout, async {
+            exactly_once::run(&client, consumer, &producer, txn_timeout, work, async {
                 let _ = stopped.await;
             })
             .await
@@ -175,4 +190,55 @@ async fn main() {
     if duplicates > 0 {
         std::process::exit(1);
     }
+}
+
+/// The consumer of the inputs.
+async fn input_consumer(
+    client: &pulsar_sdk::Client,
+    input: &str,
+    subscription: &str,
+) -> pulsar_sdk::Consumer {
+    client
+        .consumer(input)
+        .subscription(subscription)
+        // Shared: run several copies of this service to share the work.
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        // A failed attempt's input comes back after this.
+        .negative_ack_delay(Duration::from_millis(500))
+        .subscribe()
+        .await
+        .unwrap_or_else(|e| die(e))
+}
+
+/// The service: the loop on `input` → `output` until Ctrl-C; prints its totals as JSON.
+async fn serve(
+    client: &pulsar_sdk::Client,
+    input: &str,
+    output: &str,
+    subscription: &str,
+    txn_timeout: Duration,
+    work: Duration,
+) {
+    let consumer = input_consumer(client, input, subscription).await;
+    let producer = client
+        .producer(output)
+        .create()
+        .await
+        .unwrap_or_else(|e| die(e));
+    eprintln!("exactly_once: serving {input} -> {output}");
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            eprintln!("exactly_once: cannot listen for Ctrl-C ({e}); running until killed");
+            std::future::pending::<()>().await;
+        }
+    };
+    let stats = exactly_once::run(client, consumer, &producer, txn_timeout, work, ctrl_c)
+        .await
+        .unwrap_or_else(|e| die(e));
+    producer.close().await.unwrap_or_else(|e| die(e));
+    println!(
+        r#"{{"committed":{},"rejected":{},"failed":{}}}"#,
+        stats.committed, stats.rejected, stats.failed
+    );
 }

@@ -82,7 +82,9 @@ pub async fn stage(
 }
 
 /// Processes inputs one transaction each until `shutdown` resolves or the consumer ends for
-/// good; then closes the consumer (the client and producer belong to the caller).
+/// good; then closes the consumer (the client and producer belong to the caller). `work` is
+/// a stand-in for slow processing, spent inside each transaction before its commit (zero:
+/// none).
 ///
 /// A failed attempt (`stage` or the commit) negatively acknowledges the input so that it is
 /// received again. After a commit that failed without an answer (a timeout, a lost
@@ -94,6 +96,7 @@ pub async fn run(
     mut consumer: Consumer,
     producer: &Producer,
     txn_timeout: Duration,
+    work: Duration,
     shutdown: impl Future<Output = ()>,
 ) -> Result<Stats> {
     let mut stats = Stats::default();
@@ -117,6 +120,9 @@ pub async fn run(
         };
         let attempt = async {
             let staged = stage(client, &consumer, producer, &msg, txn_timeout).await?;
+            if !work.is_zero() {
+                tokio::time::sleep(work).await;
+            }
             staged.txn.commit().await?;
             Ok::<_, Error>(staged.produced)
         };

@@ -104,9 +104,10 @@
 //! ## Exactly once, end to end
 //!
 //! `examples/exactly_once.rs` runs the consume–transform–produce loop above (one transaction
-//! per input) against the mock broker by default, or any broker through `PULSAR_URL`; its
-//! test kills it before and after a commit and restarts it, and runs it through a broker
-//! restart, counting one delivered output per input each time. Two things it relies on:
+//! per input) against the mock broker by default, or any broker through `PULSAR_URL`
+//! (`--input` / `--output` make it the service); its tests kill its process inside a
+//! transaction and start it again, kill the loop before and after a commit, and run it
+//! through a broker restart, counting one delivered output per input each time. Two things it relies on:
 //! inputs produced without batching (see above), and, for the output producer's resends
 //! after a reconnect, broker deduplication on the output's namespace (a send that was stored
 //! but whose receipt was lost is otherwise stored twice in the transaction).

@@ -31,7 +31,11 @@ const SUBSCRIPTION: &str = "enricher";
 
 /// Publishes `order-0 .. order-{n-1}` to the input topic, one entry each.
 async fn feed(client: &Client, range: std::ops::Range<usize>) {
-    let feeder = support::unbatched_producer(client, INPUT).await;
+    feed_to(client, INPUT, range).await
+}
+
+async fn feed_to(client: &Client, topic: &str, range: std::ops::Range<usize>) {
+    let feeder = support::unbatched_producer(client, topic).await;
     let mut receipts = Vec::new();
     for i in range {
         receipts.push(feeder.send(format!("order-{i}:1:100")).await.unwrap());
@@ -62,8 +66,12 @@ async fn input_consumer(client: &Client) -> Consumer {
 
 /// A consumer of the output topic: what users of the pipeline see.
 async fn output_checker(client: &Client) -> Consumer {
+    checker_of(client, OUTPUT).await
+}
+
+async fn checker_of(client: &Client, topic: &str) -> Consumer {
     client
-        .consumer(OUTPUT)
+        .consumer(topic)
         .subscription("check")
         .initial_position(InitialPosition::Earliest)
         .subscribe()
@@ -140,6 +148,7 @@ async fn restart_and_finish(
                 consumer,
                 &producer,
                 Duration::from_secs(5),
+                Duration::ZERO,
                 async {
                     let _ = stopped.await;
                 },
@@ -237,6 +246,7 @@ async fn the_loop_leaves_one_output_per_input_through_a_broker_restart() {
                 consumer,
                 &producer,
                 Duration::from_secs(2),
+                Duration::ZERO,
                 async {
                     let _ = stopped.await;
                 },
@@ -275,6 +285,83 @@ async fn the_loop_leaves_one_output_per_input_through_a_broker_restart() {
     })
     .await;
     client.close().await.unwrap();
+}
+
+/// Receives the next output and counts it under the input it names.
+async fn count_next(checker: &mut Consumer, per_input: &mut BTreeMap<String, usize>) {
+    let m = support::recv(checker).await;
+    checker.ack(&m).unwrap();
+    let from = m.properties.get(exactly_once::INPUT_ID).unwrap().clone();
+    *per_input.entry(from).or_default() += 1;
+}
+
+/// The example itself, as processes: started as the service on the input topic (with slow
+/// work inside each transaction), killed (SIGKILL) inside a transaction once a few outputs
+/// were delivered, started again. Wherever the kill landed, every input ends with
+/// exactly one delivered output, and nothing more arrives past the killed transaction's
+/// timeout. (Needs the example built: plain `cargo test` builds it.)
+#[tokio::test]
+async fn the_example_killed_mid_stream_and_restarted_leaves_one_output_per_input() {
+    const N: usize = 20;
+    const TXN_TIMEOUT_MS: u64 = 1000;
+    let (broker, client) = setup().await;
+    let (input, output) = ("eo-process-orders", "eo-process-enriched");
+    feed_to(&client, input, 0..N).await;
+    let mut checker = checker_of(&client, output).await;
+    let url = broker.service_url();
+    let timeout = TXN_TIMEOUT_MS.to_string();
+    let args = [
+        "--url",
+        &url,
+        "--input",
+        input,
+        "--output",
+        output,
+        "--txn-timeout-ms",
+        &timeout,
+        "--work-ms",
+        "20",
+    ];
+    let start = || {
+        std::process::Command::new(support::examples::example("exactly_once"))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut per_input: BTreeMap<String, usize> = BTreeMap::new();
+    let mut first = start();
+    for _ in 0..5 {
+        count_next(&mut checker, &mut per_input).await;
+    }
+    // Kill it inside a transaction: once its next output is stored (its commit comes after
+    // the simulated work).
+    let stored = support::full(output);
+    support::wait_until("an output stored, not committed", || {
+        broker.topic_messages(&stored) > 5
+    })
+    .await;
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let killed_after = per_input.len();
+    let mut second = start();
+    while per_input.values().sum::<usize>() < N {
+        count_next(&mut checker, &mut per_input).await;
+    }
+    // Past the killed transaction's timeout: nothing more (no duplicate).
+    let late =
+        tokio::time::timeout(Duration::from_millis(TXN_TIMEOUT_MS * 2), checker.recv()).await;
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert!(late.is_err(), "a duplicate output: {late:?}");
+    assert_eq!(per_input.len(), N, "{per_input:?}");
+    assert!(per_input.values().all(|n| *n == 1), "{per_input:?}");
+    eprintln!(
+        "killed after {killed_after} outputs; {} stored on the output topic for {N} inputs",
+        broker.topic_messages(&support::full(output))
+    );
 }
 
 #[test]
