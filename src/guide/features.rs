@@ -39,7 +39,7 @@
 //! | End-to-end encryption (PIP-4): RSA keys, several recipients, key readers, failure actions | yes | [`ProducerBuilder::encryption_key`], [`ConsumerBuilder::crypto_key_reader`] (cargo feature `encryption`, `pulsar_sdk::crypto`; EC keys are refused) |
 //! | Interceptors (producer, consumer, reader) | yes | [`ProducerBuilder::interceptor`], [`ConsumerBuilder::interceptor`], [`crate::interceptor`], [`observing`](super::observing) |
 //! | OpenTelemetry tracing (send and process spans, W3C context in message properties) | yes | cargo feature `opentelemetry`: `ClientBuilder::tracing` / `ClientBuilder::tracer`, [`observing`](super::observing) |
-//! | Transactions (PIP-31): transactional sends and acks, commit and abort | yes | cargo feature `transactions`: `ClientBuilder::enable_transaction`, `Client::transaction`, `ProducerMessage::transaction`, `Consumer::ack_with_transaction`; the guide chapter `transactions` (acks of batched or chunked messages in a transaction are not supported yet) |
+//! | Transactions (PIP-31): transactional sends and acks, commit and abort | yes | cargo feature `transactions`: `ClientBuilder::enable_transaction`, `Client::transaction`, `ProducerMessage::transaction`, `Consumer::ack_with_transaction` (and `Acker`'s); the guide chapter `transactions`; `examples/exactly_once.rs` (acks of batched or chunked messages in a transaction are not supported yet) |
 //! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
 //!
 //! ## Not supported yet

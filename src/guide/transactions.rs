@@ -60,11 +60,15 @@
 //!   delivered either (the broker's "max read position"), so keep transactions short.
 //!   Transactional messages are sent one entry each, never batched.
 //! - `Consumer::ack_with_transaction(&msg, &txn)` and `ack_cumulative_with_transaction`
-//!   (Exclusive and Failover subscriptions): the subscription is registered once, and the
-//!   acknowledgement waits for the broker's answer. A message already acknowledged, or pending
-//!   in another transaction, is refused with `Error::Broker` code `TransactionConflict`. After
-//!   an abort the messages are unacknowledged again and come back on a redelivery (ack
-//!   timeout, negative ack, reconnect, another consumer taking over).
+//!   (Exclusive and Failover subscriptions), and the same on the consumer's `Acker` (from any
+//!   task): the subscription is registered once, and the acknowledgement waits for the
+//!   broker's answer. A message already acknowledged, or pending in another transaction, is
+//!   refused with `Error::Broker` code `TransactionConflict`; so is a cumulative
+//!   acknowledgement while another transaction holds the subscription's, or at or before the
+//!   one this transaction holds. After an abort the broker redelivers the messages: those
+//!   acknowledged individually, or, for a cumulative acknowledgement, everything
+//!   unacknowledged on the subscription (the consumer may then see messages it had queued
+//!   twice; Java's consumer does the same).
 //! - Acknowledging a message of a batch, or a chunked message, in a transaction is refused
 //!   with `Error::InvalidOperation` for now: produce pipeline inputs without batching.
 //!
@@ -77,11 +81,83 @@
 //! | `TransactionError::InvalidState` | the transaction is not open (committed, aborted, timed out) | no |
 //! | `TransactionError::OperationFailed` | a send or acknowledgement of the transaction failed; the commit aborted it | no |
 //! | `Error::Broker` `TransactionConflict` | the acknowledgement conflicts with an earlier one | no |
-//! | `Error::Broker` `TransactionNotFound` / `InvalidTxnStatus` | the coordinator no longer has the transaction (e.g. it aborted it for its timeout); the state becomes `Error` | no |
-//! | `Error::Timeout`, `Error::ConnectionLost` on `commit` / `abort` | the outcome is unknown; the state stays `Committing` / `Aborting` and the call may be made again | yes |
+//! | `Error::Broker` `TransactionNotFound` / `InvalidTxnStatus` | the coordinator no longer has the transaction (it aborted it for its timeout, or it already ended it: see below); the state becomes `Error` | no |
+//! | `Error::Timeout`, `Error::ConnectionLost`, another `Error::Broker` on `commit` / `abort` | the outcome is unknown; the state stays `Committing` / `Aborting` and the call may be made again | yes |
+//!
+//! ## The coordinator going away mid-commit
 //!
 //! Requests to the coordinator are retried within the operation timeout when the connection
-//! is lost and when it answers `TransactionCoordinatorNotFound` (as upstream).
+//! is lost (connected again, the request is sent again, as Java's
+//! `TransactionMetaStoreHandler` re-sends its pending requests) and when it answers
+//! `TransactionCoordinatorNotFound` (with backoff). What a resent END_TXN meets is the
+//! coordinator's state, recovered from its log (the broker's `TransactionMetadataStoreService`):
+//!
+//! - the transaction still COMMITTING (the coordinator had recorded the commit but not
+//!   finished it): the resend finishes it and `commit` succeeds;
+//! - the transaction already committed and forgotten: the answer is `TransactionNotFound`,
+//!   so `commit` fails with it and the state is `Error`, as Java's `TransactionImpl`. The
+//!   outcome is then unknown to the client: committed (the usual case after a lost answer)
+//!   or aborted (its timeout passed first). An exactly-once loop needs no more: whatever the
+//!   coordinator decided, the input's acknowledgement and its outputs went together, so
+//!   negatively acknowledge the input and move on (it comes back only if it was aborted).
+//!
+//! ## Exactly once, end to end
+//!
+//! `examples/exactly_once.rs` runs the consume–transform–produce loop above (one transaction
+//! per input) against the mock broker by default, or any broker through `PULSAR_URL`
+//! (`--input` / `--output` make it the service); its tests kill its process inside a
+//! transaction and start it again, kill the loop before and after a commit, and run it
+//! through a broker restart, counting one delivered output per input each time. Two things it relies on:
+//! inputs produced without batching (see above), and, for the output producer's resends
+//! after a reconnect, broker deduplication on the output's namespace (a send that was stored
+//! but whose receipt was lost is otherwise stored twice in the transaction).
+//!
+//! ```
+//! # #[cfg(feature = "mock-broker")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::mock::{MockBroker, MockBrokerConfig, MockTransactions};
+//! use pulsar_sdk::{Client, InitialPosition, ProducerMessage, SubscriptionType};
+//!
+//! let broker = MockBroker::start_with(MockBrokerConfig {
+//!     transactions: MockTransactions::Enabled,
+//!     ..Default::default()
+//! })
+//! .await?;
+//! let client = Client::builder()
+//!     .service_url(broker.service_url())
+//!     .enable_transaction(true)
+//!     .build()?;
+//! let feeder = client.producer("in").batching(false).create().await?;
+//! feeder.send_and_wait("hello").await?;
+//! let mut input = client
+//!     .consumer("in")
+//!     .subscription("upper")
+//!     .subscription_type(SubscriptionType::Shared)
+//!     .initial_position(InitialPosition::Earliest)
+//!     .subscribe()
+//!     .await?;
+//! let mut check = client
+//!     .consumer("out")
+//!     .subscription("check")
+//!     .initial_position(InitialPosition::Earliest)
+//!     .subscribe()
+//!     .await?;
+//! let output = client.producer("out").create().await?;
+//!
+//! let msg = input.recv().await?;
+//! let txn = client.transaction().begin().await?;
+//! let upper = msg.payload_str().unwrap_or_default().to_uppercase();
+//! let _receipt = output.send(ProducerMessage::new(upper).transaction(&txn)).await?;
+//! input.acker().ack_with_transaction(&msg, &txn).await?;
+//! txn.commit().await?;
+//!
+//! assert_eq!(check.recv().await?.payload_str(), Some("HELLO"));
+//! client.close().await?;
+//! # Ok(()) }
+//! # #[cfg(not(feature = "mock-broker"))]
+//! # fn main() {}
+//! ```
 //!
 //! ## pulsar-lite and brokers without a coordinator
 //!

@@ -125,6 +125,9 @@ impl MockBroker {
                 return Ok(());
             }
         }
+        // The transaction coordinator is loaded again from its log: it finishes what it was
+        // ending (PIP-31).
+        super::transactions::recover(&mut lock(&shared.state));
         let listener = rebind(shared.addr).await;
         let mut registry = lock(&shared.connections);
         if registry.closed {

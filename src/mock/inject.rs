@@ -172,7 +172,8 @@ fn request_topic(
             .map_or(Subject::NotMatchable, |c| producer(c.producer_id)),
         MockRequest::GetTopicsOfNamespace
         | MockRequest::WatchTopicList
-        | MockRequest::WatchPartitionUpdate => Subject::None,
+        | MockRequest::WatchPartitionUpdate
+        | MockRequest::EndTxn => Subject::None,
     }
 }
 
@@ -275,6 +276,20 @@ fn answer(
                     error: Some(code.code()),
                     message: Some(message.to_owned()),
                     ..Default::default()
+                }),
+                ..Default::default()
+            }
+        }
+        MockRequest::EndTxn => {
+            let end = cmd.end_txn.unwrap_or_default();
+            wire::BaseCommand {
+                r#type: Type::EndTxnResponse as i32,
+                end_txn_response: Some(wire::CommandEndTxnResponse {
+                    request_id: end.request_id,
+                    txnid_most_bits: end.txnid_most_bits,
+                    txnid_least_bits: end.txnid_least_bits,
+                    error: Some(code.code()),
+                    message: Some(message.to_owned()),
                 }),
                 ..Default::default()
             }

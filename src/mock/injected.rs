@@ -54,6 +54,10 @@ pub enum MockRequest {
     /// WATCH_PARTITION_UPDATE (PIP-247): answered ERROR; no watcher is registered. Names no
     /// topic.
     WatchPartitionUpdate,
+    /// END_TXN (PIP-31): answered END_TXN_RESPONSE with the error; the transaction is not
+    /// ended (e.g. `TransactionCoordinatorNotFound` while the coordinator moves). Names no
+    /// topic.
+    EndTxn,
 }
 
 impl MockRequest {
@@ -75,6 +79,7 @@ impl MockRequest {
             Type::GetTopicsOfNamespace => MockRequest::GetTopicsOfNamespace,
             Type::WatchTopicList => MockRequest::WatchTopicList,
             Type::WatchPartitionUpdate => MockRequest::WatchPartitionUpdate,
+            Type::EndTxn => MockRequest::EndTxn,
             _ => return None,
         })
     }

@@ -122,6 +122,8 @@ mod tests_produce;
 #[cfg(test)]
 mod tests_support;
 #[cfg(test)]
+mod tests_txn;
+#[cfg(test)]
 mod tests_watchers;
 mod timer_task;
 mod timers;
@@ -158,6 +160,7 @@ pub use schemas::MockSchemaCompatibility;
 #[cfg(feature = "tls")]
 pub use secure::MockTls;
 pub use secure::{MockAuth, REFRESH_AUTH_DATA};
+pub use txn_state::MockCoordinatorCrash;
 
 use crate::codec::Frame;
 use crate::error::ServerError;
@@ -260,9 +263,11 @@ pub enum MockTransactions {
     /// transaction (and everything after them on their topic) are not dispatched until it
     /// ends, an aborted transaction's never are, acknowledgements in a transaction apply at
     /// its commit and conflict as the broker's, and a transaction past its timeout is
-    /// aborted. Simplified: a transaction ends at once (no COMMITTING phase), topics get no
-    /// commit/abort marker entries, and acknowledging part of a batch in a transaction is
-    /// not modelled.
+    /// aborted. Ending one goes through the COMMITTING / ABORTING status as the broker's
+    /// (a resend of the same END_TXN finishes it; see
+    /// [`MockBroker::crash_coordinator_on_next_end`]). Simplified: the topics and
+    /// subscriptions are told at once, topics get no commit/abort marker entries, and
+    /// acknowledging part of a batch in a transaction is not modelled.
     Enabled,
     /// No answer at all to the coordinator commands, as a broker that does not know them
     /// (pulsar-lite ignores TC_CLIENT_CONNECT).

@@ -2,12 +2,18 @@
 //! (the transaction buffer) and subscriptions (pending acknowledgements). Each rule follows
 //! the broker code named beside it; the state is in [`super::txn_state`].
 //!
+//! Ending a transaction goes through upstream's phases (`TransactionMetadataStoreService
+//! .endTransaction`): the status becomes COMMITTING (or ABORTING), the topics and
+//! subscriptions are told, then the transaction is COMMITTED (or ABORTED) and forgotten. A
+//! test can crash the coordinator between the phases
+//! ([`MockBroker::crash_coordinator_on_next_end`]).
+//!
 //! Where the mock simplifies: one coordinator table serves every coordinator id (ids
 //! `0..max(1, partitions of transaction_coordinator_assign)`, as a broker owning every
-//! partition of that topic); a transaction ends at once (no COMMITTING/ABORTING phase, no
-//! END_TXN_ON_PARTITION/SUBSCRIPTION round trips, no commit/abort marker entries in the
-//! topics); acknowledgements of part of a batch in a transaction are not modelled, nor a
-//! plain acknowledgement of an entry pending in a transaction.
+//! partition of that topic); the phases run at once (no END_TXN_ON_PARTITION/SUBSCRIPTION
+//! round trips, no commit/abort marker entries in the topics); acknowledgements of part of a
+//! batch in a transaction are not modelled, nor a plain acknowledgement of an entry pending
+//! in a transaction.
 
 use std::time::Duration;
 
@@ -15,9 +21,9 @@ use tokio::time::Instant;
 
 use super::reply::{error, SessionView, Step};
 use super::state::BrokerState;
-use super::txn_state::{TxnKey, TxnMeta};
+use super::txn_state::{MockCoordinatorCrash, TxnKey, TxnMeta, TxnStatus};
 use super::wire::{self, base_command::Type};
-use super::{dispatch, MockTransactions};
+use super::{dispatch, lock, MockBroker, MockTransactions};
 use crate::error::ServerError;
 
 /// The topic whose partitions are the coordinators (upstream
@@ -90,6 +96,7 @@ pub(crate) fn new_txn(state: &mut BrokerState, cmd: &wire::CommandNewTxn) -> Ste
         state.coordinator.open.insert(
             id,
             TxnMeta {
+                status: TxnStatus::Open,
                 deadline: crate::util::deadline_after(ttl),
                 partitions: Default::default(),
                 subscriptions: Default::default(),
@@ -109,16 +116,40 @@ pub(crate) fn new_txn(state: &mut BrokerState, cmd: &wire::CommandNewTxn) -> Ste
     })
 }
 
-/// The open transaction `id`, or the coordinator's error: an ended transaction is gone from
-/// its store (upstream `MLTransactionMetadataStore` removes it once committed or aborted), so
-/// both unknown and ended ones are `TransactionNotFound`.
-fn open_txn(state: &mut BrokerState, id: TxnKey) -> Result<&mut TxnMeta, (ServerError, String)> {
+/// The transaction `id` the coordinator keeps, or its error: an ended transaction is gone
+/// from its store (upstream `MLTransactionMetadataStore.updateTxnStatus` removes it once
+/// committed or aborted), so both unknown and ended ones are `TransactionNotFound`.
+fn kept_txn(state: &mut BrokerState, id: TxnKey) -> Result<&mut TxnMeta, (ServerError, String)> {
     state.coordinator.open.get_mut(&id).ok_or_else(|| {
         (
             ServerError::TransactionNotFound,
             format!("transaction ({},{}) not found", id.0, id.1),
         )
     })
+}
+
+/// The transaction `id` if it is OPEN: one being ended refuses new partitions and
+/// subscriptions with `InvalidTxnStatus` (upstream `TxnMetaImpl.checkTxnStatus(OPEN)`).
+fn open_txn(state: &mut BrokerState, id: TxnKey) -> Result<&mut TxnMeta, (ServerError, String)> {
+    let meta = kept_txn(state, id)?;
+    if meta.status != TxnStatus::Open {
+        return Err(invalid_status(id, TxnStatus::Open, meta.status));
+    }
+    Ok(meta)
+}
+
+/// Upstream `InvalidTxnStatusException(txnID, expected, actual)`.
+fn invalid_status(id: TxnKey, expected: TxnStatus, actual: TxnStatus) -> (ServerError, String) {
+    (
+        ServerError::InvalidTxnStatus,
+        format!(
+            "Expect Txn `({},{})` to be in {} status but it is in {} status",
+            id.0,
+            id.1,
+            expected.name(),
+            actual.name()
+        ),
+    )
 }
 
 /// ADD_PARTITION_TO_TXN (upstream `MLTransactionMetadataStore.addProducedPartitionToTxn`).
@@ -166,15 +197,53 @@ pub(crate) fn add_subscription(
     })
 }
 
-/// END_TXN: commits or aborts on every registered partition and subscription (upstream
-/// `TransactionMetadataStoreService.endTransaction`: END_TXN_ON_PARTITION to each produced
-/// partition, END_TXN_ON_SUBSCRIPTION to each acknowledged subscription).
+/// END_TXN, as upstream `TransactionMetadataStoreService.endTransaction`:
+///
+/// - an OPEN transaction becomes COMMITTING (ABORTING), then every registered partition and
+///   subscription is told (END_TXN_ON_PARTITION / END_TXN_ON_SUBSCRIPTION, here at once),
+///   then it is COMMITTED (ABORTED) and forgotten, and the answer is a success;
+/// - one already COMMITTING with a COMMIT (ABORTING with an ABORT), i.e. a resend after the
+///   answer was lost, finishes the same way and succeeds;
+/// - one being ended the other way is refused with `InvalidTxnStatus`;
+/// - an unknown or already ended one is `TransactionNotFound`.
+///
+/// A crash asked for with [`MockBroker::crash_coordinator_on_next_end`] stops after the
+/// phase it names: no answer, and the connection is closed.
 pub(crate) fn end_txn(state: &mut BrokerState, cmd: &wire::CommandEndTxn) -> Step {
     let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
     let commit = cmd.txn_action() == wire::TxnAction::Commit;
-    let r = open_txn(state, id).map(|_| ());
+    let ending = if commit {
+        TxnStatus::Committing
+    } else {
+        TxnStatus::Aborting
+    };
+    let r = kept_txn(state, id).and_then(|meta| match meta.status {
+        TxnStatus::Open => {
+            meta.status = ending;
+            Ok(())
+        }
+        s if s == ending => Ok(()),
+        s => Err(invalid_status(id, ending, s)),
+    });
     if r.is_ok() {
-        end(state, id, commit);
+        match state.coordinator.crash_on_end.take() {
+            Some(MockCoordinatorCrash::BeforeEnding) => {
+                return Step::Close(format!(
+                    "coordinator crashed with transaction ({},{}) {}",
+                    id.0,
+                    id.1,
+                    ending.name()
+                ));
+            }
+            Some(MockCoordinatorCrash::BeforeAnswer) => {
+                end(state, id, commit);
+                return Step::Close(format!(
+                    "coordinator crashed before answering the end of ({},{})",
+                    id.0, id.1
+                ));
+            }
+            None => end(state, id, commit),
+        }
     }
     let (error, message) = code_and_message(r);
     Step::Reply(wire::BaseCommand {
@@ -190,7 +259,28 @@ pub(crate) fn end_txn(state: &mut BrokerState, cmd: &wire::CommandEndTxn) -> Ste
     })
 }
 
-/// Ends open transaction `id` everywhere it went.
+/// A coordinator loaded again (a broker restart) finishes the transactions it finds
+/// COMMITTING or ABORTING (upstream `TransactionRecoverTrackerImpl
+/// .handleCommittingAndAbortingTransaction`); open ones keep their timeouts.
+pub(crate) fn recover(state: &mut BrokerState) {
+    for (id, commit) in state.coordinator.being_ended() {
+        end(state, id, commit);
+    }
+}
+
+impl MockBroker {
+    /// Crashes the transaction coordinator at `at` while it ends the next transaction (the
+    /// next END_TXN it accepts): that END_TXN gets no answer and the connection it came on is
+    /// closed, as when the broker serving the coordinator goes away mid-commit and another
+    /// loads it from its transaction log. The client's resend then meets the coordinator's
+    /// recovered state: see [`MockCoordinatorCrash`]. Only with
+    /// [`MockTransactions::Enabled`].
+    pub fn crash_coordinator_on_next_end(&self, at: MockCoordinatorCrash) {
+        lock(&self.shared().state).coordinator.crash_on_end = Some(at);
+    }
+}
+
+/// Ends transaction `id` everywhere it went, and forgets it.
 ///
 /// - Its partitions (upstream `TopicTransactionBuffer.commitTxn` / `abortTxn`): the
 ///   transaction leaves the ongoing set, so the max read position moves past its entries
@@ -283,8 +373,9 @@ pub(crate) fn check_send(state: &BrokerState, id: TxnKey) -> Result<(), String> 
 ///   does not give it back for redelivery);
 /// - cumulative (`internalCumulativeAcknowledgeMessage`), on Exclusive/Failover only (else
 ///   NotAllowed, `Subscription.isCumulativeAckMode`): a position at or before the
-///   mark-delete position, or while another transaction holds the subscription's pending
-///   cumulative acknowledgement, is a `TransactionConflict`.
+///   mark-delete position, while another transaction holds the subscription's pending
+///   cumulative acknowledgement, or at or before the one this transaction holds, is a
+///   `TransactionConflict`; else it is the pending one (`handleCumulativeAck`).
 pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::CommandAck) -> Step {
     let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
     let cumulative = cmd.ack_type() == wire::command_ack::AckType::Cumulative;
@@ -307,6 +398,9 @@ pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::Comma
                     Some((other, _)) if other != id => conflict(format!(
                         "transaction ({},{}) already holds a cumulative ack",
                         other.0, other.1
+                    )),
+                    Some((_, held)) if e <= held => conflict(format!(
+                        "cumulative ack at {e}: at or before the {held} this transaction holds"
                     )),
                     _ => {
                         sub.txn_acks.cumulative = Some((id, e));

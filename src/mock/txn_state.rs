@@ -10,9 +10,52 @@ use tokio::time::Instant;
 /// A transaction id: (most bits = coordinator id, least bits = its sequence).
 pub(crate) type TxnKey = (u64, u64);
 
-/// An open transaction, as the coordinator keeps it (upstream `TxnMeta`).
+/// Where a transaction the coordinator still keeps is (upstream `TxnStatus`; COMMITTED and
+/// ABORTED ones are forgotten at once, as `MLTransactionMetadataStore.updateTxnStatus` removes
+/// them from its map).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TxnStatus {
+    Open,
+    /// END_TXN COMMIT recorded; the transaction buffers and pending acks not all told yet.
+    Committing,
+    /// END_TXN ABORT recorded, likewise.
+    Aborting,
+}
+
+impl TxnStatus {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            TxnStatus::Open => "OPEN",
+            TxnStatus::Committing => "COMMITTING",
+            TxnStatus::Aborting => "ABORTING",
+        }
+    }
+}
+
+/// Where the coordinator fails while it ends a transaction
+/// ([`MockBroker::crash_coordinator_on_next_end`](super::MockBroker::crash_coordinator_on_next_end)):
+/// the END_TXN gets no answer and the connection it came on is closed, as when the broker
+/// serving the coordinator goes away and another one loads it from its transaction log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MockCoordinatorCrash {
+    /// After the COMMITTING (or ABORTING) status was recorded, before the topics and
+    /// subscriptions were told: the transaction stays in that status. An END_TXN of the same
+    /// action (the client's resend) finishes it and succeeds; one of the other action is
+    /// refused with `InvalidTxnStatus`; a broker restart finishes it (upstream
+    /// `TransactionRecoverTrackerImpl.handleCommittingAndAbortingTransaction`). Its timeout
+    /// no longer aborts it.
+    BeforeEnding,
+    /// After the transaction ended everywhere (committed or aborted, and forgotten), before
+    /// the answer: a resend is answered `TransactionNotFound`.
+    BeforeAnswer,
+}
+
+/// A transaction the coordinator keeps (upstream `TxnMeta`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct TxnMeta {
+    /// Open, or being ended.
+    pub(crate) status: TxnStatus,
     /// When the coordinator aborts it (its timeout from NEW_TXN).
     pub(crate) deadline: Instant,
     /// Partitions it produced to (ADD_PARTITION_TO_TXN).
@@ -26,11 +69,13 @@ pub(crate) struct TxnMeta {
 pub(crate) struct Coordinator {
     /// The last sequence handed out per coordinator id.
     sequences: HashMap<u64, u64>,
-    /// Open transactions.
+    /// Transactions not ended yet (open, committing, aborting).
     pub(crate) open: BTreeMap<TxnKey, TxnMeta>,
     /// Ended transactions and whether they committed (for the topics' refusal of late
     /// sends: upstream's low water mark).
     pub(crate) ended: HashMap<TxnKey, bool>,
+    /// Where the next END_TXN crashes the coordinator, if a test asked.
+    pub(crate) crash_on_end: Option<MockCoordinatorCrash>,
 }
 
 impl Coordinator {
@@ -45,15 +90,32 @@ impl Coordinator {
 
     /// The earliest timeout of an open transaction.
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.open.values().map(|m| m.deadline).min()
+        self.open
+            .values()
+            .filter(|m| m.status == TxnStatus::Open)
+            .map(|m| m.deadline)
+            .min()
     }
 
-    /// Open transactions whose timeout passed at `now`.
+    /// Open transactions whose timeout passed at `now` (one being ended is left to its end:
+    /// upstream `endTransactionForTimeout` aborts only an OPEN one).
     pub(crate) fn expired(&self, now: Instant) -> Vec<TxnKey> {
         self.open
             .iter()
-            .filter(|(_, m)| m.deadline <= now)
+            .filter(|(_, m)| m.status == TxnStatus::Open && m.deadline <= now)
             .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Transactions left committing (`true`) or aborting (`false`).
+    pub(crate) fn being_ended(&self) -> Vec<(TxnKey, bool)> {
+        self.open
+            .iter()
+            .filter_map(|(k, m)| match m.status {
+                TxnStatus::Open => None,
+                TxnStatus::Committing => Some((*k, true)),
+                TxnStatus::Aborting => Some((*k, false)),
+            })
             .collect()
     }
 }

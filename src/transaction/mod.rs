@@ -300,8 +300,12 @@ impl Transaction {
     /// aborted instead and this fails with [`TransactionError::OperationFailed`] (upstream
     /// `TransactionImpl.commit`). Refused with [`TransactionError::InvalidState`] unless the
     /// transaction is open (or a commit failed before without an answer: then it is tried
-    /// again). The coordinator's `TransactionNotFound` / `InvalidTxnStatus` (e.g. it already
-    /// aborted it for its timeout) end it in [`TransactionState::Error`].
+    /// again). The coordinator's `TransactionNotFound` / `InvalidTxnStatus` end it in
+    /// [`TransactionState::Error`] (upstream `TransactionImpl.commit`): the coordinator
+    /// aborted it for its timeout, or, when the END_TXN was sent again after the coordinator
+    /// connection was lost, it had already committed and forgotten it. The outcome is then
+    /// the coordinator's (see the guide's `transactions` chapter); a coordinator that was
+    /// still committing it finishes the commit for the resend, which succeeds.
     pub async fn commit(&self) -> Result<()> {
         {
             let mut t = self.tracked();

@@ -91,6 +91,8 @@ mod observability {
 mod transactions {
     mod acks;
     mod coordinator;
+    mod exactly_once;
+    mod failover;
     mod produce;
     mod support;
 }

@@ -183,3 +183,88 @@ async fn a_batched_message_is_refused() {
     assert!(broker.received_of(Type::AddSubscriptionToTxn).is_empty());
     txn.commit().await.unwrap();
 }
+
+/// The acker acknowledges in a transaction from any task, as the consumer does
+/// (`Acker::ack_with_transaction`); once the consumer is closed it refuses before anything
+/// is sent, and the transaction stays usable.
+#[tokio::test]
+async fn an_acker_acknowledges_in_a_transaction_from_another_task() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-acker";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 3).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Exclusive).await;
+    let acker = c.acker();
+    let m0 = support::recv(&mut c).await;
+    let txn = client.transaction().begin().await.unwrap();
+    let worker = {
+        let (acker, txn) = (acker.clone(), txn.clone());
+        tokio::spawn(async move { acker.ack_with_transaction(&m0, &txn).await })
+    };
+    worker.await.unwrap().unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 3);
+    txn.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 2);
+
+    let _m1 = support::recv(&mut c).await;
+    let m2 = support::recv(&mut c).await;
+    let cumulative = client.transaction().begin().await.unwrap();
+    acker
+        .ack_cumulative_with_transaction(&m2, &cumulative)
+        .await
+        .unwrap();
+    cumulative.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 0);
+
+    let late = client.transaction().begin().await.unwrap();
+    c.close().await.unwrap();
+    let acks = broker.received_of(Type::Ack).len();
+    let e = acker.ack_with_transaction(&m2, &late).await.unwrap_err();
+    assert!(matches!(e, Error::Closed), "{e:?}");
+    assert_eq!(broker.received_of(Type::Ack).len(), acks);
+    late.commit().await.unwrap();
+}
+
+/// A cumulative acknowledgement in a transaction that aborts is dropped and the broker
+/// redelivers what is unacknowledged (upstream `PendingAckHandleImpl.internalAbortTxn`:
+/// `cumulativeAckOfTransaction` cleared, `redeliverUnacknowledgedMessages(consumer)`): the
+/// messages come back, and another transaction may then acknowledge cumulatively, even at an
+/// earlier position. Within one transaction, a cumulative ack at or before the one it holds
+/// conflicts (`internalCumulativeAcknowledgeMessage`).
+#[tokio::test]
+async fn an_aborted_cumulative_ack_is_cleared_and_the_messages_come_back() {
+    let (broker, client) = setup().await;
+    let topic = "txn-ack-cumulative-abort";
+    let full = support::full(topic);
+    let p = producer(&client, topic).await;
+    support::publish(&p, "m", 3).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Exclusive).await;
+    let m0 = support::recv(&mut c).await;
+    let m1 = support::recv(&mut c).await;
+    let aborted = client.transaction().begin().await.unwrap();
+    c.ack_cumulative_with_transaction(&m1, &aborted)
+        .await
+        .unwrap();
+    // Not again at or before what this transaction holds.
+    let e = c
+        .ack_cumulative_with_transaction(&m0, &aborted)
+        .await
+        .unwrap_err();
+    assert!(conflict(&e), "{e:?}");
+    // (That failed ack makes the commit abort; abort it directly.)
+    aborted.abort().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 3);
+    // The acknowledged messages come back.
+    let mut again = Vec::new();
+    while !(again.contains(&"m-0".to_owned()) && again.contains(&"m-1".to_owned())) {
+        assert!(again.len() < 6, "m-0 and m-1 not received again: {again:?}");
+        again.push(next_text(&mut c).await);
+    }
+    // The subscription's pending cumulative ack is gone: another transaction takes it, at
+    // an earlier position than the aborted one held.
+    let next = client.transaction().begin().await.unwrap();
+    c.ack_cumulative_with_transaction(&m0, &next).await.unwrap();
+    next.commit().await.unwrap();
+    assert_eq!(broker.subscription_backlog(&full, "s"), 2);
+}
