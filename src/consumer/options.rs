@@ -109,7 +109,8 @@ pub struct ConsumerOptions {
     /// The consumer name; random when unset.
     pub consumer_name: Option<String>,
     /// Messages the broker may push ahead of the application (flow permits). Default 1000;
-    /// refilled when half are consumed.
+    /// refilled when half are consumed. 0: a zero-size receiver queue, one permit per
+    /// receive (see [`ConsumerBuilder::receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)).
     ///
     /// A `u32` (unlike the producer's `max_pending_messages: usize`) on purpose: it is a
     /// count of flow permits, which the protocol carries as a `uint32` (`CommandFlow`), so no
@@ -234,6 +235,18 @@ impl Default for ConsumerOptions {
     }
 }
 
+/// A zero-size receiver queue asked of a consumer of more than one topic or partition, which
+/// upstream refuses (`MultiTopicsConsumerImpl`: "Receiver queue size needs to be greater than
+/// 0 for Topics Consumer"): one permit per receive cannot be shared fairly by several
+/// partitions without prefetching from each.
+pub(crate) fn zero_queue_refused(what: &str) -> Error {
+    Error::InvalidConfig(format!(
+        "receiver_queue_size(0) (a zero-size receiver queue) works on one non-partitioned \
+         topic only, like upstream's; refused for {what}; a receiver queue of 1 prefetches \
+         at most one message per partition"
+    ))
+}
+
 impl ConsumerOptions {
     /// The options of each partition consumer of a topic with `partitions` partitions (0: not
     /// partitioned): the receiver queue bounded across partitions, like upstream's
@@ -255,9 +268,10 @@ impl ConsumerOptions {
                 "subscription name must not be empty".into(),
             ));
         }
-        if self.receiver_queue_size == 0 {
-            return Err(Error::InvalidConfig(
-                "receiver_queue_size must be at least 1".into(),
+        if self.receiver_queue_size == 0 && self.retry_enable {
+            // Java subscribes the retry topic too, through a MultiTopicsConsumerImpl.
+            return Err(zero_queue_refused(
+                "retry_enable (the retry topic is a second topic)",
             ));
         }
         if self.max_total_receiver_queue_size_across_partitions == 0 {

@@ -37,6 +37,7 @@ mod consumer {
     mod hot_path;
     mod records;
     mod seek_readers;
+    mod zero_queue;
 }
 
 /// Several topics: multi-topic and pattern consumers, partition updates.

@@ -81,6 +81,13 @@ impl ConsumerTask {
     /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
     /// as it does: see [`Flow`](crate::consumer::engine::flow::Flow)).
     pub(crate) fn start_flow(&mut self) {
+        if self.flow.zero_queue {
+            // Java `ZeroQueueConsumerImpl.consumerIsReconnectedToBroker`: a FLOW of 1 only if
+            // a receive waits; what is queued is of the old subscription (see `flow::zero`).
+            self.flow.restart();
+            self.flow.want_one(&mut self.io, true);
+            return;
+        }
         let size = self.io.opts.receiver_queue_size;
         let occupied = {
             let mut room = self.io.shared.room();
@@ -524,6 +531,7 @@ impl ConsumerTask {
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
             ConsumerOp::Flow(n) => self.flow.grant(&mut self.io, n),
+            ConsumerOp::WantOne => self.flow.want_one(&mut self.io, false),
             // Control ops are taken by `on_op`.
             ConsumerOp::Seek(..)
             | ConsumerOp::LastMessageId(_)

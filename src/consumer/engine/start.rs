@@ -104,7 +104,7 @@ pub(crate) async fn spawn_partition(
             .ended
             .clone(),
         room: Mutex::new(QueueRoom::default()),
-        refill_at: (options.receiver_queue_size / 2).max(1),
+        refill_at: crate::consumer::engine::flow::refill_at(options.receiver_queue_size),
         handles: Default::default(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -145,6 +145,7 @@ pub(crate) async fn spawn_partition(
         seeks: Default::default(),
     };
     task.flow.no_slow_start = !task.io.persistent();
+    task.flow.zero_queue = options.receiver_queue_size == 0;
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");

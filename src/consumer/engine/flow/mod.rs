@@ -7,8 +7,9 @@ use crate::consumer::engine::io::Io;
 use crate::error::Error;
 
 pub(crate) mod room;
+mod zero;
 
-pub(crate) use room::{overshoot_bound, QueueRoom};
+pub(crate) use room::{overshoot_bound, refill_at, QueueRoom};
 
 /// The smallest bytes-per-permit estimate a task plans with (so that a run of empty messages
 /// cannot make one grant huge).
@@ -53,6 +54,9 @@ pub(crate) struct Flow {
     /// the queue before the key comes, so it is not granted a forced permit (it would only
     /// grow what waits, one message at a time, past the budget).
     pub key_wait: bool,
+    /// A zero-size receiver queue: one permit out while a receive waits, none otherwise
+    /// (see `zero`); nothing is granted by the receiver queue's rules.
+    pub zero_queue: bool,
 }
 
 impl Flow {
@@ -66,6 +70,7 @@ impl Flow {
             no_slow_start: false,
             arrived_beyond: 0,
             key_wait: false,
+            zero_queue: false,
         }
     }
 
@@ -177,7 +182,10 @@ impl Flow {
     /// chunk).
     #[inline]
     pub(crate) fn after_entry(&mut self, io: &mut Io) {
-        if self.owed > 0 {
+        if self.zero_queue {
+            // The entry may have queued nothing while a receive waits (see `zero`).
+            self.want_one(io, false);
+        } else if self.owed > 0 {
             self.grant_owed(io);
         } else {
             self.budget().reserve_held();
@@ -187,6 +195,12 @@ impl Flow {
     /// Grants the broker `n` more permits, as far as the consumer's byte budget has room for
     /// them; the rest is owed (see [`Flow`]).
     pub(crate) fn grant(&mut self, io: &mut Io, n: u32) {
+        if self.zero_queue {
+            // Permits given back (messages never handed out): one is out again only if a
+            // receive waits for it (see `zero`).
+            self.want_one(io, false);
+            return;
+        }
         self.owed = self.owed.saturating_add(n);
         self.grant_owed(io);
     }
