@@ -168,6 +168,20 @@ impl ConsumerBuilder {
         self
     }
 
+    /// PIP-74's auto-scaled receiver queue (Java `autoScaledReceiverQueueSizeEnabled`; default
+    /// off, as upstream). Each partition's queue starts at 1 message and doubles, up to
+    /// [`receiver_queue_size`](Self::receiver_queue_size), each time a `recv` finds it empty
+    /// after the broker had used every permit it was given (the application keeps up with
+    /// what the queue allowed), while the client [`memory_limit`](crate::ClientBuilder::memory_limit)
+    /// is less than 75 % used; it halves (not below 1) once the usage passes 95 %. A consumer
+    /// that is slower than its messages keeps a small queue, and so holds little memory; one
+    /// that keeps up grows to its full queue. The byte budget still bounds what is held
+    /// (see `receiver_queue_size`). Refused with a zero-size receiver queue.
+    pub fn auto_scaled_receiver_queue_size(mut self, on: bool) -> Self {
+        self.options.auto_scaled_receiver_queue_size = on;
+        self
+    }
+
     /// Enables the retry-letter topic and [`Consumer::reconsume_later`].
     pub fn retry_enable(mut self, enable: bool) -> Self {
         self.options.retry_enable = enable;

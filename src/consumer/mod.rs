@@ -101,6 +101,9 @@ pub struct Consumer {
     /// With a zero-size receiver queue, its one partition task: a receive that waits asks it
     /// for one message (see `receive::Waiting`); `None` otherwise.
     zero_queue: Option<Arc<PartitionShared>>,
+    /// An auto-scaled receiver queue (PIP-74): a receive that finds the queue empty tells the
+    /// partition tasks, whose queues may grow (see `flow::auto_scale`).
+    auto_scaled: bool,
 }
 
 impl Consumer {
@@ -167,6 +170,7 @@ impl Consumer {
             zero_queue: (options.receiver_queue_size == 0)
                 .then(|| topics::registry::lock(&ctx.registry).iter().next().cloned())
                 .flatten(),
+            auto_scaled: options.auto_scaled_receiver_queue_size,
         }
     }
 

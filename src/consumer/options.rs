@@ -142,6 +142,11 @@ pub struct ConsumerOptions {
     /// Also consume the retry-letter topic and allow [`crate::Consumer::reconsume_later`].
     /// Without a dead-letter policy, retries are bounded by upstream's default of 16.
     pub retry_enable: bool,
+    /// PIP-74's auto-scaled receiver queue (Java `autoScaledReceiverQueueSizeEnabled`): each
+    /// partition's queue starts at 1 message and doubles, up to `receiver_queue_size`, each
+    /// time the application found it empty after it had filled, while the client memory
+    /// limit is less than 75 % used; it halves when the usage passes 95 %. Default off.
+    pub auto_scaled_receiver_queue_size: bool,
     /// Redeliver messages not acked within this time (zero = off, the default; at least 1 s).
     pub ack_timeout: Duration,
     /// How often unacked messages are checked for the ack timeout. Default 1 s.
@@ -213,6 +218,7 @@ impl Default for ConsumerOptions {
             batch_index_ack: false,
             dead_letter_policy: None,
             retry_enable: false,
+            auto_scaled_receiver_queue_size: false,
             ack_timeout: Duration::ZERO,
             ack_timeout_tick: Duration::from_secs(1),
             negative_ack_backoff: None,
@@ -266,6 +272,14 @@ impl ConsumerOptions {
         if self.subscription.trim().is_empty() {
             return Err(Error::InvalidConfig(
                 "subscription name must not be empty".into(),
+            ));
+        }
+        if self.receiver_queue_size == 0 && self.auto_scaled_receiver_queue_size {
+            // Java `ZeroQueueConsumerImpl.initReceiverQueueSize`: NotImplementedException.
+            return Err(Error::InvalidConfig(
+                "auto_scaled_receiver_queue_size needs a receiver_queue_size of at least 1 \
+                 (a zero-size queue never grows)"
+                    .into(),
             ));
         }
         if self.receiver_queue_size == 0 && self.retry_enable {

@@ -224,9 +224,10 @@ impl Consumer {
             return Ok(m);
         }
         loop {
-            let next = match self.zero_queue {
-                None => self.inbound().rx.recv().await,
-                Some(_) => self.next_asking().await,
+            let next = if self.zero_queue.is_none() && !self.auto_scaled {
+                self.inbound().rx.recv().await
+            } else {
+                self.next_asking().await
             };
             let Some((index, epoch, item)) = next else {
                 return Err(Error::Closed);
@@ -240,8 +241,9 @@ impl Consumer {
         }
     }
 
-    /// A zero-size receiver queue's next item: one queued already, else one asked of the
-    /// broker while this waits (see [`Waiting`]).
+    /// The next item of a zero-size or auto-scaled receiver queue: one queued already, else
+    /// one asked of the broker while this waits (see [`Waiting`]), or, auto-scaled, after
+    /// telling the partition tasks that the application found the queue empty.
     #[cold]
     async fn next_asking(&mut self) -> Option<(usize, u64, Item)> {
         match self.inbound().rx.try_recv() {
@@ -256,7 +258,19 @@ impl Consumer {
             Err(mpsc::error::TryRecvError::Empty) => {}
         }
         let _waiting = self.zero_queue.clone().map(Waiting::begin);
+        if self.auto_scaled {
+            self.expect_more();
+        }
         self.inbound().rx.recv().await
+    }
+
+    /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
+    /// `expectMoreIncomingMessages`, see `flow::auto_scale`).
+    #[cold]
+    fn expect_more(&self) {
+        for p in self.live() {
+            let _ = p.send_op(ConsumerOp::RecvWaits);
+        }
     }
 
     /// A message the application takes, through the interceptors' `before_consume`; out of
@@ -282,7 +296,7 @@ impl Waiting {
     /// than one permit out, so asking again costs nothing on the wire).
     fn begin(p: Arc<PartitionShared>) -> Self {
         p.room().waiting = true;
-        let _ = p.send_op(ConsumerOp::WantOne);
+        let _ = p.send_op(ConsumerOp::RecvWaits);
         Waiting(p)
     }
 
@@ -291,7 +305,7 @@ impl Waiting {
     fn ask(p: &PartitionShared) {
         let asked = std::mem::replace(&mut p.room().waiting, true);
         if !asked {
-            let _ = p.send_op(ConsumerOp::WantOne);
+            let _ = p.send_op(ConsumerOp::RecvWaits);
         }
     }
 }
@@ -341,6 +355,8 @@ impl Stream for Consumer {
                     // no more keeps its ask, so at most one message waits for its next poll.
                     if let Some(p) = &self.zero_queue {
                         Waiting::ask(p);
+                    } else if self.auto_scaled {
+                        self.expect_more();
                     }
                     return Poll::Pending;
                 }

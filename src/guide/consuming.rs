@@ -81,6 +81,43 @@
 //! of a consumer whose budget cannot hold a queue of maximum-size messages is smaller than the
 //! queue and grows with the sizes of the first messages (see `receiver_queue_size`).
 //!
+//! ### An auto-scaled receiver queue (PIP-74)
+//!
+//! With [`auto_scaled_receiver_queue_size(true)`](crate::ConsumerBuilder::auto_scaled_receiver_queue_size)
+//! (off by default, as in Java) each partition's queue starts at 1 message and doubles, up to
+//! `receiver_queue_size`, each time a `recv` finds it empty after the broker had used every
+//! permit it was given, while the client memory limit is less than 75 % used; it halves once
+//! the usage passes 95 %. A consumer that keeps up grows to its full queue; one that is slower
+//! than its messages keeps a small one and holds little memory.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::{mock::MockBroker, Client, InitialPosition};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("events").batching(false).create().await?;
+//! for i in 0..20 {
+//!     producer.send_and_wait(format!("event {i}")).await?;
+//! }
+//! let mut consumer = client
+//!     .consumer("events")
+//!     .subscription("audit")
+//!     .initial_position(InitialPosition::Earliest)
+//!     .receiver_queue_size(8) // the most it grows to
+//!     .auto_scaled_receiver_queue_size(true) // starts at 1
+//!     .subscribe()
+//!     .await?;
+//! for i in 0..20 {
+//!     let msg = consumer.recv().await?;
+//!     assert_eq!(msg.payload_str(), Some(format!("event {i}").as_str()));
+//!     consumer.ack(&msg)?;
+//!     assert!(consumer.stats().totals.receiver_queue_len <= 8);
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! ### A zero-size receiver queue: one message at a time
 //!
 //! With `receiver_queue_size(0)` (Java's `ZeroQueueConsumerImpl`) nothing is pushed ahead: the

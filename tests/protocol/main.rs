@@ -31,6 +31,7 @@ mod chunking {
 /// Consuming: receive, ack, seek, readers, the hot path, cancel safety.
 mod consumer {
     mod acker;
+    mod auto_scaled_queue;
     mod basics;
     mod budget;
     mod cancel_safety;

@@ -50,7 +50,11 @@ async fn two_zero_queue_workers_on_shared_take_strict_turns() {
     let mut b = worker(&client, &topic, "workers").await;
     let mut held = Vec::new();
     for i in 0..N {
-        let (who, w) = if i % 2 == 0 { ("a", &mut a) } else { ("b", &mut b) };
+        let (who, w) = if i % 2 == 0 {
+            ("a", &mut a)
+        } else {
+            ("b", &mut b)
+        };
         let m = recv(w, &format!("worker {who}, turn {i}")).await;
         assert_eq!(text(&m), format!("m{i}"), "worker {who}'s turn {i}");
         held.push((i % 2, m));
@@ -76,7 +80,9 @@ async fn a_batch_is_handed_out_whole_and_nothing_after_it_is_held() {
         sends.push(batching.send(format!("b{i}")).await.unwrap());
     }
     let ids = futures::future::try_join_all(sends).await.unwrap();
-    assert!(ids.iter().all(|id| id.is_batch() && id.entry() == ids[0].entry()));
+    assert!(ids
+        .iter()
+        .all(|id| id.is_batch() && id.entry() == ids[0].entry()));
     batching.close().await.unwrap();
     let producer = unbatched_producer(&client, &topic).await;
     for i in 0..3 {

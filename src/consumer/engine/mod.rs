@@ -88,7 +88,7 @@ impl ConsumerTask {
             self.flow.want_one(&mut self.io, true);
             return;
         }
-        let size = self.io.opts.receiver_queue_size;
+        let size = self.flow.queue_size(&self.io);
         let occupied = {
             let mut room = self.io.shared.room();
             let occupied = room.queued.min(u64::from(size)) as u32;
@@ -531,7 +531,10 @@ impl ConsumerTask {
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
             ConsumerOp::Flow(n) => self.flow.grant(&mut self.io, n),
-            ConsumerOp::WantOne => self.flow.want_one(&mut self.io, false),
+            ConsumerOp::RecvWaits if self.flow.zero_queue => {
+                self.flow.want_one(&mut self.io, false)
+            }
+            ConsumerOp::RecvWaits => self.flow.expect_more(&mut self.io),
             // Control ops are taken by `on_op`.
             ConsumerOp::Seek(..)
             | ConsumerOp::LastMessageId(_)

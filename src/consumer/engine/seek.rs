@@ -80,7 +80,9 @@ impl Seeks {
     /// applied now otherwise. Flow permits (and a zero-size queue's ask for one) are never held: they keep no order
     /// with acks.
     pub(crate) fn hold(&mut self, op: ConsumerOp) -> Option<ConsumerOp> {
-        if self.begun == 0 || !op.folds() || matches!(op, ConsumerOp::Flow(_) | ConsumerOp::WantOne)
+        if self.begun == 0
+            || !op.folds()
+            || matches!(op, ConsumerOp::Flow(_) | ConsumerOp::RecvWaits)
         {
             return Some(op);
         }

@@ -6,8 +6,11 @@
 use crate::consumer::engine::io::Io;
 use crate::error::Error;
 
+mod auto_scale;
 pub(crate) mod room;
 mod zero;
+
+pub(crate) use auto_scale::AutoScale;
 
 pub(crate) use room::{overshoot_bound, refill_at, QueueRoom};
 
@@ -57,6 +60,8 @@ pub(crate) struct Flow {
     /// A zero-size receiver queue: one permit out while a receive waits, none otherwise
     /// (see `zero`); nothing is granted by the receiver queue's rules.
     pub zero_queue: bool,
+    /// An auto-scaled receiver queue's size and hint (see `auto_scale`); `None` otherwise.
+    pub auto: Option<AutoScale>,
 }
 
 impl Flow {
@@ -71,6 +76,7 @@ impl Flow {
             arrived_beyond: 0,
             key_wait: false,
             zero_queue: false,
+            auto: None,
         }
     }
 
@@ -123,6 +129,9 @@ impl Flow {
     pub(crate) fn restart(&mut self) {
         self.permits = 0;
         self.owed = 0;
+        if let Some(a) = &mut self.auto {
+            a.restart();
+        }
     }
 
     /// The broker delivered what spent `spent` permits, with `queued` items of this partition
@@ -185,7 +194,12 @@ impl Flow {
         if self.zero_queue {
             // The entry may have queued nothing while a receive waits (see `zero`).
             self.want_one(io, false);
-        } else if self.owed > 0 {
+            return;
+        }
+        if self.auto.is_some() {
+            self.auto_after_entry(io);
+        }
+        if self.owed > 0 {
             self.grant_owed(io);
         } else {
             self.budget().reserve_held();
@@ -201,6 +215,10 @@ impl Flow {
             self.want_one(io, false);
             return;
         }
+        let n = match &mut self.auto {
+            Some(a) => a.repay(n),
+            None => n,
+        };
         self.owed = self.owed.saturating_add(n);
         self.grant_owed(io);
     }

@@ -51,6 +51,9 @@ pub(crate) struct QueueRoom {
     /// it. Set by the handle while it waits (cleared when the receive returns or is dropped),
     /// read by the task, which keeps one permit out meanwhile (see `flow::zero`).
     pub waiting: bool,
+    /// An auto-scaled receiver queue only: its refill point now (half its current size, see
+    /// `flow::auto_scale`), which replaces the partition's fixed one; 0 otherwise.
+    pub scaled_refill_at: u32,
 }
 
 impl QueueRoom {
@@ -58,6 +61,11 @@ impl QueueRoom {
     /// (once half the receiver queue, `refill_at`, is due; never for a zero-size queue,
     /// whose `refill_at` is 0).
     pub(crate) fn consume(&mut self, n: u32, refill_at: u32) -> Option<u32> {
+        let refill_at = if self.scaled_refill_at > 0 {
+            self.scaled_refill_at
+        } else {
+            refill_at
+        };
         if refill_at == 0 {
             return None;
         }

@@ -5,10 +5,10 @@
 //! (`fetchSingleMessageFromBroker`, `internalReceiveAsync`), and again on a new connection
 //! while a receive waits (`consumerIsReconnectedToBroker`); a message from an older
 //! connection is discarded and waited for again. Here the handle marks the receive waiting
-//! (`QueueRoom::waiting`) and sends [`ConsumerOp::WantOne`](crate::consumer::op::ConsumerOp);
+//! (`QueueRoom::waiting`) and sends [`ConsumerOp::RecvWaits`](crate::consumer::op::ConsumerOp);
 //! the task keeps one permit out while a receive waits with nothing queued for it:
 //!
-//! - on `WantOne` (a receive begins to wait, or waits again after discarding a stale item);
+//! - on `RecvWaits` (a receive begins to wait, or waits again after discarding a stale item);
 //! - after an entry that queued nothing (a chunk of an unfinished message, a message filtered
 //!   out, dead-lettered or acked already): its permit is spent, the receive still waits;
 //! - on a new subscription (a reconnect, a seek): whatever is queued is stale.
