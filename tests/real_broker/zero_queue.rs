@@ -1,7 +1,8 @@
 //! A zero-size receiver queue (`receiver_queue_size(0)`) against pulsar-lite, as a user of a
 //! Shared subscription checks it: two workers that take turns get the messages in turns (none
 //! holds messages it did not ask for, even while it sits on one unacked), and a batched
-//! message is handed out whole without making the worker hold the messages after it.
+//! message is handed out whole without making the worker hold the messages after it. Last, an
+//! auto-scaled receiver queue (PIP-74) reading a backlog.
 //!
 //! Both workers are consumers of one `Client`: pulsar-lite mixes up consumer ids of two
 //! clients on one Shared subscription (see shared/design/pulsar-lite.md).
@@ -97,4 +98,34 @@ async fn a_batch_is_handed_out_whole_and_nothing_after_it_is_held() {
     assert_eq!(text(&recv(&mut a, "the first single").await), "s0");
     assert_eq!(text(&recv(&mut b, "the second single").await), "s1");
     assert_eq!(text(&recv(&mut a, "the third single").await), "s2");
+}
+
+/// PIP-74's auto-scaled receiver queue against pulsar-lite: starting at 1 and growing as the
+/// application keeps up, it delivers a backlog of 100 in order, without stalling between
+/// windows (every refill and growth is a FLOW the broker must act on).
+#[tokio::test]
+async fn an_auto_scaled_queue_reads_a_backlog_in_order() {
+    const N: usize = 100;
+    let client = client();
+    let topic = unique_name("auto-scaled-backlog");
+    let producer = unbatched_producer(&client, &topic).await;
+    for i in 0..N {
+        producer.send_and_wait(format!("m{i}")).await.unwrap();
+    }
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(32)
+        .auto_scaled_receiver_queue_size(true)
+        .subscribe()
+        .await
+        .unwrap();
+    for i in 0..N {
+        let m = recv(&mut consumer, &format!("message {i}")).await;
+        assert_eq!(text(&m), format!("m{i}"));
+        consumer.ack(&m).unwrap();
+    }
+    consumer.close().await.unwrap();
 }
