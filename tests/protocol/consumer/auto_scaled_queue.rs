@@ -138,3 +138,50 @@ async fn the_queue_does_not_grow_while_the_memory_limit_is_mostly_used() {
         "memory free again, the queue grows: {flows:?}"
     );
 }
+
+/// Grown to 16 with the memory limit free, the queue halves down to 1 once two producers'
+/// open batches fill more than 95 % of it (the permits given beyond are taken back from the
+/// next grants): every FLOW is 1 again, and nothing is lost or reordered.
+#[tokio::test]
+async fn the_queue_shrinks_when_the_memory_limit_is_nearly_full() {
+    const N: usize = 60;
+    let broker = MockBroker::start().await.unwrap();
+    let topic = common::full("auto-scaled-shrink");
+    let publisher = common::client(&broker.service_url());
+    let producer = unbatched_producer(&publisher, &topic).await;
+    publish(&producer, "m", 3 * N).await;
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(8 * 1024 * 1024)
+        .build()
+        .unwrap();
+    let mut consumer = auto_scaled(&client, &topic).await;
+    receive_in_order(&broker, &mut consumer, &topic, 0, N).await;
+    assert!(
+        permits(&broker).contains(&MAX),
+        "grew first: {:?}",
+        permits(&broker)
+    );
+    // 7.8 MB of 8 MiB held (with what the consumer reserves, over 95 %).
+    let mut holders = Vec::new();
+    for h in 0..2 {
+        let holder = client
+            .producer(common::full(&format!("auto-scaled-shrink-holder-{h}")))
+            .batching_options(pulsar_sdk::producer::BatchingOptions {
+                max_messages: 1000,
+                max_bytes: 4 * 1024 * 1024,
+                max_publish_delay: Duration::from_secs(3600),
+                ..Default::default()
+            })
+            .create()
+            .await
+            .unwrap();
+        for _ in 0..39 {
+            let _receipt = holder.send(vec![0u8; 100_000]).await.unwrap();
+        }
+        holders.push(holder);
+    }
+    receive_in_order(&broker, &mut consumer, &topic, N, 2 * N).await;
+    let flows = permits(&broker);
+    let last = &flows[flows.len() - 10..];
+    assert!(last.iter().all(|&p| p == 1), "shrunk back to 1: {flows:?}");
+}

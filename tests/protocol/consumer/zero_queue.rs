@@ -284,3 +284,20 @@ async fn consumers_of_several_topics_or_partitions_are_refused() {
         0
     );
 }
+
+/// Java `ZeroQueueConsumerImpl.initReceiverQueueSize` refuses auto-scaling (a queue of 0
+/// never grows): refused here before anything is subscribed.
+#[tokio::test]
+async fn auto_scaling_a_zero_queue_is_refused() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::client(&broker.service_url());
+    let r = client
+        .consumer(common::full("zero-queue-auto"))
+        .subscription("s")
+        .receiver_queue_size(0)
+        .auto_scaled_receiver_queue_size(true)
+        .subscribe()
+        .await;
+    assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
+    assert!(broker.received_of(Type::Subscribe).is_empty());
+}
