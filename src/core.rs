@@ -82,6 +82,8 @@ pub(crate) struct ConsumerShare {
     pub(crate) bytes: usize,
     /// What they hold now (taken from `memory`).
     held: std::sync::Mutex<usize>,
+    /// The whole client memory limit (producers' and consumers').
+    limit: usize,
 }
 
 /// Consumers together hold at most `memory_limit / CONSUMER_SHARE_DIVISOR` of the client
@@ -94,6 +96,7 @@ impl ConsumerShare {
             memory,
             bytes: (memory_limit / CONSUMER_SHARE_DIVISOR).max(1),
             held: std::sync::Mutex::new(0),
+            limit: memory_limit.max(1),
         }
     }
 
@@ -121,6 +124,13 @@ impl ConsumerShare {
             // Taken by a producer in between: nothing this time.
             Err(_) => 0,
         }
+    }
+
+    /// The part of the whole client memory limit in use now (producers' and consumers'), from
+    /// 0 to 1, like Java's `MemoryLimitController.currentUsagePercent`.
+    pub(crate) fn usage(&self) -> f64 {
+        let free = self.memory.available_permits().min(self.limit);
+        (self.limit - free) as f64 / self.limit as f64
     }
 
     /// What [`take`](Self::take) could take now.

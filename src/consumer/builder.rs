@@ -120,6 +120,14 @@ impl ConsumerBuilder {
     /// error and re-subscribes) past 10 × this + 10,000 messages, or once the consumer holds
     /// more bytes of such messages than its budget plus 4 maximum-size messages (a compressed
     /// message counted by the uncompressed size it declares, before it is decompressed).
+    ///
+    /// 0 makes a zero-size receiver queue (Java's `ZeroQueueConsumerImpl`): nothing is
+    /// prefetched; one permit is granted when a [`recv`](crate::Consumer::recv) waits with
+    /// nothing queued (a cancelled `recv` leaves its message queued for the next one), and a
+    /// batched message is handed out whole before the next permit. One non-partitioned topic
+    /// only: with a partitioned topic, [`topics`](Self::topics) of more than one, a pattern or
+    /// [`retry_enable`](Self::retry_enable), `subscribe` fails with
+    /// [`Error::InvalidConfig`], as upstream refuses them. See the guide's consuming chapter.
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.options.receiver_queue_size = n;
         self
@@ -157,6 +165,20 @@ impl ConsumerBuilder {
     /// Dead-letter policy (PIP-124): Shared and Key_Shared subscriptions only.
     pub fn dead_letter_policy(mut self, policy: DeadLetterPolicy) -> Self {
         self.options.dead_letter_policy = Some(policy);
+        self
+    }
+
+    /// PIP-74's auto-scaled receiver queue (Java `autoScaledReceiverQueueSizeEnabled`; default
+    /// off, as upstream). Each partition's queue starts at 1 message and doubles, up to
+    /// [`receiver_queue_size`](Self::receiver_queue_size), each time a `recv` finds it empty
+    /// after the broker had used every permit it was given (the application keeps up with
+    /// what the queue allowed), while the client [`memory_limit`](crate::ClientBuilder::memory_limit)
+    /// is less than 75 % used; it halves (not below 1) once the usage passes 95 %. A consumer
+    /// that is slower than its messages keeps a small queue, and so holds little memory; one
+    /// that keeps up grows to its full queue. The byte budget still bounds what is held
+    /// (see `receiver_queue_size`). Refused with a zero-size receiver queue.
+    pub fn auto_scaled_receiver_queue_size(mut self, on: bool) -> Self {
+        self.options.auto_scaled_receiver_queue_size = on;
         self
     }
 
@@ -328,6 +350,11 @@ impl ConsumerBuilder {
             self.options.interceptors =
                 crate::interceptor::Chain::push(&self.options.interceptors, tracer);
         }
+        if self.options.receiver_queue_size == 0 && self.pattern.is_some() {
+            return Err(crate::consumer::options::zero_queue_refused(
+                "a pattern consumer",
+            ));
+        }
         if let Some(p) = &self.pattern {
             if self.discovery_period.is_zero() {
                 return Err(Error::InvalidConfig(
@@ -358,6 +385,11 @@ impl ConsumerBuilder {
         if topics.is_empty() {
             return Err(Error::InvalidConfig(
                 "a consumer needs at least one topic".into(),
+            ));
+        }
+        if self.options.receiver_queue_size == 0 && topics.len() > 1 {
+            return Err(crate::consumer::options::zero_queue_refused(
+                "a multi-topic consumer",
             ));
         }
         // Boxed: keeps the caller's future (and stack, in debug builds) small.

@@ -45,7 +45,8 @@ pub(crate) struct PartitionShared {
     pub base: crate::topic::TopicName,
     /// Whether the subscription is durable (then `last_dequeued` is not kept).
     pub durable: bool,
-    /// Permits are granted once this many messages were taken (half the receiver queue).
+    /// Permits are granted once this many messages were taken (half the receiver queue; 0
+    /// for a zero-size receiver queue: never, see `flow::zero`).
     pub refill_at: u32,
     /// The task's inbox: every change of the handles that is not listed below.
     pub ops: OpSender,

@@ -98,6 +98,12 @@ pub struct Consumer {
     closed_by_app: AtomicBool,
     /// The consumer's interceptors (`None`: none, the only check a message pays).
     interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
+    /// With a zero-size receiver queue, its one partition task: a receive that waits asks it
+    /// for one message (see `receive::Waiting`); `None` otherwise.
+    zero_queue: Option<Arc<PartitionShared>>,
+    /// An auto-scaled receiver queue (PIP-74): a receive that finds the queue empty tells the
+    /// partition tasks, whose queues may grow (see `flow::auto_scale`).
+    auto_scaled: bool,
 }
 
 impl Consumer {
@@ -160,6 +166,11 @@ impl Consumer {
             end_reported: false,
             closed_by_app: AtomicBool::new(false),
             interceptors: options.interceptors.clone(),
+            // Refused with more than one task (`topics::topic::refuse_zero_queue`).
+            zero_queue: (options.receiver_queue_size == 0)
+                .then(|| topics::registry::lock(&ctx.registry).iter().next().cloned())
+                .flatten(),
+            auto_scaled: options.auto_scaled_receiver_queue_size,
         }
     }
 

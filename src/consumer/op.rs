@@ -37,6 +37,8 @@ pub(crate) struct Folded {
     ops: Vec<ConsumerOp>,
     /// Flow permits to grant.
     flow: u32,
+    /// A receive waits on an empty queue (see [`ConsumerOp::RecvWaits`]).
+    want: bool,
     /// An empty buffer the task gave back, for the next acks.
     spare: Vec<MessageId>,
 }
@@ -47,6 +49,8 @@ impl Folded {
         match op {
             ConsumerOp::Ack(id) => self.push_ack(id),
             ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
+            // One asks as much as several: the task keeps one permit out while one waits.
+            ConsumerOp::RecvWaits => self.want = true,
             // Cumulative acks in a row keep only the furthest (Java
             // `PersistentAcknowledgmentsGroupingTracker.doCumulativeAck` keeps the greater id),
             // so a stream of them folds into one entry.
@@ -88,13 +92,16 @@ impl Folded {
 impl Fold<ConsumerOp> for Folded {
     #[inline]
     fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.flow == 0
+        self.ops.is_empty() && self.flow == 0 && !self.want
     }
 
     fn drain_into(&mut self, ops: &mut VecDeque<ConsumerOp>) {
         ops.extend(self.ops.drain(..));
         if self.flow > 0 {
             ops.push_back(ConsumerOp::Flow(std::mem::take(&mut self.flow)));
+        }
+        if std::mem::take(&mut self.want) {
+            ops.push_back(ConsumerOp::RecvWaits);
         }
     }
 }
@@ -111,6 +118,7 @@ impl ConsumerOp {
                 | ConsumerOp::Nack(..)
                 | ConsumerOp::Redeliver(_)
                 | ConsumerOp::Flow(_)
+                | ConsumerOp::RecvWaits
         )
     }
 }
@@ -135,6 +143,11 @@ pub(crate) enum ConsumerOp {
     /// Ask the broker to redeliver now (e.g. after a failed dead-letter publish).
     Redeliver(MessageId),
     Flow(u32),
+    /// A receive found the queue empty and waits. With a zero-size receiver queue the task
+    /// keeps one permit out (see `flow::zero`), like Java `ZeroQueueConsumerImpl`'s FLOW of 1
+    /// per receive; with an auto-scaled one the queue may grow (see `flow::auto_scale`), like
+    /// Java's `expectMoreIncomingMessages`. Sent by no other consumer.
+    RecvWaits,
     Seek(SeekTarget, oneshot::Sender<Result<()>>),
     LastMessageId(oneshot::Sender<Result<LastIds>>),
     Unsubscribe(oneshot::Sender<Result<()>>),

@@ -109,7 +109,8 @@ pub struct ConsumerOptions {
     /// The consumer name; random when unset.
     pub consumer_name: Option<String>,
     /// Messages the broker may push ahead of the application (flow permits). Default 1000;
-    /// refilled when half are consumed.
+    /// refilled when half are consumed. 0: a zero-size receiver queue, one permit per
+    /// receive (see [`ConsumerBuilder::receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)).
     ///
     /// A `u32` (unlike the producer's `max_pending_messages: usize`) on purpose: it is a
     /// count of flow permits, which the protocol carries as a `uint32` (`CommandFlow`), so no
@@ -141,6 +142,11 @@ pub struct ConsumerOptions {
     /// Also consume the retry-letter topic and allow [`crate::Consumer::reconsume_later`].
     /// Without a dead-letter policy, retries are bounded by upstream's default of 16.
     pub retry_enable: bool,
+    /// PIP-74's auto-scaled receiver queue (Java `autoScaledReceiverQueueSizeEnabled`): each
+    /// partition's queue starts at 1 message and doubles, up to `receiver_queue_size`, each
+    /// time the application found it empty after it had filled, while the client memory
+    /// limit is less than 75 % used; it halves when the usage passes 95 %. Default off.
+    pub auto_scaled_receiver_queue_size: bool,
     /// Redeliver messages not acked within this time (zero = off, the default; at least 1 s).
     pub ack_timeout: Duration,
     /// How often unacked messages are checked for the ack timeout. Default 1 s.
@@ -212,6 +218,7 @@ impl Default for ConsumerOptions {
             batch_index_ack: false,
             dead_letter_policy: None,
             retry_enable: false,
+            auto_scaled_receiver_queue_size: false,
             ack_timeout: Duration::ZERO,
             ack_timeout_tick: Duration::from_secs(1),
             negative_ack_backoff: None,
@@ -232,6 +239,18 @@ impl Default for ConsumerOptions {
             interceptors: None,
         }
     }
+}
+
+/// A zero-size receiver queue asked of a consumer of more than one topic or partition, which
+/// upstream refuses (`MultiTopicsConsumerImpl`: "Receiver queue size needs to be greater than
+/// 0 for Topics Consumer"): one permit per receive cannot be shared fairly by several
+/// partitions without prefetching from each.
+pub(crate) fn zero_queue_refused(what: &str) -> Error {
+    Error::InvalidConfig(format!(
+        "receiver_queue_size(0) (a zero-size receiver queue) works on one non-partitioned \
+         topic only, like upstream's; refused for {what}; a receiver queue of 1 prefetches \
+         at most one message per partition"
+    ))
 }
 
 impl ConsumerOptions {
@@ -255,9 +274,18 @@ impl ConsumerOptions {
                 "subscription name must not be empty".into(),
             ));
         }
-        if self.receiver_queue_size == 0 {
+        if self.receiver_queue_size == 0 && self.auto_scaled_receiver_queue_size {
+            // Java `ZeroQueueConsumerImpl.initReceiverQueueSize`: NotImplementedException.
             return Err(Error::InvalidConfig(
-                "receiver_queue_size must be at least 1".into(),
+                "auto_scaled_receiver_queue_size needs a receiver_queue_size of at least 1 \
+                 (a zero-size queue never grows)"
+                    .into(),
+            ));
+        }
+        if self.receiver_queue_size == 0 && self.retry_enable {
+            // Java subscribes the retry topic too, through a MultiTopicsConsumerImpl.
+            return Err(zero_queue_refused(
+                "retry_enable (the retry topic is a second topic)",
             ));
         }
         if self.max_total_receiver_queue_size_across_partitions == 0 {

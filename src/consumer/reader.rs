@@ -99,7 +99,9 @@ impl ReaderBuilder {
         self
     }
 
-    /// Messages the broker may push ahead of the application. Default 1000.
+    /// Messages the broker may push ahead of the application. Default 1000. 0: nothing is
+    /// prefetched, one message is asked per [`recv`](Reader::recv) (non-partitioned topics
+    /// only; see [`ConsumerBuilder::receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)).
     pub fn receiver_queue_size(mut self, n: u32) -> Self {
         self.receiver_queue_size = n;
         self

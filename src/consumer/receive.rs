@@ -5,9 +5,11 @@
 
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
+use tokio::sync::mpsc;
 
 use crate::consumer::handle::PartitionShared;
 use crate::consumer::op::ConsumerOp;
@@ -222,7 +224,12 @@ impl Consumer {
             return Ok(m);
         }
         loop {
-            let Some((index, epoch, item)) = self.inbound().rx.recv().await else {
+            let next = if self.zero_queue.is_none() && !self.auto_scaled {
+                self.inbound().rx.recv().await
+            } else {
+                self.next_asking().await
+            };
+            let Some((index, epoch, item)) = next else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
@@ -231,6 +238,38 @@ impl Consumer {
                 }
                 return r;
             }
+        }
+    }
+
+    /// The next item of a zero-size or auto-scaled receiver queue: one queued already, else
+    /// one asked of the broker while this waits (see [`Waiting`]), or, auto-scaled, after
+    /// telling the partition tasks that the application found the queue empty.
+    #[cold]
+    async fn next_asking(&mut self) -> Option<(usize, u64, Item)> {
+        match self.inbound().rx.try_recv() {
+            Ok(next) => {
+                // Asked for by a stream poll left waiting, perhaps: no longer waited for.
+                if let Some(p) = &self.zero_queue {
+                    p.room().waiting = false;
+                }
+                return Some(next);
+            }
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {}
+        }
+        let _waiting = self.zero_queue.clone().map(Waiting::begin);
+        if self.auto_scaled {
+            self.expect_more();
+        }
+        self.inbound().rx.recv().await
+    }
+
+    /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
+    /// `expectMoreIncomingMessages`, see `flow::auto_scale`).
+    #[cold]
+    fn expect_more(&self) {
+        for p in self.live() {
+            let _ = p.send_op(ConsumerOp::RecvWaits);
         }
     }
 
@@ -243,6 +282,37 @@ impl Consumer {
             c.before_consume(&mut m);
         }
         m
+    }
+}
+
+/// A receive of a zero-size receiver queue waiting for a message (Java
+/// `ZeroQueueConsumerImpl.waitingOnReceiveForZeroQueueSize`): the task keeps one permit out
+/// meanwhile (see `flow::zero`). Dropped with the receive (it returned, or was cancelled): no
+/// more is asked, and a message already asked for waits in the queue for the next receive.
+struct Waiting(Arc<PartitionShared>);
+
+impl Waiting {
+    /// A receive begins to wait: asks, whatever was asked before (the task never keeps more
+    /// than one permit out, so asking again costs nothing on the wire).
+    fn begin(p: Arc<PartitionShared>) -> Self {
+        p.room().waiting = true;
+        let _ = p.send_op(ConsumerOp::RecvWaits);
+        Waiting(p)
+    }
+
+    /// A stream poll found nothing: marks the partition's receive waiting and asks its task
+    /// for one message, once per wait (a stream is polled at every wake-up).
+    fn ask(p: &PartitionShared) {
+        let asked = std::mem::replace(&mut p.room().waiting, true);
+        if !asked {
+            let _ = p.send_op(ConsumerOp::RecvWaits);
+        }
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.room().waiting = false;
     }
 }
 
@@ -269,6 +339,9 @@ impl Stream for Consumer {
         loop {
             match self.inbound().rx.poll_recv(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
+                    if let Some(p) = &self.zero_queue {
+                        p.room().waiting = false;
+                    }
                     if let Some(r) = self.accept(index, epoch, item) {
                         if self.interceptors.is_some() {
                             return Poll::Ready(Some(r.map(|m| self.consumed(m))));
@@ -277,7 +350,16 @@ impl Stream for Consumer {
                     }
                 }
                 Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    // A zero-size queue: asked once per wait (see `Waiting`); a stream polled
+                    // no more keeps its ask, so at most one message waits for its next poll.
+                    if let Some(p) = &self.zero_queue {
+                        Waiting::ask(p);
+                    } else if self.auto_scaled {
+                        self.expect_more();
+                    }
+                    return Poll::Pending;
+                }
             }
         }
     }

@@ -81,6 +81,94 @@
 //! of a consumer whose budget cannot hold a queue of maximum-size messages is smaller than the
 //! queue and grows with the sizes of the first messages (see `receiver_queue_size`).
 //!
+//! ### An auto-scaled receiver queue (PIP-74)
+//!
+//! With [`auto_scaled_receiver_queue_size(true)`](crate::ConsumerBuilder::auto_scaled_receiver_queue_size)
+//! (off by default, as in Java) each partition's queue starts at 1 message and doubles, up to
+//! `receiver_queue_size`, each time a `recv` finds it empty after the broker had used every
+//! permit it was given, while the client memory limit is less than 75 % used; it halves once
+//! the usage passes 95 %. A consumer that keeps up grows to its full queue; one that is slower
+//! than its messages keeps a small one and holds little memory.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::{mock::MockBroker, Client, InitialPosition};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("events").batching(false).create().await?;
+//! for i in 0..20 {
+//!     producer.send_and_wait(format!("event {i}")).await?;
+//! }
+//! let mut consumer = client
+//!     .consumer("events")
+//!     .subscription("audit")
+//!     .initial_position(InitialPosition::Earliest)
+//!     .receiver_queue_size(8) // the most it grows to
+//!     .auto_scaled_receiver_queue_size(true) // starts at 1
+//!     .subscribe()
+//!     .await?;
+//! for i in 0..20 {
+//!     let msg = consumer.recv().await?;
+//!     assert_eq!(msg.payload_str(), Some(format!("event {i}").as_str()));
+//!     consumer.ack(&msg)?;
+//!     assert!(consumer.stats().totals.receiver_queue_len <= 8);
+//! }
+//! # Ok(()) }
+//! ```
+//!
+//! ### A zero-size receiver queue: one message at a time
+//!
+//! With `receiver_queue_size(0)` (Java's `ZeroQueueConsumerImpl`) nothing is pushed ahead: the
+//! broker is granted one flow permit when a `recv` waits with nothing queued, so every message
+//! goes to a consumer that asked for it. On a Shared subscription this is what long processing
+//! wants (a slow consumer holds no messages another consumer could be working on) and what
+//! strict fairness wants (consumers that alternate `recv` calls get alternate messages). It
+//! costs a round trip to the broker per message.
+//!
+//! - A `recv` dropped before it completes (a `select!` branch that lost) leaves its permit out;
+//!   the message it brings waits for the next `recv`, which sends no other permit. A stream
+//!   polled and then left alone likewise holds at most that one message.
+//! - After a reconnect or a seek, a permit is asked again only if a `recv` waits.
+//! - A batched message (our producers batch by default) is one entry: its messages are handed
+//!   out by the next `recv`s before another permit is asked. Upstream closes the consumer on a
+//!   batch instead; the permits the broker counts for it are given back with the next one.
+//! - It works on one non-partitioned topic, readers included. A partitioned topic, a list of
+//!   topics, a pattern or `retry_enable` (a second topic) is refused with
+//!   [`Error::InvalidConfig`] when subscribing, as upstream refuses them; use a receiver queue
+//!   of 1 there (at most one message prefetched per partition).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use pulsar_sdk::{mock::MockBroker, Client, InitialPosition, SubscriptionType};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("jobs").create().await?;
+//! for i in 0..3 {
+//!     producer.send_and_wait(format!("job {i}")).await?;
+//! }
+//! let worker = || {
+//!     client
+//!         .consumer("jobs")
+//!         .subscription("workers")
+//!         .subscription_type(SubscriptionType::Shared)
+//!         .initial_position(InitialPosition::Earliest)
+//!         .receiver_queue_size(0) // no prefetch: one message per recv
+//!         .subscribe()
+//! };
+//! let (mut first, mut second) = (worker().await?, worker().await?);
+//! let job = first.recv().await?;
+//! assert_eq!(job.payload_str(), Some("job 0"));
+//! // `first` holds nothing it did not ask for: the next job goes to whoever asks next.
+//! assert_eq!(second.recv().await?.payload_str(), Some("job 1"));
+//! assert_eq!(first.recv().await?.payload_str(), Some("job 2"));
+//! first.ack(&job)?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Acknowledging
 //!
 //! - [`Consumer::ack`] / [`ack_id`](crate::Consumer::ack_id): this message is processed. Acks are

@@ -26,6 +26,8 @@
 //! | Negative acks with delay or backoff, ack timeout | yes | [`ConsumerBuilder::negative_ack_delay`], [`ConsumerBuilder::negative_ack_backoff`], [`ConsumerBuilder::ack_timeout`] |
 //! | Dead-letter and retry topics (with PIP-124's initial subscription) | yes | [`ConsumerBuilder::dead_letter_policy`], [`ConsumerBuilder::retry_enable`], [`Consumer::reconsume_later`] |
 //! | Batch-index acknowledgement | yes | [`ConsumerBuilder::batch_index_ack`] |
+//! | A zero-size receiver queue (`ZeroQueueConsumerImpl`: no prefetch, one permit per receive) | yes | [`ConsumerBuilder::receiver_queue_size`] with 0, on one non-partitioned topic (others refused, as upstream); batched messages handed out whole; see [consuming](super::consuming#a-zero-size-receiver-queue-one-message-at-a-time) |
+//! | Auto-scaled receiver queue (PIP-74) | yes | [`ConsumerBuilder::auto_scaled_receiver_queue_size`] (off by default, as upstream) |
 //! | Seek by message id or publish time | yes | [`Consumer::seek`], [`Consumer::seek_by_time`] |
 //! | Readers | yes | [`Client::reader`] |
 //! | Multi-topic consumers (a list of topics) | yes | [`ConsumerBuilder::topics`] |
@@ -48,8 +50,6 @@
 //! |---|---|---|
 //! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
 //! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
-//! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
-//! | Auto-scaled receiver queue (PIP-74) | no | a fixed receiver queue per partition |
 //! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
 //! | HTTP lookup (`http://` service URLs) | no | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
 //! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | no | typed messages ([`crate::schema`]) as listed above; an incompatible schema fails with [`ServerError::IncompatibleSchema`] |
@@ -74,13 +74,6 @@
 //! }
 //! ```
 //!
-//! Auto-scaled receiver queue:
-//! ```compile_fail
-//! fn f(b: pulsar_sdk::ConsumerBuilder) -> pulsar_sdk::ConsumerBuilder {
-//!     b.auto_scaled_receiver_queue_size(true)
-//! }
-//! ```
-//!
 //! `AUTO_PRODUCE_BYTES`:
 //! ```compile_fail
 //! let _ = pulsar_sdk::schema::AutoProduceBytesSchema::default();
@@ -90,22 +83,6 @@
 //! ```
 //! let built = pulsar_sdk::Client::builder().service_url("http://localhost:8080").build();
 //! assert!(built.is_err());
-//! ```
-//!
-//! A zero-size receiver queue is refused when the consumer subscribes:
-//! ```
-//! # #[tokio::main(flavor = "current_thread")]
-//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let broker = pulsar_sdk::mock::MockBroker::start().await?;
-//! let client = pulsar_sdk::Client::builder().service_url(broker.service_url()).build()?;
-//! let refused = client
-//!     .consumer("t")
-//!     .subscription("s")
-//!     .receiver_queue_size(0)
-//!     .subscribe()
-//!     .await;
-//! assert!(matches!(refused, Err(pulsar_sdk::Error::InvalidConfig(_))));
-//! # Ok(()) }
 //! ```
 //!
 //! [`ClientBuilder::service_info_provider`]: crate::ClientBuilder::service_info_provider
@@ -137,6 +114,8 @@
 //! [`ConsumerBuilder::negative_ack_delay`]: crate::ConsumerBuilder::negative_ack_delay
 //! [`ConsumerBuilder::negative_ack_backoff`]: crate::ConsumerBuilder::negative_ack_backoff
 //! [`ConsumerBuilder::ack_timeout`]: crate::ConsumerBuilder::ack_timeout
+//! [`ConsumerBuilder::receiver_queue_size`]: crate::ConsumerBuilder::receiver_queue_size
+//! [`ConsumerBuilder::auto_scaled_receiver_queue_size`]: crate::ConsumerBuilder::auto_scaled_receiver_queue_size
 //! [`ConsumerBuilder::dead_letter_policy`]: crate::ConsumerBuilder::dead_letter_policy
 //! [`ConsumerBuilder::retry_enable`]: crate::ConsumerBuilder::retry_enable
 //! [`ConsumerBuilder::batch_index_ack`]: crate::ConsumerBuilder::batch_index_ack

@@ -36,6 +36,11 @@
 //!   the rest follows as the application takes out older messages (Java clears its receiver
 //!   queue instead). Messages queued before the reconnect that the broker will redeliver are
 //!   dropped as they are taken, never delivered twice by the client.
+//! - **A zero-size receiver queue takes batched messages.** With
+//!   [`receiver_queue_size(0)`](crate::ConsumerBuilder::receiver_queue_size) a batch is handed
+//!   out whole by the next `recv`s before another permit is asked; Java's
+//!   `ZeroQueueConsumerImpl` closes the consumer on the first batch (and producers batch by
+//!   default). Partitioned, multi-topic and pattern consumers are refused with 0, as in Java.
 //! - **Undecodable messages reach the application** as an `Err(`[`Error::InvalidMessage`]`)`
 //!   from `recv` (and are acknowledged with their validation error, like Java, which only
 //!   logs them), so a corrupt producer is visible where the data is consumed.

@@ -142,6 +142,18 @@ impl MockBroker {
         })
     }
 
+    /// How many entries of topic `topic` subscription `subscription` dispatched to its
+    /// consumers that are not acknowledged yet (a batch is one entry; 0 if it does not
+    /// exist): what the consumers were sent and hold, in their receiver queues or handed out.
+    pub fn subscription_dispatched(&self, topic: &str, subscription: &str) -> usize {
+        let state = lock(&self.shared().state);
+        state
+            .topics
+            .get(topic)
+            .and_then(|t| t.subscriptions.get(subscription))
+            .map_or(0, |s| s.pending.len())
+    }
+
     /// How many times entry `entry_id` of topic `topic` was redelivered on subscription
     /// `subscription` (the `redelivery_count` its next MESSAGE carries): counted on
     /// Shared/Key_Shared subscriptions when a consumer asks for redelivery (negative ack, ack

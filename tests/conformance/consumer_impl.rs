@@ -475,20 +475,52 @@ async fn an_empty_subscription_name_is_refused() {
     assert!(subscribes(&broker).is_empty());
 }
 
-/// `ConsumerBuilderImpl.receiverQueueSize(0)` makes a zero-queue consumer upstream; this
-/// client has no zero-queue mode and refuses 0 with a clear error (the ledger says why).
+/// `ConsumerBuilderImpl.receiverQueueSize(0)` makes a `ZeroQueueConsumerImpl`: no FLOW when
+/// it subscribes, a FLOW of 1 when a receive finds nothing queued
+/// (`fetchSingleMessageFromBroker`). `MultiTopicsConsumerImpl` refuses 0 ("Receiver queue size
+/// needs to be greater than 0 for Topics Consumer"): so is a partitioned topic here, before
+/// anything is subscribed.
 #[tokio::test]
-async fn a_zero_receiver_queue_is_refused() {
+async fn a_zero_receiver_queue_asks_one_permit_per_receive() {
     let broker = MockBroker::start().await.unwrap();
     let client = client(&broker.service_url());
+    let topic = full("conf-zero-queue");
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "m", 2).await;
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(0)
+        .subscribe()
+        .await
+        .unwrap();
+    within("a round trip", consumer.last_message_ids())
+        .await
+        .unwrap();
+    assert!(
+        broker.received_of(Type::Flow).is_empty(),
+        "no FLOW at subscribe"
+    );
+    assert_eq!(recv(&mut consumer).await.payload_str(), Some("m-0"));
+    let flows: Vec<u32> = broker
+        .received_of(Type::Flow)
+        .into_iter()
+        .map(|r| r.command.flow.unwrap().message_permits)
+        .collect();
+    assert_eq!(flows, vec![1]);
+
+    let partitioned = full("conf-zero-queue-partitioned");
+    assert!(broker.create_partitioned_topic(&partitioned, 2));
+    let before = subscribes(&broker).len();
     let r = client
-        .consumer("zero-queue")
+        .consumer(&partitioned)
         .subscription("s")
         .receiver_queue_size(0)
         .subscribe()
         .await;
     assert!(matches!(r, Err(Error::InvalidConfig(_))), "{r:?}");
-    assert!(subscribes(&broker).is_empty());
+    assert_eq!(subscribes(&broker).len(), before);
 }
 
 /// `ConsumerImpl.connectionOpened`: a BYTES schema (and no schema) subscribes without a

@@ -31,12 +31,14 @@ mod chunking {
 /// Consuming: receive, ack, seek, readers, the hot path, cancel safety.
 mod consumer {
     mod acker;
+    mod auto_scaled_queue;
     mod basics;
     mod budget;
     mod cancel_safety;
     mod hot_path;
     mod records;
     mod seek_readers;
+    mod zero_queue;
 }
 
 /// Several topics: multi-topic and pattern consumers, partition updates.

@@ -19,3 +19,4 @@ mod pulsar_lite_smoke;
 mod restart;
 mod tls;
 mod transactions;
+mod zero_queue;

@@ -147,6 +147,11 @@ impl ConsumerBudget {
     }
 
     /// The live partition tasks sharing the budget (at least 1).
+    /// The part of the client memory limit in use (see [`ConsumerShare::usage`]).
+    pub(crate) fn client_usage(&self) -> f64 {
+        self.share.usage()
+    }
+
     pub(crate) fn tasks(&self) -> usize {
         self.tasks.load(Ordering::Relaxed).max(1)
     }

@@ -59,7 +59,7 @@ impl Io {
     }
 
     pub(crate) fn refill_at(&self) -> u32 {
-        (self.opts.receiver_queue_size / 2).max(1)
+        crate::consumer::engine::flow::refill_at(self.opts.receiver_queue_size)
     }
 
     /// The broker's maximum message size (the client's default before it said).

@@ -81,7 +81,14 @@ impl ConsumerTask {
     /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
     /// as it does: see [`Flow`](crate::consumer::engine::flow::Flow)).
     pub(crate) fn start_flow(&mut self) {
-        let size = self.io.opts.receiver_queue_size;
+        if self.flow.zero_queue {
+            // Java `ZeroQueueConsumerImpl.consumerIsReconnectedToBroker`: a FLOW of 1 only if
+            // a receive waits; what is queued is of the old subscription (see `flow::zero`).
+            self.flow.restart();
+            self.flow.want_one(&mut self.io, true);
+            return;
+        }
+        let size = self.flow.queue_size(&self.io);
         let occupied = {
             let mut room = self.io.shared.room();
             let occupied = room.queued.min(u64::from(size)) as u32;
@@ -524,6 +531,10 @@ impl ConsumerTask {
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
             ConsumerOp::Flow(n) => self.flow.grant(&mut self.io, n),
+            ConsumerOp::RecvWaits if self.flow.zero_queue => {
+                self.flow.want_one(&mut self.io, false)
+            }
+            ConsumerOp::RecvWaits => self.flow.expect_more(&mut self.io),
             // Control ops are taken by `on_op`.
             ConsumerOp::Seek(..)
             | ConsumerOp::LastMessageId(_)

@@ -77,9 +77,13 @@ impl Seeks {
     }
 
     /// Keeps `op` when a seek is begun (an ack-like op: see the type); returns it to be
-    /// applied now otherwise. Flow permits are never held (they keep no order with acks).
+    /// applied now otherwise. Flow permits (and a zero-size queue's ask for one) are never held: they keep no order
+    /// with acks.
     pub(crate) fn hold(&mut self, op: ConsumerOp) -> Option<ConsumerOp> {
-        if self.begun == 0 || !op.folds() || matches!(op, ConsumerOp::Flow(_)) {
+        if self.begun == 0
+            || !op.folds()
+            || matches!(op, ConsumerOp::Flow(_) | ConsumerOp::RecvWaits)
+        {
             return Some(op);
         }
         self.held.push(op);

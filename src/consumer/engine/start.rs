@@ -103,8 +103,15 @@ pub(crate) async fn spawn_partition(
         ended: crate::consumer::topics::registry::lock(registry)
             .ended
             .clone(),
-        room: Mutex::new(QueueRoom::default()),
-        refill_at: (options.receiver_queue_size / 2).max(1),
+        room: Mutex::new(QueueRoom {
+            scaled_refill_at: if options.auto_scaled_receiver_queue_size {
+                crate::consumer::engine::flow::refill_at(task_start_size(options))
+            } else {
+                0
+            },
+            ..QueueRoom::default()
+        }),
+        refill_at: crate::consumer::engine::flow::refill_at(options.receiver_queue_size),
         handles: Default::default(),
     });
     // A reader skips what precedes its start position (and the start itself if exclusive).
@@ -145,6 +152,10 @@ pub(crate) async fn spawn_partition(
         seeks: Default::default(),
     };
     task.flow.no_slow_start = !task.io.persistent();
+    task.flow.zero_queue = options.receiver_queue_size == 0;
+    task.flow.auto = options
+        .auto_scaled_receiver_queue_size
+        .then(crate::consumer::engine::flow::AutoScale::new);
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
@@ -217,4 +228,11 @@ pub(crate) async fn grow(
         }
         let _ = req.done.send(result);
     }
+}
+
+/// The size an auto-scaled receiver queue starts at (see `flow::auto_scale`).
+fn task_start_size(options: &crate::consumer::ConsumerOptions) -> u32 {
+    crate::consumer::engine::flow::AutoScale::new()
+        .current
+        .min(options.receiver_queue_size)
 }

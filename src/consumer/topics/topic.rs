@@ -145,6 +145,11 @@ pub(crate) async fn subscribe_topic(
             .partitioned_topic_metadata_with(topic.as_str(), options.force_topic_creation)
             .await?
     };
+    if partitions > 0 && options.receiver_queue_size == 0 {
+        return Err(crate::consumer::options::zero_queue_refused(&format!(
+            "{topic}, a partitioned topic ({partitions} partitions)"
+        )));
+    }
     if partitions > 0 {
         if let Some(start) = options.start_message_id {
             // Upstream PulsarClientImpl.createReaderAsync: a reader of a partitioned topic

@@ -6,9 +6,13 @@
 use crate::consumer::engine::io::Io;
 use crate::error::Error;
 
+mod auto_scale;
 pub(crate) mod room;
+mod zero;
 
-pub(crate) use room::{overshoot_bound, QueueRoom};
+pub(crate) use auto_scale::AutoScale;
+
+pub(crate) use room::{overshoot_bound, refill_at, QueueRoom};
 
 /// The smallest bytes-per-permit estimate a task plans with (so that a run of empty messages
 /// cannot make one grant huge).
@@ -53,6 +57,11 @@ pub(crate) struct Flow {
     /// the queue before the key comes, so it is not granted a forced permit (it would only
     /// grow what waits, one message at a time, past the budget).
     pub key_wait: bool,
+    /// A zero-size receiver queue: one permit out while a receive waits, none otherwise
+    /// (see `zero`); nothing is granted by the receiver queue's rules.
+    pub zero_queue: bool,
+    /// An auto-scaled receiver queue's size and hint (see `auto_scale`); `None` otherwise.
+    pub auto: Option<AutoScale>,
 }
 
 impl Flow {
@@ -66,6 +75,8 @@ impl Flow {
             no_slow_start: false,
             arrived_beyond: 0,
             key_wait: false,
+            zero_queue: false,
+            auto: None,
         }
     }
 
@@ -118,6 +129,9 @@ impl Flow {
     pub(crate) fn restart(&mut self) {
         self.permits = 0;
         self.owed = 0;
+        if let Some(a) = &mut self.auto {
+            a.restart();
+        }
     }
 
     /// The broker delivered what spent `spent` permits, with `queued` items of this partition
@@ -177,6 +191,14 @@ impl Flow {
     /// chunk).
     #[inline]
     pub(crate) fn after_entry(&mut self, io: &mut Io) {
+        if self.zero_queue {
+            // The entry may have queued nothing while a receive waits (see `zero`).
+            self.want_one(io, false);
+            return;
+        }
+        if self.auto.is_some() {
+            self.auto_after_entry(io);
+        }
         if self.owed > 0 {
             self.grant_owed(io);
         } else {
@@ -187,6 +209,16 @@ impl Flow {
     /// Grants the broker `n` more permits, as far as the consumer's byte budget has room for
     /// them; the rest is owed (see [`Flow`]).
     pub(crate) fn grant(&mut self, io: &mut Io, n: u32) {
+        if self.zero_queue {
+            // Permits given back (messages never handed out): one is out again only if a
+            // receive waits for it (see `zero`).
+            self.want_one(io, false);
+            return;
+        }
+        let n = match &mut self.auto {
+            Some(a) => a.repay(n),
+            None => n,
+        };
         self.owed = self.owed.saturating_add(n);
         self.grant_owed(io);
     }
