@@ -156,7 +156,12 @@ impl ConsumerTask {
         // task, so an idle consumer's received count and queue gauge would otherwise stay
         // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
         // counters as each message is taken, so a scrape always sees them).
+        // The tick stops once two ticks in a row found nothing new and the queue empty (only
+        // the task fills the queue, and any other wake-up starts the ticks again): an idle
+        // consumer does not wake every second (issue #39), and the application's last `recv`s
+        // are published by the next tick at the latest.
         let metrics_on = crate::stats::sink::ENABLED;
+        let mut quiet_ticks = 0u8;
         let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
         metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let out = self.io.out.clone();
@@ -169,6 +174,7 @@ impl ConsumerTask {
             let deferred_deadline = self.seeks.deferred_deadline();
             let chunk_deadline = self.intake.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
+            let mut ticked = false;
             let step: Result<()> = tokio::select! {
                 biased;
                 wake = self.io.entity.next() => match wake {
@@ -323,15 +329,20 @@ impl ConsumerTask {
                     self.on_ack_timeout_tick();
                     Ok(())
                 }
-                _ = metrics_tick.tick(), if metrics_on => Ok(()), // published below
+                _ = metrics_tick.tick(), if metrics_on && quiet_ticks < 2 => {
+                    ticked = true; // published below
+                    Ok(())
+                }
             };
             if let Err(e) = step {
                 break e;
             }
-            self.io
+            let quiet = self
+                .io
                 .shared
                 .stats
                 .publish(|| self.io.shared.room().queued);
+            quiet_ticks = if ticked && quiet { quiet_ticks + 1 } else { 0 };
         };
         let state = self.io.entity.end(&final_error);
         self.io.shared.stats.closed();
