@@ -454,7 +454,7 @@ async fn profile(
     drop(warm);
     let _ = client.close_within(Duration::from_secs(60)).await;
     let mut rows: Vec<(String, (usize, usize))> = by_site.into_iter().collect();
-    rows.sort_by(|a, b| b.1.0.cmp(&a.1.0));
+    rows.sort_by_key(|r| std::cmp::Reverse(r.1 .0));
     let per = |v: usize| (v as f64 / n as f64 * 10.0).round() / 10.0;
     let recorded: usize = rows.iter().map(|(_, (b, _))| b).sum();
     let sites: Vec<serde_json::Value> = rows
@@ -463,7 +463,7 @@ async fn profile(
         .map(|(site, (bytes, count))| {
             let mut common: Vec<(usize, usize)> =
                 sizes[site].iter().map(|(s, c)| (*s, *c)).collect();
-            common.sort_by(|a, b| (b.0 * b.1).cmp(&(a.0 * a.1)));
+            common.sort_by_key(|c| std::cmp::Reverse(c.0 * c.1));
             common.truncate(3);
             json!({
                 "bytes": per(*bytes),

@@ -290,7 +290,9 @@ impl EntitySender {
 
     /// Tells the entity its connection is gone (never blocks; not counted: sent once).
     pub(super) fn notify_closed(&self, reason: &Error) {
-        let _ = self.shared.push(EntityEvent::ConnectionClosed(reason.clone()));
+        let _ = self
+            .shared
+            .push(EntityEvent::ConnectionClosed(reason.clone()));
     }
 }
 
