@@ -685,4 +685,17 @@ mod tests {
             S::ClosedByBroker
         );
     }
+
+    #[tokio::test]
+    async fn a_group_close_wakes_every_member_with_the_first_error() {
+        let group = GroupClose::new();
+        let mut member = group.clone();
+        let waiting = tokio::spawn(async move { member.closed().await });
+        tokio::task::yield_now().await;
+        group.close_all(&Error::Closed);
+        group.close_all(&Error::Protocol("later".into()));
+        assert!(matches!(waiting.await.unwrap(), Error::Closed));
+        // A member that looks after the close sees it at once.
+        assert!(matches!(group.clone().closed().await, Error::Closed));
+    }
 }

@@ -588,4 +588,37 @@ mod watcher_channel_tests {
         assert!(rx.overflowed());
         assert!(!rx.take_dropped());
     }
+
+    /// Issue #39: an idle entity's channel holds no queue storage; it grows with traffic, a
+    /// waiting receiver is woken, and the receiver sees the end once the senders are gone.
+    #[tokio::test]
+    async fn an_entity_channel_allocates_its_queue_at_the_first_event() {
+        let (tx, mut rx) = entity_channel(8);
+        assert_eq!(
+            rx.shared.lock().events.capacity(),
+            0,
+            "nothing before traffic"
+        );
+        let waiting = tokio::spawn(async move {
+            let ev = rx.recv().await;
+            (rx, ev)
+        });
+        tokio::task::yield_now().await;
+        let receipt = proto::CommandSendReceipt {
+            sequence_id: 7,
+            ..Default::default()
+        };
+        assert_eq!(tx.deliver(Inbound::Receipt(receipt)), Delivery::Delivered);
+        let (mut rx, ev) = waiting.await.unwrap();
+        assert!(matches!(ev, Some(EntityEvent::Receipt(r)) if r.sequence_id == 7));
+        let other = tx.clone();
+        drop(tx);
+        assert!(
+            matches!(rx.try_recv(), Err(TryRecvError::Empty)),
+            "a sender is left"
+        );
+        drop(other);
+        assert!(rx.recv().await.is_none());
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+    }
 }

@@ -156,10 +156,8 @@ impl ConsumerTask {
         // task, so an idle consumer's received count and queue gauge would otherwise stay
         // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
         // counters as each message is taken, so a scrape always sees them).
-        // The tick stops once two ticks in a row found nothing new and the queue empty (only
-        // the task fills the queue, and any other wake-up starts the ticks again): an idle
-        // consumer does not wake every second (issue #39), and the application's last `recv`s
-        // are published by the next tick at the latest.
+        // It stops after two ticks in a row found nothing new and the queue empty (only the task
+        // fills it; any other wake-up restarts them): idle, the consumer sleeps (issue #39).
         let metrics_on = crate::stats::sink::ENABLED;
         let mut quiet_ticks = 0u8;
         let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
