@@ -459,42 +459,41 @@ pub(crate) fn aggregate_state(states: &[State]) -> State {
 
 /// Closes every partition of a partitioned producer/consumer together (PIP-139: a partitioned
 /// producer closed by the broker on one partition closes as a whole).
+///
+/// Every producer and consumer has one, so it is small (issue #39): the first error and a
+/// `Notify` (about 100 bytes, where a watch channel took about 400).
 #[derive(Debug, Clone)]
-pub(crate) struct GroupClose {
-    tx: std::sync::Arc<watch::Sender<Option<Error>>>,
-    rx: watch::Receiver<Option<Error>>,
+pub(crate) struct GroupClose(Arc<GroupInner>);
+
+#[derive(Debug, Default)]
+struct GroupInner {
+    error: std::sync::OnceLock<Error>,
+    closed: tokio::sync::Notify,
 }
 
 impl GroupClose {
     pub(crate) fn new() -> Self {
-        let (tx, rx) = watch::channel(None);
-        GroupClose {
-            tx: std::sync::Arc::new(tx),
-            rx,
-        }
+        GroupClose(Arc::default())
     }
 
     /// Tells every member to close with `error` (the first error wins).
     pub(crate) fn close_all(&self, error: &Error) {
-        self.tx.send_if_modified(|e| {
-            if e.is_none() {
-                *e = Some(error.clone());
-                true
-            } else {
-                false
-            }
-        });
+        if self.0.error.set(error.clone()).is_ok() {
+            self.0.closed.notify_waiters();
+        }
     }
 
     /// Resolves when a member closed the group.
     pub(crate) async fn closed(&mut self) -> Error {
         loop {
-            if let Some(e) = self.rx.borrow_and_update().clone() {
-                return e;
+            let notified = self.0.closed.notified();
+            tokio::pin!(notified);
+            // Registered before the check: a close between the check and the wait wakes it.
+            notified.as_mut().enable();
+            if let Some(e) = self.0.error.get() {
+                return e.clone();
             }
-            if self.rx.changed().await.is_err() {
-                return futures::future::pending().await;
-            }
+            notified.await;
         }
     }
 }
@@ -685,5 +684,18 @@ mod tests {
             aggregate_state(&[S::Reconnecting, S::ClosedByBroker]),
             S::ClosedByBroker
         );
+    }
+
+    #[tokio::test]
+    async fn a_group_close_wakes_every_member_with_the_first_error() {
+        let group = GroupClose::new();
+        let mut member = group.clone();
+        let waiting = tokio::spawn(async move { member.closed().await });
+        tokio::task::yield_now().await;
+        group.close_all(&Error::Closed);
+        group.close_all(&Error::Protocol("later".into()));
+        assert!(matches!(waiting.await.unwrap(), Error::Closed));
+        // A member that looks after the close sees it at once.
+        assert!(matches!(group.clone().closed().await, Error::Closed));
     }
 }

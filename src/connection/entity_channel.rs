@@ -6,11 +6,21 @@
 //! stall every other entity on the connection): a broker that fills it beyond the bound breaks
 //! the protocol, and the connection closes with an error naming the violation, so the entities
 //! reconnect and the broker redelivers.
+//!
+//! Every producer and consumer holds one, idle or not, so an idle one costs a single small
+//! allocation (issue #39): a `VecDeque` behind a mutex, which allocates at the first event and
+//! grows with what traffic queues (up to the bound). A tokio unbounded mpsc allocated a block
+//! of 32 events (~4 KB) and a cache-padded channel (~0.5 KB) up front, for every entity.
+//! Sending is one short uncontended lock and a wake-up only when the receiver waits; receiving
+//! takes part in tokio's cooperative budget as the mpsc's receiver did.
 
+use std::collections::VecDeque;
+use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Poll, Waker};
 
-use tokio::sync::mpsc;
+pub(crate) use tokio::sync::mpsc::error::TryRecvError;
 
 use super::{EntityEvent, MessageFrame};
 use crate::codec::Inbound;
@@ -51,32 +61,75 @@ fn channel(
     bound: usize,
     bytes: Option<(usize, Arc<dyn QueueMemory>)>,
 ) -> (EntitySender, EntityReceiver) {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let queued = Arc::new(AtomicUsize::new(0));
-    let overflowed = Arc::new(AtomicBool::new(false));
-    let lossy = bytes.map(|(bound, memory)| {
-        Arc::new(Lossy {
+    let shared = Arc::new(Shared {
+        queue: Mutex::new(Queue {
+            events: VecDeque::new(),
+            senders: 1,
+            receiver_gone: false,
+            waiting: None,
+        }),
+        queued: AtomicUsize::new(0),
+        bound: bound.max(1),
+        overflowed: AtomicBool::new(false),
+        lossy: bytes.map(|(bound, memory)| Lossy {
             bound,
             memory,
             held: Mutex::new(Held::default()),
             dropped: AtomicBool::new(false),
-        })
+        }),
     });
     (
         EntitySender {
-            tx,
-            queued: queued.clone(),
-            bound: bound.max(1),
-            overflowed: overflowed.clone(),
-            lossy: lossy.clone(),
+            shared: shared.clone(),
         },
-        EntityReceiver {
-            rx,
-            queued,
-            overflowed,
-            lossy,
-        },
+        EntityReceiver { shared },
     )
+}
+
+/// What both ends share.
+#[derive(Debug)]
+struct Shared {
+    queue: Mutex<Queue>,
+    /// Commands, messages and receipts queued and not yet taken (not the closing event).
+    queued: AtomicUsize,
+    bound: usize,
+    /// Set when this entity's bound was crossed: the connection closes because of it.
+    overflowed: AtomicBool,
+    /// A watcher's channel: bounded in bytes too, and dropping past its bounds.
+    lossy: Option<Lossy>,
+}
+
+#[derive(Debug)]
+struct Queue {
+    /// Empty and unallocated until the first event.
+    events: VecDeque<EntityEvent>,
+    /// Live senders: the receiver sees the end once they are all gone and the queue is empty.
+    senders: usize,
+    receiver_gone: bool,
+    /// The receiver found the queue empty and waits: the next event wakes it.
+    waiting: Option<Waker>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        // Poisoned only by a panic while held; the queue is still consistent.
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues `event` unless the receiver is gone (then it is given back).
+    fn push(&self, event: EntityEvent) -> Result<(), EntityEvent> {
+        let mut q = self.lock();
+        if q.receiver_gone {
+            return Err(event);
+        }
+        q.events.push_back(event);
+        let waiting = q.waiting.take();
+        drop(q);
+        if let Some(w) = waiting {
+            w.wake();
+        }
+        Ok(())
+    }
 }
 
 /// The byte bound of a watcher's channel, what it holds, and whether it dropped something.
@@ -146,15 +199,34 @@ fn held_bytes(frame: &crate::codec::Frame) -> usize {
 }
 
 /// The connection's end of an entity channel.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct EntitySender {
-    tx: mpsc::UnboundedSender<EntityEvent>,
-    queued: Arc<AtomicUsize>,
-    bound: usize,
-    /// Set when this entity's bound was crossed: the connection closes because of it.
-    overflowed: Arc<AtomicBool>,
-    /// A watcher's channel: bounded in bytes too, and dropping past its bounds.
-    lossy: Option<Arc<Lossy>>,
+    shared: Arc<Shared>,
+}
+
+impl Clone for EntitySender {
+    fn clone(&self) -> Self {
+        self.shared.lock().senders += 1;
+        EntitySender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl Drop for EntitySender {
+    fn drop(&mut self) {
+        let mut q = self.shared.lock();
+        q.senders -= 1;
+        let waiting = if q.senders == 0 {
+            q.waiting.take()
+        } else {
+            None
+        };
+        drop(q);
+        if let Some(w) = waiting {
+            w.wake();
+        }
+    }
 }
 
 /// What became of a command handed to an entity.
@@ -172,21 +244,22 @@ pub(crate) enum Delivery {
 
 impl EntitySender {
     pub(super) fn deliver(&self, frame: Inbound) -> Delivery {
-        if let (Some(lossy), Inbound::Other(f)) = (&self.lossy, &frame) {
+        let s = &*self.shared;
+        if let (Some(lossy), Inbound::Other(f)) = (&s.lossy, &frame) {
             // Only what becomes a command (what a watcher is sent) is counted in bytes.
             let command = f.command.message.is_none() && f.command.send_receipt.is_none();
             let size = if command { held_bytes(f) } else { 0 };
-            let queued = self.queued.load(Ordering::Acquire);
-            if queued >= self.bound || !lossy.admit(queued, size) {
+            let queued = s.queued.load(Ordering::Acquire);
+            if queued >= s.bound || !lossy.admit(queued, size) {
                 lossy.dropped.store(true, Ordering::Release);
                 return Delivery::Delivered;
             }
         }
-        if self.queued.load(Ordering::Acquire) >= self.bound {
-            self.overflowed.store(true, Ordering::Release);
-            return Delivery::Overflow { bound: self.bound };
+        if s.queued.load(Ordering::Acquire) >= s.bound {
+            s.overflowed.store(true, Ordering::Release);
+            return Delivery::Overflow { bound: s.bound };
         }
-        self.queued.fetch_add(1, Ordering::AcqRel);
+        s.queued.fetch_add(1, Ordering::AcqRel);
         let event = match frame {
             Inbound::Message(m) => EntityEvent::Message(m),
             Inbound::Receipt(r) => EntityEvent::Receipt(r),
@@ -205,9 +278,9 @@ impl EntitySender {
                 }
             }
         };
-        if let Err(mpsc::error::SendError(event)) = self.tx.send(event) {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
-            if let (Some(lossy), EntityEvent::Command(f)) = (&self.lossy, &event) {
+        if let Err(event) = s.push(event) {
+            s.queued.fetch_sub(1, Ordering::AcqRel);
+            if let (Some(lossy), EntityEvent::Command(f)) = (&s.lossy, &event) {
                 lossy.release(held_bytes(f));
             }
             return Delivery::Gone;
@@ -217,24 +290,40 @@ impl EntitySender {
 
     /// Tells the entity its connection is gone (never blocks; not counted: sent once).
     pub(super) fn notify_closed(&self, reason: &Error) {
-        let _ = self.tx.send(EntityEvent::ConnectionClosed(reason.clone()));
+        let _ = self
+            .shared
+            .push(EntityEvent::ConnectionClosed(reason.clone()));
     }
 }
 
 /// The entity's end of an entity channel.
 #[derive(Debug)]
 pub(crate) struct EntityReceiver {
-    rx: mpsc::UnboundedReceiver<EntityEvent>,
-    queued: Arc<AtomicUsize>,
-    overflowed: Arc<AtomicBool>,
-    lossy: Option<Arc<Lossy>>,
+    shared: Arc<Shared>,
+}
+
+impl Drop for EntityReceiver {
+    /// Later deliveries find the entity gone; what is queued goes now (a watcher's bytes
+    /// back to the memory limit with it).
+    fn drop(&mut self) {
+        let events = {
+            let mut q = self.shared.lock();
+            q.receiver_gone = true;
+            q.waiting = None;
+            std::mem::take(&mut q.events)
+        };
+        for ev in &events {
+            self.taken(Some(ev));
+        }
+    }
 }
 
 impl EntityReceiver {
     /// Whether a watcher's channel dropped a command since this was last asked (see
     /// [`watcher_channel`]); always false for other channels.
     pub(crate) fn take_dropped(&self) -> bool {
-        self.lossy
+        self.shared
+            .lossy
             .as_ref()
             .is_some_and(|l| l.dropped.swap(false, Ordering::AcqRel))
     }
@@ -242,19 +331,47 @@ impl EntityReceiver {
     /// The bytes of the commands queued in a watcher's channel (0 for other channels).
     #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
-        self.lossy.as_ref().map_or(0, |l| l.held().bytes)
+        self.shared.lossy.as_ref().map_or(0, |l| l.held().bytes)
     }
 
-    /// The next event; `None` once the connection dropped its sender.
+    /// The next event; `None` once every sender is gone (the connection dropped the
+    /// entity) and nothing is left.
     pub(crate) async fn recv(&mut self) -> Option<EntityEvent> {
-        let ev = self.rx.recv().await;
+        let ev = poll_fn(|cx| {
+            // Like tokio's channels: an event taken costs the task budget, and a task
+            // out of budget yields first.
+            let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+            let mut q = self.shared.lock();
+            match q.events.pop_front() {
+                Some(ev) => {
+                    coop.made_progress();
+                    Poll::Ready(Some(ev))
+                }
+                None if q.senders == 0 => Poll::Ready(None),
+                None => {
+                    match &q.waiting {
+                        Some(w) if w.will_wake(cx.waker()) => {}
+                        _ => q.waiting = Some(cx.waker().clone()),
+                    }
+                    Poll::Pending
+                }
+            }
+        })
+        .await;
         self.taken(ev.as_ref());
         ev
     }
 
     /// An event that has already arrived, without waiting.
-    pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, mpsc::error::TryRecvError> {
-        let ev = self.rx.try_recv();
+    pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, TryRecvError> {
+        let ev = {
+            let mut q = self.shared.lock();
+            match q.events.pop_front() {
+                Some(ev) => Ok(ev),
+                None if q.senders == 0 => Err(TryRecvError::Disconnected),
+                None => Err(TryRecvError::Empty),
+            }
+        };
         self.taken(ev.as_ref().ok());
         ev
     }
@@ -262,16 +379,16 @@ impl EntityReceiver {
     /// Whether the broker sent this entity more than its bound, so that the connection
     /// closed because of this entity (the others on it only lost their connection).
     pub(crate) fn overflowed(&self) -> bool {
-        self.overflowed.load(Ordering::Acquire)
+        self.shared.overflowed.load(Ordering::Acquire)
     }
 
     fn taken(&self, ev: Option<&EntityEvent>) {
         if let Some(EntityEvent::Command(_) | EntityEvent::Message(_) | EntityEvent::Receipt(_)) =
             ev
         {
-            self.queued.fetch_sub(1, Ordering::AcqRel);
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
         }
-        if let (Some(lossy), Some(EntityEvent::Command(f))) = (&self.lossy, ev) {
+        if let (Some(lossy), Some(EntityEvent::Command(f))) = (&self.shared.lossy, ev) {
             lossy.release(held_bytes(f));
         }
     }
@@ -470,5 +587,38 @@ mod watcher_channel_tests {
         assert_eq!(tx.deliver(update(1)), Delivery::Overflow { bound: 1 });
         assert!(rx.overflowed());
         assert!(!rx.take_dropped());
+    }
+
+    /// Issue #39: an idle entity's channel holds no queue storage; it grows with traffic, a
+    /// waiting receiver is woken, and the receiver sees the end once the senders are gone.
+    #[tokio::test]
+    async fn an_entity_channel_allocates_its_queue_at_the_first_event() {
+        let (tx, mut rx) = entity_channel(8);
+        assert_eq!(
+            rx.shared.lock().events.capacity(),
+            0,
+            "nothing before traffic"
+        );
+        let waiting = tokio::spawn(async move {
+            let ev = rx.recv().await;
+            (rx, ev)
+        });
+        tokio::task::yield_now().await;
+        let receipt = proto::CommandSendReceipt {
+            sequence_id: 7,
+            ..Default::default()
+        };
+        assert_eq!(tx.deliver(Inbound::Receipt(receipt)), Delivery::Delivered);
+        let (mut rx, ev) = waiting.await.unwrap();
+        assert!(matches!(ev, Some(EntityEvent::Receipt(r)) if r.sequence_id == 7));
+        let other = tx.clone();
+        drop(tx);
+        assert!(
+            matches!(rx.try_recv(), Err(TryRecvError::Empty)),
+            "a sender is left"
+        );
+        drop(other);
+        assert!(rx.recv().await.is_none());
+        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
     }
 }

@@ -325,7 +325,7 @@ impl ConsumerBuilder {
     }
 
     /// The most topics a pattern consumer subscribes at once (default 10,000; each costs a
-    /// consumer per partition, ~21 KB each). Matching topics beyond it are not subscribed:
+    /// consumer per partition, ~15 KB each). Matching topics beyond it are not subscribed:
     /// they are counted in [`TopicsChanged::skipped`](crate::TopicsChanged::skipped) and
     /// [`Consumer::pattern_topics_skipped`], logged as a warning, and subscribed once room
     /// frees (a subscribed topic deleted or no longer matching). The first ones in name order

@@ -13,6 +13,8 @@
 
 #[cfg(test)]
 mod future_sizes;
+#[cfg(test)]
+mod idle_sizes;
 mod requests;
 
 use std::future::Future;

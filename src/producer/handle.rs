@@ -181,7 +181,7 @@ impl PartitionProducer {
         let task = ProducerTask {
             entity,
             partition,
-            opts: (**options).clone(),
+            opts: options.clone(),
             ctx,
             unsent: Default::default(),
             ops: ops_rx,

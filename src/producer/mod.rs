@@ -16,7 +16,7 @@ mod options;
 mod pending;
 mod queueing;
 mod receipt;
-mod task;
+pub(crate) mod task;
 #[cfg(feature = "transactions")]
 mod transactional;
 
@@ -349,7 +349,7 @@ impl ProducerBuilder {
                 .as_ref()
                 .map(|b| b.max_publish_delay.max(Duration::from_millis(1))),
             started: Instant::now(),
-            count: watch::Sender::new(partitions as usize),
+            count: std::sync::OnceLock::new(),
             interceptors: options.interceptors.clone(),
             _registration: registration,
         });
@@ -401,7 +401,7 @@ async fn grow(
             }
         }
         let n = inner.snapshot().len();
-        inner.count.send_replace(n);
+        inner.count().send_replace(n);
         if let Some(c) = &options.interceptors {
             c.on_partitions_change(&inner.topic, n as u32);
         }
@@ -418,8 +418,9 @@ struct ProducerInner {
     /// The producer of a non-partitioned topic (also in `partitions`), reached without the
     /// lock on every send.
     single: Option<Arc<PartitionProducer>>,
-    /// The number of partitions, for observers.
-    count: watch::Sender<usize>,
+    /// The number of partitions, for observers, made by the first `partition_updates` (or
+    /// growth): most producers never ask, and a watch channel is ~350 bytes (issue #39).
+    count: std::sync::OnceLock<watch::Sender<usize>>,
     /// Keeps the topic registered for partition updates.
     _registration: Option<crate::partitions::Registration>,
     round_robin: AtomicUsize,
@@ -432,6 +433,18 @@ struct ProducerInner {
 }
 
 impl ProducerInner {
+    /// The partition count's watch, made at the first call with the current count.
+    fn count(&self) -> &watch::Sender<usize> {
+        self.count.get_or_init(|| {
+            let n = if self.partitioned {
+                self.snapshot().len()
+            } else {
+                0
+            };
+            watch::Sender::new(n)
+        })
+    }
+
     fn snapshot(&self) -> Vec<Arc<PartitionProducer>> {
         self.partitions
             .read()
@@ -470,7 +483,7 @@ impl Producer {
     /// The number of partitions, and its changes: it changes when the topic gains partitions
     /// and the producer has started producing to them (like Java's `onTopicsExtended`).
     pub fn partition_updates(&self) -> crate::updates::Updates<usize> {
-        crate::updates::Updates::until(self.inner.count.subscribe(), self.closed())
+        crate::updates::Updates::until(self.inner.count().subscribe(), self.closed())
     }
 
     /// The producer's lifecycle state. For a partitioned producer: a terminal state if any

@@ -58,7 +58,9 @@ pub(crate) struct Built {
 pub(crate) struct ProducerTask {
     pub entity: Entity,
     pub partition: i32,
-    pub opts: ProducerOptions,
+    /// Shared with the handle and every partition's task (not a copy per task: an idle
+    /// producer's task state stays small, issue #39).
+    pub opts: Arc<ProducerOptions>,
     pub ctx: FrameContext,
     /// Encoded frames waiting for room in the connection's queue (in order). The task never
     /// blocks on a busy connection, so it keeps timing out sends and reading receipts.

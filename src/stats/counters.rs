@@ -323,24 +323,32 @@ impl ConsumerCounters {
     /// Hands the metrics facade what changed since the last call: messages received, acks and
     /// the receiver queue's length (`queue_len`, which takes the queue's lock, is only called
     /// with the `metrics` feature). Called by the task once per wake-up and when it ends.
+    /// Returns whether it was quiet: nothing had changed and the queue is empty (always true
+    /// without the feature).
     #[inline]
-    pub(crate) fn publish(&self, queue_len: impl FnOnce() -> u64) {
+    pub(crate) fn publish(&self, queue_len: impl FnOnce() -> u64) -> bool {
         if !super::sink::ENABLED {
-            return;
+            return true;
         }
         let p = &self.published;
+        let mut changed = false;
         delta(&p.messages, self.received.messages.load(Relaxed), |n| {
+            changed = true;
             self.sink.received(n, 0)
         });
         delta(&p.bytes, self.received.bytes.load(Relaxed), |n| {
             self.sink.received(0, n)
         });
-        delta(&p.acks, self.acks.load(Relaxed), |n| self.sink.acks(n));
+        delta(&p.acks, self.acks.load(Relaxed), |n| {
+            changed = true;
+            self.sink.acks(n)
+        });
         let len = queue_len();
         let old = p.queue.swap(len, Relaxed);
         if old != len {
             self.sink.queue_delta(len as i64 - old as i64);
         }
+        !changed && old == len && len == 0
     }
 
     /// The consumer ended: what is left is published, its queue gauge goes back to zero.

@@ -5,9 +5,11 @@
 //! two is split in 8 linear sub-buckets, so a bucket is at most 12.5% wide relative to its
 //! lower edge (the error of a reported percentile). Values from 2^40 µs (about 12.7 days) on
 //! share the last bucket. 304 buckets of 8 bytes: about 2.4 KB per histogram, whatever the
-//! number of samples (the same scheme as HdrHistogram with 3 significant bits).
+//! number of samples (the same scheme as HdrHistogram with 3 significant bits), allocated at
+//! the first sample: a producer that never sends holds none of it (issue #39).
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 /// Sub-buckets per power of two: 2^SUB_BITS.
@@ -43,7 +45,8 @@ fn bucket_high(b: usize) -> u64 {
 
 /// The recording side (shared by the task that records and the handles that read).
 pub(crate) struct LatencyHistogram {
-    buckets: Box<[AtomicU64]>,
+    /// Allocated at the first sample (one atomic load per sample after that).
+    buckets: OnceLock<Box<[AtomicU64]>>,
     max_us: AtomicU64,
 }
 
@@ -56,7 +59,7 @@ impl std::fmt::Debug for LatencyHistogram {
 impl Default for LatencyHistogram {
     fn default() -> Self {
         LatencyHistogram {
-            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            buckets: OnceLock::new(),
             max_us: AtomicU64::new(0),
         }
     }
@@ -69,19 +72,21 @@ impl LatencyHistogram {
             return;
         }
         let us = u64::try_from(latency.as_micros()).unwrap_or(u64::MAX);
-        self.buckets[bucket_of(us)].fetch_add(n, Ordering::Relaxed);
+        let buckets = self
+            .buckets
+            .get_or_init(|| (0..BUCKETS).map(|_| AtomicU64::new(0)).collect());
+        buckets[bucket_of(us)].fetch_add(n, Ordering::Relaxed);
         self.max_us.fetch_max(us, Ordering::Relaxed);
     }
 
     /// Copies the counts (each bucket read on its own: a snapshot taken while recording may
     /// miss the latest samples, never invents any).
     pub(crate) fn snapshot(&self) -> HistogramCounts {
+        let Some(buckets) = self.buckets.get() else {
+            return HistogramCounts::default();
+        };
         HistogramCounts {
-            buckets: self
-                .buckets
-                .iter()
-                .map(|b| b.load(Ordering::Relaxed))
-                .collect(),
+            buckets: buckets.iter().map(|b| b.load(Ordering::Relaxed)).collect(),
             max_us: self.max_us.load(Ordering::Relaxed),
         }
     }

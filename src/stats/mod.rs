@@ -6,7 +6,8 @@
 //! lock per message); a snapshot reads them. Counters only grow for the life of the producer
 //! or consumer; gauges (pending messages, the receiver queue) are the value when the task
 //! last woke. Send latency is kept in a fixed-memory histogram (about 2.4 KB per partition,
-//! percentiles within 12.5%).
+//! percentiles within 12.5%), allocated at the partition's first receipt: a producer that has
+//! sent nothing holds none of it.
 //!
 //! For operators, the cargo feature `metrics` also records upstream's PIP-342 metrics through
 //! the [`metrics`](https://docs.rs/metrics) facade (see the `metrics` module when the feature

@@ -163,7 +163,10 @@ impl ConsumerTask {
         // task, so an idle consumer's received count and queue gauge would otherwise stay
         // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
         // counters as each message is taken, so a scrape always sees them).
+        // It stops after two ticks in a row found nothing new and the queue empty (only the task
+        // fills it; any other wake-up restarts them): idle, the consumer sleeps (issue #39).
         let metrics_on = crate::stats::sink::ENABLED;
+        let mut quiet_ticks = 0u8;
         let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
         metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let out = self.io.out.clone();
@@ -176,6 +179,7 @@ impl ConsumerTask {
             let deferred_deadline = self.seeks.deferred_deadline();
             let chunk_deadline = self.intake.chunks.next_expiry();
             let closing = !close_waiters.is_empty();
+            let mut ticked = false;
             let step: Result<()> = tokio::select! {
                 biased;
                 wake = self.io.entity.next() => match wake {
@@ -330,15 +334,20 @@ impl ConsumerTask {
                     self.on_ack_timeout_tick();
                     Ok(())
                 }
-                _ = metrics_tick.tick(), if metrics_on => Ok(()), // published below
+                _ = metrics_tick.tick(), if metrics_on && quiet_ticks < 2 => {
+                    ticked = true; // published below
+                    Ok(())
+                }
             };
             if let Err(e) = step {
                 break e;
             }
-            self.io
+            let quiet = self
+                .io
                 .shared
                 .stats
                 .publish(|| self.io.shared.room().queued);
+            quiet_ticks = if ticked && quiet { quiet_ticks + 1 } else { 0 };
         };
         let state = self.io.entity.end(&final_error);
         self.io.shared.stats.closed();

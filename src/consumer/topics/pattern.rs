@@ -54,7 +54,7 @@ pub use crate::updates::TopicsChanged;
 pub(crate) const CHANGE_EVENTS: usize = 256;
 
 /// The default of `ConsumerBuilder::pattern_max_topics`. Upstream has no bound: a pattern
-/// matching a million topics subscribes a million consumers (~21 KB each here, issue #31).
+/// matching a million topics subscribes a million consumers (~15 KB each here, issue #39).
 pub(crate) const DEFAULT_MAX_TOPICS: usize = 10_000;
 
 /// Subscribes a pattern consumer's first topics, several at a time. A topic deleted since it
