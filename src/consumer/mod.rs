@@ -7,6 +7,7 @@
 //! redeliver.
 
 mod acker;
+mod batch_receive;
 mod builder;
 mod close;
 pub mod dlq;
@@ -31,10 +32,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
+pub use batch_receive::Messages;
 pub use builder::ConsumerBuilder;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
-    ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
+    BatchReceivePolicy, ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode,
+    SubscriptionType,
 };
 pub use reader::{Reader, ReaderBuilder};
 pub use topics::pattern::TopicsChanged;
@@ -98,6 +101,10 @@ pub struct Consumer {
     closed_by_app: AtomicBool,
     /// The consumer's interceptors (`None`: none, the only check a message pays).
     interceptors: crate::interceptor::Interceptors<dyn crate::interceptor::ConsumerInterceptor>,
+    /// The bounds of [`Consumer::batch_recv`], as adjusted to the receiver queue.
+    batch_policy: BatchReceivePolicy,
+    /// A zero-size receiver queue, where `batch_recv` is refused (as upstream).
+    zero_queue: bool,
 }
 
 impl Consumer {
@@ -160,6 +167,10 @@ impl Consumer {
             end_reported: false,
             closed_by_app: AtomicBool::new(false),
             interceptors: options.interceptors.clone(),
+            batch_policy: options
+                .batch_receive_policy
+                .effective(options.receiver_queue_size),
+            zero_queue: options.receiver_queue_size == 0,
         }
     }
 

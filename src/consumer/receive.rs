@@ -38,14 +38,7 @@ impl Consumer {
         let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
             Item::Messages(entry, charge) => {
-                debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
-                self.inbound().buffered = queue::Buffered {
-                    part: Some(p),
-                    epoch,
-                    head: Some(entry.head),
-                    records: entry.records.into_iter(),
-                    charge: Some(charge),
-                };
+                self.buffer(p, epoch, entry, charge);
                 self.take_buffered().map(Ok)
             }
             Item::Discarded(e) => {
@@ -75,6 +68,25 @@ impl Consumer {
                 }))
             }
         }
+    }
+
+    /// Makes a queued entry of `p` the one being handed out (the one before it is done).
+    #[inline]
+    pub(super) fn buffer(
+        &mut self,
+        p: std::sync::Arc<PartitionShared>,
+        epoch: u64,
+        entry: crate::consumer::entry::Entry,
+        charge: crate::consumer::engine::budget::Charge,
+    ) {
+        debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
+        self.inbound().buffered = queue::Buffered {
+            part: Some(p),
+            epoch,
+            head: Some(entry.head),
+            records: entry.records.into_iter(),
+            charge: Some(charge),
+        };
     }
 
     /// Whether the consumer reached the end of its terminated topic: the broker said so for
@@ -107,6 +119,15 @@ impl Consumer {
     /// into the result (inlined into `recv`: a `Message` is ~270 bytes, each move a `memcpy`).
     #[inline]
     pub(super) fn take_buffered(&mut self) -> Option<Message> {
+        // No bound: the check below is compiled out.
+        self.take_buffered_within(usize::MAX)
+    }
+
+    /// [`Consumer::take_buffered`], but a current message whose payload is longer than
+    /// `max_bytes` stays where it is, untaken and uncounted (a batch it does not fit in ends
+    /// before it, see `batch_receive`): `None` with the entry still buffered.
+    #[inline(always)]
+    pub(super) fn take_buffered_within(&mut self, max_bytes: usize) -> Option<Message> {
         loop {
             let b = &mut self.inbound().buffered;
             let p = b.part.as_ref()?;
@@ -118,6 +139,9 @@ impl Consumer {
             if p.handles.removed.load(Ordering::Acquire) {
                 // The task's topic was removed: what it queued is dropped uncounted.
                 self.inbound().buffered = queue::Buffered::default();
+                return None;
+            }
+            if r.payload.len() > max_bytes && b.epoch == p.epoch.load(Ordering::Acquire) {
                 return None;
             }
             // Out of the queue: room for another message (see `QueueRoom`).
@@ -222,7 +246,7 @@ impl Consumer {
             return Ok(m);
         }
         loop {
-            let Some((index, epoch, item)) = self.inbound().rx.recv().await else {
+            let Some((index, epoch, item)) = self.inbound().next().await else {
                 return Err(Error::Closed);
             };
             if let Some(r) = self.accept(index, epoch, item) {
@@ -238,7 +262,7 @@ impl Consumer {
     /// line (see [`Consumer::recv`]).
     #[cold]
     #[inline(never)]
-    fn consumed(&self, mut m: Message) -> Message {
+    pub(super) fn consumed(&self, mut m: Message) -> Message {
         if let Some(c) = &self.interceptors {
             c.before_consume(&mut m);
         }
@@ -267,7 +291,7 @@ impl Stream for Consumer {
             return Poll::Ready(Some(Ok(m)));
         }
         loop {
-            match self.inbound().rx.poll_recv(cx) {
+            match self.inbound().poll_next(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(r) = self.accept(index, epoch, item) {
                         if self.interceptors.is_some() {

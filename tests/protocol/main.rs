@@ -32,6 +32,7 @@ mod chunking {
 mod consumer {
     mod acker;
     mod basics;
+    mod batch_receive;
     mod budget;
     mod cancel_safety;
     mod hot_path;
