@@ -135,7 +135,7 @@ impl Consumer {
     /// message always, however large). The timeout counts from the call; a batch cut by it
     /// holds what had arrived, possibly nothing. A consumer of several partitions or topics
     /// fills one batch from all of them (see
-    /// [`messages_from_multi_topics`](BatchReceivePolicy::messages_from_multi_topics)).
+    /// [`messages_from_multi_topics`](BatchReceivePolicy#structfield.messages_from_multi_topics)).
     ///
     /// Each message goes through everything [`recv`](Self::recv) does as it is taken (flow
     /// permits, the ack timeout's clock, statistics, the interceptors' `before_consume`), at
