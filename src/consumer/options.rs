@@ -65,6 +65,13 @@ impl RedeliveryBackoff {
 /// at zero is refused; a `max_num_messages` above the receiver queue size is lowered to it (a
 /// batch could never fill); a policy with a timeout only gets the default byte bound.
 ///
+/// Without a timeout a batch waits until a bound is reached, as upstream's. What a consumer
+/// can queue is also bounded by its byte budget (half the client's
+/// [`memory_limit`](crate::ClientBuilder::memory_limit), shared by its consumers: see
+/// [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)), which upstream's
+/// receiver queue is not: bounds the budget cannot hold (more bytes than it, or more messages
+/// than fit in it) are never reached, so keep a timeout with large bounds.
+///
 /// ```
 /// use std::time::Duration;
 /// use pulsar_sdk::consumer::BatchReceivePolicy;
