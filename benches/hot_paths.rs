@@ -13,6 +13,10 @@
 //!   `examples/perf --mode consume --type shared` does.
 //! * `produce_unbatched` and `consume_unbatched`: the same with batching off (one entry, one
 //!   frame and one receipt per message), where per-frame costs are paid per message.
+//! * `consume_batch`: the `consume` loop with `batch_recv` (batches of up to
+//!   [`BATCH`] messages) and one `ack_all` per batch instead of `recv` and `ack`. Run it with
+//!   `consume` (`HOT_PATHS_LOOPS=consume,consume_batch`): a last line gives the ratio of its
+//!   instructions per message to `consume`'s.
 //!
 //! Each loop runs twice, with `N1` and `N2` messages, each time in a fresh process under
 //! `valgrind --tool=callgrind` (this binary re-executed with `HOT_PATHS_RUN=produce|consume`);
@@ -43,6 +47,8 @@ use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
 use serde_json::json;
 
 const SIZE: usize = 100;
+/// The `consume_batch` loop's `max_num_messages`.
+const BATCH: u32 = 100;
 const TOPIC: &str = "persistent://public/default/hot-paths";
 
 fn env_number(name: &str, default: u64) -> u64 {
@@ -136,6 +142,32 @@ async fn consume(url: &str, n: u64) {
     for _ in 0..n {
         let m = consumer.recv().await.expect("a message");
         consumer.ack(&m).expect("ack");
+    }
+    consumer.close().await.expect("close consumer");
+    client.close().await.expect("close client");
+}
+
+/// Receives and acks `n` messages as [`consume`] does, in batches of up to [`BATCH`].
+async fn consume_batch(url: &str, n: u64) {
+    let client = client(url);
+    let consumer = client
+        .consumer(TOPIC)
+        .subscription("hot-paths")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(1000)
+        .batch_receive_policy(pulsar_sdk::BatchReceivePolicy::default().max_num_messages(BATCH));
+    let consumer = if intercept() == "noop" {
+        consumer.interceptor(Noop)
+    } else {
+        consumer
+    };
+    let mut consumer = consumer.subscribe().await.expect("consumer");
+    let mut received = 0u64;
+    while received < n {
+        let batch = consumer.batch_recv().await.expect("a batch");
+        consumer.ack_all(&batch).expect("ack");
+        received += batch.len() as u64;
     }
     consumer.close().await.expect("close consumer");
     client.close().await.expect("close client");
@@ -236,6 +268,7 @@ fn main() {
             "produce_unbatched" => rt.block_on(produce(&url, n, false)),
             // The same loop; only the backlog differs (one entry per message).
             "consume" | "consume_unbatched" => rt.block_on(consume(&url, n)),
+            "consume_batch" => rt.block_on(consume_batch(&url, n)),
             other => panic!("unknown HOT_PATHS_RUN {other}"),
         }
         return;
@@ -253,13 +286,15 @@ fn main() {
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("hot-paths-{}", std::process::id())));
     std::fs::create_dir_all(&out_dir).expect("output directory");
+    let mut per_loop = std::collections::BTreeMap::new();
     for which in loops.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         assert!(
             [
                 "produce",
                 "consume",
                 "produce_unbatched",
-                "consume_unbatched"
+                "consume_unbatched",
+                "consume_batch"
             ]
             .contains(&which),
             "unknown loop {which}"
@@ -275,6 +310,15 @@ fn main() {
             "instructions_n1": i1,
             "instructions_n2": i2,
             "instructions_per_msg": (per_msg * 10.0).round() / 10.0,
+        });
+        println!("{line}");
+        per_loop.insert(which.to_string(), per_msg);
+    }
+    if let (Some(recv), Some(batch)) = (per_loop.get("consume"), per_loop.get("consume_batch")) {
+        let line = json!({
+            "compare": "consume_batch / consume",
+            "batch": BATCH,
+            "ratio": (batch / recv * 1000.0).round() / 1000.0,
         });
         println!("{line}");
     }

@@ -189,8 +189,9 @@ pub use connection::tls::TlsOptions;
 pub use connection::{BrokerFeatures, ConnectionInfo, ConnectionStats};
 pub use consumer::TopicsChanged;
 pub use consumer::{
-    Acker, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy, InitialPosition, Reader,
-    ReaderBuilder, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
+    Acker, BatchReceivePolicy, Consumer, ConsumerBuilder, ConsumerOptions, DeadLetterPolicy,
+    InitialPosition, Messages, Reader, ReaderBuilder, RedeliveryBackoff, SubscriptionMode,
+    SubscriptionType,
 };
 pub use error::{Error, QueueLimit, Result, ServerError, TlsFailure};
 pub use failover::{AutoClusterFailover, ServiceInfoProvider, ServiceInfoUpdater};

@@ -268,7 +268,7 @@ impl Acker {
         self.to_partition(&id, ConsumerOp::AckCumulative(id))
     }
 
-    fn check_cumulative(&self) -> Result<()> {
+    pub(super) fn check_cumulative(&self) -> Result<()> {
         match self.inner.subscription_type {
             SubscriptionType::Shared | SubscriptionType::KeyShared => {
                 Err(Error::InvalidOperation(format!(

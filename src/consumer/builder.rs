@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use crate::consumer::{
-    Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition, RedeliveryBackoff,
-    SubscriptionMode, SubscriptionType,
+    BatchReceivePolicy, Consumer, ConsumerOptions, DeadLetterPolicy, InitialPosition,
+    RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 use crate::core::CoreRef;
 use crate::error::{Error, Result};
@@ -203,6 +203,36 @@ impl ConsumerBuilder {
     /// Grow with the topic when it gains partitions (default on).
     pub fn auto_update_partitions(mut self, enabled: bool) -> Self {
         self.options.auto_update_partitions = enabled;
+        self
+    }
+
+    /// The bounds of [`Consumer::batch_recv`] (Java's `batchReceivePolicy`): the most
+    /// messages and payload bytes in a batch, and how long a call waits for them. Default
+    /// [`BatchReceivePolicy::default`] (upstream's: no message bound, 10 MiB, 100 ms). A
+    /// policy with all three at zero is refused by [`subscribe`](Self::subscribe); see
+    /// [`BatchReceivePolicy`] for how it is adjusted to the receiver queue.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: pulsar_sdk::Client) -> pulsar_sdk::Result<()> {
+    /// use std::time::Duration;
+    /// use pulsar_sdk::consumer::BatchReceivePolicy;
+    ///
+    /// let mut consumer = client
+    ///     .consumer("orders")
+    ///     .subscription("s")
+    ///     .batch_receive_policy(
+    ///         BatchReceivePolicy::default()
+    ///             .max_num_messages(100)
+    ///             .timeout(Duration::from_millis(20)),
+    ///     )
+    ///     .subscribe()
+    ///     .await?;
+    /// let batch = consumer.batch_recv().await?;
+    /// consumer.ack_all(&batch)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn batch_receive_policy(mut self, policy: BatchReceivePolicy) -> Self {
+        self.options.batch_receive_policy = policy;
         self
     }
 

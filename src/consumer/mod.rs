@@ -7,6 +7,7 @@
 //! redeliver.
 
 mod acker;
+mod batch_receive;
 mod builder;
 mod close;
 pub mod dlq;
@@ -31,10 +32,12 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use acker::Acker;
+pub use batch_receive::Messages;
 pub use builder::ConsumerBuilder;
 pub use dlq::DeadLetterPolicy;
 pub use options::{
-    ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
+    BatchReceivePolicy, ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode,
+    SubscriptionType,
 };
 pub use reader::{Reader, ReaderBuilder};
 pub use topics::pattern::TopicsChanged;
@@ -104,6 +107,8 @@ pub struct Consumer {
     /// An auto-scaled receiver queue (PIP-74): a receive that finds the queue empty tells the
     /// partition tasks, whose queues may grow (see `flow::auto_scale`).
     auto_scaled: bool,
+    /// The bounds of [`Consumer::batch_recv`], as adjusted to the receiver queue.
+    batch_policy: BatchReceivePolicy,
 }
 
 impl Consumer {
@@ -171,6 +176,9 @@ impl Consumer {
                 .then(|| topics::registry::lock(&ctx.registry).iter().next().cloned())
                 .flatten(),
             auto_scaled: options.auto_scaled_receiver_queue_size,
+            batch_policy: options
+                .batch_receive_policy
+                .effective(options.receiver_queue_size),
         }
     }
 

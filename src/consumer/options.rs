@@ -46,6 +46,123 @@ impl RedeliveryBackoff {
     }
 }
 
+/// The bounds of a [`Consumer::batch_recv`](crate::Consumer::batch_recv) (Java's
+/// `BatchReceivePolicy`): a batch is complete as soon as one of them is reached, and holds what
+/// had arrived by then.
+///
+/// - `max_num_messages`: the most messages in a batch (0: no bound, the default);
+/// - `max_num_bytes`: the most payload bytes in a batch (0: no bound; default 10 MiB). The
+///   first message of a batch is always taken, however large;
+/// - `timeout`: how long a call waits, from the moment it is made, for the other bounds
+///   (zero: no timeout; default 100 ms). A batch cut by the timeout holds what had arrived,
+///   possibly nothing;
+/// - `messages_from_multi_topics`: whether one batch may hold messages of several topics or
+///   partitions (default `true`). With `false`, a batch ends before the first message of a
+///   topic (partition) other than its first message's: then
+///   [`Consumer::ack_cumulative_all`](crate::Consumer::ack_cumulative_all) acks one partition.
+///
+/// As upstream (`ConsumerBase`), when the consumer subscribes: a policy with all three bounds
+/// at zero is refused; a `max_num_messages` above the receiver queue size is lowered to it (a
+/// batch could never fill); a policy with a timeout only gets the default byte bound.
+///
+/// Without a timeout a batch waits until a bound is reached, as upstream's. What a consumer
+/// can queue is also bounded by its byte budget (half the client's
+/// [`memory_limit`](crate::ClientBuilder::memory_limit), shared by its consumers: see
+/// [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size)), which upstream's
+/// receiver queue is not: bounds the budget cannot hold (more bytes than it, or more messages
+/// than fit in it) are never reached, so keep a timeout with large bounds.
+///
+/// ```
+/// use std::time::Duration;
+/// use pulsar_sdk::consumer::BatchReceivePolicy;
+///
+/// let policy = BatchReceivePolicy::default()
+///     .max_num_messages(100)
+///     .max_num_bytes(1024 * 1024)
+///     .timeout(Duration::from_millis(50));
+/// assert_eq!(policy.max_num_messages, 100);
+/// assert_eq!(BatchReceivePolicy::default().max_num_bytes, 10 * 1024 * 1024);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct BatchReceivePolicy {
+    /// The most messages in a batch; 0 = no bound (the default, Java's -1).
+    pub max_num_messages: u32,
+    /// The most payload bytes in a batch; 0 = no bound. Default 10 MiB.
+    pub max_num_bytes: usize,
+    /// How long a batch waits for the other bounds, counted from the call; zero = no
+    /// timeout. Default 100 ms.
+    pub timeout: Duration,
+    /// Whether a batch may hold messages of several topics (partitions). Default `true`.
+    pub messages_from_multi_topics: bool,
+}
+
+impl Default for BatchReceivePolicy {
+    /// Upstream's `BatchReceivePolicy.DEFAULT_POLICY`: no message bound, 10 MiB, 100 ms,
+    /// messages of several topics together.
+    fn default() -> Self {
+        BatchReceivePolicy {
+            max_num_messages: 0,
+            max_num_bytes: 10 * 1024 * 1024,
+            timeout: Duration::from_millis(100),
+            messages_from_multi_topics: true,
+        }
+    }
+}
+
+impl BatchReceivePolicy {
+    /// The most messages in a batch (0: no bound).
+    pub fn max_num_messages(mut self, n: u32) -> Self {
+        self.max_num_messages = n;
+        self
+    }
+
+    /// The most payload bytes in a batch (0: no bound).
+    pub fn max_num_bytes(mut self, n: usize) -> Self {
+        self.max_num_bytes = n;
+        self
+    }
+
+    /// How long a batch waits for the other bounds, from the call (zero: no timeout).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Whether a batch may hold messages of several topics (partitions).
+    pub fn messages_from_multi_topics(mut self, enabled: bool) -> Self {
+        self.messages_from_multi_topics = enabled;
+        self
+    }
+
+    /// The policy a consumer with `receiver_queue_size` applies, as upstream's `ConsumerBase`
+    /// constructor adjusts the one it is given: more messages than the receiver queue holds
+    /// are lowered to it (the queue would never hold a full batch), and a policy with neither
+    /// a message nor a byte bound gets the default ones (a timeout alone keeps its timeout).
+    /// Both adjustments are logged, as upstream warns.
+    pub(crate) fn effective(self, receiver_queue_size: u32) -> Self {
+        let mut p = self;
+        if receiver_queue_size > 0 && p.max_num_messages > receiver_queue_size {
+            tracing::warn!(
+                max_num_messages = p.max_num_messages,
+                receiver_queue_size,
+                "batch receive: max_num_messages is above the receiver queue size; lowered to it"
+            );
+            p.max_num_messages = receiver_queue_size;
+        } else if p.max_num_messages == 0 && p.max_num_bytes == 0 {
+            let d = BatchReceivePolicy::default();
+            tracing::warn!(
+                max_num_bytes = d.max_num_bytes,
+                "batch receive: neither max_num_messages nor max_num_bytes set; the default \
+                 byte bound applies"
+            );
+            p.max_num_messages = d.max_num_messages;
+            p.max_num_bytes = d.max_num_bytes;
+        }
+        p
+    }
+}
+
 /// How a subscription shares messages between its consumers.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -173,6 +290,9 @@ pub struct ConsumerOptions {
     /// declare once decompressed (at least twice the broker's `max_message_size`). Default
     /// 128 MiB; at least 1.
     pub max_chunked_message_bytes: usize,
+    /// The bounds of [`Consumer::batch_recv`](crate::Consumer::batch_recv). Default
+    /// [`BatchReceivePolicy::default`] (upstream's: no message bound, 10 MiB, 100 ms).
+    pub batch_receive_policy: BatchReceivePolicy,
     /// Start position of a non-durable subscription (readers).
     pub(crate) start_message_id: Option<MessageId>,
     /// Whether the start position itself is included.
@@ -227,6 +347,7 @@ impl Default for ConsumerOptions {
             auto_ack_oldest_chunked_message_on_queue_full: false,
             expire_time_of_incomplete_chunked_message: Duration::from_secs(60),
             max_chunked_message_bytes: 128 * 1024 * 1024,
+            batch_receive_policy: BatchReceivePolicy::default(),
             start_message_id: None,
             start_inclusive: false,
             start_message_rollback_secs: 0,
@@ -327,6 +448,15 @@ impl ConsumerOptions {
         if let Some(p) = &self.dead_letter_policy {
             p.validate()?;
         }
+        let b = &self.batch_receive_policy;
+        if b.max_num_messages == 0 && b.max_num_bytes == 0 && b.timeout.is_zero() {
+            // Upstream `BatchReceivePolicy.verify`.
+            return Err(Error::InvalidConfig(
+                "batch_receive_policy: at least one of max_num_messages, max_num_bytes and \
+                 timeout must be set"
+                    .into(),
+            ));
+        }
         if let Some(name) = &self.consumer_name {
             if name.trim().is_empty() {
                 return Err(Error::InvalidConfig(
@@ -355,5 +485,41 @@ mod tests {
             ..Default::default()
         };
         assert!(zero.validate().is_err());
+    }
+
+    #[test]
+    fn batch_receive_policies_are_adjusted_as_upstream() {
+        let d = BatchReceivePolicy::default();
+        // Upstream DEFAULT_POLICY: -1 messages (no bound), 10 MiB, 100 ms.
+        assert_eq!(
+            (d.max_num_messages, d.max_num_bytes, d.timeout),
+            (0, 10 * 1024 * 1024, Duration::from_millis(100))
+        );
+        assert!(d.messages_from_multi_topics);
+        assert_eq!(d.effective(1000), d);
+        // More messages than the receiver queue holds: lowered to it.
+        let big = d.max_num_messages(5000).max_num_bytes(0);
+        assert_eq!(big.effective(1000), big.max_num_messages(1000));
+        // A timeout alone: the default message and byte bounds, the timeout kept.
+        let timeout_only = d
+            .max_num_messages(0)
+            .max_num_bytes(0)
+            .timeout(Duration::from_secs(3));
+        assert_eq!(
+            timeout_only.effective(1000),
+            d.timeout(Duration::from_secs(3))
+        );
+        // No bound at all: refused (upstream `verify`).
+        let none = ConsumerOptions {
+            subscription: "s".into(),
+            batch_receive_policy: timeout_only.timeout(Duration::ZERO),
+            ..Default::default()
+        };
+        assert!(matches!(none.validate(), Err(Error::InvalidConfig(_))));
+        let count_only = ConsumerOptions {
+            batch_receive_policy: none.batch_receive_policy.max_num_messages(10),
+            ..none
+        };
+        assert!(count_only.validate().is_ok());
     }
 }

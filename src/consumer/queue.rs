@@ -1,7 +1,9 @@
 //! The queue between a consumer's partition tasks and the application: its items, and each
 //! partition's share of it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use tokio::sync::mpsc;
 
@@ -75,22 +77,56 @@ impl Default for Buffered {
     }
 }
 
+/// One item of the queue, with the index of the partition task that queued it and its epoch.
+pub(crate) type Queued = (usize, u64, Item);
+
 /// The handle's end of the queue: what the partition tasks queued, and the rest of the entry
 /// being handed out. Behind a mutex only so that `Consumer::close(&self)` can empty it;
 /// everything else has the consumer by `&mut` and reaches it through `Mutex::get_mut`,
 /// without taking the lock.
 #[derive(Debug)]
 pub(crate) struct Inbound {
-    pub rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+    /// Read through [`Inbound::next`] and friends, which hand out `held` first.
+    pub rx: mpsc::UnboundedReceiver<Queued>,
     pub buffered: Buffered,
+    /// Items a `Consumer::batch_recv` took out of the channel to count them, and not yet
+    /// handed out: the front of the queue, in order. Still queued in every other respect (no
+    /// permit, room or ack-timeout count taken), so bounded by the same permits as the
+    /// channel; every read of the queue takes them first.
+    pub held: VecDeque<Queued>,
 }
 
 impl Inbound {
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<(usize, u64, Item)>) -> Self {
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Queued>) -> Self {
         Inbound {
             rx,
             buffered: Buffered::default(),
+            held: VecDeque::new(),
         }
+    }
+
+    /// The next queued item: a held one first, else the channel's (`None`: every task ended).
+    /// Cancel safe (as `mpsc::UnboundedReceiver::recv`).
+    #[inline]
+    pub(crate) async fn next(&mut self) -> Option<Queued> {
+        if let Some(q) = self.held.pop_front() {
+            return Some(q);
+        }
+        self.rx.recv().await
+    }
+
+    /// [`Inbound::next`] for a `poll`.
+    #[inline]
+    pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Queued>> {
+        if let Some(q) = self.held.pop_front() {
+            return Poll::Ready(Some(q));
+        }
+        self.rx.poll_recv(cx)
+    }
+
+    /// The next queued item if there is one now.
+    pub(crate) fn try_next(&mut self) -> Option<Queued> {
+        self.held.pop_front().or_else(|| self.rx.try_recv().ok())
     }
 
     /// Drops what is queued and the rest of the entry being handed out, never to be handed
@@ -106,7 +142,7 @@ impl Inbound {
         // keep the budget alive until the handle drops).
         let mut budget = self.buffered.charge.as_ref().map(|c| c.budget().clone());
         self.buffered = Buffered::default();
-        while let Ok((_, _, item)) = self.rx.try_recv() {
+        while let Some((_, _, item)) = self.try_next() {
             if let (None, Item::Messages(_, charge)) = (&budget, &item) {
                 budget = Some(charge.budget().clone());
             }

@@ -355,7 +355,7 @@ impl Reader {
         if self.end.is_some() {
             return Ok(false);
         }
-        while let Ok((index, epoch, item)) = self.consumer.inbound().rx.try_recv() {
+        while let Some((index, epoch, item)) = self.consumer.inbound().try_next() {
             match self.consumer.accept(index, epoch, item) {
                 Some(Ok(m)) => {
                     self.partitions

@@ -40,14 +40,7 @@ impl Consumer {
         let p = topics::registry::lock(&self.registry).get(index)?;
         match item {
             Item::Messages(entry, charge) => {
-                debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
-                self.inbound().buffered = queue::Buffered {
-                    part: Some(p),
-                    epoch,
-                    head: Some(entry.head),
-                    records: entry.records.into_iter(),
-                    charge: Some(charge),
-                };
+                self.buffer(p, epoch, entry, charge);
                 self.take_buffered().map(Ok)
             }
             Item::Discarded(e) => {
@@ -77,6 +70,25 @@ impl Consumer {
                 }))
             }
         }
+    }
+
+    /// Makes a queued entry of `p` the one being handed out (the one before it is done).
+    #[inline]
+    pub(super) fn buffer(
+        &mut self,
+        p: std::sync::Arc<PartitionShared>,
+        epoch: u64,
+        entry: Box<crate::consumer::entry::Entry>,
+        charge: crate::consumer::engine::budget::Charge,
+    ) {
+        debug_assert!(self.inbound().buffered.records.as_slice().is_empty());
+        self.inbound().buffered = queue::Buffered {
+            part: Some(p),
+            epoch,
+            head: Some(entry.head),
+            records: entry.records.into_iter(),
+            charge: Some(charge),
+        };
     }
 
     /// Whether the consumer reached the end of its terminated topic: the broker said so for
@@ -109,6 +121,15 @@ impl Consumer {
     /// into the result (inlined into `recv`: a `Message` is ~270 bytes, each move a `memcpy`).
     #[inline]
     pub(super) fn take_buffered(&mut self) -> Option<Message> {
+        // No bound: the check below is compiled out.
+        self.take_buffered_within(usize::MAX)
+    }
+
+    /// [`Consumer::take_buffered`], but a current message whose payload is longer than
+    /// `max_bytes` stays where it is, untaken and uncounted (a batch it does not fit in ends
+    /// before it, see `batch_receive`): `None` with the entry still buffered.
+    #[inline(always)]
+    pub(super) fn take_buffered_within(&mut self, max_bytes: usize) -> Option<Message> {
         loop {
             let b = &mut self.inbound().buffered;
             let p = b.part.as_ref()?;
@@ -120,6 +141,9 @@ impl Consumer {
             if p.handles.removed.load(Ordering::Acquire) {
                 // The task's topic was removed: what it queued is dropped uncounted.
                 self.inbound().buffered = queue::Buffered::default();
+                return None;
+            }
+            if r.payload.len() > max_bytes && b.epoch == p.epoch.load(Ordering::Acquire) {
                 return None;
             }
             // Out of the queue: room for another message (see `QueueRoom`).
@@ -225,7 +249,7 @@ impl Consumer {
         }
         loop {
             let next = if self.zero_queue.is_none() && !self.auto_scaled {
-                self.inbound().rx.recv().await
+                self.inbound().next().await
             } else {
                 self.next_asking().await
             };
@@ -246,6 +270,11 @@ impl Consumer {
     /// telling the partition tasks that the application found the queue empty.
     #[cold]
     async fn next_asking(&mut self) -> Option<(usize, u64, Item)> {
+        // What a cancelled `batch_recv` left at the front of the queue first (only with an
+        // auto-scaled queue: a zero-size one refuses batch receive).
+        if let Some(q) = self.inbound().held.pop_front() {
+            return Some(q);
+        }
         match self.inbound().rx.try_recv() {
             Ok(next) => {
                 // Asked for by a stream poll left waiting, perhaps: no longer waited for.
@@ -267,7 +296,7 @@ impl Consumer {
     /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
     /// `expectMoreIncomingMessages`, see `flow::auto_scale`).
     #[cold]
-    fn expect_more(&self) {
+    pub(super) fn expect_more(&self) {
         for p in self.live() {
             let _ = p.send_op(ConsumerOp::RecvWaits);
         }
@@ -277,7 +306,7 @@ impl Consumer {
     /// line (see [`Consumer::recv`]).
     #[cold]
     #[inline(never)]
-    fn consumed(&self, mut m: Message) -> Message {
+    pub(super) fn consumed(&self, mut m: Message) -> Message {
         if let Some(c) = &self.interceptors {
             c.before_consume(&mut m);
         }
@@ -337,7 +366,7 @@ impl Stream for Consumer {
             return Poll::Ready(Some(Ok(m)));
         }
         loop {
-            match self.inbound().rx.poll_recv(cx) {
+            match self.inbound().poll_next(cx) {
                 Poll::Ready(Some((index, epoch, item))) => {
                     if let Some(p) = &self.zero_queue {
                         p.room().waiting = false;

@@ -223,6 +223,56 @@
 //! service built this way (at-least-once, bounded, with a dead-letter topic and a graceful
 //! Ctrl-C).
 //!
+//! ## Batch receive
+//!
+//! [`Consumer::batch_recv`] returns several messages at once ([`Messages`], Java's
+//! `batchReceive`): it completes as soon as one bound of the consumer's
+//! [`BatchReceivePolicy`] is reached, with what was queued then: `max_num_messages` (no bound
+//! by default), `max_num_bytes` of payload (10 MiB) or the `timeout`, counted from the call
+//! (100 ms; a batch cut by it may be empty). Each message is taken as `recv` takes it (flow
+//! permits, the ack-timeout clock, interceptors) when the batch completes, so a `batch_recv`
+//! dropped in a `select!` loses nothing, and `recv` and `batch_recv` can be mixed. A
+//! multi-topic, pattern or partitioned consumer fills a batch from all of its topics (or only
+//! from one per batch, with `messages_from_multi_topics(false)`).
+//! [`Consumer::ack_all`] acks a whole batch (each message),
+//! [`nack_all`](crate::Consumer::nack_all) nacks it, and on Exclusive and Failover
+//! subscriptions [`ack_cumulative_all`](crate::Consumer::ack_cumulative_all) acks the last
+//! message of each partition in it cumulatively; the [`Acker`] has the same three.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use pulsar_sdk::{mock::MockBroker, BatchReceivePolicy, Client, InitialPosition};
+//!
+//! let broker = MockBroker::start().await?;
+//! let client = Client::builder().service_url(broker.service_url()).build()?;
+//! let producer = client.producer("events").create().await?;
+//! for i in 0..5 {
+//!     producer.send_and_wait(format!("event {i}")).await?;
+//! }
+//! let mut consumer = client
+//!     .consumer("events")
+//!     .subscription("loader")
+//!     .initial_position(InitialPosition::Earliest)
+//!     .batch_receive_policy(
+//!         BatchReceivePolicy::default()
+//!             .max_num_messages(3)
+//!             .timeout(Duration::from_secs(1)),
+//!     )
+//!     .subscribe()
+//!     .await?;
+//! let batch = consumer.batch_recv().await?; // three queued: complete at once
+//! assert_eq!(batch.len(), 3);
+//! assert_eq!(batch[0].payload_str(), Some("event 0"));
+//! consumer.ack_all(&batch)?;
+//! let rest = consumer.batch_recv().await?; // two left: the timeout ends it
+//! assert_eq!(rest.len(), 2);
+//! consumer.ack_cumulative_all(&rest)?; // Exclusive (the default): the last one per partition
+//! consumer.close().await?;
+//! # Ok(()) }
+//! ```
+//!
 //! ## Negative acks, ack timeout, redelivery
 //!
 //! - [`Consumer::nack`] (or [`Acker::nack`]): redeliver this message after
@@ -467,6 +517,10 @@
 //! [`Consumer::discarded_entries`]: crate::Consumer::discarded_entries
 //! [`Consumer::close`]: crate::Consumer::close
 //! [`Acker`]: crate::Acker
+//! [`Consumer::batch_recv`]: crate::Consumer::batch_recv
+//! [`Consumer::ack_all`]: crate::Consumer::ack_all
+//! [`Messages`]: crate::Messages
+//! [`BatchReceivePolicy`]: crate::BatchReceivePolicy
 //! [`Acker::ack_topic_id`]: crate::Acker::ack_topic_id
 //! [`Client::multi_topic_consumer`]: crate::Client::multi_topic_consumer
 //! [`Client::pattern_consumer`]: crate::Client::pattern_consumer

@@ -22,6 +22,7 @@
 //! | Producer access modes (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing) | yes | [`ProducerBuilder::access_mode`] |
 //! | Partitioned topics, key routing, partition growth (PIP-247 pushes or polling) | yes | [`ProducerBuilder::auto_update_partitions`], [`ConsumerBuilder::auto_update_partitions`], [`partitions`](super::partitions) |
 //! | Subscription types Exclusive, Shared, Failover, Key_Shared; durable and non-durable subscriptions (PIP-245 on non-persistent topics) | yes | [`ConsumerBuilder::subscription_type`], [`ConsumerBuilder::subscription_mode`] |
+//! | Batch receive (`batchReceive`, `BatchReceivePolicy`, `acknowledge(Messages)`) | yes | [`Consumer::batch_recv`], [`ConsumerBuilder::batch_receive_policy`], [`Consumer::ack_all`], [`Consumer::ack_cumulative_all`] |
 //! | Individual and cumulative acks, grouped acks, acks from other tasks | yes | [`Consumer::ack`], [`Consumer::ack_cumulative`], [`Consumer::acker`], [`ConsumerBuilder::ack_group_time`] |
 //! | Negative acks with delay or backoff, ack timeout | yes | [`ConsumerBuilder::negative_ack_delay`], [`ConsumerBuilder::negative_ack_backoff`], [`ConsumerBuilder::ack_timeout`] |
 //! | Dead-letter and retry topics (with PIP-124's initial subscription) | yes | [`ConsumerBuilder::dead_letter_policy`], [`ConsumerBuilder::retry_enable`], [`Consumer::reconsume_later`] |
@@ -48,7 +49,6 @@
 //!
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
-//! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
 //! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
 //! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
 //! | HTTP lookup (`http://` service URLs) | no | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
@@ -59,13 +59,6 @@
 //! Each example below uses the API the Java client offers for the row (in this crate's naming)
 //! and is expected not to compile. When one of them starts compiling, the feature has arrived:
 //! move its row to the table above and replace the example with a snippet of the new API.
-//!
-//! Batch receive:
-//! ```compile_fail
-//! async fn f(c: &mut pulsar_sdk::Consumer) {
-//!     let _ = c.batch_recv().await;
-//! }
-//! ```
 //!
 //! Table views:
 //! ```compile_fail
@@ -111,6 +104,10 @@
 //! [`ConsumerBuilder::subscription_type`]: crate::ConsumerBuilder::subscription_type
 //! [`ConsumerBuilder::subscription_mode`]: crate::ConsumerBuilder::subscription_mode
 //! [`ConsumerBuilder::ack_group_time`]: crate::ConsumerBuilder::ack_group_time
+//! [`ConsumerBuilder::batch_receive_policy`]: crate::ConsumerBuilder::batch_receive_policy
+//! [`Consumer::batch_recv`]: crate::Consumer::batch_recv
+//! [`Consumer::ack_all`]: crate::Consumer::ack_all
+//! [`Consumer::ack_cumulative_all`]: crate::Consumer::ack_cumulative_all
 //! [`ConsumerBuilder::negative_ack_delay`]: crate::ConsumerBuilder::negative_ack_delay
 //! [`ConsumerBuilder::negative_ack_backoff`]: crate::ConsumerBuilder::negative_ack_backoff
 //! [`ConsumerBuilder::ack_timeout`]: crate::ConsumerBuilder::ack_timeout

@@ -33,6 +33,7 @@ mod consumer {
     mod acker;
     mod auto_scaled_queue;
     mod basics;
+    mod batch_receive;
     mod budget;
     mod cancel_safety;
     mod hot_path;

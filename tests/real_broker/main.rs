@@ -4,6 +4,7 @@
 //! parallel; tests that stop, restart or reconfigure a broker start their own
 //! (`support::PulsarLite`). The broker's quirks are listed in `tests/support/src/broker.rs`.
 
+mod batch_receive;
 mod batching;
 mod chunking;
 mod consumer;
