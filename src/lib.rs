@@ -11,7 +11,8 @@
 //! Public modules are the ones an application uses: [`client`], [`producer`], [`consumer`]
 //! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
 //! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
-//! [`topic`], [`service_url`], [`service_info`] and [`failover`] (cluster-level failover),
+//! [`topic`], [`table_view`] (a topic as a key → latest value map), [`service_url`],
+//! [`service_info`] and [`failover`] (cluster-level failover),
 //! [`interceptor`] and, behind cargo features, `transaction` (PIP-31), `metrics` and `mock` (a scriptable
 //! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
 //! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
@@ -167,6 +168,7 @@ pub mod schema;
 pub mod service_info;
 pub mod service_url;
 pub mod stats;
+pub mod table_view;
 pub mod topic;
 pub(crate) mod topic_list;
 #[cfg(feature = "transactions")]
@@ -203,6 +205,7 @@ pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_info::{ServiceInfo, ServiceInfoBuilder};
 pub use service_url::ServiceUrl;
 pub use stats::{ClientStats, ConsumerStats, ProducerStats};
+pub use table_view::{TableView, TableViewBuilder, TableViewUpdate, TableViewUpdates};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
 #[cfg(feature = "transactions")]

@@ -37,6 +37,7 @@ pub use options::{
     ConsumerOptions, InitialPosition, RedeliveryBackoff, SubscriptionMode, SubscriptionType,
 };
 pub use reader::{Reader, ReaderBuilder};
+pub(crate) use seek::LastIdsQuery;
 pub use topics::pattern::TopicsChanged;
 
 use crate::core::CoreRef;

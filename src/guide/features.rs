@@ -28,6 +28,7 @@
 //! | Batch-index acknowledgement | yes | [`ConsumerBuilder::batch_index_ack`] |
 //! | Seek by message id or publish time | yes | [`Consumer::seek`], [`Consumer::seek_by_time`] |
 //! | Readers | yes | [`Client::reader`] |
+//! | Table views (`TableView`): a key → latest value map of a topic, tombstones, `refresh`, listeners, partitions and their growth | yes | [`Client::table_view`], [`TableView`](crate::TableView), [`table_views`](super::table_views) |
 //! | Multi-topic consumers (a list of topics) | yes | [`ConsumerBuilder::topics`] |
 //! | Pattern (regex) subscriptions, with PIP-145 topic-list watchers or polling | yes | [`ConsumerBuilder::topics_pattern`], [`ConsumerBuilder::subscription_topics_mode`] |
 //! | Schemas: bytes, string, primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE`, `AUTO_CONSUME` | yes | [`crate::schema`] (JSON, Avro and protobuf behind cargo features) |
@@ -47,7 +48,6 @@
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
 //! | Batch receive (`batchReceive`) | no | call `recv` in a loop with a timeout |
-//! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
 //! | A zero-size receiver queue | no | [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) must be at least 1 |
 //! | Auto-scaled receiver queue (PIP-74) | no | a fixed receiver queue per partition |
 //! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
@@ -64,13 +64,6 @@
 //! ```compile_fail
 //! async fn f(c: &mut pulsar_sdk::Consumer) {
 //!     let _ = c.batch_recv().await;
-//! }
-//! ```
-//!
-//! Table views:
-//! ```compile_fail
-//! fn f(c: &pulsar_sdk::Client) {
-//!     let _ = c.table_view("t");
 //! }
 //! ```
 //!
@@ -153,6 +146,7 @@
 //! [`Producer::stats`]: crate::Producer::stats
 //! [`Reader::stats`]: crate::Reader::stats
 //! [`Client::reader`]: crate::Client::reader
+//! [`Client::table_view`]: crate::Client::table_view
 //! [`ServerError`]: crate::ServerError
 //! [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema
 
@@ -172,6 +166,7 @@ mod tests {
         ("guide/partitions.rs", include_str!("partitions.rs")),
         ("guide/observing.rs", include_str!("observing.rs")),
         ("guide/producing.rs", include_str!("producing.rs")),
+        ("guide/table_views.rs", include_str!("table_views.rs")),
         ("guide/testing.rs", include_str!("testing.rs")),
         ("README.md", include_str!("../../README.md")),
         ("lib.rs", include_str!("../lib.rs")),

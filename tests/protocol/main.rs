@@ -28,7 +28,7 @@ mod chunking {
     mod reassembly;
 }
 
-/// Consuming: receive, ack, seek, readers, the hot path, cancel safety.
+/// Consuming: receive, ack, seek, readers, table views, the hot path, cancel safety.
 mod consumer {
     mod acker;
     mod basics;
@@ -37,6 +37,7 @@ mod consumer {
     mod hot_path;
     mod records;
     mod seek_readers;
+    mod table_view;
 }
 
 /// Several topics: multi-topic and pattern consumers, partition updates.
