@@ -121,15 +121,16 @@ async fn an_empty_topic_is_an_empty_view_and_refresh_returns() {
 }
 
 /// pulsar-lite names the last entry without a batch index: the view must read the whole
-/// batch before `create` returns, not only its first message.
-#[tokio::test]
+/// batch before `create` returns, not only its first message. (A large batch on a
+/// multi-threaded runtime, so that `create` can run while the view is inside the batch.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_stored_last_is_read_whole_before_create_returns() {
     let client = shared_client();
     let topic = unique_name("tv-batch");
     let p = client
         .producer(&topic)
         .batching_options(pulsar_sdk::producer::BatchingOptions {
-            max_messages: 100,
+            max_messages: 1000,
             max_publish_delay: Duration::from_secs(10),
             ..Default::default()
         })
@@ -137,7 +138,7 @@ async fn a_batch_stored_last_is_read_whole_before_create_returns() {
         .await
         .unwrap();
     let mut receipts = Vec::new();
-    for i in 0..40 {
+    for i in 0..1000 {
         let msg = ProducerMessage::new(format!("v{i}")).key(format!("k{i}"));
         receipts.push(p.send(msg).await.unwrap());
     }
@@ -148,8 +149,8 @@ async fn a_batch_stored_last_is_read_whole_before_create_returns() {
     }
     assert_eq!(entries_seen.len(), 1, "one batch");
     let view = view(&client, &topic).await;
-    assert_eq!(view.len(), 40);
-    assert_eq!(view.get("k39").as_deref(), Some("v39"));
+    assert_eq!(view.len(), 1000);
+    assert_eq!(view.get("k999").as_deref(), Some("v999"));
 }
 
 fn partitioned_broker() -> &'static PulsarLite {
