@@ -139,6 +139,37 @@ async fn produce_sequence(client: &Client, url: &str, topic: &str, model: &mut E
     put(&p, model, "k0", Some("last")).await;
     put(&p, model, "k1", Some("back")).await;
     p.close().await.unwrap();
+    end_every_partition(client, topic).await;
+}
+
+/// Stores a keyless message (which no view takes) last on every partition. pulsar-lite's
+/// GET_LAST_MESSAGE_ID names the last entry without a batch index, and the official view
+/// (C++ `hasMessageAvailable`, which compares ids as Java's `compareTo` does) then stops at the
+/// first message of a batch stored last on its partition, leaving the rest of the batch to
+/// its background read: its first entries would race with that read. Ours reads the whole
+/// batch (real_broker::table_view::a_batch_stored_last_is_read_whole_before_create_returns).
+async fn end_every_partition(client: &Client, topic: &str) {
+    let p = client
+        .producer(topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    let partitions = p.partitions().max(1);
+    let mut ended = std::collections::BTreeSet::new();
+    // Keyless messages go round-robin over the partitions.
+    for _ in 0..10 * partitions {
+        ended.insert(p.send_and_wait("end").await.unwrap().partition);
+        if ended.len() == partitions {
+            break;
+        }
+    }
+    assert_eq!(
+        ended.len(),
+        partitions,
+        "a keyless message on every partition"
+    );
+    p.close().await.unwrap();
 }
 
 async fn both_views_agree(url: &str, topic: &str) {
