@@ -22,9 +22,10 @@
 //!
 //! let broker = MockBroker::start().await?;
 //! let client = Client::builder().service_url(broker.service_url()).build()?;
-//! let producer = client.producer("settings").create().await?;
+//! let producer = client.producer("settings").schema(StringSchema).create().await?;
 //! for (key, value) in [("color", "red"), ("size", "L"), ("color", "blue")] {
-//!     producer.send_and_wait(ProducerMessage::new(value).key(key)).await?;
+//!     let msg = ProducerMessage::default().key(key);
+//!     producer.send_with(&value.to_string(), msg).await?.await?;
 //! }
 //!
 //! // Values as text (without `schema`, they are the payload bytes).
@@ -33,7 +34,8 @@
 //! assert_eq!(settings.len(), 2);
 //!
 //! // An empty payload removes the key.
-//! producer.send_and_wait(ProducerMessage::new("").key("size")).await?;
+//! let tombstone = ProducerMessage::default().key("size");
+//! producer.send_with(&String::new(), tombstone).await?.await?;
 //! settings.refresh().await?;
 //! assert!(!settings.contains_key("size"));
 //! settings.close().await?;

@@ -49,20 +49,19 @@ use task::Progress;
 /// # let broker = pulsar_sdk::mock::MockBroker::start().await?;
 /// # let client = pulsar_sdk::Client::builder().service_url(broker.service_url()).build()?;
 /// use pulsar_sdk::ProducerMessage;
-/// use pulsar_sdk::schema::StringSchema;
 ///
-/// let producer = client.producer("prices").batching(false).create().await?;
+/// let producer = client.producer("prices").create().await?;
 /// producer.send_and_wait(ProducerMessage::new("10").key("apple")).await?;
 /// producer.send_and_wait(ProducerMessage::new("4").key("pear")).await?;
 ///
-/// let prices = client.table_view("prices").schema(StringSchema).create().await?;
-/// assert_eq!(prices.get("apple").as_deref(), Some("10"));
+/// let prices = client.table_view("prices").create().await?;
+/// assert_eq!(prices.get("apple").as_deref(), Some(&b"10"[..]));
 ///
 /// producer.send_and_wait(ProducerMessage::new("12").key("apple")).await?;
 /// producer.send_and_wait(ProducerMessage::new("").key("pear")).await?; // a tombstone
 /// prices.refresh().await?; // everything stored until now is in the view
-/// assert_eq!(prices.get("apple").as_deref(), Some("12"));
-/// assert_eq!(prices.keys(), vec!["apple".to_string()]);
+/// assert_eq!(prices.get("apple").as_deref(), Some(&b"12"[..]));
+/// assert_eq!(prices.keys(), ["apple"]);
 /// prices.close().await?;
 /// # Ok(()) }
 /// ```
