@@ -175,7 +175,10 @@ fn call<V>(listener: &Listener<V>, key: &str, value: Option<&V>) {
 mod tests {
     use super::*;
 
-    fn listener(seen: &Arc<Mutex<Vec<(String, Option<u32>)>>>) -> Listener<u32> {
+    /// What a test listener saw: each key and value it was called with.
+    type Seen = Arc<Mutex<Vec<(String, Option<u32>)>>>;
+
+    fn listener(seen: &Seen) -> Listener<u32> {
         let seen = seen.clone();
         Mutex::new(Box::new(move |k: &str, v: Option<&u32>| {
             seen.lock().unwrap().push((k.to_string(), v.copied()));
