@@ -2,7 +2,8 @@
 //!
 //! A Rust client SDK for the Apache Pulsar binary protocol, built on tokio.
 //!
-//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. New here?
+//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s, [`Reader`]s and
+//! [`TableView`]s. New here?
 //! The [`guide`] walks through connecting, producing, consuming, partitioned topics, errors,
 //! testing with the mock broker and the differences from the Java client.
 //!
@@ -47,7 +48,7 @@
 //!   channel: `states()` ([`StateStream`]), `partition_updates()`, `active_updates()` and
 //!   `service_info_updates()` ([`Updates`]: the current value, `changed().await`,
 //!   `wait_for(..)`), `topic_updates()`
-//!   ([`TopicUpdates`]).
+//!   ([`TopicUpdates`]), a table view's `updates()` ([`TableViewUpdates`]).
 //! - A renamed item keeps its old name for a while as a `#[deprecated]` forwarder where that
 //!   is free, and every rename is listed in `CHANGELOG.md`.
 

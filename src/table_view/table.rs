@@ -57,41 +57,42 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
     /// listeners (after it: a listener may read the view).
     pub(crate) fn apply(&self, key: String, value: Option<V>) {
         let mut map = self.write();
-        if !self.observed.load(Ordering::Acquire) {
+        let observers = if self.observed.load(Ordering::Acquire) {
+            Some(self.observers())
+        } else {
+            None
+        };
+        // The streams still listening, if any (one whose streams all went costs no copies).
+        let tx = observers
+            .as_ref()
+            .and_then(|o| o.updates.as_ref())
+            .filter(|tx| tx.receiver_count() > 0);
+        let listeners = observers
+            .as_ref()
+            .map(|o| o.listeners.clone())
+            .filter(|l| !l.is_empty());
+        if tx.is_none() && listeners.is_none() {
             match value {
-                Some(v) => {
-                    map.insert(key, v);
-                }
-                None => {
-                    map.remove(&key);
-                }
-            }
+                Some(v) => map.insert(key, v),
+                None => map.remove(&key),
+            };
             return;
         }
         match &value {
-            Some(v) => {
-                map.insert(key.clone(), v.clone());
-            }
-            None => {
-                map.remove(&key);
-            }
-        }
-        let listeners = {
-            let observers = self.observers();
-            if let Some(tx) = &observers.updates {
-                if tx.receiver_count() > 0 {
-                    // Err: every stream went meanwhile; nothing to tell.
-                    let _ = tx.send(TableViewUpdate {
-                        key: key.clone(),
-                        value: value.clone(),
-                        missed: 0,
-                    });
-                }
-            }
-            observers.listeners.clone()
+            Some(v) => map.insert(key.clone(), v.clone()),
+            None => map.remove(&key),
         };
+        if let Some(tx) = tx {
+            // Err: every stream went meanwhile; nothing to tell.
+            let _ = tx.send(TableViewUpdate {
+                key: key.clone(),
+                value: value.clone(),
+                missed: 0,
+            });
+        }
+        drop(observers);
         drop(map);
-        for listener in listeners.iter() {
+        for listener in listeners.iter().flat_map(|l| l.iter()) {
             call(listener, &key, value.as_ref());
         }
     }

@@ -365,3 +365,43 @@ async fn a_non_persistent_topic_gives_a_view_at_once_that_follows_it() {
         .unwrap();
     assert_ne!(subscribe.read_compacted, Some(true));
 }
+
+/// A topic unload (a reconnect) is ridden through; a close for good (PIP-139: the namespace
+/// deleted) ends the view with that error, which `refresh` and `close` report, and its
+/// streams end.
+#[tokio::test]
+async fn an_unload_is_ridden_through_and_a_close_for_good_ends_the_view_with_its_error() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let topic = "persistent://acme/doomed/tv";
+    let p = producer(&client, topic, false).await;
+    put(&p, "a", "1").await;
+    let view = client.table_view(topic).create().await.unwrap();
+    let mut updates = view.updates();
+
+    broker.unload_topic(topic).unwrap();
+    put(&p, "a", "2").await;
+    within("refresh after the unload", view.refresh())
+        .await
+        .unwrap();
+    assert_eq!(view.get("a"), Some(Bytes::from("2")));
+    let u = within("change", updates.next()).await.unwrap();
+    assert_eq!(u.value, Some(Bytes::from("2")));
+
+    broker.terminate_namespace("acme/doomed").unwrap();
+    broker.delete_namespace("acme/doomed", true).await.unwrap();
+    assert!(within("the stream ends", updates.next()).await.is_none());
+    assert!(matches!(
+        view.refresh().await,
+        Err(Error::ClosedByBroker { .. })
+    ));
+    assert!(matches!(
+        view.close().await,
+        Err(Error::ClosedByBroker { .. })
+    ));
+    // The map keeps what it had.
+    assert_eq!(view.get("a"), Some(Bytes::from("2")));
+}
