@@ -209,3 +209,17 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// A view is shared between tasks (`Arc<TableView>`), its stream moved into one.
+    #[test]
+    fn views_are_send_and_sync_and_streams_are_send() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<super::TableView>();
+        send_sync::<super::TableView<String>>();
+        send::<super::TableViewUpdates<bytes::Bytes>>();
+        send::<super::TableViewBuilder>();
+    }
+}
