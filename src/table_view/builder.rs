@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::table::Shared;
-use super::task::{Progress, Task};
+use super::task::Task;
 use super::TableView;
 use crate::consumer::ReaderBuilder;
 use crate::core::CoreRef;
@@ -109,13 +109,11 @@ where
             .create()
             .await?;
         let query = reader.inner_mut().last_ids_query();
-        let (progress_tx, progress) = watch::channel(Progress::default());
         let (close, close_rx) = watch::channel(false);
         let shared = Arc::new(Shared::new());
         let task = Task {
             reader,
             shared: shared.clone(),
-            progress: progress_tx,
             close: close_rx,
         };
         let span = tracing::debug_span!("table_view", topic = %topic);
@@ -125,7 +123,6 @@ where
             persistent,
             shared,
             query,
-            progress,
             close,
         };
         if persistent {

@@ -15,6 +15,7 @@
 
 mod builder;
 mod position;
+mod progress;
 mod table;
 mod task;
 mod updates;
@@ -31,7 +32,6 @@ use crate::consumer::LastIdsQuery;
 use crate::error::{Error, Result};
 use crate::topic::TopicName;
 use table::Shared;
-use task::Progress;
 
 /// A topic as a key → latest value map, kept current as messages arrive. Values are the
 /// payload bytes ([`Bytes`]), or `S::Type` with [`TableViewBuilder::schema`].
@@ -71,8 +71,6 @@ pub struct TableView<V = Bytes> {
     shared: Arc<Shared<V>>,
     /// Asks the reader's partitions for their last stored ids (a refresh).
     query: LastIdsQuery,
-    /// How far the task has read, and how it ended.
-    progress: watch::Receiver<Progress>,
     /// Set (or dropped) to close the task.
     close: watch::Sender<bool>,
 }
@@ -93,34 +91,34 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
 
     /// The latest value of `key`, if it has one.
     pub fn get(&self, key: &str) -> Option<V> {
-        self.shared.read().get(key).cloned()
+        self.shared.read().map.get(key).cloned()
     }
 
     /// Whether `key` has a value.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.shared.read().contains_key(key)
+        self.shared.read().map.contains_key(key)
     }
 
     /// The number of keys with a value.
     pub fn len(&self) -> usize {
-        self.shared.read().len()
+        self.shared.read().map.len()
     }
 
     /// Whether no key has a value.
     pub fn is_empty(&self) -> bool {
-        self.shared.read().is_empty()
+        self.shared.read().map.is_empty()
     }
 
     /// The keys with a value now (a copy, in no particular order).
     pub fn keys(&self) -> Vec<String> {
-        self.shared.read().keys().cloned().collect()
+        self.shared.read().map.keys().cloned().collect()
     }
 
     /// Calls `f` with each key and its value (upstream `forEach`), while the map is locked
     /// for reading: the view applies no message meanwhile, so keep `f` short, and do not call
     /// this view's methods from it (taking the map's lock again on one thread can deadlock).
     pub fn for_each(&self, mut f: impl FnMut(&str, &V)) {
-        for (k, v) in self.shared.read().iter() {
+        for (k, v) in self.shared.read().map.iter() {
             f(k, v);
         }
     }
@@ -177,24 +175,14 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
     /// [`tokio::time::timeout`] for one. Fails with the error of the last-id request, with
     /// [`Error::Closed`] once the view is closed, or with the error that ended it. Cancel safe.
     pub async fn refresh(&self) -> Result<()> {
-        if let Some(end) = self.progress.borrow().end.clone() {
+        if let Some(end) = self.shared.ended() {
             return Err(end.err().unwrap_or(Error::Closed));
         }
         if !self.persistent {
             return Ok(());
         }
         let targets = position::targets(self.query.each().await)?;
-        let mut progress = self.progress.clone();
-        let outcome = progress
-            .wait_for(|p| p.end.is_some() || p.positions.covers(&targets))
-            .await
-            .map(|p| (p.positions.covers(&targets), p.end.clone()));
-        match outcome {
-            Ok((true, _)) => Ok(()),
-            Ok((false, Some(Err(e)))) => Err(e),
-            // Closed by the application, or the task gone without saying (not expected).
-            Ok((false, _)) | Err(_) => Err(Error::Closed),
-        }
+        self.shared.wait_until(|read| read.covers(&targets)).await
     }
 
     /// Closes the view: its reader closes on the broker, streams end and listeners are let
@@ -202,11 +190,7 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
     /// fine), or the error that ended the view before (e.g. [`Error::ClosedByBroker`]).
     pub async fn close(&self) -> Result<()> {
         self.close.send_replace(true);
-        let mut progress = self.progress.clone();
-        match progress.wait_for(|p| p.end.is_some()).await {
-            Ok(p) => p.end.clone().unwrap_or(Err(Error::Closed)),
-            Err(_) => Err(Error::Closed),
-        }
+        self.shared.wait_end().await
     }
 }
 

@@ -1,7 +1,8 @@
-//! What a table view's task and its handle share: the map, and who watches it change
-//! (listeners and [`TableViewUpdates`](super::TableViewUpdates) streams).
+//! What a table view's task and its handle share: the map with how far it has read, and who
+//! watches it change (listeners and [`TableViewUpdates`](super::TableViewUpdates) streams).
+//! How far it has read is waited for in `progress`.
 //!
-//! Lock order: `map`, then `observers`. The task changes the map and, while it still holds it,
+//! Lock order: `table`, then `observers`. The task changes the map and, while it still holds it,
 //! takes the listeners to call and sends the change to the streams; it calls the listeners
 //! after both locks are released. A registration holds the map for reading while it looks at
 //! the entries (`for_each_and_listen`) and adds itself: so each change is either among the
@@ -10,12 +11,22 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use tokio::sync::broadcast;
+use tokio::sync::{broadcast, Notify};
 
+use super::position::Positions;
 use super::updates::{TableViewUpdate, UPDATES_BOUND};
+use crate::error::Result;
+use crate::message_id::MessageId;
+
+/// The map, and the last message read from each partition (moved with each change, under one
+/// lock: a refresh that sees a position sees the changes before it).
+pub(crate) struct Table<V> {
+    pub map: HashMap<String, V>,
+    pub positions: Positions,
+}
 
 /// A listener: called with each key and its new value (`None`: removed).
 pub(crate) type Listener<V> = Mutex<Box<dyn FnMut(&str, Option<&V>) + Send>>;
@@ -33,30 +44,60 @@ struct Observers<V> {
 
 /// See the module docs.
 pub(crate) struct Shared<V> {
-    map: RwLock<HashMap<String, V>>,
+    table: RwLock<Table<V>>,
     observers: Mutex<Observers<V>>,
     /// Set once anything watches: until then a change costs the map update alone.
     observed: AtomicBool,
+    /// Woken when the task has read more while `waiting` is not 0, and when it ends.
+    pub(super) progress: Notify,
+    /// How many refreshes and closes wait on `progress` (the task wakes none otherwise).
+    pub(super) waiting: AtomicUsize,
+    /// How the task ended: `Ok` when closed by the application, else why.
+    pub(super) end: OnceLock<Result<()>>,
 }
 
 impl<V: Clone + Send + Sync + 'static> Shared<V> {
     pub(crate) fn new() -> Self {
         Shared {
-            map: RwLock::new(HashMap::new()),
+            table: RwLock::new(Table {
+                map: HashMap::new(),
+                positions: Positions::default(),
+            }),
             observers: Mutex::new(Observers {
                 listeners: Arc::new(Vec::new()),
                 updates: None,
                 ended: false,
             }),
             observed: AtomicBool::new(false),
+            progress: Notify::new(),
+            waiting: AtomicUsize::new(0),
+            end: OnceLock::new(),
         }
     }
 
-    /// Applies one message: `key` now has `value`, or is removed (`None`). Then tells the
-    /// streams (under the map lock, so that they see changes in the order applied) and the
-    /// listeners (after it: a listener may read the view).
-    pub(crate) fn apply(&self, key: String, value: Option<V>) {
-        let mut map = self.write();
+    /// Message `id` was read and changed nothing (no key, or a value that could not be
+    /// decoded): its partition's position moves.
+    pub(crate) fn skip(&self, id: MessageId) {
+        let mut table = self.write();
+        table.positions.record(id);
+        let wake = self.waiting.load(Ordering::SeqCst) > 0;
+        drop(table);
+        if wake {
+            self.progress.notify_waiters();
+        }
+    }
+
+    /// Applies message `id`: `key` now has `value`, or is removed (`None`), and its
+    /// partition's position moves. Then tells the streams (under the table lock, so that they
+    /// see changes in the order applied), the waiting refreshes, and the listeners (after the
+    /// lock: a listener may read the view).
+    pub(crate) fn apply(&self, id: MessageId, key: String, value: Option<V>) {
+        let mut table = self.write();
+        table.positions.record(id);
+        // Read under the lock, which a refresh takes after counting itself: one that found
+        // this position missing is counted here, and woken (see `Shared::wait`).
+        let wake = self.waiting.load(Ordering::SeqCst) > 0;
+        let map = &mut table.map;
         let observers = if self.observed.load(Ordering::Acquire) {
             Some(self.observers())
         } else {
@@ -76,6 +117,11 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
                 Some(v) => map.insert(key, v),
                 None => map.remove(&key),
             };
+            drop(observers);
+            drop(table);
+            if wake {
+                self.progress.notify_waiters();
+            }
             return;
         }
         match &value {
@@ -91,7 +137,10 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
             });
         }
         drop(observers);
-        drop(map);
+        drop(table);
+        if wake {
+            self.progress.notify_waiters();
+        }
         for listener in listeners.iter().flat_map(|l| l.iter()) {
             call(listener, &key, value.as_ref());
         }
@@ -109,9 +158,9 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
     /// lock (see the module docs).
     pub(crate) fn listen(&self, listener: Listener<V>, existing: bool) {
         let listener = Arc::new(listener);
-        let map = self.read();
+        let table = self.read();
         if existing {
-            for (k, v) in map.iter() {
+            for (k, v) in table.map.iter() {
                 call(&listener, k, Some(v));
             }
         }
@@ -125,12 +174,12 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
         observers.listeners = Arc::new(list);
         self.observed.store(true, Ordering::Release);
         drop(observers);
-        drop(map);
+        drop(table);
     }
 
     /// A receiver of the changes from now on (one whose sender is gone once the view ended).
     pub(crate) fn subscribe(&self) -> broadcast::Receiver<TableViewUpdate<V>> {
-        let _map = self.read();
+        let _table = self.read();
         let mut observers = self.observers();
         if observers.ended {
             return broadcast::channel(1).1;
@@ -145,14 +194,14 @@ impl<V: Clone + Send + Sync + 'static> Shared<V> {
 }
 
 impl<V> Shared<V> {
-    /// The map, for reading (a poisoned lock still holds a consistent map: each change is one
-    /// call, and only the task writes).
-    pub(crate) fn read(&self) -> RwLockReadGuard<'_, HashMap<String, V>> {
-        self.map.read().unwrap_or_else(|e| e.into_inner())
+    /// The table, for reading (a poisoned lock still holds a consistent table: each change is
+    /// one call, and only the task writes).
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Table<V>> {
+        self.table.read().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, HashMap<String, V>> {
-        self.map.write().unwrap_or_else(|e| e.into_inner())
+    fn write(&self) -> RwLockWriteGuard<'_, Table<V>> {
+        self.table.write().unwrap_or_else(|e| e.into_inner())
     }
 
     fn observers(&self) -> MutexGuard<'_, Observers<V>> {
@@ -176,6 +225,8 @@ fn call<V>(listener: &Listener<V>, key: &str, value: Option<&V>) {
 mod tests {
     use super::*;
 
+    const ID: MessageId = MessageId::EARLIEST;
+
     /// What a test listener saw: each key and value it was called with.
     type Seen = Arc<Mutex<Vec<(String, Option<u32>)>>>;
 
@@ -189,13 +240,13 @@ mod tests {
     #[test]
     fn a_listener_sees_existing_entries_then_each_change_once() {
         let shared = Shared::<u32>::new();
-        shared.apply("a".into(), Some(1));
-        shared.apply("b".into(), Some(2));
-        shared.apply("b".into(), None);
+        shared.apply(ID, "a".into(), Some(1));
+        shared.apply(ID, "b".into(), Some(2));
+        shared.apply(ID, "b".into(), None);
         let seen = Arc::new(Mutex::new(Vec::new()));
         shared.listen(listener(&seen), true);
-        shared.apply("a".into(), Some(3));
-        shared.apply("a".into(), None);
+        shared.apply(ID, "a".into(), Some(3));
+        shared.apply(ID, "a".into(), None);
         assert_eq!(
             *seen.lock().unwrap(),
             vec![
@@ -204,7 +255,7 @@ mod tests {
                 ("a".into(), None)
             ]
         );
-        assert!(shared.read().is_empty());
+        assert!(shared.read().map.is_empty());
     }
 
     #[test]
@@ -216,10 +267,10 @@ mod tests {
         );
         let seen = Arc::new(Mutex::new(Vec::new()));
         shared.listen(listener(&seen), false);
-        shared.apply("k".into(), Some(1));
-        shared.apply("k".into(), Some(2));
+        shared.apply(ID, "k".into(), Some(1));
+        shared.apply(ID, "k".into(), Some(2));
         assert_eq!(seen.lock().unwrap().len(), 2);
-        assert_eq!(shared.read().get("k"), Some(&2));
+        assert_eq!(shared.read().map.get("k"), Some(&2));
     }
 
     #[test]
@@ -229,11 +280,11 @@ mod tests {
         let (view, out) = (shared.clone(), seen.clone());
         shared.listen(
             Mutex::new(Box::new(move |k: &str, _: Option<&u32>| {
-                out.lock().unwrap().push(view.read().get(k).copied());
+                out.lock().unwrap().push(view.read().map.get(k).copied());
             })),
             false,
         );
-        shared.apply("k".into(), Some(7));
+        shared.apply(ID, "k".into(), Some(7));
         assert_eq!(*seen.lock().unwrap(), vec![Some(7)]);
     }
 
@@ -241,7 +292,7 @@ mod tests {
     async fn streams_end_with_the_view_and_a_late_one_ends_at_once() {
         let shared = Shared::<u32>::new();
         let mut rx = shared.subscribe();
-        shared.apply("k".into(), Some(1));
+        shared.apply(ID, "k".into(), Some(1));
         shared.end();
         assert_eq!(rx.recv().await.unwrap().value, Some(1));
         assert!(rx.recv().await.is_err());
