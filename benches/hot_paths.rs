@@ -17,6 +17,10 @@
 //!   [`BATCH`] messages) and one `ack_all` per batch instead of `recv` and `ack`. Run it with
 //!   `consume` (`HOT_PATHS_LOOPS=consume,consume_batch`): a last line gives the ratio of its
 //!   instructions per message to `consume`'s.
+//! * `read` and `table_view` (issue #37): a backlog of batched 100-byte messages with 1000
+//!   distinct keys, read by a reader from earliest (`recv` in a loop), and by a table view
+//!   (`create` returns once it has read them all into its map; values as bytes). The
+//!   difference is the view's cost per message over the reader's `recv` under it.
 //!
 //! Each loop runs twice, with `N1` and `N2` messages, each time in a fresh process under
 //! `valgrind --tool=callgrind` (this binary re-executed with `HOT_PATHS_RUN=produce|consume`);
@@ -27,7 +31,8 @@
 //! the counts do not depend on how threads interleave.
 //!
 //! Environment: `HOT_PATHS_N1` (default 10,000), `HOT_PATHS_N2` (default 50,000),
-//! `HOT_PATHS_LOOPS` (default `produce,consume`; the unbatched loops run when named), `HOT_PATHS_VALGRIND` (default `valgrind`),
+//! `HOT_PATHS_LOOPS` (default `produce,consume`; the unbatched, `read` and `table_view` loops
+//! run when named), `HOT_PATHS_VALGRIND` (default `valgrind`),
 //! `HOT_PATHS_INTERCEPT` (`none`, the default; `noop`: one interceptor with empty hooks on the
 //! producer and the consumer; `tracing`: OpenTelemetry tracing on, with an SDK tracer provider
 //! that records spans and exports none), `HOT_PATHS_OUT` (a directory: keep the callgrind output files there, named
@@ -43,13 +48,15 @@ use std::time::Duration;
 use bytes::Bytes;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::producer::BatchingOptions;
-use pulsar_sdk::{Client, InitialPosition, SubscriptionType};
+use pulsar_sdk::{Client, InitialPosition, ProducerMessage, SubscriptionType};
 use serde_json::json;
 
 const SIZE: usize = 100;
 /// The `consume_batch` loop's `max_num_messages`.
 const BATCH: u32 = 100;
 const TOPIC: &str = "persistent://public/default/hot-paths";
+/// Distinct keys of the `read` and `table_view` loops' backlog.
+const KEYS: u64 = 1000;
 
 fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -90,8 +97,9 @@ impl pulsar_sdk::interceptor::ProducerInterceptor for Noop {}
 impl pulsar_sdk::interceptor::ConsumerInterceptor for Noop {}
 
 /// Sends `n` messages with pipelined sends and waits for every receipt; `batched` picks
-/// batching on (the options above) or off (one entry, one receipt per message).
-async fn produce(url: &str, n: u64, batched: bool) {
+/// batching on (the options above) or off (one entry, one receipt per message); `keys` > 0
+/// gives message `i` the key `k{i % keys}`.
+async fn produce(url: &str, n: u64, batched: bool, keys: u64) {
     let client = client(url);
     let producer = client.producer(TOPIC);
     let producer = if batched {
@@ -111,8 +119,13 @@ async fn produce(url: &str, n: u64, batched: bool) {
         .expect("producer");
     let payload = Bytes::from(vec![b'x'; SIZE]);
     let mut pending = std::collections::VecDeque::with_capacity(n as usize);
-    for _ in 0..n {
-        pending.push_back(producer.send(payload.clone()).await.expect("send"));
+    for i in 0..n {
+        let msg = if keys > 0 {
+            ProducerMessage::new(payload.clone()).key(format!("k{}", i % keys))
+        } else {
+            ProducerMessage::new(payload.clone())
+        };
+        pending.push_back(producer.send(msg).await.expect("send"));
     }
     producer.flush().await.expect("flush");
     for f in pending {
@@ -173,6 +186,31 @@ async fn consume_batch(url: &str, n: u64) {
     client.close().await.expect("close client");
 }
 
+/// Reads `n` messages with a reader from earliest.
+async fn read(url: &str, n: u64) {
+    let client = client(url);
+    let mut reader = client
+        .reader(TOPIC)
+        .start_earliest()
+        .create()
+        .await
+        .expect("reader");
+    for _ in 0..n {
+        reader.recv().await.expect("a message");
+    }
+    reader.close().await.expect("close reader");
+    client.close().await.expect("close client");
+}
+
+/// Builds a table view of the `n` messages (`create` returns once all are in its map).
+async fn table_view(url: &str, n: u64) {
+    let client = client(url);
+    let view = client.table_view(TOPIC).create().await.expect("table view");
+    assert_eq!(view.len() as u64, n.min(KEYS));
+    view.close().await.expect("close view");
+    client.close().await.expect("close client");
+}
+
 /// The mock broker process: preloads `HOT_PATHS_PRELOAD` messages, prints its URL, and
 /// serves until its stdin closes.
 fn broker() {
@@ -182,7 +220,8 @@ fn broker() {
     let preload = env_number("HOT_PATHS_PRELOAD", 0);
     if preload > 0 {
         let batched = std::env::var("HOT_PATHS_PRELOAD_BATCHED").map_or(true, |v| v != "0");
-        rt.block_on(produce(&url, preload, batched));
+        let keys = env_number("HOT_PATHS_PRELOAD_KEYS", 0);
+        rt.block_on(produce(&url, preload, batched, keys));
     }
     println!("{url}");
     let mut sink = Vec::new();
@@ -209,7 +248,16 @@ fn measure(which: &str, n: u64, out_dir: &Path) -> u64 {
         .env("HOT_PATHS_RUN", "broker")
         .env(
             "HOT_PATHS_PRELOAD",
-            if which.starts_with("consume") { n } else { 0 }.to_string(),
+            if which.starts_with("produce") { 0 } else { n }.to_string(),
+        )
+        .env(
+            "HOT_PATHS_PRELOAD_KEYS",
+            if ["read", "table_view"].contains(&which) {
+                KEYS
+            } else {
+                0
+            }
+            .to_string(),
         )
         .env(
             "HOT_PATHS_PRELOAD_BATCHED",
@@ -264,8 +312,10 @@ fn main() {
             .build()
             .expect("runtime");
         match run.as_str() {
-            "produce" => rt.block_on(produce(&url, n, true)),
-            "produce_unbatched" => rt.block_on(produce(&url, n, false)),
+            "produce" => rt.block_on(produce(&url, n, true, 0)),
+            "produce_unbatched" => rt.block_on(produce(&url, n, false, 0)),
+            "read" => rt.block_on(read(&url, n)),
+            "table_view" => rt.block_on(table_view(&url, n)),
             // The same loop; only the backlog differs (one entry per message).
             "consume" | "consume_unbatched" => rt.block_on(consume(&url, n)),
             "consume_batch" => rt.block_on(consume_batch(&url, n)),
@@ -294,7 +344,9 @@ fn main() {
                 "consume",
                 "produce_unbatched",
                 "consume_unbatched",
-                "consume_batch"
+                "consume_batch",
+                "read",
+                "table_view"
             ]
             .contains(&which),
             "unknown loop {which}"

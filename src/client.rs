@@ -611,6 +611,12 @@ impl Client {
         ReaderBuilder::new(self.core.clone(), topic.into())
     }
 
+    /// Starts building a table view of `topic`: a key → latest value map of its messages,
+    /// kept current (Java's `newTableView`; see [`TableView`](crate::TableView)).
+    pub fn table_view(&self, topic: impl Into<String>) -> crate::TableViewBuilder {
+        crate::TableViewBuilder::new(self.core.clone(), topic.into())
+    }
+
     /// The client's own statistics: the cluster it uses now and the number of cluster
     /// switches so far (see [`ClientStats`](crate::ClientStats)).
     pub fn stats(&self) -> crate::ClientStats {

@@ -2,7 +2,8 @@
 //!
 //! A Rust client SDK for the Apache Pulsar binary protocol, built on tokio.
 //!
-//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s and [`Reader`]s. New here?
+//! Start with [`Client`]: it creates [`Producer`]s, [`Consumer`]s, [`Reader`]s and
+//! [`TableView`]s. New here?
 //! The [`guide`] walks through connecting, producing, consuming, partitioned topics, errors,
 //! testing with the mock broker and the differences from the Java client.
 //!
@@ -11,7 +12,8 @@
 //! Public modules are the ones an application uses: [`client`], [`producer`], [`consumer`]
 //! (readers too), [`message`] and [`message_id`], [`schema`], [`auth`] (token, basic, TLS,
 //! OAuth2 with the `oauth2` feature), [`compression`], [`error`], [`lifecycle`], [`stats`],
-//! [`topic`], [`service_url`], [`service_info`] and [`failover`] (cluster-level failover),
+//! [`topic`], [`table_view`] (a topic as a key → latest value map), [`service_url`],
+//! [`service_info`] and [`failover`] (cluster-level failover),
 //! [`interceptor`] and, behind cargo features, `transaction` (PIP-31), `metrics` and `mock` (a scriptable
 //! in-memory broker for tests, `mock-broker`). The layers under them (the frame codec, one
 //! multiplexed connection per broker, the connection pool, lookup, the backoff policy) are
@@ -46,7 +48,7 @@
 //!   channel: `states()` ([`StateStream`]), `partition_updates()`, `active_updates()` and
 //!   `service_info_updates()` ([`Updates`]: the current value, `changed().await`,
 //!   `wait_for(..)`), `topic_updates()`
-//!   ([`TopicUpdates`]).
+//!   ([`TopicUpdates`]), a table view's `updates()` ([`TableViewUpdates`]).
 //! - A renamed item keeps its old name for a while as a `#[deprecated]` forwarder where that
 //!   is free, and every rename is listed in `CHANGELOG.md`.
 
@@ -167,6 +169,7 @@ pub mod schema;
 pub mod service_info;
 pub mod service_url;
 pub mod stats;
+pub mod table_view;
 pub mod topic;
 pub(crate) mod topic_list;
 #[cfg(feature = "transactions")]
@@ -204,6 +207,7 @@ pub use schema::{Schema, SchemaError, SchemaInfo, SchemaType};
 pub use service_info::{ServiceInfo, ServiceInfoBuilder};
 pub use service_url::ServiceUrl;
 pub use stats::{ClientStats, ConsumerStats, ProducerStats};
+pub use table_view::{TableView, TableViewBuilder, TableViewUpdate, TableViewUpdates};
 pub use topic::TopicName;
 pub use topic_list::RegexSubscriptionMode;
 #[cfg(feature = "transactions")]

@@ -40,6 +40,7 @@ pub use options::{
     SubscriptionType,
 };
 pub use reader::{Reader, ReaderBuilder};
+pub(crate) use seek::LastIdsQuery;
 pub use topics::pattern::TopicsChanged;
 
 use crate::core::CoreRef;

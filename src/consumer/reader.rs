@@ -492,6 +492,12 @@ impl Reader {
         self.consumer.closed()
     }
 
+    /// Asks for the last stored id of each partition apart from the reader (a table view's
+    /// refresh, while its task reads).
+    pub(crate) fn last_ids_query(&self) -> crate::consumer::LastIdsQuery {
+        self.consumer.last_ids_query()
+    }
+
     /// Closes the reader (like [`Consumer::close`]; dropping it closes it too).
     pub async fn close(&self) -> Result<()> {
         self.consumer.close().await

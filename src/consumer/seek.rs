@@ -112,11 +112,15 @@ impl Consumer {
     /// The last stored id (and mark-delete position) of each partition, each with its own
     /// outcome (for readers).
     pub(crate) async fn last_ids_each(&self) -> Vec<Result<LastIds>> {
-        let asks = self
-            .all()
-            .into_iter()
-            .map(|p| async move { Self::ask(&p, ConsumerOp::LastMessageId).await });
-        futures::future::join_all(asks).await
+        self.last_ids_query().each().await
+    }
+
+    /// Asks for the last stored ids without a borrow of the consumer (a table view asks while
+    /// its task receives).
+    pub(crate) fn last_ids_query(&self) -> LastIdsQuery {
+        LastIdsQuery {
+            registry: self.registry.clone(),
+        }
     }
 
     pub(crate) fn check_persistent(&self, what: &str) -> Result<()> {
@@ -126,5 +130,28 @@ impl Consumer {
                 "cannot {what} on a non-persistent topic ({t}): it stores no messages"
             ))),
         }
+    }
+}
+
+/// Asks a consumer's partitions (those it has when asked: a grown topic's new ones too) for
+/// their last stored ids, apart from the consumer handle.
+#[derive(Debug, Clone)]
+pub(crate) struct LastIdsQuery {
+    registry: crate::consumer::Registry,
+}
+
+impl LastIdsQuery {
+    /// The last stored id (and mark-delete position) of each partition, each with its own
+    /// outcome, concurrently.
+    pub(crate) async fn each(&self) -> Vec<Result<LastIds>> {
+        let all: Vec<Arc<PartitionShared>> =
+            crate::consumer::topics::registry::lock(&self.registry)
+                .iter()
+                .cloned()
+                .collect();
+        let asks = all
+            .into_iter()
+            .map(|p| async move { Consumer::ask(&p, ConsumerOp::LastMessageId).await });
+        futures::future::join_all(asks).await
     }
 }

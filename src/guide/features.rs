@@ -31,6 +31,7 @@
 //! | Auto-scaled receiver queue (PIP-74) | yes | [`ConsumerBuilder::auto_scaled_receiver_queue_size`] (off by default, as upstream) |
 //! | Seek by message id or publish time | yes | [`Consumer::seek`], [`Consumer::seek_by_time`] |
 //! | Readers | yes | [`Client::reader`] |
+//! | Table views (`TableView`): a key → latest value map of a topic, tombstones, `refresh`, listeners, partitions and their growth | yes | [`Client::table_view`], [`TableView`](crate::TableView), [`table_views`](super::table_views) |
 //! | Multi-topic consumers (a list of topics) | yes | [`ConsumerBuilder::topics`] |
 //! | Pattern (regex) subscriptions, with PIP-145 topic-list watchers or polling | yes | [`ConsumerBuilder::topics_pattern`], [`ConsumerBuilder::subscription_topics_mode`] |
 //! | Schemas: bytes, string, primitives, key/value, JSON, Avro, `PROTOBUF_NATIVE`, `AUTO_CONSUME` | yes | [`crate::schema`] (JSON, Avro and protobuf behind cargo features) |
@@ -43,14 +44,13 @@
 //! | Interceptors (producer, consumer, reader) | yes | [`ProducerBuilder::interceptor`], [`ConsumerBuilder::interceptor`], [`crate::interceptor`], [`observing`](super::observing) |
 //! | OpenTelemetry tracing (send and process spans, W3C context in message properties) | yes | cargo feature `opentelemetry`: `ClientBuilder::tracing` / `ClientBuilder::tracer`, [`observing`](super::observing) |
 //! | Transactions (PIP-31): transactional sends and acks, commit and abort | yes | cargo feature `transactions`: `ClientBuilder::enable_transaction`, `Client::transaction`, `ProducerMessage::transaction`, `Consumer::ack_with_transaction` (and `Acker`'s); the guide chapter `transactions`; `examples/exactly_once.rs` (acks of batched or chunked messages in a transaction are not supported yet) |
+//! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
 //! | A mock broker for tests | yes | [`crate::mock`] (cargo feature `mock-broker`), [`testing`](super::testing) |
 //!
 //! ## Not supported yet
 //!
 //! | Feature (Java client) | Here | What happens instead |
 //! |---|---|---|
-//! | Table views (`TableView`) | no | a reader from the earliest position, folding into a map |
-//! | Cluster-level failover (PIP-121: `AutoClusterFailover`, `ControlledClusterFailover`, `ServiceInfoProvider`) | yes | [`ClientBuilder::service_info_provider`], [`AutoClusterFailover`], [`Client::update_service_info`]; `ControlledClusterFailover` with the `controlled-failover` feature; see [connecting](super::connecting#cluster-level-failover) |
 //! | HTTP lookup (`http://` service URLs) | no | only the binary protocol: `pulsar://` and `pulsar+ssl://` |
 //! | `Schema.PROTOBUF` (the Avro-form definition), `AUTO_PRODUCE_BYTES`, producers sending several schemas (`newMessage(schema)`) | no | typed messages ([`crate::schema`]) as listed above; an incompatible schema fails with [`ServerError::IncompatibleSchema`] |
 //!
@@ -59,13 +59,6 @@
 //! Each example below uses the API the Java client offers for the row (in this crate's naming)
 //! and is expected not to compile. When one of them starts compiling, the feature has arrived:
 //! move its row to the table above and replace the example with a snippet of the new API.
-//!
-//! Table views:
-//! ```compile_fail
-//! fn f(c: &pulsar_sdk::Client) {
-//!     let _ = c.table_view("t");
-//! }
-//! ```
 //!
 //! `AUTO_PRODUCE_BYTES`:
 //! ```compile_fail
@@ -129,6 +122,7 @@
 //! [`Producer::stats`]: crate::Producer::stats
 //! [`Reader::stats`]: crate::Reader::stats
 //! [`Client::reader`]: crate::Client::reader
+//! [`Client::table_view`]: crate::Client::table_view
 //! [`ServerError`]: crate::ServerError
 //! [`ServerError::IncompatibleSchema`]: crate::ServerError::IncompatibleSchema
 
@@ -148,6 +142,7 @@ mod tests {
         ("guide/partitions.rs", include_str!("partitions.rs")),
         ("guide/observing.rs", include_str!("observing.rs")),
         ("guide/producing.rs", include_str!("producing.rs")),
+        ("guide/table_views.rs", include_str!("table_views.rs")),
         ("guide/testing.rs", include_str!("testing.rs")),
         ("README.md", include_str!("../../README.md")),
         ("lib.rs", include_str!("../lib.rs")),

@@ -70,6 +70,12 @@
 //!   (apache/pulsar#18981).
 //! - **Failover active state** is an [`Updates`](crate::Updates) value and stream
 //!   ([`Consumer::active_updates`]), not a listener callback; lifecycle changes are a stream ([`Consumer::states`]).
+//! - **Table views** ([`TableView`](crate::TableView)): the changes are also a bounded
+//!   stream ([`TableView::updates`](crate::TableView::updates)) besides Java's listeners;
+//!   `keys()` is a copy, not a live set; the partition-update interval is the client's, not
+//!   the view's; a batch whose last id the broker gives without a batch index is waited for
+//!   whole by `refresh`; there is no `topicCompactionStrategyClassName` (every newer value
+//!   wins); on a non-persistent topic `refresh` returns at once (nothing is stored to wait for).
 //!
 //! Same as Java, and sometimes surprising: cumulative acks are refused on Shared and
 //! Key_Shared subscriptions; a seek by id on a partitioned consumer moves only the partition

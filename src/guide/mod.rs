@@ -9,6 +9,7 @@
 //! | [`connecting`] | the [`Client`](crate::Client), service URLs, TLS and mutual TLS, authentication (token, basic, TLS, OAuth2, your own provider) |
 //! | [`producing`] | sending, what a receipt means, batching, keys, compression, send timeouts, queue limits, cancel safety, flush and close |
 //! | [`consuming`] | subscription types, acks, the cloneable [`Acker`](crate::Acker), nacks, ack timeout, dead-letter and retry topics, seek, readers |
+//! | [`table_views`] | a topic as a key → latest value map that follows it: tombstones, refresh, listeners and change streams, partitions |
 //! | [`encryption`] | end-to-end encryption (PIP-4) with the official clients' format: key readers, PEM files, failure actions (cargo feature `encryption`) |
 //! | [`partitions`] | partitioned topics, key routing, and growing with the topic (PIP-247 watchers or polling) |
 //! | [`observing`] | interceptors, OpenTelemetry tracing (a trace from producer to consumer), statistics |
@@ -58,6 +59,7 @@ pub mod java_differences;
 pub mod observing;
 pub mod partitions;
 pub mod producing;
+pub mod table_views;
 pub mod testing;
 #[cfg(feature = "transactions")]
 #[cfg_attr(docsrs, doc(cfg(feature = "transactions")))]

@@ -28,7 +28,7 @@ mod chunking {
     mod reassembly;
 }
 
-/// Consuming: receive, ack, seek, readers, the hot path, cancel safety.
+/// Consuming: receive, ack, seek, readers, table views, the hot path, cancel safety.
 mod consumer {
     mod acker;
     mod auto_scaled_queue;
@@ -39,6 +39,7 @@ mod consumer {
     mod hot_path;
     mod records;
     mod seek_readers;
+    mod table_view;
     mod zero_queue;
 }
 

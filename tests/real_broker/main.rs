@@ -18,6 +18,7 @@ mod partitioned;
 mod produce_consume;
 mod pulsar_lite_smoke;
 mod restart;
+mod table_view;
 mod tls;
 mod transactions;
 mod zero_queue;
