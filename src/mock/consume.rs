@@ -480,8 +480,9 @@ pub(crate) fn seek(
     Step::Reply(success(rid))
 }
 
-/// GET_LAST_MESSAGE_ID: the id of the last stored entry (for a batch, with batch index
-/// `num_messages - 1`), or `(ledger, -1)` on an empty topic; and the subscription's
+/// GET_LAST_MESSAGE_ID: the id of the last entry a reader can be given (past none of an open
+/// transaction's, nor an aborted one's; for a batch, with batch index `num_messages - 1`), or
+/// `(ledger, -1)` when there is none; and the subscription's
 /// mark-delete position.
 pub(crate) fn get_last_message_id(
     state: &mut BrokerState,
@@ -500,8 +501,16 @@ pub(crate) fn get_last_message_id(
     let Some(topic) = state.topics.get(&c.topic) else {
         return Step::Reply(error(rid, ServerError::TopicNotFound, "Topic not found"));
     };
-    let mut last = topic.message_id(topic.len().wrapping_sub(1));
-    if let Some(entry) = topic.messages.last() {
+    // The last entry a reader can be given: before the first entry of an open transaction
+    // (upstream PR #21466: the max read position) and not of an aborted one (PR #22610:
+    // `getLastDispatchablePosition`); `(ledger, -1)` when there is none.
+    let mut e = topic.txns.max_read(topic.len());
+    while e > 0 && topic.txns.is_aborted(e - 1) {
+        e -= 1;
+    }
+    let e = e.wrapping_sub(1);
+    let mut last = topic.message_id(e);
+    if let Some(entry) = usize::try_from(e).ok().and_then(|e| topic.messages.get(e)) {
         if entry.is_batch() {
             last.batch_index = Some(entry.num_messages() as i32 - 1);
         }

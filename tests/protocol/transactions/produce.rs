@@ -306,3 +306,54 @@ async fn producers_of_a_transactional_client_say_txn_enabled() {
         ]
     );
 }
+
+/// GET_LAST_MESSAGE_ID names the last entry a reader can be given, as the broker does: the
+/// max read position while a transaction is open (upstream PR #21466, `ServerCnx
+/// .handleGetLastMessageId` returns `getMaxReadPosition`), never an aborted transaction's
+/// entry (PR #22610, `getLastDispatchablePosition`). Otherwise a table view (or
+/// `has_message_available`) waits for a message that is not delivered yet, or never will be.
+#[tokio::test]
+async fn the_last_message_id_skips_open_and_aborted_transactions_so_a_table_view_returns() {
+    let (_broker, client) = setup().await;
+    let topic = "txn-last-id";
+    let p = producer(&client, topic).await;
+    p.send_and_wait(ProducerMessage::new("1").key("a"))
+        .await
+        .unwrap();
+    let last = |c: pulsar_sdk::Consumer| async move {
+        let ids = c.last_message_ids().await.unwrap();
+        c.close().await.unwrap();
+        ids[0].entry_id
+    };
+    let probe = |name: &'static str| consumer(&client, topic, name, SubscriptionType::Shared);
+
+    // An open transaction's entry (1) is past the max read position.
+    let txn = client.transaction().begin().await.unwrap();
+    p.send(ProducerMessage::new("2").key("b").transaction(&txn))
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    assert_eq!(last(probe("p1").await).await, 0, "the max read position");
+    let view = support::within("a table view beside an open transaction", async {
+        client.table_view(topic).create().await.unwrap()
+    })
+    .await;
+    assert_eq!(view.len(), 1);
+
+    // Aborted: entry 1 is never dispatched; a later one (2) is the last.
+    txn.abort().await.unwrap();
+    assert_eq!(last(probe("p2").await).await, 0, "not the aborted entry");
+    support::within("a refresh after the abort", view.refresh())
+        .await
+        .unwrap();
+    p.send_and_wait(ProducerMessage::new("3").key("c"))
+        .await
+        .unwrap();
+    assert_eq!(last(probe("p3").await).await, 2);
+    support::within("a refresh after a later message", view.refresh())
+        .await
+        .unwrap();
+    assert_eq!(view.keys().len(), 2, "a and c, never b");
+    assert_eq!(view.get("b"), None);
+}
