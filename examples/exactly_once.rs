@@ -8,9 +8,11 @@
 //! reads the output topic and checks that each order has exactly one output. With `--input`
 //! and `--output`, it is the service: the loop on those topics until Ctrl-C (or until it is
 //! killed: the point of exactly once). Uses the broker at `PULSAR_URL` (or `--url`; its
-//! transaction coordinator must be enabled); otherwise starts the crate's embedded mock
-//! broker, with its coordinator, in-process. The security options and variables of
-//! `quickstart` apply.
+//! transaction coordinator must be enabled, and deduplication on the output's namespace: a
+//! send stored whose receipt a lost connection took is sent again, and without
+//! deduplication stored twice in its transaction); otherwise starts the crate's embedded
+//! mock broker, with its coordinator and deduplication, in-process. The security options and
+//! variables of `quickstart` apply.
 //!
 //! cargo run --example exactly_once -- [--url U] [--orders N] [--txn-timeout-ms MS]
 //!   [--work-ms MS] [--input T --output T2 [--subscription S]]
@@ -68,9 +70,13 @@ async fn main() {
             })
             .await
             .unwrap_or_else(|e| die(e));
+            // The output producer's resends after a reconnect are stored once.
+            broker
+                .set_deduplication("public/default", true)
+                .unwrap_or_else(|e| die(e));
             eprintln!(
                 "PULSAR_URL not set: started the embedded mock broker (with a transaction \
-                 coordinator) at {}",
+                 coordinator and deduplication) at {}",
                 broker.service_url()
             );
             let url = broker.service_url();
