@@ -8,8 +8,8 @@
 //! reconnect and the broker redelivers.
 //!
 //! Every producer and consumer holds one, idle or not, so an idle one costs a single small
-//! allocation (issue #39): a `VecDeque` behind a mutex, which allocates at the first event and
-//! grows with what traffic queues (up to the bound). A tokio unbounded mpsc allocated a block
+//! allocation (issue #39): a `VecDeque` behind a mutex, which allocates at the first event,
+//! grows with what traffic queues (up to the bound) and shrinks back once emptied. A tokio unbounded mpsc allocated a block
 //! of 32 events (~4 KB) and a cache-padded channel (~0.5 KB) up front, for every entity.
 //! Sending is one short uncontended lock and a wake-up only when the receiver waits; receiving
 //! takes part in tokio's cooperative budget as the mpsc's receiver did.
@@ -108,6 +108,25 @@ struct Queue {
     receiver_gone: bool,
     /// The receiver found the queue empty and waits: the next event wakes it.
     waiting: Option<Waker>,
+}
+
+/// What an emptied queue keeps of its storage: a burst (up to the bound: a consumer's
+/// permits and overshoot, a producer's pending messages) grew it, and an idle entity should
+/// not hold that for the rest of its life (issue #39). A tokio mpsc, which this replaced, kept
+/// about as much: its released blocks of 32 went back to the sender a few times, the rest
+/// were freed.
+const RETAINED: usize = 32;
+
+impl Queue {
+    /// The next event; an emptied queue gives back the storage a burst grew beyond
+    /// [`RETAINED`] (one reallocation per burst, not per event).
+    fn pop(&mut self) -> Option<EntityEvent> {
+        let ev = self.events.pop_front();
+        if ev.is_some() && self.events.is_empty() && self.events.capacity() > 4 * RETAINED {
+            self.events.shrink_to(RETAINED);
+        }
+        ev
+    }
 }
 
 impl Shared {
@@ -342,7 +361,7 @@ impl EntityReceiver {
             // out of budget yields first.
             let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
             let mut q = self.shared.lock();
-            match q.events.pop_front() {
+            match q.pop() {
                 Some(ev) => {
                     coop.made_progress();
                     Poll::Ready(Some(ev))
@@ -366,7 +385,7 @@ impl EntityReceiver {
     pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, TryRecvError> {
         let ev = {
             let mut q = self.shared.lock();
-            match q.events.pop_front() {
+            match q.pop() {
                 Some(ev) => Ok(ev),
                 None if q.senders == 0 => Err(TryRecvError::Disconnected),
                 None => Err(TryRecvError::Empty),
@@ -620,5 +639,32 @@ mod watcher_channel_tests {
         drop(other);
         assert!(rx.recv().await.is_none());
         assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
+    }
+
+    /// Issue #39: a burst grows the queue up to the bound; once it is taken, an idle entity
+    /// keeps no more than a tokio mpsc did of it (before: the storage of the whole burst,
+    /// ~100 KB for 1,000 receipts, for the rest of the entity's life).
+    #[test]
+    fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
+        let (tx, mut rx) = entity_channel(10_000);
+        for round in 0..2 {
+            for i in 0..1_000 {
+                let receipt = proto::CommandSendReceipt {
+                    sequence_id: i,
+                    ..Default::default()
+                };
+                assert_eq!(tx.deliver(Inbound::Receipt(receipt)), Delivery::Delivered);
+            }
+            assert!(rx.shared.lock().events.capacity() >= 1_000);
+            for i in 0..1_000 {
+                let ev = rx.try_recv();
+                assert!(
+                    matches!(ev, Ok(EntityEvent::Receipt(r)) if r.sequence_id == i),
+                    "round {round}: in order"
+                );
+            }
+            let kept = rx.shared.lock().events.capacity();
+            assert!(kept <= 4 * RETAINED, "round {round}: {kept} slots kept");
+        }
     }
 }

@@ -155,7 +155,7 @@ pub(crate) async fn spawn_partition(
     task.flow.zero_queue = options.receiver_queue_size == 0;
     task.flow.auto = options
         .auto_scaled_receiver_queue_size
-        .then(crate::consumer::engine::flow::AutoScale::new);
+        .then(|| crate::consumer::engine::flow::AutoScale::new(options));
     task.start_flow();
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
@@ -232,7 +232,5 @@ pub(crate) async fn grow(
 
 /// The size an auto-scaled receiver queue starts at (see `flow::auto_scale`).
 fn task_start_size(options: &crate::consumer::ConsumerOptions) -> u32 {
-    crate::consumer::engine::flow::AutoScale::new()
-        .current
-        .min(options.receiver_queue_size)
+    crate::consumer::engine::flow::AutoScale::new(options).current
 }

@@ -665,3 +665,43 @@ async fn a_policy_without_any_bound_is_refused() {
         "{refused:?}"
     );
 }
+
+/// An auto-scaled queue with a batch bound starts large enough to hold a whole batch, as
+/// upstream's `ConsumerImpl.minReceiverQueueSize` (`2 * maxNumMessages - 2`: up to half a
+/// window of permits may wait to be sent back). Starting at 1, a batch of 5 held its first
+/// message (no permit back while held) and waited for the timeout, every call.
+#[tokio::test(start_paused = true)]
+async fn an_auto_scaled_queue_starts_at_a_whole_batch() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("batch-auto-scaled");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .receiver_queue_size(100)
+        .auto_scaled_receiver_queue_size(true)
+        .batch_receive_policy(
+            BatchReceivePolicy::default()
+                .max_num_messages(5)
+                .timeout(HOUR),
+        )
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "m", 10).await;
+    let start = Instant::now();
+    let first = batch(&mut consumer).await;
+    let second = batch(&mut consumer).await;
+    assert!(
+        start.elapsed() < HOUR,
+        "complete by count, not by the timeout"
+    );
+    assert_eq!(payloads(&first), names("m", 0..5));
+    assert_eq!(payloads(&second), names("m", 5..10));
+    // 2 * 5 - 2 = 8 owed at first (the byte budget's cap may send it in two FLOWs).
+    let first = flows(&broker)[0];
+    assert!(first >= 5, "the first FLOW holds a whole batch: {first}");
+}

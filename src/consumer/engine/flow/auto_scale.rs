@@ -27,14 +27,36 @@ use crate::consumer::engine::io::Io;
 const GROW_BELOW_USAGE: f64 = 0.75;
 /// Upstream `PulsarClientImpl.THRESHOLD_FOR_CONSUMER_RECEIVER_QUEUE_SIZE_SHRINKING`.
 const SHRINK_ABOVE_USAGE: f64 = 0.95;
-/// Upstream `ConsumerImpl.minReceiverQueueSize` (without batch receive).
+/// Upstream `ConsumerImpl.minReceiverQueueSize` without a batch bound
+/// (`INITIAL_RECEIVER_QUEUE_SIZE`); see [`min_size`].
 const MIN_SIZE: u32 = 1;
+
+/// The smallest size of an auto-scaled queue (upstream `ConsumerImpl.minReceiverQueueSize`):
+/// 1, or with a batch bound of `n` messages `2 * n - 2`, so that a whole batch can arrive
+/// while up to half a window of taken messages waits to be granted back (permits go back in
+/// halves, `room::refill_at`). Never beyond `receiver_queue_size` (upstream's may be: here
+/// the auto-scaled queue never holds more than the fixed one would, and `effective` already
+/// lowered `n` to it). Starting at 1 instead, a batch held its first message (held messages
+/// give no permit back) and waited for its timeout, or forever without one.
+pub(crate) fn min_size(options: &crate::consumer::ConsumerOptions) -> u32 {
+    let rqs = options.receiver_queue_size;
+    // As `BatchReceivePolicy::effective` lowers it (without its warning, given once).
+    let batch = options.batch_receive_policy.max_num_messages.min(rqs);
+    let size = if batch > 0 {
+        MIN_SIZE.max(batch.saturating_mul(2).saturating_sub(2))
+    } else {
+        MIN_SIZE
+    };
+    size.min(rqs)
+}
 
 /// An auto-scaled queue's state (see the module).
 #[derive(Debug)]
 pub(crate) struct AutoScale {
-    /// The queue's size now, from [`MIN_SIZE`] to `receiver_queue_size`.
+    /// The queue's size now, from `min` to `receiver_queue_size`.
     pub current: u32,
+    /// Its smallest size ([`min_size`]): where it starts, and the floor of a shrink.
+    min: u32,
     /// The window was used up since the last growth (upstream's `scaleReceiverQueueHint`).
     hint: bool,
     /// Permits granted beyond the size after a shrink, taken back from the next grants.
@@ -42,9 +64,11 @@ pub(crate) struct AutoScale {
 }
 
 impl AutoScale {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(options: &crate::consumer::ConsumerOptions) -> Self {
+        let min = min_size(options);
         AutoScale {
-            current: MIN_SIZE,
+            current: min,
+            min,
             hint: false,
             debt: 0,
         }
@@ -87,8 +111,9 @@ impl super::Flow {
         if used_up {
             a.hint = true;
         }
-        if usage > SHRINK_ABOVE_USAGE && a.current > MIN_SIZE {
-            let smaller = (a.current / 2).max(MIN_SIZE);
+        // Upstream `reduceCurrentReceiverQueueSize`: halved, not below the minimum.
+        if usage > SHRINK_ABOVE_USAGE && a.current > a.min {
+            let smaller = (a.current / 2).max(a.min);
             a.debt = a.debt.saturating_add(a.current - smaller);
             a.current = smaller;
             io.shared.room().scaled_refill_at = refill_of(smaller);
