@@ -264,9 +264,10 @@ impl PendingAcks {
     /// `PendingAckHandleImpl.checkIsCanDeleteConsumerPendingAck`).
     pub(crate) fn covers(&self, e: u64, n: u32, remaining: Option<&[i64]>) -> bool {
         let pending = self.pending_bits(e, n);
-        let on_cursor = remaining.map_or_else(|| vec![0; pending.len()], |r| {
-            acked_bits(&Some(r.to_vec()), n)
-        });
+        let on_cursor = remaining.map_or_else(
+            || vec![0; pending.len()],
+            |r| acked_bits(&Some(r.to_vec()), n),
+        );
         let full = full_bitset(n);
         full.iter()
             .zip(pending.iter().zip(&on_cursor))
@@ -323,14 +324,23 @@ mod tests {
         // Entry 4 is a batch of 3: t1 acks message 0, t2 message 1.
         assert!(p.add(t1, 4, Some(vec![0b110]), 3, None).is_ok());
         assert!(p.add(t2, 4, Some(vec![0b101]), 3, None).is_ok());
-        assert!(p.add(t2, 4, Some(vec![0b110]), 3, None).is_err(), "0 is t1's");
-        assert!(p.add(t2, 4, None, 3, None).is_err(), "the whole entry overlaps");
+        assert!(
+            p.add(t2, 4, Some(vec![0b110]), 3, None).is_err(),
+            "0 is t1's"
+        );
+        assert!(
+            p.add(t2, 4, None, 3, None).is_err(),
+            "the whole entry overlaps"
+        );
         // Message 2 acknowledged on the cursor already.
         assert!(p.add(t2, 4, Some(vec![0b011]), 3, Some(&[0b011])).is_err());
         assert!(!p.covers(4, 3, None));
         assert!(p.covers(4, 3, Some(&[0b011])));
         assert_eq!(p.take(t1), (vec![(4, Some(vec![0b110]))], None));
-        assert!(p.add(t2, 4, Some(vec![0b110]), 3, None).is_ok(), "free again");
+        assert!(
+            p.add(t2, 4, Some(vec![0b110]), 3, None).is_ok(),
+            "free again"
+        );
         assert_eq!(p.take(t2), (vec![(4, Some(vec![0b100]))], None));
         assert!(p.individual.is_empty());
     }

@@ -70,7 +70,11 @@ async fn a_batch_acked_in_a_committed_transaction_is_not_redelivered() {
             (true, 0, vec![0b011], Some(3)),
         ]
     );
-    assert_eq!(broker.subscription_backlog(&full, "s"), 1, "pending until commit");
+    assert_eq!(
+        broker.subscription_backlog(&full, "s"),
+        1,
+        "pending until commit"
+    );
     txn.commit().await.unwrap();
     assert_eq!(broker.subscription_backlog(&full, "s"), 0);
     nothing_for_now(&mut c).await;
@@ -151,7 +155,11 @@ async fn two_transactions_conflict_on_the_same_batch_message_only() {
     let third = client.transaction().begin().await.unwrap();
     c.ack_with_transaction(&ms[1], &third).await.unwrap();
     first.commit().await.unwrap();
-    assert_eq!(broker.subscription_backlog(&full, "s"), 1, "message 1 pending");
+    assert_eq!(
+        broker.subscription_backlog(&full, "s"),
+        1,
+        "message 1 pending"
+    );
     third.commit().await.unwrap();
     assert_eq!(broker.subscription_backlog(&full, "s"), 0);
     // Once committed, acknowledging the message again conflicts too.

@@ -53,7 +53,10 @@ impl BatchState {
     /// Whether some message is acked only in a transaction (the plain ack of the batch must
     /// then carry an `ack_set`).
     fn has_txn_only(&self) -> bool {
-        self.unacked.iter().zip(&self.in_txn).any(|(u, t)| u & t != 0)
+        self.unacked
+            .iter()
+            .zip(&self.in_txn)
+            .any(|(u, t)| u & t != 0)
     }
 
     /// Marks messages `from..=to` acked in a transaction.
@@ -437,7 +440,10 @@ mod tests {
         t.delivered(&batch_id(7, 0, 2), &[]);
         t.ack(batch_id(7, 0, 2));
         t.txn_acked(batch_id(7, 1, 2), false);
-        assert_eq!(t.take_flush().partial, vec![(batch_id(7, -1, 2), vec![0b10])]);
+        assert_eq!(
+            t.take_flush().partial,
+            vec![(batch_id(7, -1, 2), vec![0b10])]
+        );
         // Delivered again (an abort): the transactional acks no longer count.
         t.delivered(&batch_id(8, 0, 2), &[]);
         t.txn_acked(batch_id(8, 0, 2), false);
@@ -448,7 +454,10 @@ mod tests {
         t.delivered(&batch_id(9, 0, 3), &[]);
         t.txn_acked(batch_id(9, 1, 3), true);
         t.ack(batch_id(9, 2, 3));
-        assert_eq!(t.take_flush().partial, vec![(batch_id(9, -1, 3), vec![0b011])]);
+        assert_eq!(
+            t.take_flush().partial,
+            vec![(batch_id(9, -1, 3), vec![0b011])]
+        );
     }
 
     #[test]
