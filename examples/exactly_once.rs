@@ -111,11 +111,10 @@ async fn main() {
     let input = format!("exactly-once-orders-{run_id}");
     let output = format!("exactly-once-enriched-{run_id}");
 
-    // The inputs: orders, and one malformed input among them. Unbatched: a message of a batch
-    // cannot be acknowledged in a transaction yet.
+    // The inputs: orders, and one malformed input among them, batched (the producer's
+    // default): each message of a batch is acknowledged in its own transaction.
     let feeder = client
         .producer(&input)
-        .batching(false)
         .create()
         .await
         .unwrap_or_else(|e| die(e));

@@ -529,9 +529,40 @@ pub(crate) fn end_txn((most, least): (u64, u64), commit: bool, request_id: u64) 
     }
 }
 
+#[cfg(feature = "transactions")]
+/// The `ack_set` of a transactional ack of a message in a batch, as upstream's
+/// `ConsumerImpl.doTransactionAcknowledgeForResponse`: bits `0..batch_size` set (a set bit is
+/// a message this ack leaves alone), then the message's own bit cleared (individual) or
+/// bits `0..=batch_index` cleared (cumulative: the entry's messages up to this one). `None`
+/// (no set: the whole entry) for a message outside a batch, one of unknown size, or a
+/// cumulative ack through the batch's last message (upstream's set is then empty, and an
+/// empty `BitSet.toLongArray` puts no `ack_set` on the wire).
+pub(crate) fn txn_ack_set(id: MessageId, cumulative: bool) -> Option<Vec<i64>> {
+    if !id.is_batch() || id.batch_size <= 0 || id.batch_index >= id.batch_size {
+        return None;
+    }
+    let (size, index) = (id.batch_size as usize, id.batch_index as usize);
+    let mut set = vec![0u64; size.div_ceil(64)];
+    for i in 0..size {
+        let acked = if cumulative { i <= index } else { i == index };
+        if !acked {
+            set[i / 64] |= 1 << (i % 64);
+        }
+    }
+    // Java's `BitSet.toLongArray` drops trailing zero words.
+    while set.last() == Some(&0) {
+        set.pop();
+    }
+    if set.is_empty() {
+        return None;
+    }
+    Some(set.into_iter().map(|w| w as i64).collect())
+}
+
 /// PIP-31: a transactional ACK of one message, awaiting its ACK_RESPONSE by `request_id`
 /// (upstream `ConsumerImpl.doTransactionAcknowledgeForResponse`: `Commands.newAck` with the
-/// txn id and a request id, sent with `newAckForReceipt`).
+/// txn id and a request id, sent with `newAckForReceipt`): its entry, with an `ack_set` and
+/// the batch size for a message in a batch (see [`txn_ack_set`]).
 #[cfg(feature = "transactions")]
 pub(crate) fn txn_ack(
     consumer_id: u64,
@@ -545,11 +576,16 @@ pub(crate) fn txn_ack(
     } else {
         proto::command_ack::AckType::Individual
     };
+    let mut data = id.entry().to_proto();
+    if let Some(set) = txn_ack_set(id, cumulative) {
+        data.ack_set = set;
+        data.batch_size = Some(id.batch_size);
+    }
     BaseCommand {
         ack: Some(proto::CommandAck {
             consumer_id,
             ack_type: ack_type as i32,
-            message_id: vec![id.entry().to_proto()],
+            message_id: vec![data],
             txnid_least_bits: Some(least),
             txnid_most_bits: Some(most),
             request_id: Some(request_id),

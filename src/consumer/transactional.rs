@@ -20,8 +20,14 @@ impl Consumer {
     /// (the broker's `PendingAckHandleImpl`), and the commit then fails. The same as
     /// [`Acker::ack_with_transaction`] (from any task).
     ///
-    /// Not for a message of a batch or a chunked message yet: refused with
-    /// [`Error::InvalidOperation`] (produce the input without batching).
+    /// A message of a batch is acknowledged on its own, as upstream: its entry with an
+    /// `ack_set` naming only it. Two transactions may acknowledge different messages of one
+    /// batch; the same message twice is a `TransactionConflict`. The batch is acknowledged
+    /// on the broker once each of its messages is, by a committed transaction or a plain
+    /// acknowledgement; an abort makes the messages it held redeliverable.
+    ///
+    /// Not for a chunked message: refused with [`Error::InvalidOperation`] (upstream
+    /// acknowledges only its last chunk in a transaction).
     pub async fn ack_with_transaction(&self, msg: &Message, txn: &Transaction) -> Result<()> {
         self.acker.ack_with_transaction(msg, txn).await
     }
@@ -31,8 +37,10 @@ impl Consumer {
     /// subscriptions only. Only one transaction at a time may hold a cumulative
     /// acknowledgement of a subscription; another is refused with `TransactionConflict`, as
     /// is one at or before what is already acknowledged, or at or before what the same
-    /// transaction already holds. If the transaction aborts, the broker redelivers every
-    /// unacknowledged message of the subscription. See
+    /// transaction already holds. Inside a batch, it covers the batch's messages through
+    /// `msg` (upstream's `ack_set` with the bits through its index cleared). If the
+    /// transaction aborts, the broker redelivers every unacknowledged message of the
+    /// subscription. Not for a chunked message (see above). See
     /// [`ack_with_transaction`](Self::ack_with_transaction) and
     /// [`Acker::ack_cumulative_with_transaction`].
     pub async fn ack_cumulative_with_transaction(
@@ -74,10 +82,13 @@ impl Acker {
     }
 
     async fn txn_ack(&self, msg: &Message, txn: &Transaction, cumulative: bool) -> Result<()> {
-        if msg.id.is_batch() || msg.id.is_chunked() {
+        // Upstream's `doTransactionAcknowledgeForResponse` acks a `ChunkMessageIdImpl` as its
+        // last chunk's entry only (no per-chunk handling, unlike its plain ack), which would
+        // leave the other chunks unacknowledged for ever: refused instead.
+        if msg.id.is_chunked() {
             return Err(Error::InvalidOperation(format!(
-                "message {} is part of a batch or chunked: acknowledging it in a transaction is \
-                 not supported yet",
+                "message {} is chunked: acknowledging it in a transaction is not supported \
+                 (upstream acknowledges only its last chunk)",
                 msg.id
             )));
         }

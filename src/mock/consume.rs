@@ -266,7 +266,8 @@ pub(crate) fn ack(state: &mut BrokerState, view: SessionView<'_>, cmd: &wire::Co
         return reply(None);
     };
     if cmd.txnid_most_bits.is_some() {
-        return super::transactions::ack(sub, cmd);
+        let count = |e: u64| messages.get(e as usize).map(|m| m.num_messages());
+        return super::transactions::ack(sub, cmd, count);
     }
     let cumulative = cmd.ack_type() == AckType::Cumulative;
     if cumulative && !sub.single_active() {

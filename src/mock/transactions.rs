@@ -11,9 +11,9 @@
 //! Where the mock simplifies: one coordinator table serves every coordinator id (ids
 //! `0..max(1, partitions of transaction_coordinator_assign)`, as a broker owning every
 //! partition of that topic); the phases run at once (no END_TXN_ON_PARTITION/SUBSCRIPTION
-//! round trips, no commit/abort marker entries in the topics); acknowledgements of part of a
-//! batch in a transaction are not modelled, nor a plain acknowledgement of an entry pending
-//! in a transaction.
+//! round trips, no commit/abort marker entries in the topics); a plain acknowledgement of an
+//! entry pending in a transaction is not checked against it, and a redelivered batch entry
+//! carries the cursor's ack set only (its messages pending in a transaction come along).
 
 use std::time::Duration;
 
@@ -316,19 +316,24 @@ fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
         };
         let (individual, cumulative) = sub.txn_acks.take(id);
         if commit {
+            // Upstream `individualAckCommitCommon`: the positions, with their ack sets, are
+            // acknowledged on the cursor (`PersistentSubscription.acknowledgeMessage`), which
+            // ANDs a batch's sets: the entry is acknowledged once all its messages are.
             let count = |e: u64| messages.get(e as usize).map_or(1, |m| m.num_messages());
-            for e in individual {
-                sub.ack_individual(e, &[], count(e));
+            for (e, part) in individual {
+                sub.ack_individual(e, part.as_deref().unwrap_or(&[]), count(e));
             }
-            if let Some(e) = cumulative {
-                sub.ack_cumulative(e, &[], count(e));
+            if let Some((e, set)) = cumulative {
+                sub.ack_cumulative(e, &set, count(e));
             }
         } else {
             // Upstream `PendingAckHandleImpl.internalAbortTxn` redelivers: the individually
-            // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`),
-            // or, for a cumulative acknowledgement, everything unacknowledged
+            // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`;
+            // a batch entry comes with the cursor's ack set, so the messages this transaction
+            // held come again, `individualAckAbortCommon` having released them), or, for a
+            // cumulative acknowledgement, everything unacknowledged
             // (`redeliverUnacknowledgedMessages(consumer, DEFAULT_CONSUMER_EPOCH)`).
-            for e in individual {
+            for (e, _) in individual {
                 if !sub.is_acked(e) {
                     sub.pending.remove(&e);
                     sub.replay.insert(e);
@@ -365,24 +370,43 @@ pub(crate) fn check_send(state: &BrokerState, id: TxnKey) -> Result<(), String> 
 }
 
 /// A transactional ACK (`txnid` set), as upstream `PendingAckHandleImpl`, answered with
-/// ACK_RESPONSE (`request_id` and the txn id echoed):
+/// ACK_RESPONSE (`request_id` and the txn id echoed). `count`: the number of messages of a
+/// stored entry.
 ///
-/// - individual (`internalIndividualAcknowledgeMessage`): an entry already acknowledged, or
-///   already pending in a transaction, is a `TransactionConflict`; else it is pending in this
-///   transaction until it ends, and no longer held by the consumer (a consumer that leaves
-///   does not give it back for redelivery);
+/// - individual (`internalIndividualAcknowledgeMessage`, see [`PendingAcks::add`]): an entry
+///   already acknowledged, or already pending in a transaction, is a `TransactionConflict`;
+///   for a message of a batch (an `ack_set`), only the same message acknowledged on the
+///   cursor or pending in a transaction is. Else it is pending in this transaction until it
+///   ends, and once every message of the entry is acknowledged or pending, the consumer no
+///   longer holds it (a consumer that leaves does not give it back for redelivery);
 /// - cumulative (`internalCumulativeAcknowledgeMessage`), on Exclusive/Failover only (else
 ///   NotAllowed, `Subscription.isCumulativeAckMode`): a position at or before the
 ///   mark-delete position, while another transaction holds the subscription's pending
-///   cumulative acknowledgement, or at or before the one this transaction holds, is a
+///   cumulative acknowledgement, or at or before the one this transaction holds (with its
+///   ack set: `compareToWithAckSet`, more messages acknowledged is later), is a
 ///   `TransactionConflict`; else it is the pending one (`handleCumulativeAck`).
-pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::CommandAck) -> Step {
+///
+/// [`PendingAcks::add`]: super::txn_state::PendingAcks::add
+pub(crate) fn ack(
+    sub: &mut super::subscription::Subscription,
+    cmd: &wire::CommandAck,
+    count: impl Fn(u64) -> Option<u32>,
+) -> Step {
     let id = (cmd.txnid_most_bits(), cmd.txnid_least_bits());
     let cumulative = cmd.ack_type() == wire::command_ack::AckType::Cumulative;
     let conflict = |what: String| Err((ServerError::TransactionConflict, what));
+    // How far a position reaches inside its entry: the messages it acknowledges.
+    let reach = |set: &[i64], n: u32| {
+        if set.is_empty() {
+            n
+        } else {
+            n.saturating_sub(super::subscription::count_bits(set))
+        }
+    };
     let mut r = Ok(());
     for m in &cmd.message_id {
         let e = m.entry_id;
+        let n = count(e).unwrap_or(1);
         r = if cumulative {
             if !sub.single_active() {
                 Err((
@@ -394,16 +418,21 @@ pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::Comma
                     "cumulative ack at {e}: at or before the mark-delete position"
                 ))
             } else {
-                match sub.txn_acks.cumulative {
-                    Some((other, _)) if other != id => conflict(format!(
+                match &sub.txn_acks.cumulative {
+                    Some((other, _, _)) if *other != id => conflict(format!(
                         "transaction ({},{}) already holds a cumulative ack",
                         other.0, other.1
                     )),
-                    Some((_, held)) if e <= held => conflict(format!(
-                        "cumulative ack at {e}: at or before the {held} this transaction holds"
-                    )),
+                    Some((_, held, held_set))
+                        if (e, reach(&m.ack_set, n))
+                            <= (*held, reach(held_set, count(*held).unwrap_or(1))) =>
+                    {
+                        conflict(format!(
+                            "cumulative ack at {e}: at or before the {held} this transaction holds"
+                        ))
+                    }
                     _ => {
-                        sub.txn_acks.cumulative = Some((id, e));
+                        sub.txn_acks.cumulative = Some((id, e, m.ack_set.clone()));
                         Ok(())
                     }
                 }
@@ -411,16 +440,17 @@ pub(crate) fn ack(sub: &mut super::subscription::Subscription, cmd: &wire::Comma
         } else if sub.is_acked(e) {
             conflict(format!("message {e} is already acknowledged"))
         } else {
-            match sub.txn_acks.individual.entry(e) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    conflict(format!("message {e} is in pending ack status"))
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(id);
-                    // No longer the consumer's to redeliver (upstream
-                    // `Consumer.individualAckWithTransaction` removes it from the consumer's
-                    // pending acks once the pending-ack handle took it).
-                    sub.pending.remove(&e);
+            let part = (!m.ack_set.is_empty()).then(|| m.ack_set.clone());
+            let remaining = sub.remaining(e).cloned();
+            match sub.txn_acks.add(id, e, part, n, remaining.as_deref()) {
+                Err(what) => conflict(what),
+                Ok(()) => {
+                    // No longer the consumer's to redeliver once all of it is taken (upstream
+                    // `Consumer.individualAckWithTransaction` →
+                    // `checkCanRemovePendingAcksAndHandle`).
+                    if sub.txn_acks.covers(e, n, remaining.as_deref()) {
+                        sub.pending.remove(&e);
+                    }
                     Ok(())
                 }
             }

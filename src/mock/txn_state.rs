@@ -7,6 +7,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tokio::time::Instant;
 
+use super::subscription::full_bitset;
+
 /// A transaction id: (most bits = coordinator id, least bits = its sequence).
 pub(crate) type TxnKey = (u64, u64);
 
@@ -166,35 +168,130 @@ impl TopicTxns {
     }
 }
 
+/// What one transaction acknowledged of an entry: all of it (`None`), or the messages of a
+/// batch whose bit is clear in the `ack_set` (`Some`; a set bit is a message left alone).
+pub(crate) type AckedPart = Option<Vec<i64>>;
+
 /// A subscription's acknowledgements pending in transactions (upstream
-/// `PendingAckHandleImpl`).
+/// `PendingAckHandleImpl`: `individualAckOfTransaction` per transaction, merged per position in
+/// `individualAckPositions`, and `cumulativeAckOfTransaction`).
 #[derive(Debug, Default)]
 pub(crate) struct PendingAcks {
-    /// Entries acknowledged individually in an open transaction.
-    pub(crate) individual: HashMap<u64, TxnKey>,
-    /// The one cumulative acknowledgement pending, and its transaction.
-    pub(crate) cumulative: Option<(TxnKey, u64)>,
+    /// Entries acknowledged individually in open transactions: per entry, each transaction
+    /// and what it acknowledged (a transaction acknowledging more of a batch ANDs the sets,
+    /// upstream `handleIndividualAck` → `andAckSet`).
+    pub(crate) individual: HashMap<u64, Vec<(TxnKey, AckedPart)>>,
+    /// The one cumulative acknowledgement pending: its transaction, entry and `ack_set`
+    /// (empty: the whole entry).
+    pub(crate) cumulative: Option<(TxnKey, u64, Vec<i64>)>,
+}
+
+/// The messages `part` acknowledges of an entry of `n` (set bit = acknowledged).
+fn acked_bits(part: &AckedPart, n: u32) -> Vec<i64> {
+    let mut bits = full_bitset(n);
+    if let Some(set) = part {
+        for (i, w) in bits.iter_mut().enumerate() {
+            *w &= !set.get(i).copied().unwrap_or(0);
+        }
+    }
+    bits
+}
+
+fn overlap(a: &[i64], b: &[i64]) -> bool {
+    a.iter().zip(b).any(|(x, y)| x & y != 0)
 }
 
 impl PendingAcks {
-    /// Takes what transaction `txn` acknowledged: (individual entries, cumulative position).
-    pub(crate) fn take(&mut self, txn: TxnKey) -> (Vec<u64>, Option<u64>) {
-        let mut mine: Vec<u64> = self
-            .individual
-            .iter()
-            .filter(|(_, t)| **t == txn)
-            .map(|(e, _)| *e)
-            .collect();
-        mine.sort_unstable();
-        for e in &mine {
-            self.individual.remove(e);
-        }
-        let cumulative = match self.cumulative {
-            Some((t, e)) if t == txn => {
-                self.cumulative = None;
-                Some(e)
+    /// The messages of entry `e` (of `n`) pending in any transaction (set bit = pending).
+    fn pending_bits(&self, e: u64, n: u32) -> Vec<i64> {
+        let mut bits = vec![0; full_bitset(n).len()];
+        for (_, part) in self.individual.get(&e).into_iter().flatten() {
+            for (w, a) in bits.iter_mut().zip(acked_bits(part, n)) {
+                *w |= a;
             }
-            _ => None,
+        }
+        bits
+    }
+
+    /// Transaction `txn` acknowledges `part` of entry `e` (of `n` messages; `remaining`: the
+    /// cursor's still-unacknowledged messages of it, if it is partly acknowledged), as
+    /// upstream `PendingAckHandleImpl.internalIndividualAcknowledgeMessage`: with an ack set,
+    /// a message already acknowledged on the cursor (`getBatchPositionAckSet` overlap) or
+    /// pending in any transaction (`individualAckPositions` overlap) is a conflict; without,
+    /// an entry pending in any transaction at all is. Different messages of one batch may be
+    /// pending in different transactions. `Err`: the conflict's message.
+    pub(crate) fn add(
+        &mut self,
+        txn: TxnKey,
+        e: u64,
+        part: AckedPart,
+        n: u32,
+        remaining: Option<&[i64]>,
+    ) -> Result<(), String> {
+        let held = self.individual.get(&e).is_some_and(|h| !h.is_empty());
+        match &part {
+            None if held => return Err(format!("message {e} is in pending ack status")),
+            None => {}
+            Some(_) => {
+                let mine = acked_bits(&part, n);
+                if let Some(rem) = remaining {
+                    let on_cursor = acked_bits(&Some(rem.to_vec()), n);
+                    if overlap(&mine, &on_cursor) {
+                        return Err(format!("batch message of {e} already acked before"));
+                    }
+                }
+                if held && overlap(&mine, &self.pending_bits(e, n)) {
+                    return Err(format!("batch message of {e} is in pending ack status"));
+                }
+            }
+        }
+        let holders = self.individual.entry(e).or_default();
+        match holders.iter_mut().find(|(t, _)| *t == txn) {
+            Some((_, mine)) => {
+                *mine = match (mine.take(), part) {
+                    (Some(a), Some(b)) => Some(a.iter().zip(&b).map(|(x, y)| x & y).collect()),
+                    _ => None,
+                }
+            }
+            None => holders.push((txn, part)),
+        }
+        Ok(())
+    }
+
+    /// Whether every message of entry `e` (of `n`; `remaining` as for [`add`](Self::add)) is
+    /// acknowledged on the cursor or pending in a transaction: the consumer then no longer
+    /// holds it (upstream `Consumer.checkCanRemovePendingAcksAndHandle` with
+    /// `PendingAckHandleImpl.checkIsCanDeleteConsumerPendingAck`).
+    pub(crate) fn covers(&self, e: u64, n: u32, remaining: Option<&[i64]>) -> bool {
+        let pending = self.pending_bits(e, n);
+        let on_cursor = remaining.map_or_else(
+            || vec![0; pending.len()],
+            |r| acked_bits(&Some(r.to_vec()), n),
+        );
+        let full = full_bitset(n);
+        full.iter()
+            .zip(pending.iter().zip(&on_cursor))
+            .all(|(f, (p, c))| f & !(p | c) == 0)
+    }
+
+    /// Takes what transaction `txn` acknowledged: (individual entries with their parts, the
+    /// cumulative position with its `ack_set`).
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn take(&mut self, txn: TxnKey) -> (Vec<(u64, AckedPart)>, Option<(u64, Vec<i64>)>) {
+        let mut mine = Vec::new();
+        self.individual.retain(|e, holders| {
+            if let Some(at) = holders.iter().position(|(t, _)| *t == txn) {
+                mine.push((*e, holders.swap_remove(at).1));
+            }
+            !holders.is_empty()
+        });
+        mine.sort_unstable_by_key(|(e, _)| *e);
+        let cumulative = match self.cumulative.take() {
+            Some((t, e, set)) if t == txn => Some((e, set)),
+            other => {
+                self.cumulative = other;
+                None
+            }
         };
         (mine, cumulative)
     }
@@ -218,5 +315,33 @@ mod tests {
         b.end((0, 2), true);
         assert_eq!(b.max_read(7), 7);
         assert!(!b.is_aborted(5));
+    }
+
+    #[test]
+    fn batch_messages_pending_in_transactions_conflict_only_on_the_same_message() {
+        let mut p = PendingAcks::default();
+        let (t1, t2) = ((0, 1), (0, 2));
+        // Entry 4 is a batch of 3: t1 acks message 0, t2 message 1.
+        assert!(p.add(t1, 4, Some(vec![0b110]), 3, None).is_ok());
+        assert!(p.add(t2, 4, Some(vec![0b101]), 3, None).is_ok());
+        assert!(
+            p.add(t2, 4, Some(vec![0b110]), 3, None).is_err(),
+            "0 is t1's"
+        );
+        assert!(
+            p.add(t2, 4, None, 3, None).is_err(),
+            "the whole entry overlaps"
+        );
+        // Message 2 acknowledged on the cursor already.
+        assert!(p.add(t2, 4, Some(vec![0b011]), 3, Some(&[0b011])).is_err());
+        assert!(!p.covers(4, 3, None));
+        assert!(p.covers(4, 3, Some(&[0b011])));
+        assert_eq!(p.take(t1), (vec![(4, Some(vec![0b110]))], None));
+        assert!(
+            p.add(t2, 4, Some(vec![0b110]), 3, None).is_ok(),
+            "free again"
+        );
+        assert_eq!(p.take(t2), (vec![(4, Some(vec![0b100]))], None));
+        assert!(p.individual.is_empty());
     }
 }

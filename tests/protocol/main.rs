@@ -94,6 +94,7 @@ mod observability {
 /// mock's transaction buffer and pending acks.
 mod transactions {
     mod acks;
+    mod batched;
     mod coordinator;
     mod exactly_once;
     mod failover;

@@ -5,6 +5,11 @@
 //! (`cnx.newAckForReceipt`). Upstream forgets the message (unacked tracker) when it sends the
 //! ack; here it is forgotten once the broker accepted it, so a refused ack leaves it to the
 //! ack timeout or a redelivery like any unacked message.
+//!
+//! A message of a batch goes as its entry with an `ack_set` clearing only its own bit (for a
+//! cumulative ack, the bits through its index) and the batch size, as upstream's
+//! `doTransactionAcknowledgeForResponse` for a batch message id; each message of a batch is
+//! acknowledged on its own.
 
 use tokio::sync::oneshot;
 
@@ -62,6 +67,12 @@ pub(crate) fn answered(task: &mut ConsumerTask, ack: TxnAck, r: Result<BaseComma
             task.acks.unacked.remove_through(ack.id);
         } else {
             task.forget(&ack.id);
+        }
+        // A message of a batch: its batch's plain ack must leave it out (see
+        // `AckTracker::txn_acked`); that may complete a batch whose other messages were acked.
+        let full = task.acks.tracker.txn_acked(ack.id, ack.cumulative);
+        if task.acks.after_ack(full) {
+            task.flush_acks();
         }
     }
     let _ = ack.done.send(r);

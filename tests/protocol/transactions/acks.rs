@@ -168,22 +168,6 @@ async fn consume_transform_produce_leaves_one_output_per_input() {
     super::support::nothing_for_now(&mut sink).await;
 }
 
-/// Messages of a batch cannot be acknowledged in a transaction yet: refused before anything
-/// is sent, and the transaction stays usable.
-#[tokio::test]
-async fn a_batched_message_is_refused() {
-    let (broker, client) = setup().await;
-    let topic = "txn-ack-batch";
-    support::publish_batch(&client, topic, 2).await;
-    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
-    let m = support::recv(&mut c).await;
-    let txn = client.transaction().begin().await.unwrap();
-    let e = c.ack_with_transaction(&m, &txn).await.unwrap_err();
-    assert!(matches!(e, Error::InvalidOperation(_)), "{e:?}");
-    assert!(broker.received_of(Type::AddSubscriptionToTxn).is_empty());
-    txn.commit().await.unwrap();
-}
-
 /// The acker acknowledges in a transaction from any task, as the consumer does
 /// (`Acker::ack_with_transaction`); once the consumer is closed it refuses before anything
 /// is sent, and the transaction stays usable.

@@ -45,6 +45,29 @@ async fn feed_to(client: &Client, topic: &str, range: std::ops::Range<usize>) {
     }
 }
 
+/// Publishes `order-0 .. order-{n-1}` to the input topic in batches (the producer's
+/// default), a few entries holding them all.
+async fn feed_batched(client: &Client, n: usize) {
+    let feeder = client
+        .producer(INPUT)
+        .batching_options(pulsar_sdk::producer::BatchingOptions {
+            max_messages: 5,
+            max_publish_delay: Duration::from_secs(30),
+            ..Default::default()
+        })
+        .create()
+        .await
+        .unwrap();
+    let mut receipts = Vec::new();
+    for i in 0..n {
+        receipts.push(feeder.send(format!("order-{i}:1:100")).await.unwrap());
+    }
+    feeder.flush().await.unwrap();
+    for r in receipts {
+        r.await.unwrap();
+    }
+}
+
 fn transactional_client(broker: &MockBroker) -> Client {
     support::test_client(&broker.service_url())
         .enable_transaction(true)
@@ -199,6 +222,28 @@ async fn a_process_killed_before_its_commit_leaves_no_output_and_its_input_comes
         0
     );
     restarted.close().await.unwrap();
+}
+
+/// The loop over batched input (what producers send by default): each message of a batch
+/// is acknowledged in its own transaction (an ack set naming it), and every input ends with
+/// one delivered output and is acknowledged for good, the batch entries included.
+#[tokio::test]
+async fn the_loop_over_batched_input_leaves_one_output_per_input() {
+    let (broker, client) = setup().await;
+    feed_batched(&client, ORDERS).await;
+    let input = support::full(INPUT);
+    assert!(
+        broker.topic_messages(&input) < ORDERS,
+        "the input is batched: {} entries",
+        broker.topic_messages(&input)
+    );
+    let mut checker = output_checker(&client).await;
+    let (per_input, stats) = restart_and_finish(&client, &mut checker).await;
+    assert_eq!(per_input.len(), ORDERS, "{per_input:?}");
+    assert!(per_input.values().all(|n| *n == 1), "{per_input:?}");
+    assert_eq!(stats.committed, ORDERS as u64, "{stats:?}");
+    assert_eq!(broker.subscription_backlog(&input, SUBSCRIPTION), 0);
+    client.close().await.unwrap();
 }
 
 /// Killed right after its commit: its output is delivered once and its input is not

@@ -18,9 +18,13 @@ fn entry_of(id: &MessageId) -> EntryKey {
 /// Which messages of a batch entry are still unacked.
 #[derive(Debug, Clone)]
 struct BatchState {
-    /// Bit i set = message i not yet acked.
+    /// Bit i set = message i not yet acked (by a plain ack).
     unacked: Vec<u64>,
     remaining: usize,
+    /// Bit i set = message i acked in a transaction (the broker accepted it; the
+    /// transaction's commit acks it there). Such a message is never acked again by a plain
+    /// ack: the batch's plain ack carries an `ack_set` that leaves it out.
+    in_txn: Vec<u64>,
 }
 
 impl BatchState {
@@ -32,8 +36,35 @@ impl BatchState {
             }
         }
         BatchState {
+            in_txn: vec![0; unacked.len()],
             unacked,
             remaining: size,
+        }
+    }
+
+    /// Whether every message is acked, by a plain ack or in a transaction.
+    fn complete(&self) -> bool {
+        self.unacked
+            .iter()
+            .zip(&self.in_txn)
+            .all(|(u, t)| u & !t == 0)
+    }
+
+    /// Whether some message is acked only in a transaction (the plain ack of the batch must
+    /// then carry an `ack_set`).
+    fn has_txn_only(&self) -> bool {
+        self.unacked
+            .iter()
+            .zip(&self.in_txn)
+            .any(|(u, t)| u & t != 0)
+    }
+
+    /// Marks messages `from..=to` acked in a transaction.
+    fn txn_ack(&mut self, from: usize, to: usize) {
+        for i in from..=to {
+            if let Some(w) = self.in_txn.get_mut(i / 64) {
+                *w |= 1 << (i % 64);
+            }
         }
     }
 
@@ -57,7 +88,7 @@ impl BatchState {
             self.unacked[i / 64] &= !(1 << (i % 64));
             self.remaining -= 1;
         }
-        self.remaining == 0
+        self.complete()
     }
 }
 
@@ -151,13 +182,21 @@ impl AckTracker {
     /// (upstream builds the batch's ack state from the same set).
     pub(crate) fn delivered(&mut self, id: &MessageId, ack_set: &[i64]) {
         if id.is_batch() && id.batch_size > 1 {
-            self.batches.entry(entry_of(id)).or_insert_with(|| {
-                let mut b = BatchState::new(id.batch_size as usize);
-                if !ack_set.is_empty() {
-                    b.keep_only(ack_set);
+            match self.batches.entry(entry_of(id)) {
+                // Delivered again (an aborted transaction's messages, a redelivery): what
+                // the application acked in transactions reaches it again and is to be acked
+                // again, so it no longer counts as acked here.
+                std::collections::btree_map::Entry::Occupied(mut o) => {
+                    o.get_mut().in_txn.fill(0);
                 }
-                b
-            });
+                std::collections::btree_map::Entry::Vacant(v) => {
+                    let mut b = BatchState::new(id.batch_size as usize);
+                    if !ack_set.is_empty() {
+                        b.keep_only(ack_set);
+                    }
+                    v.insert(b);
+                }
+            }
         }
     }
 
@@ -199,22 +238,14 @@ impl AckTracker {
                     if !self.batch_index_ack {
                         return false; // held until the whole batch is acked
                     }
-                    let set: Vec<i64> = b.unacked.iter().map(|w| *w as i64).collect();
-                    let entry = id.entry();
-                    match self.pending_partial.iter_mut().find(|(e, _)| *e == entry) {
-                        Some(p) => p.1 = set,
-                        None => self.pending_partial.push((
-                            MessageId {
-                                batch_size: id.batch_size,
-                                ..entry
-                            },
-                            set,
-                        )),
-                    }
-                    return self.pending_individual.len() + self.pending_partial.len()
-                        >= self.max_group;
+                    let b = b.clone();
+                    return self.push_partial(id, &b);
                 }
-                self.batches.remove(&entry_of(&id));
+                if let Some(b) = self.batches.remove(&entry_of(&id)) {
+                    if b.has_txn_only() {
+                        return self.push_partial(id, &b);
+                    }
+                }
                 // A complete batch supersedes its partial acks.
                 self.pending_partial
                     .retain(|(e, _)| (e.ledger_id, e.entry_id) != entry_of(&id));
@@ -223,6 +254,69 @@ impl AckTracker {
         self.pending_individual.push(id.entry());
         self.pending_set.insert(entry_of(&id));
         self.pending_individual.len() >= self.max_group
+    }
+
+    /// A partial ack of `id`'s batch entry: the messages acked by plain acks (clear bits of
+    /// the set). True when the group is full.
+    fn push_partial(&mut self, id: MessageId, b: &BatchState) -> bool {
+        let set: Vec<i64> = b.unacked.iter().map(|w| *w as i64).collect();
+        let entry = id.entry();
+        match self.pending_partial.iter_mut().find(|(e, _)| *e == entry) {
+            Some(p) => p.1 = set,
+            None => self.pending_partial.push((
+                MessageId {
+                    batch_size: id.batch_size,
+                    ..entry
+                },
+                set,
+            )),
+        }
+        self.pending_individual.len() + self.pending_partial.len() >= self.max_group
+    }
+
+    /// The broker accepted a transactional ack of `id` (PIP-31). Upstream's
+    /// `doTransactionAcknowledgeForResponse` sends it apart from the grouped acks and leaves
+    /// the batch's acker alone, so a batch acked partly in a transaction and partly by plain
+    /// acks never completes there; here the message counts as acked for its batch, and the
+    /// batch's plain ack, once the rest is acked, carries an `ack_set` leaving out the
+    /// messages acked in the transaction (the broker's `PendingAckHandleImpl` holds those
+    /// until the transaction ends; a plain ack of the whole entry would ack them outside it).
+    /// A batch acked wholly in transactions sends nothing. A cumulative one covers the
+    /// batch's messages through `id` and forgets the batches before it (its commit acks
+    /// them). True when a flush is due (a partial ack completed its group).
+    pub(crate) fn txn_acked(&mut self, id: MessageId, cumulative: bool) -> bool {
+        let key = entry_of(&id);
+        if cumulative {
+            self.batches.retain(|&(l, e), _| {
+                (l as i64, e as i64) >= (id.ledger_id as i64, id.entry_id as i64)
+            });
+        }
+        if !id.is_batch() {
+            self.batches.remove(&key);
+            return false;
+        }
+        let Some(b) = self.batches.get_mut(&key) else {
+            return false;
+        };
+        let index = id.batch_index.max(0) as usize;
+        b.txn_ack(if cumulative { 0 } else { index }, index);
+        if !b.complete() {
+            return false;
+        }
+        let Some(b) = self.batches.remove(&key) else {
+            return false;
+        };
+        if b.remaining == id.batch_size.max(0) as usize {
+            // Nothing acked by a plain ack: nothing to send.
+            return false;
+        }
+        if b.has_txn_only() {
+            self.push_partial(id, &b)
+        } else {
+            self.pending_individual.push(id.entry());
+            self.pending_set.insert(key);
+            self.pending_individual.len() >= self.max_group
+        }
     }
 
     /// A cumulative ack of everything up to and including `id`. Inside an unfinished batch the
@@ -324,6 +418,46 @@ mod tests {
         t.ack(batch_id(5, 1, 3));
         let f = t.take_flush();
         assert_eq!(f.individual, vec![MessageId::new(1, 5, -1)]);
+    }
+
+    #[test]
+    fn messages_acked_in_a_transaction_are_left_out_of_the_batchs_plain_ack() {
+        let mut t = AckTracker::new(1000);
+        t.delivered(&batch_id(5, 0, 3), &[]);
+        assert!(!t.ack(batch_id(5, 0, 3)));
+        assert!(!t.txn_acked(batch_id(5, 1, 3), false));
+        assert!(t.take_flush().is_empty(), "message 2 is not acked yet");
+        t.ack(batch_id(5, 2, 3));
+        let f = t.take_flush();
+        assert!(f.individual.is_empty(), "not the whole entry: {f:?}");
+        assert_eq!(f.partial, vec![(batch_id(5, -1, 3), vec![0b010])]);
+        // Wholly in transactions: nothing to send.
+        t.delivered(&batch_id(6, 0, 2), &[]);
+        t.txn_acked(batch_id(6, 0, 2), false);
+        t.txn_acked(batch_id(6, 1, 2), false);
+        assert!(t.take_flush().is_empty());
+        // Completed by the transactional ack: the plain acks held go now.
+        t.delivered(&batch_id(7, 0, 2), &[]);
+        t.ack(batch_id(7, 0, 2));
+        t.txn_acked(batch_id(7, 1, 2), false);
+        assert_eq!(
+            t.take_flush().partial,
+            vec![(batch_id(7, -1, 2), vec![0b10])]
+        );
+        // Delivered again (an abort): the transactional acks no longer count.
+        t.delivered(&batch_id(8, 0, 2), &[]);
+        t.txn_acked(batch_id(8, 0, 2), false);
+        t.delivered(&batch_id(8, 0, 2), &[]);
+        t.ack(batch_id(8, 1, 2));
+        assert!(t.take_flush().is_empty(), "message 0 is to be acked again");
+        // A cumulative one covers the batch through its message.
+        t.delivered(&batch_id(9, 0, 3), &[]);
+        t.txn_acked(batch_id(9, 1, 3), true);
+        t.ack(batch_id(9, 2, 3));
+        assert_eq!(
+            t.take_flush().partial,
+            vec![(batch_id(9, -1, 3), vec![0b011])]
+        );
     }
 
     #[test]
