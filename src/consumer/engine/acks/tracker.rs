@@ -60,6 +60,7 @@ impl BatchState {
     }
 
     /// Marks messages `from..=to` acked in a transaction.
+    #[cfg(feature = "transactions")]
     fn txn_ack(&mut self, from: usize, to: usize) {
         for i in from..=to {
             if let Some(w) = self.in_txn.get_mut(i / 64) {
@@ -284,6 +285,7 @@ impl AckTracker {
     /// A batch acked wholly in transactions sends nothing. A cumulative one covers the
     /// batch's messages through `id` and forgets the batches before it (its commit acks
     /// them). True when a flush is due (a partial ack completed its group).
+    #[cfg(feature = "transactions")]
     pub(crate) fn txn_acked(&mut self, id: MessageId, cumulative: bool) -> bool {
         let key = entry_of(&id);
         if cumulative {
@@ -421,6 +423,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "transactions")]
     fn messages_acked_in_a_transaction_are_left_out_of_the_batchs_plain_ack() {
         let mut t = AckTracker::new(1000);
         t.delivered(&batch_id(5, 0, 3), &[]);
