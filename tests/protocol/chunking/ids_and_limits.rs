@@ -538,10 +538,6 @@ async fn a_compressed_message_that_fits_but_is_large_uncompressed_arrives() {
     assert!(m.payload == body);
 }
 
-/// An orphan chunk (its first chunk is before the subscription's position, e.g. after a
-/// seek by time) on an Exclusive subscription must not make the consumer rewind the whole
-/// Exclusive: a cumulative ack of a chunked message whose chunks interleave with an
-/// incomplete one (two producers) must not lose the incomplete one when the consumer
 /// `reconsume_later` of a chunked message: the retry producer chunks it (over the broker's
 /// limit), it comes back whole from the retry topic, and the original's chunks are all acked.
 #[tokio::test]
