@@ -31,8 +31,12 @@ pub(crate) enum Item {
     /// An entry discarded as undecodable: it holds a place in the queue (and one flow permit)
     /// like a message until the application takes it, so a broker sending only corrupt
     /// entries cannot grow the queue either.
-    Discarded(Error),
-    Error(Error),
+    ///
+    /// The errors are boxed like the entry: an `Error` inline made every slot of the queue
+    /// (allocated a block at a time) ~96 bytes instead of ~40 (issue #39).
+    Discarded(Box<Error>),
+    /// An error for the application (a failed decryption, a violation, the consumer's end).
+    Error(Box<Error>),
     /// The broker said the subscription reached the end of its terminated topic (sent once
     /// per partition): the handle reports it once every partition of every topic got there.
     EndOfTopic,

@@ -48,10 +48,10 @@ impl Consumer {
                 if let Some(n) = p.taken(epoch, p.refill_at, false) {
                     let _ = p.send_op(ConsumerOp::Flow(n));
                 }
-                Some(Err(e))
+                Some(Err(*e))
             }
             // Errors are never sent again: they reach the application whatever the epoch.
-            Item::Error(e) => Some(Err(e)),
+            Item::Error(e) => Some(Err(*e)),
             // One partition (or topic) at its end is no error (Java MultiTopicsConsumerImpl);
             // the end is reported once, when every one of them got there.
             // Counted once the handle took the notice, so every message the partitions queued

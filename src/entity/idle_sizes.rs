@@ -7,6 +7,7 @@
 use std::mem::size_of;
 
 use crate::consumer::engine::ConsumerTask;
+use crate::consumer::queue::Queued;
 use crate::producer::task::ProducerTask;
 
 /// The size of the field `f` picks out of a `T`.
@@ -40,6 +41,8 @@ fn an_idle_entitys_task_state_stays_small() {
     report(o, "  .intake", field(|t: &ConsumerTask| &t.intake), 800);
     report(o, "  .seeks", field(|t: &ConsumerTask| &t.seeks), 300);
     report(o, "  .ops", field(|t: &ConsumerTask| &t.ops), 100);
+    // One slot of the consumer's queue (allocated 32 at a time with the consumer).
+    report(o, "consumer queue item", size_of::<Queued>(), 64);
     report(o, "tokio Sleep", size_of::<tokio::time::Sleep>(), 200);
     report(o, "tokio Interval", size_of::<tokio::time::Interval>(), 200);
     assert!(over.is_empty(), "{over:#?}");

@@ -68,7 +68,7 @@ impl Intake {
                     tracing::warn!(topic = %io.entity.topic, id = %whole, error = %bad.error,
                     "undecodable chunked message discarded");
                     self.ack_chunks(io, acks, ids);
-                    io.emit(Item::Discarded(bad.error));
+                    io.emit(Item::Discarded(Box::new(bad.error)));
                     return;
                 }
             };
@@ -122,7 +122,7 @@ impl Intake {
             io.shared
                 .discarded
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            io.emit(Item::Discarded(e));
+            io.emit(Item::Discarded(Box::new(e)));
         }
     }
 

@@ -206,10 +206,12 @@ mod enabled {
                         acks.unacked.undelivered(entry, tokio::time::Instant::now());
                     }
                     flow.release(io, spent);
-                    io.emit(Item::Error(Error::Crypto(CryptoError::Undelivered {
-                        id: entry,
-                        cause: Box::new(error),
-                    })));
+                    io.emit(Item::Error(Box::new(Error::Crypto(
+                        CryptoError::Undelivered {
+                            id: entry,
+                            cause: Box::new(error),
+                        },
+                    ))));
                 }
             }
         }

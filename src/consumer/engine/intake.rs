@@ -226,7 +226,7 @@ impl Intake {
                     }
                     // One permit comes back when the application takes the error item.
                     flow.release(io, spent - 1);
-                    io.emit(Item::Discarded(bad.error));
+                    io.emit(Item::Discarded(Box::new(bad.error)));
                     return None;
                 }
             };

@@ -133,7 +133,7 @@ impl ConsumerTask {
         self.io.entity.drop_connection(&error.to_string());
         self.detached();
         // Emitted after the epoch changed, so the handle does not discard it as stale.
-        self.io.emit(Item::Error(error));
+        self.io.emit(Item::Error(Box::new(error)));
     }
 
     /// Acks chunk entries individually, and sends them if that is due.
@@ -211,7 +211,7 @@ impl ConsumerTask {
                         // the application hears of it the same way, after the epoch changed.
                         if let Some(e) = self.io.entity.take_violation() {
                             self.over_delivered += 1;
-                            self.io.emit(Item::Error(e));
+                            self.io.emit(Item::Error(Box::new(e)));
                         }
                         Ok(())
                     }
@@ -361,7 +361,7 @@ impl ConsumerTask {
         }
         if !matches!(final_error, Error::Closed) && !silent {
             tracing::warn!(topic = %self.io.entity.topic, error = %final_error, %state, "consumer closed");
-            self.io.emit(Item::Error(final_error));
+            self.io.emit(Item::Error(Box::new(final_error)));
         }
     }
 
