@@ -255,6 +255,10 @@ impl Consumer {
             n => n,
         };
         let mut batch = Batch::default();
+        // Sized once for what is queued (a `Message` is ~270 bytes: growing by doubling would
+        // move each one again).
+        let queued = self.ready(p).messages;
+        batch.messages.reserve(queued.min(max_messages));
         if let Some(m) = self.peeked.take() {
             batch.push(self, m);
         }

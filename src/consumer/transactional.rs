@@ -97,7 +97,7 @@ impl Acker {
         let r = async {
             txn.register_subscription(p.topic.as_str(), &subscription)
                 .await?;
-            let id = txn.wire_id();
+            let id = txn.raw_id();
             Consumer::ask(&p, |done| {
                 ConsumerOp::TxnAck(TxnAck {
                     id: msg.id,

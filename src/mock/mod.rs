@@ -266,8 +266,8 @@ pub enum MockTransactions {
     /// aborted. Ending one goes through the COMMITTING / ABORTING status as the broker's
     /// (a resend of the same END_TXN finishes it; see
     /// [`MockBroker::crash_coordinator_on_next_end`]). Simplified: the topics and
-    /// subscriptions are told at once, topics get no commit/abort marker entries, and
-    /// acknowledging part of a batch in a transaction is not modelled.
+    /// subscriptions are told at once, and topics get no commit/abort marker entries
+    /// (acknowledging part of a batch in a transaction is modelled with ack sets).
     Enabled,
     /// No answer at all to the coordinator commands, as a broker that does not know them
     /// (pulsar-lite ignores TC_CLIENT_CONNECT).

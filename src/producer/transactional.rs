@@ -26,7 +26,7 @@ impl Producer {
         }
         let sent = chain.as_ref().map(|_| msg.clone());
         let mut out = Outgoing::from(msg);
-        out.set_txn(txn.wire_id());
+        out.set_txn(txn.raw_id());
         let (p, partition) = match &self.inner.single {
             Some(p) => (p.clone(), self.inner.topic.clone()),
             None => {

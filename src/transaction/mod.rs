@@ -201,7 +201,8 @@ impl Transaction {
         })
     }
 
-    fn raw_id(&self) -> (u64, u64) {
+    /// The wire form of the id (most, least), for SEND and ACK.
+    pub(crate) fn raw_id(&self) -> (u64, u64) {
         (self.inner.id.most_bits(), self.inner.id.least_bits())
     }
 
@@ -226,25 +227,30 @@ impl Transaction {
             if t.state != TransactionState::Open {
                 return Err(self.invalid(t.state));
             }
-            t.partitions
-                .entry(partition.to_owned())
-                .or_insert_with(|| {
-                    // The coordinators and the id, not the transaction: the map holds this.
-                    let (tcs, id) = (self.inner.coordinators.clone(), self.raw_id());
-                    let partition = partition.to_owned();
-                    async move {
-                        tcs.request(
-                            id.0,
-                            |rid| crate::commands::add_partition_to_txn(id, &partition, rid),
-                            "add partition to transaction",
-                        )
-                        .await
-                        .map(|_| ())
-                    }
-                    .boxed()
-                    .shared()
-                })
-                .clone()
+            // Looked up first: a send to a registered partition allocates nothing.
+            if let Some(r) = t.partitions.get(partition) {
+                r.clone()
+            } else {
+                t.partitions
+                    .entry(partition.to_owned())
+                    .or_insert_with(|| {
+                        // The coordinators and the id, not the transaction: the map holds this.
+                        let (tcs, id) = (self.inner.coordinators.clone(), self.raw_id());
+                        let partition = partition.to_owned();
+                        async move {
+                            tcs.request(
+                                id.0,
+                                |rid| crate::commands::add_partition_to_txn(id, &partition, rid),
+                                "add partition to transaction",
+                            )
+                            .await
+                            .map(|_| ())
+                        }
+                        .boxed()
+                        .shared()
+                    })
+                    .clone()
+            }
         };
         registration.await
     }
@@ -288,11 +294,6 @@ impl Transaction {
                 .clone()
         };
         registration.await
-    }
-
-    /// The wire form of the id (most, least), for SEND and ACK.
-    pub(crate) fn wire_id(&self) -> (u64, u64) {
-        self.raw_id()
     }
 
     /// Commits: waits for the sends and acknowledgements made in the transaction, then asks

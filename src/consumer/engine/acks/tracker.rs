@@ -23,7 +23,8 @@ struct BatchState {
     remaining: usize,
     /// Bit i set = message i acked in a transaction (the broker accepted it; the
     /// transaction's commit acks it there). Such a message is never acked again by a plain
-    /// ack: the batch's plain ack carries an `ack_set` that leaves it out.
+    /// ack: the batch's plain ack carries an `ack_set` that leaves it out. Empty (nothing
+    /// allocated) until the batch's first transactional ack.
     in_txn: Vec<u64>,
 }
 
@@ -36,7 +37,7 @@ impl BatchState {
             }
         }
         BatchState {
-            in_txn: vec![0; unacked.len()],
+            in_txn: Vec::new(),
             unacked,
             remaining: size,
         }
@@ -44,6 +45,9 @@ impl BatchState {
 
     /// Whether every message is acked, by a plain ack or in a transaction.
     fn complete(&self) -> bool {
+        if self.in_txn.is_empty() {
+            return self.remaining == 0;
+        }
         self.unacked
             .iter()
             .zip(&self.in_txn)
@@ -62,11 +66,19 @@ impl BatchState {
     /// Marks messages `from..=to` acked in a transaction.
     #[cfg(feature = "transactions")]
     fn txn_ack(&mut self, from: usize, to: usize) {
+        if self.in_txn.is_empty() {
+            self.in_txn = vec![0; self.unacked.len()];
+        }
         for i in from..=to {
             if let Some(w) = self.in_txn.get_mut(i / 64) {
                 *w |= 1 << (i % 64);
             }
         }
+    }
+
+    /// The batch's plain `ack_set` (set bit = not acked by a plain ack).
+    fn ack_set(&self) -> Vec<i64> {
+        self.unacked.iter().map(|w| *w as i64).collect()
     }
 
     fn is_unacked(&self, i: usize) -> bool {
@@ -188,7 +200,7 @@ impl AckTracker {
                 // the application acked in transactions reaches it again and is to be acked
                 // again, so it no longer counts as acked here.
                 std::collections::btree_map::Entry::Occupied(mut o) => {
-                    o.get_mut().in_txn.fill(0);
+                    o.get_mut().in_txn = Vec::new();
                 }
                 std::collections::btree_map::Entry::Vacant(v) => {
                     let mut b = BatchState::new(id.batch_size as usize);
@@ -239,12 +251,12 @@ impl AckTracker {
                     if !self.batch_index_ack {
                         return false; // held until the whole batch is acked
                     }
-                    let b = b.clone();
-                    return self.push_partial(id, &b);
+                    let set = b.ack_set();
+                    return self.push_partial(id, set);
                 }
                 if let Some(b) = self.batches.remove(&entry_of(&id)) {
                     if b.has_txn_only() {
-                        return self.push_partial(id, &b);
+                        return self.push_partial(id, b.ack_set());
                     }
                 }
                 // A complete batch supersedes its partial acks.
@@ -259,8 +271,7 @@ impl AckTracker {
 
     /// A partial ack of `id`'s batch entry: the messages acked by plain acks (clear bits of
     /// the set). True when the group is full.
-    fn push_partial(&mut self, id: MessageId, b: &BatchState) -> bool {
-        let set: Vec<i64> = b.unacked.iter().map(|w| *w as i64).collect();
+    fn push_partial(&mut self, id: MessageId, set: Vec<i64>) -> bool {
         let entry = id.entry();
         match self.pending_partial.iter_mut().find(|(e, _)| *e == entry) {
             Some(p) => p.1 = set,
@@ -313,7 +324,7 @@ impl AckTracker {
             return false;
         }
         if b.has_txn_only() {
-            self.push_partial(id, &b)
+            self.push_partial(id, b.ack_set())
         } else {
             self.pending_individual.push(id.entry());
             self.pending_set.insert(key);
