@@ -171,7 +171,7 @@ impl Acker {
     /// it there would ack that one. Such an op is dropped: the message stays unacked on its
     /// own cluster. (Java's consumer sends it on the new connection as it is.)
     #[inline(always)]
-    fn from_cluster_left(p: &PartitionShared, msg: &Message) -> bool {
+    pub(super) fn from_cluster_left(p: &PartitionShared, msg: &Message) -> bool {
         let left = msg.cluster != p.client_cluster.load(std::sync::atomic::Ordering::Acquire);
         if left {
             tracing::debug!(topic = %msg.topic, id = %msg.id,
