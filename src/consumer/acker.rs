@@ -288,14 +288,14 @@ impl Acker {
         &self,
         msg: &Message,
         cumulative: bool,
-    ) -> Result<(Arc<PartitionShared>, String)> {
+    ) -> Result<(Arc<PartitionShared>, &str)> {
         if cumulative {
             self.check_cumulative()?;
         }
         let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         let p = self.source_of(&tasks, msg)?;
         Self::check_open(p)?;
-        Ok((p.clone(), self.inner.subscription.clone()))
+        Ok((p.clone(), &self.inner.subscription))
     }
 
     /// Routes an op about a received message to the partition task it came from.

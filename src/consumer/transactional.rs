@@ -114,7 +114,7 @@ impl Acker {
                     msg.id, msg.topic
                 )));
             }
-            txn.register_subscription(p.topic.as_str(), &subscription)
+            txn.register_subscription(p.topic.as_str(), subscription)
                 .await?;
             let id = txn.raw_id();
             Consumer::ask(&p, |done| {
