@@ -278,6 +278,15 @@ impl MockBroker {
     pub fn crash_coordinator_on_next_end(&self, at: MockCoordinatorCrash) {
         lock(&self.shared().state).coordinator.crash_on_end = Some(at);
     }
+
+    /// Answers GET_LAST_MESSAGE_ID with the last entry stored even when it belongs to an
+    /// aborted transaction (`true`), as brokers before apache/pulsar#22610 did: an id no
+    /// consumer or reader is ever given. `false` (the default) skips them, as brokers with
+    /// the fix (`getLastDispatchablePosition`). For testing what waits for a last id (a
+    /// reader's `has_message_available`, a table view's `create` and `refresh`).
+    pub fn set_last_message_id_names_aborted(&self, on: bool) {
+        lock(&self.shared().state).coordinator.last_id_names_aborted = on;
+    }
 }
 
 /// Ends transaction `id` everywhere it went, and forgets it.

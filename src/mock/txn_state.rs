@@ -78,6 +78,9 @@ pub(crate) struct Coordinator {
     pub(crate) ended: HashMap<TxnKey, bool>,
     /// Where the next END_TXN crashes the coordinator, if a test asked.
     pub(crate) crash_on_end: Option<MockCoordinatorCrash>,
+    /// GET_LAST_MESSAGE_ID names the last entry stored even if an aborted transaction's, as
+    /// brokers before apache/pulsar#22610 (see `MockBroker::set_last_message_id_names_aborted`).
+    pub(crate) last_id_names_aborted: bool,
 }
 
 impl Coordinator {
