@@ -120,7 +120,14 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
     /// Calls `f` with each key and its value (upstream `forEach`), while the map is locked
     /// for reading: the view applies no message meanwhile, so keep `f` short, and do not call
     /// this view's methods from it (taking the map's lock again on one thread can deadlock).
+    /// Code that must call the view per entry can iterate [`keys`](Self::keys) and
+    /// [`get`](Self::get) each instead.
     pub fn for_each(&self, mut f: impl FnMut(&str, &V)) {
+        // Under the lock, not over a snapshot: a snapshot copies every key (a `String` each)
+        // and value per call, and keeping the entries `Arc`'d so that a snapshot only counts
+        // references would cost every applied message two more allocations (the key and the
+        // value), on the view's hot path, for a call Java's `ConcurrentHashMap` makes
+        // lock-free. The re-entrant deadlock is documented above instead.
         for (k, v) in self.shared.read().map.iter() {
             f(k, v);
         }
