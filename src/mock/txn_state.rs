@@ -299,18 +299,16 @@ impl PendingAcks {
     }
 
     /// Transactions of coordinator `tc_id` at or below its low water mark `lwm` holding
-    /// acknowledgements here (as [`TopicTxns::below`]).
+    /// individual acknowledgements here (as [`TopicTxns::below`]; upstream
+    /// `PendingAckHandleImpl.handleLowWaterMark` looks at `individualAckOfTransaction` only,
+    /// not at a pending cumulative acknowledgement).
     pub(crate) fn below(&self, tc_id: u64, lwm: u64) -> BTreeSet<TxnKey> {
-        let held = |t: &TxnKey| t.0 == tc_id && t.1 <= lwm;
-        let mut txns: BTreeSet<TxnKey> = self
-            .individual
+        self.individual
             .values()
             .flatten()
             .map(|(t, _)| *t)
-            .filter(held)
-            .collect();
-        txns.extend(self.cumulative.iter().map(|(t, _, _)| *t).filter(held));
-        txns
+            .filter(|t| t.0 == tc_id && t.1 <= lwm)
+            .collect()
     }
 
     /// Takes what transaction `txn` acknowledged: (individual entries with their parts, the
