@@ -297,6 +297,7 @@ impl Consumer {
 
     /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
     /// `expectMoreIncomingMessages`, see `flow::auto_scale`).
+    ///
     /// Sent under the registry's lock (sending never blocks): nothing is allocated.
     #[cold]
     pub(super) fn expect_more(&self) {
