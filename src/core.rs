@@ -61,7 +61,7 @@ pub(crate) struct ClientCore {
     pub(crate) transactions: bool,
     /// OpenTelemetry tracing, when the application turned it on.
     #[cfg(feature = "opentelemetry")]
-    pub(crate) tracing: Option<crate::otel::Tracing>,
+    pub(crate) tracing: Option<crate::otel::source::Tracing>,
 }
 
 /// The part of the client memory limit consumers may hold, all together: half of it

@@ -154,7 +154,20 @@ pub(crate) enum ConsumerOp {
     Close(oneshot::Sender<Result<()>>),
     /// An acknowledgement in a transaction, answered by the broker (PIP-31).
     #[cfg(feature = "transactions")]
-    TxnAck(crate::consumer::engine::txn_ack::TxnAck),
+    TxnAck(TxnAck),
+}
+
+/// One transactional acknowledgement of the application (the task's side:
+/// `engine::txn_ack`).
+#[cfg(feature = "transactions")]
+#[derive(Debug)]
+pub(crate) struct TxnAck {
+    /// The message (for a cumulative ack: the last one covered).
+    pub(crate) id: MessageId,
+    pub(crate) cumulative: bool,
+    /// The transaction's id (most, least bits).
+    pub(crate) txn: (u64, u64),
+    pub(crate) done: oneshot::Sender<Result<()>>,
 }
 
 /// A partition's answer to get-last-message-id.

@@ -4,8 +4,7 @@
 //! acknowledgement counts as an operation of the transaction (`registerAckOp`: the commit
 //! waits for it and fails if it failed), and it completes with the broker's answer.
 
-use crate::consumer::engine::txn_ack::TxnAck;
-use crate::consumer::op::ConsumerOp;
+use crate::consumer::op::{ConsumerOp, TxnAck};
 use crate::consumer::{Acker, Consumer};
 use crate::error::{Error, Result};
 use crate::message::Message;

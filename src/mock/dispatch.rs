@@ -14,8 +14,9 @@
 //! - Key_Shared: each entry to the owner of its key ([`Subscription::key_owner`]); an entry
 //!   whose owner has no permits waits in the replay set while other keys proceed (as upstream).
 
+use super::bitset::count_bits;
 use super::conns::Conns;
-use super::subscription::{count_bits, ConsumerKey, SubType, Subscription};
+use super::subscription::{ConsumerKey, SubType, Subscription};
 use super::topic::{StoredEntry, Topic};
 use super::wire::{self, base_command::Type};
 use crate::codec::Frame;

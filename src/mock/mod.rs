@@ -82,6 +82,7 @@
 
 mod admin;
 mod admin_error;
+mod bitset;
 mod cluster;
 mod conns;
 mod consume;

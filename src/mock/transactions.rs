@@ -462,7 +462,7 @@ pub(crate) fn ack(
         if set.is_empty() {
             n
         } else {
-            n.saturating_sub(super::subscription::count_bits(set))
+            n.saturating_sub(super::bitset::count_bits(set))
         }
     };
     let mut r = Ok(());

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use tokio::time::Instant;
 
-use super::subscription::full_bitset;
+use super::bitset::full_bitset;
 
 /// A transaction id: (most bits = coordinator id, least bits = its sequence).
 pub(crate) type TxnKey = (u64, u64);

@@ -58,10 +58,6 @@ impl Io {
         )
     }
 
-    pub(crate) fn refill_at(&self) -> u32 {
-        crate::consumer::engine::flow::refill_at(self.opts.receiver_queue_size)
-    }
-
     /// The broker's maximum message size (the client's default before it said).
     pub(crate) fn max_message_size(&self) -> usize {
         self.entity

@@ -48,7 +48,7 @@ pub(crate) enum Pending {
     Close,
     /// A transactional ack: the broker's answer completes it.
     #[cfg(feature = "transactions")]
-    TxnAck(txn_ack::TxnAck),
+    TxnAck(crate::consumer::op::TxnAck),
 }
 
 pub(crate) struct ConsumerTask {

@@ -11,25 +11,12 @@
 //! `doTransactionAcknowledgeForResponse` for a batch message id; each message of a batch is
 //! acknowledged on its own.
 
-use tokio::sync::oneshot;
-
 use super::{ConsumerTask, Pending};
 use crate::commands;
+use crate::consumer::op::TxnAck;
 use crate::entity::Requests;
 use crate::error::{Error, Result, ServerError};
-use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
-
-/// One transactional acknowledgement of the application.
-#[derive(Debug)]
-pub(crate) struct TxnAck {
-    /// The message (for a cumulative ack: the last one covered).
-    pub(crate) id: MessageId,
-    pub(crate) cumulative: bool,
-    /// The transaction's id (most, least bits).
-    pub(crate) txn: (u64, u64),
-    pub(crate) done: oneshot::Sender<Result<()>>,
-}
 
 /// Sends the ACK (refused at once without a connection: the caller's transaction fails, as
 /// upstream's, whose `cnx()` is gone then).

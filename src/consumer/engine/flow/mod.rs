@@ -181,7 +181,7 @@ impl Flow {
 
     /// Gives back the permits of `n` messages the application will never consume.
     pub(crate) fn release(&mut self, io: &mut Io, n: u32) {
-        if let Some(permits) = io.shared.consume(n, io.refill_at()) {
+        if let Some(permits) = io.shared.consume(n, refill_at(io.opts.receiver_queue_size)) {
             self.grant(io, permits);
         }
     }

@@ -22,7 +22,6 @@
 //! nothing unless one was configured): a trace always crosses the topic.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fmt;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +31,9 @@ use opentelemetry::trace::{
     TraceState, Tracer,
 };
 use opentelemetry::{Context, KeyValue};
+
+pub(crate) mod source;
+pub(crate) use source::Tracing;
 
 use crate::error::Error;
 use crate::interceptor::{ConsumerInterceptor, ProducerInterceptor};
@@ -49,35 +51,7 @@ pub(crate) const TRACESTATE: &str = "tracestate";
 /// application that never acks cannot grow the table without bound.
 const MAX_OPEN_SPANS: usize = 100_000;
 
-/// The instrumentation scope's name.
-const SCOPE: &str = "pulsar-sdk";
-
-/// Where the client's tracer comes from.
-#[derive(Clone)]
-pub(crate) enum Tracing {
-    /// The global tracer provider's, asked for as each producer or consumer is created.
-    Global,
-    /// The tracer given to [`ClientBuilder::tracer`](crate::ClientBuilder::tracer).
-    Given(Arc<BoxedTracer>),
-}
-
-impl fmt::Debug for Tracing {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Tracing::Global => "Tracing(global)",
-            Tracing::Given(_) => "Tracing(given)",
-        })
-    }
-}
-
 impl Tracing {
-    fn tracer(&self) -> Arc<BoxedTracer> {
-        match self {
-            Tracing::Global => Arc::new(opentelemetry::global::tracer(SCOPE)),
-            Tracing::Given(t) => t.clone(),
-        }
-    }
-
     /// The tracing interceptor of a new producer.
     pub(crate) fn producer(&self) -> Arc<dyn ProducerInterceptor> {
         Arc::new(SendSpans {
