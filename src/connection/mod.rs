@@ -45,8 +45,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
+#[cfg(test)]
+pub(crate) use entity_channel::entity_channel;
 pub(crate) use entity_channel::{
-    entity_channel, EntityReceiver, EntitySender, QueueMemory, WatchSlot,
+    consumer_channel, EntityReceiver, EntitySender, QueueMemory, WatchSlot,
 };
 pub(crate) use routing::EntityKind;
 

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::entity_channel::Delivery;
+use super::entity_channel::{Backpressure, Delivery};
 use super::handshake::auth_response;
 use super::routing::{self, EntityKind, Route};
 use super::writer::{write_loop, Outgoing};
@@ -109,6 +109,9 @@ pub(super) struct Router {
     /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
     /// assigned, so a broker cannot make them collide; it only picks which one it looks up.
     entities: HashMap<(EntityKind, u64), EntitySender, BuildHasherDefault<IdHasher>>,
+    /// A consumer's channel past its byte allowance: nothing more is read from the socket
+    /// until its consumer task has taken it back within it (see `consumer_channel`).
+    backpressure: Option<Backpressure>,
 }
 
 impl Router {
@@ -255,6 +258,7 @@ impl Router {
         };
         match sender.deliver(frame) {
             Delivery::Delivered => {}
+            Delivery::Full(pause) => self.backpressure = Some(pause),
             Delivery::Gone => {
                 tracing::debug!(?kind, id, "entity is gone; unregistering");
                 self.entities.remove(&(kind, id));
@@ -517,15 +521,25 @@ where
                 Err(_) => Error::ConnectionLost("connection writer failed".into()),
             }),
             _ = &mut keepalive_timer => {
+                if router.backpressure.is_some() {
+                    // Not reading: the broker's frames (its PONG too) wait in the socket for
+                    // a consumer task of ours. It is alive as far as we can tell.
+                    alive.heard(Instant::now());
+                }
                 let step = alive.check(&mut out);
                 keepalive_timer.as_mut().reset(alive.next_wake());
                 step
             }
-            inbound = reader.next() => match inbound {
+            // A consumer's channel past its byte allowance: read again once its task has
+            // taken it back within it (polled with a waker: the loop never waits on it).
+            () = async { router.backpressure.as_ref().expect("guarded").drained().await }, if router.backpressure.is_some() => {
+                router.backpressure = None;
+                Step::Continue
+            }
+            inbound = reader.next(), if router.backpressure.is_none() => match inbound {
                 Some(Ok(frame)) => {
                     // Any frame shows the broker alive (upstream's messageReceived()).
-                    alive.last_inbound = Instant::now();
-                    alive.ping_sent = false;
+                    alive.heard(Instant::now());
                     match handle_inbound(frame, &mut router, &mut out, &mut auth) {
                         // The ops branch comes after this one: while the broker keeps the
                         // socket readable it would never run, and sends and requests from
@@ -657,6 +671,12 @@ struct KeepAlive {
 }
 
 impl KeepAlive {
+    /// A frame arrived (or the connection is not reading for its own reasons) at `now`.
+    fn heard(&mut self, now: Instant) {
+        self.last_inbound = now;
+        self.ping_sent = false;
+    }
+
     /// When the keep-alive has something to decide next.
     fn next_wake(&self) -> Instant {
         let after = if self.ping_sent {

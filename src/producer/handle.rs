@@ -138,6 +138,8 @@ impl PartitionProducer {
             } else {
                 UNLIMITED_PENDING_RECEIPT_BOUND
             },
+            // Sent receipts, never messages.
+            inbound_bytes: usize::MAX,
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
         let created = create::Created::parse(*response, options.name.as_deref())?;

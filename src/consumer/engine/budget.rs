@@ -35,6 +35,9 @@ pub(crate) const ENTRY_COST: usize = 256;
 /// See [`ConsumerBudget::beyond_bound`].
 const BEYOND_MAX_MESSAGES: usize = 4;
 
+/// See [`ConsumerBudget::channel_bytes`].
+const CHANNEL_BYTES: usize = 1024 * 1024;
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct ConsumerBudget {
@@ -146,12 +149,21 @@ impl ConsumerBudget {
             .saturating_add(max_message.saturating_mul(BEYOND_MAX_MESSAGES))
     }
 
-    /// The live partition tasks sharing the budget (at least 1).
+    /// The bytes of MESSAGE frames each partition's channel from its connection holds ahead of
+    /// the partition's task before the connection stops reading its socket
+    /// (`connection::consumer_channel`): 1 MiB, or a quarter of the budget if smaller. The
+    /// channel holds at most this plus one frame (of at most the broker's maximum message
+    /// size), whatever the broker sends and however far the task lags behind the socket.
+    pub(crate) fn channel_bytes(&self) -> usize {
+        CHANNEL_BYTES.min(self.limit / 4).max(1)
+    }
+
     /// The part of the client memory limit in use (see [`ConsumerShare::usage`]).
     pub(crate) fn client_usage(&self) -> f64 {
         self.share.usage()
     }
 
+    /// The live partition tasks sharing the budget (at least 1).
     pub(crate) fn tasks(&self) -> usize {
         self.tasks.load(Ordering::Relaxed).max(1)
     }
