@@ -153,6 +153,7 @@ impl PartitionProducer {
             memory: client.memory.clone(),
             slots: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
+            consumers: Some(client.consumer_share.clone()),
         });
         let (ops_tx, ops_rx) = inbox(Receipts::new(partition, limits.clone()));
         let terminal = Arc::new(OnceLock::new());

@@ -14,7 +14,7 @@
 //! out. A message larger than the whole budget is still delivered (upstream's force
 //! reservation): a consumer whose queue is empty always has one permit out.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -50,10 +50,6 @@ pub(crate) struct ConsumerBudget {
     /// The bytes of queued entries the broker sent beyond its flow permits, each counted by
     /// what it decodes to (see [`ConsumerBudget::beyond_bound`]).
     beyond: AtomicUsize,
-    /// Set by a task that withholds permits for want of room; the next release wakes it.
-    waiting: AtomicBool,
-    /// Bumped to wake the tasks waiting for room.
-    freed: watch::Sender<u64>,
     /// The consumer's live partition tasks (each plans for its part of the free room).
     tasks: AtomicUsize,
     share: Arc<ConsumerShare>,
@@ -75,8 +71,6 @@ impl ConsumerBudget {
             used: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             beyond: AtomicUsize::new(0),
-            waiting: AtomicBool::new(false),
-            freed: watch::Sender::new(0),
             tasks: AtomicUsize::new(0),
             share,
             reserved: Mutex::new(0),
@@ -174,15 +168,17 @@ impl ConsumerBudget {
         TaskShare(self.clone())
     }
 
-    /// A receiver woken whenever held bytes are released while a task waits for room.
+    /// A receiver woken whenever room frees up for consumers while a task waits for it: held
+    /// bytes released by any consumer of the client, bytes given back to the memory limit by
+    /// a consumer, a watcher or a producer (one mechanism: [`ConsumerShare::room_freed`]).
     pub(crate) fn freed(&self) -> watch::Receiver<u64> {
-        self.freed.subscribe()
+        self.share.freed()
     }
 
-    /// Says a task withholds permits until bytes are released (call before reading the room
-    /// once more, so a release in between is not missed).
+    /// Says a task withholds permits until room frees up (call before reading the room once
+    /// more, so a release in between is not missed).
     pub(crate) fn wait_for_room(&self) {
-        self.waiting.store(true, Ordering::SeqCst);
+        self.share.wait_for_room();
     }
 
     /// Charges `bytes` of a queued entry (`queued`) or of chunks.
@@ -205,9 +201,9 @@ impl ConsumerBudget {
             self.queued.fetch_sub(bytes, Ordering::SeqCst);
         }
         self.used.fetch_sub(bytes, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) && self.waiting.swap(false, Ordering::SeqCst) {
-            self.freed.send_modify(|g| *g = g.wrapping_add(1));
-        }
+        // The room of this consumer grew, and so may another's (the reservation this one
+        // keeps shrinks at its next look at the room).
+        self.share.room_freed();
     }
 
     /// The bytes free for permits to bring: what the budget could hold (its reservation of
@@ -410,6 +406,45 @@ mod tests {
         assert_eq!(b.room(), 0, "never waits, takes what is free");
         drop(held);
         assert_eq!(b.room(), limit / 2);
+    }
+
+    /// Issue #31 (leftover): a consumer withholding permits for want of room was woken only by
+    /// its own releases, so one over the budget that granted nothing stayed so while the
+    /// shared pool freed up elsewhere. Every way room comes back now wakes it: another
+    /// consumer's release, a watcher's queue or a consumer's reservation given back to the
+    /// limit, a producer's pending messages released.
+    #[test]
+    fn room_freed_anywhere_wakes_a_waiting_consumer() {
+        let limit = 4 << 20;
+        let (_, a) = budget(limit);
+        let b = ConsumerBudget::new(a.share.clone());
+        let mut woken = b.freed();
+        let held = a.charge(limit / 2, true);
+        a.room();
+        assert_eq!(b.room(), 0, "the other consumer holds the whole share");
+        // Another consumer's release.
+        b.wait_for_room();
+        drop(held);
+        assert!(woken.has_changed().unwrap(), "another consumer's release");
+        woken.borrow_and_update();
+        // The releasing consumer's reservation given back to the limit.
+        b.wait_for_room();
+        a.room();
+        assert!(woken.has_changed().unwrap(), "a reservation given back");
+        woken.borrow_and_update();
+        assert!(b.room() > 0);
+        // A watcher's queue giving its bytes back.
+        let taken = crate::connection::QueueMemory::take(&*a.share, 1024);
+        assert_eq!(taken, 1024);
+        b.wait_for_room();
+        crate::connection::QueueMemory::give_back(&*a.share, taken);
+        assert!(woken.has_changed().unwrap(), "a watcher's queue");
+        woken.borrow_and_update();
+        // (A producer's release: see `producer::limits`.)
+        // Nobody waiting: no wake-up.
+        let c = a.charge(10, true);
+        drop(c);
+        assert!(!woken.has_changed().unwrap());
     }
 
     #[test]
