@@ -2,7 +2,7 @@
 //! connection alive and times requests out.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::entity_channel::{Backpressure, Delivery};
 use super::handshake::auth_response;
-use super::routing::{self, EntityKind, Route};
+use super::routing::{self, EntityKind, IdHasher, Route};
 use super::writer::{write_loop, Outgoing};
 use super::{ConnectionStats, EntitySender, Op};
 use crate::auth::{Credentials, SharedAuthProvider};
@@ -53,38 +53,6 @@ pub(super) struct TaskParams<S> {
     pub broker_url: String,
     /// The negotiated maximum message size (backlog frames are encoded with its limit).
     pub max_message_size: usize,
-}
-
-/// A multiplicative hash (Fibonacci hashing) of the few words of an entity key.
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_isize(&mut self, n: isize) {
-        self.write_u64(n as u64);
-    }
 }
 
 struct PendingRequest {

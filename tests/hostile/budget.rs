@@ -417,7 +417,7 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
     // decoding and the connection's read buffer. Peaks of 48-72 MiB made this flaky while each
     // 1 MiB message kept a 2 MiB read buffer alive (grown by doubling); with a large frame's
     // buffer its own size, 37-42 MiB. What the channel from the connection holds ahead of the
-    // consumer task is still counted in frames only (issue #31).
+    // consumer task is bounded in bytes too (see the slow-task test below).
     mem.assert_peak_below("a broker ignoring permits with 1 MiB messages", 64 * MB);
 }
 
