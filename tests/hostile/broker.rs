@@ -98,6 +98,12 @@ impl MemWatch {
     /// Fails the test if the heap's peak grew by more than `limit` bytes.
     pub fn assert_peak_below(&self, what: &str, limit: usize) {
         let peak = self.peak_growth();
+        // Printed for the record (`--nocapture`): the closing notes list each case's peak.
+        eprintln!(
+            "PEAK {what}: {} KiB (bound {} KiB)",
+            peak / 1024,
+            limit / 1024
+        );
         assert!(
             peak <= limit,
             "{what}: the heap grew by {} KiB at its peak, more than the bound of {} KiB",
