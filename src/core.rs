@@ -87,8 +87,8 @@ pub(crate) struct ConsumerShare {
     /// Bumped when room frees up while a consumer task waits for it (see
     /// [`ConsumerShare::room_freed`]).
     freed: watch::Sender<u64>,
-    /// A consumer task withholds permits for want of room: the next [`room_freed`]
-    /// (Self::room_freed) wakes it.
+    /// A consumer task withholds permits for want of room: the next
+    /// [`room_freed`](Self::room_freed) wakes it.
     waiting: std::sync::atomic::AtomicBool,
 }
 

@@ -43,7 +43,7 @@ pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
 }
 
 /// A consumer's channel: bounded by `bound` commands (a broker past it breaks flow control, as
-/// [`entity_channel`]) and by `bytes` of the MESSAGE frames it holds not yet taken (their wire
+/// `entity_channel`) and by `bytes` of the MESSAGE frames it holds not yet taken (their wire
 /// size plus what a frame costs in memory, [`message_cost`]), by back-pressure: a delivery
 /// that leaves it holding more than `bytes` asks the connection to stop reading until the
 /// receiver has taken it back to `bytes` or less ([`Delivery::Full`]). So it holds at most
