@@ -61,14 +61,9 @@ pub(crate) fn consumer_channel(bound: usize, bytes: usize) -> (EntitySender, Ent
 
 /// What a MESSAGE frame holds while it waits in a channel: its wire bytes (its payload is a
 /// slice of the buffer it arrived in; its metadata, decoded, about as much) and its box.
+/// Counted at every delivery and every take, so it reads a figure the decoder recorded.
 pub(crate) fn message_cost(m: &MessageFrame) -> usize {
-    use prost::Message as _;
-    std::mem::size_of::<MessageFrame>()
-        + m.payload.as_ref().map_or(0, |p| {
-            p.data.len()
-                + p.metadata.encoded_len()
-                + p.broker_entry_metadata.as_ref().map_or(0, |b| b.len())
-        })
+    std::mem::size_of::<MessageFrame>() + m.wire_len
 }
 
 /// Where a watcher's channel takes the bytes of the commands it queues from: the client
@@ -437,9 +432,17 @@ impl EntitySender {
             // delivered the same way.
             Inbound::Other(mut frame) => {
                 if let Some(command) = frame.command.message.take() {
+                    use prost::Message as _;
+                    let wire_len = command.encoded_len()
+                        + frame.payload.as_ref().map_or(0, |p| {
+                            p.data.len()
+                                + p.metadata.encoded_len()
+                                + p.broker_entry_metadata.as_ref().map_or(0, |b| b.len())
+                        });
                     EntityEvent::Message(Box::new(MessageFrame {
                         command,
                         payload: frame.payload.take(),
+                        wire_len,
                     }))
                 } else if let Some(receipt) = frame.command.send_receipt.take() {
                     EntityEvent::Receipt(receipt)

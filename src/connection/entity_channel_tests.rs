@@ -263,6 +263,7 @@ fn message(len: usize) -> Inbound {
             metadata: Default::default(),
             data: bytes::Bytes::from(vec![0u8; len]),
         }),
+        wire_len: len + 64,
     }))
 }
 
