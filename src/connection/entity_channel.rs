@@ -225,27 +225,21 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `event` unless the receiver is gone (then it is given back).
-    fn push(&self, event: EntityEvent) -> Result<(), EntityEvent> {
+    /// Queues `event` unless the receiver is gone (then it is given back); says whether the
+    /// MESSAGE frames queued are now past the byte allowance.
+    fn push(&self, event: EntityEvent) -> Result<bool, EntityEvent> {
         let mut q = self.lock();
         if q.receiver_gone {
             return Err(event);
         }
         q.push(event);
+        let over = q.message_bytes > self.allowance;
         let waiting = q.waiting.take();
         drop(q);
         if let Some(w) = waiting {
             w.wake();
         }
-        Ok(())
-    }
-
-    /// Whether the MESSAGE frames queued are past the byte allowance.
-    fn over_allowance(&self) -> bool {
-        self.allowance != usize::MAX && {
-            let q = self.lock();
-            q.message_bytes > self.allowance && !q.receiver_gone
-        }
+        Ok(over)
     }
 }
 
@@ -451,14 +445,17 @@ impl EntitySender {
                 }
             }
         };
-        if let Err(event) = s.push(event) {
-            s.queued.fetch_sub(1, Ordering::AcqRel);
-            if let (Some(lossy), EntityEvent::Command(f)) = (&s.lossy, &event) {
-                lossy.release(held_bytes(f));
+        let over = match s.push(event) {
+            Ok(over) => over,
+            Err(event) => {
+                s.queued.fetch_sub(1, Ordering::AcqRel);
+                if let (Some(lossy), EntityEvent::Command(f)) = (&s.lossy, &event) {
+                    lossy.release(held_bytes(f));
+                }
+                return Delivery::Gone;
             }
-            return Delivery::Gone;
-        }
-        if s.over_allowance() {
+        };
+        if over {
             return Delivery::Full(Backpressure {
                 shared: self.shared.clone(),
             });
