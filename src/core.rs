@@ -120,6 +120,15 @@ impl ConsumerShare {
         }
     }
 
+    /// [`room_freed`](Self::room_freed), only if consumers could take some of the limit
+    /// now ([`free`](Self::free)): for releases that change nothing else of their room (a
+    /// producer's bytes given back to the limit).
+    pub(crate) fn room_freed_if_free(&self) {
+        if self.waiting.load(std::sync::atomic::Ordering::SeqCst) && self.free() > 0 {
+            self.room_freed();
+        }
+    }
+
     /// Says a consumer task withholds permits until room frees up (call before reading the
     /// room once more, so a release in between is not missed).
     pub(crate) fn wait_for_room(&self) {

@@ -2,10 +2,10 @@
 //!
 //! The broker decides how much goes into it, so it is bounded by what the entity can
 //! legitimately be sent: a consumer's flow permits (plus the overshoot tolerated from real
-//! dispatchers), a producer's pending messages. The connection never waits on it (that would
-//! stall every other entity on the connection): a broker that fills it beyond the bound breaks
-//! the protocol, and the connection closes with an error naming the violation, so the entities
-//! reconnect and the broker redelivers.
+//! dispatchers), a producer's pending messages. The connection never waits on it for room in
+//! frames: a broker that fills it beyond the bound breaks the protocol, and the connection
+//! closes with an error naming the violation, so the entities reconnect and the broker
+//! redelivers.
 //!
 //! A consumer's channel is bounded in bytes too, by back-pressure rather than by a violation:
 //! past its byte allowance ([`consumer_channel`]) the connection stops reading its socket until
@@ -57,6 +57,14 @@ pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
 /// bytes as that synchronous hand-over does.
 pub(crate) fn consumer_channel(bound: usize, bytes: usize) -> (EntitySender, EntityReceiver) {
     channel(bound, bytes, None)
+}
+
+/// Where a paused reader reads again: once the channel holds half its allowance or less (a
+/// low-water mark, as Netty's write buffer has one). Resuming as soon as it is back within the
+/// allowance would hand frames over one at a time while the consumer task is the bottleneck:
+/// a pause, a wake-up and two locks per message.
+fn resume_at(allowance: usize) -> usize {
+    allowance / 2
 }
 
 /// What a MESSAGE frame holds while it waits in a channel: its wire bytes (its payload is a
@@ -154,8 +162,8 @@ struct Queue {
     waiting: Option<Waker>,
     /// The [`message_cost`] of the MESSAGE frames queued.
     message_bytes: usize,
-    /// The connection stopped reading until `message_bytes` is back within the allowance
-    /// ([`Backpressure`]): woken then.
+    /// The connection stopped reading until `message_bytes` is back to half the allowance
+    /// ([`Backpressure`], [`resume_at`]): woken then.
     reader: Option<Waker>,
     /// The most events queued at once since the queue was last empty.
     burst: usize,
@@ -208,10 +216,12 @@ impl Queue {
         ev
     }
 
-    /// The connection's reader to wake now that the message bytes are within `allowance`
-    /// (or the receiver is gone), if it waits.
+    /// The connection's reader to wake now that the message bytes are back to
+    /// [`resume_at`] (or the receiver is gone), if it waits.
     fn reader_to_wake(&mut self, allowance: usize) -> Option<Waker> {
-        if self.reader.is_some() && (self.message_bytes <= allowance || self.receiver_gone) {
+        if self.reader.is_some()
+            && (self.message_bytes <= resume_at(allowance) || self.receiver_gone)
+        {
             self.reader.take()
         } else {
             None
@@ -260,10 +270,11 @@ impl std::fmt::Debug for Backpressure {
 }
 
 impl Backpressure {
-    /// Ready once the receiver has taken the channel back within its allowance, or is gone.
+    /// Ready once the receiver has taken the channel back to half its allowance or less
+    /// ([`resume_at`]), or is gone.
     pub(crate) fn poll_drained(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
         let mut q = self.shared.lock();
-        if q.message_bytes <= self.shared.allowance || q.receiver_gone {
+        if q.message_bytes <= resume_at(self.shared.allowance) || q.receiver_gone {
             return Poll::Ready(());
         }
         match &q.reader {

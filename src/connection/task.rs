@@ -286,7 +286,9 @@ enum Step {
 /// Frames on their way to the writer. The reading side must never wait for the socket to
 /// accept writes (a broker blocked on writing to us would then never read from us: a
 /// deadlock), so frames the writer's queue cannot take yet wait here, and no new ops are
-/// taken from handles until it drains — backpressure without ever stopping to read.
+/// taken from handles until it drains — backpressure without ever stopping to read for it.
+/// (The one pause in reading is a consumer's channel past its byte allowance: see
+/// `entity_channel::Backpressure`.)
 struct Outbox {
     tx: mpsc::Sender<Outgoing>,
     backlog: VecDeque<Outgoing>,
@@ -489,12 +491,11 @@ where
                 Err(_) => Error::ConnectionLost("connection writer failed".into()),
             }),
             _ = &mut keepalive_timer => {
-                if router.backpressure.is_some() {
-                    // Not reading: the broker's frames (its PONG too) wait in the socket for
-                    // a consumer task of ours. It is alive as far as we can tell.
-                    alive.heard(Instant::now());
-                }
-                let step = alive.check(&mut out);
+                let step = if router.backpressure.is_some() {
+                    alive.paused(&mut out)
+                } else {
+                    alive.check(&mut out)
+                };
                 keepalive_timer.as_mut().reset(alive.next_wake());
                 step
             }
@@ -653,6 +654,18 @@ impl KeepAlive {
             self.interval
         };
         later(self.last_inbound, after)
+    }
+
+    /// The keep-alive's tick while the connection does not read (a consumer's channel past
+    /// its byte allowance): the broker's frames, its PONG too, wait in the socket for a
+    /// consumer task of ours, so no verdict is reached; a PING still goes out every interval,
+    /// so the broker keeps hearing from us. Upstream's `PulsarHandler.handleKeepAliveTimeout`
+    /// likewise skips its verdict while the channel's auto-read is off and pings anyway.
+    fn paused(&mut self, out: &mut Outbox) -> Step {
+        self.heard(Instant::now());
+        out.push(Outgoing::Frame(Box::new(Frame::simple(
+            crate::commands::ping(),
+        ))))
     }
 
     fn check(&mut self, out: &mut Outbox) -> Step {

@@ -41,7 +41,10 @@ impl Limits {
         if held.memory > 0 {
             self.memory.add_permits(held.memory as usize);
             if let Some(consumers) = &self.consumers {
-                consumers.room_freed();
+                // Only if consumers could take some of it: with their share full, a
+                // producer's release changes no consumer's room, and waking every consumer
+                // task withholding permits at each receipt would be a wake-up storm.
+                consumers.room_freed_if_free();
             }
         }
         if let (Some(slots), 1..) = (&self.slots, held.slots) {
