@@ -27,6 +27,8 @@ mod writer;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
+mod pause_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
