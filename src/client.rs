@@ -274,7 +274,15 @@ impl ClientBuilder {
     ///   So a consumer's queue is bounded by the smaller of
     ///   [`receiver_queue_size`](crate::ConsumerBuilder::receiver_queue_size) messages and its
     ///   budget in bytes (plus what the permits in flight bring: see `receiver_queue_size`).
-    ///   A closed consumer's queued messages leave the limit at its `close`.
+    ///   A consumer withholding permits for want of room grants again as soon as room comes
+    ///   back anywhere (its own or another consumer's messages taken, a watcher's queue or a
+    ///   producer's pending messages released). A closed consumer's queued messages leave the
+    ///   limit at its `close`.
+    /// - Between each partition's connection and its consumer, outside the limit: at most
+    ///   1 MiB of received messages (or a quarter of the budget, if smaller) plus one message
+    ///   wait to be taken into the queue; past that the connection stops reading its socket
+    ///   until the consumer has caught up (as upstream, which hands each message over on the
+    ///   connection's thread).
     /// - The topic-list and partition watchers' queues of pushed updates, within the
     ///   consumers' half too (at most 4 MiB each; past it, the watcher re-reads).
     /// - Writer schemas, outside the limit but bounded by it: the client's typed consumers and

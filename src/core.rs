@@ -84,6 +84,12 @@ pub(crate) struct ConsumerShare {
     held: std::sync::Mutex<usize>,
     /// The whole client memory limit (producers' and consumers').
     limit: usize,
+    /// Bumped when room frees up while a consumer task waits for it (see
+    /// [`ConsumerShare::room_freed`]).
+    freed: watch::Sender<u64>,
+    /// A consumer task withholds permits for want of room: the next
+    /// [`room_freed`](Self::room_freed) wakes it.
+    waiting: std::sync::atomic::AtomicBool,
 }
 
 /// Consumers together hold at most `memory_limit / CONSUMER_SHARE_DIVISOR` of the client
@@ -97,7 +103,42 @@ impl ConsumerShare {
             bytes: (memory_limit / CONSUMER_SHARE_DIVISOR).max(1),
             held: std::sync::Mutex::new(0),
             limit: memory_limit.max(1),
+            freed: watch::Sender::new(0),
+            waiting: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Room may have freed up for consumers: wakes every consumer task that withholds permits
+    /// for want of it, if any does (otherwise two atomic loads). The one wake-up for every
+    /// way bytes come back: a consumer's queued entries or chunks released (its own or another
+    /// consumer's budget), a consumer's reservation or a watcher's queue given back to the
+    /// limit ([`give_back`](Self::give_back)), a producer's pending messages released.
+    pub(crate) fn room_freed(&self) {
+        use std::sync::atomic::Ordering::SeqCst;
+        if self.waiting.load(SeqCst) && self.waiting.swap(false, SeqCst) {
+            self.freed.send_modify(|g| *g = g.wrapping_add(1));
+        }
+    }
+
+    /// [`room_freed`](Self::room_freed), only if consumers could take some of the limit
+    /// now ([`free`](Self::free)): for releases that change nothing else of their room (a
+    /// producer's bytes given back to the limit).
+    pub(crate) fn room_freed_if_free(&self) {
+        if self.waiting.load(std::sync::atomic::Ordering::SeqCst) && self.free() > 0 {
+            self.room_freed();
+        }
+    }
+
+    /// Says a consumer task withholds permits until room frees up (call before reading the
+    /// room once more, so a release in between is not missed).
+    pub(crate) fn wait_for_room(&self) {
+        self.waiting
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// A receiver woken by [`room_freed`](Self::room_freed) while a task waits for room.
+    pub(crate) fn freed(&self) -> watch::Receiver<u64> {
+        self.freed.subscribe()
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, usize> {
@@ -150,6 +191,8 @@ impl ConsumerShare {
         let n = n.min(*held);
         *held -= n;
         self.memory.add_permits(n);
+        drop(held);
+        self.room_freed();
     }
 }
 

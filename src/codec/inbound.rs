@@ -21,6 +21,9 @@ use crate::proto::{self, base_command::Type};
 pub(crate) struct MessageFrame {
     pub command: proto::CommandMessage,
     pub payload: Option<Payload>,
+    /// The frame's size on the wire (its body): what a consumer's channel counts it by
+    /// (`connection::entity_channel::message_cost`), known here for free.
+    pub wire_len: usize,
 }
 
 /// One decoded inbound frame.
@@ -61,6 +64,7 @@ pub(crate) fn decode_inbound(body: Bytes) -> Result<Inbound, CodecError> {
             Ok(Inbound::Message(Box::new(MessageFrame {
                 command: proto::CommandMessage::decode(sub)?,
                 payload: decode_payload(&body, cmd_end)?,
+                wire_len: body.len(),
             })))
         }
         Some((ty, range)) if ty == Type::SendReceipt as i32 && cmd_end == body.len() => {

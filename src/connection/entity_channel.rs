@@ -2,15 +2,24 @@
 //!
 //! The broker decides how much goes into it, so it is bounded by what the entity can
 //! legitimately be sent: a consumer's flow permits (plus the overshoot tolerated from real
-//! dispatchers), a producer's pending messages. The connection never waits on it (that would
-//! stall every other entity on the connection): a broker that fills it beyond the bound breaks
-//! the protocol, and the connection closes with an error naming the violation, so the entities
-//! reconnect and the broker redelivers.
+//! dispatchers), a producer's pending messages. The connection never waits on it for room in
+//! frames: a broker that fills it beyond the bound breaks the protocol, and the connection
+//! closes with an error naming the violation, so the entities reconnect and the broker
+//! redelivers.
+//!
+//! A consumer's channel is bounded in bytes too, by back-pressure rather than by a violation:
+//! past its byte allowance ([`consumer_channel`]) the connection stops reading its socket until
+//! the consumer task has taken the frames out (see [`Backpressure`]). Messages within the
+//! flow permits may legitimately be large (a size jump after small ones), so the bytes cannot
+//! be a broker's violation; the allowance only slows a socket reader running ahead of its
+//! consumer task, which always drains its channel into its queue, where the byte budget and
+//! the flow-control checks apply.
 //!
 //! Every producer and consumer holds one, idle or not, so an idle one costs a single small
 //! allocation (issue #39): a `VecDeque` behind a mutex, which allocates at the first event,
-//! grows with what traffic queues (up to the bound) and shrinks back once emptied. A tokio unbounded mpsc allocated a block
-//! of 32 events (~4 KB) and a cache-padded channel (~0.5 KB) up front, for every entity.
+//! grows with what traffic queues (up to the bound) and gives storage back as it empties (see
+//! [`Queue::pop`]). A tokio unbounded mpsc allocated a block of 32 events (~4 KB) and a
+//! cache-padded channel (~0.5 KB) up front, for every entity.
 //! Sending is one short uncontended lock and a wake-up only when the receiver waits; receiving
 //! takes part in tokio's cooperative budget as the mpsc's receiver did.
 
@@ -26,9 +35,43 @@ use super::{EntityEvent, MessageFrame};
 use crate::codec::Inbound;
 use crate::error::Error;
 
-/// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver.
+/// A channel whose sender refuses commands beyond `bound` not yet taken by the receiver (with
+/// no byte allowance: [`consumer_channel`] with `usize::MAX`).
+#[cfg(test)]
 pub(crate) fn entity_channel(bound: usize) -> (EntitySender, EntityReceiver) {
-    channel(bound, None)
+    channel(bound, usize::MAX, None)
+}
+
+/// A consumer's channel: bounded by `bound` commands (a broker past it breaks flow control, as
+/// `entity_channel`) and by `bytes` of the MESSAGE frames it holds not yet taken (their wire
+/// size plus what a frame costs in memory, [`message_cost`]), by back-pressure: a delivery
+/// that leaves it holding more than `bytes` asks the connection to stop reading until the
+/// receiver has taken it back to `bytes` or less ([`Delivery::Full`]). So it holds at most
+/// `bytes` plus one frame (of at most the broker's maximum message size).
+///
+/// Upstream has no queue here: `ClientCnx.handleMessage` hands each message to
+/// `ConsumerImpl.messageReceived` on the connection's event loop, so a consumer slow to take a
+/// message in stalls the connection's reads the same way (Netty reads no more from a channel
+/// whose event loop is busy; `ClientCnx` never turns `autoRead` off). Here the connection task
+/// and the consumer task are apart; the allowance keeps what sits between them bounded in
+/// bytes as that synchronous hand-over does.
+pub(crate) fn consumer_channel(bound: usize, bytes: usize) -> (EntitySender, EntityReceiver) {
+    channel(bound, bytes, None)
+}
+
+/// Where a paused reader reads again: once the channel holds half its allowance or less (a
+/// low-water mark, as Netty's write buffer has one). Resuming as soon as it is back within the
+/// allowance would hand frames over one at a time while the consumer task is the bottleneck:
+/// a pause, a wake-up and two locks per message.
+fn resume_at(allowance: usize) -> usize {
+    allowance / 2
+}
+
+/// What a MESSAGE frame holds while it waits in a channel: its wire bytes (its payload is a
+/// slice of the buffer it arrived in; its metadata, decoded, about as much) and its box.
+/// Counted at every delivery and every take, so it reads a figure the decoder recorded.
+pub(crate) fn message_cost(m: &MessageFrame) -> usize {
+    std::mem::size_of::<MessageFrame>() + m.wire_len
 }
 
 /// Where a watcher's channel takes the bytes of the commands it queues from: the client
@@ -54,11 +97,12 @@ pub(crate) fn watcher_channel(
     bytes: usize,
     memory: Arc<dyn QueueMemory>,
 ) -> (EntitySender, EntityReceiver) {
-    channel(bound, Some((bytes, memory)))
+    channel(bound, usize::MAX, Some((bytes, memory)))
 }
 
 fn channel(
     bound: usize,
+    allowance: usize,
     bytes: Option<(usize, Arc<dyn QueueMemory>)>,
 ) -> (EntitySender, EntityReceiver) {
     let shared = Arc::new(Shared {
@@ -67,9 +111,14 @@ fn channel(
             senders: 1,
             receiver_gone: false,
             waiting: None,
+            message_bytes: 0,
+            reader: None,
+            burst: 0,
+            recent: 0,
         }),
         queued: AtomicUsize::new(0),
         bound: bound.max(1),
+        allowance,
         overflowed: AtomicBool::new(false),
         lossy: bytes.map(|(bound, memory)| Lossy {
             bound,
@@ -93,6 +142,9 @@ struct Shared {
     /// Commands, messages and receipts queued and not yet taken (not the closing event).
     queued: AtomicUsize,
     bound: usize,
+    /// A consumer's byte allowance for MESSAGE frames ([`consumer_channel`]); `usize::MAX`
+    /// for other channels.
+    allowance: usize,
     /// Set when this entity's bound was crossed: the connection closes because of it.
     overflowed: AtomicBool,
     /// A watcher's channel: bounded in bytes too, and dropping past its bounds.
@@ -108,24 +160,72 @@ struct Queue {
     receiver_gone: bool,
     /// The receiver found the queue empty and waits: the next event wakes it.
     waiting: Option<Waker>,
+    /// The [`message_cost`] of the MESSAGE frames queued.
+    message_bytes: usize,
+    /// The connection stopped reading until `message_bytes` is back to half the allowance
+    /// ([`Backpressure`], [`resume_at`]): woken then.
+    reader: Option<Waker>,
+    /// The most events queued at once since the queue was last empty.
+    burst: usize,
+    /// The recent bursts' size: the last one's, or half the one before if larger (see
+    /// [`Queue::pop`]).
+    recent: usize,
 }
 
-/// What an emptied queue keeps of its storage: a burst (up to the bound: a consumer's
-/// permits and overshoot, a producer's pending messages) grew it, and an idle entity should
-/// not hold that for the rest of its life (issue #39). A tokio mpsc, which this replaced, kept
-/// about as much: its released blocks of 32 went back to the sender a few times, the rest
-/// were freed.
+/// What an emptied queue keeps of its storage at least: a burst (up to the bound: a
+/// consumer's permits and overshoot, a producer's pending messages) grew it, and an idle
+/// entity should not hold that for the rest of its life (issue #39). A tokio mpsc, which this
+/// replaced, kept about as much: its released blocks of 32 went back to the sender a few
+/// times, the rest were freed.
 const RETAINED: usize = 32;
 
+/// What an emptied queue keeps at most: the size of the recent bursts, up to this. A busy
+/// entity whose bursts stay under it grows its queue once and keeps it (shrunk back to
+/// [`RETAINED`] at every emptying, a burst of 1,000 reallocated ~6 times); larger bursts grow
+/// from it (2 reallocations for 1,000 events) and shrink back to it. So an idle entity keeps
+/// at most this many slots (~25 KB) after a burst, and [`RETAINED`] once its traffic has
+/// calmed down for a few emptyings.
+const RETAINED_BUSY: usize = 8 * RETAINED;
+
 impl Queue {
-    /// The next event; an emptied queue gives back the storage a burst grew beyond
-    /// [`RETAINED`] (one reallocation per burst, not per event).
+    /// Queues `event`.
+    fn push(&mut self, event: EntityEvent) {
+        if let EntityEvent::Message(m) = &event {
+            self.message_bytes += message_cost(m);
+        }
+        self.events.push_back(event);
+        self.burst = self.burst.max(self.events.len());
+    }
+
+    /// The next event. An emptied queue gives back the storage beyond what the recent bursts
+    /// needed ([`RETAINED_BUSY`]): the size of the last one, or half the size of the one
+    /// before if that was larger, so a burst's storage is kept while bursts keep coming and
+    /// given back as they shrink.
     fn pop(&mut self) -> Option<EntityEvent> {
         let ev = self.events.pop_front();
-        if ev.is_some() && self.events.is_empty() && self.events.capacity() > 4 * RETAINED {
-            self.events.shrink_to(RETAINED);
+        if let Some(EntityEvent::Message(m)) = &ev {
+            self.message_bytes = self.message_bytes.saturating_sub(message_cost(m));
+        }
+        if ev.is_some() && self.events.is_empty() {
+            self.recent = std::mem::take(&mut self.burst).max(self.recent / 2);
+            let keep = self.recent.clamp(RETAINED, RETAINED_BUSY);
+            if self.events.capacity() > 2 * keep {
+                self.events.shrink_to(keep);
+            }
         }
         ev
+    }
+
+    /// The connection's reader to wake now that the message bytes are back to
+    /// [`resume_at`] (or the receiver is gone), if it waits.
+    fn reader_to_wake(&mut self, allowance: usize) -> Option<Waker> {
+        if self.reader.is_some()
+            && (self.message_bytes <= resume_at(allowance) || self.receiver_gone)
+        {
+            self.reader.take()
+        } else {
+            None
+        }
     }
 }
 
@@ -135,19 +235,58 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues `event` unless the receiver is gone (then it is given back).
-    fn push(&self, event: EntityEvent) -> Result<(), EntityEvent> {
+    /// Queues `event` unless the receiver is gone (then it is given back); says whether the
+    /// MESSAGE frames queued are now past the byte allowance.
+    fn push(&self, event: EntityEvent) -> Result<bool, EntityEvent> {
         let mut q = self.lock();
         if q.receiver_gone {
             return Err(event);
         }
-        q.events.push_back(event);
+        q.push(event);
+        let over = q.message_bytes > self.allowance;
         let waiting = q.waiting.take();
         drop(q);
         if let Some(w) = waiting {
             w.wake();
         }
-        Ok(())
+        Ok(over)
+    }
+}
+
+/// A consumer's channel past its byte allowance ([`consumer_channel`]): the connection reads
+/// nothing more from its socket until [`poll_drained`](Self::poll_drained) is ready, and so
+/// never waits on the channel inside its loop (a poll with a waker, not an await).
+pub(crate) struct Backpressure {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Backpressure {
+    /// Not what the channel holds (megabytes of messages).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Backpressure")
+            .field("allowance", &self.shared.allowance)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Backpressure {
+    /// Ready once the receiver has taken the channel back to half its allowance or less
+    /// ([`resume_at`]), or is gone.
+    pub(crate) fn poll_drained(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
+        let mut q = self.shared.lock();
+        if q.message_bytes <= resume_at(self.shared.allowance) || q.receiver_gone {
+            return Poll::Ready(());
+        }
+        match &q.reader {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => q.reader = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// Waits (by polling) until [`poll_drained`](Self::poll_drained) is ready.
+    pub(crate) async fn drained(&self) {
+        poll_fn(|cx| self.poll_drained(cx)).await
     }
 }
 
@@ -248,10 +387,22 @@ impl Drop for EntitySender {
     }
 }
 
+/// The same channel's back-pressure.
+impl PartialEq for Backpressure {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.shared, &other.shared)
+    }
+}
+
+impl Eq for Backpressure {}
+
 /// What became of a command handed to an entity.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Delivery {
     Delivered,
+    /// Delivered, and the consumer's channel is now past its byte allowance: the connection
+    /// reads no more until the consumer task has taken it back within it.
+    Full(Backpressure),
     /// The entity is gone (its receiver dropped).
     Gone,
     /// The entity already holds `bound` commands it has not taken: the command was not
@@ -286,9 +437,17 @@ impl EntitySender {
             // delivered the same way.
             Inbound::Other(mut frame) => {
                 if let Some(command) = frame.command.message.take() {
+                    use prost::Message as _;
+                    let wire_len = command.encoded_len()
+                        + frame.payload.as_ref().map_or(0, |p| {
+                            p.data.len()
+                                + p.metadata.encoded_len()
+                                + p.broker_entry_metadata.as_ref().map_or(0, |b| b.len())
+                        });
                     EntityEvent::Message(Box::new(MessageFrame {
                         command,
                         payload: frame.payload.take(),
+                        wire_len,
                     }))
                 } else if let Some(receipt) = frame.command.send_receipt.take() {
                     EntityEvent::Receipt(receipt)
@@ -297,12 +456,20 @@ impl EntitySender {
                 }
             }
         };
-        if let Err(event) = s.push(event) {
-            s.queued.fetch_sub(1, Ordering::AcqRel);
-            if let (Some(lossy), EntityEvent::Command(f)) = (&s.lossy, &event) {
-                lossy.release(held_bytes(f));
+        let over = match s.push(event) {
+            Ok(over) => over,
+            Err(event) => {
+                s.queued.fetch_sub(1, Ordering::AcqRel);
+                if let (Some(lossy), EntityEvent::Command(f)) = (&s.lossy, &event) {
+                    lossy.release(held_bytes(f));
+                }
+                return Delivery::Gone;
             }
-            return Delivery::Gone;
+        };
+        if over {
+            return Delivery::Full(Backpressure {
+                shared: self.shared.clone(),
+            });
         }
         Delivery::Delivered
     }
@@ -325,12 +492,16 @@ impl Drop for EntityReceiver {
     /// Later deliveries find the entity gone; what is queued goes now (a watcher's bytes
     /// back to the memory limit with it).
     fn drop(&mut self) {
-        let events = {
+        let (events, reader) = {
             let mut q = self.shared.lock();
             q.receiver_gone = true;
             q.waiting = None;
-            std::mem::take(&mut q.events)
+            q.message_bytes = 0;
+            (std::mem::take(&mut q.events), q.reader.take())
         };
+        if let Some(w) = reader {
+            w.wake();
+        }
         for ev in &events {
             self.taken(Some(ev));
         }
@@ -364,6 +535,11 @@ impl EntityReceiver {
             match q.pop() {
                 Some(ev) => {
                     coop.made_progress();
+                    let reader = q.reader_to_wake(self.shared.allowance);
+                    drop(q);
+                    if let Some(w) = reader {
+                        w.wake();
+                    }
                     Poll::Ready(Some(ev))
                 }
                 None if q.senders == 0 => Poll::Ready(None),
@@ -383,14 +559,18 @@ impl EntityReceiver {
 
     /// An event that has already arrived, without waiting.
     pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, TryRecvError> {
-        let ev = {
+        let (ev, reader) = {
             let mut q = self.shared.lock();
-            match q.pop() {
+            let ev = match q.pop() {
                 Some(ev) => Ok(ev),
                 None if q.senders == 0 => Err(TryRecvError::Disconnected),
                 None => Err(TryRecvError::Empty),
-            }
+            };
+            (ev, q.reader_to_wake(self.shared.allowance))
         };
+        if let Some(w) = reader {
+            w.wake();
+        }
         self.taken(ev.as_ref().ok());
         ev
     }
@@ -463,208 +643,5 @@ impl Drop for WatchSlot {
 }
 
 #[cfg(test)]
-mod watcher_channel_tests {
-    use super::*;
-    use crate::codec::Frame;
-    use crate::proto;
-
-    /// A memory limit of `free` bytes (what `take` takes, `give_back` gives back).
-    #[derive(Debug)]
-    struct Limit(AtomicUsize);
-
-    impl QueueMemory for Limit {
-        fn take(&self, n: usize) -> usize {
-            let mut taken = 0;
-            let _ = self
-                .0
-                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
-                    taken = n.min(free);
-                    Some(free - taken)
-                });
-            taken
-        }
-        fn give_back(&self, n: usize) {
-            self.0.fetch_add(n, Ordering::AcqRel);
-        }
-    }
-
-    fn limit(free: usize) -> Arc<Limit> {
-        Arc::new(Limit(AtomicUsize::new(free)))
-    }
-
-    fn free(l: &Limit) -> usize {
-        l.0.load(Ordering::Acquire)
-    }
-
-    /// A WATCH_TOPIC_UPDATE listing `n` new topics of ~100 bytes each.
-    fn update(n: usize) -> Inbound {
-        let cmd = proto::BaseCommand {
-            r#type: proto::base_command::Type::WatchTopicUpdate as i32,
-            watch_topic_update: Some(proto::CommandWatchTopicUpdate {
-                watcher_id: 1,
-                new_topics: (0..n)
-                    .map(|i| format!("persistent://public/default/{i:0>72}"))
-                    .collect(),
-                deleted_topics: Vec::new(),
-                topics_hash: String::new(),
-            }),
-            ..Default::default()
-        };
-        Inbound::Other(Box::new(Frame::simple(cmd)))
-    }
-
-    /// Issue #31 §3: the watcher's update queue was bounded in items only (1,024 updates of
-    /// any size: 5 GiB of 5 MiB topic lists). Ten updates of ~1 MiB against a 4 MiB bound:
-    /// the first ones are queued up to the bound, the rest are dropped (delivered as far as
-    /// the connection is concerned: it is not closed) and the receiver is told once.
-    #[test]
-    fn a_watcher_channel_is_bounded_in_bytes_and_says_it_dropped() {
-        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, limit(usize::MAX / 2));
-        for _ in 0..10 {
-            assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
-        }
-        let held = rx.queued_bytes();
-        assert!(held <= 4 * 1024 * 1024, "{held} bytes queued");
-        assert!(rx.take_dropped());
-        assert!(!rx.take_dropped(), "told once");
-        let mut taken = 0;
-        while rx.try_recv().is_ok() {
-            taken += 1;
-        }
-        assert!((1..10).contains(&taken), "{taken} queued");
-        assert_eq!(
-            rx.queued_bytes(),
-            0,
-            "the bytes come back as updates are taken"
-        );
-        // A single update larger than the whole bound is still taken when the queue is empty.
-        assert_eq!(tx.deliver(update(50_000)), Delivery::Delivered);
-        assert!(rx.try_recv().is_ok());
-        assert!(!rx.take_dropped());
-    }
-
-    /// Issue #31 §3 (leftover): the watcher's queue had its own 4 MiB, outside the client
-    /// memory limit; its bytes are now taken from the limit, within its 4 MiB. With 1.5 MiB
-    /// of the limit free, updates of ~1 MiB: one is queued, taking its bytes from the limit;
-    /// the next finds no room and is dropped (the owner re-reads); taken out, the bytes come
-    /// back. A channel dropped with updates queued gives their bytes back too.
-    #[test]
-    fn a_watcher_channel_takes_its_bytes_from_the_memory_limit() {
-        let memory = limit(1536 * 1024);
-        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, memory.clone());
-        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
-        let one = rx.queued_bytes();
-        assert!(one > 1_000_000, "{one} bytes");
-        assert_eq!(free(&memory), 1536 * 1024 - one, "taken from the limit");
-        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
-        assert!(rx.take_dropped(), "no room in the limit: dropped");
-        assert_eq!(rx.queued_bytes(), one);
-        assert_eq!(
-            free(&memory),
-            1536 * 1024 - one,
-            "nothing kept of the dropped one"
-        );
-        assert!(rx.try_recv().is_ok());
-        assert_eq!(free(&memory), 1536 * 1024, "given back when taken");
-        // Into an empty queue one update is always taken, even with no room: what it could
-        // take of the limit goes back when it is taken.
-        let tight = limit(1000);
-        let (tx, mut rx) = watcher_channel(1024, 4 * 1024 * 1024, tight.clone());
-        assert_eq!(tx.deliver(update(10_000)), Delivery::Delivered);
-        assert!(!rx.take_dropped());
-        assert_eq!(free(&tight), 0);
-        assert!(rx.try_recv().is_ok());
-        assert_eq!(free(&tight), 1000);
-        // Dropped with an update queued: its bytes go back with the channel.
-        assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
-        assert!(free(&tight) < 1000);
-        drop((tx, rx));
-        assert_eq!(free(&tight), 1000);
-    }
-
-    /// The count bound of a watcher's channel drops too (it closed the connection before).
-    #[test]
-    fn a_watcher_channel_past_its_count_drops_instead_of_overflowing() {
-        let (tx, mut rx) = watcher_channel(3, usize::MAX, limit(usize::MAX / 2));
-        for _ in 0..5 {
-            assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
-        }
-        assert!(rx.take_dropped());
-        assert!(!rx.overflowed());
-        let mut taken = 0;
-        while rx.try_recv().is_ok() {
-            taken += 1;
-        }
-        assert_eq!(taken, 3);
-    }
-
-    /// Other entities' channels are unchanged: past the count, an overflow.
-    #[test]
-    fn an_entity_channel_still_overflows() {
-        let (tx, rx) = entity_channel(1);
-        assert_eq!(tx.deliver(update(1)), Delivery::Delivered);
-        assert_eq!(tx.deliver(update(1)), Delivery::Overflow { bound: 1 });
-        assert!(rx.overflowed());
-        assert!(!rx.take_dropped());
-    }
-
-    /// Issue #39: an idle entity's channel holds no queue storage; it grows with traffic, a
-    /// waiting receiver is woken, and the receiver sees the end once the senders are gone.
-    #[tokio::test]
-    async fn an_entity_channel_allocates_its_queue_at_the_first_event() {
-        let (tx, mut rx) = entity_channel(8);
-        assert_eq!(
-            rx.shared.lock().events.capacity(),
-            0,
-            "nothing before traffic"
-        );
-        let waiting = tokio::spawn(async move {
-            let ev = rx.recv().await;
-            (rx, ev)
-        });
-        tokio::task::yield_now().await;
-        let receipt = proto::CommandSendReceipt {
-            sequence_id: 7,
-            ..Default::default()
-        };
-        assert_eq!(tx.deliver(Inbound::Receipt(receipt)), Delivery::Delivered);
-        let (mut rx, ev) = waiting.await.unwrap();
-        assert!(matches!(ev, Some(EntityEvent::Receipt(r)) if r.sequence_id == 7));
-        let other = tx.clone();
-        drop(tx);
-        assert!(
-            matches!(rx.try_recv(), Err(TryRecvError::Empty)),
-            "a sender is left"
-        );
-        drop(other);
-        assert!(rx.recv().await.is_none());
-        assert!(matches!(rx.try_recv(), Err(TryRecvError::Disconnected)));
-    }
-
-    /// Issue #39: a burst grows the queue up to the bound; once it is taken, an idle entity
-    /// keeps no more than a tokio mpsc did of it (before: the storage of the whole burst,
-    /// ~100 KB for 1,000 receipts, for the rest of the entity's life).
-    #[test]
-    fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
-        let (tx, mut rx) = entity_channel(10_000);
-        for round in 0..2 {
-            for i in 0..1_000 {
-                let receipt = proto::CommandSendReceipt {
-                    sequence_id: i,
-                    ..Default::default()
-                };
-                assert_eq!(tx.deliver(Inbound::Receipt(receipt)), Delivery::Delivered);
-            }
-            assert!(rx.shared.lock().events.capacity() >= 1_000);
-            for i in 0..1_000 {
-                let ev = rx.try_recv();
-                assert!(
-                    matches!(ev, Ok(EntityEvent::Receipt(r)) if r.sequence_id == i),
-                    "round {round}: in order"
-                );
-            }
-            let kept = rx.shared.lock().events.capacity();
-            assert!(kept <= 4 * RETAINED, "round {round}: {kept} slots kept");
-        }
-    }
-}
+#[path = "entity_channel_tests.rs"]
+mod tests;

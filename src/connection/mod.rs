@@ -27,6 +27,8 @@ mod writer;
 #[cfg(test)]
 mod deadline_tests;
 #[cfg(test)]
+mod pause_tests;
+#[cfg(test)]
 mod tests;
 
 use std::fmt;
@@ -45,8 +47,10 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::codec::Frame;
 use crate::error::{Error, Result};
 use crate::proto::BaseCommand;
+#[cfg(test)]
+pub(crate) use entity_channel::entity_channel;
 pub(crate) use entity_channel::{
-    entity_channel, EntityReceiver, EntitySender, QueueMemory, WatchSlot,
+    consumer_channel, EntityReceiver, EntitySender, QueueMemory, WatchSlot,
 };
 pub(crate) use routing::EntityKind;
 

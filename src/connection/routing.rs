@@ -2,6 +2,8 @@
 //! `request_id`), to a registered producer / consumer / watcher (by its id), or to the
 //! connection itself (PING, PONG, auth challenges). Pure functions, unit-tested without a socket.
 
+use std::hash::Hasher;
+
 use crate::proto::{base_command::Type, command_topic_migrated::ResourceType, BaseCommand};
 
 /// The kind of entity a broker command can be addressed to.
@@ -199,5 +201,37 @@ mod tests {
         assert_eq!(route(&c), Route::Unhandled);
         assert_eq!(type_name(&c), "UNKNOWN(999)");
         assert_eq!(route(&base(Type::Ping)), Route::Ping);
+    }
+}
+
+/// A multiplicative hash (Fibonacci hashing) of the few words of an entity key.
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn write_u8(&mut self, n: u8) {
+        self.write_u64(u64::from(n));
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.write_u64(n as u64);
+    }
+
+    fn write_isize(&mut self, n: isize) {
+        self.write_u64(n as u64);
     }
 }

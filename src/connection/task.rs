@@ -2,7 +2,7 @@
 //! connection alive and times requests out.
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,9 +15,9 @@ use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::entity_channel::Delivery;
+use super::entity_channel::{Backpressure, Delivery};
 use super::handshake::auth_response;
-use super::routing::{self, EntityKind, Route};
+use super::routing::{self, EntityKind, IdHasher, Route};
 use super::writer::{write_loop, Outgoing};
 use super::{ConnectionStats, EntitySender, Op};
 use crate::auth::{Credentials, SharedAuthProvider};
@@ -55,38 +55,6 @@ pub(super) struct TaskParams<S> {
     pub max_message_size: usize,
 }
 
-/// A multiplicative hash (Fibonacci hashing) of the few words of an entity key.
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-
-    fn write_isize(&mut self, n: isize) {
-        self.write_u64(n as u64);
-    }
-}
-
 struct PendingRequest {
     responder: oneshot::Sender<super::Response>,
     operation: &'static str,
@@ -109,6 +77,9 @@ pub(super) struct Router {
     /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
     /// assigned, so a broker cannot make them collide; it only picks which one it looks up.
     entities: HashMap<(EntityKind, u64), EntitySender, BuildHasherDefault<IdHasher>>,
+    /// A consumer's channel past its byte allowance: nothing more is read from the socket
+    /// until its consumer task has taken it back within it (see `consumer_channel`).
+    backpressure: Option<Backpressure>,
 }
 
 impl Router {
@@ -255,6 +226,7 @@ impl Router {
         };
         match sender.deliver(frame) {
             Delivery::Delivered => {}
+            Delivery::Full(pause) => self.backpressure = Some(pause),
             Delivery::Gone => {
                 tracing::debug!(?kind, id, "entity is gone; unregistering");
                 self.entities.remove(&(kind, id));
@@ -314,7 +286,9 @@ enum Step {
 /// Frames on their way to the writer. The reading side must never wait for the socket to
 /// accept writes (a broker blocked on writing to us would then never read from us: a
 /// deadlock), so frames the writer's queue cannot take yet wait here, and no new ops are
-/// taken from handles until it drains — backpressure without ever stopping to read.
+/// taken from handles until it drains — backpressure without ever stopping to read for it.
+/// (The one pause in reading is a consumer's channel past its byte allowance: see
+/// `entity_channel::Backpressure`.)
 struct Outbox {
     tx: mpsc::Sender<Outgoing>,
     backlog: VecDeque<Outgoing>,
@@ -517,15 +491,24 @@ where
                 Err(_) => Error::ConnectionLost("connection writer failed".into()),
             }),
             _ = &mut keepalive_timer => {
-                let step = alive.check(&mut out);
+                let step = if router.backpressure.is_some() {
+                    alive.paused(&mut out)
+                } else {
+                    alive.check(&mut out)
+                };
                 keepalive_timer.as_mut().reset(alive.next_wake());
                 step
             }
-            inbound = reader.next() => match inbound {
+            // A consumer's channel past its byte allowance: read again once its task has
+            // taken it back within it (polled with a waker: the loop never waits on it).
+            () = async { router.backpressure.as_ref().expect("guarded").drained().await }, if router.backpressure.is_some() => {
+                router.backpressure = None;
+                Step::Continue
+            }
+            inbound = reader.next(), if router.backpressure.is_none() => match inbound {
                 Some(Ok(frame)) => {
                     // Any frame shows the broker alive (upstream's messageReceived()).
-                    alive.last_inbound = Instant::now();
-                    alive.ping_sent = false;
+                    alive.heard(Instant::now());
                     match handle_inbound(frame, &mut router, &mut out, &mut auth) {
                         // The ops branch comes after this one: while the broker keeps the
                         // socket readable it would never run, and sends and requests from
@@ -657,6 +640,12 @@ struct KeepAlive {
 }
 
 impl KeepAlive {
+    /// A frame arrived (or the connection is not reading for its own reasons) at `now`.
+    fn heard(&mut self, now: Instant) {
+        self.last_inbound = now;
+        self.ping_sent = false;
+    }
+
     /// When the keep-alive has something to decide next.
     fn next_wake(&self) -> Instant {
         let after = if self.ping_sent {
@@ -665,6 +654,18 @@ impl KeepAlive {
             self.interval
         };
         later(self.last_inbound, after)
+    }
+
+    /// The keep-alive's tick while the connection does not read (a consumer's channel past
+    /// its byte allowance): the broker's frames, its PONG too, wait in the socket for a
+    /// consumer task of ours, so no verdict is reached; a PING still goes out every interval,
+    /// so the broker keeps hearing from us. Upstream's `PulsarHandler.handleKeepAliveTimeout`
+    /// likewise skips its verdict while the channel's auto-read is off and pings anyway.
+    fn paused(&mut self, out: &mut Outbox) -> Step {
+        self.heard(Instant::now());
+        out.push(Outgoing::Frame(Box::new(Frame::simple(
+            crate::commands::ping(),
+        ))))
     }
 
     fn check(&mut self, out: &mut Outbox) -> Step {

@@ -112,7 +112,14 @@ impl ConsumerBuilder {
     /// the maximum size, the first FLOW is smaller than the queue (a slow start: 6 permits for
     /// the default 32 MiB budget, at least 1) and the rest follows the first messages' sizes;
     /// the broker is never granted more than this many. The bytes held stay under the budget
-    /// plus the permits in flight times the size by which messages outgrow the expectation.
+    /// plus the permits in flight times the size by which messages outgrow the expectation:
+    /// permits are counted in messages (as upstream's), so after a run of small messages the
+    /// permits out (at most this many, and at most the free budget over the small size) may
+    /// each legitimately bring a message of the broker's maximum size. The expectation jumps
+    /// to a larger message at once, so no permit is granted on the old one after the first
+    /// large message arrives; what was already out is bounded by `permits out × maximum
+    /// message size` (per partition; with the defaults up to 1,000 × 5 MiB in the worst case,
+    /// as upstream's receiver queue).
     /// On a non-persistent topic the first FLOW is always this many, whatever the budget holds
     /// (its broker drops what it cannot dispatch for want of permits, as upstream): such a
     /// consumer may hold up to this many messages beyond the budget. A broker sending beyond

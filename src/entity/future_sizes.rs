@@ -52,6 +52,7 @@ async fn request_path_futures_stay_small() {
         kind: EntityKind::Producer,
         id: 1,
         inbound_bound: 8,
+        inbound_bytes: usize::MAX,
     };
     let command: CreateCommand = Arc::new(|_| BaseCommand::default());
     let mut backoff = core.backoff();

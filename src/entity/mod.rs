@@ -28,7 +28,7 @@ use crate::backoff_policy::Backoff;
 use crate::codec::Frame;
 use crate::commands;
 use crate::connection::{
-    entity_channel, Connection, EntityEvent, EntityKind, EntityReceiver, MessageFrame, Response,
+    consumer_channel, Connection, EntityEvent, EntityKind, EntityReceiver, MessageFrame, Response,
 };
 use crate::core::{CoreRef, TaskGuard};
 use crate::error::{Error, Result, ServerError};
@@ -63,6 +63,9 @@ pub(crate) struct Slot {
     pub kind: EntityKind,
     pub id: u64,
     pub inbound_bound: usize,
+    /// The bytes of MESSAGE frames its channel holds before the connection stops reading
+    /// (`connection::consumer_channel`); `usize::MAX` for entities sent no messages.
+    pub inbound_bytes: usize,
 }
 
 /// An entity registered and created on a connection.
@@ -110,6 +113,7 @@ pub(crate) struct Entity {
     pub kind: EntityKind,
     pub id: u64,
     inbound_bound: usize,
+    inbound_bytes: usize,
     pub life: Lifecycle,
     /// Reconnect counts, for the entity's stats.
     pub link: Arc<crate::stats::LinkCounters>,
@@ -193,6 +197,7 @@ impl Entity {
             kind,
             id,
             inbound_bound: slot.inbound_bound,
+            inbound_bytes: slot.inbound_bytes,
             life,
             link: Default::default(),
             conn: Some(attached.conn),
@@ -409,6 +414,7 @@ impl Entity {
             kind: self.kind,
             id: self.id,
             inbound_bound: self.inbound_bound,
+            inbound_bytes: self.inbound_bytes,
         };
         self.reconnect = Some(Box::pin(async move {
             let r = attach_with_retry(
@@ -670,12 +676,13 @@ async fn attach_once(
         kind,
         id,
         inbound_bound,
+        inbound_bytes,
     } = slot;
     let (conn, generation) = match direct {
         Some((url, generation)) => core.connection_to(url, *generation).await?,
         None => core.connection_for(topic).await?,
     };
-    let (tx, events) = entity_channel(inbound_bound);
+    let (tx, events) = consumer_channel(inbound_bound, inbound_bytes);
     conn.register(kind, id, tx)?;
     let request_id = conn.new_request_id();
     let request = {

@@ -79,7 +79,16 @@
 //! memory limit, so producers of the same client always have the other half: a pipeline that
 //! consumes and produces cannot block its own `send` with prefetched messages. The first FLOW
 //! of a consumer whose budget cannot hold a queue of maximum-size messages is smaller than the
-//! queue and grows with the sizes of the first messages (see `receiver_queue_size`).
+//! queue and grows with the sizes of the first messages (see `receiver_queue_size`). A consumer
+//! holding back permits grants again as soon as memory comes back anywhere in the client
+//! (another consumer's messages taken, a producer's sends acknowledged).
+//!
+//! Permits count messages, not bytes (as upstream): after a run of small messages, the
+//! permits already granted may each bring a message of the broker's maximum size, so the
+//! budget can be overshot by at most the permits out times that size (the next grant follows
+//! the larger size at once). Between the connection and the consumer, at most 1 MiB of
+//! received messages (or a quarter of the budget) waits; past it the connection stops reading
+//! from the broker until the consumer catches up.
 //!
 //! ### An auto-scaled receiver queue (PIP-74)
 //!

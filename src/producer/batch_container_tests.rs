@@ -328,6 +328,7 @@ fn what_a_batch_holds_goes_back_once_however_it_ends() {
     let limits = Arc::new(Limits {
         memory: Arc::new(tokio::sync::Semaphore::new(1000)),
         slots: None,
+        consumers: None,
     });
     let mut receipts = crate::producer::receipt::Receipts::new(-1, limits.clone());
     let mut add = |container: &mut BatchContainer, seq: u64, ctx: &FrameContext| {

@@ -138,6 +138,8 @@ impl PartitionProducer {
             } else {
                 UNLIMITED_PENDING_RECEIPT_BOUND
             },
+            // Sent receipts, never messages.
+            inbound_bytes: usize::MAX,
         };
         let (entity, response) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
         let created = create::Created::parse(*response, options.name.as_deref())?;
@@ -151,6 +153,7 @@ impl PartitionProducer {
             memory: client.memory.clone(),
             slots: (options.max_pending_messages > 0)
                 .then(|| Arc::new(Semaphore::new(options.max_pending_messages))),
+            consumers: Some(client.consumer_share.clone()),
         });
         let (ops_tx, ops_rx) = inbox(Receipts::new(partition, limits.clone()));
         let terminal = Arc::new(OnceLock::new());

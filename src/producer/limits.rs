@@ -20,6 +20,9 @@ use tokio::sync::{Semaphore, SemaphorePermit};
 pub(crate) struct Limits {
     pub memory: Arc<Semaphore>,
     pub slots: Option<Arc<Semaphore>>,
+    /// Told when memory goes back, so consumers withholding permits for want of room look
+    /// again (`ConsumerShare::room_freed`); `None` in unit tests.
+    pub consumers: Option<Arc<crate::core::ConsumerShare>>,
 }
 
 impl Limits {
@@ -29,6 +32,7 @@ impl Limits {
         Arc::new(Limits {
             memory: Arc::new(Semaphore::new(Semaphore::MAX_PERMITS)),
             slots: None,
+            consumers: None,
         })
     }
 
@@ -36,6 +40,12 @@ impl Limits {
     pub(crate) fn release(&self, held: Reservation) {
         if held.memory > 0 {
             self.memory.add_permits(held.memory as usize);
+            if let Some(consumers) = &self.consumers {
+                // Only if consumers could take some of it: with their share full, a
+                // producer's release changes no consumer's room, and waking every consumer
+                // task withholding permits at each receipt would be a wake-up storm.
+                consumers.room_freed_if_free();
+            }
         }
         if let (Some(slots), 1..) = (&self.slots, held.slots) {
             slots.add_permits(held.slots as usize);
@@ -121,4 +131,32 @@ fn forget(permit: SemaphorePermit<'_>) -> u32 {
     permit.forget();
     // A send takes at most the whole memory limit (below 4 GiB) and one slot.
     u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue #31 (leftover): memory a producer gives back wakes the consumers withholding
+    /// permits for want of room (`ConsumerShare::room_freed`), as a consumer's release does.
+    #[test]
+    fn a_release_wakes_consumers_waiting_for_room() {
+        let memory = Arc::new(Semaphore::new(4096));
+        let share = Arc::new(crate::core::ConsumerShare::new(memory.clone(), 4096));
+        let limits = Limits {
+            memory: memory.clone(),
+            slots: None,
+            consumers: Some(share.clone()),
+        };
+        let mut woken = share.freed();
+        let held = Reservation::of(memory.try_acquire_many(1024).unwrap(), None);
+        share.wait_for_room();
+        limits.release(held);
+        assert!(woken.has_changed().unwrap());
+        woken.borrow_and_update();
+        let held = Reservation::of(memory.try_acquire_many(1024).unwrap(), None);
+        limits.release(held);
+        assert!(!woken.has_changed().unwrap(), "nobody waits");
+        assert_eq!(memory.available_permits(), 4096);
+    }
 }

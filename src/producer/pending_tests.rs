@@ -202,6 +202,7 @@ async fn permits_go_back_once_when_the_entry_leaves() {
     let limits = Arc::new(Limits {
         memory: Arc::new(tokio::sync::Semaphore::new(1000)),
         slots: Some(Arc::new(tokio::sync::Semaphore::new(10))),
+        consumers: None,
     });
     let (memory, slots) = (&limits.memory, limits.slots.as_ref().unwrap());
     let take = |m: u32| {

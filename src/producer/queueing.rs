@@ -88,6 +88,7 @@ mod tests {
         let limits = Arc::new(Limits {
             memory: Arc::new(Semaphore::new(100)),
             slots: Some(Arc::new(Semaphore::new(3))),
+            consumers: None,
         });
         let (tx, mut rx) = inbox(Receipts::new(-1, limits.clone()));
         let available = || {

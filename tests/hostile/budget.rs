@@ -164,7 +164,7 @@ fn chunk(consumer_id: u64, entry: u64, uuid: &str, chunk: i32, chunks: i32, len:
 /// in order: the budget withholds permits, it never drops a message.
 #[tokio::test]
 async fn large_messages_fill_the_budget_not_the_receiver_queue() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const TOTAL: u64 = 300;
     let ledger = Ledger::default();
     let frames: Frames = Arc::new(|id, _, n| (n < TOTAL).then(|| plain(id, n, MB)));
@@ -216,7 +216,7 @@ async fn large_messages_fill_the_budget_not_the_receiver_queue() {
 /// chunks count in the consumer's budget by what arrived, within the consumers' half share.
 #[tokio::test]
 async fn a_producer_still_sends_while_a_consumer_holds_partial_chunks() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let ledger = Ledger::default();
     // Three messages, each claiming 100 chunks of 1 MiB; only their first chunks come.
     let frames: Frames =
@@ -256,7 +256,7 @@ async fn a_producer_still_sends_while_a_consumer_holds_partial_chunks() {
 /// stays under the budget plus that message (and its buffer's growth) plus what is in flight.
 #[tokio::test]
 async fn partial_chunks_of_24_partitions_stay_bounded() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const CHUNKS: i32 = 96; // 24 MiB claimed
     const SENT: u64 = 80; // 20 MiB sent, never the last chunk
     let ledger = Ledger::default();
@@ -313,7 +313,7 @@ async fn partial_chunks_of_24_partitions_stay_bounded() {
 /// stays under the memory limit plus what is in flight.
 #[tokio::test]
 async fn the_topics_of_a_multi_topic_consumer_share_one_budget() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const PER_TOPIC: u64 = 150;
     let ledger = Ledger::default();
     let frames: Frames = Arc::new(|id, _, n| (n < PER_TOPIC).then(|| plain(id, n, MB)));
@@ -364,7 +364,7 @@ async fn the_topics_of_a_multi_topic_consumer_share_one_budget() {
 /// re-subscribes. With a 16 MiB limit (8 MiB budget) and 5 MiB max messages: 28 MiB beyond.
 #[tokio::test]
 async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const FRAMES: u64 = 300;
     let broker = Hostile::start(move |mut peer| async move {
         peer.handshake(None).await;
@@ -417,7 +417,7 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
     // decoding and the connection's read buffer. Peaks of 48-72 MiB made this flaky while each
     // 1 MiB message kept a 2 MiB read buffer alive (grown by doubling); with a large frame's
     // buffer its own size, 37-42 MiB. What the channel from the connection holds ahead of the
-    // consumer task is still counted in frames only (issue #31).
+    // consumer task is bounded in bytes too (see the slow-task test below).
     mem.assert_peak_below("a broker ignoring permits with 1 MiB messages", 64 * MB);
 }
 
@@ -432,7 +432,7 @@ async fn a_broker_ignoring_permits_with_large_messages_is_bounded_in_bytes() {
 /// closed as a flow-control violation once 28 MiB of them are held.
 #[tokio::test]
 async fn a_broker_ignoring_permits_with_compressed_payloads_is_bounded_by_their_decoded_size() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const FRAMES: u64 = 40;
     const SIZE: usize = 4 * MB;
     const ZSTD: i32 = 3;
@@ -519,7 +519,7 @@ async fn small_messages_on_four_partitions_stay_within_the_budget_across_reconne
     use pulsar_sdk::InitialPosition;
     use std::collections::HashSet;
 
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const PARTITIONS: u32 = 4;
     const PER_PARTITION: u32 = 2_500;
     let broker = MockBroker::start().await.unwrap();
@@ -596,4 +596,128 @@ async fn small_messages_on_four_partitions_stay_within_the_budget_across_reconne
     // plus what one FLOW per partition brings in flight.
     assert!(most <= 2_000, "{most} messages of 1 KiB queued");
     mem.assert_peak_below("1 KiB messages on 4 partitions across reconnects", 16 * MB);
+}
+
+/// A consumer task slower than its socket (issue #31 leftover): the channel from the
+/// connection to the consumer task was bounded in frames only (the receiver queue plus the
+/// overshoot tolerance: 21,000 frames for a queue of 1,000, of up to 5 MiB each), so a
+/// connection reading faster than the task took frames in piled them up in between, where
+/// neither the budget nor the flow-control checks count them (the task only sees a frame when
+/// it takes it). Here a broker ignoring the permits sends 8 KiB messages while the consumer's
+/// task's thread is taken for 3 s, then 100 ms at a time: the connection (on another runtime)
+/// used to pile up the whole flood (160 MiB: the broker stops past 128 MiB to spare the
+/// machine). Now the connection stops reading while the channel holds more than its byte
+/// allowance (1 MiB), so the task meets the flood at its own pace and reports the violation
+/// (the wire bytes beyond the permits past the budget plus four maximum-size messages, here
+/// 1 MiB) with the heap within the budget, that bound and the channel's allowance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_consumer_task_slower_than_its_socket_holds_a_bounded_channel() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    hostile::serial();
+    const FRAMES: u64 = 20_000;
+    let mem = Arc::new(MemWatch::start());
+    let exceeded = Arc::new(AtomicBool::new(false));
+    // Only the first subscription is flooded (the re-subscription is served).
+    let flooded = Arc::new(AtomicBool::new(false));
+    let (m, x, f) = (mem.clone(), exceeded.clone(), flooded.clone());
+    let broker = Hostile::start(move |mut peer| {
+        let (mem, exceeded, flooded) = (m.clone(), x.clone(), f.clone());
+        async move {
+            peer.handshake(Some(MB as i32)).await;
+            let Some(id) = hostile::until_subscribed(&mut peer).await else {
+                return;
+            };
+            if !flooded.swap(true, Ordering::AcqRel) {
+                // 100 frames written at once: the flood goes as fast as the socket takes it.
+                let chunk: Vec<u8> = (0..100).flat_map(|n| plain(id, n, 8 * 1024)).collect();
+                for _ in 0..FRAMES / 100 {
+                    if mem.peak_growth() > 128 * MB {
+                        exceeded.store(true, Ordering::Release);
+                        break;
+                    }
+                    if peer.send_raw(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            }
+            peer.serve().await;
+        }
+    })
+    .await;
+    let client = client(&broker.url(), 16 * MB);
+    let topic = common::full("slow-task");
+    // The connection is made here, so its task runs on this runtime.
+    let producer = within("create", client.producer(topic.clone()).create())
+        .await
+        .unwrap();
+    let (go, start) = tokio::sync::oneshot::channel::<()>();
+    let slow = std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let mut consumer = within(
+                "subscribe",
+                client
+                    .consumer(topic)
+                    .subscription("s")
+                    .receiver_queue_size(1_000)
+                    .subscribe(),
+            )
+            .await
+            .unwrap();
+            // The consumer task gets this thread between the naps: none for 3 s (the
+            // connection, on another runtime, reads on), then one every 100 ms.
+            let _hog = tokio::spawn(async {
+                std::thread::sleep(Duration::from_secs(3));
+                loop {
+                    std::thread::sleep(Duration::from_millis(100));
+                    tokio::task::yield_now().await;
+                }
+            });
+            // Not receiving until the violating connection is closed (an application that
+            // keeps up grants permits as fast as the flood spends them: no violation).
+            let _ = start.await;
+            let mut received = 0usize;
+            loop {
+                match within("an error item", consumer.recv()).await {
+                    Ok(_) => received += 1,
+                    Err(e) => break (e, received),
+                }
+            }
+        })
+    });
+    // The task meets the violation after its 3 s without the thread and a few naps: allowed
+    // a minute on a loaded machine.
+    for _ in 0..3_000 {
+        if broker.accepted() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(broker.accepted() >= 2, "the violating connection is closed");
+    let _ = go.send(());
+    let (e, received) = tokio::task::spawn_blocking(move || slow.join().unwrap())
+        .await
+        .unwrap();
+    drop(producer);
+    eprintln!(
+        "a consumer task slower than its socket: {received} received before the error, peak {} \
+         MiB",
+        mem.peak_growth() / MB
+    );
+    assert!(
+        !exceeded.load(std::sync::atomic::Ordering::Acquire),
+        "the flood piled up past 128 MiB"
+    );
+    assert!(
+        matches!(&e, pulsar_sdk::Error::Protocol(m) if m.contains("flow control violated")),
+        "{e}"
+    );
+    // What the consumer holds: its budget (8 MiB) and the wire bytes beyond the permits (the
+    // budget and four 1 MiB messages: 12 MiB), ~3,000 small entries' overhead, the channel's
+    // allowance (1 MiB), the read buffer. Measured: 32-33 MiB; before, the flood piled up in
+    // the channel until the broker stopped at 128 MiB.
+    mem.assert_peak_below("a consumer task slower than its socket", 48 * MB);
 }

@@ -17,6 +17,7 @@ use pulsar_sdk::Error;
 /// and closed.
 #[tokio::test]
 async fn a_well_behaved_script_serves_a_producer() {
+    hostile::alongside();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
         peer.serve().await;
@@ -35,6 +36,7 @@ async fn a_well_behaved_script_serves_a_producer() {
 /// with an error, never a panic.
 #[tokio::test]
 async fn percent_encoded_separators_in_a_host_are_refused_or_harmless() {
+    hostile::alongside();
     for url in [
         "pulsar://a%2Cb:6650",
         "pulsar://a%3Bb:6650",
@@ -115,6 +117,7 @@ async fn exercise(
 /// refused at build/create with `InvalidConfig`, or works.
 #[tokio::test]
 async fn extreme_option_values_are_refused_or_work() {
+    hostile::alongside();
     use pulsar_sdk::producer::{BatchingOptions, ProducerOptions};
     use pulsar_sdk::{BackoffPolicy, ConsumerOptions, RedeliveryBackoff};
     let panics = count_panics();
@@ -282,6 +285,7 @@ fn default_backoff_client(url: &str) -> pulsar_sdk::Client {
 /// A re-create to an assigned broker is immediate only for an entity that had been healthy.
 #[tokio::test]
 async fn a_close_to_itself_after_every_create_meets_a_growing_backoff() {
+    hostile::alongside();
     let creates = Arc::new(AtomicUsize::new(0));
     let seen = creates.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -321,6 +325,7 @@ async fn a_close_to_itself_after_every_create_meets_a_growing_backoff() {
 /// for ever. The backoff starts over only after the entity stayed healthy.
 #[tokio::test]
 async fn a_broker_that_drops_every_connection_after_the_create_meets_a_growing_backoff() {
+    hostile::alongside();
     for lie in [false, true] {
         let creates = Arc::new(AtomicUsize::new(0));
         let seen = creates.clone();
@@ -377,7 +382,7 @@ async fn a_broker_that_drops_every_connection_after_the_create_meets_a_growing_b
 /// at most 32 at a time.
 #[tokio::test]
 async fn huge_partition_counts_are_refused_and_creates_are_bounded() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     for count in [u32::MAX, 100_000] {
         let broker = Hostile::start(move |mut peer| async move {
             peer.handshake(None).await;
@@ -463,6 +468,7 @@ async fn huge_partition_counts_are_refused_and_creates_are_bounded() {
 /// again would leave it on the broker.
 #[tokio::test]
 async fn a_broker_close_during_close_does_not_re_create_the_producer() {
+    hostile::alongside();
     let creates = Arc::new(AtomicUsize::new(0));
     let seen = creates.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -503,6 +509,7 @@ async fn a_broker_close_during_close_does_not_re_create_the_producer() {
 /// staying up) fails `close()`; the producer still ends Closed.
 #[tokio::test]
 async fn a_close_refused_by_the_broker_is_reported_by_close() {
+    hostile::alongside();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
         while let Some(f) = peer.serve_until(|f| f.ty() == Type::CloseProducer).await {
@@ -539,6 +546,7 @@ async fn a_close_refused_by_the_broker_is_reported_by_close() {
 /// 100 B). The create now fails with a clear error naming the bound, and does not retry.
 #[tokio::test]
 async fn a_producer_success_with_a_huge_name_or_schema_version_fails_the_create() {
+    hostile::alongside();
     for (what, name, version) in [
         ("producer", "n".repeat(4 << 20), None),
         ("schema version", "ok".to_string(), Some(vec![7u8; 4 << 20])),
@@ -579,6 +587,7 @@ async fn a_producer_success_with_a_huge_name_or_schema_version_fails_the_create(
 /// a count above it is refused before anything is created; a count within it is served.
 #[tokio::test]
 async fn max_partitions_bounds_what_a_broker_may_report() {
+    hostile::alongside();
     for (count, refused) in [(9u32, true), (8, false)] {
         let broker = Hostile::start(move |mut peer| async move {
             peer.handshake(None).await;

@@ -48,7 +48,7 @@ async fn connect(broker: &Hostile, keepalive: Duration) -> Connection {
 /// producer reconnects, at a bounded pace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_flood_without_reading_stays_bounded_and_kills_the_connection() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let watch = Arc::new(MemWatch::start());
     // The heap grew past anything a fix allows: the flood stops to spare the machine.
     let exceeded = Arc::new(AtomicBool::new(false));
@@ -119,7 +119,7 @@ async fn ping_flood_without_reading_stays_bounded_and_kills_the_connection() {
 /// reserved, and the connection closes with the size violation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_2gb_frame_after_advertising_2gb_is_refused_without_reserving_it() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(Some(i32::MAX)).await;
         let mut header = (0x7fff_fff0u32).to_be_bytes().to_vec();
@@ -159,7 +159,7 @@ async fn a_2gb_frame_after_advertising_2gb_is_refused_without_reserving_it() {
 /// keep-alive declares the connection dead two intervals after the last whole frame.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trickled_frame_grows_the_buffer_with_what_arrives_and_the_keepalive_ends_it() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let trickled = Arc::new(AtomicBool::new(false));
     let done = trickled.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -231,7 +231,7 @@ async fn send_many(producer: &pulsar_sdk::Producer, n: usize) -> Vec<pulsar_sdk:
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producer_close_on_a_broker_that_stopped_reading_times_out_and_ends_closed() {
     // Serial: its 32 MiB of messages would count in the other tests' heap bounds.
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let broker = stops_reading_at_first_send().await;
     let client = test_client(&broker.url())
         .operation_timeout(Duration::from_secs(2))
@@ -260,7 +260,7 @@ async fn producer_close_on_a_broker_that_stopped_reading_times_out_and_ends_clos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn consumer_close_on_a_broker_that_stopped_reading_times_out_and_ends_closed() {
     // Serial: its 32 MiB of messages would count in the other tests' heap bounds.
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let broker = stops_reading_at_first_send().await;
     let client = test_client(&broker.url())
         .operation_timeout(Duration::from_secs(2))

@@ -64,7 +64,7 @@ fn is_flow_violation(e: &Error) -> bool {
 /// in a 281 KB frame made 2.8 GB); it is now shared by the messages of the entry.
 #[tokio::test]
 async fn a_batch_shares_its_outer_metadata_across_its_messages() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const RECORDS: usize = 2_000;
     let name = "p".repeat(200 * 1024);
     let payload = hostile::batch((0..RECORDS).map(|_| (Default::default(), vec![])));
@@ -105,6 +105,7 @@ async fn a_batch_shares_its_outer_metadata_across_its_messages() {
 /// The work per frame is now bounded by the frame's size.
 #[tokio::test]
 async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
+    hostile::alongside();
     const RECORDS: usize = 10_000;
     let props: Vec<wire::KeyValue> = (0..10_000)
         .map(|i| wire::KeyValue {
@@ -166,7 +167,7 @@ async fn outer_properties_are_not_rebuilt_for_every_batched_message() {
 /// and a count the bytes cannot hold is refused.
 #[tokio::test]
 async fn compression_bombs_are_bounded_and_filtered_before_building() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const SIZE: usize = 10 * MB;
     let records = (SIZE / 4) as i32;
     // (codec, compressed bytes); built before measuring.
@@ -236,7 +237,7 @@ async fn compression_bombs_are_bounded_and_filtered_before_building() {
 /// connection with an error the application reads.
 #[tokio::test]
 async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const QUEUE: u32 = 10;
     const FLOODS: usize = 6;
     // Beyond the tolerance (10 receiver queues + 10,000) on every subscription.
@@ -309,7 +310,7 @@ async fn a_flood_while_not_receiving_stays_bounded_across_reconnects() {
 /// loaded machine: no error came, as there was none).
 #[tokio::test]
 async fn a_flood_beyond_the_permits_is_reported_and_the_consumer_recovers() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let broker = fast_flood(200_000).await;
     let client = client(&broker.url());
     let mut consumer = consumer(&client, "fast-flood", 1_000).await;
@@ -367,7 +368,7 @@ async fn fast_flood(frames: u64) -> Hostile {
 /// notices first reports the flow-control violation.
 #[tokio::test]
 async fn a_fast_flood_has_a_bounded_peak() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let broker = fast_flood(200_000).await;
     let client = client(&broker.url());
     let mut consumer = consumer(&client, "fast-flood-peak", 1_000).await;
@@ -464,6 +465,7 @@ mod poison_avro {
 
     #[tokio::test]
     async fn a_writer_schema_that_recurses_without_input_is_a_decode_error_not_a_stack_overflow() {
+        hostile::alongside();
         let broker = MockBroker::start().await.unwrap();
         let client = common::test_client(&broker.service_url()).build().unwrap();
         let topic = publish(&broker, &client, "poison-recursive", RECURSIVE, vec![0; 8]).await;
@@ -512,7 +514,7 @@ mod poison_avro {
 
     #[tokio::test]
     async fn a_block_count_larger_than_the_payload_is_a_decode_error_with_a_bounded_peak() {
-        let _serial = hostile::serial().await;
+        hostile::serial();
         let broker = MockBroker::start().await.unwrap();
         let client = common::test_client(&broker.service_url()).build().unwrap();
         let topic = publish(
@@ -576,6 +578,7 @@ mod avro_guard_review {
     /// name check walked into default values and refused "John Doe" as a type name.
     #[test]
     fn a_default_value_with_a_name_key_is_not_a_type_name() {
+        crate::hostile::alongside();
         let def = r#"{"type":"record","name":"Outer","fields":[{"name":"person","type":
             {"type":"record","name":"Person","fields":[{"name":"name","type":"string"}]},
             "default":{"name":"John Doe"}}]}"#;
@@ -594,6 +597,7 @@ mod avro_guard_review {
     /// through an optional field, maps of arrays of maps.
     #[test]
     fn legit_shapes_still_decode() {
+        crate::hostile::alongside();
         let arr = GenericAvroSchema::new(r#"{"type":"array","items":"int"}"#).unwrap();
         // Block of -2 items, 2 bytes, items 1 and 2, then the end.
         let v = arr.decode(&[3, 4, 2, 4, 0], None).unwrap();

@@ -75,7 +75,7 @@ async fn compressed_messages_queued_by_an_auto_scaled_queue_are_bounded() {
 }
 
 async fn compressed_bombs_queued_while_not_receiving(auto_scaled: bool) {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const SIZE: usize = 10 * MIB;
     let bomb = Arc::new(pulsar_sdk::fuzzing::compress(ZSTD, &vec![0u8; SIZE]).unwrap());
     assert!(bomb.len() < 4096, "{} bytes", bomb.len());
@@ -143,6 +143,7 @@ async fn compressed_bombs_queued_while_not_receiving(auto_scaled: bool) {
 /// (Upstream builds the batch acker from the ack set.)
 #[tokio::test]
 async fn acks_of_a_partly_acked_redelivered_batch_reach_the_broker() {
+    hostile::alongside();
     let acked = Arc::new(AtomicUsize::new(0));
     let a = acked.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -191,7 +192,7 @@ async fn acks_of_a_partly_acked_redelivered_batch_reach_the_broker() {
 /// them as its permits allow (beyond them, 10 MiB declared each, it breaks flow control).
 #[tokio::test]
 async fn ack_state_of_huge_claimed_batches_is_released() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const SIZE: usize = 10 * MIB;
     const FRAMES: u64 = 150;
     let bomb = Arc::new(pulsar_sdk::fuzzing::compress(ZSTD, &vec![0u8; SIZE]).unwrap());
@@ -258,6 +259,7 @@ async fn ack_state_of_huge_claimed_batches_is_released() {
 /// the lookup after each backoff: the connection count grows without bound.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lookup_answers_with_fresh_logical_urls_do_not_grow_the_pool() {
+    hostile::alongside();
     let open = Arc::new(AtomicUsize::new(0));
     let lookups = Arc::new(AtomicUsize::new(0));
     let (o, l) = (open.clone(), lookups.clone());
@@ -341,6 +343,7 @@ async fn lookup_answers_with_fresh_logical_urls_do_not_grow_the_pool() {
 /// out the whole operation timeout (retrying) instead of failing at once with the cause.
 #[tokio::test]
 async fn an_oversized_create_command_fails_fast_with_its_cause() {
+    hostile::alongside();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
         peer.serve().await;
@@ -374,7 +377,7 @@ async fn an_oversized_create_command_fails_fast_with_its_cause() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "review: a broker-chosen 65,536 partitions costs ~1.3 GiB: 20.7 KB per partition producer (measured at 2,048)"]
 async fn the_largest_accepted_partition_count_costs_bounded_memory() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     const N: u32 = 2048;
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
@@ -425,7 +428,7 @@ async fn the_largest_accepted_partition_count_costs_bounded_memory() {
 /// a well-formed message: it arrives, nothing panics, the heap stays flat.
 #[tokio::test]
 async fn garbage_mix_then_a_good_message() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let before = panics();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;
@@ -520,6 +523,7 @@ async fn garbage_mix_then_a_good_message() {
 /// paced by the backoff, not one per command.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_topic_migrated_flood_naming_itself_is_paced() {
+    hostile::alongside();
     let creates = Arc::new(AtomicUsize::new(0));
     let c2 = creates.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -564,6 +568,7 @@ async fn a_topic_migrated_flood_naming_itself_is_paced() {
 /// paced by the backoff.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_error_flood_is_paced() {
+    hostile::alongside();
     let creates = Arc::new(AtomicUsize::new(0));
     let c2 = creates.clone();
     let broker = Hostile::start(move |mut peer| {
@@ -609,6 +614,7 @@ async fn a_send_error_flood_is_paced() {
 /// with an error, nothing panics.
 #[tokio::test]
 async fn tiny_frame_headers_close_the_connection() {
+    hostile::alongside();
     let before = panics();
     for total in [0u32, 3] {
         let broker = Hostile::start(move |mut peer| async move {
@@ -643,7 +649,7 @@ async fn tiny_frame_headers_close_the_connection() {
 /// backlog and the connection closes; the heap stays flat.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auth_challenge_flood_without_reading_is_bounded() {
-    let _serial = hostile::serial().await;
+    hostile::serial();
     let watch = MemWatch::start();
     let broker = Hostile::start(|mut peer| async move {
         peer.handshake(None).await;

@@ -14,7 +14,7 @@
 //! out. A message larger than the whole budget is still delivered (upstream's force
 //! reservation): a consumer whose queue is empty always has one permit out.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
@@ -35,6 +35,9 @@ pub(crate) const ENTRY_COST: usize = 256;
 /// See [`ConsumerBudget::beyond_bound`].
 const BEYOND_MAX_MESSAGES: usize = 4;
 
+/// See [`ConsumerBudget::channel_bytes`].
+const CHANNEL_BYTES: usize = 1024 * 1024;
+
 /// See the module docs.
 #[derive(Debug)]
 pub(crate) struct ConsumerBudget {
@@ -47,10 +50,6 @@ pub(crate) struct ConsumerBudget {
     /// The bytes of queued entries the broker sent beyond its flow permits, each counted by
     /// what it decodes to (see [`ConsumerBudget::beyond_bound`]).
     beyond: AtomicUsize,
-    /// Set by a task that withholds permits for want of room; the next release wakes it.
-    waiting: AtomicBool,
-    /// Bumped to wake the tasks waiting for room.
-    freed: watch::Sender<u64>,
     /// The consumer's live partition tasks (each plans for its part of the free room).
     tasks: AtomicUsize,
     share: Arc<ConsumerShare>,
@@ -72,8 +71,6 @@ impl ConsumerBudget {
             used: AtomicUsize::new(0),
             queued: AtomicUsize::new(0),
             beyond: AtomicUsize::new(0),
-            waiting: AtomicBool::new(false),
-            freed: watch::Sender::new(0),
             tasks: AtomicUsize::new(0),
             share,
             reserved: Mutex::new(0),
@@ -146,12 +143,21 @@ impl ConsumerBudget {
             .saturating_add(max_message.saturating_mul(BEYOND_MAX_MESSAGES))
     }
 
-    /// The live partition tasks sharing the budget (at least 1).
+    /// The bytes of MESSAGE frames each partition's channel from its connection holds ahead of
+    /// the partition's task before the connection stops reading its socket
+    /// (`connection::consumer_channel`): 1 MiB, or a quarter of the budget if smaller. The
+    /// channel holds at most this plus one frame (of at most the broker's maximum message
+    /// size), whatever the broker sends and however far the task lags behind the socket.
+    pub(crate) fn channel_bytes(&self) -> usize {
+        CHANNEL_BYTES.min(self.limit / 4).max(1)
+    }
+
     /// The part of the client memory limit in use (see [`ConsumerShare::usage`]).
     pub(crate) fn client_usage(&self) -> f64 {
         self.share.usage()
     }
 
+    /// The live partition tasks sharing the budget (at least 1).
     pub(crate) fn tasks(&self) -> usize {
         self.tasks.load(Ordering::Relaxed).max(1)
     }
@@ -162,15 +168,17 @@ impl ConsumerBudget {
         TaskShare(self.clone())
     }
 
-    /// A receiver woken whenever held bytes are released while a task waits for room.
+    /// A receiver woken whenever room frees up for consumers while a task waits for it: held
+    /// bytes released by any consumer of the client, bytes given back to the memory limit by
+    /// a consumer, a watcher or a producer (one mechanism: [`ConsumerShare::room_freed`]).
     pub(crate) fn freed(&self) -> watch::Receiver<u64> {
-        self.freed.subscribe()
+        self.share.freed()
     }
 
-    /// Says a task withholds permits until bytes are released (call before reading the room
-    /// once more, so a release in between is not missed).
+    /// Says a task withholds permits until room frees up (call before reading the room once
+    /// more, so a release in between is not missed).
     pub(crate) fn wait_for_room(&self) {
-        self.waiting.store(true, Ordering::SeqCst);
+        self.share.wait_for_room();
     }
 
     /// Charges `bytes` of a queued entry (`queued`) or of chunks.
@@ -193,8 +201,29 @@ impl ConsumerBudget {
             self.queued.fetch_sub(bytes, Ordering::SeqCst);
         }
         self.used.fetch_sub(bytes, Ordering::SeqCst);
-        if self.waiting.load(Ordering::SeqCst) && self.waiting.swap(false, Ordering::SeqCst) {
-            self.freed.send_modify(|g| *g = g.wrapping_add(1));
+        // Well above what is held now, the reservation shrinks here (if no task is looking
+        // at it), so that the room this frees is other consumers' at once: they are woken
+        // below. Left to this consumer's next look at its room, it could stay reserved for
+        // as long as this consumer asks for nothing (all its permits out, the application
+        // pausing), while another consumer starves.
+        let step = RESERVE_STEP.min(self.limit);
+        if self.reserved_now.load(Ordering::Relaxed) > self.used().saturating_add(2 * step) {
+            if let Ok(mut reserved) = self.reserved.try_lock() {
+                self.shrink(&mut reserved, self.used().min(self.limit), step);
+            }
+        }
+        // The room of this consumer grew, and so may another's.
+        self.share.room_freed();
+    }
+
+    /// Gives back to the client memory limit what `reserved` holds beyond `want` (what is
+    /// held) plus a step, if it holds more than two steps beyond it.
+    fn shrink(&self, reserved: &mut usize, want: usize, step: usize) {
+        if *reserved > want.saturating_add(2 * step) {
+            let keep = want.saturating_add(step);
+            self.share.give_back(*reserved - keep);
+            *reserved = keep;
+            self.reserved_now.store(keep, Ordering::Relaxed);
         }
     }
 
@@ -212,10 +241,8 @@ impl ConsumerBudget {
         if want > *reserved {
             let target = (want.saturating_add(step - 1) / step * step).min(self.limit);
             *reserved += self.share.take(target - *reserved);
-        } else if *reserved > want.saturating_add(2 * step) {
-            let keep = want.saturating_add(step);
-            self.share.give_back(*reserved - keep);
-            *reserved = keep;
+        } else {
+            self.shrink(&mut reserved, want, step);
         }
         self.reserved_now.store(*reserved, Ordering::Relaxed);
         let could = reserved.saturating_add(self.share.free()).min(self.limit);
@@ -398,6 +425,44 @@ mod tests {
         assert_eq!(b.room(), 0, "never waits, takes what is free");
         drop(held);
         assert_eq!(b.room(), limit / 2);
+    }
+
+    /// Issue #31 (leftover): a consumer withholding permits for want of room was woken only by
+    /// its own releases, so one over the budget that granted nothing stayed so while the
+    /// shared pool freed up elsewhere. Every way room comes back now wakes it: another
+    /// consumer's release, a watcher's queue or a consumer's reservation given back to the
+    /// limit, a producer's pending messages released.
+    #[test]
+    fn room_freed_anywhere_wakes_a_waiting_consumer() {
+        let limit = 4 << 20;
+        let (_, a) = budget(limit);
+        let b = ConsumerBudget::new(a.share.clone());
+        let mut woken = b.freed();
+        let held = a.charge(limit / 2, true);
+        a.room();
+        assert_eq!(b.room(), 0, "the other consumer holds the whole share");
+        // Another consumer's release.
+        b.wait_for_room();
+        drop(held);
+        assert!(woken.has_changed().unwrap(), "another consumer's release");
+        woken.borrow_and_update();
+        // The release gave the releasing consumer's reservation back to the limit at once
+        // (not at its next look at its room, which a consumer asking for nothing may not
+        // take for a long while).
+        assert!(b.room() > 0, "the other consumer's reservation is back");
+        assert!(!woken.has_changed().unwrap());
+        // A watcher's queue giving its bytes back.
+        let taken = crate::connection::QueueMemory::take(&*a.share, 1024);
+        assert_eq!(taken, 1024);
+        b.wait_for_room();
+        crate::connection::QueueMemory::give_back(&*a.share, taken);
+        assert!(woken.has_changed().unwrap(), "a watcher's queue");
+        woken.borrow_and_update();
+        // (A producer's release: see `producer::limits`.)
+        // Nobody waiting: no wake-up.
+        let c = a.charge(10, true);
+        drop(c);
+        assert!(!woken.has_changed().unwrap());
     }
 
     #[test]

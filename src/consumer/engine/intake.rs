@@ -77,7 +77,9 @@ impl Intake {
     ) -> Option<Violation> {
         match wake {
             Wake::Message(m) => {
-                let crate::connection::MessageFrame { command, payload } = *m;
+                let crate::connection::MessageFrame {
+                    command, payload, ..
+                } = *m;
                 match payload {
                     Some(payload) => return self.on_message(io, flow, acks, command, payload),
                     None => {

@@ -71,6 +71,7 @@ pub(crate) async fn spawn_partition(
             + overshoot_bound(options.receiver_queue_size))
         .try_into()
         .unwrap_or(usize::MAX),
+        inbound_bytes: budget.channel_bytes(),
     };
     let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
     let (ops_tx, ops_rx) = crate::consumer::op::inbox();

@@ -261,3 +261,89 @@ async fn a_closed_consumer_gives_its_budget_back() {
     );
     drop((first, while_held));
 }
+
+/// The FLOWs of the consumer subscribed on `topic`, in order.
+fn flows_of(broker: &MockBroker, topic: &str) -> Vec<u32> {
+    let Some(id) = broker
+        .received_of(Type::Subscribe)
+        .into_iter()
+        .filter_map(|r| r.command.subscribe)
+        .find(|s| s.topic == topic)
+        .map(|s| s.consumer_id)
+    else {
+        return Vec::new();
+    };
+    broker
+        .received_of(Type::Flow)
+        .into_iter()
+        .filter_map(|r| r.command.flow)
+        .filter(|f| f.consumer_id == id)
+        .map(|f| f.message_permits)
+        .collect()
+}
+
+/// Issue #31 (leftover): a consumer withholding permits for want of room was woken only by
+/// its own releases. Two consumers of one client (a 4 MiB limit: a 2 MiB consumers' share),
+/// 400 KiB messages, applications not reading: the first fills the share; the second gets
+/// its forced permit (its queue was empty), then withholds the rest. The first application
+/// takes its messages out: the second consumer, whose application still takes nothing, is
+/// granted again (before: never, until its own application took a message).
+#[tokio::test]
+async fn a_consumer_over_the_budget_grants_again_when_another_consumer_frees_room() {
+    const SIZE: usize = 400 * KB;
+    let broker = MockBroker::start().await.unwrap();
+    let publisher = common::client(&broker.service_url());
+    let held = common::full("budget-held-elsewhere");
+    let starved = common::full("budget-starved");
+    for topic in [&held, &starved] {
+        let producer = unbatched_producer(&publisher, topic).await;
+        for _ in 0..6 {
+            producer.send_and_wait(vec![b'x'; SIZE]).await.unwrap();
+        }
+    }
+    let client = common::test_client(&broker.service_url())
+        .memory_limit(4 * 1024 * KB)
+        .build()
+        .unwrap();
+    let subscribe = |topic: String| {
+        client
+            .consumer(topic)
+            .subscription("s")
+            .initial_position(InitialPosition::Earliest)
+            .receiver_queue_size(1_000)
+            .subscribe()
+    };
+    let mut first = subscribe(held.clone()).await.unwrap();
+    // Quiet once what was granted has arrived: the share is full.
+    wait_until("the first consumer fills the share", || {
+        let granted: u32 = flows_of(&broker, &held).iter().sum();
+        let queued = first.stats().totals.receiver_queue_len;
+        queued >= 4 && queued == u64::from(granted).min(6)
+    })
+    .await;
+    let second = subscribe(starved.clone()).await.unwrap();
+    wait_until("the second consumer's forced message", || {
+        second.stats().totals.receiver_queue_len >= 1
+    })
+    .await;
+    let before = flows_of(&broker, &starved);
+    let granted: u32 = before.iter().sum();
+    assert!(granted < 6, "withholding for want of room: {before:?}");
+    assert_eq!(
+        second.stats().totals.receiver_queue_len,
+        u64::from(granted),
+        "what was granted arrived"
+    );
+    for _ in 0..6 {
+        within("a message", first.recv()).await.unwrap();
+    }
+    wait_until("the second consumer grants again", || {
+        flows_of(&broker, &starved).len() > before.len()
+    })
+    .await;
+    // As far as the share holds them (six of 400 KiB are more than 2 MiB).
+    wait_until("more of the second consumer's messages arrive", || {
+        second.stats().totals.receiver_queue_len >= u64::from(granted) + 2
+    })
+    .await;
+}

@@ -232,12 +232,17 @@ impl Flow {
             return;
         }
         let max_message = io.max_message_size();
+        // Marked seen once, before the first look: a release after it (before or after the
+        // flag below is raised) leaves the receiver changed, so the task looks again. Marked
+        // again before the second look, a release between the flag and that look would be
+        // swallowed while the flag was already lowered by it: no later release would wake
+        // the task (found by review; a consumer starved by the budget could stall for good).
+        self.freed.borrow_and_update();
         for attempt in 0..2 {
             let owed = self.owed;
             if owed == 0 {
                 return;
             }
-            self.freed.borrow_and_update();
             let out = self.permits.max(0) as u64;
             let cap = self.cap(io.index, max_message);
             let fits = cap.saturating_sub(out).min(u64::from(owed)) as u32;
