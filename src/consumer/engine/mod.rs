@@ -31,11 +31,9 @@ use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
 use crate::util::{deadline_after, sleep_until_opt};
 
-use crate::consumer::engine::acks::{
-    remove_if_any, AckFlush, Acks, NackTracker, MAX_REDELIVER_IDS,
-};
+use crate::consumer::engine::acks::{remove_if_any, Acks, NackTracker, MAX_REDELIVER_IDS};
 use crate::consumer::engine::seek::{last_ids, start_after, wait_for_resubscribe};
-use crate::consumer::engine::subscribe::{resubscribe_start, subscribe_command, SubscribeParams};
+use crate::consumer::engine::subscribe::{subscribe_command, SubscribeParams};
 use crate::consumer::op::{ConsumerOp, IdRequest, SeekTarget};
 use crate::consumer::queue::Item;
 
@@ -77,28 +75,6 @@ const BURST: usize = 256;
 const METRICS_PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ConsumerTask {
-    /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
-    /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
-    /// as it does: see [`Flow`](crate::consumer::engine::flow::Flow)).
-    pub(crate) fn start_flow(&mut self) {
-        if self.flow.zero_queue {
-            // Java `ZeroQueueConsumerImpl.consumerIsReconnectedToBroker`: a FLOW of 1 only if
-            // a receive waits; what is queued is of the old subscription (see `flow::zero`).
-            self.flow.restart();
-            self.flow.want_one(&mut self.io, true);
-            return;
-        }
-        let size = self.flow.queue_size(&self.io);
-        let occupied = {
-            let mut room = self.io.shared.room();
-            let occupied = room.queued.min(u64::from(size)) as u32;
-            room.withheld = u64::from(occupied);
-            occupied
-        };
-        self.flow.restart();
-        self.flow.grant(&mut self.io, size - occupied);
-    }
-
     /// The key reader answered: the entries waiting for a data key go on (see `decrypt`).
     fn on_keys_loaded(&mut self, done: key_wait::Loaded) {
         let (io, flow, acks) = (&mut self.io, &mut self.flow, &mut self.acks);
@@ -223,7 +199,7 @@ impl ConsumerTask {
                             // other messages: forgotten, never sent there.
                             self.acks.reset();
                         }
-                        self.start_flow();
+                        self.flow.start(&mut self.io);
                         self.seeks.reattaching();
                         self.replay_deferred(&mut requests);
                         Ok(())
@@ -409,23 +385,8 @@ impl ConsumerTask {
             room.consumed = 0;
             room.withheld = 0;
         }
-        // The broker redelivers every unacked chunk to the new subscription.
-        let held_from = self.intake.chunks.earliest_first_chunk();
-        self.intake.chunks.clear();
-        self.intake.crypto.clear();
         self.flow.key_wait = false;
-        if !self.durable {
-            if let Some(last) = last {
-                self.intake.skip_through = Some(last);
-            }
-        }
-        let (start, rollback_secs) = resubscribe_start(
-            &self.io.opts,
-            self.durable,
-            last,
-            held_from,
-            self.intake.start,
-        );
+        let (start, rollback_secs) = self.intake.detached(&self.io.opts, self.durable, last);
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.io.entity.topic,
             consumer_id: self.io.entity.id,
@@ -531,11 +492,7 @@ impl ConsumerTask {
                 if let Some(msg) = self.intake.dlq_candidates.remove(&id) {
                     self.intake.dead_letter(&self.io, msg);
                 } else {
-                    let delay = match &self.io.opts.negative_ack_backoff {
-                        Some(b) => b.delay(redelivery_count),
-                        None => self.io.opts.negative_ack_delay,
-                    };
-                    self.acks.nacks.add(id, Instant::now(), delay);
+                    self.acks.nack(&self.io.opts, id, redelivery_count);
                 }
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
@@ -558,34 +515,11 @@ impl ConsumerTask {
         }
     }
 
-    /// Sends the acks waiting, unless they are kept: no connection (the broker redelivers
-    /// unacked messages; the acks still apply after re-subscribing), or a seek's disconnect
-    /// awaited (see `seek::Seeks`).
+    /// Sends the acks waiting, unless they are kept (see [`Acks::send`]): also while a
+    /// seek's disconnect is awaited (see `seek::Seeks`).
     pub(crate) fn flush_acks(&mut self) {
-        let keep = match self.seeks.acks_wait(Instant::now()) {
-            Some(until) => Some(until),
-            None if self.io.entity.conn.is_none() => Some(self.acks.detached_retry()),
-            None => None,
-        };
-        let Some(AckFlush {
-            individual,
-            cumulative,
-            partial,
-        }) = self.acks.flush(keep)
-        else {
-            return;
-        };
-        let id = self.io.entity.id;
-        let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
-        self.io.shared.stats.acks_sent(sent);
-        if !individual.is_empty() || !partial.is_empty() {
-            self.io
-                .entity
-                .send_control(commands::ack_individual(id, &individual, partial));
-        }
-        if let Some(c) = cumulative {
-            self.io.entity.send_control(commands::ack_cumulative(id, c));
-        }
+        let keep = self.seeks.acks_wait(Instant::now());
+        self.acks.send(&mut self.io, keep);
     }
 
     /// An individual ack from the application.
@@ -825,6 +759,6 @@ impl ConsumerTask {
         self.intake.dlq_candidates.clear();
         let intake = &mut self.intake;
         (intake.start, intake.skip_through, intake.start_from_next) = start_after(target);
-        self.start_flow();
+        self.flow.start(&mut self.io);
     }
 }

@@ -156,7 +156,7 @@ pub(crate) async fn spawn_partition(
     task.flow.auto = options
         .auto_scaled_receiver_queue_size
         .then(|| crate::consumer::engine::flow::AutoScale::new(options));
-    task.start_flow();
+    task.flow.start(&mut task.io);
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
     let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id,
