@@ -87,7 +87,7 @@ pub(crate) async fn spawn_partition(
         durable,
         ops: ops_tx,
         active: watch::Sender::new(None),
-        state: entity.life.watch(),
+        state: entity.life.now(),
         state_now: entity.life.now(),
         discarded: AtomicU64::new(0),
         stats: crate::stats::ConsumerCounters::new(
