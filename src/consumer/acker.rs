@@ -171,7 +171,7 @@ impl Acker {
     /// it there would ack that one. Such an op is dropped: the message stays unacked on its
     /// own cluster. (Java's consumer sends it on the new connection as it is.)
     #[inline(always)]
-    fn from_cluster_left(p: &PartitionShared, msg: &Message) -> bool {
+    pub(super) fn from_cluster_left(p: &PartitionShared, msg: &Message) -> bool {
         let left = msg.cluster != p.client_cluster.load(std::sync::atomic::Ordering::Acquire);
         if left {
             tracing::debug!(topic = %msg.topic, id = %msg.id,
@@ -288,14 +288,14 @@ impl Acker {
         &self,
         msg: &Message,
         cumulative: bool,
-    ) -> Result<(Arc<PartitionShared>, String)> {
+    ) -> Result<(Arc<PartitionShared>, &str)> {
         if cumulative {
             self.check_cumulative()?;
         }
         let tasks = crate::consumer::topics::registry::lock(&self.inner.registry);
         let p = self.source_of(&tasks, msg)?;
         Self::check_open(p)?;
-        Ok((p.clone(), self.inner.subscription.clone()))
+        Ok((p.clone(), &self.inner.subscription))
     }
 
     /// Routes an op about a received message to the partition task it came from.

@@ -108,6 +108,9 @@ pub struct Consumer {
     /// An auto-scaled receiver queue (PIP-74): a receive that finds the queue empty tells the
     /// partition tasks, whose queues may grow (see `flow::auto_scale`).
     auto_scaled: bool,
+    /// Auto-scaled: a stream poll that found the queue empty told the tasks, and no item was
+    /// taken since (see the `Stream` impl: once per wait).
+    more_expected: bool,
     /// The bounds of [`Consumer::batch_recv`], as adjusted to the receiver queue.
     batch_policy: BatchReceivePolicy,
 }
@@ -177,6 +180,7 @@ impl Consumer {
                 .then(|| topics::registry::lock(&ctx.registry).iter().next().cloned())
                 .flatten(),
             auto_scaled: options.auto_scaled_receiver_queue_size,
+            more_expected: false,
             batch_policy: options
                 .batch_receive_policy
                 .effective(options.receiver_queue_size),

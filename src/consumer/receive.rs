@@ -270,6 +270,8 @@ impl Consumer {
     /// telling the partition tasks that the application found the queue empty.
     #[cold]
     async fn next_asking(&mut self) -> Option<(usize, u64, Item)> {
+        // A receive asks for itself (a stream's earlier ask is no longer its wait).
+        self.more_expected = false;
         // What a cancelled `batch_recv` left at the front of the queue first (only with an
         // auto-scaled queue: a zero-size one refuses batch receive).
         if let Some(q) = self.inbound().held.pop_front() {
@@ -295,9 +297,15 @@ impl Consumer {
 
     /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
     /// `expectMoreIncomingMessages`, see `flow::auto_scale`).
+    ///
+    /// Sent under the registry's lock (sending never blocks): nothing is allocated.
     #[cold]
     pub(super) fn expect_more(&self) {
-        for p in self.live() {
+        let tasks = topics::registry::lock(&self.registry);
+        for p in tasks
+            .iter()
+            .filter(|p| !p.topic_deleted.load(Ordering::Acquire))
+        {
             let _ = p.send_op(ConsumerOp::RecvWaits);
         }
     }
@@ -371,6 +379,8 @@ impl Stream for Consumer {
                     if let Some(p) = &self.zero_queue {
                         p.room().waiting = false;
                     }
+                    // The wait (if any) is over: the next one tells the tasks again.
+                    self.more_expected = false;
                     if let Some(r) = self.accept(index, epoch, item) {
                         if self.interceptors.is_some() {
                             return Poll::Ready(Some(r.map(|m| self.consumed(m))));
@@ -384,7 +394,11 @@ impl Stream for Consumer {
                     // no more keeps its ask, so at most one message waits for its next poll.
                     if let Some(p) = &self.zero_queue {
                         Waiting::ask(p);
-                    } else if self.auto_scaled {
+                    } else if self.auto_scaled && !self.more_expected {
+                        // Auto-scaled: the tasks are told once per wait too (one growth per
+                        // empty queue found, as upstream's one `expectMoreIncomingMessages`
+                        // per receive), not at every wake-up of a stream polled again.
+                        self.more_expected = true;
                         self.expect_more();
                     }
                     return Poll::Pending;

@@ -27,7 +27,13 @@ impl Consumer {
     /// acknowledgement; an abort makes the messages it held redeliverable.
     ///
     /// Not for a chunked message: refused with [`Error::InvalidOperation`] (upstream
-    /// acknowledges only its last chunk in a transaction).
+    /// acknowledges only its last chunk in a transaction). Nor for a message received on a
+    /// cluster the client has since left ([`Client::update_service_info`] or a failover
+    /// provider): its id names another message on the cluster in use, so nothing is sent,
+    /// the call fails with [`Error::InvalidOperation`] and the transaction's commit aborts
+    /// it (the message is delivered again by the new cluster).
+    ///
+    /// [`Client::update_service_info`]: crate::Client::update_service_info
     pub async fn ack_with_transaction(&self, msg: &Message, txn: &Transaction) -> Result<()> {
         self.acker.ack_with_transaction(msg, txn).await
     }
@@ -95,7 +101,20 @@ impl Acker {
         let (p, subscription) = self.txn_target(msg, cumulative)?;
         let op = txn.begin_op()?;
         let r = async {
-            txn.register_subscription(p.topic.as_str(), &subscription)
+            // Received on a cluster the client has left (cluster-level failover): not sent, as
+            // a plain ack is not (the same check, `Acker::from_cluster_left`): its id names
+            // another message here. Unlike a plain ack's, the drop fails the operation, so the
+            // commit aborts instead of committing the transaction's outputs without its input
+            // acknowledged (the message comes again from the new cluster and is processed in
+            // another transaction). Java sends it to the new cluster as it is.
+            if Acker::from_cluster_left(&p, msg) {
+                return Err(Error::InvalidOperation(format!(
+                    "message {} of {} was received on a cluster the client has left: it cannot \
+                     be acknowledged in a transaction of the cluster in use",
+                    msg.id, msg.topic
+                )));
+            }
+            txn.register_subscription(p.topic.as_str(), subscription)
                 .await?;
             let id = txn.raw_id();
             Consumer::ask(&p, |done| {

@@ -237,7 +237,10 @@
 //! [`Consumer::ack_all`] acks a whole batch (each message),
 //! [`nack_all`](crate::Consumer::nack_all) nacks it, and on Exclusive and Failover
 //! subscriptions [`ack_cumulative_all`](crate::Consumer::ack_cumulative_all) acks the last
-//! message of each partition in it cumulatively; the [`Acker`] has the same three.
+//! message of each partition in it cumulatively; the [`Acker`] has the same three. A typed
+//! consumer's [`batch_recv`](crate::schema::TypedConsumer::batch_recv) returns
+//! [`TypedMessages`](crate::schema::TypedMessages), each message decoded as `recv` decodes
+//! it, with the same `ack_all`, `nack_all` and `ack_cumulative_all`.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

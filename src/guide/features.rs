@@ -22,7 +22,7 @@
 //! | Producer access modes (Shared, Exclusive, WaitForExclusive, ExclusiveWithFencing) | yes | [`ProducerBuilder::access_mode`] |
 //! | Partitioned topics, key routing, partition growth (PIP-247 pushes or polling) | yes | [`ProducerBuilder::auto_update_partitions`], [`ConsumerBuilder::auto_update_partitions`], [`partitions`](super::partitions) |
 //! | Subscription types Exclusive, Shared, Failover, Key_Shared; durable and non-durable subscriptions (PIP-245 on non-persistent topics) | yes | [`ConsumerBuilder::subscription_type`], [`ConsumerBuilder::subscription_mode`] |
-//! | Batch receive (`batchReceive`, `BatchReceivePolicy`, `acknowledge(Messages)`) | yes | [`Consumer::batch_recv`], [`ConsumerBuilder::batch_receive_policy`], [`Consumer::ack_all`], [`Consumer::ack_cumulative_all`] |
+//! | Batch receive (`batchReceive`, `BatchReceivePolicy`, `acknowledge(Messages)`) | yes | [`Consumer::batch_recv`], [`ConsumerBuilder::batch_receive_policy`], [`Consumer::ack_all`], [`Consumer::ack_cumulative_all`]; typed: [`TypedConsumer::batch_recv`](crate::schema::TypedConsumer::batch_recv) |
 //! | Individual and cumulative acks, grouped acks, acks from other tasks | yes | [`Consumer::ack`], [`Consumer::ack_cumulative`], [`Consumer::acker`], [`ConsumerBuilder::ack_group_time`] |
 //! | Negative acks with delay or backoff, ack timeout | yes | [`ConsumerBuilder::negative_ack_delay`], [`ConsumerBuilder::negative_ack_backoff`], [`ConsumerBuilder::ack_timeout`] |
 //! | Dead-letter and retry topics (with PIP-124's initial subscription) | yes | [`ConsumerBuilder::dead_letter_policy`], [`ConsumerBuilder::retry_enable`], [`Consumer::reconsume_later`] |

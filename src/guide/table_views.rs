@@ -13,7 +13,10 @@
 //!   changes nothing.
 //! - `create()` returns once the view has read every message stored when it was made; an
 //!   empty topic gives an empty view at once. [`TableView::refresh`] waits in the same way for
-//!   what is stored when it is called.
+//!   what is stored when it is called. Both fail with `Error::Timeout` when the view reads
+//!   nothing for the builder's `read_timeout` meanwhile (the client's operation timeout by
+//!   default): a broker without apache/pulsar#22610 may name as the last message one it never
+//!   delivers.
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

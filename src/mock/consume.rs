@@ -506,7 +506,7 @@ pub(crate) fn get_last_message_id(
     // (upstream PR #21466: the max read position) and not of an aborted one (PR #22610:
     // `getLastDispatchablePosition`); `(ledger, -1)` when there is none.
     let mut e = topic.txns.max_read(topic.len());
-    while e > 0 && topic.txns.is_aborted(e - 1) {
+    while e > 0 && topic.txns.is_aborted(e - 1) && !state.coordinator.last_id_names_aborted {
         e -= 1;
     }
     let e = e.wrapping_sub(1);

@@ -30,7 +30,8 @@
 //! - A message whose `deliver_at_time` (wall-clock ms) is in the future is stored at once but
 //!   Shared and Key_Shared subscriptions dispatch it only when due (as upstream's delayed
 //!   delivery; Exclusive/Failover ignore it). The due time is taken on tokio's clock at SEND
-//!   (now + the time left), so tests with paused time advance to it.
+//!   (now + the time left), so tests with paused time advance to it; entries carrying the same
+//!   `deliver_at_time` (a chunked message's chunks) share the first one's due time.
 //! - Non-persistent topics store nothing: the message goes to the connected consumers with
 //!   permits (else is dropped) and the receipt carries message id `(0, 0)`, as upstream.
 
@@ -42,7 +43,7 @@ use super::permissions::{self, MockAction};
 use super::reply::{error, success, SessionView, Step};
 use super::state::BrokerState;
 use super::subscription::{SubType, Subscription};
-use super::topic::{delivery_due, ProducerInfo, ProducerKey, StoredEntry, Topic, WaitingProducer};
+use super::topic::{ProducerInfo, ProducerKey, StoredEntry, Topic, WaitingProducer};
 use super::wire::{self, base_command::Type, ProducerAccessMode};
 use crate::codec::{Frame, Payload, DEFAULT_MAX_MESSAGE_SIZE};
 use crate::error::ServerError;
@@ -449,7 +450,7 @@ pub(crate) fn send(
         if let Some(id) = txn {
             topic.txns.append(id, entry);
         }
-        if let Some(due) = delivery_due(&payload.metadata) {
+        if let Some(due) = topic.delivery_due(&payload.metadata) {
             topic.deliver_at.insert(entry, due);
             timers.schedule_delivery(due, &topic.name);
         }

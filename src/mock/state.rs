@@ -203,6 +203,11 @@ pub(crate) struct TopicTable {
 }
 
 impl TopicTable {
+    /// Every topic.
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Topic> {
+        self.topics.values_mut()
+    }
+
     /// The topic `name` (any form), if it exists.
     pub(crate) fn get(&self, name: &str) -> Option<&Topic> {
         self.topics.get(&canonical_topic(name))

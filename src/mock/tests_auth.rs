@@ -223,6 +223,46 @@ async fn deliver_at_time_holds_messages_back_on_shared_subscriptions() {
     assert_eq!(starved.message().await.entry(), 3);
 }
 
+/// Entries carrying one `deliver_at_time` (the chunks of a message) fall due together and are
+/// dispatched in order, even when the wall clock moved on between their SENDs (it read a
+/// later millisecond at each one, which used to make a later entry due first).
+#[tokio::test(start_paused = true)]
+async fn entries_with_one_deliver_at_time_fall_due_together_in_order() {
+    let broker = MockBroker::start().await.unwrap();
+    let mut producer = Client::connect(&broker).await;
+    producer.producer(TOPIC, 1).await;
+    let mut shared = Client::connect(&broker).await.patient();
+    shared.subscribe(TOPIC, "shared", SubType::Shared, 1).await;
+    shared.flow(1, 100).await;
+    let start = tokio::time::Instant::now();
+    let at = wall_clock_ms() + 1_000;
+    for seq in 0..3 {
+        let meta = wire::MessageMetadata {
+            deliver_at_time: Some(at),
+            ..metadata("p", seq, None)
+        };
+        producer.publish(1, meta, b"chunk").await;
+        // Paused tokio time stands still while the wall clock runs: the next SEND reads it
+        // at least a millisecond later.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let got = shared.messages(3).await;
+    assert_eq!(got.iter().map(|d| d.entry()).collect::<Vec<_>>(), [0, 1, 2]);
+    assert!(start.elapsed() >= Duration::from_millis(990));
+    // The time is forgotten once it has passed (the map stays bounded).
+    producer
+        .publish(1, delayed(3, None, Duration::from_secs(1)), b"later")
+        .await;
+    assert_eq!(shared.message().await.entry(), 3);
+    let state = lock(&broker.shared().state);
+    let due_times = &state.topics.get(TOPIC).expect("the topic").due_times;
+    assert_eq!(
+        due_times.len(),
+        1,
+        "the passed time is dropped: {due_times:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn redelivery_counts_are_recorded_per_subscription() {
     let broker = MockBroker::start().await.unwrap();

@@ -122,6 +122,9 @@ pub(crate) struct Topic {
     /// Entries with a `deliver_at_time` in the future when stored, and when (tokio time) they
     /// fall due: Shared/Key_Shared subscriptions do not dispatch them before.
     pub(crate) deliver_at: HashMap<u64, Instant>,
+    /// When each pending `deliver_at_time` (wall-clock ms) falls due (tokio time), fixed by
+    /// the first entry that carries it (see [`Topic::delivery_due`]); pruned as they pass.
+    pub(crate) due_times: BTreeMap<i64, Instant>,
     /// The transaction buffer: entries of open and aborted transactions (PIP-31).
     pub(crate) txns: super::txn_state::TopicTxns,
 }
@@ -142,6 +145,7 @@ impl Topic {
             subscriptions: BTreeMap::new(),
             terminated: false,
             deliver_at: HashMap::new(),
+            due_times: BTreeMap::new(),
             txns: Default::default(),
         }
     }
@@ -192,17 +196,45 @@ impl Topic {
             .map_or(0, |i| i as u64 + 1)
     }
 
+    /// When (tokio time) an entry with `metadata` falls due, if its `deliver_at_time` is in
+    /// the future.
+    ///
+    /// Entries carrying the same `deliver_at_time` fall due at the same instant: the first
+    /// one fixes it and the later ones reuse it. Upstream's delayed delivery tracker
+    /// (`InMemoryDelayedDeliveryTracker`) compares each entry's `deliverAt` with one cutoff
+    /// time and hands the dispatcher the due positions sorted, so the chunks of a message
+    /// (which all carry the producer's `deliver_at_time`) come out together and in order.
+    /// Converting the wall-clock time to tokio time again per entry would not: the
+    /// conversion truncates to whole milliseconds of the wall clock at each SEND, so a later
+    /// chunk could fall due up to a millisecond before an earlier one and be dispatched
+    /// first (the consumer then drops the message as out of order).
+    pub(crate) fn delivery_due(&mut self, metadata: &wire::MessageMetadata) -> Option<Instant> {
+        let at = metadata.deliver_at_time?;
+        let now = Instant::now();
+        // Bounded: times are dropped from the earliest on once they have passed.
+        while let Some(entry) = self.due_times.first_entry() {
+            if *entry.get() > now {
+                break;
+            }
+            entry.remove();
+        }
+        if let Some(&due) = self.due_times.get(&at) {
+            return (due > now).then_some(due);
+        }
+        let due = due_from_wall_clock(at)?;
+        self.due_times.insert(at, due);
+        Some(due)
+    }
+
     /// Whether a producer named `name` is attached.
     pub(crate) fn has_producer_named(&self, name: &str) -> bool {
         self.producers.values().any(|p| p.name == name)
     }
 }
 
-/// When (tokio time) a message with `metadata` falls due, if its `deliver_at_time` (wall-clock
-/// ms) is in the future: now plus the time left until then, so that paused tokio time
-/// advances to it.
-pub(crate) fn delivery_due(metadata: &wire::MessageMetadata) -> Option<Instant> {
-    let at = metadata.deliver_at_time?;
+/// When (tokio time) a `deliver_at_time` of `at` (wall-clock ms) falls due, if it is in the
+/// future: now plus the time left until then, so that paused tokio time advances to it.
+fn due_from_wall_clock(at: i64) -> Option<Instant> {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .ok()?

@@ -11,10 +11,13 @@
 //! Where the mock simplifies: one coordinator table serves every coordinator id (ids
 //! `0..max(1, partitions of transaction_coordinator_assign)`, as a broker owning every
 //! partition of that topic); the phases run at once (no END_TXN_ON_PARTITION/SUBSCRIPTION
-//! round trips, no commit/abort marker entries in the topics); a plain acknowledgement of an
+//! round trips, no commit/abort marker entries in the topics); what a transaction at or below
+//! its coordinator's low water mark left on a partition or subscription it never registered
+//! is aborted on every topic at once (see `end`); a plain acknowledgement of an
 //! entry pending in a transaction is not checked against it, and a redelivered batch entry
 //! carries the cursor's ack set only (its messages pending in a transaction come along).
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -278,9 +281,26 @@ impl MockBroker {
     pub fn crash_coordinator_on_next_end(&self, at: MockCoordinatorCrash) {
         lock(&self.shared().state).coordinator.crash_on_end = Some(at);
     }
+
+    /// Answers GET_LAST_MESSAGE_ID with the last entry stored even when it belongs to an
+    /// aborted transaction (`true`), as brokers before apache/pulsar#22610 did: an id no
+    /// consumer or reader is ever given. `false` (the default) skips them, as brokers with
+    /// the fix (`getLastDispatchablePosition`). For testing what waits for a last id (a
+    /// reader's `has_message_available`, a table view's `create` and `refresh`).
+    pub fn set_last_message_id_names_aborted(&self, on: bool) {
+        lock(&self.shared().state).coordinator.last_id_names_aborted = on;
+    }
 }
 
-/// Ends transaction `id` everywhere it went, and forgets it.
+/// Ends transaction `id` everywhere it went, and forgets it; then ends, on every topic and
+/// subscription, what its coordinator's transactions at or below the new low water mark left
+/// there without being told (upstream `TopicTransactionBuffer.handleLowWaterMark` and
+/// `PendingAckHandleImpl.handleLowWaterMark`, on each END_TXN_ON_PARTITION /
+/// _SUBSCRIPTION: such a transaction is aborted). That is what a SEND or ACK in a
+/// transaction to a partition or subscription never registered with it left (the
+/// coordinator never tells them), which would otherwise hold the topic's max read position
+/// or the acknowledged entries for ever. Upstream does it on the topics and subscriptions
+/// the ending transaction went to; the mock on every one.
 ///
 /// - Its partitions (upstream `TopicTransactionBuffer.commitTxn` / `abortTxn`): the
 ///   transaction leaves the ongoing set, so the max read position moves past its entries
@@ -294,8 +314,7 @@ fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
     let Some(meta) = state.coordinator.open.remove(&id) else {
         return;
     };
-    state.coordinator.ended.insert(id, commit);
-    let BrokerState { topics, conns, .. } = state;
+    let BrokerState { topics, conns, .. } = &mut *state;
     for name in &meta.partitions {
         if let Some(topic) = topics.get_mut(name) {
             topic.txns.end(id, commit);
@@ -303,49 +322,85 @@ fn end(state: &mut BrokerState, id: TxnKey, commit: bool) {
         }
     }
     for (name, sub_name) in &meta.subscriptions {
-        let Some(topic) = topics.get_mut(name) else {
-            continue;
-        };
-        let super::topic::Topic {
-            messages,
-            subscriptions,
-            ..
-        } = &mut *topic;
-        let Some(sub) = subscriptions.get_mut(sub_name) else {
-            continue;
-        };
-        let (individual, cumulative) = sub.txn_acks.take(id);
-        if commit {
-            // Upstream `individualAckCommitCommon`: the positions, with their ack sets, are
-            // acknowledged on the cursor (`PersistentSubscription.acknowledgeMessage`), which
-            // ANDs a batch's sets: the entry is acknowledged once all its messages are.
-            let count = |e: u64| messages.get(e as usize).map_or(1, |m| m.num_messages());
-            for (e, part) in individual {
-                sub.ack_individual(e, part.as_deref().unwrap_or(&[]), count(e));
-            }
-            if let Some((e, set)) = cumulative {
-                sub.ack_cumulative(e, &set, count(e));
-            }
-        } else {
-            // Upstream `PendingAckHandleImpl.internalAbortTxn` redelivers: the individually
-            // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`;
-            // a batch entry comes with the cursor's ack set, so the messages this transaction
-            // held come again, `individualAckAbortCommon` having released them), or, for a
-            // cumulative acknowledgement, everything unacknowledged
-            // (`redeliverUnacknowledgedMessages(consumer, DEFAULT_CONSUMER_EPOCH)`).
-            for (e, _) in individual {
-                if !sub.is_acked(e) {
-                    sub.pending.remove(&e);
-                    sub.replay.insert(e);
-                }
-            }
-            if cumulative.is_some() {
-                sub.return_all_pending();
-            }
+        if let Some(topic) = topics.get_mut(name) {
+            end_on_subscription(topic, sub_name, id, commit, conns);
         }
-        dispatch::dispatch(topic, sub_name, conns);
     }
     tracing::debug!(txn = ?id, commit, "mock broker: transaction ended");
+    let Some(lwm) = state.coordinator.low_water_mark(id.0) else {
+        return;
+    };
+    let BrokerState { topics, conns, .. } = &mut *state;
+    for topic in topics.iter_mut() {
+        let left = topic.txns.below(id.0, lwm);
+        for txn in &left {
+            topic.txns.end(*txn, false);
+        }
+        if !left.is_empty() {
+            tracing::debug!(txns = ?left, "mock broker: aborted below the low water mark");
+            dispatch::dispatch_all(topic, conns);
+        }
+        let subs: Vec<(String, BTreeSet<TxnKey>)> = topic
+            .subscriptions
+            .iter()
+            .map(|(name, sub)| (name.clone(), sub.txn_acks.below(id.0, lwm)))
+            .filter(|(_, txns)| !txns.is_empty())
+            .collect();
+        for (sub_name, txns) in subs {
+            for txn in txns {
+                end_on_subscription(topic, &sub_name, txn, false, conns);
+            }
+        }
+    }
+}
+
+/// Transaction `id` ends on subscription `sub_name` of `topic` (upstream
+/// `PendingAckHandleImpl.commitTxn` / `abortTxn`).
+fn end_on_subscription(
+    topic: &mut super::topic::Topic,
+    sub_name: &str,
+    id: TxnKey,
+    commit: bool,
+    conns: &super::conns::Conns,
+) {
+    let super::topic::Topic {
+        messages,
+        subscriptions,
+        ..
+    } = &mut *topic;
+    let Some(sub) = subscriptions.get_mut(sub_name) else {
+        return;
+    };
+    let (individual, cumulative) = sub.txn_acks.take(id);
+    if commit {
+        // Upstream `individualAckCommitCommon`: the positions, with their ack sets, are
+        // acknowledged on the cursor (`PersistentSubscription.acknowledgeMessage`), which
+        // ANDs a batch's sets: the entry is acknowledged once all its messages are.
+        let count = |e: u64| messages.get(e as usize).map_or(1, |m| m.num_messages());
+        for (e, part) in individual {
+            sub.ack_individual(e, part.as_deref().unwrap_or(&[]), count(e));
+        }
+        if let Some((e, set)) = cumulative {
+            sub.ack_cumulative(e, &set, count(e));
+        }
+    } else {
+        // Upstream `PendingAckHandleImpl.internalAbortTxn` redelivers: the individually
+        // acknowledged positions (`redeliverUnacknowledgedMessages(consumer, positions)`;
+        // a batch entry comes with the cursor's ack set, so the messages this transaction
+        // held come again, `individualAckAbortCommon` having released them), or, for a
+        // cumulative acknowledgement, everything unacknowledged
+        // (`redeliverUnacknowledgedMessages(consumer, DEFAULT_CONSUMER_EPOCH)`).
+        for (e, _) in individual {
+            if !sub.is_acked(e) {
+                sub.pending.remove(&e);
+                sub.replay.insert(e);
+            }
+        }
+        if cumulative.is_some() {
+            sub.return_all_pending();
+        }
+    }
+    dispatch::dispatch(topic, sub_name, conns);
 }
 
 /// Aborts the open transactions whose timeout passed (upstream
@@ -357,10 +412,17 @@ pub(crate) fn expire(state: &mut BrokerState, now: Instant) {
 }
 
 /// A SEND in transaction `id` to a topic, before it is stored: refused once the transaction
-/// ended (upstream `TopicTransactionBuffer.internalAppendBufferToTxn`: NotAllowed,
-/// "Transaction ... has been ended").
+/// ended, i.e. is at or below its coordinator's low water mark (upstream
+/// `TopicTransactionBuffer.internalAppendBufferToTxn`: NotAllowed, "Transaction ... has been
+/// ended"). Upstream's buffer checks nothing else (neither that the coordinator issued the id
+/// nor that the partition is registered with it): such a SEND is stored, and its entries are
+/// aborted once the low water mark passes them (see [`end`]).
 pub(crate) fn check_send(state: &BrokerState, id: TxnKey) -> Result<(), String> {
-    if state.coordinator.ended.contains_key(&id) {
+    if state
+        .coordinator
+        .low_water_mark(id.0)
+        .is_some_and(|lwm| id.1 <= lwm)
+    {
         return Err(format!(
             "Transaction [({},{})] has been ended. Please use a new transaction to send message.",
             id.0, id.1

@@ -73,11 +73,11 @@ pub(crate) struct Coordinator {
     sequences: HashMap<u64, u64>,
     /// Transactions not ended yet (open, committing, aborting).
     pub(crate) open: BTreeMap<TxnKey, TxnMeta>,
-    /// Ended transactions and whether they committed (for the topics' refusal of late
-    /// sends: upstream's low water mark).
-    pub(crate) ended: HashMap<TxnKey, bool>,
     /// Where the next END_TXN crashes the coordinator, if a test asked.
     pub(crate) crash_on_end: Option<MockCoordinatorCrash>,
+    /// GET_LAST_MESSAGE_ID names the last entry stored even if an aborted transaction's, as
+    /// brokers before apache/pulsar#22610 (see `MockBroker::set_last_message_id_names_aborted`).
+    pub(crate) last_id_names_aborted: bool,
 }
 
 impl Coordinator {
@@ -109,6 +109,19 @@ impl Coordinator {
             .collect()
     }
 
+    /// Coordinator `tc_id`'s low water mark (upstream `MLTransactionMetadataStore
+    /// .getLowWaterMark`, which END_TXN_ON_PARTITION / _SUBSCRIPTION carry): the highest
+    /// sequence at or below which every transaction it issued has ended. `None` while none
+    /// has. Read from the transactions still kept, so an ended one costs nothing.
+    pub(crate) fn low_water_mark(&self, tc_id: u64) -> Option<u64> {
+        let first_kept = self.open.range((tc_id, 0)..=(tc_id, u64::MAX)).next();
+        let first_not_ended = match first_kept {
+            Some(((_, seq), _)) => *seq,
+            None => self.sequences.get(&tc_id).copied().unwrap_or(0),
+        };
+        first_not_ended.checked_sub(1)
+    }
+
     /// Transactions left committing (`true`) or aborting (`false`).
     pub(crate) fn being_ended(&self) -> Vec<(TxnKey, bool)> {
         self.open
@@ -129,7 +142,8 @@ pub(crate) struct TopicTxns {
     ongoing: BTreeMap<TxnKey, u64>,
     /// The entries of open transactions.
     entries: HashMap<u64, TxnKey>,
-    /// Entries of aborted transactions: never dispatched.
+    /// Entries of aborted transactions: never dispatched. One mark per aborted entry, kept
+    /// as long as the entry is (the mock never trims a topic's entries).
     aborted: BTreeSet<u64>,
 }
 
@@ -143,6 +157,16 @@ impl TopicTxns {
     /// Entries at or after this are not dispatched (the max read position plus one).
     pub(crate) fn max_read(&self, len: u64) -> u64 {
         self.ongoing.values().copied().min().unwrap_or(len).min(len)
+    }
+
+    /// Transactions of coordinator `tc_id` with entries here that are at or below its low
+    /// water mark `lwm`: ended (or never issued to this topic's knowledge) without this
+    /// partition being told, e.g. sent to without ADD_PARTITION_TO_TXN.
+    pub(crate) fn below(&self, tc_id: u64, lwm: u64) -> Vec<TxnKey> {
+        self.ongoing
+            .range((tc_id, 0)..=(tc_id, lwm))
+            .map(|(k, _)| *k)
+            .collect()
     }
 
     /// Whether entry `e` belongs to an aborted transaction.
@@ -272,6 +296,19 @@ impl PendingAcks {
         full.iter()
             .zip(pending.iter().zip(&on_cursor))
             .all(|(f, (p, c))| f & !(p | c) == 0)
+    }
+
+    /// Transactions of coordinator `tc_id` at or below its low water mark `lwm` holding
+    /// individual acknowledgements here (as [`TopicTxns::below`]; upstream
+    /// `PendingAckHandleImpl.handleLowWaterMark` looks at `individualAckOfTransaction` only,
+    /// not at a pending cumulative acknowledgement).
+    pub(crate) fn below(&self, tc_id: u64, lwm: u64) -> BTreeSet<TxnKey> {
+        self.individual
+            .values()
+            .flatten()
+            .map(|(t, _)| *t)
+            .filter(|t| t.0 == tc_id && t.1 <= lwm)
+            .collect()
     }
 
     /// Takes what transaction `txn` acknowledged: (individual entries with their parts, the

@@ -61,8 +61,8 @@ pub use primitive::{
 #[cfg(feature = "protobuf")]
 pub use protobuf::ProtobufNativeSchema;
 pub use typed::{
-    TypedConsumer, TypedConsumerBuilder, TypedMessage, TypedProducer, TypedProducerBuilder,
-    TypedReader, TypedReaderBuilder,
+    TypedConsumer, TypedConsumerBuilder, TypedMessage, TypedMessages, TypedProducer,
+    TypedProducerBuilder, TypedReader, TypedReaderBuilder,
 };
 
 pub(crate) use registry::{

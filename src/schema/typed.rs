@@ -13,6 +13,9 @@ use crate::message::{Message, ProducerMessage};
 use crate::message_id::MessageId;
 use crate::producer::{Producer, ProducerBuilder, SendFuture};
 
+mod batch;
+pub use batch::TypedMessages;
+
 /// A received message with its decoded value. A payload the schema could not decode keeps the
 /// [`SchemaError`] in [`TypedMessage::value`]: the message can still be acked, nacked or
 /// dead-lettered like any other.
@@ -68,12 +71,22 @@ impl<T> AsRef<Message> for TypedMessage<T> {
 /// the writer schemas fetched so far, and the message being decoded. The message waits in
 /// `held` while its writer schema is fetched, so a `recv` cancelled meanwhile loses nothing:
 /// the next `recv` decodes it.
+/// A typed consumer's batch waits in `batch` the same way (see `batch`).
 #[derive(Debug)]
 struct Decoder<S> {
     schema: S,
     core: CoreRef,
     writers: WriterSchemas,
     held: Option<Message>,
+    /// The messages of a `batch_recv` being decoded (see [`TypedConsumer::batch_recv`]).
+    batch: std::collections::VecDeque<Message>,
+}
+
+/// What decoding a message needs from the registry: the writer's schema, or why it could not
+/// be had.
+struct WriterOf {
+    writer: Option<Arc<SchemaInfo>>,
+    unavailable: Option<SchemaError>,
 }
 
 impl<S: Schema> Decoder<S> {
@@ -83,6 +96,7 @@ impl<S: Schema> Decoder<S> {
             core,
             writers: WriterSchemas::default(),
             held: None,
+            batch: Default::default(),
         }
     }
 
@@ -92,14 +106,27 @@ impl<S: Schema> Decoder<S> {
     /// makes the message an error item ([`SchemaError::WriterSchemaUnavailable`]).
     async fn decode_held(&mut self) -> Option<TypedMessage<S::Type>> {
         let msg = self.held.as_ref()?;
+        let found = Self::writer_of(&self.schema, &self.core, &mut self.writers, msg).await;
+        let msg = self.held.take()?;
+        Some(self.decode(msg, found))
+    }
+
+    /// The writer's schema `msg` needs, fetched by version when the schema needs it (see
+    /// [`Decoder::decode_held`]).
+    async fn writer_of(
+        schema: &S,
+        core: &CoreRef,
+        writers: &mut WriterSchemas,
+        msg: &Message,
+    ) -> WriterOf {
         let mut writer: Option<Arc<SchemaInfo>> = None;
         let mut unavailable = None;
-        if self.schema.needs_writer_schema() && !msg.null_value {
+        if schema.needs_writer_schema() && !msg.null_value {
             if let Some(v) = msg.schema_version.clone().filter(|v| !v.is_empty()) {
                 // Schemas belong to the topic, not a partition (upstream keys them by the
                 // partitioned topic's name): one fetch per version for all partitions.
                 let topic = msg.topic.partitioned_topic();
-                match self.writers.get(&self.core, &topic, &v).await {
+                match writers.get(core, &topic, &v).await {
                     Writer::Known(info) => writer = Some(info),
                     Writer::Missing => {}
                     Writer::Unavailable(e) => {
@@ -112,22 +139,29 @@ impl<S: Schema> Decoder<S> {
                 }
             }
         }
-        let msg = self.held.take()?;
+        WriterOf {
+            writer,
+            unavailable,
+        }
+    }
+
+    /// Decodes `msg` with what [`Decoder::writer_of`] found.
+    fn decode(&self, msg: Message, found: WriterOf) -> TypedMessage<S::Type> {
         // Upstream `MessageImpl.getValue` answers null for a `null_value` message without
         // decoding its (empty) payload.
         let value = if msg.null_value {
             Err(SchemaError::NullValue)
-        } else if let Some(e) = unavailable {
+        } else if let Some(e) = found.unavailable {
             Err(e)
         } else {
             decode_in_client(&self.core, || {
-                self.schema.decode_message(&msg, writer.as_deref())
+                self.schema.decode_message(&msg, found.writer.as_deref())
             })
         };
-        Some(TypedMessage {
+        TypedMessage {
             message: msg,
             value,
-        })
+        }
     }
 }
 
@@ -274,7 +308,11 @@ impl<S: Schema> TypedConsumer<S> {
     /// fetched (the message is kept for the next call).
     pub async fn recv(&mut self) -> Result<TypedMessage<S::Type>> {
         if self.decoder.held.is_none() {
-            self.decoder.held = Some(self.inner.recv().await?);
+            // A cancelled `batch_recv`'s messages first.
+            self.decoder.held = match self.decoder.batch.pop_front() {
+                Some(m) => Some(m),
+                None => Some(self.inner.recv().await?),
+            };
         }
         self.decoder.decode_held().await.ok_or(Error::Closed)
     }

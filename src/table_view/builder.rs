@@ -2,6 +2,7 @@
 //! `AbstractTableViewImpl`'s constructor).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::watch;
 
@@ -20,6 +21,8 @@ pub struct TableViewBuilder<S = BytesSchema> {
     topic: String,
     reader: ReaderBuilder,
     schema: S,
+    /// See [`TableViewBuilder::read_timeout`]; `None`: no bound.
+    stall: Option<Duration>,
 }
 
 impl<S> std::fmt::Debug for TableViewBuilder<S> {
@@ -34,6 +37,7 @@ impl<S> std::fmt::Debug for TableViewBuilder<S> {
 impl TableViewBuilder<BytesSchema> {
     pub(crate) fn new(client: CoreRef, topic: String) -> Self {
         TableViewBuilder {
+            stall: Some(client.operation_timeout()),
             reader: ReaderBuilder::new(client, topic.clone()),
             topic,
             schema: BytesSchema,
@@ -48,6 +52,7 @@ impl TableViewBuilder<BytesSchema> {
             topic: self.topic,
             reader: self.reader,
             schema,
+            stall: self.stall,
         }
     }
 }
@@ -60,6 +65,19 @@ where
     /// `subscriptionName`).
     pub fn subscription(mut self, name: impl Into<String>) -> Self {
         self.reader = self.reader.subscription(name);
+        self
+    }
+
+    /// How long [`create`](Self::create) and [`TableView::refresh`] wait for the view to read
+    /// its next message while the last message ids are not reached, before failing with
+    /// [`Error::Timeout`](crate::Error::Timeout): by default the client's
+    /// [`operation_timeout`](crate::ClientBuilder::operation_timeout); `Duration::ZERO` waits
+    /// without a bound (as upstream, whose `createAsync` and `refreshAsync` never time out).
+    /// A broker without apache/pulsar#22610 may name as the last message an entry it never
+    /// delivers (an aborted transaction's), which would keep them waiting for ever. The bound
+    /// is on a stretch without a message, so a long topic is read whatever it takes.
+    pub fn read_timeout(mut self, timeout: Duration) -> Self {
+        self.stall = (!timeout.is_zero()).then_some(timeout);
         self
     }
 
@@ -95,7 +113,8 @@ where
     /// subscribed (as upstream).
     ///
     /// Fails as [`ReaderBuilder::create`] does, or with the error that stopped the first read
-    /// (the reader is closed then).
+    /// (the reader is closed then): [`Error::Timeout`](crate::Error::Timeout) when nothing
+    /// was read for the [`read_timeout`](Self::read_timeout).
     pub async fn create(self) -> Result<TableView<S::Type>> {
         let topic = TopicName::new(&self.topic)?;
         let persistent = topic.is_persistent();
@@ -124,6 +143,7 @@ where
             shared,
             query,
             close,
+            stall: self.stall,
         };
         if persistent {
             let started = std::time::Instant::now();

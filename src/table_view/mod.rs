@@ -73,6 +73,9 @@ pub struct TableView<V = Bytes> {
     query: LastIdsQuery,
     /// Set (or dropped) to close the task.
     close: watch::Sender<bool>,
+    /// How long `create` and `refresh` wait for the next message (see
+    /// [`TableViewBuilder::read_timeout`]); `None`: no bound.
+    stall: Option<std::time::Duration>,
 }
 
 impl<V> std::fmt::Debug for TableView<V> {
@@ -117,7 +120,14 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
     /// Calls `f` with each key and its value (upstream `forEach`), while the map is locked
     /// for reading: the view applies no message meanwhile, so keep `f` short, and do not call
     /// this view's methods from it (taking the map's lock again on one thread can deadlock).
+    /// Code that must call the view per entry can iterate [`keys`](Self::keys) and
+    /// [`get`](Self::get) each instead.
     pub fn for_each(&self, mut f: impl FnMut(&str, &V)) {
+        // Under the lock, not over a snapshot: a snapshot copies every key (a `String` each)
+        // and value per call, and keeping the entries `Arc`'d so that a snapshot only counts
+        // references would cost every applied message two more allocations (the key and the
+        // value), on the view's hot path, for a call Java's `ConcurrentHashMap` makes
+        // lock-free. The re-entrant deadlock is documented above instead.
         for (k, v) in self.shared.read().map.iter() {
             f(k, v);
         }
@@ -171,9 +181,14 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
     /// (GET_LAST_MESSAGE_ID), then waits until the view has read up to each. Empty partitions
     /// are not waited for. On a non-persistent topic, which stores nothing, it returns at once.
     ///
-    /// No timeout of its own (as upstream: the caller can only retry a timeout): wrap it in
-    /// [`tokio::time::timeout`] for one. Fails with the error of the last-id request, with
-    /// [`Error::Closed`] once the view is closed, or with the error that ended it. Cancel safe.
+    /// Fails with [`Error::Timeout`] when the view reads nothing for the builder's
+    /// [`read_timeout`](TableViewBuilder::read_timeout) (the client's operation timeout by
+    /// default) while it waits: a broker without apache/pulsar#22610 may name an entry that is
+    /// never delivered (an aborted transaction's) as the last one, and upstream's refresh would
+    /// wait for ever. The bound is on a stretch without a message, not on the whole read, so
+    /// a long topic is read whatever it takes; the view goes on reading after a timeout. Fails
+    /// also with the error of the last-id request, with [`Error::Closed`] once the view is
+    /// closed, or with the error that ended it. Cancel safe.
     pub async fn refresh(&self) -> Result<()> {
         if let Some(end) = self.shared.ended() {
             return Err(end.err().unwrap_or(Error::Closed));
@@ -182,7 +197,17 @@ impl<V: Clone + Send + Sync + 'static> TableView<V> {
             return Ok(());
         }
         let targets = position::targets(self.query.each().await)?;
-        self.shared.wait_until(|read| read.covers(&targets)).await
+        let r = self
+            .shared
+            .wait_until(|read| read.covers(&targets), self.stall)
+            .await;
+        if let Err(Error::Timeout { after, .. }) = &r {
+            let read = self.shared.read().positions.clone();
+            tracing::warn!(topic = %self.topic, ?targets, ?read, ?after,
+                "table view: no message read while waiting for the last message ids \
+                 (a broker without apache/pulsar#22610 names entries it never delivers)");
+        }
+        r
     }
 
     /// Closes the view: its reader closes on the broker, streams end and listeners are let

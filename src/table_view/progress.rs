@@ -3,6 +3,7 @@
 //! an atomic load otherwise.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use super::position::Positions;
 use super::table::Shared;
@@ -37,8 +38,14 @@ impl<V> Shared<V> {
     }
 
     /// Waits until `done` holds for the positions read; fails with the error that ended the
-    /// task ([`Error::Closed`] after a close by the application) if it ends first. Cancel safe.
-    pub(crate) async fn wait_until(&self, done: impl Fn(&Positions) -> bool) -> Result<()> {
+    /// task ([`Error::Closed`] after a close by the application) if it ends first, or with
+    /// [`Error::Timeout`] once the task read nothing for `stall` (`None`: no bound). Cancel
+    /// safe.
+    pub(crate) async fn wait_until(
+        &self,
+        done: impl Fn(&Positions) -> bool,
+        stall: Option<Duration>,
+    ) -> Result<()> {
         // Counted before the positions are read under the table lock, and the task reads the
         // count under that lock after it moved a position: either this sees the position, or
         // the task sees this waiter and wakes it (`notified` is enabled before the check).
@@ -53,7 +60,19 @@ impl<V> Shared<V> {
             if let Some(end) = self.ended() {
                 return Err(end.err().unwrap_or(Error::Closed));
             }
-            notified.await;
+            // The task wakes this for each message it reads (and at its end): the bound is
+            // on a stretch without one, however long the whole read takes.
+            match stall {
+                Some(after) => {
+                    if tokio::time::timeout(after, notified).await.is_err() {
+                        return Err(Error::Timeout {
+                            operation: "table view read up to the last message id",
+                            after,
+                        });
+                    }
+                }
+                None => notified.await,
+            }
         }
     }
 

@@ -126,8 +126,9 @@ struct Tracked {
     state: TransactionState,
     /// Partitions registered (AddPartitionToTxn), by name: upstream `registerPartitionMap`.
     partitions: HashMap<String, Registration>,
-    /// Subscriptions registered (AddSubscriptionToTxn): upstream `registerSubscriptionMap`.
-    subscriptions: HashMap<(String, String), Registration>,
+    /// Subscriptions registered (AddSubscriptionToTxn), by topic then subscription name (so
+    /// that both are looked up by `&str`): upstream `registerSubscriptionMap`.
+    subscriptions: HashMap<String, HashMap<String, Registration>>,
     /// A send or acknowledgement of the transaction failed (upstream `hasOpsFailed`).
     failed: bool,
 }
@@ -267,31 +268,38 @@ impl Transaction {
             if t.state != TransactionState::Open {
                 return Err(self.invalid(t.state));
             }
-            t.subscriptions
-                .entry((topic.to_owned(), subscription.to_owned()))
-                .or_insert_with(|| {
-                    let (tcs, id) = (self.inner.coordinators.clone(), self.raw_id());
-                    let (topic, subscription) = (topic.to_owned(), subscription.to_owned());
-                    async move {
-                        tcs.request(
-                            id.0,
-                            |rid| {
-                                crate::commands::add_subscription_to_txn(
-                                    id,
-                                    &topic,
-                                    &subscription,
-                                    rid,
-                                )
-                            },
-                            "add subscription to transaction",
-                        )
-                        .await
-                        .map(|_| ())
-                    }
-                    .boxed()
-                    .shared()
-                })
-                .clone()
+            // Looked up first: an ack on a registered subscription allocates nothing.
+            if let Some(r) = t.subscriptions.get(topic).and_then(|s| s.get(subscription)) {
+                r.clone()
+            } else {
+                t.subscriptions
+                    .entry(topic.to_owned())
+                    .or_default()
+                    .entry(subscription.to_owned())
+                    .or_insert_with(|| {
+                        let (tcs, id) = (self.inner.coordinators.clone(), self.raw_id());
+                        let (topic, subscription) = (topic.to_owned(), subscription.to_owned());
+                        async move {
+                            tcs.request(
+                                id.0,
+                                |rid| {
+                                    crate::commands::add_subscription_to_txn(
+                                        id,
+                                        &topic,
+                                        &subscription,
+                                        rid,
+                                    )
+                                },
+                                "add subscription to transaction",
+                            )
+                            .await
+                            .map(|_| ())
+                        }
+                        .boxed()
+                        .shared()
+                    })
+                    .clone()
+            }
         };
         registration.await
     }

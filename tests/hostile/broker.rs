@@ -34,7 +34,21 @@ pub struct Counting;
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+std::thread_local! {
+    /// How many allocations this thread made (see [`thread_allocations`]).
+    static THREAD_ALLOCATIONS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// How many allocations (and reallocations) the calling thread has made so far: a test on a
+/// current-thread runtime counts what a synchronous stretch of its own code allocates, whatever
+/// the other tests do meanwhile.
+pub fn thread_allocations() -> u64 {
+    THREAD_ALLOCATIONS.try_with(|c| c.get()).unwrap_or(0)
+}
+
 fn grew(size: usize) {
+    // `try_with`: nothing to count while the thread's locals are torn down.
+    let _ = THREAD_ALLOCATIONS.try_with(|c| c.set(c.get() + 1));
     let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
     PEAK.fetch_max(now, Ordering::Relaxed);
 }

@@ -8,6 +8,8 @@ use support as common;
 
 use std::time::Duration;
 
+use futures::StreamExt;
+
 use pulsar_sdk::mock::wire::base_command::Type;
 use pulsar_sdk::mock::MockBroker;
 use pulsar_sdk::{Consumer, InitialPosition};
@@ -184,4 +186,39 @@ async fn the_queue_shrinks_when_the_memory_limit_is_nearly_full() {
     let flows = permits(&broker);
     let last = &flows[flows.len() - 10..];
     assert!(last.iter().all(|&p| p == 1), "shrunk back to 1: {flows:?}");
+}
+
+/// A stream of an auto-scaled consumer polled again and again while its queue is empty (each
+/// wake-up of a `select!` or a combinator polls it) tells the partition tasks once per wait and
+/// allocates nothing per poll (each poll collected the partitions into a `Vec` and woke every
+/// task). The stream still hands out what arrives afterwards.
+#[tokio::test]
+async fn a_pending_stream_poll_allocates_nothing() {
+    use std::task::{Context, Poll};
+    let broker = MockBroker::start().await.unwrap();
+    let client = common::client(&broker.service_url());
+    let topic = common::full("auto-scaled-stream-polls");
+    let mut consumer = auto_scaled(&client, &topic).await;
+    within("a round trip", consumer.last_message_ids())
+        .await
+        .unwrap();
+    let mut cx = Context::from_waker(futures::task::noop_waker_ref());
+    // The first poll may set up what later ones reuse.
+    assert!(consumer.poll_next_unpin(&mut cx).is_pending());
+    let before = crate::hostile::thread_allocations();
+    for _ in 0..100 {
+        assert!(matches!(consumer.poll_next_unpin(&mut cx), Poll::Pending));
+    }
+    let allocations = crate::hostile::thread_allocations() - before;
+    assert_eq!(
+        allocations, 0,
+        "100 pending polls allocated {allocations} times"
+    );
+
+    let producer = unbatched_producer(&client, &topic).await;
+    publish(&producer, "m", 2).await;
+    for i in 0..2 {
+        let m = within("a message", consumer.next()).await.unwrap().unwrap();
+        assert_eq!(m.payload_str().unwrap(), format!("m-{i}"));
+    }
 }

@@ -910,3 +910,125 @@ async fn a_get_schema_given_up_makes_the_message_an_error_item() {
         "one lookup per GetSchema"
     );
 }
+
+/// A typed consumer receives a batch of decoded messages (Java `Consumer<T>.batchReceive`):
+/// in order, each with its value or, for a payload that does not decode, its error; the batch
+/// is acknowledged whole.
+#[tokio::test]
+async fn typed_batch_recv_decodes_each_message_and_acks_them_all() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker);
+    let topic = full("schema-batch-recv");
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .subscription_type(pulsar_sdk::SubscriptionType::Shared)
+        .initial_position(InitialPosition::Earliest)
+        .schema(v1_json())
+        .configure(|b| {
+            b.batch_receive_policy(
+                pulsar_sdk::BatchReceivePolicy::default()
+                    .max_num_messages(4)
+                    .timeout(Duration::from_secs(3600)),
+            )
+        })
+        .subscribe()
+        .await
+        .unwrap();
+    let typed = client
+        .producer(&topic)
+        .batching(false)
+        .schema(v1_json())
+        .create()
+        .await
+        .unwrap();
+    let raw = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    for name in ["a", "b"] {
+        typed
+            .send_and_wait(&UserV1 { name: name.into() })
+            .await
+            .unwrap();
+    }
+    raw.send_and_wait("not json").await.unwrap();
+    typed
+        .send_and_wait(&UserV1 { name: "c".into() })
+        .await
+        .unwrap();
+
+    let batch = within("a batch", consumer.batch_recv()).await.unwrap();
+    assert_eq!(batch.len(), 4);
+    let names: Vec<_> = batch
+        .iter()
+        .map(|m| m.value().ok().map(|u| u.name.as_str()))
+        .collect();
+    assert_eq!(names, [Some("a"), Some("b"), None, Some("c")]);
+    assert!(matches!(
+        batch[2].value(),
+        Err(pulsar_sdk::SchemaError::Decode { .. })
+    ));
+    assert_eq!(batch[2].payload(), b"not json");
+    consumer.ack_all(&batch).unwrap();
+    let unacked = || broker.subscription_backlog(&topic, "s");
+    common::wait_until("the batch acked", || unacked() == 0).await;
+    let values: Vec<UserV1> = batch
+        .into_iter()
+        .filter_map(|m| m.into_parts().0.ok())
+        .collect();
+    assert_eq!(values.len(), 3);
+}
+
+/// A `batch_recv` dropped while a writer schema is fetched loses nothing: the next call
+/// returns the same messages.
+#[tokio::test]
+async fn typed_batch_recv_cancelled_while_fetching_a_writer_schema_loses_nothing() {
+    let broker = MockBroker::start().await.unwrap();
+    broker.set_schema_requests_unanswered(true);
+    let client = common::test_client(&broker.service_url())
+        .operation_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    let topic = full("schema-batch-cancel");
+    let schema = || AvroSchema::<UserV1>::new(V1).unwrap();
+    let mut consumer = client
+        .consumer(&topic)
+        .subscription("s")
+        .initial_position(InitialPosition::Earliest)
+        .schema(schema())
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .schema(schema())
+        .create()
+        .await
+        .unwrap();
+    let mut sent = Vec::new();
+    for name in ["x", "y"] {
+        sent.push(
+            producer
+                .send_and_wait(&UserV1 { name: name.into() })
+                .await
+                .unwrap(),
+        );
+    }
+    let fetching = common::wait_until("GetSchema sent", || {
+        !broker.received_of(Type::GetSchema).is_empty()
+    });
+    tokio::select! {
+        got = consumer.batch_recv() => panic!("batch_recv finished before its GetSchema: {got:?}"),
+        _ = fetching => {}
+    }
+    let mut ids = Vec::new();
+    while ids.len() < 2 {
+        let batch = within("after cancel", consumer.batch_recv()).await.unwrap();
+        ids.extend(batch.iter().map(|m| m.id()));
+    }
+    assert_eq!(ids, sent);
+}

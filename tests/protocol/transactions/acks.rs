@@ -252,3 +252,43 @@ async fn an_aborted_cumulative_ack_is_cleared_and_the_messages_come_back() {
     next.commit().await.unwrap();
     assert_eq!(broker.subscription_backlog(&full, "s"), 2);
 }
+
+/// After a cluster switch (PIP-121), an acknowledgement in a transaction of a message received
+/// on the cluster left is never sent to the new cluster, where its id names another message
+/// (as a plain ack is not): the call fails, and so does the commit (it aborts), so the
+/// transaction's outputs are not committed without its input acknowledged.
+#[tokio::test]
+async fn a_transactional_ack_of_a_message_from_the_cluster_left_is_not_sent() {
+    let a = super::support::broker_with(pulsar_sdk::mock::MockTransactions::Enabled).await;
+    let b = super::support::broker_with(pulsar_sdk::mock::MockTransactions::Enabled).await;
+    let client = support::test_client(&a.service_url())
+        .enable_transaction(true)
+        .build()
+        .unwrap();
+    let topic = "txn-ack-cluster-left";
+    let p = producer(&client, topic).await;
+    support::publish(&p, "a", 1).await;
+    let mut c = consumer(&client, topic, "s", SubscriptionType::Shared).await;
+    let from_a = support::recv(&mut c).await;
+
+    client
+        .update_service_info(pulsar_sdk::ServiceInfo::new(&b.service_url()).unwrap())
+        .unwrap();
+    b.wait_for_commands(Type::Subscribe, 1, std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    let txn = client.transaction().begin().await.unwrap();
+    let e = c.ack_with_transaction(&from_a, &txn).await.unwrap_err();
+    assert!(matches!(e, Error::InvalidOperation(_)), "{e:?}");
+    assert!(b.received_of(Type::Ack).is_empty(), "nothing acked on b");
+    assert!(b.received_of(Type::AddSubscriptionToTxn).is_empty());
+    let e = txn.commit().await.unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Transaction(TransactionError::OperationFailed { .. })
+        ),
+        "{e:?}"
+    );
+    assert_eq!(txn.state(), TransactionState::Aborted);
+}
