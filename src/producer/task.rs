@@ -19,7 +19,6 @@ use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
 use crate::proto::base_command::Type;
 use crate::stats::counters::SendFailure;
-use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
 use super::create::{create_command, Created};
@@ -111,6 +110,12 @@ impl ProducerTask {
             // late. A deadline, not an `Interval`: the task's timers share one `Sleep` (each
             // is ~130 bytes in the task's state, for as long as the entity lives: issue #39).
             let mut next_check: Option<Instant> = None;
+            // The one timer, made at the first deadline and moved (`reset`) only when the
+            // earliest deadline changes: a `Sleep` made afresh on every pass of the loop was
+            // registered with the runtime's timer and taken out again each time, and sat in
+            // the loop future (~110 bytes) even while nothing was due. Dropped once nothing is
+            // due, so an idle producer holds none.
+            let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
             let mut accepting = true;
             // The CloseProducer request, once everything pending is done.
             let mut close_request: Requests<()> = Requests::new();
@@ -126,6 +131,12 @@ impl ProducerTask {
                     .into_iter()
                     .flatten()
                     .min();
+                match (deadline, &mut timer) {
+                    (None, _) => timer = None,
+                    (Some(d), Some(t)) if t.deadline() == d => {}
+                    (Some(d), Some(t)) => t.as_mut().reset(d),
+                    (Some(d), None) => timer = Some(Box::pin(tokio::time::sleep_until(d))),
+                }
                 let conn_ready = self.entity.conn.clone();
                 let step: Result<()> = tokio::select! {
                     biased;
@@ -163,7 +174,7 @@ impl ProducerTask {
                             Ok(())
                         }
                     },
-                    _ = sleep_until_opt(deadline) => {
+                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => {
                         let now = Instant::now();
                         if self.close_deadline.is_some_and(|d| d <= now) {
                             Err(self.close_timed_out())
