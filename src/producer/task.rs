@@ -110,11 +110,7 @@ impl ProducerTask {
             // late. A deadline, not an `Interval`: the task's timers share one `Sleep` (each
             // is ~130 bytes in the task's state, for as long as the entity lives: issue #39).
             let mut next_check: Option<Instant> = None;
-            // The one timer, made at the first deadline and moved (`reset`) only when the
-            // earliest deadline changes: a `Sleep` made afresh on every pass of the loop was
-            // registered with the runtime's timer and taken out again each time, and sat in
-            // the loop future (~110 bytes) even while nothing was due. Dropped once nothing is
-            // due, so an idle producer holds none.
+            // The one timer for all of them (see `util::set_timer`): an idle producer holds none.
             let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
             let mut accepting = true;
             // The CloseProducer request, once everything pending is done.
@@ -131,12 +127,7 @@ impl ProducerTask {
                     .into_iter()
                     .flatten()
                     .min();
-                match (deadline, &mut timer) {
-                    (None, _) => timer = None,
-                    (Some(d), Some(t)) if t.deadline() == d => {}
-                    (Some(d), Some(t)) => t.as_mut().reset(d),
-                    (Some(d), None) => timer = Some(Box::pin(tokio::time::sleep_until(d))),
-                }
+                crate::util::set_timer(&mut timer, deadline);
                 let conn_ready = self.entity.conn.clone();
                 let step: Result<()> = tokio::select! {
                     biased;

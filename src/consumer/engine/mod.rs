@@ -29,7 +29,7 @@ use crate::entity::{Requests, Wake};
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
-use crate::util::{deadline_after, sleep_until_opt};
+use crate::util::deadline_after;
 
 use crate::consumer::engine::acks::{remove_if_any, Acks, NackTracker, MAX_REDELIVER_IDS};
 use crate::consumer::engine::seek::{last_ids, start_after, wait_for_resubscribe};
@@ -143,11 +143,10 @@ impl ConsumerTask {
                 .opts
                 .ack_timeout_tick
                 .max(std::time::Duration::from_millis(1));
-            // The task's periodic wake-ups are deadlines, not `Interval`s, and share one timer
-            // with the others (ack grouping, nacks, chunk expiry, deferred seeks): a `Sleep` is
-            // ~130 bytes of the task's state and an `Interval` allocates one, for as long as
-            // the entity lives, used or not (issue #39).
+            // Periodic wake-ups are deadlines, not `Interval`s, sharing the one timer with the
+            // others (ack grouping, nacks, chunks, seeks): see `util::set_timer` (issue #39).
             let mut ack_tick_at: Option<Instant> = None;
+            let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
             // With the `metrics` feature, a wake-up every second hands the facade what the
             // application took since the last one: the handle counts `recv`s without waking the
             // task, so an idle consumer's received count and queue gauge would otherwise stay
@@ -186,6 +185,7 @@ impl ConsumerTask {
                 .into_iter()
                 .flatten()
                 .min();
+                crate::util::set_timer(&mut timer, deadline);
                 let closing = !close_waiters.is_empty();
                 let mut ticked = false;
                 let step: Result<()> = tokio::select! {
@@ -310,7 +310,7 @@ impl ConsumerTask {
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
                     // Whichever of the task's deadlines came (one timer for all).
-                    _ = sleep_until_opt(deadline) => {
+                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => {
                         let now = Instant::now();
                         let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
                         if due(ack_deadline) {
