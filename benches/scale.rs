@@ -8,8 +8,9 @@
 //! "keepalive_round_allocs"}`, then (unless `SCALE_PROFILE=0`) one `{"profile",...}` line per
 //! entity kind: the live bytes per entity by allocation site.
 //!
-//! * `producer`: N producers on N topics (default options: batching on), created one after
-//!   the other and left idle.
+//! * `producer`: N producers on N topics (default options: batching on), created with up to
+//!   `SCALE_IN_FLIGHT` creates under way at once (default 512; 1 creates them one after the
+//!   other), and left idle.
 //! * `consumer`: N consumers on N topics (Shared, default receiver queue), capped at
 //!   `SCALE_MAX_CONSUMERS`.
 //! * `partition_producer`: one producer on an N-partition topic (N partition producers).
@@ -36,7 +37,7 @@
 //!
 //! Environment: `SCALE_N` (default `1000,10000`; `50000` for the largest figure; the
 //! bench's arguments, when given, take its place), `SCALE_MAX_CONSUMERS` (default 10,000),
-//! `SCALE_IDLE_SECS` (default 3), `SCALE_ENTITIES` (default
+//! `SCALE_IDLE_SECS` (default 3), `SCALE_IN_FLIGHT` (default 512), `SCALE_ENTITIES` (default
 //! `producer,consumer,partition_producer`), `SCALE_PROFILE` (default 200; 0 skips it),
 //! `SCALE_URL` (a broker to use instead of the mock, e.g. pulsar-lite; then
 //! `partition_producer` needs a broker that creates partitioned topics itself and is skipped).
@@ -263,6 +264,20 @@ fn client(url: &str) -> Client {
         .expect("client config")
 }
 
+/// Runs the creates with at most `SCALE_IN_FLIGHT` (default 512) under way at once, as an
+/// application creating thousands of entities would (one after the other, each waits for
+/// three round trips: partitioned metadata, lookup, create).
+async fn in_flight<T>(
+    creates: impl Iterator<Item = impl std::future::Future<Output = T>>,
+) -> Vec<T> {
+    use futures::StreamExt;
+    let limit = env_number("SCALE_IN_FLIGHT", 512).max(1) as usize;
+    futures::stream::iter(creates)
+        .buffer_unordered(limit)
+        .collect()
+        .await
+}
+
 /// Creates `n` entities of kind `entity` (`measured` between creating and dropping them).
 async fn create(
     client: &Client,
@@ -274,26 +289,30 @@ async fn create(
     let mut all: Vec<Box<dyn std::any::Any + Send>> = Vec::with_capacity(n as usize);
     match entity {
         "producer" => {
-            for i in 0..n {
+            let creates = (0..n).map(|i| {
                 let topic = format!("persistent://public/default/scale-p{tag}-{i}");
-                all.push(Box::new(
-                    client.producer(topic).create().await.expect("producer"),
-                ));
-            }
+                async move {
+                    let p = client.producer(topic).create().await.expect("producer");
+                    Box::new(p) as Box<dyn std::any::Any + Send>
+                }
+            });
+            all.extend(in_flight(creates).await);
         }
         "consumer" => {
-            for i in 0..n {
+            let creates = (0..n).map(|i| {
                 let topic = format!("persistent://public/default/scale-c{tag}-{i}");
-                all.push(Box::new(
-                    client
+                async move {
+                    let c = client
                         .consumer(topic)
                         .subscription("scale")
                         .subscription_type(SubscriptionType::Shared)
                         .subscribe()
                         .await
-                        .expect("consumer"),
-                ));
-            }
+                        .expect("consumer");
+                    Box::new(c) as Box<dyn std::any::Any + Send>
+                }
+            });
+            all.extend(in_flight(creates).await);
         }
         "partition_producer" => {
             let Some(broker) = broker else {
@@ -334,7 +353,10 @@ async fn measure(
     let (client, warm) = warm_client(url, &format!("{entity}{n}")).await;
     let (heap0, rss0, allocs0) = (live(), rss_bytes(), allocs());
     let started = Instant::now();
-    let held = create(&client, broker, entity, n, &n.to_string()).await?;
+    // Topic names of this process's own: a real broker (`SCALE_URL`) keeps the topics of an
+    // earlier run, and re-using them would time lookups of topics that exist already.
+    let tag = format!("{n}-{}", std::process::id());
+    let held = create(&client, broker, entity, n, &tag).await?;
     let took = started.elapsed();
     let (heap1, rss1, allocs1) = (live(), rss_bytes(), allocs());
     // Let the creation's after-effects (first flow permits, stats) settle before the quiet

@@ -21,7 +21,7 @@
 use std::fmt;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use futures::Stream;
@@ -186,45 +186,91 @@ pub(crate) fn next(from: State, event: Event) -> Result<State, InvalidTransition
 #[derive(Debug)]
 pub(crate) struct Lifecycle {
     kind: &'static str,
-    topic: String,
-    tx: watch::Sender<State>,
+    /// Shared with the entity (a copy per entity was ~50 bytes of every idle one's heap).
+    topic: crate::topic::TopicName,
     now: StateNow,
 }
 
 /// The current state of a [`Lifecycle`], read without a lock: what a hot path checks on every
 /// call (an ack refused once its consumer is closing). A `watch` read takes its lock, two
-/// locked instructions per read (issue #18); the watch stays the way to wait for a change.
-/// Written only by [`Lifecycle::apply`], together with the watch (just before it).
+/// locked instructions per read (issue #18); the watch stays the way to wait for a change,
+/// and is made when first asked for ([`StateNow::watch`]): a `watch` channel is ~340 bytes,
+/// and most producers and consumers are never watched (issue #39). Written only by
+/// [`Lifecycle::apply`].
 #[derive(Debug, Clone)]
-pub(crate) struct StateNow(Arc<AtomicU8>);
+pub(crate) struct StateNow(Arc<StateShared>);
+
+#[derive(Debug)]
+struct StateShared {
+    state: AtomicU8,
+    /// Taken together with every change, so a watch made meanwhile starts from the state
+    /// the next change replaces.
+    watch: Mutex<StateWatch>,
+}
+
+#[derive(Debug)]
+enum StateWatch {
+    /// Nobody asked for one yet.
+    Unmade,
+    Made(watch::Sender<State>),
+    /// The lifecycle is gone (its entity's task ended): the state changes no more.
+    Gone,
+}
 
 impl StateNow {
     fn new(state: State) -> Self {
-        StateNow(Arc::new(AtomicU8::new(state as u8)))
+        StateNow(Arc::new(StateShared {
+            state: AtomicU8::new(state as u8),
+            watch: Mutex::new(StateWatch::Unmade),
+        }))
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, StateWatch> {
+        self.0.watch.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn set(&self, state: State) {
-        self.0.store(state as u8, Ordering::Release);
+        let watch = self.lock();
+        self.0.state.store(state as u8, Ordering::Release);
         // A variant added to `State` but not to `State::ALL` would read back as `Failed`.
         debug_assert_eq!(self.get(), state, "State::ALL lacks {state:?}");
+        if let StateWatch::Made(tx) = &*watch {
+            tx.send_replace(state);
+        }
     }
 
     /// The state now.
     pub(crate) fn get(&self) -> State {
         // Only `set` writes it, always a discriminant of `ALL` (a test checks the order).
         State::ALL
-            .get(usize::from(self.0.load(Ordering::Acquire)))
+            .get(usize::from(self.0.state.load(Ordering::Acquire)))
             .copied()
             .unwrap_or(State::Failed)
+    }
+
+    /// A watch of the state: its value now, then every change. Once the lifecycle is gone
+    /// (its entity's task ended), the watch is closed after its value, as the channel's
+    /// sender dropped with the task was.
+    pub(crate) fn watch(&self) -> watch::Receiver<State> {
+        let mut watch = self.lock();
+        match &*watch {
+            StateWatch::Made(tx) => tx.subscribe(),
+            StateWatch::Unmade => {
+                let tx = watch::Sender::new(self.get());
+                let rx = tx.subscribe();
+                *watch = StateWatch::Made(tx);
+                rx
+            }
+            StateWatch::Gone => watch::channel(self.get()).1,
+        }
     }
 }
 
 impl Lifecycle {
-    pub(crate) fn new(kind: &'static str, topic: String) -> Self {
+    pub(crate) fn new(kind: &'static str, topic: crate::topic::TopicName) -> Self {
         Lifecycle {
             kind,
             topic,
-            tx: watch::Sender::new(State::Connecting),
             now: StateNow::new(State::Connecting),
         }
     }
@@ -235,11 +281,12 @@ impl Lifecycle {
     }
 
     pub(crate) fn state(&self) -> State {
-        *self.tx.borrow()
+        self.now.get()
     }
 
+    #[cfg(test)]
     pub(crate) fn watch(&self) -> watch::Receiver<State> {
-        self.tx.subscribe()
+        self.now.watch()
     }
 
     /// Applies an event. Events after a terminal state are ignored (the entity is already
@@ -253,7 +300,6 @@ impl Lifecycle {
                     tracing::debug!(kind = self.kind, topic = %self.topic, %from, %to, ?event,
                         "state change");
                     self.now.set(to);
-                    self.tx.send_replace(to);
                 }
                 to
             }
@@ -265,6 +311,13 @@ impl Lifecycle {
                 from
             }
         }
+    }
+}
+
+impl Drop for Lifecycle {
+    fn drop(&mut self) {
+        // Watchers see the channel close, as when the sender lived here.
+        *self.now.lock() = StateWatch::Gone;
     }
 }
 
@@ -527,7 +580,7 @@ mod tests {
 
     #[test]
     fn state_now_follows_apply() {
-        let life = Lifecycle::new("producer", "t".into());
+        let life = Lifecycle::new("producer", crate::topic::TopicName::new("t").unwrap());
         let now = life.now();
         assert_eq!(now.get(), S::Connecting);
         life.apply(E::Created);
@@ -656,7 +709,7 @@ mod tests {
 
     #[test]
     fn lifecycle_publishes_changes_and_ignores_events_after_the_end() {
-        let l = Lifecycle::new("producer", "t".into());
+        let l = Lifecycle::new("producer", crate::topic::TopicName::new("t").unwrap());
         let rx = l.watch();
         assert_eq!(l.apply(E::Created), S::Ready);
         assert_eq!(*rx.borrow(), S::Ready);
@@ -668,7 +721,7 @@ mod tests {
     #[test]
     #[should_panic(expected = "invalid lifecycle transition")]
     fn an_invalid_transition_is_a_bug_in_debug_builds() {
-        let l = Lifecycle::new("consumer", "t".into());
+        let l = Lifecycle::new("consumer", crate::topic::TopicName::new("t").unwrap());
         l.apply(E::Created);
         l.apply(E::Created);
     }

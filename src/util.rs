@@ -10,6 +10,23 @@ pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     }
 }
 
+/// Sets an entity task's one timer to `deadline`: made at the first deadline, moved
+/// (`reset`) only when the deadline changes, dropped when nothing is due. A `Sleep` made
+/// afresh on every pass of a task's loop was registered with the runtime's timer and taken out
+/// again each time, and sat in the task's future (~110 bytes) even while nothing was due
+/// (issue #39).
+pub(crate) fn set_timer(
+    timer: &mut Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    deadline: Option<Instant>,
+) {
+    match (deadline, timer.as_mut()) {
+        (None, _) => *timer = None,
+        (Some(d), Some(t)) if t.deadline() == d => {}
+        (Some(d), Some(t)) => t.as_mut().reset(d),
+        (Some(d), None) => *timer = Some(Box::pin(tokio::time::sleep_until(d))),
+    }
+}
+
 /// About thirty years: a deadline this far out never comes (tokio's own "far future").
 const FAR_FUTURE: std::time::Duration = std::time::Duration::from_secs(86_400 * 365 * 30);
 

@@ -56,7 +56,7 @@ impl Consumer {
             };
             match answer {
                 // The task is gone: it ended before; its state says how.
-                Err(Error::Closed) => match *p.state.borrow() {
+                Err(Error::Closed) => match p.state.get() {
                     State::Closed => Ok(()),
                     other => Err(ended_error(other, &p.base)),
                 },

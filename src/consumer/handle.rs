@@ -73,7 +73,7 @@ pub(crate) struct PartitionShared {
     /// dropped (the seek moved the consumer away from the end).
     pub end_epoch: AtomicU64,
     /// The partition consumer's lifecycle state (written by its entity driver).
-    pub state: tokio::sync::watch::Receiver<crate::lifecycle::State>,
+    pub state: crate::lifecycle::StateNow,
     /// The same state, read without a lock (every ack checks it).
     pub state_now: crate::lifecycle::StateNow,
     /// Failover: whether this consumer is the active one (None until the broker says). The

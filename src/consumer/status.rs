@@ -28,7 +28,7 @@ impl Consumer {
     /// What the state follows: the live tasks, and a pattern consumer's discovery (open while
     /// it has no topic).
     fn state_watchers(&self) -> Vec<watch::Receiver<State>> {
-        let mut all: Vec<_> = self.live().iter().map(|p| p.state.clone()).collect();
+        let mut all: Vec<_> = self.live().iter().map(|p| p.state.watch()).collect();
         if let Some(d) = &self.discovery {
             all.push(d.state());
         }
@@ -49,7 +49,7 @@ impl Consumer {
         let parts = self.all();
         let mut members = Vec::with_capacity(parts.len());
         for p in &parts {
-            let state = *p.state.borrow();
+            let state = p.state.get();
             let mut counts = p.stats.snapshot();
             counts.discarded_undecodable = p.discarded.load(Ordering::Relaxed);
             counts.receiver_queue_len = p.room().queued;

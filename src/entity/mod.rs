@@ -120,18 +120,20 @@ pub(crate) struct Entity {
     pub conn: Option<Connection>,
     events: Option<EntityReceiver>,
     /// An event [`Entity::try_next`] took but left for [`Entity::next`].
-    stashed: Option<EntityEvent>,
+    /// Boxed, like the other rarely set fields: each sits in every idle entity's task state
+    /// (issue #39).
+    stashed: Option<Box<EntityEvent>>,
     /// The connection was lost outside [`Entity::next`] (a control send failed): the next
     /// call reports [`Wake::Detached`].
     detach_pending: bool,
     reconnect: Option<Reconnect>,
     /// The create command of the reconnect in progress, to go on with after a
     /// [`Wake::Refused`], and when that reconnect started.
-    reconnect_command: Option<(CreateCommand, Instant)>,
+    reconnect_command: Option<Box<(CreateCommand, Instant)>>,
     /// None while a reconnect future owns it.
     backoff: Option<Backoff>,
     /// A PIP-307 assigned broker, with the cluster generation it was named in.
-    assigned_broker: Option<(String, u64)>,
+    assigned_broker: Option<Box<(String, u64)>>,
     /// The cluster generation of the connection the entity is (or was last) attached to.
     generation: u64,
     attached_at: Instant,
@@ -143,7 +145,7 @@ pub(crate) struct Entity {
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Why the last connection closed, when it was this entity's flow-control violation
     /// (see [`Entity::take_violation`]).
-    violation: Option<Error>,
+    violation: Option<Box<Error>>,
     _guard: TaskGuard,
 }
 
@@ -151,7 +153,7 @@ impl Entity {
     /// The flow-control violation that ended the last connection, if the broker broke it
     /// towards this entity (taken once).
     pub(crate) fn take_violation(&mut self) -> Option<Error> {
-        self.violation.take()
+        self.violation.take().map(|e| *e)
     }
 
     /// Creates the entity on the broker for the first time: retriable failures are retried
@@ -164,7 +166,7 @@ impl Entity {
         group: &GroupClose,
     ) -> Result<(Entity, Box<BaseCommand>)> {
         let Slot { kind, id, .. } = slot;
-        let life = Lifecycle::new(kind_name(kind), topic.to_string());
+        let life = Lifecycle::new(kind_name(kind), topic.clone());
         let mut backoff = core.backoff();
         let deadline = crate::util::deadline_after(core.operation_timeout());
         // Boxed: the attach is a large future, and the create of a pattern consumer's topic
@@ -233,7 +235,7 @@ impl Entity {
             return Wake::Detached;
         }
         if let Some(ev) = self.stashed.take() {
-            return self.on_event(Some(ev));
+            return self.on_event(Some(*ev));
         }
         tokio::select! {
             biased;
@@ -255,7 +257,7 @@ impl Entity {
                         Wake::Attached(a.response)
                     }
                     Err(e) if acted_on_refusal(&e) && !self.core.is_shut_down() => {
-                        match self.reconnect_command.clone() {
+                        match self.reconnect_command.as_deref().cloned() {
                             Some((command, lost_at)) => {
                                 // Retried as any refusal is, after the (growing) backoff.
                                 self.start_reconnect(command, lost_at, None, false);
@@ -289,7 +291,7 @@ impl Entity {
                 Some(Wake::Command(frame))
             }
             Ok(other) => {
-                self.stashed = Some(other);
+                self.stashed = Some(Box::new(other));
                 None
             }
             Err(_) => None,
@@ -317,7 +319,9 @@ impl Entity {
                     });
                     // Named on a connection of `generation`: after a cluster switch it is a
                     // broker of the cluster left, and never connected to.
-                    self.assigned_broker = close.assigned_broker.map(|b| (b, self.generation));
+                    self.assigned_broker = close
+                        .assigned_broker
+                        .map(|b| Box::new((b, self.generation)));
                     self.detach(close.reason);
                     Wake::Detached
                 }
@@ -341,7 +345,7 @@ impl Entity {
     /// the broker overfilled this entity's channel (see [`Entity::take_violation`]).
     fn keep_violation(&mut self, reason: Error) {
         if self.events.as_ref().is_some_and(|ev| ev.overflowed()) {
-            self.violation = Some(reason);
+            self.violation = Some(Box::new(reason));
         }
     }
 
@@ -387,10 +391,10 @@ impl Entity {
         if healthy {
             backoff = self.core.backoff();
         }
-        let direct = self
-            .assigned_broker
-            .take()
-            .and_then(|(u, generation)| Some((ServiceUrl::from_broker_url(&u).ok()?, generation)));
+        let direct = self.assigned_broker.take().and_then(|b| {
+            let (u, generation) = *b;
+            Some((ServiceUrl::from_broker_url(&u).ok()?, generation))
+        });
         // PIP-307: go to the assigned broker at once (upstream reconnects with no delay), but
         // only if the entity had been healthy: a broker that closes every create and names
         // itself must meet the growing backoff, not a hot loop.
@@ -408,7 +412,7 @@ impl Entity {
         immediate: bool,
     ) {
         let mut backoff = self.backoff.take().unwrap_or_else(|| self.core.backoff());
-        self.reconnect_command = Some((command.clone(), lost_at));
+        self.reconnect_command = Some(Box::new((command.clone(), lost_at)));
         let (core, topic) = (self.core.clone(), self.topic.clone());
         let slot = Slot {
             kind: self.kind,

@@ -25,7 +25,7 @@ use crate::connection::EntityKind;
 use crate::core::CoreRef;
 use crate::entity::Entity;
 use crate::error::{Error, QueueLimit, Result};
-use crate::lifecycle::{GroupClose, State, StateNow};
+use crate::lifecycle::{GroupClose, StateNow};
 use crate::topic::TopicName;
 
 use super::batch_container::{BatchContainer, FrameContext};
@@ -91,7 +91,7 @@ pub(super) struct PartitionProducer {
     block: bool,
     /// Set once by the task when the producer ended for good.
     terminal: Arc<OnceLock<Error>>,
-    pub(super) state: watch::Receiver<State>,
+    pub(super) state: crate::lifecycle::StateNow,
     /// The same state, read without a lock on every send.
     state_now: StateNow,
     /// Whether the client is closing (sends are refused at once from then on).
@@ -171,7 +171,7 @@ impl PartitionProducer {
         };
         tracing::debug!(%topic, producer_id, name = %created.name,
             next_sequence_id = created.next_sequence_id, "producer created");
-        let state = entity.life.watch();
+        let state = entity.life.now();
         let entity_state_now = entity.life.now();
         let stats = Arc::new(crate::stats::ProducerCounters::new(
             entity.link.clone(),

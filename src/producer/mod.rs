@@ -42,6 +42,16 @@ use handle::{PartitionProducer, Queued, Waiting};
 
 /// A send that found no room: the partition it goes to and where it must wait.
 type MustWait = (Arc<PartitionProducer>, Box<Waiting>);
+
+/// How [`Producer::send`] goes on after its synchronous start (`Producer::start_send`).
+enum Start<'a> {
+    /// Queued, or failed.
+    Done(Result<SendFuture>),
+    /// Through the interceptors, or in a transaction.
+    Boxed(std::pin::Pin<Box<dyn std::future::Future<Output = Result<SendFuture>> + Send + 'a>>),
+    /// Waits for room in the queue.
+    Wait(Arc<PartitionProducer>, Box<Waiting>),
+}
 use pending::Outgoing;
 
 use crate::lifecycle::{aggregate_state, GroupClose, State, StateStream};
@@ -334,8 +344,11 @@ impl ProducerBuilder {
         } else {
             (None, None)
         };
-        let partitions_list: Vec<Arc<PartitionProducer>> =
+        let mut partitions_list: Vec<Arc<PartitionProducer>> =
             handles.into_iter().map(Arc::new).collect();
+        // The collect reuses the handles' allocation (~150 bytes a partition) for pointers:
+        // given back, not kept for the producer's life (issue #39).
+        partitions_list.shrink_to_fit();
         let inner = Arc::new(ProducerInner {
             name: partitions_list[0].name.clone(),
             // A non-partitioned topic never gains partitions (only partitioned ones grow).
@@ -493,7 +506,7 @@ impl Producer {
             .inner
             .snapshot()
             .iter()
-            .map(|p| *p.state.borrow())
+            .map(|p| p.state.get())
             .collect();
         aggregate_state(&states)
     }
@@ -510,7 +523,7 @@ impl Producer {
     /// ```
     pub fn stats(&self) -> crate::stats::ProducerStats {
         let parts = self.inner.snapshot();
-        let states: Vec<State> = parts.iter().map(|p| *p.state.borrow()).collect();
+        let states: Vec<State> = parts.iter().map(|p| p.state.get()).collect();
         let mut stats = crate::stats::ProducerStats::aggregate(
             aggregate_state(&states),
             parts
@@ -542,7 +555,7 @@ impl Producer {
             self.inner
                 .snapshot()
                 .iter()
-                .map(|p| p.state.clone())
+                .map(|p| p.state.watch())
                 .collect(),
         )
     }
@@ -645,19 +658,32 @@ impl Producer {
         }) {
             tokio::task::consume_budget().await;
         }
-        let msg = msg.into();
-        #[cfg(feature = "transactions")]
-        if msg.transaction.is_some() {
-            return Box::pin(self.send_transactional(msg)).await;
-        }
         // The common case queues synchronously; only a send that must wait for room builds
         // (and boxes, so this future stays small to move) the waiting future.
-        if let Some(chain) = &self.inner.interceptors {
-            return Box::pin(self.send_intercepted(chain.clone(), msg)).await;
+        match self.start_send(msg.into()) {
+            Start::Done(r) => r,
+            Start::Boxed(f) => f.await,
+            Start::Wait(p, blocked) => Box::pin(p.send_waiting(blocked)).await,
         }
-        match self.try_send(Outgoing::from(msg))? {
-            Ok(receipt) => Ok(receipt),
-            Err((p, blocked)) => Box::pin(p.send_waiting(blocked)).await,
+    }
+
+    /// The synchronous start of [`Producer::send`]. Out of the `async fn` so that the
+    /// `ProducerMessage` (~170 bytes) lives in this call's frame, not in the send's future:
+    /// held there, it made every send's future that much larger to build and move (two
+    /// copies per send in a loop of sends, ~60 instructions; issue #32).
+    #[inline(always)]
+    fn start_send(&self, msg: ProducerMessage) -> Start<'_> {
+        #[cfg(feature = "transactions")]
+        if msg.transaction.is_some() {
+            return Start::Boxed(Box::pin(self.send_transactional(msg)));
+        }
+        if let Some(chain) = &self.inner.interceptors {
+            return Start::Boxed(Box::pin(self.send_intercepted(chain.clone(), msg)));
+        }
+        match self.try_send(Outgoing::from(msg)) {
+            Ok(Ok(receipt)) => Start::Done(Ok(receipt)),
+            Ok(Err((p, blocked))) => Start::Wait(p, blocked),
+            Err(e) => Start::Done(Err(e)),
         }
     }
 

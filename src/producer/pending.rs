@@ -87,7 +87,7 @@ impl From<ProducerMessage> for Outgoing {
     // Inlined into `Producer::send`: the message is taken apart where it was built, not
     // copied into a call first (~25 instructions a send). The drop of its empty properties
     // map (~55) stays: `BTreeMap`'s drop is not inlined even for a map known to be empty.
-    #[inline]
+    #[inline(always)]
     fn from(msg: ProducerMessage) -> Self {
         // Every field by name, so a field added to `ProducerMessage` must be handled here.
         // Checked by reference first: the common message moves only its payload and key.

@@ -19,7 +19,6 @@ use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
 use crate::proto::base_command::Type;
 use crate::stats::counters::SendFailure;
-use crate::util::sleep_until_opt;
 
 use super::batch_container::{single_message_entry, BatchContainer, FrameContext};
 use super::create::{create_command, Created};
@@ -86,7 +85,8 @@ pub(crate) struct ProducerTask {
     pub close_deadline: Option<Instant>,
     /// Why the close was not confirmed by the broker (reported by `close()`, though the
     /// producer still ends Closed).
-    pub close_outcome: Option<Error>,
+    /// Boxed: set only by a close, it sits in every idle producer's task state otherwise.
+    pub close_outcome: Option<Box<Error>>,
     /// Set once the producer is closed for good; handles report it on later sends.
     pub terminal: Arc<OnceLock<Error>>,
     /// Statistics (read by `Producer::stats`).
@@ -94,118 +94,154 @@ pub(crate) struct ProducerTask {
 }
 
 impl ProducerTask {
-    pub(crate) async fn run(mut self) {
-        let timeout_tick = if self.opts.send_timeout.is_zero() {
-            Duration::from_secs(3600)
-        } else {
-            (self.opts.send_timeout / 10).clamp(Duration::from_millis(10), Duration::from_secs(1))
-        };
-        let mut tick = tokio::time::interval(timeout_tick);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut accepting = true;
-        // The CloseProducer request, once everything pending is done.
-        let mut close_request: Requests<()> = Requests::new();
-        let final_error: Error = loop {
-            let batch_deadline = self.batches.as_ref().and_then(|b| b.deadline());
-            let conn_ready = self.entity.conn.clone();
-            let step: Result<()> = tokio::select! {
-                biased;
-                wake = self.entity.next() => self.on_wake(wake),
-                (_, r) = close_request.next() => {
-                    if let Err(e) = r {
-                        tracing::debug!(topic = %self.entity.topic, error = %e, "close producer");
-                        // Like upstream's closeAsync: a CloseProducer that failed while the
-                        // connection stayed up is an error for close(); a lost connection is
-                        // not (the broker forgets the producer with it).
-                        if !crate::entity::connection_gone(&e) {
-                            self.close_outcome = Some(e);
-                        }
-                    }
-                    Err(Error::Closed)
+    // Not an `async fn`: its argument would be moved from the future's state into a local
+    // of the same future, and both slots would stay in the task's allocation for as long as
+    // the entity lives (the task state twice). An `async move` block uses it in place
+    // (`entity::idle_sizes` bounds the future above the state).
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn run(mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        async move {
+            let timeout_tick = (!self.opts.send_timeout.is_zero()).then(|| {
+                (self.opts.send_timeout / 10)
+                    .clamp(Duration::from_millis(10), Duration::from_secs(1))
+            });
+            // When the send timeout is checked next: every `timeout_tick` while something is
+            // pending (an idle producer does not wake), so no expiry is seen more than one tick
+            // late. A deadline, not an `Interval`: the task's timers share one `Sleep` (each
+            // is ~130 bytes in the task's state, for as long as the entity lives: issue #39).
+            let mut next_check: Option<Instant> = None;
+            // The one timer for all of them (see `util::set_timer`): an idle producer holds none.
+            let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+            let mut accepting = true;
+            // The CloseProducer request, once everything pending is done.
+            let mut close_request: Requests<()> = Requests::new();
+            let final_error: Error = loop {
+                let batch_deadline = self.batches.as_ref().and_then(|b| b.deadline());
+                if let (None, Some(tick), false) =
+                    (next_check, timeout_tick, self.pending.is_empty())
+                {
+                    next_check = Some(Instant::now() + tick);
                 }
-                _ = sleep_until_opt(self.close_deadline) => {
-                    // Pending messages or the CloseProducer did not finish in time (e.g. the
-                    // broker stopped reading): the close ends here, unconfirmed.
-                    let after = self.entity.core.operation_timeout();
-                    tracing::warn!(topic = %self.entity.topic, ?after, "close producer timed out");
-                    self.close_outcome = Some(Error::Timeout { operation: "close producer", after });
-                    Err(Error::Closed)
-                }
-                op = self.ops.recv(), if accepting => match op {
-                    Some(op) => {
-                        let mut r = self.on_op(op);
-                        // Drain what is already queued before waiting again.
-                        let mut n = 0;
-                        while r.is_ok() && n < 256 {
-                            match self.ops.try_recv() {
-                                Some(op) => r = self.on_op(op),
-                                None => break,
+                // The earliest of the task's deadlines: one timer for all.
+                let deadline = [self.close_deadline, batch_deadline, next_check]
+                    .into_iter()
+                    .flatten()
+                    .min();
+                crate::util::set_timer(&mut timer, deadline);
+                let conn_ready = self.entity.conn.clone();
+                let step: Result<()> = tokio::select! {
+                    biased;
+                    wake = self.entity.next() => self.on_wake(wake),
+                    (_, r) = close_request.next() => {
+                        if let Err(e) = r {
+                            tracing::debug!(topic = %self.entity.topic, error = %e, "close producer");
+                            // Like upstream's closeAsync: a CloseProducer that failed while the
+                            // connection stayed up is an error for close(); a lost connection is
+                            // not (the broker forgets the producer with it).
+                            if !crate::entity::connection_gone(&e) {
+                                self.close_outcome = Some(Box::new(e));
                             }
-                            n += 1;
                         }
-                        r
+                        Err(Error::Closed)
                     }
-                    None => {
-                        // Every handle is gone: finish what is pending, then close.
-                        accepting = false;
-                        self.start_close();
+                    op = self.ops.recv(), if accepting => match op {
+                        Some(op) => {
+                            let mut r = self.on_op(op);
+                            // Drain what is already queued before waiting again.
+                            let mut n = 0;
+                            while r.is_ok() && n < 256 {
+                                match self.ops.try_recv() {
+                                    Some(op) => r = self.on_op(op),
+                                    None => break,
+                                }
+                                n += 1;
+                            }
+                            r
+                        }
+                        None => {
+                            // Every handle is gone: finish what is pending, then close.
+                            accepting = false;
+                            self.start_close();
+                            Ok(())
+                        }
+                    },
+                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => {
+                        let now = Instant::now();
+                        if self.close_deadline.is_some_and(|d| d <= now) {
+                            Err(self.close_timed_out())
+                        } else {
+                            if batch_deadline.is_some_and(|d| d <= now) {
+                                self.flush_due_batches();
+                            }
+                            if next_check.is_some_and(|d| d <= now) {
+                                next_check = None; // the next one is a tick from now
+                                self.check_send_timeout();
+                            }
+                            Ok(())
+                        }
+                    }
+                    () = self.charge.wait(), if self.charge.waiting() => {
+                        self.resume();
                         Ok(())
                     }
-                },
-                _ = sleep_until_opt(batch_deadline) => {
-                    self.flush_due_batches();
-                    Ok(())
+                    _ = async { conn_ready.as_ref().expect("guarded").ready().await },
+                        if !self.unsent.is_empty() && conn_ready.is_some() => {
+                        self.drain_unsent();
+                        Ok(())
+                    }
+                };
+                if let Err(e) = step {
+                    break e;
                 }
-                () = self.charge.wait(), if self.charge.waiting() => {
+                // The close deadline is seen even while sends keep the loop busy (the timer's
+                // branch comes after theirs).
+                if self.close_deadline.is_some_and(|d| d <= Instant::now()) {
+                    break self.close_timed_out();
+                }
+                if self.charge.waiting() && self.pending.is_empty() {
+                    // Nothing of ours left to give memory back: not waiting for it (see
+                    // `frame_charge`).
+                    self.charge.stop_waiting();
                     self.resume();
-                    Ok(())
                 }
-                // Only while something is pending: an idle producer does not wake (a
-                // re-enabled interval that is overdue fires at once, so no check is late).
-                _ = tick.tick(), if !self.pending.is_empty() => {
-                    self.check_send_timeout();
-                    Ok(())
-                }
-                _ = async { conn_ready.as_ref().expect("guarded").ready().await },
-                    if !self.unsent.is_empty() && conn_ready.is_some() => {
-                    self.drain_unsent();
-                    Ok(())
+                self.stats
+                    .pending(self.pending.messages(), self.pending.bytes());
+                // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
+                // the open batch, flushed by `start_close`, and whatever waited for room in the
+                // connection's queue), without waiting for receipts: the broker answers it once the
+                // messages it received before are persisted, so their receipts come first; what is
+                // still pending when it answers fails with `Error::Closed` ("already closed"). Only
+                // while reconnecting does the close wait, for the pending messages to be re-sent;
+                // the close deadline (one operation timeout) bounds it all.
+                if self.closing
+                    && close_request.is_empty()
+                    && self.batches_empty()
+                    && self.built.out.is_empty()
+                    && !self.charge.defers()
+                    && self.unsent.is_empty()
+                    && (self.pending.is_empty() || self.entity.conn.is_some())
+                {
+                    match self.entity.close_request() {
+                        Some(req) => close_request.push((), req),
+                        None => break Error::Closed,
+                    }
+                    self.entity.stop_reconnecting();
                 }
             };
-            if let Err(e) = step {
-                break e;
-            }
-            if self.charge.waiting() && self.pending.is_empty() {
-                // Nothing of ours left to give memory back: not waiting for it (see
-                // `frame_charge`).
-                self.charge.stop_waiting();
-                self.resume();
-            }
-            self.stats
-                .pending(self.pending.messages(), self.pending.bytes());
-            // Like upstream's `ProducerImpl.closeAsync`, CloseProducer goes out at once (after
-            // the open batch, flushed by `start_close`, and whatever waited for room in the
-            // connection's queue), without waiting for receipts: the broker answers it once the
-            // messages it received before are persisted, so their receipts come first; what is
-            // still pending when it answers fails with `Error::Closed` ("already closed"). Only
-            // while reconnecting does the close wait, for the pending messages to be re-sent;
-            // the close deadline (one operation timeout) bounds it all.
-            if self.closing
-                && close_request.is_empty()
-                && self.batches_empty()
-                && self.built.out.is_empty()
-                && !self.charge.defers()
-                && self.unsent.is_empty()
-                && (self.pending.is_empty() || self.entity.conn.is_some())
-            {
-                match self.entity.close_request() {
-                    Some(req) => close_request.push((), req),
-                    None => break Error::Closed,
-                }
-                self.entity.stop_reconnecting();
-            }
-        };
-        self.shutdown(final_error);
+            self.shutdown(final_error);
+        }
+    }
+
+    /// Pending messages or the CloseProducer did not finish in time (e.g. the broker stopped
+    /// reading): the close ends here, unconfirmed.
+    fn close_timed_out(&mut self) -> Error {
+        let after = self.entity.core.operation_timeout();
+        tracing::warn!(topic = %self.entity.topic, ?after, "close producer timed out");
+        self.close_outcome = Some(Box::new(Error::Timeout {
+            operation: "close producer",
+            after,
+        }));
+        Error::Closed
     }
 
     fn on_wake(&mut self, wake: Wake) -> Result<()> {
@@ -687,7 +723,7 @@ impl ProducerTask {
         }
         // close() reports what really happened: Ok for a close of ours, else the error that
         // ended the producer (e.g. closed for good by the broker during the close).
-        let close_result = match (&error, self.close_outcome.take()) {
+        let close_result = match (&error, self.close_outcome.take().map(|e| *e)) {
             (Error::Closed, None) => Ok(()),
             (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
             (e, _) => Err(e.clone()),

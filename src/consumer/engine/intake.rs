@@ -315,6 +315,29 @@ impl Intake {
         }
     }
 
+    /// The connection is gone (`last`: the last message the application took): what was
+    /// being reassembled or waits for a key is dropped, as the broker redelivers every
+    /// unacked entry to the new subscription, and a non-durable one resumes after `last`.
+    /// Returns where the new subscription starts and its rollback (see `resubscribe_start`).
+    pub(crate) fn detached(
+        &mut self,
+        opts: &crate::consumer::options::ConsumerOptions,
+        durable: bool,
+        last: Option<MessageId>,
+    ) -> (Option<MessageId>, u64) {
+        let held_from = self.chunks.earliest_first_chunk();
+        self.chunks.clear();
+        self.crypto.clear();
+        if !durable {
+            if let Some(last) = last {
+                self.skip_through = Some(last);
+            }
+        }
+        crate::consumer::engine::subscribe::resubscribe_start(
+            opts, durable, last, held_from, self.start,
+        )
+    }
+
     /// A message is queued for the application: after a time seek, the first one is where a
     /// non-durable re-subscribe starts.
     fn note_delivered(&mut self, id: MessageId) {

@@ -29,13 +29,11 @@ use crate::entity::{Requests, Wake};
 use crate::error::{Error, Result};
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
-use crate::util::{deadline_after, sleep_until_opt};
+use crate::util::deadline_after;
 
-use crate::consumer::engine::acks::{
-    remove_if_any, AckFlush, Acks, NackTracker, MAX_REDELIVER_IDS,
-};
+use crate::consumer::engine::acks::{remove_if_any, Acks, NackTracker, MAX_REDELIVER_IDS};
 use crate::consumer::engine::seek::{last_ids, start_after, wait_for_resubscribe};
-use crate::consumer::engine::subscribe::{resubscribe_start, subscribe_command, SubscribeParams};
+use crate::consumer::engine::subscribe::{subscribe_command, SubscribeParams};
 use crate::consumer::op::{ConsumerOp, IdRequest, SeekTarget};
 use crate::consumer::queue::Item;
 
@@ -77,28 +75,6 @@ const BURST: usize = 256;
 const METRICS_PUBLISH_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl ConsumerTask {
-    /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
-    /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
-    /// as it does: see [`Flow`](crate::consumer::engine::flow::Flow)).
-    pub(crate) fn start_flow(&mut self) {
-        if self.flow.zero_queue {
-            // Java `ZeroQueueConsumerImpl.consumerIsReconnectedToBroker`: a FLOW of 1 only if
-            // a receive waits; what is queued is of the old subscription (see `flow::zero`).
-            self.flow.restart();
-            self.flow.want_one(&mut self.io, true);
-            return;
-        }
-        let size = self.flow.queue_size(&self.io);
-        let occupied = {
-            let mut room = self.io.shared.room();
-            let occupied = room.queued.min(u64::from(size)) as u32;
-            room.withheld = u64::from(occupied);
-            occupied
-        };
-        self.flow.restart();
-        self.flow.grant(&mut self.io, size - occupied);
-    }
-
     /// The key reader answered: the entries waiting for a data key go on (see `decrypt`).
     fn on_keys_loaded(&mut self, done: key_wait::Loaded) {
         let (io, flow, acks) = (&mut self.io, &mut self.flow, &mut self.acks);
@@ -150,218 +126,253 @@ impl ConsumerTask {
         }
     }
 
-    pub(crate) async fn run(mut self) {
-        let mut requests: Requests<Pending> = Requests::new();
-        let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
-        let mut silent = false;
-        let mut close_outcome: Option<Error> = None;
-        let ack_timeout_on = !self.io.opts.ack_timeout.is_zero() && self.io.persistent();
-        let mut ack_timeout_tick = tokio::time::interval(self.io.opts.ack_timeout_tick);
-        ack_timeout_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        // With the `metrics` feature, a wake-up every second hands the facade what the
-        // application took since the last one: the handle counts `recv`s without waking the
-        // task, so an idle consumer's received count and queue gauge would otherwise stay
-        // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
-        // counters as each message is taken, so a scrape always sees them).
-        // It stops after two ticks in a row found nothing new and the queue empty (only the task
-        // fills it; any other wake-up restarts them): idle, the consumer sleeps (issue #39).
-        let metrics_on = crate::stats::sink::ENABLED;
-        let mut quiet_ticks = 0u8;
-        let mut metrics_tick = tokio::time::interval(METRICS_PUBLISH_INTERVAL);
-        metrics_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let out = self.io.out.clone();
-        // Created once: a fresh `closed()` per wake-up would register a waiter per message.
-        let out_closed = out.closed();
-        tokio::pin!(out_closed);
-        let final_error = loop {
-            let ack_deadline = self.acks.deadline;
-            let nack_deadline = self.acks.nacks.next_deadline();
-            let deferred_deadline = self.seeks.deferred_deadline();
-            let chunk_deadline = self.intake.chunks.next_expiry();
-            let closing = !close_waiters.is_empty();
-            let mut ticked = false;
-            let step: Result<()> = tokio::select! {
-                biased;
-                wake = self.io.entity.next() => match wake {
-                    wake @ (Wake::Command(_) | Wake::Message(_)) => {
-                        let mut r = self.on_inbound(wake);
-                        // Handle what has already arrived before waiting again: one select!
-                        // round per burst, not per message.
-                        for _ in 0..BURST {
-                            let Some(wake) = r.is_ok().then(|| self.io.entity.try_next()).flatten() else {
-                                break;
-                            };
-                            r = self.on_inbound(wake);
+    // Not an `async fn`: its argument would be moved from the future's state into a local
+    // of the same future, and both slots would stay in the task's allocation for as long as
+    // the entity lives (the task state twice). An `async move` block uses it in place
+    // (`entity::idle_sizes` bounds the future above the state).
+    #[allow(clippy::manual_async_fn)]
+    pub(crate) fn run(mut self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        async move {
+            let mut requests: Requests<Pending> = Requests::new();
+            let mut close_waiters: Vec<oneshot::Sender<Result<()>>> = Vec::new();
+            let mut silent = false;
+            let mut close_outcome: Option<Error> = None;
+            let ack_timeout_on = !self.io.opts.ack_timeout.is_zero() && self.io.persistent();
+            let ack_timeout_tick = self
+                .io
+                .opts
+                .ack_timeout_tick
+                .max(std::time::Duration::from_millis(1));
+            // Periodic wake-ups are deadlines, not `Interval`s, sharing the one timer with the
+            // others (ack grouping, nacks, chunks, seeks): see `util::set_timer` (issue #39).
+            let mut ack_tick_at: Option<Instant> = None;
+            let mut timer: Option<std::pin::Pin<Box<tokio::time::Sleep>>> = None;
+            // With the `metrics` feature, a wake-up every second hands the facade what the
+            // application took since the last one: the handle counts `recv`s without waking the
+            // task, so an idle consumer's received count and queue gauge would otherwise stay
+            // stale until the next frame (upstream's Java consumer updates its OpenTelemetry
+            // counters as each message is taken, so a scrape always sees them).
+            // It stops after two ticks in a row found nothing new and the queue empty (only the task
+            // fills it; any other wake-up restarts them): idle, the consumer sleeps (issue #39).
+            let metrics_on = crate::stats::sink::ENABLED;
+            let mut quiet_ticks = 0u8;
+            // The first one at once, as an `Interval`'s first tick was: a new consumer's two
+            // quiet ticks are over a second after it started.
+            let mut metrics_at: Option<Instant> = metrics_on.then(Instant::now);
+            let out = self.io.out.clone();
+            // Created once: a fresh `closed()` per wake-up would register a waiter per message.
+            let out_closed = out.closed();
+            tokio::pin!(out_closed);
+            let final_error = loop {
+                let ack_deadline = self.acks.deadline;
+                let nack_deadline = self.acks.nacks.next_deadline();
+                let deferred_deadline = self.seeks.deferred_deadline();
+                let chunk_deadline = self.intake.chunks.next_expiry();
+                if ack_timeout_on && ack_tick_at.is_none() {
+                    ack_tick_at = Some(crate::util::deadline_after(ack_timeout_tick));
+                }
+                if metrics_on && quiet_ticks < 2 && metrics_at.is_none() {
+                    metrics_at = Some(Instant::now() + METRICS_PUBLISH_INTERVAL);
+                }
+                let deadline = [
+                    ack_deadline,
+                    nack_deadline,
+                    chunk_deadline,
+                    deferred_deadline,
+                    ack_tick_at,
+                    metrics_at,
+                ]
+                .into_iter()
+                .flatten()
+                .min();
+                crate::util::set_timer(&mut timer, deadline);
+                let closing = !close_waiters.is_empty();
+                let mut ticked = false;
+                let step: Result<()> = tokio::select! {
+                    biased;
+                    wake = self.io.entity.next() => match wake {
+                        wake @ (Wake::Command(_) | Wake::Message(_)) => {
+                            let mut r = self.on_inbound(wake);
+                            // Handle what has already arrived before waiting again: one select!
+                            // round per burst, not per message.
+                            for _ in 0..BURST {
+                                let Some(wake) = r.is_ok().then(|| self.io.entity.try_next()).flatten() else {
+                                    break;
+                                };
+                                r = self.on_inbound(wake);
+                            }
+                            r
                         }
-                        r
-                    }
-                    Wake::Receipt(_) => Ok(()), // not for a consumer
-                    Wake::Refused(_) => Ok(()), // a producer's (the driver retries)
-                    Wake::Detached if closing => Err(Error::Closed),
-                    Wake::Detached => {
-                        let held = self.seeks.reattaching();
-                        self.detached();
-                        if held {
-                            // Acks made during a seek waited for this: now they wait (as any
-                            // kept while detached) for the new subscription.
-                            self.flush_acks();
+                        Wake::Receipt(_) => Ok(()), // not for a consumer
+                        Wake::Refused(_) => Ok(()), // a producer's (the driver retries)
+                        Wake::Detached if closing => Err(Error::Closed),
+                        Wake::Detached => {
+                            let held = self.seeks.reattaching();
+                            self.detached();
+                            if held {
+                                // Acks made during a seek waited for this: now they wait (as any
+                                // kept while detached) for the new subscription.
+                                self.flush_acks();
+                            }
+                            // The connection noticed first that the broker delivered beyond
+                            // this consumer's bound (see `flow_violation` for the other way):
+                            // the application hears of it the same way, after the epoch changed.
+                            if let Some(e) = self.io.entity.take_violation() {
+                                self.over_delivered += 1;
+                                self.io.emit(Item::Error(Box::new(e)));
+                            }
+                            Ok(())
                         }
-                        // The connection noticed first that the broker delivered beyond
-                        // this consumer's bound (see `flow_violation` for the other way):
-                        // the application hears of it the same way, after the epoch changed.
-                        if let Some(e) = self.io.entity.take_violation() {
-                            self.over_delivered += 1;
-                            self.io.emit(Item::Error(Box::new(e)));
+                        Wake::Attached(_) => {
+                            tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
+                            let cluster = self.io.entity.generation();
+                            if self.io.shared.cluster.swap(cluster, Ordering::AcqRel) != cluster {
+                                // On another cluster the ids kept (acks, nacks, ack timeout) name
+                                // other messages: forgotten, never sent there.
+                                self.acks.reset();
+                            }
+                            self.flow.start(&mut self.io);
+                            self.seeks.reattaching();
+                            self.replay_deferred(&mut requests);
+                            Ok(())
                         }
+                        // A pattern consumer's topic deleted on the broker (it subscribes without
+                        // creating topics): the topic leaves the consumer, which is no error for
+                        // the application (upstream's pattern consumer drops it the same way).
+                        Wake::Ended(
+                            e @ Error::Broker {
+                                code: crate::error::ServerError::TopicNotFound,
+                                ..
+                            },
+                        ) if !self.io.opts.force_topic_creation => {
+                            tracing::info!(topic = %self.io.entity.topic, "topic deleted; its consumer ends");
+                            self.io.shared.topic_deleted.store(true, Ordering::Release);
+                            self.io.shared.ended.notify_one();
+                            silent = true;
+                            Err(e)
+                        }
+                        Wake::Ended(e) => Err(e),
+                        Wake::GroupEnded(e) => {
+                            // Another partition already reported it to the application.
+                            silent = true;
+                            Err(e)
+                        }
+                        Wake::Shutdown => {
+                            let (tx, _) = oneshot::channel();
+                            self.start_close(tx, &mut close_waiters, &mut requests)
+                        }
+                    },
+                    done = self.intake.crypto.loaded(), if self.intake.crypto.loading() => {
+                        self.on_keys_loaded(done);
                         Ok(())
                     }
-                    Wake::Attached(_) => {
-                        tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
-                        let cluster = self.io.entity.generation();
-                        if self.io.shared.cluster.swap(cluster, Ordering::AcqRel) != cluster {
-                            // On another cluster the ids kept (acks, nacks, ack timeout) name
-                            // other messages: forgotten, never sent there.
-                            self.acks.reset();
+                    (pending, r) = requests.next() => match (pending, r) {
+                        // Like upstream's closeAsync: a CloseConsumer that failed while the
+                        // connection stayed up (a timeout, a broker error) fails close(); the
+                        // consumer still ends Closed. A lost connection does not: the broker forgot
+                        // the consumer with it.
+                        (Pending::Close, Err(e)) if !crate::entity::connection_gone(&e) => {
+                            tracing::debug!(topic = %self.io.entity.topic, error = %e, "close consumer");
+                            close_outcome = Some(e);
+                            Err(Error::Closed)
                         }
-                        self.start_flow();
-                        self.seeks.reattaching();
-                        self.replay_deferred(&mut requests);
-                        Ok(())
-                    }
-                    // A pattern consumer's topic deleted on the broker (it subscribes without
-                    // creating topics): the topic leaves the consumer, which is no error for
-                    // the application (upstream's pattern consumer drops it the same way).
-                    Wake::Ended(
-                        e @ Error::Broker {
-                            code: crate::error::ServerError::TopicNotFound,
-                            ..
-                        },
-                    ) if !self.io.opts.force_topic_creation => {
-                        tracing::info!(topic = %self.io.entity.topic, "topic deleted; its consumer ends");
-                        self.io.shared.topic_deleted.store(true, Ordering::Release);
-                        self.io.shared.ended.notify_one();
-                        silent = true;
-                        Err(e)
-                    }
-                    Wake::Ended(e) => Err(e),
-                    Wake::GroupEnded(e) => {
-                        // Another partition already reported it to the application.
-                        silent = true;
-                        Err(e)
-                    }
-                    Wake::Shutdown => {
+                        (Pending::Id(req, deadline), r) => {
+                            self.on_id_answer(req, deadline, r.map(|b| *b));
+                            Ok(())
+                        }
+                        (pending, r) => self.on_answer(pending, r.map(|b| *b)),
+                    },
+                    op = self.ops.recv() => match op {
+                        Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
+                        Some(op) => {
+                            let mut r = self.on_op(op, &mut requests);
+                            // Acks come one op each: drain what is queued in this wake-up.
+                            for _ in 0..BURST {
+                                if r.is_err() {
+                                    break;
+                                }
+                                r = match self.ops.try_recv() {
+                                    Some(ConsumerOp::Close(tx)) => {
+                                        self.start_close(tx, &mut close_waiters, &mut requests)
+                                    }
+                                    Some(op) => self.on_op(op, &mut requests),
+                                    None => break,
+                                };
+                            }
+                            r
+                        }
+                        // Unreachable while `shared` holds a sender; kept for completeness.
+                        None => Err(Error::Closed),
+                    },
+                    // The consumer handle is gone (dropped): close.
+                    _ = &mut out_closed, if !closing => {
                         let (tx, _) = oneshot::channel();
                         self.start_close(tx, &mut close_waiters, &mut requests)
                     }
-                },
-                done = self.intake.crypto.loaded(), if self.intake.crypto.loading() => {
-                    self.on_keys_loaded(done);
-                    Ok(())
-                }
-                (pending, r) = requests.next() => match (pending, r) {
-                    // Like upstream's closeAsync: a CloseConsumer that failed while the
-                    // connection stayed up (a timeout, a broker error) fails close(); the
-                    // consumer still ends Closed. A lost connection does not: the broker forgot
-                    // the consumer with it.
-                    (Pending::Close, Err(e)) if !crate::entity::connection_gone(&e) => {
-                        tracing::debug!(topic = %self.io.entity.topic, error = %e, "close consumer");
-                        close_outcome = Some(e);
-                        Err(Error::Closed)
-                    }
-                    (Pending::Id(req, deadline), r) => {
-                        self.on_id_answer(req, deadline, r.map(|b| *b));
+                    // Whichever of the task's deadlines came (one timer for all).
+                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => {
+                        let now = Instant::now();
+                        let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
+                        if due(ack_deadline) {
+                            self.flush_acks();
+                        }
+                        if due(nack_deadline) {
+                            let due = self.acks.nacks.take_due(now);
+                            // Java `NegativeAcksTracker.triggerRedelivery`: the interceptors hear
+                            // of the nacks as their redelivery is asked.
+                            if let (Some(c), false) = (&self.io.opts.interceptors, due.is_empty()) {
+                                c.on_negative_acks_send(&self.io.entity.topic, &due);
+                            }
+                            self.redeliver(due);
+                        }
+                        if due(chunk_deadline) {
+                            let out = self.intake.chunks.expire(now);
+                            self.intake.apply_chunk_outcome(&mut self.io, &mut self.acks, out);
+                            self.flush_if_due();
+                        }
+                        if due(deferred_deadline) {
+                            self.expire_deferred();
+                        }
+                        if due(ack_tick_at) {
+                            ack_tick_at = None; // the next one is a tick from now
+                            self.on_ack_timeout_tick();
+                        }
+                        if due(metrics_at) {
+                            metrics_at = None;
+                            ticked = true; // published below
+                        }
                         Ok(())
                     }
-                    (pending, r) => self.on_answer(pending, r.map(|b| *b)),
-                },
-                op = self.ops.recv() => match op {
-                    Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
-                    Some(op) => {
-                        let mut r = self.on_op(op, &mut requests);
-                        // Acks come one op each: drain what is queued in this wake-up.
-                        for _ in 0..BURST {
-                            if r.is_err() {
-                                break;
-                            }
-                            r = match self.ops.try_recv() {
-                                Some(ConsumerOp::Close(tx)) => {
-                                    self.start_close(tx, &mut close_waiters, &mut requests)
-                                }
-                                Some(op) => self.on_op(op, &mut requests),
-                                None => break,
-                            };
-                        }
-                        r
+                    // Permits withheld for the byte budget: bytes were released.
+                    _ = self.flow.freed.changed(), if self.flow.owed > 0 => {
+                        self.flow.grant_owed(&mut self.io);
+                        Ok(())
                     }
-                    // Unreachable while `shared` holds a sender; kept for completeness.
-                    None => Err(Error::Closed),
-                },
-                // The consumer handle is gone (dropped): close.
-                _ = &mut out_closed, if !closing => {
-                    let (tx, _) = oneshot::channel();
-                    self.start_close(tx, &mut close_waiters, &mut requests)
+                };
+                if let Err(e) = step {
+                    break e;
                 }
-                _ = sleep_until_opt(ack_deadline) => {
-                    self.flush_acks();
-                    Ok(())
-                }
-                _ = sleep_until_opt(nack_deadline) => {
-                    let due = self.acks.nacks.take_due(Instant::now());
-                    // Java `NegativeAcksTracker.triggerRedelivery`: the interceptors hear of
-                    // the nacks as their redelivery is asked.
-                    if let (Some(c), false) = (&self.io.opts.interceptors, due.is_empty()) {
-                        c.on_negative_acks_send(&self.io.entity.topic, &due);
-                    }
-                    self.redeliver(due);
-                    Ok(())
-                }
-                _ = sleep_until_opt(chunk_deadline) => {
-                    let out = self.intake.chunks.expire(Instant::now());
-                    self.intake.apply_chunk_outcome(&mut self.io, &mut self.acks, out);
-                    self.flush_if_due();
-                    Ok(())
-                }
-                // Permits withheld for the byte budget: bytes were released.
-                _ = self.flow.freed.changed(), if self.flow.owed > 0 => {
-                    self.flow.grant_owed(&mut self.io);
-                    Ok(())
-                }
-                _ = sleep_until_opt(deferred_deadline) => {
-                    self.expire_deferred();
-                    Ok(())
-                }
-                _ = ack_timeout_tick.tick(), if ack_timeout_on => {
-                    self.on_ack_timeout_tick();
-                    Ok(())
-                }
-                _ = metrics_tick.tick(), if metrics_on && quiet_ticks < 2 => {
-                    ticked = true; // published below
-                    Ok(())
-                }
+                let quiet = self
+                    .io
+                    .shared
+                    .stats
+                    .publish(|| self.io.shared.room().queued);
+                quiet_ticks = if ticked && quiet { quiet_ticks + 1 } else { 0 };
             };
-            if let Err(e) = step {
-                break e;
+            let state = self.io.entity.end(&final_error);
+            self.io.shared.stats.closed();
+            let result = match (&final_error, close_outcome) {
+                (Error::Closed, None) => Ok(()),
+                (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
+                (e, _) => Err(e.clone()),
+            };
+            for tx in close_waiters {
+                let _ = tx.send(result.clone());
             }
-            let quiet = self
-                .io
-                .shared
-                .stats
-                .publish(|| self.io.shared.room().queued);
-            quiet_ticks = if ticked && quiet { quiet_ticks + 1 } else { 0 };
-        };
-        let state = self.io.entity.end(&final_error);
-        self.io.shared.stats.closed();
-        let result = match (&final_error, close_outcome) {
-            (Error::Closed, None) => Ok(()),
-            (Error::Closed, Some(unconfirmed)) => Err(unconfirmed),
-            (e, _) => Err(e.clone()),
-        };
-        for tx in close_waiters {
-            let _ = tx.send(result.clone());
-        }
-        if !matches!(final_error, Error::Closed) && !silent {
-            tracing::warn!(topic = %self.io.entity.topic, error = %final_error, %state, "consumer closed");
-            self.io.emit(Item::Error(Box::new(final_error)));
+            if !matches!(final_error, Error::Closed) && !silent {
+                tracing::warn!(topic = %self.io.entity.topic, error = %final_error, %state, "consumer closed");
+                self.io.emit(Item::Error(Box::new(final_error)));
+            }
         }
     }
 
@@ -409,23 +420,8 @@ impl ConsumerTask {
             room.consumed = 0;
             room.withheld = 0;
         }
-        // The broker redelivers every unacked chunk to the new subscription.
-        let held_from = self.intake.chunks.earliest_first_chunk();
-        self.intake.chunks.clear();
-        self.intake.crypto.clear();
         self.flow.key_wait = false;
-        if !self.durable {
-            if let Some(last) = last {
-                self.intake.skip_through = Some(last);
-            }
-        }
-        let (start, rollback_secs) = resubscribe_start(
-            &self.io.opts,
-            self.durable,
-            last,
-            held_from,
-            self.intake.start,
-        );
+        let (start, rollback_secs) = self.intake.detached(&self.io.opts, self.durable, last);
         let cmd = subscribe_command(&SubscribeParams {
             topic: &self.io.entity.topic,
             consumer_id: self.io.entity.id,
@@ -531,11 +527,7 @@ impl ConsumerTask {
                 if let Some(msg) = self.intake.dlq_candidates.remove(&id) {
                     self.intake.dead_letter(&self.io, msg);
                 } else {
-                    let delay = match &self.io.opts.negative_ack_backoff {
-                        Some(b) => b.delay(redelivery_count),
-                        None => self.io.opts.negative_ack_delay,
-                    };
-                    self.acks.nacks.add(id, Instant::now(), delay);
+                    self.acks.nack(&self.io.opts, id, redelivery_count);
                 }
             }
             ConsumerOp::Redeliver(id) => self.redeliver(vec![id]),
@@ -558,34 +550,11 @@ impl ConsumerTask {
         }
     }
 
-    /// Sends the acks waiting, unless they are kept: no connection (the broker redelivers
-    /// unacked messages; the acks still apply after re-subscribing), or a seek's disconnect
-    /// awaited (see `seek::Seeks`).
+    /// Sends the acks waiting, unless they are kept (see [`Acks::send`]): also while a
+    /// seek's disconnect is awaited (see `seek::Seeks`).
     pub(crate) fn flush_acks(&mut self) {
-        let keep = match self.seeks.acks_wait(Instant::now()) {
-            Some(until) => Some(until),
-            None if self.io.entity.conn.is_none() => Some(self.acks.detached_retry()),
-            None => None,
-        };
-        let Some(AckFlush {
-            individual,
-            cumulative,
-            partial,
-        }) = self.acks.flush(keep)
-        else {
-            return;
-        };
-        let id = self.io.entity.id;
-        let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
-        self.io.shared.stats.acks_sent(sent);
-        if !individual.is_empty() || !partial.is_empty() {
-            self.io
-                .entity
-                .send_control(commands::ack_individual(id, &individual, partial));
-        }
-        if let Some(c) = cumulative {
-            self.io.entity.send_control(commands::ack_cumulative(id, c));
-        }
+        let keep = self.seeks.acks_wait(Instant::now());
+        self.acks.send(&mut self.io, keep);
     }
 
     /// An individual ack from the application.
@@ -825,6 +794,6 @@ impl ConsumerTask {
         self.intake.dlq_candidates.clear();
         let intake = &mut self.intake;
         (intake.start, intake.skip_through, intake.start_from_next) = start_after(target);
-        self.start_flow();
+        self.flow.start(&mut self.io);
     }
 }

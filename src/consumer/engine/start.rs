@@ -88,7 +88,7 @@ pub(crate) async fn spawn_partition(
         durable,
         ops: ops_tx,
         active: watch::Sender::new(None),
-        state: entity.life.watch(),
+        state: entity.life.now(),
         state_now: entity.life.now(),
         discarded: AtomicU64::new(0),
         stats: crate::stats::ConsumerCounters::new(
@@ -157,7 +157,7 @@ pub(crate) async fn spawn_partition(
     task.flow.auto = options
         .auto_scaled_receiver_queue_size
         .then(|| crate::consumer::engine::flow::AutoScale::new(options));
-    task.start_flow();
+    task.flow.start(&mut task.io);
     registry_insert(registry, index, shared.clone());
     tracing::debug!(%topic, consumer_id, subscription = %options.subscription, "subscribed");
     let span = tracing::debug_span!("consumer", topic = %topic, id = consumer_id,

@@ -564,7 +564,7 @@ impl Task {
                 std::mem::take(&mut *groups).into_iter().partition(|g| {
                     g.tasks(&registry)
                         .iter()
-                        .all(|(_, p)| p.state.borrow().is_terminal())
+                        .all(|(_, p)| p.state.get().is_terminal())
                 });
             *groups = live;
             for g in &dead {

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::commands;
+use crate::consumer::engine::io::Io;
 use crate::consumer::options::ConsumerOptions;
 use crate::message_id::MessageId;
 use crate::util::deadline_after;
@@ -83,6 +85,16 @@ impl Acks {
         false
     }
 
+    /// A negative ack of a message delivered `redelivery_count` times before: redelivered
+    /// after the negative-ack backoff's delay for that count, or the fixed delay.
+    pub(crate) fn nack(&mut self, opts: &ConsumerOptions, id: MessageId, redelivery_count: u32) {
+        let delay = match &opts.negative_ack_backoff {
+            Some(b) => b.delay(redelivery_count),
+            None => opts.negative_ack_delay,
+        };
+        self.nacks.add(id, Instant::now(), delay);
+    }
+
     /// Acks entries one by one (a chunked message's chunks); a flush is due when the group
     /// filled up or acks are not grouped.
     pub(crate) fn ack_entries(&mut self, ids: Vec<MessageId>) {
@@ -118,6 +130,31 @@ impl Acks {
             return None;
         }
         Some(self.tracker.take_flush())
+    }
+
+    /// Sends the acks waiting, unless they are kept: until `keep` (a seek's disconnect
+    /// awaited), or without a connection (the broker redelivers unacked messages; the acks
+    /// still apply after re-subscribing).
+    pub(crate) fn send(&mut self, io: &mut Io, keep: Option<Instant>) {
+        let keep = keep.or_else(|| io.entity.conn.is_none().then(|| self.detached_retry()));
+        let Some(AckFlush {
+            individual,
+            cumulative,
+            partial,
+        }) = self.flush(keep)
+        else {
+            return;
+        };
+        let id = io.entity.id;
+        let sent = individual.len() + partial.len() + usize::from(cumulative.is_some());
+        io.shared.stats.acks_sent(sent);
+        if !individual.is_empty() || !partial.is_empty() {
+            io.entity
+                .send_control(commands::ack_individual(id, &individual, partial));
+        }
+        if let Some(c) = cumulative {
+            io.entity.send_control(commands::ack_cumulative(id, c));
+        }
     }
 
     /// When acks kept while detached are looked at again.

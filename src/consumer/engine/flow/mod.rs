@@ -125,6 +125,28 @@ impl Flow {
 }
 
 impl Flow {
+    /// Sends the first FLOW of a (new) subscription: the receiver queue's free room (see
+    /// [`QueueRoom`]), as far as the consumer's byte budget has room for it (the rest follows
+    /// as it does: see [`Flow`]).
+    pub(crate) fn start(&mut self, io: &mut Io) {
+        if self.zero_queue {
+            // Java `ZeroQueueConsumerImpl.consumerIsReconnectedToBroker`: a FLOW of 1 only if
+            // a receive waits; what is queued is of the old subscription (see `zero`).
+            self.restart();
+            self.want_one(io, true);
+            return;
+        }
+        let size = self.queue_size(io);
+        let occupied = {
+            let mut room = io.shared.room();
+            let occupied = room.queued.min(u64::from(size)) as u32;
+            room.withheld = u64::from(occupied);
+            occupied
+        };
+        self.restart();
+        self.grant(io, size - occupied);
+    }
+
     /// A new subscription: nothing is out or owed (its first FLOW grants afresh).
     pub(crate) fn restart(&mut self) {
         self.permits = 0;
@@ -227,7 +249,7 @@ impl Flow {
     /// what fits, so that a task near its cap does not send a FLOW per message.
     pub(crate) fn grant_owed(&mut self, io: &mut Io) {
         if io.entity.conn.is_none() {
-            // The next subscription's first FLOW grants afresh (see `start_flow`).
+            // The next subscription's first FLOW grants afresh (see `Flow::start`).
             self.owed = 0;
             return;
         }
