@@ -138,10 +138,9 @@ impl ConsumerTask {
             let mut silent = false;
             let mut close_outcome: Option<Error> = None;
             let ack_timeout_on = !self.io.opts.ack_timeout.is_zero() && self.io.persistent();
-            let ack_timeout_tick = self
-                .io
-                .opts
-                .ack_timeout_tick
+            // Java `UnAckedMessageTracker`: the tick is at most the ack timeout.
+            let ack_timeout_tick = (self.io.opts.ack_timeout_tick)
+                .min(self.io.opts.ack_timeout)
                 .max(std::time::Duration::from_millis(1));
             // Periodic wake-ups are deadlines, not `Interval`s, sharing the one timer with the
             // others (ack grouping, nacks, chunks, seeks): see `util::set_timer` (issue #39).
@@ -168,7 +167,8 @@ impl ConsumerTask {
                 let nack_deadline = self.acks.nacks.next_deadline();
                 let deferred_deadline = self.seeks.deferred_deadline();
                 let chunk_deadline = self.intake.chunks.next_expiry();
-                if ack_timeout_on && ack_tick_at.is_none() {
+                // Only while something is tracked: an idle consumer does not wake per tick.
+                if ack_timeout_on && ack_tick_at.is_none() && !self.acks.unacked.is_empty() {
                     ack_tick_at = Some(crate::util::deadline_after(ack_timeout_tick));
                 }
                 if metrics_on && quiet_ticks < 2 && metrics_at.is_none() {
@@ -357,7 +357,13 @@ impl ConsumerTask {
                     .shared
                     .stats
                     .publish(|| self.io.shared.room().queued);
-                quiet_ticks = if ticked && quiet { quiet_ticks + 1 } else { 0 };
+                // Other wake-ups neither count nor restart them unless they found something
+                // new (with the queue empty, the application takes nothing not queued first).
+                quiet_ticks = if quiet {
+                    quiet_ticks + u8::from(ticked)
+                } else {
+                    0
+                };
             };
             let state = self.io.entity.end(&final_error);
             self.io.shared.stats.closed();
@@ -467,11 +473,11 @@ impl ConsumerTask {
             ConsumerOp::Seek(target, tx) => {
                 self.seeks.begin();
                 let deadline = deadline_after(self.io.entity.core.operation_timeout());
-                self.id_request(IdRequest::Seek(target, tx), deadline, requests);
+                seek::id_request(self, IdRequest::Seek(target, tx), deadline, requests);
             }
             ConsumerOp::LastMessageId(tx) => {
                 let deadline = deadline_after(self.io.entity.core.operation_timeout());
-                self.id_request(IdRequest::LastMessageId(tx), deadline, requests);
+                seek::id_request(self, IdRequest::LastMessageId(tx), deadline, requests);
             }
             ConsumerOp::Unsubscribe(tx) => match &self.io.entity.conn {
                 Some(conn) => {
@@ -670,48 +676,6 @@ impl ConsumerTask {
 
     // The task's side of seek and get-last-message-id (the state is `seek::Seeks`).
 
-    /// Sends a seek or get-last-message-id now, or keeps it until the consumer is subscribed
-    /// again (upstream `ConsumerImpl.internalGetLastMessageIdAsync` retries with backoff while
-    /// the consumer is not connected, until the operation timeout; a seek made right after
-    /// another finds the consumer re-subscribing the same way). `deadline` bounds the wait.
-    pub(crate) fn id_request(
-        &mut self,
-        req: IdRequest,
-        deadline: Instant,
-        requests: &mut Requests<Pending>,
-    ) {
-        let Some(conn) = self.io.entity.conn.clone() else {
-            self.seeks.defer(deadline, req);
-            return;
-        };
-        let cid = self.io.entity.id;
-        let operation = req.operation();
-        match &req {
-            IdRequest::Seek(target, _) => {
-                // Upstream flushes the ack tracker around a seek (`flushAndClean`): acks the
-                // application made before the seek are sent first, so they apply to the
-                // position they were made at; the seek then decides what is unacknowledged.
-                self.flush_acks();
-                let (id, time) = match *target {
-                    SeekTarget::Id(id) => (Some(id), None),
-                    SeekTarget::PublishTime(t) => (None, Some(t)),
-                };
-                requests.send(
-                    &conn,
-                    Pending::Id(req, deadline),
-                    |rid| commands::seek(cid, rid, id, time),
-                    operation,
-                );
-            }
-            IdRequest::LastMessageId(_) => requests.send(
-                &conn,
-                Pending::Id(req, deadline),
-                |rid| commands::get_last_message_id(cid, rid),
-                operation,
-            ),
-        }
-    }
-
     /// The broker's answer to a seek or get-last-message-id.
     pub(crate) fn on_id_answer(
         &mut self,
@@ -760,7 +724,7 @@ impl ConsumerTask {
     /// Subscribed again: sends what waited for it.
     pub(crate) fn replay_deferred(&mut self, requests: &mut Requests<Pending>) {
         for (deadline, req) in self.seeks.take_deferred() {
-            self.id_request(req, deadline, requests);
+            seek::id_request(self, req, deadline, requests);
         }
     }
 

@@ -4,8 +4,11 @@
 
 use tokio::time::Instant;
 
+use crate::commands;
 use crate::consumer::engine::subscribe::{skip_through, start_position};
+use crate::consumer::engine::{ConsumerTask, Pending};
 use crate::consumer::op::{ConsumerOp, IdRequest, LastIds, SeekTarget};
+use crate::entity::Requests;
 use crate::error::{Error, Result, ServerError};
 use crate::message_id::MessageId;
 use crate::proto::BaseCommand;
@@ -186,5 +189,47 @@ pub(crate) fn start_after(target: SeekTarget) -> (Option<MessageId>, Option<Mess
         // broker sends after it fixes the start (see `note_delivered`), and earliest only
         // covers a loss before any arrived.
         SeekTarget::PublishTime(_) => (Some(MessageId::EARLIEST), None, true),
+    }
+}
+
+/// Sends a seek or get-last-message-id now, or keeps it until the consumer is subscribed
+/// again (upstream `ConsumerImpl.internalGetLastMessageIdAsync` retries with backoff while
+/// the consumer is not connected, until the operation timeout; a seek made right after
+/// another finds the consumer re-subscribing the same way). `deadline` bounds the wait.
+pub(crate) fn id_request(
+    task: &mut ConsumerTask,
+    req: IdRequest,
+    deadline: Instant,
+    requests: &mut Requests<Pending>,
+) {
+    let Some(conn) = task.io.entity.conn.clone() else {
+        task.seeks.defer(deadline, req);
+        return;
+    };
+    let cid = task.io.entity.id;
+    let operation = req.operation();
+    match &req {
+        IdRequest::Seek(target, _) => {
+            // Upstream flushes the ack tracker around a seek (`flushAndClean`): acks the
+            // application made before the seek are sent first, so they apply to the
+            // position they were made at; the seek then decides what is unacknowledged.
+            task.flush_acks();
+            let (id, time) = match *target {
+                SeekTarget::Id(id) => (Some(id), None),
+                SeekTarget::PublishTime(t) => (None, Some(t)),
+            };
+            requests.send(
+                &conn,
+                Pending::Id(req, deadline),
+                |rid| commands::seek(cid, rid, id, time),
+                operation,
+            );
+        }
+        IdRequest::LastMessageId(_) => requests.send(
+            &conn,
+            Pending::Id(req, deadline),
+            |rid| commands::get_last_message_id(cid, rid),
+            operation,
+        ),
     }
 }
