@@ -105,8 +105,8 @@ async fn huge_batch_publish_delay_does_not_panic_the_producer() {
 }
 
 // Probe (held up): `ack_timeout_tick` (a public option) at `Duration::MAX` feeds
-// `tokio::time::interval`; the consumer keeps working and no task panics. (With such a tick
-// the ack timeout never fires after the first tick: that is what was asked for.)
+// `tokio::time::interval`; the consumer keeps working and no task panics. (The tick is at
+// most the ack timeout, as Java's: see the next test.)
 #[tokio::test]
 async fn huge_ack_timeout_tick_does_not_panic_the_consumer() {
     record_panics();
@@ -143,6 +143,40 @@ async fn huge_ack_timeout_tick_does_not_panic_the_consumer() {
         acked.is_some(),
         "the consumer still works (its ack reached the broker)"
     );
+}
+
+/// Java `UnAckedMessageTracker`: the tick is at most the ack timeout (`tickDurationInMs =
+/// min(tickDuration, ackTimeout)`). With a tick of an hour and an ack timeout of 1 s, an
+/// unacked message comes back within seconds; it waited for the hour-long tick before (found
+/// by review).
+#[tokio::test]
+async fn the_ack_timeout_tick_is_at_most_the_ack_timeout() {
+    let broker = MockBroker::start().await.unwrap();
+    let client = client(&broker.service_url());
+    let topic = full("long-ack-tick");
+    let mut options = ConsumerOptions::default();
+    options.subscription = "s".into();
+    options.subscription_type = SubscriptionType::Shared;
+    options.ack_timeout = Duration::from_secs(1);
+    options.ack_timeout_tick = Duration::from_secs(3600);
+    let mut c = client
+        .consumer(&topic)
+        .options(options)
+        .subscribe()
+        .await
+        .unwrap();
+    let producer = client
+        .producer(&topic)
+        .batching(false)
+        .create()
+        .await
+        .unwrap();
+    producer.send_and_wait("x").await.unwrap();
+    let first = within("recv", c.recv()).await.unwrap();
+    assert_eq!(text(&first), "x");
+    // Not acked: redelivered once the ack timeout has passed (the next tick after it).
+    let again = within("the redelivery", c.recv()).await.unwrap();
+    assert_eq!(again.id, first.id);
 }
 
 // Same rule, partition updates: `auto_update_partitions_interval(Duration::MAX)` is accepted by
