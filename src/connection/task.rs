@@ -462,6 +462,7 @@ where
         interval: keepalive,
         last_inbound: Instant::now(),
         ping_sent: false,
+        paused_since: None,
     };
     let keepalive_timer = tokio::time::sleep_until(alive.next_wake());
     tokio::pin!(keepalive_timer);
@@ -503,6 +504,7 @@ where
             // taken it back within it (polled with a waker: the loop never waits on it).
             () = async { router.backpressure.as_ref().expect("guarded").drained().await }, if router.backpressure.is_some() => {
                 router.backpressure = None;
+                alive.paused_since = None;
                 Step::Continue
             }
             inbound = reader.next(), if router.backpressure.is_none() => match inbound {
@@ -637,6 +639,9 @@ struct KeepAlive {
     last_inbound: Instant,
     /// A PING went out since the last frame from the broker.
     ping_sent: bool,
+    /// Since when the connection does not read (a consumer's channel past its allowance),
+    /// and whether that was logged.
+    paused_since: Option<(Instant, bool)>,
 }
 
 impl KeepAlive {
@@ -662,7 +667,16 @@ impl KeepAlive {
     /// so the broker keeps hearing from us. Upstream's `PulsarHandler.handleKeepAliveTimeout`
     /// likewise skips its verdict while the channel's auto-read is off and pings anyway.
     fn paused(&mut self, out: &mut Outbox) -> Step {
-        self.heard(Instant::now());
+        let now = Instant::now();
+        let (since, logged) = self.paused_since.get_or_insert((now, false));
+        // Every entity on the connection waits meanwhile (its requests time out, its sends
+        // too): said once, so such a timeout can be traced to its cause.
+        if !*logged && now.duration_since(*since) >= self.interval.saturating_mul(2) {
+            *logged = true;
+            tracing::warn!(paused = ?now.duration_since(*since),
+                "connection not reading: a consumer's task has not taken its messages in;                  every producer and consumer on this connection waits");
+        }
+        self.heard(now);
         out.push(Outgoing::Frame(Box::new(Frame::simple(
             crate::commands::ping(),
         ))))

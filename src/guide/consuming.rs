@@ -88,7 +88,10 @@
 //! budget can be overshot by at most the permits out times that size (the next grant follows
 //! the larger size at once). Between the connection and the consumer, at most 1 MiB of
 //! received messages (or a quarter of the budget) waits; past it the connection stops reading
-//! from the broker until the consumer catches up.
+//! from the broker until the consumer catches up. Every producer and consumer sharing that
+//! connection waits meanwhile (as upstream's, whose connection thread hands each message to
+//! its consumer): never block the runtime a consumer runs on. A pause longer than two
+//! keep-alive intervals is logged once (warn, "connection not reading").
 //!
 //! ### An auto-scaled receiver queue (PIP-74)
 //!
