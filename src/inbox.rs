@@ -24,7 +24,11 @@
 //! again: it takes what was queued or folded in the next time it looks, before it waits (so
 //! nothing is left behind), and a sender does not pay for a wake-up per batch (the consumer's
 //! acks: one lock and a push each). The Notify's stored permit covers a wake-up that comes
-//! between that look and the wait. Closing (the task ends)
+//! between that look and the wait. A task that waits with a deadline armed, at which it takes
+//! what is folded in anyway, may say so ([`InboxReceiver::set_folds_may_wait`]): folds then
+//! wake it only when [`Fold::must_wake`] says so (the consumer's acks wait for the ack
+//! group's timer, as upstream's grouping tracker holds them, instead of waking the task once
+//! per ack). Closing (the task ends)
 //! refuses later sends and fails waiting ones; the task then takes what is still queued. When
 //! the handle is dropped, [`InboxReceiver::recv`] returns `None` once the queue is empty, like
 //! an mpsc whose senders are gone.
@@ -45,6 +49,12 @@ pub(crate) trait Fold<Op> {
     fn is_empty(&self) -> bool;
     /// Hands what is folded in to the task as ops, appended to `ops`.
     fn drain_into(&mut self, ops: &mut VecDeque<Op>);
+    /// Whether what is folded in must wake a waiting task even when the task said folds may
+    /// wait for its deadline ([`InboxReceiver::set_folds_may_wait`]).
+    #[inline]
+    fn must_wake(&self) -> bool {
+        true
+    }
 }
 
 /// Nothing folded (an inbox of ops only).
@@ -70,6 +80,9 @@ struct Queue<Op, F> {
     sender_gone: bool,
     /// The task found the queue empty and waits (or is about to): the next sender wakes it.
     idle: bool,
+    /// The waiting task has a deadline armed at which it takes what is folded in: a fold
+    /// wakes it only if [`Fold::must_wake`].
+    folds_may_wait: bool,
 }
 
 #[derive(Debug)]
@@ -96,6 +109,7 @@ pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxRec
             closed: false,
             sender_gone: false,
             idle: false,
+            folds_may_wait: false,
         }),
         wake_task: Notify::new(),
         room: Semaphore::new(CAPACITY),
@@ -109,6 +123,7 @@ pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxRec
             taken: VecDeque::new(),
             to_release: 0,
             quiet_swaps: 0,
+            folds_may_wait: false,
         },
     )
 }
@@ -210,8 +225,12 @@ impl<Op, F: Fold<Op>> InboxSender<Op, F> {
         }
         let out = f(&mut queue.folded);
         // Only an idle task is woken (see the module docs); a fold that added nothing wakes
-        // it for nothing, which is harmless (it looks, finds nothing, and waits again).
-        let wake = std::mem::take(&mut queue.idle);
+        // it for nothing, which is harmless (it looks, finds nothing, and waits again). A
+        // task waiting for a deadline that takes the folds anyway is woken only if they must.
+        let wake = queue.idle && (!queue.folds_may_wait || queue.folded.must_wake());
+        if wake {
+            queue.idle = false;
+        }
         drop(queue);
         if wake {
             self.shared.wake_task.notify_one();
@@ -242,6 +261,8 @@ pub(crate) struct InboxReceiver<Op, F: Fold<Op>> {
     to_release: usize,
     /// How many swaps in a row took few ops (fewer than `SHRINK_ABOVE / 4`).
     quiet_swaps: u32,
+    /// See [`InboxReceiver::set_folds_may_wait`].
+    folds_may_wait: bool,
 }
 
 /// Buffers with room for more ops than this are shrunk once the bursts that grew them end.
@@ -314,6 +335,7 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
         }
         let gone = queue.sender_gone;
         queue.idle = wait && self.taken.is_empty();
+        queue.folds_may_wait = self.folds_may_wait;
         drop(queue);
         if self.taken.len() < SHRINK_ABOVE / 4 {
             self.quiet_swaps = self.quiet_swaps.saturating_add(1);
@@ -328,6 +350,14 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
             self.shared.room.add_permits(self.to_release);
             self.to_release = 0;
         }
+    }
+
+    /// Whether, while the task waits from its next look at the queue on, what is folded in
+    /// may wait for a deadline the task has armed (at which it takes it, its `recv` polled
+    /// before the deadline's branch) unless [`Fold::must_wake`]: set before each wait.
+    #[inline]
+    pub(crate) fn set_folds_may_wait(&mut self, may_wait: bool) {
+        self.folds_may_wait = may_wait;
     }
 
     /// Changes the folded state with `f` under the queue's lock (the task giving back a

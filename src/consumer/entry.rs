@@ -130,7 +130,9 @@ impl EntryHead {
     }
 
     /// The public message of a record (built where the application takes it).
-    #[inline]
+    // Always inlined: built where the receive returns it, the message is written straight
+    // into the result (a call returns it through a slot of its own, copied out after).
+    #[inline(always)]
     pub(crate) fn message(&self, r: Record) -> Message {
         let id = self.id_of(&r);
         #[cfg(feature = "encryption")]

@@ -24,30 +24,48 @@ pub(crate) type OpSender = InboxSender<ConsumerOp, Folded>;
 /// The task's end of a partition task's inbox.
 pub(crate) type OpReceiver = InboxReceiver<ConsumerOp, Folded>;
 
-/// A new inbox for a partition's task.
-pub(crate) fn inbox() -> (OpSender, OpReceiver) {
-    crate::inbox::inbox(Folded::default())
+/// A new inbox for a partition's task whose acks go out in groups of `ack_group_max` (see
+/// [`Folded::must_wake`]).
+pub(crate) fn inbox(ack_group_max: usize) -> (OpSender, OpReceiver) {
+    crate::inbox::inbox(Folded {
+        wake_at: ack_group_max.max(1),
+        ..Folded::default()
+    })
 }
 
 /// What the application made that takes no room in the inbox, not yet taken by the task.
 #[derive(Debug, Default)]
 pub(crate) struct Folded {
-    /// Acks, negative acks and redeliveries in the order made (individual acks in a row
-    /// gathered in one [`ConsumerOp::AckIds`]).
+    /// Acks, negative acks and redeliveries in the order made, up to the last that is not an
+    /// individual ack (individual acks in a row gathered in one [`ConsumerOp::AckIds`]).
     ops: Vec<ConsumerOp>,
+    /// The individual acks made after those `ops`, in order: the ack path's own buffer, so
+    /// that an ack is a push (no `ConsumerOp` built, moved, matched nor dropped per ack: the
+    /// hot path's profile).
+    acks: Vec<MessageId>,
     /// Flow permits to grant.
     flow: u32,
     /// A receive waits on an empty queue (see [`ConsumerOp::RecvWaits`]).
     want: bool,
     /// An empty buffer the task gave back, for the next acks.
     spare: Vec<MessageId>,
+    /// Something other than an individual or cumulative ack is folded in (see
+    /// [`Folded::must_wake`]).
+    urgent: bool,
+    /// How many folded acks wake a task that waits for its ack group's timer.
+    wake_at: usize,
 }
 
 impl Folded {
     /// Folds in an ack-like op (see [`ConsumerOp::folds`]).
     pub(crate) fn push(&mut self, op: ConsumerOp) {
+        if let ConsumerOp::Ack(id) = op {
+            return self.push_ack(id);
+        }
+        self.urgent |= !matches!(op, ConsumerOp::AckCumulative(_));
+        // The individual acks made before this op are taken before it.
+        self.end_acks();
         match op {
-            ConsumerOp::Ack(id) => self.push_ack(id),
             ConsumerOp::Flow(n) => self.flow = self.flow.saturating_add(n),
             // One asks as much as several: the task keeps one permit out while one waits.
             ConsumerOp::RecvWaits => self.want = true,
@@ -61,29 +79,30 @@ impl Folded {
             op => self.ops.push(op),
         }
     }
-}
 
-impl Folded {
-    /// Folds in an individual ack: the ack path's own entry, so that no `ConsumerOp` is built,
-    /// moved and dropped per ack (the hot path's profile: ~20 instructions per message).
-    #[inline]
+    /// Folds in an individual ack.
+    #[inline(always)]
     pub(crate) fn push_ack(&mut self, id: MessageId) {
-        match self.ops.last_mut() {
-            // The same id again (an application acking in a loop while the task is busy)
-            // adds nothing: the folded acks grow with distinct ids only in that case.
-            Some(ConsumerOp::AckIds(ids)) if ids.last() == Some(&id) => {}
-            Some(ConsumerOp::AckIds(ids)) => ids.push(id),
-            _ => {
-                let mut ids = std::mem::take(&mut self.spare);
-                ids.push(id);
-                self.ops.push(ConsumerOp::AckIds(ids));
-            }
+        // The same id again (an application acking in a loop while the task is busy) adds
+        // nothing: the folded acks grow with distinct ids only in that case.
+        if self.acks.last() != Some(&id) {
+            self.acks.push(id);
+        }
+    }
+
+    /// The individual acks made so far become one op, behind the ops made before them.
+    fn end_acks(&mut self) {
+        if !self.acks.is_empty() {
+            let ids = std::mem::replace(&mut self.acks, std::mem::take(&mut self.spare));
+            self.ops.push(ConsumerOp::AckIds(ids));
         }
     }
 
     /// Keeps `ids` (emptied by the task) for the next acks, unless a buffer is kept already.
     pub(crate) fn give_back(&mut self, ids: Vec<MessageId>) {
-        if self.spare.capacity() == 0 {
+        if self.acks.capacity() == 0 {
+            self.acks = ids;
+        } else if self.spare.capacity() == 0 {
             self.spare = ids;
         }
     }
@@ -92,10 +111,12 @@ impl Folded {
 impl Fold<ConsumerOp> for Folded {
     #[inline]
     fn is_empty(&self) -> bool {
-        self.ops.is_empty() && self.flow == 0 && !self.want
+        self.ops.is_empty() && self.acks.is_empty() && self.flow == 0 && !self.want
     }
 
     fn drain_into(&mut self, ops: &mut VecDeque<ConsumerOp>) {
+        self.urgent = false;
+        self.end_acks();
         ops.extend(self.ops.drain(..));
         if self.flow > 0 {
             ops.push_back(ConsumerOp::Flow(std::mem::take(&mut self.flow)));
@@ -103,6 +124,17 @@ impl Fold<ConsumerOp> for Folded {
         if std::mem::take(&mut self.want) {
             ops.push_back(ConsumerOp::RecvWaits);
         }
+    }
+
+    /// Acks alone wait for the task's ack group timer, which takes them when it fires (the
+    /// task says so while it runs: see `InboxReceiver::set_folds_may_wait`), as upstream's
+    /// `PersistentAcknowledgmentsGroupingTracker` keeps them until its flush: a consumer
+    /// acking each message then wakes its task once per group, not once per ack. A full
+    /// group wakes it (the tracker's `maxAckGroupSize` flush); anything else (a negative
+    /// ack, a redelivery, flow permits, a receive waiting) wakes it at once.
+    #[inline]
+    fn must_wake(&self) -> bool {
+        self.urgent || self.acks.len() >= self.wake_at
     }
 }
 
@@ -280,7 +312,7 @@ mod tests {
 
     #[tokio::test]
     async fn acks_keep_their_order_with_other_ops() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(1000);
         let send_ack = |e| tx.fold(|f| f.push(ConsumerOp::Ack(id(e))));
         send_ack(1).unwrap();
         send_ack(2).unwrap();
@@ -321,7 +353,7 @@ mod tests {
     /// in while it waits wakes it.
     #[tokio::test]
     async fn a_folded_ack_reaches_a_busy_task_and_wakes_an_idle_one() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(1000);
         assert!(rx.try_recv().is_none(), "busy: looked, not waiting");
         tx.fold(|f| f.push_ack(id(1))).unwrap();
         match rx.recv().await {
@@ -340,11 +372,51 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), vec![id(2)]);
     }
 
+    /// While the task waits with its ack group's timer running, acks wait for the timer
+    /// (no wake-up per ack) until a group's worth is folded in; anything else wakes it at
+    /// once, and nothing folded in is lost or reordered.
+    #[tokio::test]
+    async fn acks_wait_for_the_group_timer_unless_a_group_is_full() {
+        let (tx, mut rx) = inbox(3);
+        rx.set_folds_may_wait(true);
+        let waiting = tokio::spawn(async move {
+            let first = rx.recv().await;
+            (first, rx)
+        });
+        tokio::task::yield_now().await;
+        tx.fold(|f| f.push_ack(id(1))).unwrap();
+        tx.fold(|f| f.push_ack(id(2))).unwrap();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        assert!(
+            !waiting.is_finished(),
+            "two acks of a group of three: not woken"
+        );
+        tx.fold(|f| f.push_ack(id(3))).unwrap();
+        let (first, mut rx) = waiting.await.unwrap();
+        match first {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(1), id(2), id(3)]),
+            other => panic!("{other:?}"),
+        }
+        // A negative ack is not held back.
+        let waiting = tokio::spawn(async move { rx.recv().await });
+        tokio::task::yield_now().await;
+        tx.fold(|f| f.push_ack(id(4))).unwrap();
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "one ack: not woken");
+        tx.fold(|f| f.push(ConsumerOp::Nack(id(5), 0))).unwrap();
+        match waiting.await.unwrap() {
+            Some(ConsumerOp::AckIds(ids)) => assert_eq!(ids, vec![id(4)], "the ack first"),
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// A full inbox (control ops queued up to the bound) neither blocks nor refuses an ack,
     /// nor loses one: it comes after the control ops made before it.
     #[tokio::test]
     async fn a_full_inbox_still_takes_every_ack() {
-        let (tx, mut rx) = inbox();
+        let (tx, mut rx) = inbox(1000);
         for _ in 0..crate::inbox::CAPACITY {
             let (t, _r) = tokio::sync::oneshot::channel();
             tx.try_send(ConsumerOp::Unsubscribe(t)).unwrap();

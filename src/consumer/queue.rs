@@ -109,17 +109,8 @@ impl Inbound {
         }
     }
 
-    /// The next queued item: a held one first, else the channel's (`None`: every task ended).
-    /// Cancel safe (as `mpsc::UnboundedReceiver::recv`).
-    #[inline]
-    pub(crate) async fn next(&mut self) -> Option<Queued> {
-        if let Some(q) = self.held.pop_front() {
-            return Some(q);
-        }
-        self.rx.recv().await
-    }
-
-    /// [`Inbound::next`] for a `poll`.
+    /// The next queued item: a held one first, else the channel's (`None`: every task
+    /// ended). Cancel safe (as `mpsc::UnboundedReceiver::poll_recv`).
     #[inline]
     pub(crate) fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Queued>> {
         if let Some(q) = self.held.pop_front() {

@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use tokio::sync::mpsc;
 
+use crate::consumer::entry::Record;
 use crate::consumer::handle::PartitionShared;
 use crate::consumer::op::ConsumerOp;
-use crate::consumer::queue::{self, Item};
+use crate::consumer::queue::{self, Item, Queued};
 use crate::consumer::{topics, Consumer};
 use crate::error::{Error, Result};
 use crate::message::Message;
@@ -130,6 +130,24 @@ impl Consumer {
     /// before it, see `batch_receive`): `None` with the entry still buffered.
     #[inline(always)]
     pub(super) fn take_buffered_within(&mut self, max_bytes: usize) -> Option<Message> {
+        let r = self.take_record_within(max_bytes)?;
+        Some(self.message_of(r))
+    }
+
+    /// The public message of a record just taken from the entry being handed out.
+    #[inline(always)]
+    fn message_of(&mut self, r: Record) -> Message {
+        match &self.inbound().buffered.head {
+            Some(head) => head.message(r),
+            // `take_record_within` hands out records only with their head.
+            None => unreachable!("a buffered record without its head"),
+        }
+    }
+
+    /// [`Consumer::take_buffered_within`]'s record, its message not built yet: the caller
+    /// builds it where it returns it (see [`Consumer::poll_recv`]).
+    #[inline(always)]
+    fn take_record_within(&mut self, max_bytes: usize) -> Option<Record> {
         loop {
             let b = &mut self.inbound().buffered;
             let p = b.part.as_ref()?;
@@ -166,16 +184,15 @@ impl Consumer {
                 }
                 current
             };
-            if current {
+            if current && b.head.is_some() {
                 p.stats.received(r.payload.len());
-                let head = b.head.as_ref()?;
                 let r = b.records.next()?;
                 if b.records.as_slice().is_empty() {
                     // The entry's last message: its bytes leave the consumer's budget now,
                     // not at the next `recv` (a task waiting for room must not wait for it).
                     b.charge = None;
                 }
-                return Some(head.message(r));
+                return Some(r);
             }
             b.records.next();
         }
@@ -226,73 +243,89 @@ impl Consumer {
     /// consumer.close().await
     /// # }
     /// ```
-    pub async fn recv(&mut self) -> Result<Message> {
+    // A future written by hand rather than an `async fn`: its `poll` returns the message
+    // built straight into the caller's `Poll` (a `Message` is ~290 bytes). The `async fn`'s
+    // state machine (two await points and the interceptors' branch) built it in a slot of
+    // its own and copied it out: ~64 instructions per message on the consume loop.
+    pub fn recv(&mut self) -> impl std::future::Future<Output = Result<Message>> + '_ {
+        Recv {
+            consumer: self,
+            asking: Asking::NotYet,
+        }
+    }
+
+    /// [`Consumer::recv`]'s poll: a message of the entry being handed out, else the next
+    /// queued item; with a zero-size or auto-scaled receiver queue the receive asks for one
+    /// (see [`Consumer::poll_asking`]).
+    #[inline(always)]
+    fn poll_recv(&mut self, cx: &mut Context<'_>, asking: &mut Asking) -> Poll<Result<Message>> {
         if self.closed_by_app.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
+            return Poll::Ready(Err(Error::Closed));
         }
         // Each message the application takes goes through the interceptors' `before_consume`
         // (Java `ConsumerBase.beforeConsume`, as `receive` returns it) on a path of its own:
         // without interceptors the message goes to the result as it did before there were
-        // any (a `Message` is ~270 bytes; a shared path that may hand it to a call costs a
-        // copy per message), and the check is all that is left.
+        // any, and the check is all that is left.
+        // The result is built where it is returned, the interceptors given it in place: a
+        // message moved by value (into a call, out of an `Option`) is copied each time.
         if let Some(m) = self.peeked.take() {
-            if self.interceptors.is_some() {
-                return Ok(self.consumed(m));
-            }
-            return Ok(m);
+            let mut out = Poll::Ready(Ok(m));
+            self.intercept(&mut out);
+            return out;
         }
-        if let Some(m) = self.take_buffered() {
+        if let Some(r) = self.take_record_within(usize::MAX) {
             if self.interceptors.is_some() {
-                return Ok(self.consumed(m));
+                return self.intercepted_record(r);
             }
-            return Ok(m);
+            return Poll::Ready(Ok(self.message_of(r)));
         }
         loop {
             let next = if self.zero_queue.is_none() && !self.auto_scaled {
-                self.inbound().next().await
+                self.inbound().poll_next(cx)
             } else {
-                self.next_asking().await
+                self.poll_asking(cx, asking)
             };
-            let Some((index, epoch, item)) = next else {
-                return Err(Error::Closed);
+            let Some((index, epoch, item)) = std::task::ready!(next) else {
+                return Poll::Ready(Err(Error::Closed));
             };
             if let Some(r) = self.accept(index, epoch, item) {
-                if self.interceptors.is_some() {
-                    return r.map(|m| self.consumed(m));
-                }
-                return r;
+                let mut out = Poll::Ready(r);
+                self.intercept(&mut out);
+                return out;
             }
+            // Discarded: the next item is asked for as by a receive of its own.
+            *asking = Asking::NotYet;
         }
     }
 
     /// The next item of a zero-size or auto-scaled receiver queue: one queued already, else
-    /// one asked of the broker while this waits (see [`Waiting`]), or, auto-scaled, after
-    /// telling the partition tasks that the application found the queue empty.
+    /// one asked of the broker while the receive waits (see [`Waiting`]), or, auto-scaled,
+    /// after telling the partition tasks that the application found the queue empty.
     #[cold]
-    async fn next_asking(&mut self) -> Option<(usize, u64, Item)> {
+    fn poll_asking(&mut self, cx: &mut Context<'_>, asking: &mut Asking) -> Poll<Option<Queued>> {
+        if let Asking::Waits { .. } = asking {
+            return self.inbound().poll_next(cx);
+        }
         // A receive asks for itself (a stream's earlier ask is no longer its wait).
         self.more_expected = false;
-        // What a cancelled `batch_recv` left at the front of the queue first (only with an
-        // auto-scaled queue: a zero-size one refuses batch receive).
-        if let Some(q) = self.inbound().held.pop_front() {
-            return Some(q);
-        }
-        match self.inbound().rx.try_recv() {
-            Ok(next) => {
-                // Asked for by a stream poll left waiting, perhaps: no longer waited for.
-                if let Some(p) = &self.zero_queue {
-                    p.room().waiting = false;
-                }
-                return Some(next);
+        // What a cancelled `batch_recv` left at the front of the queue comes first (only
+        // with an auto-scaled queue: a zero-size one refuses batch receive), then what is
+        // queued already.
+        if let Poll::Ready(next) = self.inbound().poll_next(cx) {
+            // Asked for by a stream poll left waiting, perhaps: no longer waited for.
+            if let (Some(p), Some(_)) = (&self.zero_queue, &next) {
+                p.room().waiting = false;
             }
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) => {}
+            return Poll::Ready(next);
         }
-        let _waiting = self.zero_queue.clone().map(Waiting::begin);
+        // Nothing queued (and this poll's waker is registered): ask, and wait.
+        *asking = Asking::Waits {
+            _wait: self.zero_queue.clone().map(Waiting::begin),
+        };
         if self.auto_scaled {
             self.expect_more();
         }
-        self.inbound().rx.recv().await
+        Poll::Pending
     }
 
     /// An auto-scaled receiver queue was found empty: each partition task hears of it (Java
@@ -310,6 +343,36 @@ impl Consumer {
         }
     }
 
+    /// The interceptors' `before_consume` on a message `recv` returns, in place (see
+    /// [`Consumer::poll_recv`]): without interceptors the check is all it costs.
+    #[inline(always)]
+    fn intercept(&self, out: &mut Poll<Result<Message>>) {
+        if self.interceptors.is_some() {
+            if let Poll::Ready(Ok(m)) = out {
+                self.intercepted(m);
+            }
+        }
+    }
+
+    /// The message of a record taken, through the interceptors' `before_consume`; out of
+    /// line, so that without interceptors the message is built right into `recv`'s result.
+    #[cold]
+    #[inline(never)]
+    fn intercepted_record(&mut self, r: Record) -> Poll<Result<Message>> {
+        let mut m = self.message_of(r);
+        self.intercepted(&mut m);
+        Poll::Ready(Ok(m))
+    }
+
+    /// [`Consumer::intercept`]'s call, out of line.
+    #[cold]
+    #[inline(never)]
+    fn intercepted(&self, m: &mut Message) {
+        if let Some(c) = &self.interceptors {
+            c.before_consume(m);
+        }
+    }
+
     /// A message the application takes, through the interceptors' `before_consume`; out of
     /// line (see [`Consumer::recv`]).
     #[cold]
@@ -319,6 +382,34 @@ impl Consumer {
             c.before_consume(&mut m);
         }
         m
+    }
+}
+
+/// The future of [`Consumer::recv`]. Cancel safe: an item is taken out of the queue only in
+/// the poll that returns its message; dropped while waiting, its [`Waiting`] (if any) ends.
+struct Recv<'a> {
+    consumer: &'a mut Consumer,
+    asking: Asking,
+}
+
+/// Where a receive of a zero-size or auto-scaled receiver queue is in asking for a message.
+enum Asking {
+    /// Not asked yet: the next empty look asks.
+    NotYet,
+    /// Asked (with the zero-size queue's wait, if it is one): the receive waits.
+    Waits {
+        /// Held until the receive returns or is dropped.
+        _wait: Option<Waiting>,
+    },
+}
+
+impl std::future::Future for Recv<'_> {
+    type Output = Result<Message>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Message>> {
+        let this = self.get_mut();
+        this.consumer.poll_recv(cx, &mut this.asking)
     }
 }
 

@@ -186,6 +186,8 @@ impl ConsumerTask {
                 .flatten()
                 .min();
                 crate::util::set_timer(&mut timer, deadline);
+                // While the ack group's timer runs, acks folded in wait for it.
+                self.ops.set_folds_may_wait(ack_deadline.is_some());
                 let closing = !close_waiters.is_empty();
                 let mut ticked = false;
                 let step: Result<()> = tokio::select! {
@@ -258,8 +260,7 @@ impl ConsumerTask {
                             Err(e)
                         }
                         Wake::Shutdown => {
-                            let (tx, _) = oneshot::channel();
-                            self.start_close(tx, &mut close_waiters, &mut requests)
+                            self.close_after_ops(&mut close_waiters, &mut requests)
                         }
                     },
                     done = self.intake.crypto.loaded(), if self.intake.crypto.loading() => {
@@ -283,34 +284,21 @@ impl ConsumerTask {
                         (pending, r) => self.on_answer(pending, r.map(|b| *b)),
                     },
                     op = self.ops.recv() => match op {
-                        Some(ConsumerOp::Close(tx)) => self.start_close(tx, &mut close_waiters, &mut requests),
-                        Some(op) => {
-                            let mut r = self.on_op(op, &mut requests);
-                            // Acks come one op each: drain what is queued in this wake-up.
-                            for _ in 0..BURST {
-                                if r.is_err() {
-                                    break;
-                                }
-                                r = match self.ops.try_recv() {
-                                    Some(ConsumerOp::Close(tx)) => {
-                                        self.start_close(tx, &mut close_waiters, &mut requests)
-                                    }
-                                    Some(op) => self.on_op(op, &mut requests),
-                                    None => break,
-                                };
-                            }
-                            r
-                        }
+                        Some(op) => self.on_ops(Some(op), &mut close_waiters, &mut requests),
                         // Unreachable while `shared` holds a sender; kept for completeness.
                         None => Err(Error::Closed),
                     },
                     // The consumer handle is gone (dropped): close.
                     _ = &mut out_closed, if !closing => {
-                        let (tx, _) = oneshot::channel();
-                        self.start_close(tx, &mut close_waiters, &mut requests)
+                        self.close_after_ops(&mut close_waiters, &mut requests)
                     }
                     // Whichever of the task's deadlines came (one timer for all).
-                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => {
+                    () = async { timer.as_mut().expect("guarded").await }, if timer.is_some() => { 'timer: {
+                        // Acks folded in while the ack group's timer ran waited for it (see
+                        // `set_folds_may_wait`): applied before anything is sent or times out.
+                        if let Err(e) = self.on_ops(None, &mut close_waiters, &mut requests) {
+                            break 'timer Err(e);
+                        }
                         let now = Instant::now();
                         let due = |d: Option<Instant>| d.is_some_and(|d| d <= now);
                         if due(ack_deadline) {
@@ -342,7 +330,7 @@ impl ConsumerTask {
                             ticked = true; // published below
                         }
                         Ok(())
-                    }
+                    }}
                     // Permits withheld for the byte budget: bytes were released.
                     _ = self.flow.freed.changed(), if self.flow.owed > 0 => {
                         self.flow.grant_owed(&mut self.io);
@@ -380,6 +368,38 @@ impl ConsumerTask {
                 self.io.emit(Item::Error(Box::new(final_error)));
             }
         }
+    }
+
+    /// Ops of the handles: `first` (which the loop waited for), then what else is queued or
+    /// folded in, up to a burst (acks come one op each).
+    fn on_ops(
+        &mut self,
+        mut first: Option<ConsumerOp>,
+        waiters: &mut Vec<oneshot::Sender<Result<()>>>,
+        requests: &mut Requests<Pending>,
+    ) -> Result<()> {
+        for _ in 0..=BURST {
+            let Some(op) = first.take().or_else(|| self.ops.try_recv()) else {
+                break;
+            };
+            match op {
+                ConsumerOp::Close(tx) => self.start_close(tx, waiters, requests)?,
+                op => self.on_op(op, requests)?,
+            }
+        }
+        Ok(())
+    }
+
+    /// Closes on the task's own account (the handle dropped, the client shut down), after
+    /// what the handles made before (acks waiting for the group's timer among them).
+    fn close_after_ops(
+        &mut self,
+        waiters: &mut Vec<oneshot::Sender<Result<()>>>,
+        requests: &mut Requests<Pending>,
+    ) -> Result<()> {
+        self.on_ops(None, waiters, requests)?;
+        let (tx, _) = oneshot::channel();
+        self.start_close(tx, waiters, requests)
     }
 
     /// Starts the application's close: acks flushed, then CloseConsumer. Ends the task at
