@@ -227,6 +227,10 @@ impl ConsumerTask {
                         }
                         Wake::Attached(_) => {
                             tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
+                            // Acks waiting for the group's timer are applied before the FLOW
+                            // below lets the broker redeliver: redeliveries of acked messages
+                            // are then filtered (Java `isDuplicate`).
+                            let taken = self.on_ops(None, &mut close_waiters, &mut requests);
                             let cluster = self.io.entity.generation();
                             if self.io.shared.cluster.swap(cluster, Ordering::AcqRel) != cluster {
                                 // On another cluster the ids kept (acks, nacks, ack timeout) name
@@ -236,7 +240,7 @@ impl ConsumerTask {
                             self.flow.start(&mut self.io);
                             self.seeks.reattaching();
                             self.replay_deferred(&mut requests);
-                            Ok(())
+                            taken
                         }
                         // A pattern consumer's topic deleted on the broker (it subscribes without
                         // creating topics): the topic leaves the consumer, which is no error for
