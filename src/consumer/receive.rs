@@ -378,9 +378,7 @@ impl Consumer {
     #[cold]
     #[inline(never)]
     pub(super) fn consumed(&self, mut m: Message) -> Message {
-        if let Some(c) = &self.interceptors {
-            c.before_consume(&mut m);
-        }
+        self.intercepted(&mut m);
         m
     }
 }
@@ -458,11 +456,11 @@ impl Stream for Consumer {
             }
             return Poll::Ready(Some(Ok(m)));
         }
-        if let Some(m) = self.take_buffered() {
+        if let Some(r) = self.take_record_within(usize::MAX) {
             if self.interceptors.is_some() {
-                return Poll::Ready(Some(Ok(self.consumed(m))));
+                return self.intercepted_record(r).map(Some);
             }
-            return Poll::Ready(Some(Ok(m)));
+            return Poll::Ready(Some(Ok(self.message_of(r))));
         }
         loop {
             match self.inbound().poll_next(cx) {
