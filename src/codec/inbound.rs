@@ -26,6 +26,18 @@ pub(crate) struct MessageFrame {
     pub wire_len: usize,
 }
 
+impl MessageFrame {
+    /// A MESSAGE's command and payload, boxed as the connection hands them over (its wire
+    /// size unknown: 0).
+    pub(crate) fn boxed(command: proto::CommandMessage, payload: Payload) -> Box<Self> {
+        Box::new(MessageFrame {
+            command,
+            payload: Some(payload),
+            wire_len: 0,
+        })
+    }
+}
+
 /// One decoded inbound frame.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Inbound {

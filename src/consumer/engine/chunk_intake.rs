@@ -56,13 +56,13 @@ impl Intake {
         metadata.total_chunk_msg_size = None;
         cmd.message_id = whole.to_proto();
         let max = io.opts.max_chunked_message_bytes;
-        let payload = Payload {
+        let mut payload = Payload {
             broker_entry_metadata,
             metadata,
             data,
         };
         let (messages, held) =
-            match decode_sized(&io.entity.topic, io.partition, &cmd, payload, max) {
+            match decode_sized(&io.entity.topic, io.partition, &cmd, &mut payload, max) {
                 Ok(decoded) => decoded,
                 Err(bad) => {
                     tracing::warn!(topic = %io.entity.topic, id = %whole, error = %bad.error,

@@ -27,11 +27,10 @@ impl crate::consumer::engine::intake::Intake {
         _io: &mut Io,
         _flow: &mut Flow,
         _acks: &mut Acks,
-        cmd: crate::proto::CommandMessage,
-        payload: crate::codec::Payload,
+        frame: Box<crate::connection::MessageFrame>,
         _spent: u32,
-    ) -> Option<(crate::proto::CommandMessage, crate::codec::Payload)> {
-        Some((cmd, payload))
+    ) -> Option<Box<crate::connection::MessageFrame>> {
+        Some(frame)
     }
 
     pub(crate) fn on_keys_loaded(
@@ -52,6 +51,7 @@ mod enabled {
 
     use crate::codec::Payload;
     use crate::commands;
+    use crate::connection::MessageFrame;
     use crate::consumer::engine::acks::Acks;
     use crate::consumer::engine::flow::Flow;
     use crate::consumer::engine::intake::{Intake, Violation};
@@ -74,14 +74,26 @@ mod enabled {
             io: &mut Io,
             flow: &mut Flow,
             acks: &mut Acks,
-            cmd: proto::CommandMessage,
-            payload: Payload,
+            frame: Box<MessageFrame>,
             spent: u32,
-        ) -> Option<(proto::CommandMessage, Payload)> {
-            if payload.metadata.encryption_keys.is_empty() && !self.crypto.is_parked() {
-                return Some((cmd, payload));
+        ) -> Option<Box<MessageFrame>> {
+            let plain =
+                (frame.payload.as_ref()).is_some_and(|p| p.metadata.encryption_keys.is_empty());
+            if plain && !self.crypto.is_parked() {
+                return Some(frame);
             }
-            self.decrypt_or_park(io, flow, acks, cmd, payload, spent)
+            let MessageFrame {
+                command,
+                payload,
+                wire_len,
+            } = *frame;
+            let (command, payload) =
+                self.decrypt_or_park(io, flow, acks, command, payload?, spent)?;
+            Some(Box::new(MessageFrame {
+                command,
+                payload: Some(payload),
+                wire_len,
+            }))
         }
 
         #[inline(never)]
@@ -150,7 +162,7 @@ mod enabled {
                 let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
                 flow.permits += i64::from(spent);
                 self.crypto.replaying = true;
-                let violation = self.on_message(io, flow, acks, cmd, payload);
+                let violation = self.on_message(io, flow, acks, MessageFrame::boxed(cmd, payload));
                 self.crypto.replaying = false;
                 if violation.is_some() {
                     flow.key_wait = self.crypto.is_parked();

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::codec::Frame;
 use crate::commands;
+use crate::connection::MessageFrame;
 use crate::entity::Wake;
 use crate::message::Message;
 use crate::message_id::MessageId;
@@ -76,18 +77,9 @@ impl Intake {
         wake: Wake,
     ) -> Option<Violation> {
         match wake {
-            Wake::Message(m) => {
-                let crate::connection::MessageFrame {
-                    command, payload, ..
-                } = *m;
-                match payload {
-                    Some(payload) => return self.on_message(io, flow, acks, command, payload),
-                    None => {
-                        tracing::warn!(topic = %io.entity.topic, "MESSAGE without its payload; ignored")
-                    }
-                }
-                None
-            }
+            // Kept boxed down to the decoding: a frame's command and metadata are several
+            // hundred bytes, each move of them a copy (the unbatched consume path's largest).
+            Wake::Message(m) => return self.on_message(io, flow, acks, m),
             Wake::Command(frame) => self.on_command(io, flow, acks, frame),
             _ => None,
         }
@@ -110,7 +102,7 @@ impl Intake {
                     tracing::warn!(topic = %io.entity.topic, "MESSAGE without its payload; ignored");
                     return None;
                 };
-                return self.on_message(io, flow, acks, cmd, payload);
+                return self.on_message(io, flow, acks, MessageFrame::boxed(cmd, payload));
             }
             // Java ConsumerImpl.setTerminated / ClientCnx.handleReachedEndOfTopic: only a flag
             // (and the listener told). The consumer stays a consumer: attached, acking,
@@ -150,10 +142,9 @@ impl Intake {
         io: &mut Io,
         flow: &mut Flow,
         acks: &mut Acks,
-        cmd: crate::proto::CommandMessage,
-        payload: crate::codec::Payload,
+        frame: Box<MessageFrame>,
     ) -> Option<Violation> {
-        let violation = self.take_message(io, flow, acks, cmd, payload);
+        let violation = self.take_message(io, flow, acks, frame);
         if violation.is_none() {
             // The task does it after the violation's disconnect otherwise.
             flow.after_entry(io);
@@ -166,9 +157,13 @@ impl Intake {
         io: &mut Io,
         flow: &mut Flow,
         acks: &mut Acks,
-        cmd: crate::proto::CommandMessage,
-        payload: crate::codec::Payload,
+        frame: Box<MessageFrame>,
     ) -> Option<Violation> {
+        let Some(payload) = &frame.payload else {
+            tracing::warn!(topic = %io.entity.topic, "MESSAGE without its payload; ignored");
+            return None;
+        };
+        let cmd = &frame.command;
         // Upstream's consumer checks only the compressed size against the broker's limit and
         // decompresses whatever size the metadata declares; producers (upstream's and ours,
         // with chunking on) send a large payload that compression makes fit as one entry,
@@ -178,7 +173,7 @@ impl Intake {
             .max(io.opts.max_chunked_message_bytes);
         // Permits the broker spent: the batch's messages, or only those its ack set still
         // delivers.
-        let spent = crate::consumer::engine::decode::permits_spent(&cmd, &payload.metadata);
+        let spent = crate::consumer::engine::decode::permits_spent(cmd, &payload.metadata);
         // A broker may overshoot by a batch; one far beyond the permits it was given, or one
         // delivering into a queue already full, breaks flow control (see `Flow::spend`).
         let queued = io.shared.room().queued;
@@ -201,37 +196,50 @@ impl Intake {
         }
         // End-to-end encryption: decrypted here, or parked until its key comes (`decrypt`).
         // (`None`: parked or handled by the failure action, no violation.)
-        let (cmd, payload) = self.decrypt_step(io, flow, acks, cmd, payload, spent)?;
+        let mut frame = self.decrypt_step(io, flow, acks, frame, spent)?;
+        let MessageFrame {
+            command: cmd,
+            payload: Some(payload),
+            ..
+        } = &mut *frame
+        else {
+            return None; // not reached: checked above, and decrypting keeps a payload
+        };
         let entry = {
             let mut id = MessageId::from_proto(&cmd.message_id);
             id.partition = io.partition;
             id.entry()
         };
         if let Some(header) = crate::consumer::engine::chunks::ChunkHeader::of(&payload.metadata) {
-            self.on_chunk(io, flow, acks, header, entry, cmd, payload);
+            let MessageFrame {
+                command, payload, ..
+            } = *frame;
+            if let Some(payload) = payload {
+                self.on_chunk(io, flow, acks, header, entry, command, payload);
+            }
             return None;
         }
-        let (messages, held) =
-            match decode_sized(&io.entity.topic, io.partition, &cmd, payload, max) {
-                Ok(decoded) => decoded,
-                Err(bad) => {
-                    // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
-                    // error so it is not redelivered forever, and give its permits back (all the
-                    // messages the broker counted, where upstream returns one).
-                    tracing::warn!(topic = %io.entity.topic, id = %entry, error = %bad.error,
+        let (messages, held) = match decode_sized(&io.entity.topic, io.partition, cmd, payload, max)
+        {
+            Ok(decoded) => decoded,
+            Err(bad) => {
+                // Upstream ConsumerImpl.discardCorruptedMessage: ack it with the validation
+                // error so it is not redelivered forever, and give its permits back (all the
+                // messages the broker counted, where upstream returns one).
+                tracing::warn!(topic = %io.entity.topic, id = %entry, error = %bad.error,
                     "undecodable entry discarded");
-                    io.shared.discarded.fetch_add(1, Ordering::Relaxed);
-                    if io.persistent() {
-                        let id = io.entity.id;
-                        io.entity
-                            .send_control(commands::ack_discarded(id, entry, bad.validation));
-                    }
-                    // One permit comes back when the application takes the error item.
-                    flow.release(io, spent - 1);
-                    io.emit(Item::Discarded(Box::new(bad.error)));
-                    return None;
+                io.shared.discarded.fetch_add(1, Ordering::Relaxed);
+                if io.persistent() {
+                    let id = io.entity.id;
+                    io.entity
+                        .send_control(commands::ack_discarded(id, entry, bad.validation));
                 }
-            };
+                // One permit comes back when the application takes the error item.
+                flow.release(io, spent - 1);
+                io.emit(Item::Discarded(Box::new(bad.error)));
+                return None;
+            }
+        };
         flow.observe(held, spent);
         self.deliver(io, flow, acks, messages, held, &cmd.ack_set, spent);
         None
