@@ -216,7 +216,7 @@ pub(crate) fn decode_sized(
         };
         return Ok((
             Entry {
-                head: head(id, schema_version, &meta),
+                head: head(id, schema_version, meta),
                 records: smallvec::smallvec![record],
             },
             held,
@@ -274,7 +274,7 @@ pub(crate) fn decode_sized(
     batch_id.batch_size = i32::try_from(n).unwrap_or(i32::MAX);
     Ok((
         Entry {
-            head: head(batch_id, schema_version, &meta),
+            head: head(batch_id, schema_version, meta),
             records: out,
         },
         held,

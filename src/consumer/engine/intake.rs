@@ -79,7 +79,7 @@ impl Intake {
         match wake {
             // Kept boxed down to the decoding: a frame's command and metadata are several
             // hundred bytes, each move of them a copy (the unbatched consume path's largest).
-            Wake::Message(m) => return self.on_message(io, flow, acks, m),
+            Wake::Message(m) => self.on_message(io, flow, acks, m),
             Wake::Command(frame) => self.on_command(io, flow, acks, frame),
             _ => None,
         }
