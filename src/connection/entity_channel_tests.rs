@@ -150,11 +150,7 @@ fn an_entity_channel_still_overflows() {
 #[tokio::test]
 async fn an_entity_channel_allocates_its_queue_at_the_first_event() {
     let (tx, mut rx) = entity_channel(8);
-    assert_eq!(
-        rx.shared.lock().events.capacity(),
-        0,
-        "nothing before traffic"
-    );
+    assert_eq!(rx.capacity(), 0, "nothing before traffic");
     let waiting = tokio::spawn(async move {
         let ev = rx.recv().await;
         (rx, ev)
@@ -189,9 +185,9 @@ fn receipt(i: u64) -> Inbound {
 /// queue's storage changed size meanwhile (each a reallocation).
 fn burst(tx: &EntitySender, rx: &mut EntityReceiver, n: u64) -> usize {
     let mut changes = 0;
-    let mut cap = rx.shared.lock().events.capacity();
+    let mut cap = rx.capacity();
     let mut seen = |rx: &EntityReceiver| {
-        let now = rx.shared.lock().events.capacity();
+        let now = rx.capacity();
         if now != cap {
             changes += 1;
             cap = now;
@@ -210,7 +206,7 @@ fn burst(tx: &EntitySender, rx: &mut EntityReceiver, n: u64) -> usize {
 }
 
 fn capacity(rx: &EntityReceiver) -> usize {
-    rx.shared.lock().events.capacity()
+    rx.capacity()
 }
 
 /// Issue #39: a burst grows the queue up to the bound; once it is taken, an idle entity

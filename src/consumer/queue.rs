@@ -5,11 +5,12 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
 
 use crate::consumer::engine::budget::Charge;
 use crate::consumer::entry::{Entry, EntryHead, Record, Records};
 use crate::error::Error;
+use crate::util::lazy_queue::{self, Retain};
 
 use crate::consumer::handle::PartitionShared;
 
@@ -84,6 +85,30 @@ impl Default for Buffered {
 /// One item of the queue, with the index of the partition task that queued it and its epoch.
 pub(crate) type Queued = (usize, u64, Item);
 
+/// A partition task's end of the queue (each task of every topic holds one; the queue ends
+/// once they are all gone). [`QueueSender::closed`] completes once the handle is gone.
+pub(crate) type QueueSender = lazy_queue::Sender<Queued, (), Notify>;
+
+/// A [`QueueSender`] that does not keep the queue open (what the consumer's topics keep to
+/// start new tasks from).
+pub(crate) type WeakQueueSender = lazy_queue::WeakSender<Queued, (), Notify>;
+
+/// The handle's end of the queue.
+pub(crate) type QueueReceiver = lazy_queue::Receiver<Queued, (), Notify>;
+
+/// What an emptied queue keeps of its storage (see [`lazy_queue::State`]): an idle consumer
+/// that never received anything holds none (issue #39: the tokio mpsc this replaced
+/// allocated a block of 32 slots and its channel, ~2.3 KB, with every consumer). A consumer
+/// whose application keeps up empties its queue after every entry, and keeps a few slots so
+/// as not to allocate at each; a burst (up to the receiver queue's permits) is given back
+/// down to what the recent bursts needed, at most `max` slots.
+const RETAIN: Retain = Retain { min: 4, max: 32 };
+
+/// The consumer's queue: the first sender (for its first tasks) and the handle's end.
+pub(crate) fn channel() -> (QueueSender, QueueReceiver) {
+    lazy_queue::channel(RETAIN, (), Notify::new())
+}
+
 /// The handle's end of the queue: what the partition tasks queued, and the rest of the entry
 /// being handed out. Behind a mutex only so that `Consumer::close(&self)` can empty it;
 /// everything else has the consumer by `&mut` and reaches it through `Mutex::get_mut`,
@@ -91,7 +116,7 @@ pub(crate) type Queued = (usize, u64, Item);
 #[derive(Debug)]
 pub(crate) struct Inbound {
     /// Read through [`Inbound::next`] and friends, which hand out `held` first.
-    pub rx: mpsc::UnboundedReceiver<Queued>,
+    pub rx: QueueReceiver,
     pub buffered: Buffered,
     /// Items a `Consumer::batch_recv` took out of the channel to count them, and not yet
     /// handed out: the front of the queue, in order. Still queued in every other respect (no
@@ -101,7 +126,7 @@ pub(crate) struct Inbound {
 }
 
 impl Inbound {
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Queued>) -> Self {
+    pub(crate) fn new(rx: QueueReceiver) -> Self {
         Inbound {
             rx,
             buffered: Buffered::default(),
@@ -110,7 +135,7 @@ impl Inbound {
     }
 
     /// The next queued item: a held one first, else the channel's (`None`: every task ended).
-    /// Cancel safe (as `mpsc::UnboundedReceiver::recv`).
+    /// Cancel safe (as [`lazy_queue::Receiver::recv`]).
     #[inline]
     pub(crate) async fn next(&mut self) -> Option<Queued> {
         if let Some(q) = self.held.pop_front() {

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::Stream;
-use tokio::sync::mpsc;
 
 use crate::consumer::handle::PartitionShared;
 use crate::consumer::op::ConsumerOp;
@@ -285,8 +284,8 @@ impl Consumer {
                 }
                 return Some(next);
             }
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) => {}
+            Err(crate::util::lazy_queue::TryRecvError::Disconnected) => return None,
+            Err(crate::util::lazy_queue::TryRecvError::Empty) => {}
         }
         let _waiting = self.zero_queue.clone().map(Waiting::begin);
         if self.auto_scaled {
