@@ -25,16 +25,17 @@ pub(crate) enum Item {
     /// [`Entry`]); the handle takes them out one at a time (`Consumer::take_buffered`), so
     /// each still counts, for flow permits and the queue's room, only once the application
     /// takes it. The charge holds the entry's bytes in the consumer's budget until the
-    /// handle is done with its last message (or drops it). The entry is boxed: the queue is a
-    /// tokio mpsc, which allocates its first block of 32 items with the consumer, so an item
-    /// of ~270 bytes made every idle consumer hold ~9 KB of empty slots (issue #39).
-    Messages(Box<Entry>, Charge),
+    /// handle is done with its last message (or drops it). The entry is inline, not boxed:
+    /// the queue allocates nothing until the first item ([`lazy_queue`]), so an idle
+    /// consumer holds no slots whatever their size, and a box cost an allocation and a free
+    /// per entry on the consume path (when the queue was a tokio mpsc, whose first block of
+    /// 32 slots came with every consumer, the box kept that block small: issue #39).
+    Messages(Entry, Charge),
     /// An entry discarded as undecodable: it holds a place in the queue (and one flow permit)
     /// like a message until the application takes it, so a broker sending only corrupt
     /// entries cannot grow the queue either.
     ///
-    /// The errors are boxed like the entry: an `Error` inline made every slot of the queue
-    /// (allocated a block at a time) ~96 bytes instead of ~40 (issue #39).
+    /// The errors are boxed: rare, they should not make every slot of the queue larger.
     Discarded(Box<Error>),
     /// An error for the application (a failed decryption, a violation, the consumer's end).
     Error(Box<Error>),
