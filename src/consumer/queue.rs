@@ -16,6 +16,9 @@ use crate::consumer::handle::PartitionShared;
 
 /// What the task puts in the consumer's queue, tagged with the partition's epoch so messages
 /// from before a reconnect, seek or redeliver-all can be discarded.
+// The large variant is nearly every item: boxing it cost an allocation per entry, and the
+// small ones are rare (errors, the end of a topic).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Item {
     /// The messages of one delivered entry (a batch's, or one), in order; never empty. One
