@@ -113,11 +113,7 @@ fn channel(
             dropped: AtomicBool::new(false),
         }),
     };
-    let retain = Retain {
-        min: RETAINED,
-        max: RETAINED_BUSY,
-    };
-    let (tx, rx) = lazy_queue::channel(retain, Locked::default(), ext);
+    let (tx, rx) = lazy_queue::channel(Locked::default(), ext);
     (EntitySender { tx }, EntityReceiver { rx })
 }
 
@@ -139,7 +135,12 @@ struct Ext {
     lossy: Option<Lossy>,
 }
 
-impl lazy_queue::OnClose for Ext {}
+impl lazy_queue::Owner for Ext {
+    const RETAIN: Retain = Retain {
+        min: RETAINED,
+        max: RETAINED_BUSY,
+    };
+}
 
 /// What the channel keeps beside its queue, under the queue's lock.
 #[derive(Debug, Default)]
@@ -156,7 +157,7 @@ struct Locked {
 /// entity should not hold that for the rest of its life (issue #39). A tokio mpsc, which this
 /// replaced, kept about as much: its released blocks of 32 went back to the sender a few
 /// times, the rest were freed.
-const RETAINED: usize = 32;
+const RETAINED: u32 = 32;
 
 /// What an emptied queue keeps at most: the size of the recent bursts, up to this. A busy
 /// entity whose bursts stay under it grows its queue once and keeps it (shrunk back to
@@ -164,7 +165,7 @@ const RETAINED: usize = 32;
 /// from it (2 reallocations for 1,000 events) and shrink back to it. So an idle entity keeps
 /// at most this many slots (~25 KB) after a burst, and [`RETAINED`] once its traffic has
 /// calmed down for a few emptyings.
-const RETAINED_BUSY: usize = 8 * RETAINED;
+const RETAINED_BUSY: u32 = 8 * RETAINED;
 
 impl Locked {
     /// `event` was queued.

@@ -220,7 +220,7 @@ fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
         burst(&tx, &mut rx, 1_000);
         let kept = capacity(&rx);
         assert!(
-            kept <= 2 * RETAINED_BUSY,
+            kept <= 2 * RETAINED_BUSY as usize,
             "round {round}: {kept} slots kept"
         );
     }
@@ -228,7 +228,10 @@ fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
         burst(&tx, &mut rx, 1);
     }
     let kept = capacity(&rx);
-    assert!(kept <= 2 * RETAINED, "after a trickle: {kept} slots kept");
+    assert!(
+        kept <= 2 * RETAINED as usize,
+        "after a trickle: {kept} slots kept"
+    );
 }
 
 /// Issue #31 (leftover): the queue shrank back to 32 slots every time a burst drained, so a

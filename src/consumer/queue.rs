@@ -91,26 +91,43 @@ pub(crate) type Queued = (usize, u64, Item);
 
 /// A partition task's end of the queue (each task of every topic holds one; the queue ends
 /// once they are all gone). [`QueueSender::closed`] completes once the handle is gone.
-pub(crate) type QueueSender = lazy_queue::Sender<Queued, (), Notify>;
+pub(crate) type QueueSender = lazy_queue::Sender<Queued, (), Closing>;
 
 /// A [`QueueSender`] that does not keep the queue open (what the consumer's topics keep to
 /// start new tasks from).
-pub(crate) type WeakQueueSender = lazy_queue::WeakSender<Queued, (), Notify>;
+pub(crate) type WeakQueueSender = lazy_queue::WeakSender<Queued, (), Closing>;
 
 /// The handle's end of the queue.
-pub(crate) type QueueReceiver = lazy_queue::Receiver<Queued, (), Notify>;
+pub(crate) type QueueReceiver = lazy_queue::Receiver<Queued, (), Closing>;
 
-/// What an emptied queue keeps of its storage (see [`lazy_queue::State`]): an idle consumer
-/// that never received anything holds none (issue #39: the tokio mpsc this replaced
-/// allocated a block of 32 slots and its channel, ~2.3 KB, with every consumer). A consumer
-/// whose application keeps up empties its queue after every entry, and keeps a few slots so
-/// as not to allocate at each; a burst (up to the receiver queue's permits) is given back
-/// down to what the recent bursts needed, at most `max` slots.
-const RETAIN: Retain = Retain { min: 4, max: 32 };
+/// Beside the queue: the partition tasks waiting for the handle's end
+/// ([`lazy_queue::Sender::closed`]).
+#[derive(Debug, Default)]
+pub(crate) struct Closing(Notify);
+
+impl lazy_queue::Owner for Closing {
+    /// What an emptied queue keeps of its storage (see [`lazy_queue::State`]): an idle
+    /// consumer that never received anything holds none (issue #39: the tokio mpsc this
+    /// replaced allocated a block of 32 slots and its channel, ~2.3 KB, with every consumer).
+    /// A consumer whose application keeps up empties its queue after every entry, and keeps a
+    /// few slots so as not to allocate at each; a burst (up to the receiver queue's permits)
+    /// is given back down to what the recent bursts needed, at most `max` slots.
+    const RETAIN: Retain = Retain { min: 4, max: 32 };
+
+    fn receiver_closed(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+impl AsRef<Notify> for Closing {
+    fn as_ref(&self) -> &Notify {
+        &self.0
+    }
+}
 
 /// The consumer's queue: the first sender (for its first tasks) and the handle's end.
 pub(crate) fn channel() -> (QueueSender, QueueReceiver) {
-    lazy_queue::channel(RETAIN, (), Notify::new())
+    lazy_queue::channel((), Closing::default())
 }
 
 /// The handle's end of the queue: what the partition tasks queued, and the rest of the entry

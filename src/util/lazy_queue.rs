@@ -28,38 +28,29 @@ pub(crate) use tokio::sync::mpsc::error::TryRecvError;
 /// and in between the size of the recent bursts (see [`State::pop`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Retain {
-    pub min: usize,
-    pub max: usize,
+    pub min: u32,
+    pub max: u32,
 }
 
-/// What happens beside the queue when its receiver goes (before that, items still queued
-/// are dropped): nothing, unless the owner waits for it ([`Sender::closed`]).
-pub(crate) trait OnClose: Send + Sync {
-    /// The receiver is gone (called once, outside the lock).
+/// The owner's state outside the lock (`X`): how much storage its queue keeps, and what
+/// happens beside the queue when its receiver goes (nothing unless the owner waits for it:
+/// [`Sender::closed`]). A constant, not a field: every queue's bytes count (issue #39).
+pub(crate) trait Owner: Send + Sync {
+    /// What an emptied queue keeps of its storage.
+    const RETAIN: Retain;
+
+    /// The receiver is gone (called once, outside the lock, before what was queued is
+    /// dropped).
     fn receiver_closed(&self) {}
 }
 
-impl OnClose for () {}
-
-/// Senders waiting in [`Sender::closed`] are woken.
-impl OnClose for tokio::sync::Notify {
-    fn receiver_closed(&self) {
-        self.notify_waiters();
-    }
-}
-
 /// A new queue with the owner's state `locked` (kept under the lock) and `ext` (outside it).
-pub(crate) fn channel<T, L, X: OnClose>(
-    retain: Retain,
-    locked: L,
-    ext: X,
-) -> (Sender<T, L, X>, Receiver<T, L, X>) {
+pub(crate) fn channel<T, L, X: Owner>(locked: L, ext: X) -> (Sender<T, L, X>, Receiver<T, L, X>) {
     let chan = Arc::new(Chan {
         state: Mutex::new(State {
             items: VecDeque::new(),
             burst: 0,
             recent: 0,
-            retain,
             senders: 1,
             receiver_gone: false,
             waiting: None,
@@ -91,13 +82,13 @@ impl<T, L, X> Chan<T, L, X> {
 pub(crate) struct State<T, L> {
     /// Empty and unallocated until the first item.
     items: VecDeque<T>,
-    /// The most items queued at once since the queue was last empty.
-    burst: usize,
+    /// The most items queued at once since the queue was last empty (saturating: `u32`s
+    /// keep the queue small, and a burst that large is kept at `Retain::max` anyway).
+    burst: u32,
     /// The recent bursts' size: the last one's, or half the one before if larger.
-    recent: usize,
-    retain: Retain,
+    recent: u32,
     /// Live senders: the receiver sees the end once they are all gone and the queue is empty.
-    senders: usize,
+    senders: u32,
     receiver_gone: bool,
     /// The receiver found the queue empty and waits: the next item (or the last sender's
     /// end) wakes it.
@@ -120,7 +111,8 @@ impl<T, L> State<T, L> {
 
     fn push(&mut self, item: T) {
         self.items.push_back(item);
-        self.burst = self.burst.max(self.items.len());
+        let len = u32::try_from(self.items.len()).unwrap_or(u32::MAX);
+        self.burst = self.burst.max(len);
     }
 
     /// The next item. An emptied queue gives back the storage beyond what the recent bursts
@@ -128,11 +120,11 @@ impl<T, L> State<T, L> {
     /// before if that was larger, so a burst's storage is kept while bursts keep coming and
     /// given back as they shrink. It shrinks only when it holds more than twice that, so a
     /// queue that empties after every item does not reallocate at each.
-    fn pop(&mut self) -> Option<T> {
+    fn pop(&mut self, retain: Retain) -> Option<T> {
         let item = self.items.pop_front();
         if item.is_some() && self.items.is_empty() {
             self.recent = std::mem::take(&mut self.burst).max(self.recent / 2);
-            let keep = self.recent.clamp(self.retain.min, self.retain.max);
+            let keep = self.recent.clamp(retain.min, retain.max) as usize;
             if self.items.capacity() > 2 * keep {
                 self.items.shrink_to(keep);
             }
@@ -217,14 +209,14 @@ impl<T, L, X> Sender<T, L, X> {
     }
 }
 
-impl<T, L> Sender<T, L, tokio::sync::Notify> {
+impl<T, L, X: AsRef<tokio::sync::Notify>> Sender<T, L, X> {
     /// Completes once the receiver is gone (as `mpsc::UnboundedSender::closed`). One future
     /// waits for many wake-ups without registering again.
     pub(crate) async fn closed(&self) {
         loop {
             // Made before the check: a receiver gone after it wakes it (`notify_waiters`
             // reaches every `Notified` made before the call, polled or not).
-            let notified = self.chan.ext.notified();
+            let notified = self.chan.ext.as_ref().notified();
             if self.is_closed() {
                 return;
             }
@@ -264,11 +256,11 @@ impl<T, L, X> WeakSender<T, L, X> {
 
 /// The receiving end.
 #[derive(Debug)]
-pub(crate) struct Receiver<T, L, X: OnClose> {
+pub(crate) struct Receiver<T, L, X: Owner> {
     chan: Arc<Chan<T, L, X>>,
 }
 
-impl<T, L, X: OnClose> Drop for Receiver<T, L, X> {
+impl<T, L, X: Owner> Drop for Receiver<T, L, X> {
     /// Later sends find the queue closed; what is queued is dropped now.
     fn drop(&mut self) {
         let (items, ()) = self.close_with(|_| ());
@@ -276,7 +268,7 @@ impl<T, L, X: OnClose> Drop for Receiver<T, L, X> {
     }
 }
 
-impl<T, L, X: OnClose> Receiver<T, L, X> {
+impl<T, L, X: Owner> Receiver<T, L, X> {
     /// What both ends share.
     pub(crate) fn chan(&self) -> &Arc<Chan<T, L, X>> {
         &self.chan
@@ -294,7 +286,7 @@ impl<T, L, X: OnClose> Receiver<T, L, X> {
     ) -> Poll<Option<(T, R)>> {
         let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
         let mut s = self.chan.lock();
-        match s.pop() {
+        match s.pop(X::RETAIN) {
             Some(item) => {
                 coop.made_progress();
                 let r = f(&mut s.locked, &item);
@@ -331,7 +323,7 @@ impl<T, L, X: OnClose> Receiver<T, L, X> {
         f: impl FnOnce(&mut L, &T) -> R,
     ) -> Result<(T, R), TryRecvError> {
         let mut s = self.chan.lock();
-        match s.pop() {
+        match s.pop(X::RETAIN) {
             Some(item) => {
                 let r = f(&mut s.locked, &item);
                 Ok((item, r))
@@ -349,7 +341,7 @@ impl<T, L, X: OnClose> Receiver<T, L, X> {
 
     /// Closes the queue (later sends give their item back) and takes what it holds, for the
     /// caller to drop outside the lock; `f` updates the owner's state under it. The first
-    /// call tells the owner ([`OnClose`]); later ones find the queue empty.
+    /// call tells the owner ([`Owner::receiver_closed`]); later ones find the queue empty.
     pub(crate) fn close_with<R>(&mut self, f: impl FnOnce(&mut L) -> R) -> (VecDeque<T>, R) {
         let (items, r, first) = {
             let mut s = self.chan.lock();

@@ -2,17 +2,43 @@
 
 use super::*;
 
-const RETAIN: Retain = Retain { min: 4, max: 16 };
+/// An owner keeping 4 to 16 slots.
+#[derive(Debug, Default)]
+struct Plain;
 
-type Q = (Sender<u64, (), ()>, Receiver<u64, (), ()>);
+impl Owner for Plain {
+    const RETAIN: Retain = Retain { min: 4, max: 16 };
+}
+
+/// An owner whose senders wait for the receiver's end.
+#[derive(Debug, Default)]
+struct Closing(tokio::sync::Notify);
+
+impl Owner for Closing {
+    const RETAIN: Retain = Plain::RETAIN;
+    fn receiver_closed(&self) {
+        self.0.notify_waiters();
+    }
+}
+
+impl AsRef<tokio::sync::Notify> for Closing {
+    fn as_ref(&self) -> &tokio::sync::Notify {
+        &self.0
+    }
+}
+
+type Q = (Sender<u64, (), Plain>, Receiver<u64, (), Plain>);
 
 fn queue() -> Q {
-    channel(RETAIN, (), ())
+    channel((), Plain)
 }
 
-fn capacity(rx: &Receiver<u64, (), ()>) -> usize {
+fn capacity(rx: &Receiver<u64, (), Plain>) -> usize {
     rx.chan().lock().capacity()
 }
+
+const MIN: usize = Plain::RETAIN.min as usize;
+const MAX: usize = Plain::RETAIN.max as usize;
 
 /// Issue #39: a queue nothing was sent to holds no storage; a burst grows it, and once it is
 /// taken out the queue keeps at most twice what its retention allows, not the burst's size.
@@ -27,21 +53,13 @@ fn an_idle_queue_holds_no_storage_and_a_drained_one_gives_it_back() {
     for i in 0..1_000 {
         assert_eq!(rx.try_recv().unwrap(), i, "in order");
     }
-    assert!(
-        capacity(&rx) <= 2 * RETAIN.max,
-        "{} slots kept",
-        capacity(&rx)
-    );
+    assert!(capacity(&rx) <= 2 * MAX, "{} slots kept", capacity(&rx));
     // A trickle afterwards: the recent bursts' size halves at each emptying, down to `min`.
     for i in 0..8 {
         tx.send(i).unwrap();
         assert_eq!(rx.try_recv().unwrap(), i);
     }
-    assert!(
-        capacity(&rx) <= 2 * RETAIN.min,
-        "{} slots kept",
-        capacity(&rx)
-    );
+    assert!(capacity(&rx) <= 2 * MIN, "{} slots kept", capacity(&rx));
     assert!(matches!(rx.try_recv(), Err(TryRecvError::Empty)));
 }
 
@@ -92,7 +110,7 @@ async fn the_receiver_sees_the_end_once_every_sender_is_gone() {
 /// sender waiting in `closed` (one future, polled before and after) completes.
 #[tokio::test]
 async fn a_gone_receiver_closes_the_queue() {
-    let (tx, rx) = channel::<Arc<()>, (), tokio::sync::Notify>(RETAIN, (), Default::default());
+    let (tx, rx) = channel::<Arc<()>, (), Closing>((), Closing::default());
     let item = Arc::new(());
     tx.send(item.clone()).unwrap();
     let closed = tx.closed();
