@@ -120,16 +120,24 @@ impl<T, L> State<T, L> {
     /// before if that was larger, so a burst's storage is kept while bursts keep coming and
     /// given back as they shrink. It shrinks only when it holds more than twice that, so a
     /// queue that empties after every item does not reallocate at each.
+    #[inline]
     fn pop(&mut self, retain: Retain) -> Option<T> {
+        // Inlined (items may be a few hundred bytes: one copy less), the emptying apart.
         let item = self.items.pop_front();
         if item.is_some() && self.items.is_empty() {
-            self.recent = std::mem::take(&mut self.burst).max(self.recent / 2);
-            let keep = self.recent.clamp(retain.min, retain.max) as usize;
-            if self.items.capacity() > 2 * keep {
-                self.items.shrink_to(keep);
-            }
+            self.emptied(retain);
         }
         item
+    }
+
+    /// The queue was just emptied: see [`pop`](Self::pop).
+    #[inline(never)]
+    fn emptied(&mut self, retain: Retain) {
+        self.recent = std::mem::take(&mut self.burst).max(self.recent / 2);
+        let keep = self.recent.clamp(retain.min, retain.max) as usize;
+        if self.items.capacity() > 2 * keep {
+            self.items.shrink_to(keep);
+        }
     }
 }
 
@@ -318,6 +326,7 @@ impl<T, L, X: Owner> Receiver<T, L, X> {
 
     /// An item already queued, without waiting, with what `f` returned (as
     /// [`poll_recv_with`](Self::poll_recv_with)).
+    #[inline]
     pub(crate) fn try_recv_with<R>(
         &mut self,
         f: impl FnOnce(&mut L, &T) -> R,
