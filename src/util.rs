@@ -2,6 +2,8 @@
 
 use tokio::time::Instant;
 
+pub(crate) mod lazy_queue;
+
 /// Sleeps until `deadline`, or forever without one (a disabled `select!` timer).
 pub(crate) async fn sleep_until_opt(deadline: Option<Instant>) {
     match deadline {

@@ -16,20 +16,16 @@
 //! the flow-control checks apply.
 //!
 //! Every producer and consumer holds one, idle or not, so an idle one costs a single small
-//! allocation (issue #39): a `VecDeque` behind a mutex, which allocates at the first event,
-//! grows with what traffic queues (up to the bound) and gives storage back as it empties (see
-//! [`Queue::pop`]). A tokio unbounded mpsc allocated a block of 32 events (~4 KB) and a
-//! cache-padded channel (~0.5 KB) up front, for every entity.
-//! Sending is one short uncontended lock and a wake-up only when the receiver waits; receiving
-//! takes part in tokio's cooperative budget as the mpsc's receiver did.
+//! allocation (issue #39): the crate's lazily allocating queue ([`crate::util::lazy_queue`]),
+//! with the bounds, the byte allowance and its back-pressure kept here beside it.
 
-use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Poll, Waker};
 
-pub(crate) use tokio::sync::mpsc::error::TryRecvError;
+pub(crate) use crate::util::lazy_queue::TryRecvError;
+use crate::util::lazy_queue::{self, Retain};
 
 use super::{EntityEvent, MessageFrame};
 use crate::codec::Inbound;
@@ -105,17 +101,7 @@ fn channel(
     allowance: usize,
     bytes: Option<(usize, Arc<dyn QueueMemory>)>,
 ) -> (EntitySender, EntityReceiver) {
-    let shared = Arc::new(Shared {
-        queue: Mutex::new(Queue {
-            events: VecDeque::new(),
-            senders: 1,
-            receiver_gone: false,
-            waiting: None,
-            message_bytes: 0,
-            reader: None,
-            burst: 0,
-            recent: 0,
-        }),
+    let ext = Ext {
         queued: AtomicUsize::new(0),
         bound: bound.max(1),
         allowance,
@@ -126,19 +112,17 @@ fn channel(
             held: Mutex::new(Held::default()),
             dropped: AtomicBool::new(false),
         }),
-    });
-    (
-        EntitySender {
-            shared: shared.clone(),
-        },
-        EntityReceiver { shared },
-    )
+    };
+    let (tx, rx) = lazy_queue::channel(Locked::default(), ext);
+    (EntitySender { tx }, EntityReceiver { rx })
 }
 
-/// What both ends share.
+/// The queue both ends share.
+type Chan = lazy_queue::Chan<EntityEvent, Locked, Ext>;
+
+/// What the channel keeps beside its queue, outside the lock.
 #[derive(Debug)]
-struct Shared {
-    queue: Mutex<Queue>,
+struct Ext {
     /// Commands, messages and receipts queued and not yet taken (not the closing event).
     queued: AtomicUsize,
     bound: usize,
@@ -151,25 +135,21 @@ struct Shared {
     lossy: Option<Lossy>,
 }
 
-#[derive(Debug)]
-struct Queue {
-    /// Empty and unallocated until the first event.
-    events: VecDeque<EntityEvent>,
-    /// Live senders: the receiver sees the end once they are all gone and the queue is empty.
-    senders: usize,
-    receiver_gone: bool,
-    /// The receiver found the queue empty and waits: the next event wakes it.
-    waiting: Option<Waker>,
+impl lazy_queue::Owner for Ext {
+    const RETAIN: Retain = Retain {
+        min: RETAINED,
+        max: RETAINED_BUSY,
+    };
+}
+
+/// What the channel keeps beside its queue, under the queue's lock.
+#[derive(Debug, Default)]
+struct Locked {
     /// The [`message_cost`] of the MESSAGE frames queued.
     message_bytes: usize,
     /// The connection stopped reading until `message_bytes` is back to half the allowance
     /// ([`Backpressure`], [`resume_at`]): woken then.
     reader: Option<Waker>,
-    /// The most events queued at once since the queue was last empty.
-    burst: usize,
-    /// The recent bursts' size: the last one's, or half the one before if larger (see
-    /// [`Queue::pop`]).
-    recent: usize,
 }
 
 /// What an emptied queue keeps of its storage at least: a burst (up to the bound: a
@@ -177,7 +157,7 @@ struct Queue {
 /// entity should not hold that for the rest of its life (issue #39). A tokio mpsc, which this
 /// replaced, kept about as much: its released blocks of 32 went back to the sender a few
 /// times, the rest were freed.
-const RETAINED: usize = 32;
+const RETAINED: u32 = 32;
 
 /// What an emptied queue keeps at most: the size of the recent bursts, up to this. A busy
 /// entity whose bursts stay under it grows its queue once and keeps it (shrunk back to
@@ -185,43 +165,23 @@ const RETAINED: usize = 32;
 /// from it (2 reallocations for 1,000 events) and shrink back to it. So an idle entity keeps
 /// at most this many slots (~25 KB) after a burst, and [`RETAINED`] once its traffic has
 /// calmed down for a few emptyings.
-const RETAINED_BUSY: usize = 8 * RETAINED;
+const RETAINED_BUSY: u32 = 8 * RETAINED;
 
-impl Queue {
-    /// Queues `event`.
-    fn push(&mut self, event: EntityEvent) {
-        if let EntityEvent::Message(m) = &event {
+impl Locked {
+    /// `event` was queued.
+    fn pushed(&mut self, event: &EntityEvent) {
+        if let EntityEvent::Message(m) = event {
             self.message_bytes += message_cost(m);
         }
-        self.events.push_back(event);
-        self.burst = self.burst.max(self.events.len());
     }
 
-    /// The next event. An emptied queue gives back the storage beyond what the recent bursts
-    /// needed ([`RETAINED_BUSY`]): the size of the last one, or half the size of the one
-    /// before if that was larger, so a burst's storage is kept while bursts keep coming and
-    /// given back as they shrink.
-    fn pop(&mut self) -> Option<EntityEvent> {
-        let ev = self.events.pop_front();
-        if let Some(EntityEvent::Message(m)) = &ev {
+    /// `event` was taken; the connection's reader to wake now that the message bytes are
+    /// back to [`resume_at`], if it waits.
+    fn taken(&mut self, event: &EntityEvent, allowance: usize) -> Option<Waker> {
+        if let EntityEvent::Message(m) = event {
             self.message_bytes = self.message_bytes.saturating_sub(message_cost(m));
         }
-        if ev.is_some() && self.events.is_empty() {
-            self.recent = std::mem::take(&mut self.burst).max(self.recent / 2);
-            let keep = self.recent.clamp(RETAINED, RETAINED_BUSY);
-            if self.events.capacity() > 2 * keep {
-                self.events.shrink_to(keep);
-            }
-        }
-        ev
-    }
-
-    /// The connection's reader to wake now that the message bytes are back to
-    /// [`resume_at`] (or the receiver is gone), if it waits.
-    fn reader_to_wake(&mut self, allowance: usize) -> Option<Waker> {
-        if self.reader.is_some()
-            && (self.message_bytes <= resume_at(allowance) || self.receiver_gone)
-        {
+        if self.reader.is_some() && self.message_bytes <= resume_at(allowance) {
             self.reader.take()
         } else {
             None
@@ -229,42 +189,18 @@ impl Queue {
     }
 }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        // Poisoned only by a panic while held; the queue is still consistent.
-        self.queue.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Queues `event` unless the receiver is gone (then it is given back); says whether the
-    /// MESSAGE frames queued are now past the byte allowance.
-    fn push(&self, event: EntityEvent) -> Result<bool, EntityEvent> {
-        let mut q = self.lock();
-        if q.receiver_gone {
-            return Err(event);
-        }
-        q.push(event);
-        let over = q.message_bytes > self.allowance;
-        let waiting = q.waiting.take();
-        drop(q);
-        if let Some(w) = waiting {
-            w.wake();
-        }
-        Ok(over)
-    }
-}
-
 /// A consumer's channel past its byte allowance ([`consumer_channel`]): the connection reads
 /// nothing more from its socket until [`poll_drained`](Self::poll_drained) is ready, and so
 /// never waits on the channel inside its loop (a poll with a waker, not an await).
 pub(crate) struct Backpressure {
-    shared: Arc<Shared>,
+    chan: Arc<Chan>,
 }
 
 impl std::fmt::Debug for Backpressure {
     /// Not what the channel holds (megabytes of messages).
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Backpressure")
-            .field("allowance", &self.shared.allowance)
+            .field("allowance", &self.chan.ext.allowance)
             .finish_non_exhaustive()
     }
 }
@@ -273,13 +209,13 @@ impl Backpressure {
     /// Ready once the receiver has taken the channel back to half its allowance or less
     /// ([`resume_at`]), or is gone.
     pub(crate) fn poll_drained(&self, cx: &mut std::task::Context<'_>) -> Poll<()> {
-        let mut q = self.shared.lock();
-        if q.message_bytes <= resume_at(self.shared.allowance) || q.receiver_gone {
+        let mut q = self.chan.lock();
+        if q.locked.message_bytes <= resume_at(self.chan.ext.allowance) || q.receiver_gone() {
             return Poll::Ready(());
         }
-        match &q.reader {
+        match &q.locked.reader {
             Some(w) if w.will_wake(cx.waker()) => {}
-            _ => q.reader = Some(cx.waker().clone()),
+            _ => q.locked.reader = Some(cx.waker().clone()),
         }
         Poll::Pending
     }
@@ -357,40 +293,15 @@ fn held_bytes(frame: &crate::codec::Frame) -> usize {
 }
 
 /// The connection's end of an entity channel.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct EntitySender {
-    shared: Arc<Shared>,
-}
-
-impl Clone for EntitySender {
-    fn clone(&self) -> Self {
-        self.shared.lock().senders += 1;
-        EntitySender {
-            shared: self.shared.clone(),
-        }
-    }
-}
-
-impl Drop for EntitySender {
-    fn drop(&mut self) {
-        let mut q = self.shared.lock();
-        q.senders -= 1;
-        let waiting = if q.senders == 0 {
-            q.waiting.take()
-        } else {
-            None
-        };
-        drop(q);
-        if let Some(w) = waiting {
-            w.wake();
-        }
-    }
+    tx: lazy_queue::Sender<EntityEvent, Locked, Ext>,
 }
 
 /// The same channel's back-pressure.
 impl PartialEq for Backpressure {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.shared, &other.shared)
+        Arc::ptr_eq(&self.chan, &other.chan)
     }
 }
 
@@ -414,7 +325,7 @@ pub(crate) enum Delivery {
 
 impl EntitySender {
     pub(super) fn deliver(&self, frame: Inbound) -> Delivery {
-        let s = &*self.shared;
+        let s = &self.tx.chan().ext;
         if let (Some(lossy), Inbound::Other(f)) = (&s.lossy, &frame) {
             // Only what becomes a command (what a watcher is sent) is counted in bytes.
             let command = f.command.message.is_none() && f.command.send_receipt.is_none();
@@ -456,7 +367,12 @@ impl EntitySender {
                 }
             }
         };
-        let over = match s.push(event) {
+        let allowance = s.allowance;
+        let pushed = self.tx.send_with(event, |l, event| {
+            l.pushed(event);
+            l.message_bytes > allowance
+        });
+        let over = match pushed {
             Ok(over) => over,
             Err(event) => {
                 s.queued.fetch_sub(1, Ordering::AcqRel);
@@ -468,7 +384,7 @@ impl EntitySender {
         };
         if over {
             return Delivery::Full(Backpressure {
-                shared: self.shared.clone(),
+                chan: self.tx.chan().clone(),
             });
         }
         Delivery::Delivered
@@ -476,29 +392,24 @@ impl EntitySender {
 
     /// Tells the entity its connection is gone (never blocks; not counted: sent once).
     pub(super) fn notify_closed(&self, reason: &Error) {
-        let _ = self
-            .shared
-            .push(EntityEvent::ConnectionClosed(reason.clone()));
+        let _ = self.tx.send(EntityEvent::ConnectionClosed(reason.clone()));
     }
 }
 
 /// The entity's end of an entity channel.
 #[derive(Debug)]
 pub(crate) struct EntityReceiver {
-    shared: Arc<Shared>,
+    rx: lazy_queue::Receiver<EntityEvent, Locked, Ext>,
 }
 
 impl Drop for EntityReceiver {
     /// Later deliveries find the entity gone; what is queued goes now (a watcher's bytes
     /// back to the memory limit with it).
     fn drop(&mut self) {
-        let (events, reader) = {
-            let mut q = self.shared.lock();
-            q.receiver_gone = true;
-            q.waiting = None;
-            q.message_bytes = 0;
-            (std::mem::take(&mut q.events), q.reader.take())
-        };
+        let (events, reader) = self.rx.close_with(|l| {
+            l.message_bytes = 0;
+            l.reader.take()
+        });
         if let Some(w) = reader {
             w.wake();
         }
@@ -509,10 +420,14 @@ impl Drop for EntityReceiver {
 }
 
 impl EntityReceiver {
+    fn ext(&self) -> &Ext {
+        &self.rx.chan().ext
+    }
+
     /// Whether a watcher's channel dropped a command since this was last asked (see
     /// [`watcher_channel`]); always false for other channels.
     pub(crate) fn take_dropped(&self) -> bool {
-        self.shared
+        self.ext()
             .lossy
             .as_ref()
             .is_some_and(|l| l.dropped.swap(false, Ordering::AcqRel))
@@ -521,56 +436,42 @@ impl EntityReceiver {
     /// The bytes of the commands queued in a watcher's channel (0 for other channels).
     #[cfg(test)]
     pub(crate) fn queued_bytes(&self) -> usize {
-        self.shared.lossy.as_ref().map_or(0, |l| l.held().bytes)
+        self.ext().lossy.as_ref().map_or(0, |l| l.held().bytes)
+    }
+
+    /// The slots of the queue's storage (0 before the first event).
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.rx.chan().lock().capacity()
     }
 
     /// The next event; `None` once every sender is gone (the connection dropped the
-    /// entity) and nothing is left.
+    /// entity) and nothing is left. Cancel safe.
     pub(crate) async fn recv(&mut self) -> Option<EntityEvent> {
-        let ev = poll_fn(|cx| {
-            // Like tokio's channels: an event taken costs the task budget, and a task
-            // out of budget yields first.
-            let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
-            let mut q = self.shared.lock();
-            match q.pop() {
-                Some(ev) => {
-                    coop.made_progress();
-                    let reader = q.reader_to_wake(self.shared.allowance);
-                    drop(q);
-                    if let Some(w) = reader {
-                        w.wake();
-                    }
-                    Poll::Ready(Some(ev))
-                }
-                None if q.senders == 0 => Poll::Ready(None),
-                None => {
-                    match &q.waiting {
-                        Some(w) if w.will_wake(cx.waker()) => {}
-                        _ => q.waiting = Some(cx.waker().clone()),
-                    }
-                    Poll::Pending
-                }
+        let allowance = self.ext().allowance;
+        let next = poll_fn(|cx| self.rx.poll_recv_with(cx, |l, ev| l.taken(ev, allowance))).await;
+        let ev = next.map(|(ev, reader)| {
+            if let Some(w) = reader {
+                w.wake();
             }
-        })
-        .await;
+            ev
+        });
         self.taken(ev.as_ref());
         ev
     }
 
     /// An event that has already arrived, without waiting.
     pub(crate) fn try_recv(&mut self) -> Result<EntityEvent, TryRecvError> {
-        let (ev, reader) = {
-            let mut q = self.shared.lock();
-            let ev = match q.pop() {
-                Some(ev) => Ok(ev),
-                None if q.senders == 0 => Err(TryRecvError::Disconnected),
-                None => Err(TryRecvError::Empty),
-            };
-            (ev, q.reader_to_wake(self.shared.allowance))
-        };
-        if let Some(w) = reader {
-            w.wake();
-        }
+        let allowance = self.ext().allowance;
+        let ev = self
+            .rx
+            .try_recv_with(|l, ev| l.taken(ev, allowance))
+            .map(|(ev, reader)| {
+                if let Some(w) = reader {
+                    w.wake();
+                }
+                ev
+            });
         self.taken(ev.as_ref().ok());
         ev
     }
@@ -578,16 +479,17 @@ impl EntityReceiver {
     /// Whether the broker sent this entity more than its bound, so that the connection
     /// closed because of this entity (the others on it only lost their connection).
     pub(crate) fn overflowed(&self) -> bool {
-        self.shared.overflowed.load(Ordering::Acquire)
+        self.ext().overflowed.load(Ordering::Acquire)
     }
 
     fn taken(&self, ev: Option<&EntityEvent>) {
+        let ext = self.ext();
         if let Some(EntityEvent::Command(_) | EntityEvent::Message(_) | EntityEvent::Receipt(_)) =
             ev
         {
-            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            ext.queued.fetch_sub(1, Ordering::AcqRel);
         }
-        if let (Some(lossy), Some(EntityEvent::Command(f))) = (&self.shared.lossy, ev) {
+        if let (Some(lossy), Some(EntityEvent::Command(f))) = (&ext.lossy, ev) {
             lossy.release(held_bytes(f));
         }
     }

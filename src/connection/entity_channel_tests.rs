@@ -150,11 +150,7 @@ fn an_entity_channel_still_overflows() {
 #[tokio::test]
 async fn an_entity_channel_allocates_its_queue_at_the_first_event() {
     let (tx, mut rx) = entity_channel(8);
-    assert_eq!(
-        rx.shared.lock().events.capacity(),
-        0,
-        "nothing before traffic"
-    );
+    assert_eq!(rx.capacity(), 0, "nothing before traffic");
     let waiting = tokio::spawn(async move {
         let ev = rx.recv().await;
         (rx, ev)
@@ -189,9 +185,9 @@ fn receipt(i: u64) -> Inbound {
 /// queue's storage changed size meanwhile (each a reallocation).
 fn burst(tx: &EntitySender, rx: &mut EntityReceiver, n: u64) -> usize {
     let mut changes = 0;
-    let mut cap = rx.shared.lock().events.capacity();
+    let mut cap = rx.capacity();
     let mut seen = |rx: &EntityReceiver| {
-        let now = rx.shared.lock().events.capacity();
+        let now = rx.capacity();
         if now != cap {
             changes += 1;
             cap = now;
@@ -210,7 +206,7 @@ fn burst(tx: &EntitySender, rx: &mut EntityReceiver, n: u64) -> usize {
 }
 
 fn capacity(rx: &EntityReceiver) -> usize {
-    rx.shared.lock().events.capacity()
+    rx.capacity()
 }
 
 /// Issue #39: a burst grows the queue up to the bound; once it is taken, an idle entity
@@ -224,7 +220,7 @@ fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
         burst(&tx, &mut rx, 1_000);
         let kept = capacity(&rx);
         assert!(
-            kept <= 2 * RETAINED_BUSY,
+            kept <= 2 * RETAINED_BUSY as usize,
             "round {round}: {kept} slots kept"
         );
     }
@@ -232,7 +228,10 @@ fn an_emptied_entity_channel_gives_back_what_a_burst_grew() {
         burst(&tx, &mut rx, 1);
     }
     let kept = capacity(&rx);
-    assert!(kept <= 2 * RETAINED, "after a trickle: {kept} slots kept");
+    assert!(
+        kept <= 2 * RETAINED as usize,
+        "after a trickle: {kept} slots kept"
+    );
 }
 
 /// Issue #31 (leftover): the queue shrank back to 32 slots every time a burst drained, so a

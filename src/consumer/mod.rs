@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 pub use acker::Acker;
 pub use batch_receive::Messages;
@@ -62,7 +62,6 @@ pub(crate) type Groups = Arc<Mutex<Vec<TopicGroup>>>;
 pub(crate) use engine::flow::overshoot_bound;
 use handle::PartitionShared;
 use op::ConsumerOp;
-use queue::Item;
 
 /// Receives messages from a subscription. Use [`Consumer::recv`] or the
 /// [`Stream`](https://docs.rs/futures/0.3/futures/stream/trait.Stream.html) impl; ack
@@ -77,7 +76,7 @@ pub struct Consumer {
     topic: TopicName,
     subscription: String,
     /// The queue from the partition tasks and the rest of the entry being handed out (see
-    /// [`Item::Messages`]); reached through [`Consumer::inbound`] (no lock) but in `close`.
+    /// [`queue::Item::Messages`]); reached through [`Consumer::inbound`] (no lock) but in `close`.
     queue: Mutex<queue::Inbound>,
     /// Messages received but not yet handed out (from `has_message_available` peeks).
     peeked: Option<Message>,
@@ -147,7 +146,7 @@ impl Consumer {
     pub(crate) fn assemble(
         ctx: SubscribeContext,
         topic: TopicName,
-        rx: mpsc::UnboundedReceiver<(usize, u64, Item)>,
+        rx: crate::consumer::queue::QueueReceiver,
         groups: Vec<TopicGroup>,
         count: watch::Receiver<usize>,
     ) -> Consumer {

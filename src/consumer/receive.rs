@@ -78,7 +78,7 @@ impl Consumer {
         &mut self,
         p: std::sync::Arc<PartitionShared>,
         epoch: u64,
-        entry: Box<crate::consumer::entry::Entry>,
+        entry: crate::consumer::entry::Entry,
         charge: crate::consumer::engine::budget::Charge,
     ) {
         debug_assert!(self.inbound().buffered.records.as_slice().is_empty());

@@ -308,7 +308,7 @@ impl Intake {
         }
         let emitted = records.len() as u32;
         if emitted > 0 {
-            let entry = Box::new(Entry { head, records });
+            let entry = Entry { head, records };
             let mut charge = flow.budget().charge(entry_cost(&entry, held), true);
             let beyond = std::mem::take(&mut flow.arrived_beyond);
             if beyond > 0 {

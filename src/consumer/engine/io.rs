@@ -6,8 +6,6 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tokio::sync::mpsc;
-
 use crate::consumer::handle::PartitionShared;
 use crate::consumer::options::{ConsumerOptions, SubscriptionType};
 use crate::consumer::queue::Item;
@@ -19,7 +17,7 @@ pub(crate) struct Io {
     pub partition: i32,
     pub index: usize,
     pub opts: Arc<ConsumerOptions>,
-    pub out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    pub out: crate::consumer::queue::QueueSender,
     pub shared: Arc<PartitionShared>,
 }
 

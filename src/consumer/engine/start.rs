@@ -17,7 +17,6 @@ use crate::consumer::engine::subscribe::{
 };
 use crate::consumer::engine::ConsumerTask;
 use crate::consumer::handle::PartitionShared;
-use crate::consumer::queue::Item;
 use crate::consumer::{ConsumerOptions, Registry};
 use crate::core::CoreRef;
 use crate::entity::Entity;
@@ -42,7 +41,7 @@ pub(crate) async fn spawn_partition(
     options: &Arc<ConsumerOptions>,
     consumer_name: &str,
     durable: bool,
-    out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    out: crate::consumer::queue::QueueSender,
     group: &GroupClose,
     dlq: Option<Arc<DeadLetterSink>>,
     registry: &Registry,
@@ -173,7 +172,7 @@ pub(crate) struct GrowContext {
     pub(crate) options: Arc<ConsumerOptions>,
     pub(crate) consumer_name: String,
     pub(crate) durable: bool,
-    pub(crate) out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
+    pub(crate) out: crate::consumer::queue::WeakQueueSender,
     pub(crate) group: GroupClose,
     pub(crate) dlq: Option<Arc<DeadLetterSink>>,
     pub(crate) registry: Registry,

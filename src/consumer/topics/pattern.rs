@@ -30,12 +30,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use futures::StreamExt;
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::commands;
 use crate::connection::EntityKind;
-use crate::consumer::queue::Item;
 use crate::consumer::topics::topic::{subscribe_all, SubscribeContext, TopicGroup};
 use crate::consumer::Groups;
 use crate::error::{Error, Result, ServerError};
@@ -139,7 +138,7 @@ impl Discovery {
         groups: Groups,
         cfg: PatternConfig,
         initial: Vec<String>,
-        out: mpsc::UnboundedSender<(usize, u64, Item)>,
+        out: crate::consumer::queue::QueueSender,
     ) -> Discovery {
         let (stop, stop_rx) = oneshot::channel();
         let (events, _) = broadcast::channel(CHANGE_EVENTS);
@@ -261,7 +260,7 @@ struct Task {
     /// Matching topics not subscribed because of `max_topics` (shared with the handle).
     skipped: Arc<AtomicUsize>,
     /// Keeps the consumer's queue open.
-    _out: mpsc::UnboundedSender<(usize, u64, Item)>,
+    _out: crate::consumer::queue::QueueSender,
 }
 
 /// What one reconcile did: the topics it closed, and each subscribe's outcome.

@@ -13,14 +13,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 
 use crate::consumer::engine::dlq::DeadLetterSink;
 use crate::consumer::engine::start::{grow, spawn_partition, GrowContext};
 use crate::consumer::engine::subscribe::effective_durable;
 use crate::consumer::handle::PartitionShared;
 use crate::consumer::op::ConsumerOp;
-use crate::consumer::queue::Item;
 use crate::consumer::topics::registry::{self, Registry};
 use crate::consumer::{dlq, ConsumerOptions, DeadLetterPolicy, SubscriptionType};
 use crate::core::CoreRef;
@@ -29,16 +28,13 @@ use crate::lifecycle::GroupClose;
 use crate::message_id::MessageId;
 use crate::topic::TopicName;
 
-/// One queued item with its task index and epoch (what every task of a consumer sends).
-pub(crate) type Queued = (usize, u64, Item);
-
 /// What every topic of one consumer shares.
 #[derive(Debug, Clone)]
 pub(crate) struct SubscribeContext {
     pub client: CoreRef,
     pub options: Arc<ConsumerOptions>,
     pub consumer_name: String,
-    pub out: mpsc::WeakUnboundedSender<(usize, u64, Item)>,
+    pub out: crate::consumer::queue::WeakQueueSender,
     pub registry: Registry,
     /// The consumer's one byte budget: every task of every topic draws on it, so the
     /// per-topic receiver queues of a multi-topic or pattern consumer are bounded in bytes
@@ -53,8 +49,8 @@ impl SubscribeContext {
         mut options: ConsumerOptions,
     ) -> (
         Self,
-        mpsc::UnboundedSender<Queued>,
-        mpsc::UnboundedReceiver<Queued>,
+        crate::consumer::queue::QueueSender,
+        crate::consumer::queue::QueueReceiver,
     ) {
         if options.retry_enable && options.dead_letter_policy.is_none() {
             // Upstream's bound on retries without a policy (MAX_RECONSUMETIMES).
@@ -64,7 +60,7 @@ impl SubscribeContext {
             .consumer_name
             .clone()
             .unwrap_or_else(|| format!("consumer-{:08x}", crate::consumer::rand_u32()));
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = crate::consumer::queue::channel();
         let budget =
             crate::consumer::engine::budget::ConsumerBudget::new(client.consumer_share.clone());
         let ctx = SubscribeContext {
