@@ -288,13 +288,14 @@ impl Consumer {
             let Some((index, epoch, item)) = std::task::ready!(next) else {
                 return Poll::Ready(Err(Error::Closed));
             };
+            // Taken: a zero-size queue's wait ends here (not when the future is dropped).
+            *asking = Asking::NotYet;
             if let Some(r) = self.accept(index, epoch, item) {
                 let mut out = Poll::Ready(r);
                 self.intercept(&mut out);
                 return out;
             }
             // Discarded: the next item is asked for as by a receive of its own.
-            *asking = Asking::NotYet;
         }
     }
 

@@ -186,8 +186,10 @@ impl ConsumerTask {
                 .flatten()
                 .min();
                 crate::util::set_timer(&mut timer, deadline);
-                // While the ack group's timer runs, acks folded in wait for it.
-                self.ops.set_folds_may_wait(ack_deadline.is_some());
+                // While the ack group's timer runs, acks folded in wait for it (attached only:
+                // detached, each is applied at once, as the Detached arm takes those waiting).
+                self.ops
+                    .set_folds_may_wait(ack_deadline.is_some() && self.io.entity.conn.is_some());
                 let closing = !close_waiters.is_empty();
                 let mut ticked = false;
                 let step: Result<()> = tokio::select! {
@@ -223,14 +225,15 @@ impl ConsumerTask {
                                 self.over_delivered += 1;
                                 self.io.emit(Item::Error(Box::new(e)));
                             }
-                            Ok(())
+                            // Acks waiting for the group's timer are applied now, kept while
+                            // detached (acks wait for no timer then): the tracker knows them
+                            // before the re-subscribe, so the broker's redeliveries of acked
+                            // messages are filtered (Java `isDuplicate`), and a re-subscribe on
+                            // another cluster forgets them with the rest.
+                            self.on_ops(None, &mut close_waiters, &mut requests)
                         }
                         Wake::Attached(_) => {
                             tracing::info!(topic = %self.io.entity.topic, "consumer re-subscribed");
-                            // Acks waiting for the group's timer are applied before the FLOW
-                            // below lets the broker redeliver: redeliveries of acked messages
-                            // are then filtered (Java `isDuplicate`).
-                            let taken = self.on_ops(None, &mut close_waiters, &mut requests);
                             let cluster = self.io.entity.generation();
                             if self.io.shared.cluster.swap(cluster, Ordering::AcqRel) != cluster {
                                 // On another cluster the ids kept (acks, nacks, ack timeout) name
@@ -240,7 +243,7 @@ impl ConsumerTask {
                             self.flow.start(&mut self.io);
                             self.seeks.reattaching();
                             self.replay_deferred(&mut requests);
-                            taken
+                            Ok(())
                         }
                         // A pattern consumer's topic deleted on the broker (it subscribes without
                         // creating topics): the topic leaves the consumer, which is no error for
@@ -375,14 +378,17 @@ impl ConsumerTask {
     }
 
     /// Ops of the handles: `first` (which the loop waited for), then what else is queued or
-    /// folded in, up to a burst (acks come one op each).
+    /// folded in, up to a burst (acks come one op each); without `first`, all of them (the
+    /// timer, a detach or a close of the task's own takes what waited for it).
     fn on_ops(
         &mut self,
         mut first: Option<ConsumerOp>,
         waiters: &mut Vec<oneshot::Sender<Result<()>>>,
         requests: &mut Requests<Pending>,
     ) -> Result<()> {
-        for _ in 0..=BURST {
+        // Bounded either way: by the inbox's bound and what the handles fold in meanwhile.
+        let limit = if first.is_some() { BURST } else { usize::MAX };
+        for _ in 0..=limit {
             let Some(op) = first.take().or_else(|| self.ops.try_recv()) else {
                 break;
             };
