@@ -226,7 +226,9 @@ impl TopicName {
 
     /// Whether the topic is persistent or non-persistent.
     pub fn domain(&self) -> TopicDomain {
-        if self.0.starts_with("persistent://") {
+        // The canonical name starts with its lower-case domain: `p` or `n` tells them apart
+        // (read for every received message, e.g. whether it is acknowledged).
+        if self.0.as_bytes().first() == Some(&b'p') {
             TopicDomain::Persistent
         } else {
             TopicDomain::NonPersistent
