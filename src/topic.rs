@@ -84,8 +84,22 @@ impl fmt::Display for TopicDomain {
 ///
 /// Equality, hashing and [`Display`](fmt::Display) use the canonical full name, e.g.
 /// `persistent://public/default/my-topic`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Eq)]
 pub struct TopicName(Arc<str>);
+
+impl std::hash::Hash for TopicName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
+
+impl PartialEq for TopicName {
+    fn eq(&self, other: &TopicName) -> bool {
+        // Clones of one name (a message's and its consumer's, compared on every ack) are
+        // equal without reading them: `Arc<str>`'s own `==` compares the bytes every time.
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
 
 // Only the canonical full name is kept, in one shared allocation: cloning is cheap (every
 // received message carries one), and every producer and consumer holds one for its life, so
