@@ -514,9 +514,11 @@ pub(crate) fn aggregate_state(states: &[State]) -> State {
 /// producer closed by the broker on one partition closes as a whole).
 ///
 /// Every producer and consumer has one, so it is small (issue #39): the first error and a
-/// `Notify` (about 100 bytes, where a watch channel took about 400).
+/// `Notify` (about 100 bytes, where a watch channel took about 400), shared by the members;
+/// an entity that is a group of its own (a non-partitioned topic's, which never gains
+/// partitions) has nothing to share and allocates nothing ([`GroupClose::solo`]).
 #[derive(Debug, Clone)]
-pub(crate) struct GroupClose(Arc<GroupInner>);
+pub(crate) struct GroupClose(Option<Arc<GroupInner>>);
 
 #[derive(Debug, Default)]
 struct GroupInner {
@@ -525,25 +527,41 @@ struct GroupInner {
 }
 
 impl GroupClose {
+    /// A group that members can join (a partitioned entity's).
     pub(crate) fn new() -> Self {
-        GroupClose(Arc::default())
+        GroupClose(Some(Arc::default()))
+    }
+
+    /// The group of an entity alone: there is no other member to tell or be told by.
+    pub(crate) fn solo() -> Self {
+        GroupClose(None)
+    }
+
+    /// Whether another member could close this one ([`GroupClose::closed`] can resolve).
+    pub(crate) fn is_shared(&self) -> bool {
+        self.0.is_some()
     }
 
     /// Tells every member to close with `error` (the first error wins).
     pub(crate) fn close_all(&self, error: &Error) {
-        if self.0.error.set(error.clone()).is_ok() {
-            self.0.closed.notify_waiters();
+        if let Some(inner) = &self.0 {
+            if inner.error.set(error.clone()).is_ok() {
+                inner.closed.notify_waiters();
+            }
         }
     }
 
-    /// Resolves when a member closed the group.
+    /// Resolves when a member closed the group (never, for a [`GroupClose::solo`] one).
     pub(crate) async fn closed(&mut self) -> Error {
+        let Some(inner) = &self.0 else {
+            return std::future::pending().await;
+        };
         loop {
-            let notified = self.0.closed.notified();
+            let notified = inner.closed.notified();
             tokio::pin!(notified);
             // Registered before the check: a close between the check and the wait wakes it.
             notified.as_mut().enable();
-            if let Some(e) = self.0.error.get() {
+            if let Some(e) = inner.error.get() {
                 return e.clone();
             }
             notified.await;
@@ -750,5 +768,15 @@ mod tests {
         assert!(matches!(waiting.await.unwrap(), Error::Closed));
         // A member that looks after the close sees it at once.
         assert!(matches!(group.clone().closed().await, Error::Closed));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_group_of_one_is_never_closed_by_another_member() {
+        let group = GroupClose::solo();
+        assert!(!group.is_shared());
+        group.close_all(&Error::Closed);
+        let mut member = group.clone();
+        let waited = tokio::time::timeout(std::time::Duration::from_secs(3600), member.closed());
+        assert!(waited.await.is_err(), "a solo group's close never resolves");
     }
 }

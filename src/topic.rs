@@ -84,21 +84,27 @@ impl fmt::Display for TopicDomain {
 ///
 /// Equality, hashing and [`Display`](fmt::Display) use the canonical full name, e.g.
 /// `persistent://public/default/my-topic`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TopicName(Arc<Parts>);
+#[derive(Debug, Clone, Eq)]
+pub struct TopicName(Arc<str>);
 
-/// The parsed parts of a topic name (shared: cloning a [`TopicName`] is cheap, which matters
-/// because every received message carries one).
-#[derive(Debug, PartialEq, Eq, Hash)]
-struct Parts {
-    full: String,
-    domain: TopicDomain,
-    tenant: String,
-    cluster: Option<String>,
-    namespace_portion: String,
-    local_name: String,
-    partition_index: Option<u32>,
+impl std::hash::Hash for TopicName {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
 }
+
+impl PartialEq for TopicName {
+    fn eq(&self, other: &TopicName) -> bool {
+        // Clones of one name (a message's and its consumer's, compared on every ack) are
+        // equal without reading them: `Arc<str>`'s own `==` compares the bytes every time.
+        Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+// Only the canonical full name is kept, in one shared allocation: cloning is cheap (every
+// received message carries one), and every producer and consumer holds one for its life, so
+// its parts are not kept beside it (issue #39: five allocations, ~265 bytes, became one).
+// They are read back from the canonical form, whose `/`s are exactly its parts' separators.
 
 fn invalid(topic: &str, reason: impl Into<String>) -> Error {
     Error::InvalidTopicName {
@@ -210,88 +216,99 @@ impl TopicName {
                 format!("{domain}://{tenant}/{cluster}/{namespace_portion}/{local_name}")
             }
         };
+        Ok(TopicName(full.into()))
+    }
 
-        Ok(TopicName(Arc::new(Parts {
-            full,
-            domain,
-            tenant: tenant.to_owned(),
-            cluster: cluster.map(str::to_owned),
-            namespace_portion: namespace_portion.to_owned(),
-            local_name: local_name.to_owned(),
-            partition_index: parse_partition_index(local_name),
-        })))
+    /// The parts after `<domain>://`: tenant, cluster (v1 names), namespace, local name.
+    fn parts(&self) -> (&str, Option<&str>, &str, &str) {
+        let rest = self.0.split_once("://").map_or(&*self.0, |(_, rest)| rest);
+        let mut pieces = rest.splitn(4, '/');
+        let mut next = || pieces.next().unwrap_or("");
+        let (a, b, c, d) = (next(), next(), next(), next());
+        // A canonical name has three pieces (v2) or four (v1, whose local name may hold `/`).
+        if d.is_empty() {
+            (a, None, b, c)
+        } else {
+            (a, Some(b), c, d)
+        }
     }
 
     /// The canonical full name, e.g. `persistent://public/default/my-topic`.
     pub fn as_str(&self) -> &str {
-        &self.0.full
+        &self.0
     }
 
     /// Whether the topic is persistent or non-persistent.
     pub fn domain(&self) -> TopicDomain {
-        self.0.domain
+        // The canonical name starts with its lower-case domain: `p` or `n` tells them apart
+        // (read for every received message, e.g. whether it is acknowledged).
+        if self.0.as_bytes().first() == Some(&b'p') {
+            TopicDomain::Persistent
+        } else {
+            TopicDomain::NonPersistent
+        }
     }
 
     /// Whether the topic is in the `persistent` domain.
     pub fn is_persistent(&self) -> bool {
-        self.0.domain.is_persistent()
+        self.domain().is_persistent()
     }
 
     /// The tenant (upstream `getTenant`).
     pub fn tenant(&self) -> &str {
-        &self.0.tenant
+        self.parts().0
     }
 
     /// The cluster of a legacy v1 name (`persistent://tenant/cluster/ns/topic`); `None` for v2
     /// names.
     pub fn cluster(&self) -> Option<&str> {
-        self.0.cluster.as_deref()
+        self.parts().1
     }
 
     /// The namespace including its tenant, like upstream `getNamespace`: `tenant/ns`, or
     /// `tenant/cluster/ns` for a legacy v1 name.
     pub fn namespace(&self) -> String {
-        match &self.0.cluster {
-            None => format!("{}/{}", self.0.tenant, self.0.namespace_portion),
-            Some(cluster) => format!("{}/{}/{}", self.0.tenant, cluster, self.0.namespace_portion),
+        match self.parts() {
+            (tenant, None, namespace, _) => format!("{tenant}/{namespace}"),
+            (tenant, Some(cluster), namespace, _) => format!("{tenant}/{cluster}/{namespace}"),
         }
     }
 
     /// The namespace alone, without tenant or cluster (upstream `getNamespacePortion`).
     pub fn namespace_portion(&self) -> &str {
-        &self.0.namespace_portion
+        self.parts().2
     }
 
     /// The topic's own name within its namespace (upstream `getLocalName`), e.g. `my-topic`.
     pub fn local_name(&self) -> &str {
-        &self.0.local_name
+        self.parts().3
     }
 
     /// Whether this is a v2 name (no cluster component).
     pub fn is_v2(&self) -> bool {
-        self.0.cluster.is_none()
+        self.cluster().is_none()
     }
 
     /// Whether this names one partition of a partitioned topic (a `-partition-<N>` suffix).
     pub fn is_partition(&self) -> bool {
-        self.0.partition_index.is_some()
+        self.partition_index().is_some()
     }
 
     /// The partition index from a `-partition-<N>` suffix, or `None` if this is not a
     /// partition.
     pub fn partition_index(&self) -> Option<u32> {
-        self.0.partition_index
+        parse_partition_index(self.local_name())
     }
 
     /// The full name of the partitioned topic this partition belongs to (the name without the
     /// `-partition-<N>` suffix); this topic's own full name if it is not a partition.
     pub fn partitioned_topic_name(&self) -> &str {
-        if self.0.partition_index.is_some() {
-            if let Some(pos) = self.0.full.rfind(PARTITIONED_TOPIC_SUFFIX) {
-                return &self.0.full[..pos];
+        if self.is_partition() {
+            if let Some(pos) = self.0.rfind(PARTITIONED_TOPIC_SUFFIX) {
+                return &self.0[..pos];
             }
         }
-        &self.0.full
+        &self.0
     }
 
     /// The partitioned topic this partition belongs to, as a [`TopicName`] (a clone of `self`
@@ -310,29 +327,29 @@ impl TopicName {
     /// As upstream `getPartition`, if this name already is partition `index` it is returned
     /// unchanged; otherwise the suffix is appended to the full name as is.
     pub fn partition(&self, index: u32) -> TopicName {
-        if self.0.partition_index == Some(index) {
+        if self.partition_index() == Some(index) {
             return self.clone();
         }
-        TopicName::new(&format!("{}{PARTITIONED_TOPIC_SUFFIX}{index}", self.0.full))
+        TopicName::new(&format!("{}{PARTITIONED_TOPIC_SUFFIX}{index}", self.0))
             .expect("appending a partition suffix to a valid name keeps it valid")
     }
 }
 
 impl fmt::Display for TopicName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0.full)
+        f.write_str(&self.0)
     }
 }
 
 impl AsRef<str> for TopicName {
     fn as_ref(&self) -> &str {
-        &self.0.full
+        &self.0
     }
 }
 
 impl From<TopicName> for String {
     fn from(topic: TopicName) -> String {
-        topic.0.full.clone()
+        topic.0.to_string()
     }
 }
 

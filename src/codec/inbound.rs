@@ -13,7 +13,9 @@ use prost::encoding::{decode_key, decode_varint, WireType};
 use prost::Message;
 use tokio_util::codec::Decoder;
 
-use super::{decode_body, decode_payload, sized_section, CodecError, Frame, Payload, PulsarCodec};
+use super::{
+    decode_body_boxed, decode_payload, sized_section, CodecError, Frame, Payload, PulsarCodec,
+};
 use crate::proto::{self, base_command::Type};
 
 /// A MESSAGE command and its payload, as delivered to a consumer.
@@ -83,7 +85,7 @@ pub(crate) fn decode_inbound(body: Bytes) -> Result<Inbound, CodecError> {
             let sub = body.slice(cmd_start + range.start..cmd_start + range.end);
             Ok(Inbound::Receipt(proto::CommandSendReceipt::decode(sub)?))
         }
-        _ => decode_body(body).map(|frame| Inbound::Other(Box::new(frame))),
+        _ => decode_body_boxed(body).map(Inbound::Other),
     }
 }
 
@@ -124,7 +126,7 @@ fn envelope(command: &[u8]) -> Option<(i32, Range<usize>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::encode_frame;
+    use crate::codec::{decode_body, encode_frame};
 
     fn body_of(frame: &Frame) -> Bytes {
         let mut buf = BytesMut::new();

@@ -313,6 +313,20 @@ fn decode_body(body: Bytes) -> Result<Frame, CodecError> {
     Ok(Frame { command, payload })
 }
 
+/// [`decode_body`] into the heap: a `BaseCommand` is ~6 KB, and decoding it on the stack
+/// copied it twice more on its way into a box (creating 50,000 producers spent ~6 % of the
+/// client's time in those copies: three answers per create).
+pub(crate) fn decode_body_boxed(body: Bytes) -> Result<Box<Frame>, CodecError> {
+    let (cmd_start, cmd_end) = sized_section(&body, 0, "command")?;
+    let mut frame = Box::new(Frame {
+        command: proto::BaseCommand::default(),
+        payload: None,
+    });
+    frame.command.merge(body.slice(cmd_start..cmd_end))?;
+    frame.payload = decode_payload(&body, cmd_end)?;
+    Ok(frame)
+}
+
 /// Decodes the payload part of a frame's body that starts at `pos` (after the command), if
 /// there is one.
 fn decode_payload(body: &Bytes, mut pos: usize) -> Result<Option<Payload>, CodecError> {

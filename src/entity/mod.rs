@@ -139,8 +139,9 @@ pub(crate) struct Entity {
     attached_at: Instant,
     group: GroupClose,
     /// Resolves when another member closes the group. Created once and kept: re-creating it
-    /// on every wake-up would register and drop a waiter per message.
-    group_closed: Pin<Box<dyn Future<Output = Error> + Send>>,
+    /// on every wake-up would register and drop a waiter per message. `None` for an entity
+    /// that is a group of its own: nothing to wait for, nothing allocated (issue #39).
+    group_closed: Option<Pin<Box<dyn Future<Output = Error> + Send>>>,
     /// Resolves when the client shuts down (`None` once seen). Kept like `group_closed`.
     shutdown: Option<Pin<Box<dyn Future<Output = ()> + Send>>>,
     /// Why the last connection closed, when it was this entity's flow-control violation
@@ -213,10 +214,11 @@ impl Entity {
             generation: attached.generation,
             attached_at: Instant::now(),
             group: group.clone(),
-            group_closed: {
+            group_closed: group.is_shared().then(|| {
                 let mut group = group.clone();
                 Box::pin(async move { group.closed().await })
-            },
+                    as Pin<Box<dyn Future<Output = _> + Send>>
+            }),
             shutdown: {
                 let mut signal = core.shutdown_signal();
                 Some(Box::pin(async move {
@@ -269,7 +271,9 @@ impl Entity {
                     Err(e) => Wake::Ended(classify(e, &self.topic)),
                 }
             }
-            e = &mut self.group_closed => Wake::GroupEnded(e),
+            e = async { self.group_closed.as_mut().expect("guarded").await }, if self.group_closed.is_some() => {
+                Wake::GroupEnded(e)
+            }
             _ = async { self.shutdown.as_mut().expect("guarded").await }, if self.shutdown.is_some() => {
                 self.shutdown = None;
                 Wake::Shutdown

@@ -45,7 +45,7 @@
 //! ## Many producers and consumers in one client
 //!
 //! All of a client's producers and consumers on a broker share one connection, and an idle
-//! one costs little: about 4.3 KB of heap per idle producer and 10.4 KB per idle consumer
+//! one costs little: about 3.8 KB of heap per idle producer and 9.7 KB per idle consumer
 //! (mock broker, 10,000 of each: its task, the queue from its handle, its registration on the
 //! connection, its statistics; a consumer also its receive queue), measured by
 //! `cargo bench --bench scale`, which also shows where the bytes go. Against pulsar-lite
@@ -60,7 +60,8 @@
 //! create itself), so creating thousands one after the other is bound by the round-trip time
 //! (about 900 a second against the mock broker on one machine). Create them concurrently,
 //! with a bound on how many are under way (50,000 producers at 512 at once took about 7 s
-//! against the mock broker on a busy 2-core machine):
+//! against the mock broker on a quiet 2-core machine, about 10 s with its cores shared with
+//! other work; the client and the mock broker take about half the time each):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]

@@ -287,7 +287,12 @@ impl ProducerBuilder {
                 crate::interceptor::Chain::push(&options.interceptors, t.producer());
         }
         let options = Arc::new(options);
-        let group = GroupClose::new();
+        // A non-partitioned topic never gains partitions: its producer is a group of its own.
+        let group = if partitions == 0 {
+            GroupClose::solo()
+        } else {
+            GroupClose::new()
+        };
         let handles = if partitions == 0 {
             vec![
                 Box::pin(PartitionProducer::create(

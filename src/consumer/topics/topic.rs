@@ -220,8 +220,13 @@ pub(crate) async fn subscribe_topic(
         return Err(Error::Closed);
     };
     // One group per topic: a topic closed for good by the broker (PIP-139) closes its
-    // partitions together, not the consumer's other topics.
-    let group = GroupClose::new();
+    // partitions together, not the consumer's other topics. A non-partitioned topic without
+    // a retry topic is a group of one (it never gains partitions).
+    let group = if partitions == 0 && names.len() == 1 {
+        GroupClose::solo()
+    } else {
+        GroupClose::new()
+    };
     let first = registry::lock(&ctx.registry).reserve(names.len()).start;
     // Indexed, not `names.iter()`: a closure over borrowed items makes this future
     // non-`Send` (rustc cannot prove the higher-ranked bound), and applications spawn
