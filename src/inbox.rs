@@ -25,8 +25,8 @@
 //! nothing is left behind), and a sender does not pay for a wake-up per batch (the consumer's
 //! acks: one lock and a push each). The Notify's stored permit covers a wake-up that comes
 //! between that look and the wait. A task that waits with a deadline armed, at which it takes
-//! what is folded in anyway, may say so ([`InboxReceiver::set_folds_may_wait`]): folds then
-//! wake it only when [`Fold::must_wake`] says so (the consumer's acks wait for the ack
+//! what is folded in anyway, may say so ([`InboxReceiver::set_folds_may_wait`], with how much
+//! may wait): folds then wake it only when [`Fold::must_wake`] says so (the consumer's acks wait for the ack
 //! group's timer, as upstream's grouping tracker holds them, instead of waking the task once
 //! per ack). Closing (the task ends)
 //! refuses later sends and fails waiting ones; the task then takes what is still queued. When
@@ -50,9 +50,10 @@ pub(crate) trait Fold<Op> {
     /// Hands what is folded in to the task as ops, appended to `ops`.
     fn drain_into(&mut self, ops: &mut VecDeque<Op>);
     /// Whether what is folded in must wake a waiting task even when the task said folds may
-    /// wait for its deadline ([`InboxReceiver::set_folds_may_wait`]).
+    /// wait for its deadline, up to `room` of them ([`InboxReceiver::set_folds_may_wait`]).
     #[inline]
-    fn must_wake(&self) -> bool {
+    fn must_wake(&self, room: usize) -> bool {
+        let _ = room;
         true
     }
 }
@@ -80,9 +81,9 @@ struct Queue<Op, F> {
     sender_gone: bool,
     /// The task found the queue empty and waits (or is about to): the next sender wakes it.
     idle: bool,
-    /// The waiting task has a deadline armed at which it takes what is folded in: a fold
-    /// wakes it only if [`Fold::must_wake`].
-    folds_may_wait: bool,
+    /// The waiting task has a deadline armed at which it takes what is folded in, and how
+    /// much may wait for it: a fold wakes it only if [`Fold::must_wake`].
+    folds_may_wait: Option<usize>,
 }
 
 #[derive(Debug)]
@@ -109,7 +110,7 @@ pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxRec
             closed: false,
             sender_gone: false,
             idle: false,
-            folds_may_wait: false,
+            folds_may_wait: None,
         }),
         wake_task: Notify::new(),
         room: Semaphore::new(CAPACITY),
@@ -123,7 +124,7 @@ pub(crate) fn inbox<Op, F: Fold<Op>>(folded: F) -> (InboxSender<Op, F>, InboxRec
             taken: VecDeque::new(),
             to_release: 0,
             quiet_swaps: 0,
-            folds_may_wait: false,
+            folds_may_wait: None,
         },
     )
 }
@@ -227,7 +228,10 @@ impl<Op, F: Fold<Op>> InboxSender<Op, F> {
         // Only an idle task is woken (see the module docs); a fold that added nothing wakes
         // it for nothing, which is harmless (it looks, finds nothing, and waits again). A
         // task waiting for a deadline that takes the folds anyway is woken only if they must.
-        let wake = queue.idle && (!queue.folds_may_wait || queue.folded.must_wake());
+        let wake = queue.idle
+            && queue
+                .folds_may_wait
+                .is_none_or(|room| queue.folded.must_wake(room));
         if wake {
             queue.idle = false;
         }
@@ -262,7 +266,7 @@ pub(crate) struct InboxReceiver<Op, F: Fold<Op>> {
     /// How many swaps in a row took few ops (fewer than `SHRINK_ABOVE / 4`).
     quiet_swaps: u32,
     /// See [`InboxReceiver::set_folds_may_wait`].
-    folds_may_wait: bool,
+    folds_may_wait: Option<usize>,
 }
 
 /// Buffers with room for more ops than this are shrunk once the bursts that grew them end.
@@ -353,11 +357,12 @@ impl<Op, F: Fold<Op>> InboxReceiver<Op, F> {
     }
 
     /// Whether, while the task waits from its next look at the queue on, what is folded in
-    /// may wait for a deadline the task has armed (at which it takes it, its `recv` polled
-    /// before the deadline's branch) unless [`Fold::must_wake`]: set before each wait.
+    /// may wait for a deadline the task has armed (at which it takes it): `Some(room)`, with
+    /// how much may wait ([`Fold::must_wake`] decides), `None` for no wait. Set before each
+    /// wait.
     #[inline]
-    pub(crate) fn set_folds_may_wait(&mut self, may_wait: bool) {
-        self.folds_may_wait = may_wait;
+    pub(crate) fn set_folds_may_wait(&mut self, room: Option<usize>) {
+        self.folds_may_wait = room;
     }
 
     /// Changes the folded state with `f` under the queue's lock (the task giving back a

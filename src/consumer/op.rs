@@ -24,13 +24,9 @@ pub(crate) type OpSender = InboxSender<ConsumerOp, Folded>;
 /// The task's end of a partition task's inbox.
 pub(crate) type OpReceiver = InboxReceiver<ConsumerOp, Folded>;
 
-/// A new inbox for a partition's task whose acks go out in groups of `ack_group_max` (see
-/// [`Folded::must_wake`]).
-pub(crate) fn inbox(ack_group_max: usize) -> (OpSender, OpReceiver) {
-    crate::inbox::inbox(Folded {
-        wake_at: ack_group_max.max(1),
-        ..Folded::default()
-    })
+/// A new inbox for a partition's task.
+pub(crate) fn inbox() -> (OpSender, OpReceiver) {
+    crate::inbox::inbox(Folded::default())
 }
 
 /// What the application made that takes no room in the inbox, not yet taken by the task.
@@ -52,8 +48,6 @@ pub(crate) struct Folded {
     /// Something other than an individual or cumulative ack is folded in (see
     /// [`Folded::must_wake`]).
     urgent: bool,
-    /// How many folded acks wake a task that waits for its ack group's timer.
-    wake_at: usize,
 }
 
 impl Folded {
@@ -131,10 +125,11 @@ impl Fold<ConsumerOp> for Folded {
     /// `PersistentAcknowledgmentsGroupingTracker` keeps them until its flush: a consumer
     /// acking each message then wakes its task once per group, not once per ack. A full
     /// group wakes it (the tracker's `maxAckGroupSize` flush); anything else (a negative
-    /// ack, a redelivery, flow permits, a receive waiting) wakes it at once.
+    /// ack, a redelivery, flow permits, a receive waiting) wakes it at once. `room`: the
+    /// acks that fill the task's group (what its tracker holds counted).
     #[inline]
-    fn must_wake(&self) -> bool {
-        self.urgent || self.acks.len() >= self.wake_at
+    fn must_wake(&self, room: usize) -> bool {
+        self.urgent || self.acks.len() >= room
     }
 }
 
@@ -312,7 +307,7 @@ mod tests {
 
     #[tokio::test]
     async fn acks_keep_their_order_with_other_ops() {
-        let (tx, mut rx) = inbox(1000);
+        let (tx, mut rx) = inbox();
         let send_ack = |e| tx.fold(|f| f.push(ConsumerOp::Ack(id(e))));
         send_ack(1).unwrap();
         send_ack(2).unwrap();
@@ -353,7 +348,7 @@ mod tests {
     /// in while it waits wakes it.
     #[tokio::test]
     async fn a_folded_ack_reaches_a_busy_task_and_wakes_an_idle_one() {
-        let (tx, mut rx) = inbox(1000);
+        let (tx, mut rx) = inbox();
         assert!(rx.try_recv().is_none(), "busy: looked, not waiting");
         tx.fold(|f| f.push_ack(id(1))).unwrap();
         match rx.recv().await {
@@ -377,8 +372,8 @@ mod tests {
     /// once, and nothing folded in is lost or reordered.
     #[tokio::test]
     async fn acks_wait_for_the_group_timer_unless_a_group_is_full() {
-        let (tx, mut rx) = inbox(3);
-        rx.set_folds_may_wait(true);
+        let (tx, mut rx) = inbox();
+        rx.set_folds_may_wait(Some(3));
         let waiting = tokio::spawn(async move {
             let first = rx.recv().await;
             (first, rx)
@@ -416,7 +411,7 @@ mod tests {
     /// nor loses one: it comes after the control ops made before it.
     #[tokio::test]
     async fn a_full_inbox_still_takes_every_ack() {
-        let (tx, mut rx) = inbox(1000);
+        let (tx, mut rx) = inbox();
         for _ in 0..crate::inbox::CAPACITY {
             let (t, _r) = tokio::sync::oneshot::channel();
             tx.try_send(ConsumerOp::Unsubscribe(t)).unwrap();

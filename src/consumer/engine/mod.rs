@@ -186,10 +186,12 @@ impl ConsumerTask {
                 .flatten()
                 .min();
                 crate::util::set_timer(&mut timer, deadline);
-                // While the ack group's timer runs, acks folded in wait for it (attached only:
-                // detached, each is applied at once, as the Detached arm takes those waiting).
-                self.ops
-                    .set_folds_may_wait(ack_deadline.is_some() && self.io.entity.conn.is_some());
+                // While the ack group's timer runs, acks wait for it until the group is full
+                // (Java flushes at `maxAckGroupSize` pending); detached, none waits.
+                let attached = self.io.entity.conn.is_some();
+                self.ops.set_folds_may_wait(
+                    (ack_deadline.is_some() && attached).then(|| self.acks.group_room()),
+                );
                 let closing = !close_waiters.is_empty();
                 let mut ticked = false;
                 let step: Result<()> = tokio::select! {
@@ -378,7 +380,7 @@ impl ConsumerTask {
     }
 
     /// Ops of the handles: `first` (which the loop waited for), then what else is queued or
-    /// folded in, up to a burst (acks come one op each); without `first`, all of them (the
+    /// folded in, up to a burst (acks come one op each); without `first`, all that waits (the
     /// timer, a detach or a close of the task's own takes what waited for it).
     fn on_ops(
         &mut self,
@@ -386,8 +388,13 @@ impl ConsumerTask {
         waiters: &mut Vec<oneshot::Sender<Result<()>>>,
         requests: &mut Requests<Pending>,
     ) -> Result<()> {
-        // Bounded either way: by the inbox's bound and what the handles fold in meanwhile.
-        let limit = if first.is_some() { BURST } else { usize::MAX };
+        // Draining: at most what can wait at once (a handle acking without pause elsewhere
+        // cannot keep the task here).
+        let limit = if first.is_some() {
+            BURST
+        } else {
+            crate::inbox::CAPACITY + BURST
+        };
         for _ in 0..=limit {
             let Some(op) = first.take().or_else(|| self.ops.try_recv()) else {
                 break;

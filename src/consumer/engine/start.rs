@@ -73,7 +73,7 @@ pub(crate) async fn spawn_partition(
         inbound_bytes: budget.channel_bytes(),
     };
     let (entity, _) = Entity::create(client, topic.clone(), slot, cmd, group).await?;
-    let (ops_tx, ops_rx) = crate::consumer::op::inbox(options.ack_group_max);
+    let (ops_tx, ops_rx) = crate::consumer::op::inbox();
     let shared = Arc::new(PartitionShared {
         partition,
         main,

@@ -114,6 +114,13 @@ impl Acks {
         std::mem::take(&mut self.flush_due)
     }
 
+    /// How many more individual acks fill the group waiting to be sent (at least 1).
+    pub(crate) fn group_room(&self) -> usize {
+        self.group_max
+            .saturating_sub(self.tracker.pending_len())
+            .max(1)
+    }
+
     /// Whether acks wait to be sent.
     pub(crate) fn has_pending(&self) -> bool {
         self.tracker.has_pending()

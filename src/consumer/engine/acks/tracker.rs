@@ -269,6 +269,11 @@ impl AckTracker {
         self.pending_individual.len() >= self.max_group
     }
 
+    /// The acks waiting to be sent, as the group's size counts them.
+    pub(crate) fn pending_len(&self) -> usize {
+        self.pending_individual.len() + self.pending_partial.len()
+    }
+
     /// A partial ack of `id`'s batch entry: the messages acked by plain acks (clear bits of
     /// the set). True when the group is full.
     fn push_partial(&mut self, id: MessageId, set: Vec<i64>) -> bool {
