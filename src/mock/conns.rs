@@ -41,7 +41,7 @@ pub(crate) struct ConsumerRef {
 #[derive(Debug)]
 pub(crate) struct ConnEntry {
     /// Broker-initiated frames (MESSAGE, ACTIVE_CONSUMER_CHANGE, CLOSE_CONSUMER, ...).
-    tx: mpsc::UnboundedSender<Frame>,
+    tx: mpsc::UnboundedSender<Box<Frame>>,
     /// Producers by producer id.
     pub(crate) producers: HashMap<u64, ProducerRef>,
     /// Producer ids closed on this connection: a late SEND for one is ignored instead of
@@ -61,7 +61,7 @@ pub(crate) struct Conns {
 
 impl Conns {
     /// Registers a new connection and the sender of its broker-initiated frames.
-    pub(crate) fn register(&mut self, id: ConnectionId, tx: mpsc::UnboundedSender<Frame>) {
+    pub(crate) fn register(&mut self, id: ConnectionId, tx: mpsc::UnboundedSender<Box<Frame>>) {
         self.map.insert(
             id,
             ConnEntry {
@@ -106,7 +106,9 @@ impl Conns {
 
     /// Queues `frame` for connection `id`; `false` if the connection is gone.
     pub(crate) fn send(&self, id: ConnectionId, frame: Frame) -> bool {
-        self.map.get(&id).is_some_and(|c| c.tx.send(frame).is_ok())
+        self.map
+            .get(&id)
+            .is_some_and(|c| c.tx.send(Box::new(frame)).is_ok())
     }
 
     /// Forgets the consumer `consumer_id` of connection `id` (e.g. closed by the broker).

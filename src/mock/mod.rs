@@ -453,7 +453,7 @@ impl MockBroker {
 
     /// The commands of type `ty` received so far, in arrival order.
     pub fn received_of(&self, ty: wire::base_command::Type) -> Vec<Received> {
-        self.shared().log.filtered(|r| r.is(ty))
+        self.shared().log.of_type(ty)
     }
 
     /// Waits until a command of type `ty` has been received (returning immediately if one
@@ -463,10 +463,8 @@ impl MockBroker {
         ty: wire::base_command::Type,
         timeout: Duration,
     ) -> Option<Received> {
-        self.shared()
-            .log
-            .wait_until(timeout, |log| log.iter().find(|r| r.is(ty)).cloned())
-            .await
+        let mut first = self.shared().log.wait_for(ty, 1, timeout).await?;
+        first.pop()
     }
 
     /// Waits until at least `count` commands of type `ty` have been received and returns the
@@ -477,18 +475,7 @@ impl MockBroker {
         count: usize,
         timeout: Duration,
     ) -> Option<Vec<Received>> {
-        self.shared()
-            .log
-            .wait_until(timeout, |log| {
-                let found: Vec<Received> = log
-                    .iter()
-                    .filter(|r| r.is(ty))
-                    .take(count)
-                    .cloned()
-                    .collect();
-                (found.len() == count).then_some(found)
-            })
-            .await
+        self.shared().log.wait_for(ty, count, timeout).await
     }
 
     /// Queues `command` to be sent on connection `conn`, after anything already queued. Pushed

@@ -25,11 +25,10 @@ use tracing::Instrument;
 
 use super::handlers;
 use super::inject::{self, Injection};
-use super::record::Received;
 use super::reply::{self, SessionView, Step};
 use super::wire::base_command::Type;
 use super::{consume, lock, ConnectionId, Shared};
-use crate::codec::{Frame, PulsarCodec};
+use crate::codec::{BoxedFrameCodec, Frame, PulsarCodec};
 
 /// What a test pushes to a session.
 #[derive(Debug)]
@@ -87,7 +86,10 @@ where
     let session = Session {
         shared: Arc::clone(shared),
         id,
-        framed: Framed::new(io, PulsarCodec::with_max_message_size(max_frame)),
+        framed: Framed::new(
+            io,
+            BoxedFrameCodec(PulsarCodec::with_max_message_size(max_frame)),
+        ),
         push_rx,
         out_rx,
         kill: kill_rx,
@@ -123,10 +125,10 @@ struct Keepalive {
 struct Session<T> {
     shared: Arc<Shared>,
     id: ConnectionId,
-    framed: Framed<T, PulsarCodec>,
+    framed: Framed<T, BoxedFrameCodec>,
     push_rx: mpsc::UnboundedReceiver<Pushed>,
     /// Frames the broker originates for this connection.
-    out_rx: mpsc::UnboundedReceiver<Frame>,
+    out_rx: mpsc::UnboundedReceiver<Box<Frame>>,
     kill: oneshot::Receiver<()>,
     connected: bool,
     /// Frames waiting for their delay (and deferred FLOWs), ordered by (due time, arrival
@@ -172,7 +174,7 @@ where
                 biased;
                 _ = &mut self.kill => return Err("dropped by the test".into()),
                 pushed = self.push_rx.recv() => match pushed {
-                    Some(Pushed::Frame(frame)) => self.write(*frame).await?,
+                    Some(Pushed::Frame(frame)) => self.write(&frame).await?,
                     Some(Pushed::CutMidFrame) => return self.cut_mid_frame().await,
                     None => return Err("dropped by the test".into()),
                 },
@@ -200,12 +202,12 @@ where
         }
     }
 
-    async fn on_frame(&mut self, frame: Frame) -> Result<(), Closed> {
+    async fn on_frame(&mut self, frame: Box<Frame>) -> Result<(), Closed> {
         if let Some(k) = &mut self.keepalive {
             k.awaiting_pong = false;
             k.deadline = Instant::now() + k.interval;
         }
-        let Frame { command, payload } = frame;
+        let (command, payload) = (&frame.command, frame.payload.as_ref());
         let ty = command.r#type;
         let (step, injected) = {
             let view = SessionView {
@@ -217,12 +219,12 @@ where
             let mut state = lock(&self.shared.state);
             match self
                 .connected
-                .then(|| inject::intercept(&mut state, view, &command))
+                .then(|| inject::intercept(&mut state, view, command))
                 .flatten()
             {
                 Some(injection) => (Step::Ignore, Some(injection)),
                 None => {
-                    let step = handlers::handle(&mut state, view, &command, payload.as_ref());
+                    let step = handlers::handle(&mut state, view, command, payload);
                     // A command may have created or removed topics: tell topic-list watchers.
                     super::topic_lists::sync(&mut state);
                     (step, None)
@@ -230,18 +232,20 @@ where
             }
         };
         let deferred_flow = matches!(injected, Some(Injection::DeferFlow(_)))
-            .then_some(command.flow)
+            .then(|| command.flow.clone())
             .flatten();
         // Recorded before anything is answered, so a test that sees the answer finds the request.
-        self.shared.log.record(Received {
-            connection: self.id,
+        self.shared.log.record(
+            self.id,
             command,
-            payload: payload.map(|p| (p.metadata, p.data)),
-        });
+            payload.map(|p| (&p.metadata, p.data.clone())),
+        );
         match injected {
             Some(Injection::Reply { response, delay }) => {
                 self.shared.served.record(ty);
-                return self.respond_after(*response, delay).await;
+                return self
+                    .respond_after(Box::new(Frame::simple(*response)), delay)
+                    .await;
             }
             Some(Injection::DeferFlow(delay)) => {
                 if let (Some(delay), Some(flow)) = (delay, deferred_flow) {
@@ -272,23 +276,23 @@ where
                     deadline: Instant::now() + interval,
                     awaiting: false,
                 });
-                self.respond(connected).await
+                self.respond(Box::new(Frame::simple(connected))).await
             }
             Step::Refuse(answer, reason) => {
                 tracing::info!(%reason, "mock broker: authentication refused; closing");
-                self.write(Frame::simple(answer)).await?;
+                self.write(&Frame::simple(answer)).await?;
                 Err(reason)
             }
             Step::Reply(response) => {
                 self.shared.served.record(ty);
-                self.respond(response).await
+                self.respond(Box::new(Frame::simple(response))).await
             }
             Step::Pong => {
                 let faults = *lock(&self.shared.faults);
                 if faults.unresponsive {
                     return Ok(());
                 }
-                let pong = Frame::simple(reply::ping_or_pong(Type::Pong));
+                let pong = Box::new(Frame::simple(reply::ping_or_pong(Type::Pong)));
                 self.send_after(pong, faults.round_trip_time).await
             }
             Step::Ignore => Ok(()),
@@ -304,35 +308,29 @@ where
     }
 
     /// Sends a response now, or queues it for the configured delay; drops it when unresponsive.
-    async fn respond(&mut self, response: super::wire::BaseCommand) -> Result<(), Closed> {
+    async fn respond(&mut self, response: Box<Frame>) -> Result<(), Closed> {
         self.respond_after(response, Duration::ZERO).await
     }
 
     /// Like [`respond`](Self::respond), `extra` later.
-    async fn respond_after(
-        &mut self,
-        response: super::wire::BaseCommand,
-        extra: Duration,
-    ) -> Result<(), Closed> {
+    async fn respond_after(&mut self, response: Box<Frame>, extra: Duration) -> Result<(), Closed> {
         let faults = *lock(&self.shared.faults);
         if faults.unresponsive {
             tracing::debug!("mock broker: unresponsive, response dropped");
             return Ok(());
         }
         let delay = faults.response_delay + faults.round_trip_time + extra;
-        self.send_after(Frame::simple(response), delay).await
+        self.send_after(response, delay).await
     }
 
     /// Writes `frame` now, or queues it for `delay`.
-    async fn send_after(&mut self, frame: Frame, delay: Duration) -> Result<(), Closed> {
+    async fn send_after(&mut self, frame: Box<Frame>, delay: Duration) -> Result<(), Closed> {
         if delay.is_zero() {
-            return self.write(frame).await;
+            return self.write(&frame).await;
         }
         self.seq += 1;
-        self.delayed.insert(
-            (Instant::now() + delay, self.seq),
-            Due::Send(Box::new(frame)),
-        );
+        self.delayed
+            .insert((Instant::now() + delay, self.seq), Due::Send(frame));
         Ok(())
     }
 
@@ -345,7 +343,7 @@ where
             match entry.remove() {
                 Due::Send(frame) => {
                     if !self.unresponsive() {
-                        self.write(*frame).await?;
+                        self.write(&frame).await?;
                     }
                 }
                 Due::Flow(flow) => {
@@ -374,12 +372,12 @@ where
             })
             .unwrap_or_else(|| Frame::simple(reply::ping_or_pong(Type::Ping)));
         let mut bytes = BytesMut::new();
-        if let Err(e) = self.framed.codec_mut().encode(frame, &mut bytes) {
+        if let Err(e) = self.framed.codec_mut().encode(&frame, &mut bytes) {
             return Err(format!("cut mid-frame: encoding failed: {e}"));
         }
         let half = bytes.len() / 2;
         let written = async {
-            SinkExt::<Frame>::flush(&mut self.framed)
+            SinkExt::<&Frame>::flush(&mut self.framed)
                 .await
                 .map_err(io_error)?;
             let io = self.framed.get_mut();
@@ -414,7 +412,7 @@ where
             return Err("no PONG within the keepalive interval".into());
         }
         k.awaiting_pong = true;
-        self.write(Frame::simple(reply::ping_or_pong(Type::Ping)))
+        self.write(&Frame::simple(reply::ping_or_pong(Type::Ping)))
             .await
     }
 
@@ -432,7 +430,7 @@ where
             return Ok(());
         };
         let challenge = super::secure::refresh_challenge(auth, &self.shared.config.server_version);
-        self.write(Frame::simple(challenge)).await
+        self.write(&Frame::simple(challenge)).await
     }
 
     /// Proxy mode: connects to the target broker, sends it the client's CONNECT and relays
@@ -470,20 +468,20 @@ where
                                 });
                             }
                         }
-                        self.write(frame).await?;
+                        self.write(&frame).await?;
                     }
                     Some(Err(e)) => return Err(format!("proxy: decode error from the broker: {e}")),
                     None => return Err("proxy: the target broker closed the connection".into()),
                 },
                 from_client = self.framed.next() => match from_client {
                     Some(Ok(frame)) => {
-                        self.shared.log.record(Received {
-                            connection: self.id,
-                            command: frame.command.clone(),
-                            payload: frame.payload.clone().map(|p| (p.metadata, p.data)),
-                        });
+                        self.shared.log.record(
+                            self.id,
+                            &frame.command,
+                            frame.payload.as_ref().map(|p| (&p.metadata, p.data.clone())),
+                        );
                         broker
-                            .send(frame)
+                            .send(&*frame)
                             .await
                             .map_err(|e| format!("proxy: write to the target broker failed: {e}"))?;
                     }
@@ -499,7 +497,7 @@ where
     }
 
     /// Writes one frame; a kill while the client is not reading still ends the session.
-    async fn write(&mut self, frame: Frame) -> Result<(), Closed> {
+    async fn write(&mut self, frame: &Frame) -> Result<(), Closed> {
         tokio::select! {
             biased;
             _ = &mut self.kill => Err("dropped by the test".into()),
