@@ -4,8 +4,8 @@
 //!
 //! `cargo bench --bench scale [-- N...]` prints one JSON line per measurement:
 //! `{"entity","n","heap_bytes_per_entity","allocs_per_entity","rss_bytes_per_entity",
-//! "created_per_sec","idle_cpu_us_per_sec","idle_allocs_per_sec","keepalive_round_cpu_us",
-//! "keepalive_round_allocs"}`, then (unless `SCALE_PROFILE=0`) one `{"profile",...}` line per
+//! "created_per_sec","create_client_cpu_us","create_broker_cpu_us","idle_cpu_us_per_sec",
+//! "idle_allocs_per_sec","keepalive_round_cpu_us","keepalive_round_allocs"}`, then (unless `SCALE_PROFILE=0`) one `{"profile",...}` line per
 //! entity kind: the live bytes per entity by allocation site.
 //!
 //! * `producer`: N producers on N topics (default options: batching on), created with up to
@@ -21,7 +21,9 @@
 //! only grows: after an earlier measurement freed its entities, the next one reuses those
 //! pages, so read RSS from the first measurement of a run; heap is exact either way). The
 //! broker is the crate's mock broker in another process (this binary with `SCALE_RUN=broker`),
-//! so only the client's memory and CPU are counted.
+//! so only the client's memory and CPU are counted. The CPU time of a create is given for the
+//! client and for the mock broker apart (`create_broker_cpu_us` is `null` with `SCALE_URL`):
+//! both run on the same cores, so the create rate is bound by the two together.
 //!
 //! The keep-alive round: the client's keep-alive interval is 1 s, so over a quiet window of
 //! `SCALE_IDLE_SECS` the connection sends a PING and reads the broker's PONG once a second
@@ -174,6 +176,23 @@ fn cpu_time() -> Duration {
         return Duration::ZERO;
     }
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// CPU time of process `pid` (user + system), from `/proc` (10 ms resolution).
+fn process_cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) start after its `)`.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Duration::from_nanos(ticks * 1_000_000_000 / hz)
 }
 
 fn env_list(name: &str, default: &str) -> Vec<String> {
@@ -351,13 +370,17 @@ async fn measure(
     idle: Duration,
 ) -> Option<serde_json::Value> {
     let (client, warm) = warm_client(url, &format!("{entity}{n}")).await;
+    let broker_pid = broker.as_ref().map(|b| b.child.id());
+    let broker_cpu = || broker_pid.map(process_cpu_time);
     let (heap0, rss0, allocs0) = (live(), rss_bytes(), allocs());
+    let (client_cpu0, broker_cpu0) = (cpu_time(), broker_cpu());
     let started = Instant::now();
     // Topic names of this process's own: a real broker (`SCALE_URL`) keeps the topics of an
     // earlier run, and re-using them would time lookups of topics that exist already.
     let tag = format!("{n}-{}", std::process::id());
     let held = create(&client, broker, entity, n, &tag).await?;
     let took = started.elapsed();
+    let (client_cpu1, broker_cpu1) = (cpu_time(), broker_cpu());
     let (heap1, rss1, allocs1) = (live(), rss_bytes(), allocs());
     // Let the creation's after-effects (first flow permits, stats) settle before the quiet
     // window.
@@ -380,6 +403,12 @@ async fn measure(
         "allocs_per_entity": per((allocs1 - allocs0) as f64),
         "rss_bytes_per_entity": per((rss1 - rss0) as f64),
         "created_per_sec": (n as f64 / took.as_secs_f64()).round(),
+        // CPU time per create, of this client and of the mock broker (another process on the
+        // same cores: the create rate is bound by the two together).
+        "create_client_cpu_us": per((client_cpu1 - client_cpu0).as_secs_f64() * 1e6),
+        "create_broker_cpu_us": broker_cpu0
+            .zip(broker_cpu1)
+            .map(|(a, b)| per((b - a).as_secs_f64() * 1e6)),
         "idle_cpu_us_per_sec": cpu_us_per_sec,
         "idle_allocs_per_sec": allocs_per_sec,
         "keepalive_round_cpu_us": cpu_us_per_sec,
