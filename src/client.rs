@@ -631,7 +631,7 @@ impl Client {
     pub fn stats(&self) -> crate::ClientStats {
         let cluster = self.core.pool.cluster();
         crate::ClientStats {
-            service_url: cluster.service_url,
+            service_url: ServiceUrl::clone(&cluster.service_url),
             cluster_switches: cluster.generation,
             connections_opened: self.core.pool.connections_opened() as u64,
         }

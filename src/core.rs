@@ -306,14 +306,24 @@ impl ClientCore {
         topic: &str,
         auto_create: bool,
     ) -> Result<u32> {
-        let topic = TopicName::new(topic)?;
+        self.partitioned_metadata_of(&TopicName::new(topic)?, auto_create)
+            .await
+    }
+
+    /// [`partitioned_topic_metadata_with`](Self::partitioned_topic_metadata_with) of a name
+    /// already parsed.
+    pub(crate) async fn partitioned_metadata_of(
+        &self,
+        topic: &TopicName,
+        auto_create: bool,
+    ) -> Result<u32> {
         let deadline = crate::util::deadline_after(self.operation_timeout);
         // Never past the deadline: the last attempt is made at it.
         let schedule = Schedule::until(deadline, AtDeadline::LastAttemptAt);
         retry(
             &mut self.backoff(),
             schedule,
-            || self.lookup.partitioned_metadata_with(&topic, auto_create),
+            || self.lookup.partitioned_metadata_with(topic, auto_create),
             |e| {
                 if e.is_retriable() && !self.is_shut_down() {
                     tracing::debug!(%topic, error = %e, "partitioned metadata failed; retrying");

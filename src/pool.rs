@@ -53,7 +53,8 @@ fn proxy_target(logical: &ServiceUrl) -> String {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
-    logical: String,
+    /// The broker as named (its URL is only formatted when a connection is opened).
+    logical: ServiceUrl,
     physical: BrokerAddress,
 }
 
@@ -82,8 +83,9 @@ pub(crate) struct Cluster {
     /// Bumped by every cluster switch: a connection asked for in an earlier generation, or
     /// opened for one, is never handed out.
     pub(crate) generation: u64,
-    /// Where lookups go (Java `LookupService.getServiceUrl`).
-    pub(crate) service_url: ServiceUrl,
+    /// Where lookups go (Java `LookupService.getServiceUrl`). Shared: every lookup reads the
+    /// cluster.
+    pub(crate) service_url: Arc<ServiceUrl>,
 }
 
 /// What a connection to the current cluster is opened with: its credentials and TLS, and the
@@ -104,7 +106,7 @@ pub(crate) const SWITCHED: &str = "the client switched to another cluster";
 pub(crate) struct ConnectionPool {
     /// Written only with `slots` locked too (a switch), so a slot is made in the generation
     /// it names.
-    settings: RwLock<Settings>,
+    settings: RwLock<Arc<Settings>>,
     /// The generation, also readable without a lock (the consumers' ack path; see
     /// [`generation_cell`](Self::generation_cell)); written with `settings`.
     generation_cell: Arc<AtomicU64>,
@@ -121,14 +123,14 @@ impl ConnectionPool {
         tls: Option<Connector>,
     ) -> Self {
         ConnectionPool {
-            settings: RwLock::new(Settings {
+            settings: RwLock::new(Arc::new(Settings {
                 config,
                 tls,
                 cluster: Cluster {
                     generation: 0,
-                    service_url,
+                    service_url: Arc::new(service_url),
                 },
-            }),
+            })),
             generation_cell: Arc::new(AtomicU64::new(0)),
             slots: Mutex::new(HashMap::new()),
             opened: AtomicUsize::new(0),
@@ -163,7 +165,7 @@ impl ConnectionPool {
             )));
         }
         let key = PoolKey {
-            logical: logical.to_string(),
+            logical: logical.clone(),
             physical: physical.clone(),
         };
         // Two rounds at most: a cached connection found closed is replaced once.
@@ -176,7 +178,7 @@ impl ConnectionPool {
                         (logical.first_host() != physical).then(|| proxy_target(logical));
                     let conn = open(
                         physical.clone(),
-                        key.logical.clone(),
+                        key.logical.to_string(),
                         proxy_to,
                         settings.config.clone(),
                         tls.cloned(),
@@ -204,7 +206,7 @@ impl ConnectionPool {
         )))
     }
 
-    fn settings(&self) -> Settings {
+    fn settings(&self) -> Arc<Settings> {
         self.settings
             .read()
             .unwrap_or_else(|e| e.into_inner())
@@ -213,7 +215,7 @@ impl ConnectionPool {
 
     /// The slot of `key`, and the settings of its generation (read under the same lock a
     /// switch takes, so they match); refused if `generation` is no longer the pool's.
-    fn slot(&self, generation: u64, key: &PoolKey) -> Result<(Slot, Settings)> {
+    fn slot(&self, generation: u64, key: &PoolKey) -> Result<(Slot, Arc<Settings>)> {
         let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
         let settings = self.settings();
         if settings.cluster.generation != generation {
@@ -249,18 +251,20 @@ impl ConnectionPool {
     ) -> u64 {
         let (taken, generation) = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-            let mut settings = self.settings.write().unwrap_or_else(|e| e.into_inner());
+            let mut shared = self.settings.write().unwrap_or_else(|e| e.into_inner());
+            let mut settings = Settings::clone(&shared);
             settings.config.auth = auth;
             if tls.is_some() {
                 settings.tls = tls;
             }
             settings.cluster = Cluster {
                 generation: settings.cluster.generation + 1,
-                service_url,
+                service_url: Arc::new(service_url),
             };
-            self.generation_cell
-                .store(settings.cluster.generation, Ordering::Release);
-            (std::mem::take(&mut *slots), settings.cluster.generation)
+            let generation = settings.cluster.generation;
+            *shared = Arc::new(settings);
+            self.generation_cell.store(generation, Ordering::Release);
+            (std::mem::take(&mut *slots), generation)
         };
         for slot in taken.values() {
             if let Some(conn) = slot.get() {
@@ -399,11 +403,11 @@ mod tests {
         let url = |m: &MockBroker| ServiceUrl::parse(&m.service_url()).unwrap();
         let pool = ConnectionPool::new(url(&a), ConnectionConfig::default(), None);
         let before = pool.cluster();
-        assert_eq!((before.generation, &before.service_url), (0, &url(&a)));
+        assert_eq!((before.generation, &*before.service_url), (0, &url(&a)));
 
         assert_eq!(pool.switch(url(&b), None, None), 1);
         let after = pool.cluster();
-        assert_eq!((after.generation, &after.service_url), (1, &url(&b)));
+        assert_eq!((after.generation, &*after.service_url), (1, &url(&b)));
 
         let (a_url, a_host) = (url(&a), url(&a).first_host().clone());
         let stale = pool.get(before.generation, &a_url, &a_host).await;

@@ -210,6 +210,14 @@ impl TopicName {
             return Err(invalid(topic, "the topic's local name is empty"));
         }
 
+        // A name given in its canonical form (the usual case: names handed on inside the
+        // client, or written out in full) is kept as given, not formatted anew.
+        if topic
+            .split_once("://")
+            .is_some_and(|(given, _)| given == domain.as_str())
+        {
+            return Ok(TopicName(topic.into()));
+        }
         let full = match cluster {
             None => format!("{domain}://{tenant}/{namespace_portion}/{local_name}"),
             Some(cluster) => {

@@ -69,10 +69,11 @@ struct PendingRequest {
 pub(super) struct Router {
     /// Every request from the moment it is issued (its frame may still wait in the ops queue)
     /// until it is answered, times out, or its caller leaves: the one owner of its deadline.
-    pending: HashMap<u64, PendingRequest>,
+    /// Request ids are this client's own, hashed with [`IdHasher`] like the entities.
+    pending: HashMap<u64, PendingRequest, BuildHasherDefault<IdHasher>>,
     deadlines: BTreeSet<(Instant, u64)>,
     /// Pending requests the broker answered "wait" (`producer_ready = false`): no deadline.
-    waiting: HashSet<u64>,
+    waiting: HashSet<u64, BuildHasherDefault<IdHasher>>,
     /// Looked up for every inbound MESSAGE and SEND_RECEIPT: hashed with [`IdHasher`], not
     /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
     /// assigned, so a broker cannot make them collide; it only picks which one it looks up.

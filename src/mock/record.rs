@@ -183,3 +183,82 @@ impl CommandLog {
         tokio::time::timeout(timeout, wait).await.ok().flatten()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::base_command::Type;
+
+    fn command(ty: Type, request_id: u64) -> wire::BaseCommand {
+        wire::BaseCommand {
+            r#type: ty as i32,
+            lookup_topic: (ty == Type::Lookup).then(|| wire::CommandLookupTopic {
+                topic: format!("persistent://t/n/{request_id}"),
+                request_id,
+                ..Default::default()
+            }),
+            send: (ty == Type::Send).then(|| wire::CommandSend {
+                producer_id: 1,
+                sequence_id: request_id,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_read_back_as_received_and_waits_take_the_first_ones() {
+        let log = CommandLog::new();
+        let conn = ConnectionId(7);
+        let metadata = wire::MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 3,
+            ..Default::default()
+        };
+        log.record(conn, &command(Type::Lookup, 1), None);
+        log.record(
+            conn,
+            &command(Type::Send, 3),
+            Some((&metadata, Bytes::from_static(b"payload"))),
+        );
+        log.record(conn, &command(Type::Lookup, 2), None);
+        let all = log.all();
+        assert_eq!(all.len(), 3);
+        assert_eq!(all[0].command, command(Type::Lookup, 1));
+        assert_eq!(
+            all[1],
+            Received {
+                connection: conn,
+                command: command(Type::Send, 3),
+                payload: Some((metadata, Bytes::from_static(b"payload"))),
+            }
+        );
+        let lookups = log.of_type(Type::Lookup);
+        assert_eq!(
+            lookups
+                .iter()
+                .map(|r| r.command.clone())
+                .collect::<Vec<_>>(),
+            vec![command(Type::Lookup, 1), command(Type::Lookup, 2)]
+        );
+        let first = log.wait_for(Type::Lookup, 1, Duration::from_secs(5)).await;
+        assert_eq!(first.unwrap()[0].command, command(Type::Lookup, 1));
+        // A third lookup arrives while the wait is under way.
+        let wait = log.wait_for(Type::Lookup, 3, Duration::from_secs(5));
+        let later = async {
+            tokio::task::yield_now().await;
+            log.record(conn, &command(Type::Lookup, 9), None);
+        };
+        let (three, ()) = tokio::join!(wait, later);
+        let ids: Vec<u64> = three
+            .unwrap()
+            .iter()
+            .map(|r| r.command.lookup_topic.as_ref().unwrap().request_id)
+            .collect();
+        assert_eq!(ids, vec![1, 2, 9]);
+        assert!(log
+            .wait_for(Type::Lookup, 5, Duration::from_millis(1))
+            .await
+            .is_none());
+    }
+}

@@ -260,7 +260,7 @@ impl ProducerBuilder {
             )));
         }
         let client = self.client;
-        let partitions = client.partitioned_topic_metadata(topic.as_str()).await?;
+        let partitions = client.partitioned_metadata_of(&topic, true).await?;
         #[allow(unused_mut)]
         let mut options = self.options;
         // The recipients' keys are loaded before any partition's producer is created (Java's

@@ -138,7 +138,7 @@ pub(crate) async fn subscribe_topic(
         // create the topic either, like upstream's `subscribeAsync(topic,
         // createTopicIfDoesNotExist)` (PIP-344): a listed topic deleted since stays deleted.
         client
-            .partitioned_topic_metadata_with(topic.as_str(), options.force_topic_creation)
+            .partitioned_metadata_of(&topic, options.force_topic_creation)
             .await?
     };
     if partitions > 0 && options.receiver_queue_size == 0 {
@@ -198,9 +198,7 @@ pub(crate) async fn subscribe_topic(
             Some(sink) => TopicName::new(&sink.retry_topic)?,
             None => TopicName::new(&dlq::default_topic(&topic, &options.subscription, "-RETRY"))?,
         };
-        let n = client
-            .partitioned_topic_metadata(retry_topic.as_str())
-            .await?;
+        let n = client.partitioned_metadata_of(&retry_topic, true).await?;
         let mut retry = options.for_partitions(n);
         // The retry topic is the consumer's own: subscribed creating it if it does not exist
         // yet (Java creates it with the retry producer or the subscribe). A pattern consumer
