@@ -232,7 +232,7 @@ where
             }
         };
         let deferred_flow = matches!(injected, Some(Injection::DeferFlow(_)))
-            .then(|| command.flow.clone())
+            .then(|| command.flow)
             .flatten();
         // Recorded before anything is answered, so a test that sees the answer finds the request.
         self.shared.log.record(
