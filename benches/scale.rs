@@ -5,8 +5,9 @@
 //! `cargo bench --bench scale [-- N...]` prints one JSON line per measurement:
 //! `{"entity","n","heap_bytes_per_entity","allocs_per_entity","rss_bytes_per_entity",
 //! "created_per_sec","create_client_cpu_us","create_broker_cpu_us","idle_cpu_us_per_sec",
-//! "idle_allocs_per_sec","keepalive_round_cpu_us","keepalive_round_allocs"}`, then (unless `SCALE_PROFILE=0`) one `{"profile",...}` line per
-//! entity kind: the live bytes per entity by allocation site.
+//! "idle_allocs_per_sec","keepalive_round_cpu_us","keepalive_round_allocs"}`, then (unless
+//! `SCALE_PROFILE=0`) one `{"profile",...}` line per entity kind: the live bytes per entity by
+//! allocation site.
 //!
 //! * `producer`: N producers on N topics (default options: batching on), created with up to
 //!   `SCALE_IN_FLIGHT` creates under way at once (default 512; 1 creates them one after the
@@ -405,10 +406,10 @@ async fn measure(
         "created_per_sec": (n as f64 / took.as_secs_f64()).round(),
         // CPU time per create, of this client and of the mock broker (another process on the
         // same cores: the create rate is bound by the two together).
-        "create_client_cpu_us": per((client_cpu1 - client_cpu0).as_secs_f64() * 1e6),
+        "create_client_cpu_us": per(client_cpu1.saturating_sub(client_cpu0).as_secs_f64() * 1e6),
         "create_broker_cpu_us": broker_cpu0
             .zip(broker_cpu1)
-            .map(|(a, b)| per((b - a).as_secs_f64() * 1e6)),
+            .map(|(a, b)| per(b.saturating_sub(a).as_secs_f64() * 1e6)),
         "idle_cpu_us_per_sec": cpu_us_per_sec,
         "idle_allocs_per_sec": allocs_per_sec,
         "keepalive_round_cpu_us": cpu_us_per_sec,

@@ -1,7 +1,7 @@
 //! Service discovery over the binary protocol: topic lookup (following redirects) and
 //! partitioned-topic metadata.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -86,41 +86,6 @@ pub(crate) struct LookupService {
     metadata: InFlight<(u64, TopicName, bool), u32>,
     /// Broker URLs of lookup answers, parsed (see [`BrokerUrls`]).
     broker_urls: BrokerUrls,
-}
-
-/// The broker URLs lookup answers named lately, parsed: a cluster has few brokers, and every
-/// lookup answer names one of them, so the URL is parsed once per broker rather than once per
-/// lookup (with tens of thousands of producers created at once, parsing was a tenth of the
-/// client's work per create). Bounded: at most [`BrokerUrls::MAX`] entries; when full, the
-/// oldest goes.
-#[derive(Debug, Default)]
-struct BrokerUrls(Mutex<std::collections::VecDeque<(BrokerUrlKey, ServiceUrl)>>);
-
-/// A lookup answer's `brokerServiceUrl`, `brokerServiceUrlTls`, and whether the client uses
-/// TLS: all [`ServiceUrl::from_lookup_response`] reads.
-type BrokerUrlKey = (Option<Box<str>>, Option<Box<str>>, bool);
-
-impl BrokerUrls {
-    const MAX: usize = 64;
-
-    fn parse(&self, url: Option<&str>, url_tls: Option<&str>, use_tls: bool) -> Result<ServiceUrl> {
-        let same =
-            |k: &BrokerUrlKey| k.0.as_deref() == url && k.1.as_deref() == url_tls && k.2 == use_tls;
-        let mut known = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((_, parsed)) = known.iter().find(|(k, _)| same(k)) {
-            return Ok(parsed.clone());
-        }
-        // Only what parses is kept: an invalid URL is refused again, with its reason.
-        let parsed = ServiceUrl::from_lookup_response(url, url_tls, use_tls)?;
-        if known.len() >= Self::MAX {
-            known.pop_front();
-        }
-        known.push_back((
-            (url.map(Into::into), url_tls.map(Into::into), use_tls),
-            parsed.clone(),
-        ));
-        Ok(parsed)
-    }
 }
 
 impl LookupService {
@@ -331,6 +296,48 @@ impl LookupService {
     }
 }
 
+/// The broker URLs lookup answers named lately, parsed: a cluster has few brokers, and every
+/// lookup answer names one of them, so the URL is parsed once per broker rather than once per
+/// lookup (with tens of thousands of producers created at once, parsing was a tenth of the
+/// client's work per create). Bounded: at most [`BrokerUrls::MAX`] entries; when full, the
+/// oldest goes.
+#[derive(Debug, Default)]
+struct BrokerUrls(Mutex<VecDeque<(BrokerUrlKey, ServiceUrl)>>);
+
+/// A lookup answer's `brokerServiceUrl`, `brokerServiceUrlTls`, and whether the client uses
+/// TLS: all [`ServiceUrl::from_lookup_response`] reads.
+type BrokerUrlKey = (Option<Box<str>>, Option<Box<str>>, bool);
+
+impl BrokerUrls {
+    /// The most answers remembered (far more brokers than a cluster usually has).
+    const MAX: usize = 64;
+
+    /// [`ServiceUrl::from_lookup_response`], remembered.
+    fn parse(&self, url: Option<&str>, url_tls: Option<&str>, use_tls: bool) -> Result<ServiceUrl> {
+        let same =
+            |k: &BrokerUrlKey| k.0.as_deref() == url && k.1.as_deref() == url_tls && k.2 == use_tls;
+        let lock = || self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((_, parsed)) = lock().iter().find(|(k, _)| same(k)) {
+            return Ok(parsed.clone());
+        }
+        // Parsed without the lock (concurrent answers do not wait for it). Only what parses
+        // is kept: an invalid URL is refused again, with its reason.
+        let parsed = ServiceUrl::from_lookup_response(url, url_tls, use_tls)?;
+        let mut known = lock();
+        if known.iter().any(|(k, _)| same(k)) {
+            return Ok(parsed);
+        }
+        if known.len() >= Self::MAX {
+            known.pop_front();
+        }
+        known.push_back((
+            (url.map(Into::into), url_tls.map(Into::into), use_tls),
+            parsed.clone(),
+        ));
+        Ok(parsed)
+    }
+}
+
 /// Requests in flight by key: the first caller for a key (the leader) sends the request and
 /// publishes its result; callers arriving meanwhile wait for that result instead of sending
 /// their own. A leader dropped before it finishes (its caller cancelled) leaves the key, and
@@ -420,7 +427,7 @@ impl<K: Eq + Hash, T> Drop for Leave<'_, K, T> {
 }
 
 #[cfg(test)]
-mod broker_url_tests {
+mod tests {
     use super::*;
 
     #[test]

@@ -47,6 +47,7 @@ impl Received {
 /// One logged command, encoded.
 #[derive(Debug)]
 struct Entry {
+    /// The connection it arrived on.
     connection: ConnectionId,
     /// The command's type code (filters decode only the entries they keep).
     ty: i32,
