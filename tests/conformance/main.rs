@@ -11,6 +11,7 @@ mod binary_proto_lookup_service;
 mod client_cnx;
 mod connection_pool;
 mod consumer_impl;
+mod consumer_impl_unsubscribe;
 mod multi_topics_consumer_impl;
 mod partitioned_producer_impl;
 mod pattern_multi_topics_consumer_impl;
