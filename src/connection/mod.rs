@@ -398,7 +398,7 @@ impl Connection {
     ) -> ResponseFuture<'_> {
         self.request_with_timeout(
             request_id,
-            Frame::simple(command),
+            Box::new(Frame::simple(command)),
             operation,
             self.shared.operation_timeout,
         )
@@ -406,14 +406,15 @@ impl Connection {
 
     /// Like [`Connection::request`] with an explicit frame and timeout.
     ///
-    /// The command is boxed before anything waits and the future is boxed too: a request's
-    /// state is a pointer in its caller's, whatever the command's size, so the lookups,
-    /// creates and subscribes that await requests deep in their chains stay small (a debug
-    /// build copies every value a poll holds into its stack frame).
+    /// The frame comes boxed (a `BaseCommand` is ~6 KB, and each move of it is a copy) and the
+    /// future is boxed too: a request's state is a pointer in its caller's, whatever the
+    /// command's size, so the lookups, creates and subscribes that await requests deep in
+    /// their chains stay small (a debug build copies every value a poll holds into its stack
+    /// frame).
     pub(crate) fn request_with_timeout(
         &self,
         request_id: u64,
-        frame: Frame,
+        frame: Box<Frame>,
         operation: &'static str,
         timeout: Duration,
     ) -> ResponseFuture<'_> {
@@ -435,7 +436,7 @@ impl Connection {
                 ))));
             }
         }
-        Box::pin(self.issue(request_id, Box::new(frame), operation, timeout, deadline))
+        Box::pin(self.issue(request_id, frame, operation, timeout, deadline))
     }
 
     async fn issue(

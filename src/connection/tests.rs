@@ -250,7 +250,7 @@ async fn request_timeout_fails_only_that_request_and_removes_it() {
     let slow_task = tokio::spawn(async move {
         c1.request_with_timeout(
             slow_id,
-            Frame::simple(slow),
+            Box::new(Frame::simple(slow)),
             "lookup",
             Duration::from_secs(1),
         )
@@ -261,7 +261,7 @@ async fn request_timeout_fails_only_that_request_and_removes_it() {
     let fast_task = tokio::spawn(async move {
         c2.request_with_timeout(
             fast_id,
-            Frame::simple(fast),
+            Box::new(Frame::simple(fast)),
             "lookup",
             Duration::from_secs(10),
         )

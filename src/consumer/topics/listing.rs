@@ -104,7 +104,7 @@ pub(super) async fn list_once(
     let resp = conn
         .request_with_timeout(
             request_id,
-            crate::codec::Frame::simple(cmd),
+            Box::new(crate::codec::Frame::simple(cmd)),
             "list the namespace's topics for a pattern consumer (GetTopicsOfNamespace)",
             timeout,
         )
