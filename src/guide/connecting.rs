@@ -59,10 +59,10 @@
 //! Each create is three round trips, as upstream's (partitioned metadata, lookup, then the
 //! create itself), so creating thousands one after the other is bound by the round-trip time
 //! (about 900 a second against the mock broker on one machine). Create them concurrently,
-//! with a bound on how many are under way (50,000 producers at 512 at once take about 4 s
-//! against the mock broker on a quiet 2-core machine, 11,000-13,700 a second: each create
-//! costs the client about 100 µs of CPU and the mock broker about 50 µs, on the same cores;
-//! against a real broker, the broker sets the pace):
+//! with a bound on how many are under way (50,000 producers at 512 at once take 2.5-4.5 s
+//! against the mock broker on a 2-core machine, 11,000-20,000 a second as the host's speed
+//! varies: each create costs the client 60-100 µs of CPU and the mock broker 30-50 µs, on
+//! the same cores; against a real broker, the broker sets the pace):
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
