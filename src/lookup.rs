@@ -422,6 +422,7 @@ impl<K: Eq + Hash, T> Drop for Leave<'_, K, T> {
         let mut calls = self.flight.calls.lock().unwrap_or_else(|e| e.into_inner());
         if calls.get(self.key).is_some_and(|(id, _)| *id == self.id) {
             calls.remove(self.key);
+            crate::util::shrink_after_burst(&mut calls);
         }
     }
 }

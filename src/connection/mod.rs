@@ -18,6 +18,7 @@
 
 mod entity_channel;
 mod handshake;
+mod router;
 pub(crate) mod routing;
 mod task;
 #[cfg(feature = "tls")]

@@ -1,8 +1,7 @@
 //! The task that owns one broker socket: writes outbound frames, routes inbound ones, keeps the
 //! connection alive and times requests out.
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
-use std::hash::BuildHasherDefault;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,20 +9,20 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncWrite, ReadHalf, WriteHalf};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tracing::Instrument;
 
-use super::entity_channel::{Backpressure, Delivery};
 use super::handshake::auth_response;
-use super::routing::{self, EntityKind, IdHasher, Route};
+use super::router::{lost_for_requests, PendingRequest, Router, Step};
+use super::routing::{self, EntityKind, Route};
 use super::writer::{write_loop, Outgoing};
-use super::{ConnectionStats, EntitySender, Op};
+use super::{ConnectionStats, Op};
 use crate::auth::{Credentials, SharedAuthProvider};
 use crate::codec::{Frame, Inbound, InboundCodec, PulsarCodec};
-use crate::error::{Error, Result, ServerError};
-use crate::proto::{base_command::Type, BaseCommand};
+use crate::error::{Error, Result};
+use crate::proto::BaseCommand;
 use crate::util::{later, sleep_until_opt};
 
 /// How many ops from handles are taken in one go.
@@ -55,219 +54,6 @@ pub(super) struct TaskParams<S> {
     pub max_message_size: usize,
 }
 
-struct PendingRequest {
-    responder: oneshot::Sender<super::Response>,
-    operation: &'static str,
-    timeout: Duration,
-    deadline: Instant,
-    /// Its frame has been handed to the writer (until then it waits in the ops queue).
-    sent: bool,
-}
-
-/// The routing state: pending requests and registered entities. No I/O, so it is testable.
-#[derive(Default)]
-pub(super) struct Router {
-    /// Every request from the moment it is issued (its frame may still wait in the ops queue)
-    /// until it is answered, times out, or its caller leaves: the one owner of its deadline.
-    /// Request ids are this client's own, hashed with [`IdHasher`] like the entities.
-    pending: HashMap<u64, PendingRequest, BuildHasherDefault<IdHasher>>,
-    deadlines: BTreeSet<(Instant, u64)>,
-    /// Pending requests the broker answered "wait" (`producer_ready = false`): no deadline.
-    waiting: HashSet<u64, BuildHasherDefault<IdHasher>>,
-    /// Looked up for every inbound MESSAGE and SEND_RECEIPT: hashed with [`IdHasher`], not
-    /// SipHash (a third of the lookup's cost went to hashing). The keys are ids this client
-    /// assigned, so a broker cannot make them collide; it only picks which one it looks up.
-    entities: HashMap<(EntityKind, u64), EntitySender, BuildHasherDefault<IdHasher>>,
-    /// A consumer's channel past its byte allowance: nothing more is read from the socket
-    /// until its consumer task has taken it back within it (see `consumer_channel`).
-    backpressure: Option<Backpressure>,
-}
-
-impl Router {
-    fn stats(&self) -> ConnectionStats {
-        ConnectionStats {
-            pending_requests: self.pending.len(),
-            registered_entities: self.entities.len(),
-        }
-    }
-
-    fn add_request(&mut self, id: u64, req: PendingRequest) {
-        // Requests waiting without a deadline (WaitForExclusive) whose caller is gone can
-        // never be answered to anyone: forget them (the entity closed the producer on the
-        // broker when it gave up). Bounded by the creates waiting on this connection.
-        if !self.waiting.is_empty() {
-            let pending = &mut self.pending;
-            self.waiting.retain(|w| {
-                let gone = pending.get(w).is_none_or(|r| r.responder.is_closed());
-                if gone {
-                    pending.remove(w);
-                }
-                !gone
-            });
-        }
-        self.deadlines.insert((req.deadline, id));
-        if let Some(old) = self.pending.insert(id, req) {
-            // A reused request id: the older request can never be matched now.
-            self.deadlines.remove(&(old.deadline, id));
-            let _ = old.responder.send(Err(Error::Protocol(format!(
-                "request id {id} reused before its response arrived"
-            ))));
-        }
-    }
-
-    /// Whether the frame of request `id`, taken from the ops queue, is to be written: only
-    /// while the request is pending, not yet sent, and its caller still waits. A request that
-    /// timed out (or whose caller left) while its frame was queued is never sent.
-    fn take_frame(&mut self, id: u64) -> bool {
-        let Some(req) = self.pending.get_mut(&id) else {
-            return false;
-        };
-        if req.responder.is_closed() {
-            self.forget(id);
-            return false;
-        }
-        if req.sent {
-            // A second frame for one issued request (a caller bug): the first one stands.
-            return false;
-        }
-        req.sent = true;
-        true
-    }
-
-    /// Whether request `id` is pending (issued, not yet answered or expired).
-    fn is_pending(&self, id: u64) -> bool {
-        self.pending.contains_key(&id)
-    }
-
-    /// The caller of request `id` left: its entry goes, if it is that caller's (a reused id's
-    /// newer request has an open responder and stays).
-    fn cancel(&mut self, id: u64) {
-        if self
-            .pending
-            .get(&id)
-            .is_some_and(|req| req.responder.is_closed())
-        {
-            self.forget(id);
-        }
-    }
-
-    fn forget(&mut self, id: u64) {
-        if let Some(req) = self.pending.remove(&id) {
-            self.deadlines.remove(&(req.deadline, id));
-        }
-        self.waiting.remove(&id);
-    }
-
-    fn complete(&mut self, id: u64, cmd: Box<BaseCommand>) {
-        if cmd
-            .producer_success
-            .as_ref()
-            .is_some_and(|p| p.producer_ready == Some(false))
-        {
-            // WaitForExclusive: the producer is queued on the broker; a second ProducerSuccess
-            // with the same request id follows when it may produce. Wait for it, without a
-            // timeout (like upstream), until then or until the connection closes.
-            if let Some(req) = self.pending.get(&id) {
-                self.deadlines.remove(&(req.deadline, id));
-                self.waiting.insert(id);
-                tracing::info!(request_id = id, "producer waiting for exclusive access");
-            }
-            return;
-        }
-        self.waiting.remove(&id);
-        let Some(req) = self.pending.remove(&id) else {
-            tracing::debug!(request_id = id, command = %routing::type_name(&cmd),
-                "response for an unknown or timed-out request; dropped");
-            return;
-        };
-        self.deadlines.remove(&(req.deadline, id));
-        let result = match (Type::try_from(cmd.r#type), cmd.error.as_ref()) {
-            (Ok(Type::Error), Some(e)) => Err(Error::Broker {
-                code: ServerError::from_code(e.error),
-                message: e.message.clone(),
-            }),
-            _ => Ok(cmd),
-        };
-        let _ = req.responder.send(result);
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.deadlines.first().map(|(d, _)| *d)
-    }
-
-    /// Fails every request whose deadline has passed; only those.
-    fn expire(&mut self, now: Instant) {
-        while let Some(&(deadline, id)) = self.deadlines.first() {
-            if deadline > now {
-                break;
-            }
-            self.deadlines.pop_first();
-            if let Some(req) = self.pending.remove(&id) {
-                tracing::warn!(
-                    request_id = id,
-                    operation = req.operation,
-                    "request timed out"
-                );
-                let _ = req.responder.send(Err(Error::Timeout {
-                    operation: req.operation,
-                    after: req.timeout,
-                }));
-            }
-        }
-    }
-
-    /// Hands `frame` to its entity. An entity holding more than its bound of commands not
-    /// yet taken means the broker ignores flow control: the connection ends with an error
-    /// naming it (the entities reconnect; the broker redelivers what was not acked).
-    fn deliver(&mut self, kind: EntityKind, id: u64, frame: Inbound) -> Step {
-        let Some(sender) = self.entities.get(&(kind, id)) else {
-            // Per frame (e.g. messages still in flight to a consumer that closed): trace.
-            tracing::trace!(?kind, id, "command for an unknown entity; dropped");
-            return Step::Continue;
-        };
-        match sender.deliver(frame) {
-            Delivery::Delivered => {}
-            Delivery::Full(pause) => self.backpressure = Some(pause),
-            Delivery::Gone => {
-                tracing::debug!(?kind, id, "entity is gone; unregistering");
-                self.entities.remove(&(kind, id));
-            }
-            Delivery::Overflow { bound } => {
-                return Step::Stop(Error::Protocol(format!(
-                    "the broker sent {kind:?} {id} more than {bound} commands it has not \
-                     consumed yet: flow control violated; closing the connection"
-                )));
-            }
-        }
-        Step::Continue
-    }
-
-    /// Fails everything: each pending request and each entity is told once.
-    fn shutdown(&mut self, reason: &Error) {
-        self.deadlines.clear();
-        self.waiting.clear();
-        let lost = lost_for_requests(reason);
-        for (_, req) in self.pending.drain() {
-            let _ = req.responder.send(Err(lost.clone()));
-        }
-        for (_, sender) in self.entities.drain() {
-            sender.notify_closed(reason);
-        }
-    }
-}
-
-/// What a request pending on a connection that ended learns: the connection is lost, whatever
-/// ended it (a reset, a bad frame, a broken rule), so it is retried like any loss; only the
-/// client's own close stays [`Error::Closed`]. Java `ClientCnx.channelInactive` fails every
-/// pending request as disconnected whatever closed the channel. The connection's own close
-/// reason (and what its entities are told) keeps the cause.
-fn lost_for_requests(reason: &Error) -> Error {
-    match reason {
-        Error::Closed | Error::ConnectionLost(_) => reason.clone(),
-        other => Error::ConnectionLost(format!("connection closed: {other}")),
-    }
-}
-
 pub(super) fn spawn<S>(params: TaskParams<S>)
 where
     S: AsyncRead + AsyncWrite + Send + 'static,
@@ -277,11 +63,6 @@ where
     let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
     let span = tracing::debug_span!("connection", id, broker = %params.broker_url);
     tokio::spawn(run(params).instrument(span));
-}
-
-enum Step {
-    Continue,
-    Stop(Error),
 }
 
 /// Frames on their way to the writer. The reading side must never wait for the socket to
@@ -762,6 +543,7 @@ fn handle_op(
         }
         Op::Unregister { kind, id } => {
             router.entities.remove(&(kind, id));
+            crate::util::shrink_after_burst(&mut router.entities);
             return Step::Continue;
         }
         Op::Close => return Step::Stop(Error::Closed),
@@ -808,7 +590,3 @@ fn handle_inbound(
     }
     Step::Continue
 }
-
-#[cfg(test)]
-#[path = "router_tests.rs"]
-mod router_tests;
