@@ -56,6 +56,8 @@ async fn spans_lifecycle_events_no_per_message_noise_and_no_secret() {
         .with_writer(move || writer.clone())
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // See the rebuild before the restart below.
+    tracing::callsite::rebuild_interest_cache();
 
     let broker = MockBroker::start_with(MockBrokerConfig {
         auth: Some(MockAuth::token(|t| t == TOKEN).challenge_every(Duration::from_millis(100))),
