@@ -45,7 +45,7 @@
 //! ## Many producers and consumers in one client
 //!
 //! All of a client's producers and consumers on a broker share one connection, and an idle
-//! one costs little: about 3.8 KB of heap per idle producer and 7.5 KB per idle consumer
+//! one costs little: about 3.9 KB of heap per idle producer and 7.6 KB per idle consumer
 //! (mock broker, 10,000 of each: its task, the queue from its handle, its registration on the
 //! connection, its statistics; a consumer also its receive queue), measured by
 //! `cargo bench --bench scale`, which also shows where the bytes go. Against pulsar-lite
