@@ -16,7 +16,9 @@
 //!   `max_pending_messages`, blocking when full, like upstream `pulsar-perf produce -o N`);
 //!   the default is no bound, only the client's memory limit;
 //! - consume: Exclusive subscription `bench-sub` from Earliest, receiver queue 1000, acks each
-//!   (`--type shared` for a Shared one);
+//!   (`--type shared` for a Shared one). Against pulsar-lite use `--type shared`: its
+//!   Exclusive dispatch of a large batched backlog repeats entries far past the flow permits
+//!   (a known pulsar-lite bug), which the client reports as a flow-control violation;
 //! - latency: batching off, N sequential awaited sends; p50/p99 in microseconds.
 //!
 //! `cpu_s` is the process's user + system time (getrusage).
