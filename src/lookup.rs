@@ -299,8 +299,9 @@ impl LookupService {
 /// The broker URLs lookup answers named lately, parsed: a cluster has few brokers, and every
 /// lookup answer names one of them, so the URL is parsed once per broker rather than once per
 /// lookup (with tens of thousands of producers created at once, parsing was a tenth of the
-/// client's work per create). Bounded: at most [`BrokerUrls::MAX`] entries; when full, the
-/// oldest goes.
+/// client's work per create). Bounded in bytes: at most [`BrokerUrls::MAX`] entries (when
+/// full, the oldest goes), each of at most [`BrokerUrls::MAX_KEY_BYTES`] of URL text (the
+/// broker picks the strings; a longer answer is parsed every time, never kept).
 #[derive(Debug, Default)]
 struct BrokerUrls(Mutex<VecDeque<(BrokerUrlKey, ServiceUrl)>>);
 
@@ -311,6 +312,9 @@ type BrokerUrlKey = (Option<Box<str>>, Option<Box<str>>, bool);
 impl BrokerUrls {
     /// The most answers remembered (far more brokers than a cluster usually has).
     const MAX: usize = 64;
+    /// The most URL text an answer remembered may hold (both URLs together; a real one is a
+    /// host name and a port, tens of bytes).
+    const MAX_KEY_BYTES: usize = 1024;
 
     /// [`ServiceUrl::from_lookup_response`], remembered.
     fn parse(&self, url: Option<&str>, url_tls: Option<&str>, use_tls: bool) -> Result<ServiceUrl> {
@@ -323,6 +327,10 @@ impl BrokerUrls {
         // Parsed without the lock (concurrent answers do not wait for it). Only what parses
         // is kept: an invalid URL is refused again, with its reason.
         let parsed = ServiceUrl::from_lookup_response(url, url_tls, use_tls)?;
+        let text = url.map_or(0, str::len) + url_tls.map_or(0, str::len);
+        if text > Self::MAX_KEY_BYTES {
+            return Ok(parsed);
+        }
         let mut known = lock();
         if known.iter().any(|(k, _)| same(k)) {
             return Ok(parsed);
@@ -461,5 +469,24 @@ mod tests {
             );
         }
         assert_eq!(urls.0.lock().unwrap().len(), BrokerUrls::MAX);
+        // A URL longer than the memo keeps is parsed but never kept, so a broker's answers
+        // cannot grow the memo past its bytes.
+        let long = format!("pulsar://{}:6650", "h".repeat(BrokerUrls::MAX_KEY_BYTES));
+        let held = |urls: &BrokerUrls| -> usize {
+            let known = urls.0.lock().unwrap();
+            known
+                .iter()
+                .map(|(k, _)| {
+                    k.0.as_deref().map_or(0, str::len) + k.1.as_deref().map_or(0, str::len)
+                })
+                .sum()
+        };
+        let before = held(&urls);
+        assert_eq!(
+            urls.parse(Some(&long), None, false).unwrap(),
+            ServiceUrl::parse(&long).unwrap()
+        );
+        assert_eq!(held(&urls), before);
+        assert!(before <= BrokerUrls::MAX * BrokerUrls::MAX_KEY_BYTES);
     }
 }
